@@ -1,0 +1,1 @@
+"""Chat channel adapters. Each registers under the ``nanobot.channels`` entry-point group."""

@@ -1,0 +1,82 @@
+"""What every channel adapter is: start, stop, send, typing; and the shared intake rules.
+
+Adapters turn a platform's events into ``_handle_message`` calls and OutboundMessages into
+platform sends. Who may talk (allowFrom, pairing, group policy) is decided here, once, so no
+adapter can forget it: nothing from an unknown sender reaches the bus, let alone the model.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import logging
+
+from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+
+log = logging.getLogger(__name__)
+
+
+class AccessGate(Protocol):
+    async def check(self, channel: str, sender_id: str, sender_name: str | None,
+                    allow_from: list[str], is_private: bool) -> tuple[bool, str | None]:
+        """Return (admitted, reply); the reply (e.g. a pairing code) goes to the sender if not admitted."""
+
+
+@dataclass
+class ChannelContext:
+    bus: MessageBus
+    access: AccessGate
+    workspace: Path  # downloads go to workspace/inbox/
+    max_media_bytes: int = 20 * 1024 * 1024
+
+
+class BaseChannel(ABC):
+    name: ClassVar[str]
+    max_message_len: ClassVar[int]
+
+    def __init__(self, config: Any, ctx: ChannelContext) -> None:
+        self.config = config  # this channel's section of the config (TelegramConfig, ...)
+        self.ctx = ctx
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Connect and begin receiving; return once the channel is up."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Stop receiving and release connections; must not raise."""
+
+    @abstractmethod
+    async def send(self, msg: OutboundMessage) -> None:
+        """Deliver one reply (split as the platform needs); retries are the adapter's job."""
+
+    @abstractmethod
+    async def send_typing(self, chat_id: str) -> None:
+        """Show a typing indicator in the chat, best effort."""
+
+    @property
+    def inbox(self) -> Path:
+        path = self.ctx.workspace / "inbox"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    async def _handle_message(self, *, sender_id: str, chat_id: str, content: str, sender_name: str | None = None,
+                              media: list[str] | None = None, is_private: bool = True, mentioned: bool = False,
+                              metadata: dict[str, Any] | None = None) -> bool:
+        """Apply group policy and access control, then put the message on the bus. True if it went."""
+        if not is_private and self.config.group_policy == "mention" and not mentioned:
+            return False
+        admitted, reply = await self.ctx.access.check(self.name, sender_id, sender_name,
+                                                      list(self.config.allow_from), is_private)
+        if not admitted:
+            log.info("%s: ignored message from unknown sender %s (%s)", self.name, sender_id, sender_name)
+            if reply:
+                await self.send(OutboundMessage(self.name, chat_id, reply))
+            return False
+        await self.ctx.bus.publish_inbound(InboundMessage(
+            channel=self.name, chat_id=chat_id, sender_id=sender_id, sender_name=sender_name,
+            content=content, media=media or [], metadata=metadata or {}))
+        return True

@@ -1,0 +1,52 @@
+"""Splitting long replies for platforms with a message size limit."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+
+def utf16_len(text: str) -> int:
+    """Telegram counts message length in UTF-16 code units."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def split_message(text: str, limit: int, length: Callable[[str], int] = len) -> list[str]:
+    """Split into chunks of at most ``limit`` (by ``length``), never inside a ``` code block.
+
+    Prefers paragraph breaks, then line breaks, then spaces. A single code block longer than
+    the limit is closed at the cut and reopened in the next chunk, so each chunk renders alone.
+    """
+    chunks: list[str] = []
+    rest = text.strip("\n")
+    while rest:
+        if length(rest) <= limit:
+            chunks.append(rest)
+            break
+        cut = _cut_point(rest, limit, length)
+        head, rest = rest[:cut].rstrip("\n"), rest[cut:].lstrip("\n")
+        if head.count("```") % 2:  # we are inside a code block: close it here, reopen after
+            fence = head[head.rfind("```"):].split("\n", 1)[0]
+            head, rest = head + "\n```", fence + "\n" + rest
+        chunks.append(head)
+    return chunks or [""]
+
+
+def _cut_point(text: str, limit: int, length: Callable[[str], int]) -> int:
+    budget = limit - 8  # room to close a code fence
+    hi = len(text)
+    lo = 0
+    while lo < hi:  # the longest prefix that fits the budget
+        mid = (lo + hi + 1) // 2
+        if length(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    window = text[:lo]
+    # Prefer to cut outside code blocks, at the latest paragraph or line break that is.
+    for sep in ("\n\n", "\n", " "):
+        pos = window.rfind(sep)
+        while pos > lo // 3:
+            if window[:pos].count("```") % 2 == 0 or sep == " ":
+                return pos + len(sep)
+            pos = window.rfind(sep, 0, pos)
+    return max(lo, 1)

@@ -1,0 +1,63 @@
+"""The seam between channels and agents: two queues of plain messages.
+
+Channels put what people say on ``inbound`` and send what comes off ``outbound``; agents
+read ``inbound`` and write ``outbound``. Neither side imports the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass
+class InboundMessage:
+    channel: str
+    chat_id: str
+    sender_id: str
+    content: str
+    sender_name: str | None = None
+    media: list[str] = field(default_factory=list)  # workspace-relative paths of downloaded files
+    metadata: dict[str, Any] = field(default_factory=dict)
+    received_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def session_key(self) -> str:
+        return f"{self.channel}:{self.chat_id}"
+
+
+@dataclass
+class OutboundMessage:
+    channel: str
+    chat_id: str
+    content: str = ""
+    # "text" is a message to show; "typing" asks the channel to show a typing indicator.
+    kind: Literal["text", "typing"] = "text"
+    reply_to: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def target(self) -> str:
+        return f"{self.channel}:{self.chat_id}"
+
+
+class MessageBus:
+    def __init__(self) -> None:
+        self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue()
+        self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue()
+
+    async def publish_inbound(self, msg: InboundMessage) -> None:
+        await self.inbound.put(msg)
+
+    async def publish_outbound(self, msg: OutboundMessage) -> None:
+        await self.outbound.put(msg)
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """``"telegram:123"`` -> ``("telegram", "123")``; a ValueError names the bad target."""
+    channel, sep, chat_id = target.partition(":")
+    if not sep or not channel or not chat_id:
+        raise ValueError(f"target must look like 'channel:chat_id', got {target!r}")
+    return channel, chat_id

@@ -1,0 +1,273 @@
+"""Configuration: a camelCase JSON file, overridden by ``NANOBOT_*`` environment variables.
+
+pydantic-settings lets a camelCase file silently beat env vars when aliases are used for
+validation, so aliases here serve serialization only; the JSON source renames camelCase keys
+to field names itself, and the sources are ordered (init, env, file): leftmost wins.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ExecutionMode = Literal["tools", "code", "hybrid"]
+
+
+class ConfigError(Exception):
+    """A config problem, already phrased as the one line the user sees."""
+
+
+class Section(BaseModel):
+    """Base of every config section: camelCase on the way out, unknown keys rejected."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+class CodeRuntime(Section):
+    max_memory_mb: int = Field(100, gt=0)
+    max_execution_ms: int = Field(30000, gt=0)
+    max_tool_calls: int = Field(200, gt=0)
+    max_llm_queries: int = Field(20, ge=0)
+    max_output_chars: int = Field(20000, gt=0)
+    type_check: bool = False
+    persist_state: bool = True
+    large_input_chars: int = Field(8000, gt=0)
+
+
+class AgentSettings(Section):
+    workspace: str = "~/.nanobot/workspace"
+    provider: str = "openai"
+    model: str = "gpt-4.1-mini"
+    max_tokens: int = Field(8192, gt=0)
+    temperature: float = 0.2
+    max_iterations: int = Field(20, gt=0)
+    memory_window: int = Field(50, gt=0)
+    timezone: str = "UTC"
+    execution_mode: ExecutionMode = "code"
+    code_runtime: CodeRuntime = CodeRuntime()
+
+
+class AgentOverride(Section):
+    """Any field of ``defaults``, all optional; keyed by session key."""
+
+    workspace: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    max_iterations: int | None = None
+    memory_window: int | None = None
+    timezone: str | None = None
+    execution_mode: ExecutionMode | None = None
+    code_runtime: CodeRuntime | None = None
+
+
+class Agents(Section):
+    defaults: AgentSettings = AgentSettings()
+    overrides: dict[str, AgentOverride] = {}
+
+
+class ProviderConfig(Section):
+    api_key: str = ""
+    api_base: str | None = None
+    timeout: float = Field(120.0, gt=0)
+    max_retries: int = Field(3, ge=0)
+
+
+class TelegramConfig(Section):
+    enabled: bool = False
+    token: str = ""
+    allow_from: list[str] = []
+    api_base: str | None = None
+    group_policy: Literal["mention", "open"] = "mention"
+    proxy: str | None = None
+
+
+class DiscordConfig(Section):
+    enabled: bool = False
+    token: str = ""
+    allow_from: list[str] = []
+    api_base: str | None = None
+    gateway_url: str | None = None
+    group_policy: Literal["mention", "open"] = "mention"
+
+
+class Channels(Section):
+    telegram: TelegramConfig = TelegramConfig()
+    discord: DiscordConfig = DiscordConfig()
+    max_media_mb: int = Field(20, gt=0)
+
+
+class ExecTool(Section):
+    enabled: bool = True
+    timeout: int = Field(60, gt=0)
+    max_output_chars: int = Field(10000, gt=0)
+
+
+class WebSearch(Section):
+    provider: Literal["duckduckgo", "brave"] = "duckduckgo"
+    api_key: str = ""
+    max_results: int = Field(5, gt=0)
+
+
+class WebFetch(Section):
+    max_chars: int = Field(50000, gt=0)
+    max_bytes: int = Field(5_000_000, gt=0)
+    timeout: float = Field(20.0, gt=0)
+
+
+class Web(Section):
+    search: WebSearch = WebSearch()
+    fetch: WebFetch = WebFetch()
+
+
+class Tools(Section):
+    restrict_to_workspace: bool = True
+    exec: ExecTool = ExecTool()
+    web: Web = Web()
+
+
+class Heartbeat(Section):
+    enabled: bool = True
+    interval_minutes: int = Field(30, gt=0)
+
+
+class Gateway(Section):
+    heartbeat: Heartbeat = Heartbeat()
+    max_concurrent_sessions: int = Field(16, gt=0)
+    idle_worker_seconds: float = Field(300.0, gt=0)
+    shutdown_grace_seconds: float = Field(10.0, ge=0)
+    cron_grace_seconds: int = Field(3600, ge=0)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _snake_keys(value: Any, *, keep_keys: bool = False) -> Any:
+    """Rename camelCase keys to snake_case, except the user's own keys (overrides, providers)."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            new_key = key if keep_keys else _snake(key)
+            # Children of these maps are keyed by the user's names, e.g. "telegram:123".
+            out[new_key] = _snake_keys(item, keep_keys=new_key in ("overrides", "providers") and not keep_keys)
+        return out
+    return value
+
+
+class _JsonFileSource(PydanticBaseSettingsSource):
+    """Reads the config file, renaming camelCase keys so env vars can beat them on merge."""
+
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]):
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field, field_name):  # pragma: no cover - __call__ does the work
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return self._data
+
+
+class Config(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="NANOBOT_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        validate_by_alias=False,
+        validate_by_name=True,
+    )
+
+    agents: Agents = Agents()
+    providers: dict[str, ProviderConfig] = {"openai": ProviderConfig()}
+    channels: Channels = Channels()
+    tools: Tools = Tools()
+    gateway: Gateway = Gateway()
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+        return (init_settings, env_settings, _JsonFileSource(settings_cls, _FILE_DATA.get("data", {})))
+
+    # ---- derived values -------------------------------------------------------------
+    @property
+    def workspace_path(self) -> Path:
+        return Path(self.agents.defaults.workspace).expanduser().resolve()
+
+    def agent_for(self, session_key: str) -> AgentSettings:
+        """The agent settings for one session: defaults with that session's override applied."""
+        override = self.agents.overrides.get(session_key)
+        if override is None:
+            return self.agents.defaults
+        return self.agents.defaults.model_copy(update=override.model_dump(exclude_none=True))
+
+    def provider_config(self, name: str | None = None) -> ProviderConfig:
+        name = name or self.agents.defaults.provider
+        try:
+            return self.providers[name]
+        except KeyError:
+            raise ConfigError(f"agents.defaults.provider: no provider named {name!r} in providers") from None
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(by_alias=True, mode="json"), indent=2) + "\n"
+
+
+# pydantic-settings builds sources from the class, so the file's data is handed over here,
+# set just for the duration of one load() call.
+_FILE_DATA: dict[str, Any] = {}
+
+
+def nanobot_home() -> Path:
+    return Path(os.environ.get("NANOBOT_HOME", "~/.nanobot")).expanduser()
+
+
+def config_path(explicit: str | Path | None = None) -> tuple[Path, bool]:
+    """Where the config lives and whether the user named it (a named file must exist)."""
+    if explicit:
+        return Path(explicit).expanduser(), True
+    if os.environ.get("NANOBOT_CONFIG"):
+        return Path(os.environ["NANOBOT_CONFIG"]).expanduser(), True
+    return nanobot_home() / "config.json", False
+
+
+def _read_file(path: Path, required: bool) -> dict[str, Any]:
+    if not path.exists():
+        if required:
+            raise ConfigError(f"{path}: config file not found")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a JSON object")
+    return _snake_keys(data)
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    return ".".join(to_camel(str(p)) if isinstance(p, str) and "_" in str(p) else str(p) for p in loc)
+
+
+def load_config(explicit: str | Path | None = None) -> tuple[Config, Path]:
+    """Load and validate; every problem becomes one ConfigError line naming the key and file."""
+    path, required = config_path(explicit)
+    _FILE_DATA["data"] = _read_file(path, required)
+    try:
+        return Config(), path
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        key = _key_path(err["loc"])
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"{path}: unknown key '{key}'") from None
+        raise ConfigError(f"{path}: invalid value for '{key}': {err['msg']}") from None
+    finally:
+        _FILE_DATA.clear()

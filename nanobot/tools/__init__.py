@@ -1,0 +1,1 @@
+"""Tools: the functions the model can call, natively or from code."""

@@ -1,0 +1,212 @@
+"""One registry of tools, shared by tool calling, code mode and cron jobs.
+
+A tool is a typed async function ``async def name(ctx: ToolContext, arg: T, ...) -> R`` whose
+docstring describes it. Its JSON schema (for native tool calls), its argument validation and
+its Python stub (for code mode) are all derived from that one signature, so they cannot drift.
+
+Tools report failure by raising a built-in exception that fits (FileNotFoundError,
+PermissionError, ValueError, TimeoutError, RuntimeError). Code mode re-raises it inside the
+program; tool calling turns it into an ``Error: ...`` text for the model.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+if TYPE_CHECKING:
+    from nanobot.bus import MessageBus
+    from nanobot.config import Config
+
+# The exception types a tool may raise as-is; anything else is wrapped in RuntimeError.
+TOOL_ERRORS = (FileNotFoundError, PermissionError, ValueError, TimeoutError, RuntimeError, IsADirectoryError,
+               NotADirectoryError, FileExistsError)
+
+
+@dataclass
+class ToolContext:
+    """What a tool may know about the turn that calls it."""
+
+    config: Config
+    workspace: Path
+    session_key: str = "cli:default"
+    bus: MessageBus | None = None
+    # Optional services, set by whoever runs the turn (the gateway, the CLI, a cron job).
+    services: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def channel(self) -> str:
+        return self.session_key.partition(":")[0]
+
+    @property
+    def chat_id(self) -> str:
+        return self.session_key.partition(":")[2]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    func: Callable[..., Awaitable[Any]]
+    args_model: type[BaseModel]
+    signature: inspect.Signature  # without the ctx parameter
+    code_only: bool = False  # e.g. final_answer: a function in code, never a native tool
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        schema = self.args_model.model_json_schema()
+        _drop_titles(schema)
+        schema.pop("additionalProperties", None)
+        schema.setdefault("properties", {})
+        return schema
+
+    def openai_schema(self) -> dict[str, Any]:
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    def stub(self) -> str:
+        """A one-function Python stub for the code-mode prompt and the type checker."""
+        summary = self.description.strip().splitlines()[0]
+        return f"def {self.name}{_format_signature(self.signature)}:\n    \"\"\"{summary}\"\"\"\n    ..."
+
+    def bind(self, args: tuple | list, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Map a Python call's positional and keyword arguments onto parameter names."""
+        try:
+            bound = self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}(): {exc}") from None
+        return dict(bound.arguments)
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        try:
+            model = self.args_model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'arguments'}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"{self.name}: invalid arguments ({problems})") from None
+        return {name: getattr(model, name) for name in model.model_fields_set | _required(self.args_model)}
+
+
+def _required(model: type[BaseModel]) -> set[str]:
+    return {name for name, f in model.model_fields.items() if f.is_required()}
+
+
+def _drop_titles(node: Any) -> None:
+    if isinstance(node, dict):
+        node.pop("title", None)
+        for value in node.values():
+            _drop_titles(value)
+    elif isinstance(node, list):
+        for value in node:
+            _drop_titles(value)
+
+
+def _annotation_text(annotation: Any) -> str:
+    if annotation is inspect.Parameter.empty:
+        return "Any"
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def _format_signature(sig: inspect.Signature) -> str:
+    parts = []
+    for p in sig.parameters.values():
+        text = f"{p.name}: {_annotation_text(p.annotation)}"
+        if p.default is not inspect.Parameter.empty:
+            text += f" = {p.default!r}"
+        parts.append(text)
+    return f"({', '.join(parts)}) -> {_annotation_text(sig.return_annotation)}"
+
+
+def tool(func: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None, code_only: bool = False):
+    """Turn ``async def f(ctx, ...)`` into a Tool. Usable bare (``@tool``) or with options."""
+
+    def build(fn: Callable[..., Awaitable[Any]]) -> Tool:
+        hints = typing.get_type_hints(fn, include_extras=True)
+        sig = inspect.signature(fn)
+        params = list(sig.parameters.values())[1:]  # the first one is ctx
+        fields = {}
+        for p in params:
+            annotation = hints.get(p.name, Any)
+            default = ... if p.default is inspect.Parameter.empty else p.default
+            fields[p.name] = (annotation, default)
+        tool_name = name or fn.__name__
+        args_model = create_model(f"{tool_name}_args", __base__=_Args, **fields)
+        public_sig = sig.replace(
+            parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in params],
+            return_annotation=hints.get("return", sig.return_annotation),
+        )
+        return Tool(tool_name, inspect.cleandoc(fn.__doc__ or tool_name), fn, args_model, public_sig, code_only)
+
+    return build(func) if func is not None else build
+
+
+def format_result(value: Any) -> str:
+    """A tool's return value as text for the model: strings as-is, the rest as JSON."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return "OK"
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+class ToolRegistry:
+    def __init__(self, tools: list[Tool] | None = None) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools or []:
+            self.register(t)
+
+    def register(self, t: Tool) -> None:
+        self._tools[t.name] = t
+
+    def unregister(self, name: str) -> None:
+        self._tools.pop(name, None)
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._tools
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def tools(self, *, include_code_only: bool = True) -> list[Tool]:
+        return [t for t in self._tools.values() if include_code_only or not t.code_only]
+
+    def openai_schemas(self) -> list[dict[str, Any]]:
+        return [t.openai_schema() for t in self.tools(include_code_only=False)]
+
+    async def call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> Any:
+        """Validate and run; raises one of TOOL_ERRORS with a clear message on failure."""
+        t = self._tools.get(name)
+        if t is None:
+            raise ValueError(f"unknown tool {name!r}; available: {', '.join(self.names())}")
+        kwargs = t.validate(arguments)
+        try:
+            return await t.func(ctx, **kwargs)
+        except TOOL_ERRORS:
+            raise
+        except OSError as exc:
+            raise RuntimeError(f"{name}: {exc.strerror or exc}") from exc
+        except Exception as exc:  # a tool bug must reach the model as an error, not kill the turn
+            raise RuntimeError(f"{name}: {type(exc).__name__}: {exc}") from exc
+
+    async def call_for_model(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> str:
+        """Tool-calling mode: the result, or the error, as text for the model."""
+        try:
+            return format_result(await self.call(name, arguments, ctx))
+        except TOOL_ERRORS as exc:
+            return f"Error: {type(exc).__name__}: {exc}"
