@@ -1,0 +1,135 @@
+"""File tools: read, write, edit and list inside the workspace.
+
+Every path goes through ``nanobot.tools.paths``, which keeps the tools inside the workspace
+(when ``tools.restrictToWorkspace`` is on) and out of NANOBOT_HOME (always). Files are opened
+relative to a pinned parent directory with ``O_NOFOLLOW``, so a symlink swapped in after the
+check is refused rather than followed. Writes go to a temporary file that is then renamed over
+the target: a crash never leaves a half-written file, and an existing file keeps its mode.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+
+from nanobot.tools.paths import open_pinned, pinned_parent
+from nanobot.tools.registry import ToolContext, tool
+
+__all__ = ["FILE_TOOLS", "read_file", "write_file", "edit_file", "list_dir", "MAX_READ_BYTES"]
+
+# Bigger files rarely belong in a model's context whole; head/tail/grep read part of them.
+MAX_READ_BYTES = 1_000_000
+
+
+def _read_bytes(ctx: ToolContext, path: str) -> tuple[bytes, str]:
+    with pinned_parent(ctx, path) as pin:
+        # O_NONBLOCK: opening a FIFO must not hang the turn (it is refused just below).
+        fd = open_pinned(pin, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(f"{pin.shown} is a directory; use list_dir")
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{pin.shown} is not a regular file")
+            too_big = ValueError(
+                f"{pin.shown} is {st.st_size:,} bytes, over the {MAX_READ_BYTES:,}-byte read limit; "
+                "read part of it with exec_command (head, tail, sed -n, grep)"
+            )
+            if st.st_size > MAX_READ_BYTES:
+                raise too_big
+            chunks, size = [], 0
+            while chunk := os.read(fd, 1 << 16):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_READ_BYTES:  # grew since fstat
+                    raise too_big
+            return b"".join(chunks), pin.shown
+        finally:
+            os.close(fd)
+
+
+def _write_bytes(ctx: ToolContext, path: str, data: bytes) -> str:
+    with pinned_parent(ctx, path, create_parents=True) as pin:
+        try:
+            old = os.stat(pin.name, dir_fd=pin.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            old = None
+        if old is not None and stat.S_ISDIR(old.st_mode):
+            raise IsADirectoryError(f"{pin.shown} is a directory")
+        if old is not None and stat.S_ISLNK(old.st_mode):  # resolved away earlier, so it was swapped in
+            raise PermissionError(f"{pin.shown!r} became a symlink while it was being written")
+        if pin.name == ".":
+            raise IsADirectoryError(f"{pin.shown} is a directory")
+        tmp = f".{pin.name}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
+                     0o666, dir_fd=pin.dir_fd)
+        try:
+            try:
+                if old is not None:
+                    os.fchmod(fd, stat.S_IMODE(old.st_mode))
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, pin.name, src_dir_fd=pin.dir_fd, dst_dir_fd=pin.dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=pin.dir_fd)
+            raise
+        return pin.shown
+
+
+@tool
+async def read_file(ctx: ToolContext, path: str) -> str:
+    """Read a text file."""
+    data, _ = _read_bytes(ctx, path)
+    return data.decode("utf-8", errors="replace")
+
+
+@tool
+async def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Create or overwrite a file (parent directories are created)."""
+    data = content.encode("utf-8")
+    shown = _write_bytes(ctx, path, data)
+    return f"Wrote {len(data):,} bytes to {shown}"
+
+
+@tool
+async def edit_file(ctx: ToolContext, path: str, old: str, new: str) -> str:
+    """Replace the one exact occurrence of `old` in a file with `new`."""
+    if not old:
+        raise ValueError("old must not be empty; use write_file to replace a whole file")
+    raw, shown = _read_bytes(ctx, path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{shown} is not valid UTF-8 text, so edit_file cannot change it safely") from None
+    count = text.count(old)
+    if count == 0:
+        raise ValueError(f"old text not found in {shown}; read_file it and copy the exact text, whitespace included")
+    if count > 1:
+        raise ValueError(f"old text found {count} times in {shown}; include more surrounding text so it matches once")
+    _write_bytes(ctx, path, text.replace(old, new, 1).encode("utf-8"))
+    return f"Edited {shown}"
+
+
+@tool
+async def list_dir(ctx: ToolContext, path: str = ".") -> list[str]:
+    """List a directory: sorted names, directories end with "/"."""
+    with pinned_parent(ctx, path) as pin:
+        fd = open_pinned(pin, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            if not stat.S_ISDIR(os.fstat(fd).st_mode):
+                raise NotADirectoryError(f"{pin.shown} is not a directory; use read_file")
+            with os.scandir(fd) as entries:
+                names = [e.name + "/" if e.is_dir() else e.name for e in entries]
+        finally:
+            os.close(fd)
+    return sorted(names)
+
+
+FILE_TOOLS = [read_file, write_file, edit_file, list_dir]
