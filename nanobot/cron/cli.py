@@ -1,0 +1,231 @@
+"""``nanobot cron``: manage jobs in nanobot.db, also while the gateway runs.
+
+The CLI never schedules anything itself. It writes the store (same SQLite file, WAL mode)
+and bumps its change token; a running gateway's poll loop picks the change up within about
+a second. ``run ID`` therefore *requests* a run, which the gateway performs: only the
+gateway has the sandbox, the model and the connected channels a job needs.
+
+Convention with the parent app: ``ctx.obj`` may be a dict with
+``"config"`` (the ``--config`` path or None; ``load_config`` also honours NANOBOT_CONFIG)
+and ``"validate_code"`` (an optional ``async (code) -> error text | None`` hook, e.g. the
+sandbox's syntax check). Without ``ctx.obj`` both default to None.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Optional
+
+import typer
+
+from nanobot.config import Config, ConfigError, load_config, nanobot_home
+from nanobot.cron import schedule
+from nanobot.cron.service import create_job
+from nanobot.cron.store import CronJob, CronStore
+
+cron_app = typer.Typer(name="cron", no_args_is_help=True,
+                       help="Scheduled jobs. Changes reach a running gateway within about a second.")
+
+CLI_SESSION = "cli:default"
+
+
+class CliError(Exception):
+    """A message for stderr and the exit code that goes with it (1 runtime, 2 bad usage)."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"Error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def _options(ctx: typer.Context) -> dict[str, Any]:
+    return ctx.obj if isinstance(ctx.obj, dict) else {}
+
+
+def _run(ctx: typer.Context, action: Callable[[CronStore, Config], Awaitable[None]]) -> None:
+    """Load the config, open the store, run ``action``, and map failures to exit codes."""
+    try:
+        config, _ = load_config(_options(ctx).get("config"))
+    except ConfigError as exc:
+        raise _fail(str(exc), 2) from None
+
+    async def main() -> None:
+        store = await CronStore.open(nanobot_home() / "nanobot.db")
+        try:
+            await action(store, config)
+        finally:
+            await store.close()
+
+    try:
+        asyncio.run(main())
+    except CliError as exc:
+        raise _fail(str(exc), exc.code) from None
+    except ValueError as exc:  # create_job's validation: a bad expression, zone, target or code
+        raise _fail(str(exc), 2) from None
+    except (sqlite3.Error, OSError) as exc:
+        raise _fail(f"database {nanobot_home() / 'nanobot.db'}: {exc}", 1) from None
+
+
+# ---- list -------------------------------------------------------------------------
+def _when(job: CronJob) -> str:
+    if job.next_run_at is None:
+        return "-"
+    try:
+        tz = schedule.zone(job.timezone)
+    except ValueError:
+        tz = None
+    return job.next_run_at.astimezone(tz).strftime("%Y-%m-%d %H:%M")
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
+
+
+@cron_app.command("list")
+def list_jobs(ctx: typer.Context) -> None:
+    """List jobs: schedule, timezone, kind, delivery target, next run (in the job's zone)."""
+
+    async def action(store: CronStore, config: Config) -> None:
+        jobs = await store.list()
+        if not jobs:
+            typer.echo("No cron jobs.")
+            return
+        rows = [["ID", "NAME", "SCHEDULE", "TZ", "KIND", "TARGET", "ENABLED", "NEXT RUN", "LAST"]]
+        rows += [[job.id, job.name, schedule.describe(job.schedule_kind, job.expression), job.timezone,
+                  job.payload_kind, job.target, "yes" if job.enabled else "no", _when(job), job.last_status or "-"]
+                 for job in jobs]
+        typer.echo(_table(rows))
+
+    _run(ctx, action)
+
+
+# ---- add --------------------------------------------------------------------------
+def _one_of(options: dict[str, Any]) -> tuple[str, Any]:
+    given = [(name, value) for name, value in options.items() if value is not None]
+    if len(given) != 1:
+        raise _fail(f"give exactly one of {' / '.join('--' + name for name in options)}", 2)
+    return given[0]
+
+
+@cron_app.command("add")
+def add(
+    ctx: typer.Context,
+    name: Optional[str] = typer.Option(None, "--name", help="A label for listings (default: from the payload)."),
+    cron: Optional[str] = typer.Option(None, "--cron", metavar="EXPR",
+                                       help="Crontab expression, 5 fields; weekday 0 and 7 = Sunday."),
+    tz: Optional[str] = typer.Option(None, "--tz", metavar="ZONE",
+                                     help="IANA zone for --cron and a naive --at (default: agents.defaults.timezone)."),
+    every: Optional[int] = typer.Option(None, "--every", metavar="SECONDS", help="Run every N seconds."),
+    at: Optional[str] = typer.Option(None, "--at", metavar="ISO8601", help="Run once at this date-time."),
+    code: Optional[Path] = typer.Option(None, "--code", metavar="FILE", exists=True, dir_okay=False,
+                                        help="Python file to run in the sandbox (no model call)."),
+    message: Optional[str] = typer.Option(None, "--message", metavar="TEXT",
+                                          help="Prompt to run as an agent turn."),
+    to: Optional[str] = typer.Option(None, "--to", metavar="CHANNEL:CHAT_ID",
+                                     help="Deliver results (and failure notices) to this chat; default cli:default."),
+) -> None:
+    """Add a job and print its id."""
+    kind, expression = _one_of({"cron": cron, "every": every, "at": at})
+    payload_kind, payload_source = _one_of({"code": code, "message": message})
+    if payload_kind == "code":
+        try:
+            payload = Path(payload_source).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise _fail(f"cannot read --code file {payload_source}: {exc}", 2) from None
+    else:
+        payload = payload_source
+    validate_code = _options(ctx).get("validate_code")
+
+    async def action(store: CronStore, config: Config) -> None:
+        job = await create_job(
+            store, name=name, owner_session=to or CLI_SESSION, deliver_to=to, schedule_kind=kind,
+            expression=str(expression), timezone=tz or config.agents.defaults.timezone,
+            payload_kind="code" if payload_kind == "code" else "prompt", payload=payload,
+            validate_code=validate_code)
+        typer.echo(job.id)
+
+    _run(ctx, action)
+
+
+# ---- remove / enable / disable / run ----------------------------------------------
+async def _existing(store: CronStore, job_id: str) -> CronJob:
+    job = await store.get(job_id)
+    if job is None:
+        raise CliError(f"no cron job with id {job_id!r}", 1)
+    return job
+
+
+@cron_app.command("remove")
+def remove(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """Delete a job (its run history stays). Unknown id: exit 1."""
+
+    async def action(store: CronStore, config: Config) -> None:
+        if not await store.remove(job_id):
+            raise CliError(f"no cron job with id {job_id!r}", 1)
+        typer.echo(f"Removed {job_id}.")
+
+    _run(ctx, action)
+
+
+def _set_enabled(ctx: typer.Context, job_id: str, enabled: bool) -> None:
+    async def action(store: CronStore, config: Config) -> None:
+        await _existing(store, job_id)
+        await store.set_enabled(job_id, enabled)
+        typer.echo(f"{'Enabled' if enabled else 'Disabled'} {job_id}.")
+
+    _run(ctx, action)
+
+
+@cron_app.command("enable")
+def enable(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """Resume a job (e.g. one paused after 3 failures in a row); resets its failure count."""
+    _set_enabled(ctx, job_id, True)
+
+
+@cron_app.command("disable")
+def disable(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
+    """Pause a job without deleting it."""
+    _set_enabled(ctx, job_id, False)
+
+
+@cron_app.command("run")
+def run(
+    ctx: typer.Context,
+    job_id: str = typer.Argument(..., metavar="ID"),
+    wait: float = typer.Option(0, "--wait", metavar="SECONDS",
+                               help="Wait up to this long for the run and print its result (exit 1 if it "
+                                    "failed or did not happen)."),
+) -> None:
+    """Ask the running gateway to run the job now, once, even if disabled; its schedule is unchanged.
+
+    The request is stored in the database and the gateway picks it up within about a second.
+    If no gateway is running, the job runs when the gateway next starts.
+    """
+
+    async def action(store: CronStore, config: Config) -> None:
+        await _existing(store, job_id)
+        previous = await store.runs(job_id, limit=1)
+        await store.request_run(job_id)
+        if wait <= 0:
+            typer.echo(f"Run of {job_id} requested; the running gateway starts it within about a second.")
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            latest = await store.runs(job_id, limit=1)
+            if latest and (not previous or latest[0].id != previous[0].id):
+                typer.echo(f"{latest[0].status} ({latest[0].duration_ms} ms)\n{latest[0].output_excerpt}".rstrip())
+                if latest[0].status != "ok":
+                    raise CliError(f"job {job_id} ended with status {latest[0].status}", 1)
+                return
+        raise CliError(f"no run of {job_id} within {wait:g} s: is the gateway running? (the request stays queued)", 1)
+
+    _run(ctx, action)

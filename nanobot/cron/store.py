@@ -1,0 +1,246 @@
+"""The cron tables in nanobot.db: the source of truth for jobs and their run history.
+
+The gateway's scheduler keeps only a live copy in memory. The CLI writes here from another
+process; every change to what a scheduler must act on (add, remove, enable/disable, a run
+request) bumps a counter row, so the gateway can notice with one cheap query per poll.
+Timestamps are stored as UTC ISO 8601 text with microseconds, so they also sort as text.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+import aiosqlite
+
+from nanobot.db import migrate, open_db
+
+PayloadKind = Literal["code", "prompt"]
+RunStatus = Literal["ok", "error", "missed"]
+OUTPUT_EXCERPT_CHARS = 2000
+
+MIGRATIONS = [
+    """
+    CREATE TABLE cron_jobs (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        owner_session TEXT NOT NULL,
+        schedule_kind TEXT NOT NULL CHECK (schedule_kind IN ('cron', 'every', 'at')),
+        expression TEXT NOT NULL,
+        timezone TEXT NOT NULL,
+        payload_kind TEXT NOT NULL CHECK (payload_kind IN ('code', 'prompt')),
+        payload TEXT NOT NULL,
+        deliver_to TEXT,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        last_run_at TEXT,
+        next_run_at TEXT,
+        last_status TEXT CHECK (last_status IN ('ok', 'error', 'missed')),
+        consecutive_failures INTEGER NOT NULL DEFAULT 0,
+        run_requested INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE cron_runs (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        job_id TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        duration_ms INTEGER NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('ok', 'error', 'missed')),
+        output_excerpt TEXT NOT NULL DEFAULT '',
+        function_calls INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX cron_runs_by_job ON cron_runs (job_id, id);
+    CREATE TABLE cron_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+    INSERT INTO cron_meta (key, value) VALUES ('change_token', 0);
+    """,
+]
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _to_text(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _from_text(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+@dataclass
+class CronJob:
+    id: str
+    name: str
+    owner_session: str
+    schedule_kind: str
+    expression: str
+    timezone: str
+    payload_kind: str
+    payload: str
+    deliver_to: str | None
+    enabled: bool
+    created_at: datetime
+    updated_at: datetime
+    last_run_at: datetime | None
+    next_run_at: datetime | None
+    last_status: str | None
+    consecutive_failures: int
+    run_requested: bool
+
+    @property
+    def target(self) -> str:
+        """Where results go: ``deliver_to``, or the owning session when unset."""
+        return self.deliver_to or self.owner_session
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> CronJob:
+        data = dict(row)
+        for key in ("created_at", "updated_at", "last_run_at", "next_run_at"):
+            data[key] = _from_text(data[key])
+        data["enabled"] = bool(data["enabled"])
+        data["run_requested"] = bool(data["run_requested"])
+        return cls(**data)
+
+
+@dataclass
+class CronRun:
+    id: int
+    job_id: str
+    started_at: datetime
+    duration_ms: int
+    status: str
+    output_excerpt: str
+    function_calls: int
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> CronRun:
+        data = dict(row)
+        data["started_at"] = _from_text(data["started_at"])
+        return cls(**data)
+
+
+class CronStore:
+    """Async access to ``cron_jobs`` / ``cron_runs``. Every write commits at once.
+
+    Committing each write matters twice over: another process only sees committed rows, and
+    an open implicit transaction would pin this connection's reads to an old snapshot.
+    """
+
+    def __init__(self, conn: aiosqlite.Connection):
+        self.conn = conn
+
+    @classmethod
+    async def open(cls, path: Path | str) -> CronStore:
+        """Open the database, apply migrations; the store then owns the connection (close())."""
+        store = cls(await open_db(path))
+        await store.migrate()
+        return store
+
+    async def migrate(self) -> None:
+        await migrate(self.conn, "cron", MIGRATIONS)
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    # ---- reads ----------------------------------------------------------------------
+    async def get(self, job_id: str) -> CronJob | None:
+        async with self.conn.execute("SELECT * FROM cron_jobs WHERE id = ?", (job_id,)) as cur:
+            row = await cur.fetchone()
+        return CronJob.from_row(row) if row else None
+
+    async def list(self, owner_session: str | None = None) -> list[CronJob]:
+        sql, args = "SELECT * FROM cron_jobs", ()
+        if owner_session is not None:
+            sql, args = sql + " WHERE owner_session = ?", (owner_session,)
+        async with self.conn.execute(sql + " ORDER BY created_at, id", args) as cur:
+            return [CronJob.from_row(row) for row in await cur.fetchall()]
+
+    async def runs(self, job_id: str, limit: int = 20) -> list[CronRun]:
+        """The job's most recent runs, newest first."""
+        sql = "SELECT * FROM cron_runs WHERE job_id = ? ORDER BY id DESC LIMIT ?"
+        async with self.conn.execute(sql, (job_id, limit)) as cur:
+            return [CronRun.from_row(row) for row in await cur.fetchall()]
+
+    async def change_token(self) -> int:
+        """A counter that grows whenever a scheduler has something new to act on."""
+        async with self.conn.execute("SELECT value FROM cron_meta WHERE key = 'change_token'") as cur:
+            row = await cur.fetchone()
+        return int(row[0])
+
+    # ---- writes ---------------------------------------------------------------------
+    async def _write(self, sql: str, args: tuple = (), *, notify: bool = True) -> int:
+        """Run one statement (plus the change-token bump) and commit; returns rows changed."""
+        cur = await self.conn.execute(sql, args)
+        changed = cur.rowcount
+        if notify and changed:
+            await self.conn.execute("UPDATE cron_meta SET value = value + 1 WHERE key = 'change_token'")
+        await self.conn.commit()
+        return changed
+
+    async def add(self, *, name: str, owner_session: str, schedule_kind: str, expression: str, timezone: str,
+                  payload_kind: str, payload: str, deliver_to: str | None = None,
+                  next_run_at: datetime | None = None) -> CronJob:
+        """Insert a job (the caller validated it) under a fresh 8-hex-digit id."""
+        now = _to_text(utcnow())
+        for _ in range(5):  # 2**32 ids: a collision is rare, a retry cheap
+            job_id = secrets.token_hex(4)
+            try:
+                await self._write(
+                    "INSERT INTO cron_jobs (id, name, owner_session, schedule_kind, expression, timezone, payload_kind,"
+                    " payload, deliver_to, created_at, updated_at, next_run_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (job_id, name, owner_session, schedule_kind, expression, timezone, payload_kind, payload,
+                     deliver_to, now, now, _to_text(next_run_at)))
+            except sqlite3.IntegrityError:  # only the failed statement is undone; just retry
+                continue
+            job = await self.get(job_id)
+            assert job is not None
+            return job
+        raise RuntimeError("could not allocate a cron job id")
+
+    async def remove(self, job_id: str) -> bool:
+        """Delete the job (its run history stays); False if there was no such job."""
+        return await self._write("DELETE FROM cron_jobs WHERE id = ?", (job_id,)) > 0
+
+    async def set_enabled(self, job_id: str, enabled: bool) -> bool:
+        """Pause or resume. Clears next_run_at: the scheduler sets it again when it registers
+        the job, and a stale time must not read as a run missed while paused."""
+        return await self._write(
+            "UPDATE cron_jobs SET enabled = ?, next_run_at = NULL, consecutive_failures = "
+            "CASE WHEN ? THEN 0 ELSE consecutive_failures END, updated_at = ? WHERE id = ?",
+            (int(enabled), int(enabled), _to_text(utcnow()), job_id)) > 0
+
+    async def request_run(self, job_id: str, requested: bool = True) -> bool:
+        """Ask a running scheduler (maybe in another process) to run the job now, or clear the ask."""
+        return await self._write("UPDATE cron_jobs SET run_requested = ? WHERE id = ?",
+                                 (int(requested), job_id), notify=requested) > 0
+
+    async def record_run(self, job_id: str, started: datetime, duration_ms: int, status: RunStatus,
+                         output: str = "", function_calls: int = 0) -> CronJob | None:
+        """Log one run and fold it into the job's status; returns the updated job (None if gone).
+
+        'ok' resets the failure streak, 'error' extends it, 'missed' leaves it alone.
+        """
+        await self.conn.execute(
+            "INSERT INTO cron_runs (job_id, started_at, duration_ms, status, output_excerpt, function_calls)"
+            " VALUES (?,?,?,?,?,?)",
+            (job_id, _to_text(started), duration_ms, status, output[:OUTPUT_EXCERPT_CHARS], function_calls))
+        await self._write(
+            "UPDATE cron_jobs SET last_run_at = ?, last_status = ?, consecutive_failures = CASE ?"
+            " WHEN 'ok' THEN 0 WHEN 'error' THEN consecutive_failures + 1 ELSE consecutive_failures END"
+            " WHERE id = ?", (_to_text(started), status, status, job_id), notify=False)
+        return await self.get(job_id)
+
+    async def update_next_run(self, job_id: str, next_run_at: datetime | None) -> None:
+        await self._write("UPDATE cron_jobs SET next_run_at = ? WHERE id = ?",
+                          (_to_text(next_run_at), job_id), notify=False)
+
+    async def update_next_runs(self, pairs: list[tuple[str, datetime | None]]) -> None:
+        """Many next_run_at updates in one transaction (1,000 jobs at start: one commit)."""
+        await self.conn.executemany("UPDATE cron_jobs SET next_run_at = ? WHERE id = ?",
+                                    [(_to_text(moment), job_id) for job_id, moment in pairs])
+        await self.conn.commit()
