@@ -1,0 +1,243 @@
+"""Telegram adapter: python-telegram-bot long polling inside our own event loop.
+
+PTB's ``run_polling`` wants to own the loop, so the Application is driven by hand
+(initialize, start, updater.start_polling) and torn down in reverse. PTB only fetches and
+parses; who may talk is decided by ``BaseChannel._handle_message`` and what a command means
+is the agent's business, so every message, ``/new`` included, is passed on as plain text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import warnings
+from pathlib import Path
+from typing import Any, ClassVar
+
+from telegram import Bot, Message, ReplyParameters, Update
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
+
+from channels.base import BaseChannel, ChannelContext
+from channels.telegram_html import render_chunks
+from channels.text import split_message, utf16_len
+from nanobot.bus import OutboundMessage
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_BASE = "https://api.telegram.org"
+
+
+class TelegramChannel(BaseChannel):
+    name: ClassVar[str] = "telegram"
+    max_message_len: ClassVar[int] = 4096
+
+    # Knobs with production defaults; tests shrink them (constructor kwargs or attributes).
+    poll_timeout: float = 30.0  # seconds a getUpdates long poll may wait on the server
+    # PTB's updater waits 0 s between good polls; after an error it waits 1 s, growing x1.5
+    # up to 30 s. A positive interval becomes the first backoff step instead of 1 s, so
+    # tests use ~0.01 to recover from a 502 burst in milliseconds.
+    poll_interval: float = 0.0
+    send_retries: int = 5  # attempts per API call on 429 / network errors
+    retry_delay: float = 1.0  # first backoff after a network error, doubled each time
+    max_retry_after: float = 60.0  # honour Telegram's 429 wait, but never longer than this
+
+    def __init__(self, config: Any, ctx: ChannelContext, **knobs: float) -> None:
+        super().__init__(config, ctx)
+        for key, value in knobs.items():
+            if not hasattr(type(self), key):
+                raise TypeError(f"unknown TelegramChannel option {key!r}")
+            setattr(self, key, value)
+        self._app: Application | None = None
+        self._username = ""  # the bot's own @username, known after start()
+
+    @property
+    def _bot(self) -> Bot:
+        if self._app is None:
+            raise RuntimeError("telegram channel is not started")
+        return self._app.bot
+
+    # ---- lifecycle ------------------------------------------------------------------
+    async def start(self) -> None:
+        base = (self.config.api_base or DEFAULT_API_BASE).rstrip("/")
+        builder = (ApplicationBuilder().token(self.config.token)
+                   .base_url(f"{base}/bot").base_file_url(f"{base}/file/bot"))
+        if self.config.proxy:
+            builder = builder.proxy(self.config.proxy).get_updates_proxy(self.config.proxy)
+        app = builder.build()
+        # Every kind of message, commands included: a CommandHandler would swallow /new.
+        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_message))
+        try:
+            await app.initialize()  # getMe: a bad token or unreachable server fails here
+            await app.start()
+            await app.updater.start_polling(
+                poll_interval=self.poll_interval, timeout=int(self.poll_timeout) or 1,
+                bootstrap_retries=3, allowed_updates=["message"], error_callback=self._on_poll_error)
+        except BaseException:
+            await self._shutdown(app)
+            raise
+        self._app, self._username = app, app.bot.username or ""
+        log.info("telegram: polling as @%s", self._username)
+
+    async def stop(self) -> None:
+        app, self._app = self._app, None
+        if app is not None:
+            await self._shutdown(app)
+
+    @staticmethod
+    async def _shutdown(app: Application) -> None:
+        for step in (app.updater.stop if app.updater and app.updater.running else None,
+                     app.stop if app.running else None, app.shutdown,
+                     app.bot.shutdown):  # closes the HTTP pools even if initialize() failed
+            if step is None:
+                continue
+            try:
+                await step()
+            except Exception:  # stop() must not raise; log and keep tearing down
+                log.exception("telegram: error during shutdown")
+
+    @staticmethod
+    def _on_poll_error(exc: TelegramError) -> None:
+        # PTB retries polling by itself with backoff; one line, not a traceback per attempt.
+        log.warning("telegram: polling failed, retrying: %s", exc)
+
+    # ---- incoming -------------------------------------------------------------------
+    async def _on_message(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        message, user = update.message, update.effective_user
+        if message is None or user is None or user.is_bot:
+            return
+        try:
+            await self._intake(message, user.id, user.username)
+        except Exception:  # PTB would log it anyway; keep our own context in the log
+            log.exception("telegram: failed to handle message %s", message.message_id)
+
+    async def _intake(self, message: Message, user_id: int, username: str | None) -> None:
+        is_private = message.chat.type == "private"
+        text = message.text or message.caption or ""
+        mentioned = not is_private and self._addressed_to_me(message, text)
+        if mentioned:
+            text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()
+            text = re.sub(r"[ \t]{2,}", " ", text)
+        if not is_private and self.config.group_policy == "mention" and not mentioned:
+            return  # not for us; also spares a download nobody asked for
+        media, notes = await self._download_media(message)
+        content = "\n".join(part for part in (text, *notes) if part)
+        await self._handle_message(
+            sender_id=str(user_id), sender_name=username, chat_id=str(message.chat_id),
+            content=content, media=media, is_private=is_private, mentioned=mentioned,
+            metadata={"message_id": message.message_id, "chat_type": message.chat.type})
+
+    def _addressed_to_me(self, message: Message, text: str) -> bool:
+        """An @mention of the bot (also /cmd@bot), or a reply to one of the bot's messages."""
+        reply = message.reply_to_message
+        if reply and reply.from_user and reply.from_user.id == self._bot.id:
+            return True
+        return bool(self._username) and re.search(rf"@{re.escape(self._username)}\b", text, re.I) is not None
+
+    async def _download_media(self, message: Message) -> tuple[list[str], list[str]]:
+        """Fetch attachments into workspace/inbox; return (relative paths, notes for the model)."""
+        candidates: list[tuple[Any, str]] = []
+        if message.document:
+            candidates.append((message.document, message.document.file_name or "document"))
+        if message.photo:
+            candidates.append((message.photo[-1], "photo.jpg"))  # the last size is the largest
+        for kind in ("audio", "voice", "video"):
+            item = getattr(message, kind)
+            if item:
+                candidates.append((item, getattr(item, "file_name", None) or kind))
+        media, notes = [], []
+        for item, filename in candidates:
+            path, note = await self._download(item, filename)
+            if path:
+                media.append(path)
+            if note:
+                notes.append(note)
+        return media, notes
+
+    async def _download(self, item: Any, filename: str) -> tuple[str | None, str | None]:
+        cap = self.ctx.max_media_bytes
+        if item.file_size and item.file_size > cap:
+            return None, f"[attachment {filename} refused: {item.file_size} bytes, limit is {cap}]"
+        safe = re.sub(r"[^\w.-]", "_", Path(filename).name)[-100:] or "file"
+        target = self.inbox / f"{item.file_unique_id}_{safe}"
+        try:
+            file = await item.get_file()
+            await file.download_to_drive(target)
+        except TelegramError as exc:
+            log.warning("telegram: download of %s failed: %s", filename, exc)
+            return None, f"[attachment {filename} could not be downloaded]"
+        if target.stat().st_size > cap:  # the size was unknown up front
+            target.unlink()
+            return None, f"[attachment {filename} refused: larger than {cap} bytes]"
+        return str(target.relative_to(self.ctx.workspace)), None
+
+    # ---- outgoing -------------------------------------------------------------------
+    async def send(self, msg: OutboundMessage) -> None:
+        if msg.kind == "typing":
+            await self.send_typing(msg.chat_id)
+            return
+        if not msg.content.strip():
+            return  # Telegram rejects empty text
+        reply = ReplyParameters(int(msg.reply_to), allow_sending_without_reply=True) \
+            if msg.reply_to and msg.reply_to.lstrip("-").isdigit() else None
+        try:
+            for markdown, html in render_chunks(msg.content, self.max_message_len, utf16_len):
+                if not await self._send_chunk(msg.chat_id, markdown, html, reply):
+                    return  # a hole in the middle of a reply is worse than a cut-off end
+                reply = None
+        except Exception:  # nothing from a send may take the daemon down
+            log.exception("telegram: sending to %s failed", msg.chat_id)
+
+    async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None) -> bool:
+        try:
+            return await self._call(self._bot.send_message, chat_id=chat_id, text=html,
+                                    parse_mode=ParseMode.HTML, reply_parameters=reply)
+        except BadRequest as exc:
+            if "parse entities" not in str(exc).lower():
+                log.error("telegram: message to %s rejected: %s", chat_id, exc)
+                return False
+            log.warning("telegram: HTML rejected (%s); sending plain text", exc)
+        for part in split_message(markdown, self.max_message_len, utf16_len):
+            if not await self._call(self._bot.send_message, chat_id=chat_id, text=part,
+                                    reply_parameters=reply):
+                return False
+            reply = None
+        return True
+
+    async def send_typing(self, chat_id: str) -> None:
+        try:
+            await self._bot.send_chat_action(chat_id=chat_id, action=ChatAction.TYPING)
+        except Exception as exc:  # a missing typing indicator is not worth a retry
+            log.debug("telegram: typing indicator for %s failed: %s", chat_id, exc)
+
+    async def _call(self, method: Any, **kwargs: Any) -> bool:
+        """Call a Bot API method, retrying 429s and network errors; BadRequest is raised."""
+        delay = self.retry_delay
+        for attempt in range(1, self.send_retries + 1):
+            try:
+                await method(**kwargs)
+                return True
+            except RetryAfter as exc:
+                wait = min(_retry_seconds(exc), self.max_retry_after)
+                log.warning("telegram: rate limited, waiting %.1fs (attempt %d)", wait, attempt)
+            except BadRequest:
+                raise
+            except NetworkError as exc:  # includes TimedOut; a timed-out send may have arrived
+                wait, delay = delay, delay * 2
+                log.warning("telegram: network error (%s), retrying in %.1fs (attempt %d)", exc, wait, attempt)
+            except TelegramError as exc:  # Forbidden (blocked by the user), chat gone, ...
+                log.error("telegram: %s failed: %s", getattr(method, "__name__", method), exc)
+                return False
+            if attempt < self.send_retries:
+                await asyncio.sleep(wait)
+        log.error("telegram: giving up after %d attempts", self.send_retries)
+        return False
+
+
+def _retry_seconds(exc: RetryAfter) -> float:
+    with warnings.catch_warnings():  # PTB 22 warns that retry_after will become a timedelta
+        warnings.simplefilter("ignore")
+        value = exc.retry_after
+    return value.total_seconds() if hasattr(value, "total_seconds") else float(value)

@@ -1,0 +1,203 @@
+"""The Telegram adapter against a stand-in Bot API: the real python-telegram-bot on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+import pytest
+
+from channels.base import ChannelContext
+from channels.telegram import TelegramChannel
+from channels.telegram_html import markdown_to_html, render_chunks
+from channels.text import utf16_len
+from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.config import TelegramConfig
+from tests.fakes.telegram_api import FakeTelegram
+
+ALICE = 42  # allowed; in private chats chat id == user id
+MALLORY = 666  # unknown
+GROUP = -1001
+
+
+class StubGate:
+    """Admits ALICE; everyone else gets a pairing-style reply."""
+
+    def __init__(self) -> None:
+        self.checked: list[tuple[str, str | None, bool]] = []
+
+    async def check(self, channel, sender_id, sender_name, allow_from, is_private):
+        self.checked.append((sender_id, sender_name, is_private))
+        return (True, None) if sender_id in allow_from else (False, "Pairing code: ABC123")
+
+
+@pytest.fixture
+async def tg():
+    async with FakeTelegram() as fake:
+        yield fake
+
+
+@pytest.fixture
+def bus() -> MessageBus:
+    return MessageBus()
+
+
+@pytest.fixture
+async def channel(tg: FakeTelegram, bus: MessageBus, workspace: Path):
+    config = TelegramConfig(enabled=True, token=tg.token, api_base=tg.api_base, allow_from=[str(ALICE)])
+    ctx = ChannelContext(bus=bus, access=StubGate(), workspace=workspace, max_media_bytes=1000)
+    ch = TelegramChannel(config, ctx, poll_timeout=1, poll_interval=0.01, retry_delay=0.01)
+    await ch.start()
+    yield ch
+    await ch.stop()
+
+
+async def inbound(bus: MessageBus) -> InboundMessage:
+    return await asyncio.wait_for(bus.inbound.get(), 5)
+
+
+# ---- incoming ---------------------------------------------------------------------------
+async def test_private_text_reaches_bus(tg, channel, bus):
+    tg.push_text(ALICE, ALICE, "hello there", username="alice")
+    msg = await inbound(bus)
+    assert (msg.channel, msg.chat_id, msg.sender_id, msg.sender_name) == ("telegram", "42", "42", "alice")
+    assert msg.content == "hello there" and msg.media == []
+    assert msg.metadata["chat_type"] == "private"
+    assert tg.calls[:3] == ["getMe", "deleteWebhook", "getUpdates"]
+
+
+async def test_unknown_sender_gets_gate_reply_and_is_not_published(tg, channel, bus):
+    tg.push_text(MALLORY, MALLORY, "let me in", username="mallory")
+    sent = await tg.wait_sent(1)
+    assert sent[0]["chat_id"] == MALLORY and "ABC123" in sent[0]["text"]
+    assert bus.inbound.empty()
+    assert channel.ctx.access.checked == [("666", "mallory", True)]
+
+
+async def test_group_needs_mention_or_reply(tg, channel, bus):
+    tg.push_text(GROUP, ALICE, "just chatting", chat_type="group")
+    tg.push_text(GROUP, ALICE, f"@{tg.bot_username} what time is it?", chat_type="group")
+    tg.push_text(GROUP, ALICE, "and in Tokyo?", chat_type="group", reply_to_bot=True)
+    tg.push_text(GROUP, ALICE, f"/status@{tg.bot_username}", chat_type="group")
+    got = [await inbound(bus) for _ in range(3)]
+    assert [m.content for m in got] == ["what time is it?", "and in Tokyo?", "/status"]
+    assert all(m.chat_id == str(GROUP) and m.metadata["chat_type"] == "group" for m in got)
+    assert bus.inbound.empty()
+
+
+async def test_open_group_policy_takes_everything(tg, channel, bus):
+    channel.config.group_policy = "open"
+    tg.push_text(GROUP, ALICE, "just chatting", chat_type="supergroup")
+    assert (await inbound(bus)).content == "just chatting"
+
+
+@pytest.mark.parametrize("text", ["/new", "/stop", "/mode code", "/status", "/help", "/start"])
+async def test_commands_pass_through_as_text(tg, channel, bus, text):
+    tg.push_text(ALICE, ALICE, text)
+    assert (await inbound(bus)).content == text
+
+
+async def test_document_lands_in_inbox(tg, channel, bus, workspace):
+    tg.push_document(ALICE, ALICE, b"quarterly numbers", "report Q1.txt", caption="summarise this")
+    msg = await inbound(bus)
+    assert msg.content == "summarise this"
+    [path] = msg.media
+    assert path.startswith("inbox/") and path.endswith("report_Q1.txt")
+    assert (workspace / path).read_bytes() == b"quarterly numbers"
+
+
+async def test_photo_and_oversized_document(tg, channel, bus, workspace):
+    tg.push_photo(ALICE, ALICE, b"\xff\xd8jpeg")
+    msg = await inbound(bus)
+    assert (workspace / msg.media[0]).read_bytes() == b"\xff\xd8jpeg"
+    tg.push_document(ALICE, ALICE, b"x" * 2000, "big.bin")  # cap in the fixture: 1000 bytes
+    msg = await inbound(bus)
+    assert msg.media == [] and "refused" in msg.content
+    assert not list((workspace / "inbox").glob("*big.bin"))
+
+
+async def test_polling_recovers_from_502_burst(tg, channel, bus):
+    tg.fail_all(calls=6)
+    tg.push_text(ALICE, ALICE, "before")  # answers the poll in flight; the next six polls fail
+    assert (await inbound(bus)).content == "before"
+    await tg.wait_until(lambda: tg.failed >= 6)
+    tg.push_text(ALICE, ALICE, "after the outage")
+    assert (await inbound(bus)).content == "after the outage"
+
+
+# ---- outgoing ---------------------------------------------------------------------------
+async def test_markdown_goes_out_as_html(tg, channel):
+    md = "**Done**: see `a<b` and [docs](https://example.com/?a=1&b=2)\n```python\nprint('<hi>')\n```"
+    await channel.send(OutboundMessage("telegram", "42", md))
+    [sent] = await tg.wait_sent(1)
+    assert sent["parse_mode"] == "HTML" and sent["chat_id"] == 42
+    assert sent["text"] == ('<b>Done</b>: see <code>a&lt;b</code> and '
+                            '<a href="https://example.com/?a=1&amp;b=2">docs</a>\n'
+                            '<pre><code class="language-python">print(\'&lt;hi&gt;\')</code></pre>')
+
+
+async def test_long_reply_is_split_without_breaking_code(tg, channel):
+    prose = "\n\n".join(f"Paragraph {i}: " + "lorem ipsum 😀 " * 40 for i in range(12))
+    code = "\n".join(f"    if x < {i} and y > {i}: total += {i}  # <tag> & more" for i in range(120))
+    md = f"{prose}\n\n```python\n{code}\n```\n\n{prose}"
+    assert len(md) > 10_000
+    await channel.send(OutboundMessage("telegram", "42", md))
+    chunks = [s["text"] for s in tg.sent]
+    assert len(chunks) >= 3
+    for text in chunks:  # the fake already refused anything too long or badly nested
+        assert utf16_len(text) <= 4096
+        assert text.count("<pre>") == text.count("</pre>")
+    code_out = "".join(re.findall(r"<pre><code[^>]*>(.*?)</code></pre>", "".join(chunks), re.S))
+    assert code_out.count("total +=") == 120
+
+
+async def test_429_is_retried_once_delivered_once(tg, channel):
+    tg.fail_sends(1, retry_after=0.1)
+    await channel.send(OutboundMessage("telegram", "42", "hello"))
+    assert [s["text"] for s in tg.sent] == ["hello"]
+    assert tg.calls.count("sendMessage") == 2
+
+
+async def test_rejected_html_falls_back_to_plain_text(tg, channel):
+    md = "**bold *both** italic*"  # converts to mis-nested tags, which Telegram refuses
+    await channel.send(OutboundMessage("telegram", "42", md))
+    assert [(s["text"], s.get("parse_mode")) for s in tg.sent] == [(md, None)]
+
+
+async def test_send_gives_up_quietly_when_server_is_down(tg, channel):
+    tg.fail_all(calls=1000)
+    await channel.send(OutboundMessage("telegram", "42", "anyone there?"))  # must not raise
+    assert tg.sent == [] and tg.calls.count("sendMessage") == channel.send_retries
+    tg.fail_all()  # back up, so the channel's shutdown is clean
+
+
+async def test_typing(tg, channel):
+    await channel.send(OutboundMessage("telegram", "42", kind="typing"))
+    await channel.send_typing("42")
+    assert [a["action"] for a in tg.actions] == ["typing", "typing"]
+
+
+async def test_start_fails_cleanly_on_bad_token(tg, bus, workspace):
+    config = TelegramConfig(enabled=True, token="999:WRONG", api_base=tg.api_base)
+    ch = TelegramChannel(config, ChannelContext(bus=bus, access=StubGate(), workspace=workspace))
+    with pytest.raises(Exception):
+        await ch.start()
+    await ch.stop()  # harmless after a failed start
+
+
+# ---- conversion, no network -------------------------------------------------------------
+def test_markdown_to_html_basics():
+    assert markdown_to_html("# Title\n* one\n* two *em* and snake_case_name, 2*3*4") == \
+        "<b>Title</b>\n• one\n• two <i>em</i> and snake_case_name, 2*3*4"
+    assert markdown_to_html("_it_ __b__ ~~s~~ <x> & y") == "<i>it</i> <b>b</b> <s>s</s> &lt;x&gt; &amp; y"
+    assert markdown_to_html("```\nraw **x** <y>") == "<pre><code>raw **x** &lt;y&gt;</code></pre>"
+    assert markdown_to_html("> quoted\nplain") == "<blockquote>quoted</blockquote>\nplain"
+
+
+def test_render_chunks_resplits_when_escaping_grows_text():
+    md = "```\n" + "<&>" * 3000 + "\n```"  # 9k chars of markdown, ~39k after escaping
+    pieces = render_chunks(md, 4096)
+    assert all(utf16_len(html) <= 4096 for _, html in pieces)
+    assert all(html.startswith("<pre><code>") and html.endswith("</code></pre>") for _, html in pieces)
+    assert "".join(md for md, _ in pieces).count("<") == 3000
