@@ -1,0 +1,220 @@
+"""Discord adapter: discord.py's ``Client`` running inside our loop, wired to the bus.
+
+discord.py does the hard parts: gateway heartbeats, RESUME or re-IDENTIFY after a dropped
+connection (with its own backoff), and 429 handling (it sleeps ``retry_after`` and retries).
+We add what it leaves to us: who is talking and whether they addressed the bot, attachment
+downloads, splitting replies at 2000 characters, and retrying other send failures.
+
+Limitation: discord.py keeps the REST base (``Route.BASE``) and the gateway URL
+(``DiscordWebSocket.DEFAULT_GATEWAY``) as class attributes, so ``start()`` sets them for the
+whole process: one Discord server (real or fake) per process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from pathlib import Path
+from typing import Sequence
+
+import discord
+import yarl
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+
+from channels.base import BaseChannel, ChannelContext
+from channels.text import split_message
+from nanobot.bus import OutboundMessage
+from nanobot.config import DiscordConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_BASE = "https://discord.com/api/v10"
+DEFAULT_GATEWAY = "wss://gateway.discord.gg"
+
+
+class _Client(discord.Client):
+    """Forwards the two events we care about to the channel."""
+
+    def __init__(self, channel: DiscordChannel, **options: object) -> None:
+        super().__init__(**options)  # type: ignore[arg-type]
+        self._channel = channel
+
+    async def on_ready(self) -> None:
+        log.info("discord: connected as %s (%s)", self.user, getattr(self.user, "id", "?"))
+        self._channel._ready.set()
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self._channel._on_message(message)
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        # discord.py waits 5 s before each re-IDENTIFY (Discord's identify rate limit).
+        if not initial:
+            await asyncio.sleep(self._channel.reidentify_delay)
+
+
+class DiscordChannel(BaseChannel):
+    name = "discord"
+    max_message_len = 2000
+
+    def __init__(self, config: DiscordConfig, ctx: ChannelContext, *, ready_timeout: float = 30.0,
+                 guild_ready_timeout: float = 0.5, retry_delays: Sequence[float] = (1.0, 2.0, 4.0),
+                 reidentify_delay: float = 5.0) -> None:
+        """``guild_ready_timeout``: how long discord.py waits for more GUILD_CREATEs before
+        on_ready (its default is 2 s). We need no guild cache to answer, so keep it short.
+        ``retry_delays``: pauses between attempts at a failed send (429s excluded: discord.py
+        retries those itself). ``reidentify_delay``: pause before a fresh IDENTIFY after an
+        invalidated session (RESUMEs are immediate). Tests shrink all three."""
+        super().__init__(config, ctx)
+        self.ready_timeout = ready_timeout
+        self.guild_ready_timeout = guild_ready_timeout
+        self.retry_delays = tuple(retry_delays)
+        self.reidentify_delay = reidentify_delay
+        self._client: _Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ready = asyncio.Event()
+        self._chat_locks: dict[int, asyncio.Lock] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        Route.BASE = (self.config.api_base or DEFAULT_API_BASE).rstrip("/")
+        DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.config.gateway_url or DEFAULT_GATEWAY)
+        intents = discord.Intents.default()
+        intents.message_content = True  # else guild messages arrive with empty content
+        self._ready = asyncio.Event()
+        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False  # no voice here: no warning
+        self._client = _Client(
+            self, intents=intents, guild_ready_timeout=self.guild_ready_timeout,
+            # Model output must not ping @everyone or roles; users and reply pings are fine.
+            allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True))
+        self._task = asyncio.create_task(self._client.start(self.config.token), name="discord-client")
+        self._task.add_done_callback(_log_client_exit)
+        ready = asyncio.ensure_future(self._ready.wait())
+        done, _ = await asyncio.wait({ready, self._task}, timeout=self.ready_timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if ready in done:
+            return
+        ready.cancel()
+        cause = self._task.exception() if self._task in done and not self._task.cancelled() else None
+        await self.stop()
+        reason = f"{type(cause).__name__}: {cause}" if cause else f"no READY within {self.ready_timeout:g} s"
+        raise RuntimeError(f"discord: could not connect to {Route.BASE} ({reason})") from cause
+
+    async def stop(self) -> None:
+        client, task, self._client, self._task = self._client, self._task, None, None
+        if client is not None:
+            try:
+                await client.close()  # ends the gateway loop and the HTTP session
+            except Exception:
+                log.exception("discord: error while closing the client")
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    # -- incoming ------------------------------------------------------------------------
+    async def _on_message(self, message: discord.Message) -> None:
+        # discord.py runs each on_message as its own task; a per-chat lock (FIFO) keeps a
+        # chat's messages in order even when one of them waits on a download.
+        async with self._chat_locks.setdefault(message.channel.id, asyncio.Lock()):
+            await self._intake(message)
+
+    async def _intake(self, message: discord.Message) -> None:
+        me = self._client.user if self._client else None
+        if me is None or message.author.id == me.id or message.author.bot:
+            return  # never answer ourselves or other bots: two bots can loop forever
+        is_private = isinstance(message.channel, discord.DMChannel)
+        mentioned = _addresses(message, me.id)
+        if not is_private and self.config.group_policy == "mention" and not mentioned:
+            return  # checked here too, so we never download files for ignored chatter
+        content = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
+        media = await self._download(message.attachments)
+        # A guild not (yet) in discord.py's cache still has its id on the partial channel.
+        guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
+        admitted = await self._handle_message(
+            sender_id=str(message.author.id), sender_name=message.author.name, chat_id=str(message.channel.id),
+            content=content, media=media, is_private=is_private, mentioned=mentioned,
+            metadata={"message_id": str(message.id), "guild_id": str(guild_id) if guild_id else None})
+        if not admitted:  # files from someone we do not talk to must not stay on disk
+            for rel in media:
+                (self.ctx.workspace / rel).unlink(missing_ok=True)
+
+    async def _download(self, attachments: list[discord.Attachment]) -> list[str]:
+        paths: list[str] = []
+        limit = self.ctx.max_media_bytes
+        for att in attachments:
+            if att.size > limit:
+                log.warning("discord: skipped attachment %s (%d bytes > %d)", att.filename, att.size, limit)
+                continue
+            try:
+                data = await att.read()
+            except Exception as exc:
+                log.warning("discord: could not download %s: %s", att.filename, exc)
+                continue
+            if len(data) > limit:  # the announced size was wrong
+                continue
+            path = self.inbox / f"discord_{att.id}_{_safe_name(att.filename)}"
+            await asyncio.to_thread(path.write_bytes, data)
+            paths.append(path.relative_to(self.ctx.workspace).as_posix())
+        return paths
+
+    # -- outgoing ------------------------------------------------------------------------
+    async def send(self, msg: OutboundMessage) -> None:
+        if msg.kind == "typing":
+            return await self.send_typing(msg.chat_id)
+        if self._client is None or not msg.content.strip() or not msg.chat_id.isdigit():
+            log.warning("discord: dropped a message to %r (not started, empty or bad id)", msg.chat_id)
+            return
+        # A partial messageable needs no GET /channels and no cache: just the id.
+        channel = self._client.get_partial_messageable(int(msg.chat_id))
+        reference = None
+        if msg.reply_to and msg.reply_to.isdigit():
+            reference = discord.MessageReference(message_id=int(msg.reply_to), channel_id=channel.id,
+                                                 fail_if_not_exists=False)
+        chunks = split_message(msg.content, self.max_message_len)
+        for i, chunk in enumerate(chunks):
+            if not await self._send_chunk(channel, chunk, reference if i == 0 else None):
+                log.error("discord: gave up on %s after chunk %d of %d", msg.chat_id, i + 1, len(chunks))
+                return
+
+    async def _send_chunk(self, channel: discord.PartialMessageable, chunk: str,
+                          reference: discord.MessageReference | None) -> bool:
+        for delay in (*self.retry_delays, None):
+            try:
+                await channel.send(chunk, reference=reference)  # type: ignore[arg-type]
+                return True
+            except Exception as exc:  # the daemon must outlive any one failed reply
+                permanent = isinstance(exc, discord.HTTPException) and 400 <= exc.status < 500
+                if permanent or delay is None:
+                    log.error("discord: send to %s failed: %r", channel.id, exc)
+                    return False
+                log.warning("discord: send to %s failed (%r), retrying in %g s", channel.id, exc, delay)
+                await asyncio.sleep(delay)
+        return False
+
+    async def send_typing(self, chat_id: str) -> None:
+        if self._client is None:
+            return
+        try:
+            await self._client.get_partial_messageable(int(chat_id)).typing()  # one POST .../typing
+        except Exception as exc:
+            log.debug("discord: typing in %s failed: %r", chat_id, exc)
+
+
+def _addresses(message: discord.Message, bot_id: int) -> bool:
+    """Mentioned by id, or a reply to one of the bot's messages."""
+    if any(user.id == bot_id for user in message.mentions):
+        return True
+    replied = message.reference.resolved if message.reference else None
+    return isinstance(replied, discord.Message) and replied.author.id == bot_id
+
+
+def _safe_name(filename: str) -> str:
+    return re.sub(r"[^\w.-]", "_", Path(filename).name)[:100] or "file"
+
+
+def _log_client_exit(task: asyncio.Task[None]) -> None:
+    # discord.py retries network trouble forever; it only ends on close or a fatal error
+    # (bad token, missing intent), which would otherwise vanish silently.
+    if not task.cancelled() and task.exception() is not None:
+        log.error("discord: client stopped: %r", task.exception())

@@ -1,0 +1,265 @@
+"""A stand-in Discord (gateway websocket + REST API) on 127.0.0.1, for the real discord.py.
+
+Usage::
+
+    async with FakeDiscord() as fake:                    # binds a random loopback port
+        config.api_base, config.gateway_url = fake.api_base, fake.gateway_url
+        config.token = fake.token                        # any other token gets 401 at login
+        ... start the channel ...
+        await fake.push_message(channel_id=5, author_id=42, content="hi")   # a DM
+        await fake.push_message(7, 42, f"<@{fake.bot_id}> hi", guild_id=9, mentions_bot=True)
+        sent = await fake.wait_sent(2, timeout=5)        # the bot's messages, in order
+
+API (everything else is private):
+- ``bot_id`` / ``bot_user``: the bot's user id and user object; ``token``; ``api_base``
+  (``http://127.0.0.1:PORT/api/v10``); ``gateway_url`` (``ws://127.0.0.1:PORT/gateway``).
+- ``await push_message(channel_id, author_id, content, *, username="user<id>", guild_id=None,
+  mentions_bot=False, bot=False, attachments=None, reply_to=None) -> dict``: dispatch a
+  MESSAGE_CREATE (waits, up to 5 s, for a live gateway session). No ``guild_id`` = a DM.
+  ``mentions_bot`` only fills ``mentions``; put ``<@bot_id>`` in ``content`` yourself.
+  ``attachments`` maps filename -> bytes, served under ``/attachments/``. ``reply_to`` is a
+  message object (e.g. one of ``sent``) that this message replies to.
+- ``sent``: message objects the bot posted (``channel_id``, ``content``, ``author``, ...).
+  ``send_attempts``: every POST to /messages, including refused ones. ``typing``: channel
+  ids of POST /channels/{id}/typing.
+- ``await wait_sent(count, timeout=5) -> list[dict]``: until ``len(sent) >= count``.
+- ``rate_limit_next(n, retry_after=0.05)``: the next n sends get 429 (with ``Via`` and
+  ``retry_after``, so discord.py retries them). ``fail_next(n, status=503)``: the next n
+  sends get that status (503 is not retried by discord.py itself; 500/502/504 are, slowly).
+- ``await drop_connection(resumable=True)``: close the gateway socket with 4000, as a network
+  blip would. discord.py reconnects at once and RESUMEs (missed events are replayed); with
+  ``resumable=False`` the RESUME gets INVALID_SESSION and discord.py IDENTIFYs afresh.
+- ``await wait_connected(timeout=5)``; counters ``identifies``, ``resumes``; ``intents``
+  (the value from the last IDENTIFY).
+
+Gateway: HELLO (``heartbeat_ms``, default 1000), HEARTBEAT -> ACK, IDENTIFY -> READY (bot
+user, no guilds: guild messages reach discord.py as PartialMessageable channels), RESUME ->
+replay + RESUMED (unknown session -> INVALID_SESSION, so the client re-identifies). Frames are
+uncompressed JSON text, which discord.py accepts even though it asks for zlib-stream. REST:
+GET /users/@me, GET /oauth2/applications/@me (both needed by ``Client.login``), GET
+/channels/{id}, POST /channels/{id}/messages, POST /channels/{id}/typing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+_ids = itertools.count(100_000)
+
+
+def _user(uid: int, name: str, bot: bool = False) -> dict[str, Any]:
+    return {"id": str(uid), "username": name, "discriminator": "0", "global_name": None,
+            "avatar": None, "bot": bot}
+
+
+def _json(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    # Exactly "application/json": discord.py treats anything else (even "; charset=utf-8")
+    # as text, and a text 429 as a Cloudflare ban.
+    return web.Response(body=json.dumps(body).encode(), status=status,
+                        headers={"Content-Type": "application/json", **(headers or {})})
+
+
+class FakeDiscord:
+    def __init__(self, *, bot_id: int = 1000, token: str = "fake-token", heartbeat_ms: int = 1000) -> None:
+        self.bot_id, self.token, self.heartbeat_ms = bot_id, token, heartbeat_ms
+        self.bot_user = _user(bot_id, "nanobot", bot=True)
+        self.sent: list[dict[str, Any]] = []
+        self.send_attempts = 0
+        self.typing: list[str] = []
+        self.identifies = self.resumes = 0
+        self.intents: int | None = None
+        self._sent_changed = asyncio.Condition()
+        self._connected = asyncio.Event()
+        self._ws: web.WebSocketResponse | None = None
+        self._session_id: str | None = None
+        self._events: list[dict[str, Any]] = []  # this session's dispatches, for RESUME replay
+        self._files: dict[str, bytes] = {}
+        self._refuse: list[tuple[int, float]] = []  # scripted (status, retry_after) per send
+        self._runner: web.AppRunner | None = None
+        self.base = ""
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def __aenter__(self) -> FakeDiscord:
+        app = web.Application()
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/api/v10/users/@me", lambda r: self._rest(r, self.bot_user))
+        app.router.add_get("/api/v10/oauth2/applications/@me", lambda r: self._rest(r, self._app()))
+        app.router.add_get("/api/v10/channels/{cid}", self._get_channel)
+        app.router.add_post("/api/v10/channels/{cid}/messages", self._post_message)
+        app.router.add_post("/api/v10/channels/{cid}/typing", self._post_typing)
+        app.router.add_get("/attachments/{aid}/{name}", self._attachment)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.base = f"127.0.0.1:{port}"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._ws is not None:
+            await self._ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def api_base(self) -> str:
+        return f"http://{self.base}/api/v10"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://{self.base}/gateway"
+
+    # -- test controls -------------------------------------------------------------------
+    async def push_message(self, channel_id: int | str, author_id: int | str, content: str, *,
+                           username: str | None = None, guild_id: int | str | None = None,
+                           mentions_bot: bool = False, bot: bool = False,
+                           attachments: dict[str, bytes] | None = None,
+                           reply_to: dict[str, Any] | None = None) -> dict[str, Any]:
+        msg = self._message(channel_id, _user(int(author_id), username or f"user{author_id}", bot), content)
+        msg["mentions"] = [self.bot_user] if mentions_bot else []
+        if guild_id is not None:
+            msg["guild_id"] = str(guild_id)
+        for name, data in (attachments or {}).items():
+            aid = next(_ids)
+            self._files[f"{aid}/{name}"] = data
+            url = f"http://{self.base}/attachments/{aid}/{name}"
+            msg["attachments"].append({"id": str(aid), "filename": name, "size": len(data),
+                                       "url": url, "proxy_url": url})
+        if reply_to is not None:
+            msg["message_reference"] = {"message_id": reply_to["id"], "channel_id": reply_to["channel_id"]}
+            msg["referenced_message"] = reply_to
+        await self.wait_connected()
+        await self._dispatch("MESSAGE_CREATE", msg)
+        return msg
+
+    async def wait_sent(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        async with self._sent_changed:
+            await asyncio.wait_for(self._sent_changed.wait_for(lambda: len(self.sent) >= count), timeout)
+        return list(self.sent)
+
+    async def wait_connected(self, timeout: float = 5.0) -> None:
+        await asyncio.wait_for(self._connected.wait(), timeout)
+
+    def rate_limit_next(self, n: int, retry_after: float = 0.05) -> None:
+        self._refuse += [(429, retry_after)] * n
+
+    def fail_next(self, n: int, status: int = 503) -> None:
+        self._refuse += [(status, 0.0)] * n
+
+    async def drop_connection(self, *, resumable: bool = True) -> None:
+        ws, self._ws = self._ws, None
+        if not resumable:  # forget the session: the RESUME is refused, the client re-identifies
+            self._session_id = None
+        self._connected.clear()
+        if ws is not None:
+            await ws.close(code=4000, message=b"dropped by test")
+
+    # -- gateway -------------------------------------------------------------------------
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        self._ws = ws
+        await ws.send_json({"op": 10, "d": {"heartbeat_interval": self.heartbeat_ms}})
+        async for frame in ws:
+            if frame.type is not WSMsgType.TEXT:
+                break
+            payload = json.loads(frame.data)
+            op, data = payload.get("op"), payload.get("d")
+            if op == 1:
+                await ws.send_json({"op": 11})
+            elif op == 2:
+                await self._identify(ws, data)
+            elif op == 6:
+                await self._resume(ws, data)
+        if self._ws is ws:
+            self._ws = None
+            self._connected.clear()
+        return ws
+
+    async def _identify(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
+        if data.get("token") != self.token:
+            await ws.close(code=4004, message=b"Authentication failed.")
+            return
+        self.identifies += 1
+        self.intents = data.get("intents")
+        self._session_id, self._events = f"session-{next(_ids)}", []
+        await self._dispatch("READY", {
+            "v": 10, "user": self.bot_user, "guilds": [], "session_id": self._session_id,
+            "resume_gateway_url": self.gateway_url, "application": {"id": str(self.bot_id), "flags": 0}})
+        self._connected.set()
+
+    async def _resume(self, ws: web.WebSocketResponse, data: dict[str, Any]) -> None:
+        if data.get("token") != self.token or data.get("session_id") != self._session_id:
+            await ws.send_json({"op": 9, "d": False})  # discord.py then re-identifies
+            return
+        self.resumes += 1
+        for event in self._events:
+            if event["s"] > (data.get("seq") or 0):
+                await ws.send_json(event)
+        await self._dispatch("RESUMED", {})
+        self._connected.set()
+
+    async def _dispatch(self, event: str, data: dict[str, Any]) -> None:
+        payload = {"op": 0, "t": event, "s": len(self._events) + 1, "d": data}
+        self._events.append(payload)
+        if self._ws is not None and not self._ws.closed:
+            await self._ws.send_json(payload)
+
+    # -- REST ----------------------------------------------------------------------------
+    def _authorized(self, request: web.Request) -> bool:
+        return request.headers.get("Authorization") == f"Bot {self.token}"
+
+    def _rest(self, request: web.Request, body: dict[str, Any]) -> web.Response:
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        return _json(body)
+
+    def _app(self) -> dict[str, Any]:
+        return {"id": str(self.bot_id), "name": "nanobot", "description": "", "icon": None,
+                "bot_public": True, "bot_require_code_grant": False, "verify_key": "0" * 64,
+                "owner": _user(1, "owner"), "flags": 0}
+
+    async def _get_channel(self, request: web.Request) -> web.Response:
+        cid = request.match_info["cid"]
+        return self._rest(request, {"id": cid, "type": 1, "recipients": [], "last_message_id": None})
+
+    async def _post_message(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        self.send_attempts += 1
+        body = await request.json()
+        if self._refuse:
+            status, retry_after = self._refuse.pop(0)
+            if status == 429:  # Via marks it as Discord's own limit, not a Cloudflare ban
+                return _json({"message": "You are being rate limited.", "retry_after": retry_after,
+                                          "global": False}, status=429, headers={"Via": "1.1 google"})
+            return _json({"message": "scripted failure", "code": 0}, status=status)
+        msg = self._message(request.match_info["cid"], self.bot_user, body.get("content", ""))
+        if body.get("message_reference"):
+            msg["message_reference"] = body["message_reference"]
+        async with self._sent_changed:
+            self.sent.append(msg)
+            self._sent_changed.notify_all()
+        return _json(msg)
+
+    async def _post_typing(self, request: web.Request) -> web.Response:
+        self.typing.append(request.match_info["cid"])
+        return web.Response(status=204)
+
+    async def _attachment(self, request: web.Request) -> web.Response:
+        data = self._files.get(f"{request.match_info['aid']}/{request.match_info['name']}")
+        return web.Response(body=data) if data is not None else web.Response(status=404)
+
+    @staticmethod
+    def _message(channel_id: int | str, author: dict[str, Any], content: str) -> dict[str, Any]:
+        return {"id": str(next(_ids)), "channel_id": str(channel_id), "author": author, "content": content,
+                "timestamp": datetime.now(timezone.utc).isoformat(), "edited_timestamp": None,
+                "tts": False, "mention_everyone": False, "mentions": [], "mention_roles": [],
+                "attachments": [], "embeds": [], "pinned": False, "type": 0, "flags": 0}

@@ -1,0 +1,163 @@
+"""The Discord adapter with the real discord.py against the loopback stand-in in fakes/."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+
+from channels.base import ChannelContext
+from channels.discord import DiscordChannel
+from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.config import DiscordConfig
+from tests.fakes.discord_api import FakeDiscord
+
+FRIEND, STRANGER, DM, GUILD_CHANNEL, GUILD = 42, 99, 5, 7, 9
+
+
+class AllowList:
+    """AccessGate stand-in: allow_from decides; strangers in DMs get a pairing hint."""
+
+    async def check(self, channel: str, sender_id: str, sender_name: str | None,
+                    allow_from: list[str], is_private: bool) -> tuple[bool, str | None]:
+        if "*" in allow_from or sender_id in allow_from:
+            return True, None
+        return False, ("pairing code: ABC123" if is_private else None)
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord() as server:
+        yield server
+
+
+@pytest.fixture
+def bus() -> MessageBus:
+    return MessageBus()
+
+
+@pytest.fixture
+async def channel(fake: FakeDiscord, bus: MessageBus, workspace: Path,
+                  monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordChannel]:
+    # start() rewrites these process-wide class attributes; put them back afterwards.
+    monkeypatch.setattr(Route, "BASE", Route.BASE)
+    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+    config = DiscordConfig(enabled=True, token=fake.token, allow_from=[str(FRIEND)],
+                           api_base=fake.api_base, gateway_url=fake.gateway_url)
+    ctx = ChannelContext(bus=bus, access=AllowList(), workspace=workspace, max_media_bytes=1000)
+    ch = DiscordChannel(config, ctx, ready_timeout=5, guild_ready_timeout=0.01, retry_delays=(0.01, 0.01),
+                        reidentify_delay=0.01)
+    await ch.start()
+    yield ch
+    await ch.stop()
+
+
+async def next_inbound(bus: MessageBus) -> InboundMessage:
+    return await asyncio.wait_for(bus.inbound.get(), 5)
+
+
+async def test_dm_reaches_the_bus(channel: DiscordChannel, fake: FakeDiscord, bus: MessageBus) -> None:
+    assert fake.intents is not None and fake.intents & (1 << 15)  # MESSAGE_CONTENT requested
+    await fake.push_message(DM, FRIEND, "/new", username="alice")
+    msg = await next_inbound(bus)
+    assert (msg.channel, msg.chat_id, msg.sender_id, msg.sender_name, msg.content) == (
+        "discord", str(DM), str(FRIEND), "alice", "/new")
+    assert msg.session_key == f"discord:{DM}" and msg.media == [] and msg.metadata["guild_id"] is None
+
+
+async def test_strangers_bots_and_ourselves_are_not_published(
+        channel: DiscordChannel, fake: FakeDiscord, bus: MessageBus) -> None:
+    await fake.push_message(DM, STRANGER, "let me in")
+    await fake.push_message(DM, fake.bot_id, "my own echo")
+    await fake.push_message(DM, 77, "beep", bot=True)
+    await fake.push_message(DM, FRIEND, "after them")
+    assert (await next_inbound(bus)).content == "after them"  # in order, so the others were dropped
+    sent = await fake.wait_sent(1)
+    assert sent[0]["content"] == "pairing code: ABC123" and sent[0]["channel_id"] == str(DM)
+
+
+async def test_guild_messages_need_a_mention_or_a_reply(
+        channel: DiscordChannel, fake: FakeDiscord, bus: MessageBus) -> None:
+    await fake.push_message(GUILD_CHANNEL, FRIEND, "just chatting", guild_id=GUILD)
+    await fake.push_message(GUILD_CHANNEL, FRIEND, f"<@{fake.bot_id}> what time is it?",
+                            guild_id=GUILD, mentions_bot=True)
+    msg = await next_inbound(bus)
+    assert (msg.content, msg.chat_id, msg.metadata["guild_id"]) == ("what time is it?", str(GUILD_CHANNEL), str(GUILD))
+
+    await channel.send(OutboundMessage("discord", str(GUILD_CHANNEL), "noon", reply_to=msg.metadata["message_id"]))
+    bot_reply = (await fake.wait_sent(1))[0]
+    assert str(bot_reply["message_reference"]["message_id"]) == msg.metadata["message_id"]
+    await fake.push_message(GUILD_CHANNEL, FRIEND, "thanks!", guild_id=GUILD, reply_to=bot_reply)
+    assert (await next_inbound(bus)).content == "thanks!"
+
+
+async def test_long_reply_is_split_outside_code_blocks(channel: DiscordChannel, fake: FakeDiscord) -> None:
+    code = "\n".join(f"print({i})" for i in range(350))
+    text = "Intro paragraph.\n\n" + "word " * 300 + "\n\n```python\n" + code + "\n```\n\nThe end."
+    assert len(text) > 5000
+    await channel.send(OutboundMessage("discord", str(DM), text))
+    chunks = [m["content"] for m in fake.sent]
+    assert len(chunks) >= 3 and all(len(c) <= 2000 for c in chunks)
+    assert all(c.count("```") % 2 == 0 for c in chunks)  # each chunk renders on its own
+    assert chunks[-1].endswith("The end.")
+
+
+async def test_rate_limited_send_is_delivered_exactly_once(channel: DiscordChannel, fake: FakeDiscord) -> None:
+    fake.rate_limit_next(1, retry_after=0.05)
+    await channel.send(OutboundMessage("discord", str(DM), "hello"))
+    assert fake.send_attempts == 2 and [m["content"] for m in fake.sent] == ["hello"]
+
+
+async def test_server_errors_are_retried_and_client_errors_never_raise(
+        channel: DiscordChannel, fake: FakeDiscord) -> None:
+    fake.fail_next(2, status=503)
+    await channel.send(OutboundMessage("discord", str(DM), "eventually"))
+    assert fake.send_attempts == 3 and [m["content"] for m in fake.sent] == ["eventually"]
+    fake.fail_next(1, status=403)
+    await channel.send(OutboundMessage("discord", str(DM), "forbidden"))  # logged, not raised, not retried
+    assert fake.send_attempts == 4 and len(fake.sent) == 1
+
+
+@pytest.mark.parametrize("resumable", [True, False])
+async def test_dropped_gateway_recovers(channel: DiscordChannel, fake: FakeDiscord, bus: MessageBus,
+                                        resumable: bool) -> None:
+    await fake.drop_connection(resumable=resumable)
+    await fake.push_message(DM, FRIEND, "still there?")  # waits for the client to come back
+    assert (await next_inbound(bus)).content == "still there?"
+    assert (fake.resumes, fake.identifies) == ((1, 1) if resumable else (0, 2))
+
+
+async def test_attachment_lands_in_inbox(channel: DiscordChannel, fake: FakeDiscord, bus: MessageBus,
+                                         workspace: Path) -> None:
+    await fake.push_message(DM, FRIEND, "see file", attachments={"notes.txt": b"hello", "huge.bin": b"x" * 5000})
+    msg = await next_inbound(bus)
+    assert len(msg.media) == 1 and msg.media[0].startswith("inbox/") and msg.media[0].endswith("notes.txt")
+    assert (workspace / msg.media[0]).read_bytes() == b"hello"  # huge.bin exceeded max_media_bytes
+
+
+async def test_stranger_attachment_is_not_kept(channel: DiscordChannel, fake: FakeDiscord, bus: MessageBus,
+                                               workspace: Path) -> None:
+    await fake.push_message(DM, STRANGER, "", attachments={"spam.txt": b"spam"})
+    await fake.push_message(DM, FRIEND, "hi")
+    await next_inbound(bus)
+    assert list((workspace / "inbox").iterdir()) == []
+
+
+async def test_typing(channel: DiscordChannel, fake: FakeDiscord) -> None:
+    await channel.send(OutboundMessage("discord", str(DM), kind="typing"))
+    assert fake.typing == [str(DM)]
+
+
+async def test_bad_token_fails_start_clearly(fake: FakeDiscord, bus: MessageBus, workspace: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Route, "BASE", Route.BASE)
+    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+    config = DiscordConfig(enabled=True, token="wrong", api_base=fake.api_base, gateway_url=fake.gateway_url)
+    ch = DiscordChannel(config, ChannelContext(bus=bus, access=AllowList(), workspace=workspace), ready_timeout=5)
+    with pytest.raises(RuntimeError, match="LoginFailure"):
+        await ch.start()
+    await ch.stop()  # idempotent
