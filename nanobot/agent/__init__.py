@@ -1,0 +1,1 @@
+"""The agent: prompt building, the turn loop, execution modes and chat commands."""

@@ -1,0 +1,65 @@
+"""Chat commands, the same on every channel: /new /stop /mode /status /help.
+
+``/stop`` needs to cancel a running turn, so the session worker handles it; the rest are here.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nanobot.agent.loop import Agent
+
+MODES = ("tools", "code", "hybrid")
+
+HELP = """Commands:
+/new — start a fresh conversation (history and Python state cleared)
+/stop — cancel what I am doing now
+/mode [tools|code|hybrid] — show or set how I act in this chat
+/status — model, mode and usage
+/help — this list"""
+
+
+def is_command(text: str) -> bool:
+    return text.startswith("/") and text[1:2].isalpha()
+
+
+async def handle_command(agent: Agent, session_key: str, text: str) -> str | None:
+    """The reply to a chat command, or None when ``text`` is not one of ours."""
+    if not is_command(text):
+        return None
+    name, _, arg = text.strip().partition(" ")
+    name = name.split("@", 1)[0].lower()  # Telegram groups send /cmd@botname
+    arg = arg.strip().lower()
+    session = agent.session(session_key)
+    if name == "/new":
+        session.reset()
+        await agent.reset_state(session_key)
+        return "Started a new conversation."
+    if name == "/mode":
+        if not arg:
+            return f"Mode: {agent.mode_name(session)} (choose with /mode tools|code|hybrid)."
+        if arg not in MODES:
+            return f"Unknown mode {arg!r}: choose tools, code or hybrid."
+        session.set_meta(mode=arg)
+        session.sync()
+        return f"Mode set to {arg} for this chat."
+    if name == "/status":
+        return await status_text(agent, session_key)
+    if name in ("/help", "/start"):
+        return HELP
+    if name == "/stop":
+        return "Nothing is running."
+    return None
+
+
+async def status_text(agent: Agent, session_key: str) -> str:
+    session = agent.session(session_key)
+    settings = agent.deps.config.agent_for(session_key)
+    lines = [f"Session {session_key}: {len(session.messages)} messages, mode {agent.mode_name(session)}, "
+             f"model {settings.model}."]
+    if agent.deps.usage:
+        for mode, t in sorted((await agent.deps.usage.totals()).items()):
+            lines.append(f"{mode}: {t.model_calls} model calls, {t.prompt_tokens + t.completion_tokens} tokens, "
+                         f"{t.executions} executions ({t.failures} failed)")
+    return "\n".join(lines)

@@ -1,0 +1,50 @@
+"""The system prompt: who the assistant is (workspace files), when and where it is, and how
+its chosen execution mode works. Prompt text lives in ``nanobot/prompts/``, not in code."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from string import Template
+from zoneinfo import ZoneInfo
+
+WORKSPACE_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "memory/MEMORY.md")
+
+
+@lru_cache(maxsize=None)
+def prompt_template(name: str) -> Template:
+    return Template(resources.files("nanobot.prompts").joinpath(name).read_text(encoding="utf-8"))
+
+
+def render_prompt(name: str, **values: object) -> str:
+    return prompt_template(name).safe_substitute(**{k: str(v) for k, v in values.items()})
+
+
+def workspace_sections(workspace: Path) -> str:
+    parts = []
+    for name in WORKSPACE_FILES:
+        path = workspace / name
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text:
+            parts.append(f"## {name}\n{text}")
+    return "\n\n".join(parts)
+
+
+def now_line(timezone: str) -> str:
+    try:
+        zone = ZoneInfo(timezone)
+    except Exception:  # an unknown zone must not break every turn; config validation reports it
+        zone = ZoneInfo("UTC")
+    now = datetime.now(zone)
+    return f"{now:%A %Y-%m-%d %H:%M} ({timezone})"
+
+
+def build_system_prompt(workspace: Path, timezone: str, mode_section: str, extra: str = "") -> str:
+    return render_prompt("system.md", now=now_line(timezone), workspace=workspace,
+                         workspace_files=workspace_sections(workspace), extra=extra,
+                         mode_section=mode_section).strip() + "\n"

@@ -1,0 +1,117 @@
+"""Execution modes: how the model acts on the world within a turn.
+
+- tools:  native function calling (or ``<tool_call>`` blocks in text for models without it);
+- code:   the model writes Python, run in the Monty sandbox with the tools as functions;
+- hybrid: native tools plus ``exec_python(code)``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Protocol
+
+from nanobot.agent.context import render_prompt
+from nanobot.agent.markup import strip_think, text_tool_calls, without_tool_calls
+from nanobot.providers.base import LLMResponse, ToolCall
+
+if TYPE_CHECKING:
+    from nanobot.agent.loop import Turn
+
+
+class Mode(Protocol):
+    name: str
+
+    def prompt_section(self, turn: Turn) -> str: ...
+
+    def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None: ...
+
+    def user_content(self, turn: Turn, content: str, media: list[str]) -> str: ...
+
+    async def step(self, turn: Turn, response: LLMResponse) -> str | None: ...
+
+
+def attachments_note(media: list[str]) -> str:
+    return "\n".join(f"[attached file: {path}]" for path in media)
+
+
+async def run_tool_call(turn: Turn, name: str, raw_arguments: str) -> str:
+    """Run one tool call for the model; every failure becomes an error text it can act on."""
+    try:
+        arguments = ToolCall("", name, raw_arguments).parsed_arguments()
+    except ValueError as exc:
+        return f"Error: the call to {name} was not run: {exc}. Send the arguments as a JSON object."
+    tool = turn.deps.tools.get(name)
+    result = await turn.deps.tools.call_for_model(name, arguments, turn.ctx)
+    if tool is not None and getattr(tool, "untrusted", False) and not result.startswith("Error:"):
+        from nanobot.tools.web import wrap_untrusted
+
+        result = wrap_untrusted(result, source=str(arguments.get("url", name)))
+    return result
+
+
+class ToolsMode:
+    name = "tools"
+
+    def prompt_section(self, turn: Turn) -> str:
+        return render_prompt("tools_mode.md")
+
+    def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
+        return turn.deps.tools.openai_schemas()
+
+    def user_content(self, turn: Turn, content: str, media: list[str]) -> str:
+        return "\n".join(filter(None, [content, attachments_note(media)]))
+
+    async def step(self, turn: Turn, response: LLMResponse) -> str | None:
+        content = response.content or ""
+        if response.tool_calls:
+            await self._native_calls(turn, content, response.tool_calls)
+        elif payloads := text_tool_calls(content):
+            await self._text_calls(turn, content, payloads)
+        else:
+            reply = strip_think(content)
+            turn.add({"role": "assistant", "content": reply})
+            return reply or "(no reply)"
+        return turn.final
+
+    async def _native_calls(self, turn: Turn, content: str, calls: list[ToolCall]) -> None:
+        turn.add({"role": "assistant", "content": strip_think(content) or None,
+                  "tool_calls": [c.to_message() for c in calls]})
+        for call in calls:
+            result = await run_tool_call(turn, call.name, call.raw_arguments)
+            turn.add({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result})
+
+    async def _text_calls(self, turn: Turn, content: str, payloads: list[str]) -> None:
+        """``<tool_call>`` blocks: results go back as a user message, as such models expect."""
+        turn.add({"role": "assistant", "content": strip_think(content)})
+        results = []
+        for payload in payloads:
+            name, raw = _split_text_call(payload)
+            result = await run_tool_call(turn, name, raw) if name else f"Error: {raw}"
+            results.append(f'<tool_result name="{name or "?"}">\n{result}\n</tool_result>')
+        turn.add({"role": "user", "content": "\n".join(results)})
+
+
+def _split_text_call(payload: str) -> tuple[str, str]:
+    """``{"name": .., "arguments": {..}}`` -> (name, raw arguments); ("", problem) if unreadable."""
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        return "", f"the <tool_call> block is not valid JSON ({exc.msg}); nothing was run."
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str):
+        return "", 'a <tool_call> block must be {"name": ..., "arguments": {...}}; nothing was run.'
+    arguments = data.get("arguments", {})
+    return data["name"], arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def get_mode(name: str) -> Mode:
+    if name == "tools":
+        return ToolsMode()
+    if name == "code":
+        from nanobot.agent.code_mode import CodeMode
+
+        return CodeMode()
+    if name == "hybrid":
+        from nanobot.agent.code_mode import HybridMode
+
+        return HybridMode()
+    raise ValueError(f"unknown execution mode {name!r} (tools, code or hybrid)")

@@ -1,0 +1,201 @@
+"""The ``nanobot`` command. Heavy libraries (channels, scheduler, web) are imported inside the
+commands that need them, so a one-shot ``nanobot agent -m`` starts fast."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nanobot.config import Config, ConfigError, config_path, load_config, nanobot_home
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="nanobot: a self-hosted AI assistant whose model can answer with code.")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO_RECORDING = Path(__file__).resolve().parent / "demo" / "demo.jsonl"
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.echo(f"nanobot: {message}", err=True)
+    raise typer.Exit(code)
+
+
+@app.callback()
+def main_options(ctx: typer.Context,
+                 config: Optional[Path] = typer.Option(None, "--config", help="config file (default $NANOBOT_HOME/config.json)"),
+                 verbose: bool = typer.Option(False, "--verbose", "-v", help="log what the agent does")) -> None:
+    ctx.obj = {"config": config}
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def get_config(ctx: typer.Context) -> Config:
+    try:
+        return load_config(ctx.obj.get("config") if ctx.obj else None)[0]
+    except ConfigError as exc:
+        fail(str(exc))
+        raise  # unreachable
+
+
+def template_dir() -> Path:
+    return REPO_ROOT / "workspace"
+
+
+def copy_template(workspace: Path) -> None:
+    """Copy the workspace template without overwriting anything the user already has."""
+    for source in template_dir().rglob("*"):
+        target = workspace / source.relative_to(template_dir())
+        if source.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+
+
+@app.command()
+def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", help="overwrite an existing config")) -> None:
+    """Create the config file (if missing) and the workspace from the template."""
+    path, _ = config_path(ctx.obj.get("config"))
+    if path.exists() and not force:
+        typer.echo(f"Config exists: {path} (use --force to overwrite)")
+        config = get_config(ctx)
+    else:
+        config = Config()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(config.to_json(), encoding="utf-8")
+        typer.echo(f"Wrote {path}")
+    copy_template(config.workspace_path)
+    typer.echo(f"Workspace: {config.workspace_path}")
+    typer.echo("Next: set providers.openai.apiKey (and apiBase for other servers), then run: nanobot agent")
+
+
+@app.command()
+def agent(ctx: typer.Context,
+          message: Optional[str] = typer.Option(None, "--message", "-m", help="one message; omit for a chat"),
+          session: str = typer.Option("cli:default", "--session", help="session key"),
+          mode: Optional[str] = typer.Option(None, "--mode", help="tools, code or hybrid"),
+          demo: bool = typer.Option(False, "--demo", help="offline, with a recorded model and a temporary workspace")) -> None:
+    """Talk to the agent: one message with -m, or an interactive chat."""
+    if mode is not None and mode not in ("tools", "code", "hybrid"):
+        fail(f"--mode must be tools, code or hybrid, not {mode!r}")
+    if demo:
+        sys.exit(asyncio.run(_run_demo(message, mode)))
+    config = get_config(ctx)
+    sys.exit(asyncio.run(_run_agent(config, message, session, mode)))
+
+
+async def _print_progress(text: str) -> None:
+    typer.echo(f"… {text}")
+
+
+async def _run_agent(config: Config, message: str | None, session: str, mode: str | None,
+                     provider=None) -> int:
+    from nanobot.runtime import Runtime
+
+    try:
+        async with Runtime(config, provider=provider) as rt:
+            if message is not None:
+                typer.echo(await rt.agent.handle(session, message, mode=mode, progress=_print_progress))
+                return 0
+            await _chat(rt, session, mode)
+            return 0
+    except ConfigError as exc:
+        fail(str(exc))
+    return 1
+
+
+async def _chat(rt, session: str, mode: str | None) -> None:
+    typer.echo(f"nanobot chat ({session}). /help for commands, Ctrl-D to leave.")
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            line = await loop.run_in_executor(None, input, "you> ")
+        except (EOFError, KeyboardInterrupt):
+            typer.echo("")
+            return
+        if not line.strip():
+            continue
+        if line.strip() in ("exit", "quit"):
+            return
+        typer.echo(await rt.agent.handle(session, line.strip(), mode=mode, progress=_print_progress))
+
+
+async def _run_demo(message: str | None, mode: str | None) -> int:
+    """Replays a bundled recording against a throwaway home and workspace, with the real tools."""
+    from nanobot.providers.replay import ReplayProvider
+
+    provider = ReplayProvider(DEMO_RECORDING)
+    setup = provider.setup
+    root = Path(tempfile.mkdtemp(prefix="nanobot-demo-"))
+    config = Config()
+    config.agents.defaults.workspace = str(root / "workspace")
+    config.agents.defaults.execution_mode = mode or setup.get("mode", "code")
+    copy_template(config.workspace_path)
+    for name, text in setup.get("files", {}).items():
+        (config.workspace_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (config.workspace_path / name).write_text(text, encoding="utf-8")
+    message = message or setup.get("message", "hello")
+    typer.echo("DEMO: the model is a recording replayed offline, not a live model; the tools are real.")
+    typer.echo(f"Workspace: {config.workspace_path}")
+    typer.echo(f"you> {message}")
+    os.environ["NANOBOT_HOME"] = str(root / "home")
+    logging.getLogger("nanobot.agent").setLevel(logging.INFO)
+    return await _run_agent(config, message, "cli:demo", None, provider=provider)
+
+
+@app.command()
+def status(ctx: typer.Context) -> None:
+    """Config path, workspace, provider, channels, cron jobs and usage so far."""
+    config = get_config(ctx)
+    path, _ = config_path(ctx.obj.get("config"))
+    asyncio.run(_status(config, path))
+
+
+async def _status(config: Config, path: Path) -> None:
+    from nanobot.db import open_db
+    from nanobot.usage import UsageStore
+
+    settings = config.agents.defaults
+    provider = config.providers.get(settings.provider)
+    typer.echo(f"Config:    {path}{'' if path.exists() else ' (missing: defaults in use; run nanobot onboard)'}")
+    typer.echo(f"Home:      {nanobot_home()}")
+    typer.echo(f"Workspace: {config.workspace_path}")
+    typer.echo(f"Provider:  {settings.provider} ({provider.api_base if provider and provider.api_base else 'default base'}"
+               f", key {'set' if provider and provider.api_key else 'not set'}), model {settings.model}, "
+               f"mode {settings.execution_mode}")
+    channels = [n for n in ("telegram", "discord") if getattr(config.channels, n).enabled]
+    typer.echo(f"Channels:  {', '.join(channels) or 'none enabled'}")
+    db = await open_db(nanobot_home() / "nanobot.db")
+    try:
+        typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
+        totals = await (await UsageStore.create(db)).totals()
+        if not totals:
+            typer.echo("Usage:     none yet")
+        for mode, t in sorted(totals.items()):
+            typer.echo(f"Usage [{mode}]: {t.model_calls} model calls, {t.prompt_tokens} prompt + "
+                       f"{t.completion_tokens} completion tokens, {t.executions} executions, {t.failures} failed")
+    finally:
+        await db.close()
+
+
+async def _count_cron_jobs(db) -> int:
+    try:
+        async with db.execute("SELECT count(*) FROM cron_jobs") as cur:
+            return (await cur.fetchone())[0]
+    except Exception:  # no cron table yet: nothing was ever scheduled
+        return 0
+
+
+def main() -> None:
+    try:
+        app()
+    except ConfigError as exc:
+        typer.echo(f"nanobot: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,65 @@
+"""What the agent needs from a model: one chat call that may return text and tool calls."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+class ProviderError(Exception):
+    """A model call failed in a way worth telling the user in one short line."""
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    raw_arguments: str  # kept as sent, so a malformed payload can be shown back to the model
+
+    def parsed_arguments(self) -> dict[str, Any]:
+        """The arguments as a dict; ValueError with the parser's complaint when they are broken."""
+        if not self.raw_arguments.strip():
+            return {}
+        try:
+            value = json.loads(self.raw_arguments)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"arguments are not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(value, dict):
+            raise ValueError("arguments must be a JSON object")
+        return value
+
+    def to_message(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.raw_arguments}}
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass
+class LLMResponse:
+    content: str | None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    finish_reason: str | None = None
+
+
+@dataclass
+class ChatRequest:
+    messages: list[dict[str, Any]]
+    model: str
+    tools: list[dict[str, Any]] | None = None
+    max_tokens: int = 8192
+    temperature: float = 0.2
+
+
+class Provider(Protocol):
+    name: str
+
+    async def chat(self, request: ChatRequest) -> LLMResponse: ...
+
+    async def close(self) -> None: ...

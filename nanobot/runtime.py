@@ -1,0 +1,54 @@
+"""Assembles the assistant for one process: database, stores, tools, provider and agent.
+
+The CLI, the gateway and cron jobs all start from here, so each part is built one way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nanobot.agent.loop import Agent, AgentDeps
+from nanobot.bus import MessageBus
+from nanobot.config import Config, ConfigError, nanobot_home
+from nanobot.db import open_db
+from nanobot.providers.base import Provider
+from nanobot.session import SessionStore
+from nanobot.tools.builtin import default_registry
+from nanobot.usage import UsageStore
+
+
+def make_provider(config: Config) -> Provider:
+    from nanobot.providers.openai_provider import OpenAIProvider
+
+    name = config.agents.defaults.provider
+    return OpenAIProvider(name, config.provider_config(name))
+
+
+class Runtime:
+    def __init__(self, config: Config, *, provider: Provider | None = None, bus: MessageBus | None = None,
+                 home: Path | None = None) -> None:
+        self.config = config
+        self.home = home or nanobot_home()
+        self.bus = bus
+        self._provider = provider
+
+    async def __aenter__(self) -> "Runtime":
+        workspace = self.config.workspace_path
+        if workspace == self.home.resolve():
+            raise ConfigError("agents.defaults.workspace: must not be the nanobot home itself")
+        workspace.mkdir(parents=True, exist_ok=True)
+        self.db = await open_db(self.home / "nanobot.db")
+        self.usage = await UsageStore.create(self.db)
+        self.sessions = SessionStore(self.home / "sessions")
+        self.tools = default_registry(self.config)
+        self.provider = self._provider or make_provider(self.config)
+        self.deps = AgentDeps(config=self.config, provider=self.provider, tools=self.tools,
+                              sessions=self.sessions, usage=self.usage, bus=self.bus)
+        self.deps.services["db"] = self.db
+        self.agent = Agent(self.deps)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.sessions.close()
+        await self.provider.close()
+        await self.db.close()

@@ -1,0 +1,74 @@
+"""Usage counters in ``nanobot.db``: every model call's tokens and every code execution.
+
+``nanobot status`` reads the totals per execution mode.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import aiosqlite
+
+from nanobot.db import migrate
+
+MIGRATIONS = [
+    """
+    CREATE TABLE model_calls (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, session_key TEXT NOT NULL,
+        mode TEXT NOT NULL, purpose TEXT NOT NULL, model TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL);
+    CREATE TABLE executions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, session_key TEXT NOT NULL,
+        mode TEXT NOT NULL, duration_ms REAL NOT NULL, function_calls INTEGER NOT NULL,
+        outcome TEXT NOT NULL);
+    """,
+]
+
+
+@dataclass
+class ModeTotals:
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    executions: int = 0
+    failures: int = 0
+
+
+class UsageStore:
+    def __init__(self, conn: aiosqlite.Connection) -> None:
+        self.conn = conn
+
+    @classmethod
+    async def create(cls, conn: aiosqlite.Connection) -> "UsageStore":
+        await migrate(conn, "usage", MIGRATIONS)
+        return cls(conn)
+
+    async def record_call(self, session_key: str, mode: str, model: str, prompt_tokens: int,
+                          completion_tokens: int, purpose: str = "turn") -> None:
+        await self.conn.execute(
+            "INSERT INTO model_calls (ts, session_key, mode, purpose, model, prompt_tokens, completion_tokens) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (time.time(), session_key, mode, purpose, model, prompt_tokens, completion_tokens))
+        await self.conn.commit()
+
+    async def record_execution(self, session_key: str, mode: str, duration_ms: float, function_calls: int,
+                               outcome: str) -> None:
+        await self.conn.execute(
+            "INSERT INTO executions (ts, session_key, mode, duration_ms, function_calls, outcome) VALUES (?, ?, ?, ?, ?, ?)",
+            (time.time(), session_key, mode, duration_ms, function_calls, outcome))
+        await self.conn.commit()
+
+    async def totals(self) -> dict[str, ModeTotals]:
+        result: dict[str, ModeTotals] = {}
+        async with self.conn.execute(
+                "SELECT mode, count(*), sum(prompt_tokens), sum(completion_tokens) FROM model_calls GROUP BY mode") as cur:
+            async for mode, calls, prompt, completion in cur:
+                result.setdefault(mode, ModeTotals()).__dict__.update(
+                    model_calls=calls, prompt_tokens=prompt or 0, completion_tokens=completion or 0)
+        async with self.conn.execute(
+                "SELECT mode, count(*), sum(outcome != 'ok') FROM executions GROUP BY mode") as cur:
+            async for mode, runs, failures in cur:
+                totals = result.setdefault(mode, ModeTotals())
+                totals.executions, totals.failures = runs, failures or 0
+        return result

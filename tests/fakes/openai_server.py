@@ -1,0 +1,131 @@
+"""A scripted OpenAI-compatible chat server on 127.0.0.1, for the real ``openai`` SDK to talk to.
+
+Usage::
+
+    async with FakeOpenAI() as llm:            # llm.base_url -> "http://127.0.0.1:PORT/v1"
+        llm.script(reply("hi"), tool_call("read_file", {"path": "a.txt"}), error(429, retry_after=0))
+        ...
+        llm.requests   # every request body received, in order
+
+A script item is a response dict (``reply``/``tool_call``/``tool_calls``), an ``error(...)``,
+a ``delayed(item, seconds)`` or a function ``f(request_body) -> item``. When the script is
+empty the server answers ``fallback`` (default: a plain "(script exhausted)" reply).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from aiohttp import web
+
+
+def reply(content: str, prompt_tokens: int = 10, completion_tokens: int = 5) -> dict[str, Any]:
+    return {"message": {"role": "assistant", "content": content},
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}}
+
+
+def tool_calls(*calls: tuple[str, dict[str, Any] | str], content: str | None = None) -> dict[str, Any]:
+    items = []
+    for i, (name, args) in enumerate(calls):
+        raw = args if isinstance(args, str) else json.dumps(args)
+        items.append({"id": f"call_{time.monotonic_ns()}_{i}", "type": "function",
+                      "function": {"name": name, "arguments": raw}})
+    return {"message": {"role": "assistant", "content": content, "tool_calls": items},
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5}}
+
+
+def tool_call(name: str, args: dict[str, Any] | str) -> dict[str, Any]:
+    return tool_calls((name, args))
+
+
+@dataclass
+class Error:
+    status: int
+    headers: dict[str, str]
+    message: str
+
+
+def error(status: int, retry_after: float | None = None, message: str = "scripted error") -> Error:
+    headers = {"retry-after-ms": str(int(retry_after * 1000))} if retry_after is not None else {}
+    return Error(status, headers, message)
+
+
+@dataclass
+class Delayed:
+    item: Any
+    seconds: float
+
+
+def delayed(item: Any, seconds: float) -> Delayed:
+    return Delayed(item, seconds)
+
+
+class FakeOpenAI:
+    def __init__(self, fallback: Any = None) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self._script: list[Any] = []
+        self.fallback = fallback if fallback is not None else reply("(script exhausted)")
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        self.request_event = asyncio.Event()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def script(self, *items: Any) -> None:
+        self._script.extend(items)
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if "messages" in r]
+
+    async def start(self) -> "FakeOpenAI":
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+        return self
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> "FakeOpenAI":
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(body)
+        self.request_event.set()
+        item = self._script.pop(0) if self._script else self.fallback
+        if callable(item):
+            item = item(body)
+        if isinstance(item, Delayed):
+            await asyncio.sleep(item.seconds)
+            item = item.item
+        if isinstance(item, Error):
+            return web.json_response({"error": {"message": item.message, "type": "scripted"}},
+                                     status=item.status, headers=item.headers)
+        return web.json_response({
+            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model", "fake"),
+            "choices": [{"index": 0, "message": item["message"], "finish_reason":
+                         "tool_calls" if item["message"].get("tool_calls") else "stop"}],
+            "usage": {**item["usage"], "total_tokens": sum(item["usage"].values())},
+        })
+
+
+Responder = Callable[[dict[str, Any]], Any]

@@ -1,0 +1,85 @@
+"""Config loading: camelCase file, env overrides, one clear line for every mistake, exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nanobot.config import ConfigError, load_config
+
+
+def write(path: Path, data) -> Path:
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def test_defaults_work_without_a_file(home: Path) -> None:
+    config, path = load_config()
+    assert path == home / "config.json"
+    assert config.agents.defaults.execution_mode == "code"
+    assert config.channels.telegram.allow_from == []
+
+
+def test_camel_case_file_is_read(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.json", {"agents": {"defaults": {"maxTokens": 77, "codeRuntime": {"maxToolCalls": 3}},
+                                                  "overrides": {"telegram:1": {"executionMode": "tools"}}},
+                                       "providers": {"local": {"apiBase": "http://127.0.0.1:1/v1"}}})
+    config, _ = load_config(path)
+    assert config.agents.defaults.max_tokens == 77
+    assert config.agents.defaults.code_runtime.max_tool_calls == 3
+    assert config.agent_for("telegram:1").execution_mode == "tools"
+    assert config.agent_for("telegram:2").execution_mode == "code"
+    assert config.providers["local"].api_base == "http://127.0.0.1:1/v1"
+
+
+def test_env_beats_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path / "c.json", {"agents": {"defaults": {"model": "from-file", "maxTokens": 5}},
+                                       "providers": {"openai": {"apiKey": "file-key", "apiBase": "http://x/v1"}}})
+    monkeypatch.setenv("NANOBOT_AGENTS__DEFAULTS__MODEL", "from-env")
+    monkeypatch.setenv("NANOBOT_PROVIDERS__OPENAI__API_KEY", "env-key")
+    config, _ = load_config(path)
+    assert config.agents.defaults.model == "from-env"
+    assert config.providers["openai"].api_key == "env-key"
+    # untouched keys of the same sections still come from the file
+    assert config.agents.defaults.max_tokens == 5
+    assert config.providers["openai"].api_base == "http://x/v1"
+
+
+def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path / "env.json", {"agents": {"defaults": {"model": "m1"}}})
+    monkeypatch.setenv("NANOBOT_CONFIG", str(path))
+    assert load_config()[0].agents.defaults.model == "m1"
+    assert load_config(write(tmp_path / "flag.json", {"agents": {"defaults": {"model": "m2"}}}))[0].agents.defaults.model == "m2"
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"agents": {"defaults": {"modle": "x"}}}, "unknown key 'agents.defaults.modle'"),
+    ({"agents": {"defaults": {"maxTokens": "lots"}}}, "invalid value for 'agents.defaults.maxTokens'"),
+    ({"agents": {"defaults": {"executionMode": "magic"}}}, "invalid value for 'agents.defaults.executionMode'"),
+    ({"channels": {"telegram": {"enabled": "maybe"}}}, "invalid value for 'channels.telegram.enabled'"),
+    ('{"agents": {', "invalid JSON at line 1"),
+    ("[1, 2]", "top level must be a JSON object"),
+])
+def test_bad_config_is_one_clear_error(tmp_path: Path, data, expected: str) -> None:
+    path = write(tmp_path / "bad.json", data)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert expected in str(err.value) and str(path) in str(err.value)
+
+
+def test_named_missing_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.json")
+
+
+def test_cli_exits_2_with_one_line(tmp_path: Path) -> None:
+    path = write(tmp_path / "bad.json", {"tools": {"restrictToWorkspac": False}})
+    result = subprocess.run([sys.executable, "-m", "nanobot", "--config", str(path), "status"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "tools.restrictToWorkspac" in lines[0] and str(path) in lines[0]
