@@ -32,8 +32,16 @@ def fail(message: str, code: int = 2) -> None:
 def main_options(ctx: typer.Context,
                  config: Optional[Path] = typer.Option(None, "--config", help="config file (default $NANOBOT_HOME/config.json)"),
                  verbose: bool = typer.Option(False, "--verbose", "-v", help="log what the agent does")) -> None:
-    ctx.obj = {"config": config}
+    ctx.obj = {"config": config, "validate_code": _validate_job_code}
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+async def _validate_job_code(code: str) -> str | None:
+    """Refuse a broken cron program when it is added, not when it first fires."""
+    from nanobot.agent.code_mode import validate_code
+
+    config = load_config()[0]
+    return await validate_code(code, config)
 
 
 def get_config(ctx: typer.Context) -> Config:
@@ -86,7 +94,7 @@ def agent(ctx: typer.Context,
     if mode is not None and mode not in ("tools", "code", "hybrid"):
         fail(f"--mode must be tools, code or hybrid, not {mode!r}")
     if demo:
-        sys.exit(asyncio.run(_run_demo(message, mode)))
+        sys.exit(asyncio.run(_run_demo(message)))
     config = get_config(ctx)
     sys.exit(asyncio.run(_run_agent(config, message, session, mode)))
 
@@ -127,7 +135,7 @@ async def _chat(rt, session: str, mode: str | None) -> None:
         typer.echo(await rt.agent.handle(session, line.strip(), mode=mode, progress=_print_progress))
 
 
-async def _run_demo(message: str | None, mode: str | None) -> int:
+async def _run_demo(message: str | None) -> int:
     """Replays a bundled recording against a throwaway home and workspace, with the real tools."""
     from nanobot.providers.replay import ReplayProvider
 
@@ -136,7 +144,7 @@ async def _run_demo(message: str | None, mode: str | None) -> int:
     root = Path(tempfile.mkdtemp(prefix="nanobot-demo-"))
     config = Config()
     config.agents.defaults.workspace = str(root / "workspace")
-    config.agents.defaults.execution_mode = mode or setup.get("mode", "code")
+    config.agents.defaults.execution_mode = setup.get("mode", "code")  # the mode it was recorded in
     copy_template(config.workspace_path)
     for name, text in setup.get("files", {}).items():
         (config.workspace_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -146,8 +154,15 @@ async def _run_demo(message: str | None, mode: str | None) -> int:
     typer.echo(f"Workspace: {config.workspace_path}")
     typer.echo(f"you> {message}")
     os.environ["NANOBOT_HOME"] = str(root / "home")
-    logging.getLogger("nanobot.agent").setLevel(logging.INFO)
-    return await _run_agent(config, message, "cli:demo", None, provider=provider)
+    show = logging.StreamHandler(sys.stdout)  # let the viewer watch the program and its calls
+    show.setFormatter(logging.Formatter("  %(message)s"))
+    agent_log = logging.getLogger("nanobot.agent")
+    agent_log.setLevel(logging.INFO)
+    agent_log.addHandler(show)
+    agent_log.propagate = False
+    code = await _run_agent(config, message, "cli:demo", None, provider=provider)
+    typer.echo(f"(model calls: {provider.calls}, replayed; the files are in {config.workspace_path})")
+    return code
 
 
 @app.command()
@@ -191,6 +206,15 @@ async def _count_cron_jobs(db) -> int:
             return (await cur.fetchone())[0]
     except Exception:  # no cron table yet: nothing was ever scheduled
         return 0
+
+
+def _mount_subcommands() -> None:
+    from nanobot.cron.cli import cron_app
+
+    app.add_typer(cron_app, name="cron")
+
+
+_mount_subcommands()
 
 
 def main() -> None:

@@ -201,7 +201,11 @@ class Config(BaseSettings):
     # ---- derived values -------------------------------------------------------------
     @property
     def workspace_path(self) -> Path:
-        return Path(self.agents.defaults.workspace).expanduser().resolve()
+        """The workspace; a path under ``~/.nanobot`` follows NANOBOT_HOME when that is set."""
+        raw = self.agents.defaults.workspace
+        if raw == "~/.nanobot" or raw.startswith("~/.nanobot/"):
+            return (nanobot_home() / raw[len("~/.nanobot"):].lstrip("/")).resolve()
+        return Path(raw).expanduser().resolve()
 
     def agent_for(self, session_key: str) -> AgentSettings:
         """The agent settings for one session: defaults with that session's override applied."""

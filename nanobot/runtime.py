@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nanobot.agent.code_mode import CodeExecutor
 from nanobot.agent.loop import Agent, AgentDeps
 from nanobot.bus import MessageBus
 from nanobot.config import Config, ConfigError, nanobot_home
@@ -45,10 +46,12 @@ class Runtime:
         self.deps = AgentDeps(config=self.config, provider=self.provider, tools=self.tools,
                               sessions=self.sessions, usage=self.usage, bus=self.bus)
         self.deps.services["db"] = self.db
+        self.code = self.deps.services["code"] = CodeExecutor(self.deps)  # the sandbox starts on first use
         self.agent = Agent(self.deps)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         self.sessions.close()
+        await self.code.close()
         await self.provider.close()
         await self.db.close()

@@ -83,3 +83,23 @@ def test_cli_exits_2_with_one_line(tmp_path: Path) -> None:
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "tools.restrictToWorkspac" in lines[0] and str(path) in lines[0]
+
+
+def _key_paths(node, prefix=""):
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "overrides":
+                continue
+            yield from _key_paths(value, f"{prefix}{key}.")
+    else:
+        yield prefix.rstrip(".")
+
+
+def test_example_config_loads_and_shows_every_key() -> None:
+    from nanobot.config import Config
+
+    example = Path(__file__).resolve().parent.parent / "config.example.json"
+    config, _ = load_config(example)
+    documented = set(_key_paths(json.loads(example.read_text())))
+    assert set(_key_paths(json.loads(Config().to_json()))) <= documented
+    assert config.agents.overrides

@@ -56,6 +56,7 @@ class Turn:
         self.messages: list[dict[str, Any]] = []
         self.inputs: dict[str, Any] = {}  # variables handed to code-mode programs (large inputs)
         self.final: str | None = None  # set by final_answer() to end the turn without another model call
+        self.llm_queries = 0  # llm_query() calls from programs in this turn, against their budget
 
     def add(self, message: dict[str, Any]) -> None:
         """Append to both the prompt being built and the session's history."""

@@ -8,14 +8,17 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nanobot.agent.context import render_prompt
-from nanobot.agent.markup import strip_think, text_tool_calls, without_tool_calls
+from nanobot.agent.markup import strip_think, text_tool_calls
 from nanobot.providers.base import LLMResponse, ToolCall
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Turn
+
+log = logging.getLogger(__name__)
 
 
 class Mode(Protocol):
@@ -41,6 +44,7 @@ async def run_tool_call(turn: Turn, name: str, raw_arguments: str) -> str:
     except ValueError as exc:
         return f"Error: the call to {name} was not run: {exc}. Send the arguments as a JSON object."
     tool = turn.deps.tools.get(name)
+    log.info("[%s] %s(%s)", turn.session.key, name, raw_arguments[:80])
     result = await turn.deps.tools.call_for_model(name, arguments, turn.ctx)
     if tool is not None and getattr(tool, "untrusted", False) and not result.startswith("Error:"):
         from nanobot.tools.web import wrap_untrusted
@@ -73,11 +77,14 @@ class ToolsMode:
             return reply or "(no reply)"
         return turn.final
 
+    async def run_call(self, turn: Turn, name: str, raw_arguments: str) -> str:
+        return await run_tool_call(turn, name, raw_arguments)
+
     async def _native_calls(self, turn: Turn, content: str, calls: list[ToolCall]) -> None:
         turn.add({"role": "assistant", "content": strip_think(content) or None,
                   "tool_calls": [c.to_message() for c in calls]})
         for call in calls:
-            result = await run_tool_call(turn, call.name, call.raw_arguments)
+            result = await self.run_call(turn, call.name, call.raw_arguments)
             turn.add({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result})
 
     async def _text_calls(self, turn: Turn, content: str, payloads: list[str]) -> None:
@@ -86,7 +93,7 @@ class ToolsMode:
         results = []
         for payload in payloads:
             name, raw = _split_text_call(payload)
-            result = await run_tool_call(turn, name, raw) if name else f"Error: {raw}"
+            result = await self.run_call(turn, name, raw) if name else f"Error: {raw}"
             results.append(f'<tool_result name="{name or "?"}">\n{result}\n</tool_result>')
         turn.add({"role": "user", "content": "\n".join(results)})
 

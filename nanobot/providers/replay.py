@@ -30,6 +30,10 @@ class ReplayProvider:
                 self._responses.append(record)
         self._next = 0
 
+    @property
+    def calls(self) -> int:
+        return self._next
+
     async def chat(self, request: ChatRequest) -> LLMResponse:
         if self._next >= len(self._responses):
             return LLMResponse("(The recording has no more model turns: this demo replays a fixed conversation.)")

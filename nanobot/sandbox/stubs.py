@@ -19,5 +19,5 @@ def render_stubs(tools: Iterable[Tool], *, header: bool = True) -> str:
 
     ``header`` adds the ``typing`` import the type checker needs; a prompt can leave it out.
     """
-    body = "\n\n".join(t.stub() for t in tools)
+    body = "\n".join(t.stub() for t in tools)
     return f"{STUB_HEADER}\n{body}\n" if header else f"{body}\n"

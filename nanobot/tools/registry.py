@@ -77,7 +77,7 @@ class Tool:
     def stub(self) -> str:
         """A one-function Python stub for the code-mode prompt and the type checker."""
         summary = self.description.strip().splitlines()[0]
-        return f"def {self.name}{_format_signature(self.signature)}:\n    \"\"\"{summary}\"\"\"\n    ..."
+        return f"def {self.name}{_format_signature(self.signature)}: ...  # {summary}"
 
     def bind(self, args: tuple | list, kwargs: dict[str, Any]) -> dict[str, Any]:
         """Map a Python call's positional and keyword arguments onto parameter names."""

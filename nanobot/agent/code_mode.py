@@ -1,0 +1,287 @@
+"""Code mode: the model answers with a Python program, run in Monty with the tools as functions.
+
+One program can list, read, filter and write many things in one model round trip; only what
+it prints (or its last value, or its error) goes back to the model, and ``final_answer``
+ends the turn with no further model call. Hybrid mode offers the same runner as a native
+``exec_python`` tool beside the other tools, sharing the chat's Python state.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from nanobot.agent.context import render_prompt
+from nanobot.agent.markup import extract_code, say_notes, strip_think, without_say
+from nanobot.agent.modes import ToolsMode, attachments_note, run_tool_call
+from nanobot.config import CodeRuntime, Config
+from nanobot.db import migrate
+from nanobot.providers.base import LLMResponse
+
+if TYPE_CHECKING:
+    from nanobot.agent.loop import AgentDeps, Turn
+    from nanobot.sandbox import ExecutionResult, Sandbox
+    from nanobot.tools.registry import ToolContext, ToolRegistry
+
+log = logging.getLogger(__name__)
+
+# Functions that exist only inside programs; the host implements them per run.
+CODE_ONLY_STUBS = '''def final_answer(value: Any) -> None: ...  # End the turn now; str(value) is the reply to the user.
+def llm_query(prompt: str) -> str: ...  # Ask the model a self-contained question (e.g. about a chunk of text).
+'''
+
+STATE_MIGRATIONS = ["CREATE TABLE code_state (session_key TEXT PRIMARY KEY, state BLOB NOT NULL, updated REAL NOT NULL);"]
+
+Extra = Callable[..., Awaitable[Any]]
+
+
+def code_stubs(tools: ToolRegistry, *, header: bool = True) -> str:
+    from nanobot.sandbox import render_stubs
+
+    return render_stubs(tools.tools(), header=header) + CODE_ONLY_STUBS
+
+
+class CodeExecutor:
+    """Runs programs for chats: the sandbox, host functions, saved Python state, telemetry."""
+
+    def __init__(self, deps: AgentDeps) -> None:
+        self.deps = deps
+        self._sandbox: Sandbox | None = None
+        self._restored: set[str] = set()
+        self._migrated = False
+
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:  # started on first use: a tools-mode process never pays for it
+            from nanobot.sandbox import Sandbox
+
+            self._sandbox = Sandbox()
+        return self._sandbox
+
+    async def run(self, code: str, ctx: ToolContext, *, limits: CodeRuntime, timezone: str, mode: str,
+                  extras: dict[str, Extra] | None = None, inputs: dict[str, Any] | None = None) -> ExecutionResult:
+        """Run ``code`` in the chat's Python state with every tool (and ``extras``) as functions."""
+        tools = self.deps.tools
+        extras = extras or {}
+
+        async def call(name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+            if name in extras:
+                return await extras[name](*args, **kwargs)
+            tool = tools.get(name)
+            log.info("[%s] %s(%s)", ctx.session_key, name, _short_args(args, kwargs))
+            return await tools.call(name, tool.bind(args, kwargs), ctx)
+
+        if limits.persist_state:
+            await self._restore(ctx.session_key)
+        result = await self.sandbox.run(
+            code, session_key=ctx.session_key, call=call, function_names=[*tools.names(), *extras],
+            limits=limits, stubs=code_stubs(tools) if limits.type_check else None, inputs=inputs,
+            save_state=limits.persist_state, timezone=timezone)
+        if limits.persist_state:
+            await self._save(ctx.session_key, result.state)
+        if self.deps.usage:
+            await self.deps.usage.record_execution(ctx.session_key, mode, result.duration_ms, result.function_calls,
+                                                   "ok" if result.ok else (result.error_type or "error"))
+        return result
+
+    async def check(self, code: str, limits: CodeRuntime) -> str | None:
+        """Syntax (and, with typeCheck, types) of a program, without running it."""
+        return await self.sandbox.check_code(code, stubs=code_stubs(self.deps.tools), type_check=limits.type_check)
+
+    async def reset(self, session_key: str) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.reset(session_key)
+        self._restored.discard(session_key)
+        db = await self._db()
+        if db is not None:
+            await db.execute("DELETE FROM code_state WHERE session_key = ?", (session_key,))
+            await db.commit()
+
+    async def close(self) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.close()
+            self._sandbox = None
+
+    async def _db(self):
+        db = self.deps.services.get("db")
+        if db is not None and not self._migrated:
+            await migrate(db, "code_state", STATE_MIGRATIONS)
+            self._migrated = True
+        return db
+
+    async def _restore(self, key: str) -> None:
+        """Seed the chat's state from the last process's dump, once per process."""
+        if key in self._restored:
+            return
+        self._restored.add(key)
+        db = await self._db()
+        if db is None or self.sandbox.has_state(key):
+            return
+        async with db.execute("SELECT state FROM code_state WHERE session_key = ?", (key,)) as cur:
+            row = await cur.fetchone()
+        if row:
+            self.sandbox.restore(key, bytes(row[0]))
+
+    async def _save(self, key: str, state: bytes | None) -> None:
+        db = await self._db()
+        if db is None:
+            return
+        if state is None:  # too large to keep (the result carries the notice) or lost
+            await db.execute("DELETE FROM code_state WHERE session_key = ?", (key,))
+        else:
+            await db.execute("INSERT INTO code_state (session_key, state, updated) VALUES (?, ?, ?) "
+                             "ON CONFLICT(session_key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
+                             (key, state, time.time()))
+        await db.commit()
+
+
+def _short_args(args: tuple, kwargs: dict[str, Any]) -> str:
+    text = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def executor(turn: Turn) -> CodeExecutor:
+    code = turn.deps.services.get("code")
+    if code is None:
+        code = turn.deps.services["code"] = CodeExecutor(turn.deps)
+    return code
+
+
+def turn_functions(turn: Turn) -> dict[str, Extra]:
+    """``final_answer`` and ``llm_query``, bound to this turn."""
+    from nanobot.sandbox import StopProgram
+
+    async def final_answer(value: Any = "") -> None:
+        turn.final = value if isinstance(value, str) else repr(value)
+        raise StopProgram()
+
+    async def llm_query(prompt: str) -> str:
+        limit = turn.settings.code_runtime.max_llm_queries
+        if turn.llm_queries >= limit:
+            raise RuntimeError(f"llm_query budget used up ({limit} per turn, codeRuntime.maxLlmQueries)")
+        turn.llm_queries += 1
+        response = await turn.ask_model(messages=[{"role": "user", "content": str(prompt)}], purpose="llm_query")
+        return strip_think(response.content)
+
+    return {"final_answer": final_answer, "llm_query": llm_query, **turn.deps.services.get("code_functions", {})}
+
+
+async def run_program(turn: Turn, code: str) -> str:
+    """Run one program for the turn; the text of its ``<python_result>`` message."""
+    settings = turn.settings
+    result = await executor(turn).run(code, turn.ctx, limits=settings.code_runtime, timezone=settings.timezone,
+                                      mode=turn.mode.name, extras=turn_functions(turn), inputs=turn.inputs or None)
+    return result.to_model_text()
+
+
+class CodeMode:
+    name = "code"
+
+    def prompt_section(self, turn: Turn) -> str:
+        rt = turn.settings.code_runtime
+        return render_prompt("code_mode.md", stubs=code_stubs(turn.deps.tools, header=False).strip(),
+                             max_seconds=rt.max_execution_ms / 1000, max_calls=rt.max_tool_calls)
+
+    def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
+        return None  # the functions are described as Python stubs in the prompt instead
+
+    def user_content(self, turn: Turn, content: str, media: list[str]) -> str:
+        return large_inputs(turn, content, media)
+
+    async def step(self, turn: Turn, response: LLMResponse) -> str | None:
+        text = strip_think(response.content)
+        for note in say_notes(text):
+            await turn.say(note)
+        block = extract_code(text)
+        if block is None:
+            reply = without_say(text)
+            turn.add({"role": "assistant", "content": reply})
+            return reply or "(done)"
+        turn.add({"role": "assistant", "content": text})
+        log.info("[%s] running the model's program:\n%s", turn.session.key, block.code)
+        output = await run_program(turn, block.code)
+        turn.add({"role": "user", "content": f"<python_result>\n{output}\n</python_result>"})
+        if turn.final is not None:
+            turn.session.append({"role": "assistant", "content": turn.final})
+        return turn.final
+
+
+def large_inputs(turn: Turn, content: str, media: list[str]) -> str:
+    """Hand big messages and sent documents to programs as variables instead of the prompt."""
+    limit = turn.settings.code_runtime.large_input_chars
+    parts = []
+    if len(content) > limit:
+        turn.inputs["context"] = content
+        parts.append(f"[The user's message is {len(content):,} characters long; it is in the variable `context`. "
+                     f"It begins:]\n{content[:300]}")
+    else:
+        parts.append(content)
+    files = _readable_files(turn.ctx.workspace, media, limit * 100)
+    if files:
+        turn.inputs["files"] = files
+        sizes = ", ".join(f"{name!r} ({len(text):,} chars)" for name, text in files.items())
+        parts.append(f"[Sent documents are in the variable `files` (name -> text): {sizes}]")
+    parts.append(attachments_note(media))
+    return "\n".join(p for p in parts if p)
+
+
+def _readable_files(workspace: Path, media: list[str], max_chars: int) -> dict[str, str]:
+    files = {}
+    for rel in media:
+        try:
+            text = (workspace / rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # binary or gone: the model still sees its path
+        if len(text) <= max_chars:
+            files[Path(rel).name] = text
+    return files
+
+
+class HybridMode(ToolsMode):
+    """Native tools plus ``exec_python(code)``, which runs code like code mode does."""
+
+    name = "hybrid"
+
+    def prompt_section(self, turn: Turn) -> str:
+        return render_prompt("hybrid_mode.md", stubs=code_stubs(turn.deps.tools, header=False).strip())
+
+    def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
+        return [*turn.deps.tools.openai_schemas(), EXEC_PYTHON_SCHEMA]
+
+    def user_content(self, turn: Turn, content: str, media: list[str]) -> str:
+        return large_inputs(turn, content, media)
+
+    async def run_call(self, turn: Turn, name: str, raw_arguments: str) -> str:
+        if name != "exec_python":
+            return await run_tool_call(turn, name, raw_arguments)
+        from nanobot.providers.base import ToolCall
+
+        try:
+            code = ToolCall("", name, raw_arguments).parsed_arguments().get("code")
+        except ValueError as exc:
+            return f"Error: exec_python was not run: {exc}"
+        if not isinstance(code, str) or not code.strip():
+            return "Error: exec_python needs a non-empty 'code' string"
+        return await run_program(turn, code)
+
+
+EXEC_PYTHON_SCHEMA = {"type": "function", "function": {
+    "name": "exec_python",
+    "description": ("Run a Python program in this chat's persistent sandbox. Every other tool is a plain function "
+                    "there (no await). Returns printed output, the last expression's value, or the error."),
+    "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]}}}
+
+
+async def validate_code(code: str, config: Config) -> str | None:
+    """Check a program without running it, in a throwaway sandbox (for the CLI's ``cron add``)."""
+    from nanobot.sandbox import Sandbox
+    from nanobot.tools.builtin import default_registry
+
+    sandbox = Sandbox(max_live_sessions=1, spare_workers=1)
+    try:
+        return await sandbox.check_code(code, stubs=code_stubs(default_registry(config)),
+                                        type_check=config.agents.defaults.code_runtime.type_check)
+    finally:
+        await sandbox.close()

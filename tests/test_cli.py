@@ -1,0 +1,92 @@
+"""The ``nanobot`` command as a user runs it: subprocesses, real config files, the fake model server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+
+
+async def nanobot(*args: str, home: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "nanobot", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NANOBOT_HOME": str(home), **(env or {})})
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def write_config(home: Path, workspace: Path, base_url: str, mode: str = "tools") -> None:
+    (home / "config.json").write_text(json.dumps({
+        "agents": {"defaults": {"workspace": str(workspace), "model": "m", "executionMode": mode}},
+        "providers": {"openai": {"apiKey": "k", "apiBase": base_url}}}))
+
+
+async def test_agent_message_does_a_multi_step_file_task(home: Path, workspace: Path) -> None:
+    (workspace / "todo.txt").write_text("buy milk\ncall bob\n")
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        llm.script(tool_call("read_file", {"path": "todo.txt"}),
+                   tool_call("write_file", {"path": "done.txt", "content": "buy milk\n"}),
+                   tool_call("edit_file", {"path": "todo.txt", "old": "buy milk\n", "new": ""}),
+                   reply("Moved 'buy milk' to done.txt."))
+        code, out, err = await nanobot("agent", "-m", "move milk to done", home=home)
+    assert code == 0, err
+    assert out.strip() == "Moved 'buy milk' to done.txt."
+    assert (workspace / "done.txt").read_text() == "buy milk\n"
+    assert (workspace / "todo.txt").read_text() == "call bob\n"
+    history = (home / "sessions" / "cli_default.jsonl").read_text().splitlines()
+    assert len(history) == 1 + 1 + 3 * 2 + 1  # meta, user, three call/result pairs, answer
+    assert len(llm.chat_requests) == 4
+
+
+async def test_agent_mode_flag_runs_code_mode(home: Path, workspace: Path) -> None:
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url, mode="tools")
+        llm.script(reply("```python\nwrite_file('x.txt', 'hi')\nfinal_answer(list_dir())\n```"))
+        code, out, err = await nanobot("agent", "--mode", "code", "-m", "go", "--session", "cli:other", home=home)
+    assert code == 0, err
+    assert "x.txt" in out and "tools" not in llm.chat_requests[0]
+
+
+async def test_unreachable_model_is_a_clear_reply_not_a_traceback(home: Path, workspace: Path) -> None:
+    write_config(home, workspace, "http://127.0.0.1:9/v1")
+    cfg = json.loads((home / "config.json").read_text())
+    cfg["providers"]["openai"]["maxRetries"] = 0
+    (home / "config.json").write_text(json.dumps(cfg))
+    code, out, err = await nanobot("agent", "-m", "hi", home=home)
+    assert code == 0 and "could not reach the model server" in out and "Traceback" not in out + err
+
+
+async def test_onboard_then_status(home: Path, tmp_path: Path) -> None:
+    code, out, _ = await nanobot("onboard", home=home)
+    assert code == 0 and (home / "config.json").exists()
+    workspace = home / "workspace"
+    assert (workspace / "AGENTS.md").exists() and (workspace / "memory" / "MEMORY.md").exists()
+    (home / "config.json").write_text((home / "config.json").read_text().replace('"gpt-4.1-mini"', '"mine"'))
+    code, out, _ = await nanobot("onboard", home=home)
+    assert "exists" in out and '"mine"' in (home / "config.json").read_text()  # never overwritten without --force
+    code, out, _ = await nanobot("status", home=home)
+    assert code == 0 and "mine" in out and "Channels:  none enabled" in out and "Cron jobs: 0" in out
+
+
+async def test_demo_runs_offline_and_says_so(home: Path) -> None:
+    code, out, err = await nanobot("agent", "--demo", home=home)
+    assert code == 0, err
+    assert "recording" in out and "3 Python files, 31 lines" in out and "model calls: 1" in out
+
+
+@pytest.mark.parametrize("args", [["agent", "--mode", "fast", "-m", "x"], ["--config", "/nonexistent.json", "status"]])
+async def test_bad_usage_exits_2(home: Path, args: list[str]) -> None:
+    code, _, err = await nanobot(*args, home=home)
+    assert code == 2 and err.strip()
+
+
+async def test_python_dash_m_and_console_script_agree(home: Path) -> None:
+    code, out, _ = await nanobot("--help", home=home)
+    assert code == 0 and "onboard" in out and "cron" in out

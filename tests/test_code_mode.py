@@ -1,0 +1,172 @@
+"""Code and hybrid mode end to end: scripted model (real openai SDK), real Monty, real tools."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from nanobot.config import AgentOverride
+from nanobot.runtime import Runtime
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.helpers import config_for
+
+COUNT_PROGRAM = """```python
+total = 0
+for name in list_dir("src"):
+    if name.endswith(".py"):
+        total += len(read_file("src/" + name).splitlines())
+final_answer(f"{total} lines")
+```"""
+
+
+@pytest.fixture
+async def llm():
+    async with FakeOpenAI() as server:
+        yield server
+
+
+def make_files(workspace: Path, n: int) -> None:
+    (workspace / "src").mkdir()
+    for i in range(n):
+        (workspace / "src" / f"m{i}.py").write_text("a = 1\nb = 2\n")
+
+
+async def ask(llm: FakeOpenAI, workspace: Path, *messages: str, session: str = "cli:c", mode: str = "code",
+              progress=None, **settings) -> list[str]:
+    async with Runtime(config_for(llm.base_url, workspace, mode=mode, **settings)) as rt:
+        return [await rt.agent.handle(session, m, progress=progress) for m in messages]
+
+
+@pytest.mark.parametrize("n", [5, 20])
+async def test_n_file_task_costs_one_call_in_code_mode(llm: FakeOpenAI, workspace: Path, n: int) -> None:
+    make_files(workspace, n)
+    llm.script(reply(COUNT_PROGRAM))
+    assert await ask(llm, workspace, "count lines") == [f"{2 * n} lines"]
+    assert len(llm.chat_requests) == 1
+    assert "tools" not in llm.chat_requests[0]  # code mode sends no native tool definitions
+    system = llm.chat_requests[0]["messages"][0]["content"]
+    assert "def read_file(path: str) -> str" in system and "final_answer" in system
+
+
+async def test_same_task_in_tools_mode_costs_a_call_per_file(llm: FakeOpenAI, workspace: Path) -> None:
+    n = 5
+    make_files(workspace, n)
+    llm.script(tool_call("list_dir", {"path": "src"}),
+               *[tool_call("read_file", {"path": f"src/m{i}.py"}) for i in range(n)], reply("10 lines"))
+    assert await ask(llm, workspace, "count lines", mode="tools") == ["10 lines"]
+    assert len(llm.chat_requests) == n + 2
+
+
+async def test_result_goes_back_and_the_model_answers(llm: FakeOpenAI, workspace: Path) -> None:
+    (workspace / "a.txt").write_text("hello")
+    llm.script(reply("Let me check.\n<run_python>\ntext = read_file('a.txt')\nprint(text.upper())\nlen(text)\n</run_python>"),
+               reply("It says HELLO."))
+    assert await ask(llm, workspace, "read a.txt") == ["It says HELLO."]
+    result = llm.chat_requests[1]["messages"][-1]
+    assert result == {"role": "user", "content": "<python_result>\nHELLO\nOut: 5\n</python_result>"}
+
+
+async def test_errors_are_fed_back_and_the_fix_succeeds(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(reply("```python\nx = (1,\n```"),
+               reply("```python\nprint(undefined_name)\n```"),
+               reply("```python\nread_file('missing.txt')\n```"),
+               reply("```python\ntry:\n    read_file('missing.txt')\nexcept FileNotFoundError as e:\n    final_answer('no file: ' + str(e)[:20])\n```"))
+    [answer] = await ask(llm, workspace, "go")
+    assert answer.startswith("no file:")
+    results = [r["messages"][-1]["content"] for r in llm.chat_requests[1:]]
+    assert "SyntaxError" in results[0]
+    assert "NameError" in results[1] and "undefined_name" in results[1]
+    assert "FileNotFoundError" in results[2] and "line 1" in results[2]
+
+
+async def test_state_persists_across_turns_and_a_restart(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(reply("```python\nnotes = ['a']\ndef add(x):\n    notes.append(x)\n    return len(notes)\nfinal_answer('ok')\n```"),
+               reply("```python\nfinal_answer(add('b'))\n```"))
+    assert await ask(llm, workspace, "one", "two") == ["ok", "2"]
+    llm.script(reply("```python\nfinal_answer(str(add('c')) + ' ' + ','.join(notes))\n```"))
+    assert await ask(llm, workspace, "three") == ["3 a,b,c"]  # a new Runtime: state came from nanobot.db
+
+
+async def test_new_clears_the_python_state(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(reply("```python\nsecret = 42\nfinal_answer('set')\n```"),
+               reply("```python\nfinal_answer(str(secret))\n```"))
+    answers = await ask(llm, workspace, "set", "/new", "get")
+    assert answers[:2] == ["set", "Started a new conversation."]
+    assert "NameError" in llm.chat_requests[-1]["messages"][-1]["content"] or "NameError" in answers[2]
+
+
+async def test_infinite_loop_and_memory_bomb_are_stopped(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(reply("```python\nwhile True:\n    pass\n```"), reply("```python\nx = [0] * 10**9\n```"), reply("gave up"))
+    started = time.monotonic()
+    settings = {"code_runtime": config_for("", workspace).agents.defaults.code_runtime.model_copy(
+        update={"max_execution_ms": 300, "max_memory_mb": 50})}
+    assert await ask(llm, workspace, "loop", **settings) == ["gave up"]
+    assert time.monotonic() - started < 10
+    results = [r["messages"][-1]["content"] for r in llm.chat_requests[1:]]
+    assert "TimeoutError" in results[0]
+    assert "MemoryError" in results[1]
+
+
+async def test_await_on_a_function_is_explained(llm: FakeOpenAI, workspace: Path) -> None:
+    (workspace / "a.txt").write_text("x")
+    llm.script(reply("```python\ntext = await read_file('a.txt')\n```"), reply("ok"))
+    await ask(llm, workspace, "go")
+    assert "without `await`" in llm.chat_requests[1]["messages"][-1]["content"]
+
+
+async def test_say_notes_are_sent_at_once(llm: FakeOpenAI, workspace: Path) -> None:
+    notes = []
+
+    async def progress(text: str) -> None:
+        notes.append(text)
+
+    llm.script(reply("<say>Counting now.</say>\n```python\nfinal_answer('done')\n```"))
+    assert await ask(llm, workspace, "go", progress=progress) == ["done"]
+    assert notes == ["Counting now."]
+
+
+async def test_llm_query_is_a_budgeted_sub_call(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(reply("```python\nparts = [llm_query('summarize: ' + c) for c in ['aa', 'bb']]\n"
+                     "try:\n    llm_query('one too many')\nexcept RuntimeError as e:\n    parts.append('budget')\n"
+                     "final_answer(' | '.join(parts))\n```"),
+               reply("sum-a"), reply("sum-b"))
+    code_runtime = config_for("", workspace).agents.defaults.code_runtime.model_copy(update={"max_llm_queries": 2})
+    assert await ask(llm, workspace, "go", code_runtime=code_runtime) == ["sum-a | sum-b | budget"]
+    assert llm.chat_requests[1]["messages"] == [{"role": "user", "content": "summarize: aa"}]
+    async with Runtime(config_for(llm.base_url, workspace)) as rt:
+        totals = (await rt.usage.totals())["code"]
+    assert totals.model_calls == 3 and totals.executions == 1 and totals.failures == 0
+
+
+async def test_large_input_arrives_as_context(llm: FakeOpenAI, workspace: Path) -> None:
+    big = "word " * 5000
+    llm.script(reply("```python\nfinal_answer(str(len(context.split())))\n```"))
+    assert await ask(llm, workspace, big) == ["5000"]
+    prompt = llm.chat_requests[0]["messages"][-1]["content"]
+    assert "variable `context`" in prompt and len(prompt) < 1000
+
+
+async def test_hybrid_exec_python_shares_state_with_later_programs(llm: FakeOpenAI, workspace: Path) -> None:
+    (workspace / "n.txt").write_text("3")
+    llm.script(tool_call("exec_python", {"code": "n = int(read_file('n.txt'))\nn * 2"}),
+               tool_call("read_file", {"path": "n.txt"}),
+               tool_call("exec_python", {"code": "final_answer(n + 1)"}))
+    assert await ask(llm, workspace, "go", mode="hybrid") == ["4"]
+    names = {t["function"]["name"] for t in llm.chat_requests[0]["tools"]}
+    assert {"exec_python", "read_file"} <= names
+    assert llm.chat_requests[1]["messages"][-1]["content"] == "Out: 6"
+    assert len(llm.chat_requests) == 3
+
+
+async def test_mode_precedence_and_persistence(llm: FakeOpenAI, workspace: Path) -> None:
+    config = config_for(llm.base_url, workspace, mode="code")
+    config.agents.overrides["telegram:5"] = AgentOverride(execution_mode="tools")
+    async with Runtime(config) as rt:
+        assert await rt.agent.handle("telegram:5", "/mode") == "Mode: tools (choose with /mode tools|code|hybrid)."
+        assert await rt.agent.handle("telegram:5", "/mode hybrid") == "Mode set to hybrid for this chat."
+        assert "Unknown mode" in await rt.agent.handle("telegram:5", "/mode fast")
+    async with Runtime(config) as rt:  # after a restart the chat's choice still wins over the override
+        assert await rt.agent.handle("telegram:5", "/mode") == "Mode: hybrid (choose with /mode tools|code|hybrid)."
+        assert await rt.agent.handle("telegram:6", "/mode") == "Mode: code (choose with /mode tools|code|hybrid)."
