@@ -22,8 +22,6 @@ from typing import Any, Awaitable, Callable, Optional
 import typer
 
 from nanobot.config import Config, ConfigError, load_config, nanobot_home
-from nanobot.cron import schedule
-from nanobot.cron.service import create_job
 from nanobot.cron.store import CronJob, CronStore
 
 cron_app = typer.Typer(name="cron", no_args_is_help=True,
@@ -78,6 +76,8 @@ def _when(job: CronJob) -> str:
     if job.next_run_at is None:
         return "-"
     try:
+        from nanobot.cron import schedule
+
         tz = schedule.zone(job.timezone)
     except ValueError:
         tz = None
@@ -94,6 +94,8 @@ def list_jobs(ctx: typer.Context) -> None:
     """List jobs: schedule, timezone, kind, delivery target, next run (in the job's zone)."""
 
     async def action(store: CronStore, config: Config) -> None:
+        from nanobot.cron import schedule
+
         jobs = await store.list()
         if not jobs:
             typer.echo("No cron jobs.")
@@ -145,6 +147,8 @@ def add(
     validate_code = _options(ctx).get("validate_code")
 
     async def action(store: CronStore, config: Config) -> None:
+        from nanobot.cron.service import create_job
+
         job = await create_job(
             store, name=name, owner_session=to or CLI_SESSION, deliver_to=to, schedule_kind=kind,
             expression=str(expression), timezone=tz or config.agents.defaults.timezone,

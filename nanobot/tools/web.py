@@ -12,27 +12,19 @@ import asyncio
 import codecs
 import html
 import re
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import aiohttp
-import lxml.html
-from lxml import etree
-from markdownify import markdownify
 from pydantic import Field
-from readability import Document
-from yarl import URL
 
 from nanobot.tools.registry import ToolContext, tool
-from nanobot.tools.ssrf import BlockedAddressError, GuardedResolver, check_url
+
+if TYPE_CHECKING:
+    from nanobot.tools.http_fetch import Page
 
 # The Brave endpoint is a constant, not a config key: only tests point it elsewhere.
 BRAVE_API_URL = "https://api.search.brave.com/res/v1/web/search"
 DDG_BACKEND = "duckduckgo"  # ddgs "auto" would also send the query to Google, Bing, Yandex...
 SEARCH_TIMEOUT = 15.0
-MAX_REDIRECTS = 5
-USER_AGENT = "Mozilla/5.0 (compatible; nanobot/0.1)"
-_REDIRECTS = {301, 302, 303, 307, 308}
 
 # ---------------------------------------------------------------------------------- search
 
@@ -57,6 +49,8 @@ async def web_search(
 
 
 async def _search_brave(query: str, count: int, api_key: str) -> list[dict]:
+    import aiohttp  # loaded on first use: a one-shot CLI call should not pay for it
+
     if not api_key:
         raise ValueError("web_search: provider 'brave' needs tools.web.search.apiKey "
                          "(or set the provider to 'duckduckgo', which needs no key)")
@@ -113,25 +107,19 @@ def _plain(fragment: str) -> str:
 # ----------------------------------------------------------------------------------- fetch
 
 
-@dataclass
-class _Page:
-    url: str
-    content_type: str
-    charset: str | None
-    body: bytes
-    truncated: bool
-
-
 @tool
 async def web_fetch(
     ctx: ToolContext,
     url: Annotated[str, Field(description="An http:// or https:// URL on the public internet")],
 ) -> str:
     """Fetch a web page and return its main content as Markdown (text and JSON as they are)."""
+    from nanobot.tools.http_fetch import download  # aiohttp loads only when a page is fetched
+    from nanobot.tools.ssrf import BlockedAddressError
+
     settings = ctx.config.tools.web.fetch
     try:
         async with asyncio.timeout(settings.timeout):  # one budget for every hop and the body
-            page = await _download(url.strip(), settings.max_bytes)
+            page = await download(url.strip(), settings.max_bytes)
     except TimeoutError:
         raise TimeoutError(f"web_fetch: {url} took longer than {settings.timeout:g}s") from None
     except BlockedAddressError as exc:  # callers see the plain built-in type
@@ -140,57 +128,13 @@ async def web_fetch(
     return await asyncio.to_thread(_render, page, settings.max_bytes, settings.max_chars)
 
 
-async def _download(url: str, max_bytes: int) -> _Page:
-    target = check_url(url)
-    # The guarded resolver vets every address at connect time; no env proxy may do the
-    # resolving for us (trust_env=False), and redirects are followed here, hop by hop.
-    connector = aiohttp.TCPConnector(resolver=GuardedResolver(), use_dns_cache=False)
-    headers = {"User-Agent": USER_AGENT, "Accept": "text/html,text/plain,application/json;q=0.9,*/*;q=0.5"}
-    async with aiohttp.ClientSession(connector=connector, trust_env=False, headers=headers) as session:
-        for _ in range(MAX_REDIRECTS + 1):
-            result = await _hop(session, target, max_bytes)
-            if isinstance(result, _Page):
-                return result
-            target = result
-    raise RuntimeError(f"web_fetch: too many redirects (more than {MAX_REDIRECTS}) starting at {url}")
-
-
-async def _hop(session: aiohttp.ClientSession, target: URL, max_bytes: int) -> _Page | URL:
-    """One request: the page, or the vetted URL it redirects to."""
-    try:
-        async with session.get(target, allow_redirects=False) as resp:
-            location = resp.headers.get("Location")
-            if resp.status in _REDIRECTS and location:
-                return check_url(target.join(URL(location)))
-            if resp.status >= 400:
-                hint = ", rate limited, try again later" if resp.status == 429 else ""
-                raise RuntimeError(f"web_fetch: HTTP {resp.status} {resp.reason or ''}{hint} from {target}")
-            body, truncated = await _read_capped(resp, max_bytes)
-            return _Page(str(target), resp.content_type, resp.charset, body, truncated)
-    except aiohttp.ClientConnectorError as exc:
-        if isinstance(exc.os_error, BlockedAddressError):  # our resolver said no
-            raise exc.os_error from None
-        raise RuntimeError(f"web_fetch: cannot connect to {target.host}: {exc.os_error}") from None
-    except aiohttp.ClientError as exc:
-        raise RuntimeError(f"web_fetch: {target}: {exc}") from None
-
-
-async def _read_capped(resp: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
-    """Read at most ``limit`` bytes, then stop (closing the connection), however big the body."""
-    chunks, size = [], 0
-    async for chunk in resp.content.iter_chunked(65536):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return b"".join(chunks)[:limit], True
-    return b"".join(chunks), False
-
-
-def _render(page: _Page, max_bytes: int, max_chars: int) -> str:
+def _render(page: Page, max_bytes: int, max_chars: int) -> str:
     kind = _kind(page)
     text = _decode(page.body, page.charset)
     title = ""
     if kind == "html":
+        from nanobot.tools.html_markdown import html_to_markdown
+
         title, text = html_to_markdown(text, page.url)
     if len(text) > max_chars:
         text = text[:max_chars] + f"\n\n[truncated: {len(text) - max_chars} more characters not shown]"
@@ -200,7 +144,7 @@ def _render(page: _Page, max_bytes: int, max_chars: int) -> str:
     return f"{header}\n\n{text.strip()}"
 
 
-def _kind(page: _Page) -> str:
+def _kind(page: Page) -> str:
     ctype = page.content_type.lower()
     if ctype in ("text/html", "application/xhtml+xml"):
         return "html"
@@ -229,78 +173,6 @@ def _decode(body: bytes, declared: str | None) -> str:
     except LookupError:
         return body.decode("utf-8", errors="replace")
 
-
-# ------------------------------------------------------------------------- HTML -> Markdown
-
-_ID = "data-nanobot-id"
-# Never content: site chrome, hidden text (a favourite hiding place for prompt injection), code.
-_NOISE = etree.XPath(
-    "//script | //style | //noscript | //template | //iframe | //svg | //form | //button | //nav | //aside"
-    " | //footer | //header[not(ancestor::article or ancestor::main)] | //*[@hidden] | //*[@aria-hidden='true']"
-    " | //*[contains(translate(@style, ' ', ''), 'display:none')] | //img[starts-with(@src, 'data:')]")
-
-
-def html_to_markdown(page: str, base_url: str = "") -> tuple[str, str]:
-    """The page's title and its main content as Markdown.
-
-    readability picks *where* the main content is; the Markdown is made from the original
-    elements it picked, because readability's own cleanup drops short lists, link lists and
-    headings that are links, which are often exactly what the reader came for.
-    """
-    page = re.sub(r"^\s*<\?xml[^>]*>", "", page)  # lxml refuses str input with an encoding declaration
-    try:
-        tree = lxml.html.document_fromstring(page)
-    except (etree.ParserError, ValueError):
-        return "", page.strip()
-    title = " ".join((tree.findtext(".//title") or "").split())
-    for element in _NOISE(tree):
-        element.drop_tree()
-    for anchor in tree.xpath("//a[starts-with(@href, '#')]"):  # in-page anchors are noise to a reader
-        # A lone symbol is a permalink marker (the "¶" after docs headings); drop it entirely.
-        if len(anchor.text_content().strip()) <= 1:
-            anchor.drop_tree()
-        else:
-            anchor.drop_tag()
-    if base_url:
-        tree.make_links_absolute(base_url, handle_failures="discard")
-    parts = _main_content(tree)
-    markdown = "\n\n".join(_to_markdown(part) for part in parts)
-    return title, re.sub(r"\n{3,}", "\n\n", markdown).strip()
-
-
-def _main_content(tree: lxml.html.HtmlElement) -> list[lxml.html.HtmlElement]:
-    """The elements readability chose, found again in our tree by an id we gave every element."""
-    elements = {}
-    for i, element in enumerate(tree.iter(etree.Element)):
-        element.set(_ID, str(i))
-        elements[str(i)] = element
-    body = tree.find("body")
-    fallback = [body if body is not None else tree]
-    try:
-        summary = Document(lxml.html.tostring(tree, encoding="unicode")).summary(html_partial=True)
-        picked = lxml.html.fromstring(summary)
-    except Exception:  # readability gives up on odd pages; the whole (cleaned) body will do
-        return fallback
-    chosen = [picked] if picked.get(_ID) else list(picked)
-    # An element readability made up itself (it turns some divs into paragraphs) has no id.
-    return [elements.get(el.get(_ID) or "", el) for el in chosen] or fallback
-
-
-def _to_markdown(element: lxml.html.HtmlElement) -> str:
-    return markdownify(lxml.html.tostring(element, encoding="unicode"), heading_style="ATX",
-                       bullets="-", code_language_callback=_code_language)
-
-
-def _code_language(pre: Any) -> str | None:
-    """The language of a <pre> from the usual class="language-x" on it or its <code>."""
-    code = pre.find("code")
-    for cls in (pre.get("class") or []) + ((code.get("class") or []) if code is not None else []):
-        if cls.startswith(("language-", "lang-")):
-            return cls.split("-", 1)[1]
-    return None
-
-
-# ---------------------------------------------------------------------------------- untrusted
 
 _MARKER = re.compile(r"</?external_content", re.I)
 

