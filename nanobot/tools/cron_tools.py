@@ -1,0 +1,99 @@
+"""schedule_cron, list_cron, remove_cron: the agent's hands on the cron store.
+
+They write nanobot.db, the scheduler's source of truth; a running gateway picks a change up
+within its poll interval (about a second), the same way it sees ``nanobot cron add``. Code is
+checked (syntax, and types with typeCheck) when it is scheduled, so a broken job is refused
+now rather than failing at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import Field
+
+from nanobot.tools.registry import ToolContext, tool
+
+_EVERY = re.compile(r"^every\s+(\d+)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?$", re.I)
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_expression(expression: str) -> tuple[str, str]:
+    """``"0 9 * * 1-5"`` -> cron; ``"every 10m"`` -> every 600 s; ``"at 2026-12-01T09:00"`` -> one shot."""
+    text = expression.strip()
+    if match := _EVERY.match(text):
+        unit = (match.group(2) or "s")[0].lower()
+        return "every", str(int(match.group(1)) * _UNIT_SECONDS[unit])
+    if text.lower().startswith("at "):
+        return "at", text[3:].strip()
+    return "cron", text
+
+
+async def _store(ctx: ToolContext):
+    from nanobot.cron.store import CronStore
+
+    db = ctx.services.get("db")
+    if db is None:
+        raise RuntimeError("cron is not available here (no database)")
+    store = CronStore(db)
+    await store.migrate()
+    return store
+
+
+async def _validator(ctx: ToolContext):
+    code = ctx.services.get("code")
+    if code is None:
+        return None
+    limits = ctx.config.agent_for(ctx.session_key).code_runtime
+
+    async def validate(program: str) -> str | None:
+        return await code.check(program, limits)
+
+    return validate
+
+
+@tool
+async def schedule_cron(
+    ctx: ToolContext,
+    expression: Annotated[str, Field(description='crontab "0 9 * * 1-5" (0 and 7 = Sunday), "every 30m", or "at 2026-12-01T09:00"')],
+    code: Annotated[str, Field(description="Python run on schedule with the same functions, no model call; "
+                                           "its printed output or last value is sent to this chat")] = "",
+    name: str | None = None,
+    message: Annotated[str | None, Field(description="instead of code: a request run as a chat turn")] = None,
+) -> str:
+    """Schedule code (or a message turn) in this chat's timezone; returns the job id."""
+    from nanobot.cron.service import create_job
+
+    if bool(code.strip()) == bool(message):
+        raise ValueError("schedule_cron needs exactly one of code or message")
+    kind, expr = parse_expression(expression)
+    job = await create_job(await _store(ctx), owner_session=ctx.session_key, schedule_kind=kind, expression=expr,
+                           timezone=ctx.config.agent_for(ctx.session_key).timezone,
+                           payload_kind="prompt" if message else "code", payload=message or code, name=name,
+                           validate_code=await _validator(ctx))
+    return job.id
+
+
+@tool
+async def list_cron(ctx: ToolContext) -> list[dict]:
+    """This chat's scheduled jobs: id, name, schedule, next run, last status."""
+    jobs = await (await _store(ctx)).list(owner_session=ctx.session_key)
+    return [{"id": j.id, "name": j.name, "schedule": f"{j.schedule_kind} {j.expression}", "timezone": j.timezone,
+             "kind": j.payload_kind, "enabled": j.enabled,
+             "next_run": j.next_run_at.isoformat() if j.next_run_at else None, "last_status": j.last_status}
+            for j in jobs]
+
+
+@tool
+async def remove_cron(ctx: ToolContext, job_id: str) -> str:
+    """Delete one of this chat's scheduled jobs."""
+    store = await _store(ctx)
+    job = await store.get(job_id)
+    if job is None or job.owner_session != ctx.session_key:
+        raise ValueError(f"no job {job_id!r} in this chat; list_cron() shows them")
+    await store.remove(job_id)
+    return f"removed {job_id}"
+
+
+CRON_TOOLS = [schedule_cron, list_cron, remove_cron]

@@ -1,0 +1,68 @@
+"""schedule_cron / list_cron / remove_cron from a chat, through the real agent and sandbox."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from nanobot.cron.store import CronStore
+from nanobot.runtime import Runtime
+from nanobot.tools.cron_tools import parse_expression
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.helpers import config_for
+
+
+@pytest.mark.parametrize("text, parsed", [
+    ("0 9 * * 1-5", ("cron", "0 9 * * 1-5")),
+    ("every 30", ("every", "30")),
+    ("every 10m", ("every", "600")),
+    ("every 2 hours", ("every", "7200")),
+    ("at 2030-01-01T09:00", ("at", "2030-01-01T09:00")),
+])
+def test_expression_forms(text: str, parsed: tuple[str, str]) -> None:
+    assert parse_expression(text) == parsed
+
+
+async def test_code_mode_schedules_lists_and_removes(workspace: Path, home: Path) -> None:
+    async with FakeOpenAI() as llm:
+        llm.script(reply('```python\njob = schedule_cron("0 9 * * 0", "print(\'weekly\')", name="weekly")\n'
+                         'final_answer(job)\n```'),
+                   reply("```python\nfinal_answer(list_cron())\n```"))
+        async with Runtime(config_for(llm.base_url, workspace, mode="code", timezone="Europe/Berlin")) as rt:
+            job_id = await rt.agent.handle("telegram:7", "every sunday at 9")
+            listing = await rt.agent.handle("telegram:7", "list")
+            store = CronStore(rt.db)
+            job = await store.get(job_id)
+            assert job.owner_session == "telegram:7" and job.timezone == "Europe/Berlin"
+            local = job.next_run_at.astimezone(ZoneInfo("Europe/Berlin"))
+            assert job.payload == "print('weekly')" and (local.weekday(), local.hour) == (6, 9)  # Sunday, 09:00
+            assert job_id in listing and "weekly" in listing
+
+
+async def test_broken_code_is_refused_when_scheduled(workspace: Path, home: Path) -> None:
+    async with FakeOpenAI() as llm:
+        llm.script(tool_call("schedule_cron", {"expression": "every 60", "code": "print('unclosed'"}),
+                   tool_call("schedule_cron", {"expression": "61 * * * *", "code": "print(1)"}),
+                   reply("could not"))
+        async with Runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+            assert await rt.agent.handle("discord:1", "schedule") == "could not"
+            assert await CronStore(rt.db).list() == []
+        errors = [r["messages"][-1]["content"] for r in llm.chat_requests[1:]]
+        assert "rejected" in errors[0] and "SyntaxError" in errors[0]
+        assert errors[1].startswith("Error: ValueError")
+
+
+async def test_remove_only_in_the_owning_chat(workspace: Path, home: Path) -> None:
+    async with FakeOpenAI() as llm:
+        async with Runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+            from nanobot.tools.registry import ToolContext
+
+            mine = ToolContext(rt.config, workspace, "telegram:1", services=rt.deps.services)
+            other = ToolContext(rt.config, workspace, "telegram:2", services=rt.deps.services)
+            job_id = await rt.tools.call("schedule_cron", {"expression": "every 5m", "message": "stretch!"}, mine)
+            with pytest.raises(ValueError, match="no job"):
+                await rt.tools.call("remove_cron", {"job_id": job_id}, other)
+            assert await rt.tools.call("list_cron", {}, other) == []
+            assert await rt.tools.call("remove_cron", {"job_id": job_id}, mine) == f"removed {job_id}"
