@@ -14,6 +14,7 @@ from nanobot.config import Config, ConfigError, nanobot_home
 from nanobot.db import open_db
 from nanobot.providers.base import Provider
 from nanobot.session import SessionStore
+from nanobot.skills import install_skills
 from nanobot.tools.builtin import default_registry
 from nanobot.usage import UsageStore
 
@@ -47,10 +48,12 @@ class Runtime:
                               sessions=self.sessions, usage=self.usage, bus=self.bus)
         self.deps.services["db"] = self.db
         self.code = self.deps.services["code"] = CodeExecutor(self.deps)  # the sandbox starts on first use
+        install_skills(self.deps)  # read_skill and the skills list in the prompt
         self.agent = Agent(self.deps)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.agent.close()  # memory consolidation still needs the provider and sessions
         self.sessions.close()
         await self.code.close()
         await self.provider.close()

@@ -170,3 +170,13 @@ async def test_mode_precedence_and_persistence(llm: FakeOpenAI, workspace: Path)
     async with Runtime(config) as rt:  # after a restart the chat's choice still wins over the override
         assert await rt.agent.handle("telegram:5", "/mode") == "Mode: hybrid (choose with /mode tools|code|hybrid)."
         assert await rt.agent.handle("telegram:6", "/mode") == "Mode: code (choose with /mode tools|code|hybrid)."
+
+
+async def test_use_skill_defines_helpers_in_the_session(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(reply("```python\nprint(use_skill('summarize'))\nparts = chunk_text('abcdefghij' * 3, 12, 2)\n"
+                     "final_answer(len(parts))\n```"),
+               reply("```python\nfinal_answer(len(chunk_text('x' * 30, 10, 0)))\n```"),  # still defined next turn
+               reply("```python\nuse_skill('no-such-skill')\n```"), reply("sorry"))
+    assert await ask(llm, workspace, "one", "two", "three") == ["3", "3", "sorry"]
+    assert "Unknown skill" in llm.chat_requests[3]["messages"][-1]["content"] or \
+        "no-such-skill" in llm.chat_requests[3]["messages"][-1]["content"]

@@ -9,6 +9,7 @@ ends the turn with no further model call. Hybrid mode offers the same runner as 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
@@ -30,7 +31,12 @@ log = logging.getLogger(__name__)
 # Functions that exist only inside programs; the host implements them per run.
 CODE_ONLY_STUBS = '''def final_answer(value: Any) -> None: ...  # End the turn now; str(value) is the reply to the user.
 def llm_query(prompt: str) -> str: ...  # Ask the model a self-contained question (e.g. about a chunk of text).
+def use_skill(name: str) -> str: ...  # Define a skill's helper functions in this session.
 '''
+
+# use_skill("name") with a literal name: its helpers are loaded before the program runs, so
+# they exist by the time the call is reached (a running program cannot define more code).
+_USE_SKILL = re.compile(r"""\buse_skill\(\s*["']([\w.-]+)["']\s*\)""")
 
 STATE_MIGRATIONS = ["CREATE TABLE code_state (session_key TEXT PRIMARY KEY, state BLOB NOT NULL, updated REAL NOT NULL);"]
 
@@ -63,8 +69,10 @@ class CodeExecutor:
     async def run(self, code: str, ctx: ToolContext, *, limits: CodeRuntime, timezone: str, mode: str,
                   extras: dict[str, Extra] | None = None, inputs: dict[str, Any] | None = None) -> ExecutionResult:
         """Run ``code`` in the chat's Python state with every tool (and ``extras``) as functions."""
+        from nanobot.sandbox import ExecutionResult
+
         tools = self.deps.tools
-        extras = extras or {}
+        extras = {**(extras or {}), "use_skill": _use_skill(set(_USE_SKILL.findall(code)))}
 
         async def call(name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
             if name in extras:
@@ -73,18 +81,45 @@ class CodeExecutor:
             log.info("[%s] %s(%s)", ctx.session_key, name, _short_args(args, kwargs))
             return await tools.call(name, tool.bind(args, kwargs), ctx)
 
+        async def feed(program: str) -> ExecutionResult:
+            return await self.sandbox.run(
+                program, session_key=ctx.session_key, call=call, function_names=[*tools.names(), *extras],
+                limits=limits, stubs=code_stubs(tools) if limits.type_check else None, inputs=inputs,
+                save_state=limits.persist_state, timezone=timezone)
+
         if limits.persist_state:
             await self._restore(ctx.session_key)
-        result = await self.sandbox.run(
-            code, session_key=ctx.session_key, call=call, function_names=[*tools.names(), *extras],
-            limits=limits, stubs=code_stubs(tools) if limits.type_check else None, inputs=inputs,
-            save_state=limits.persist_state, timezone=timezone)
+        result = await self._load_skills(code, ctx, limits, feed)
+        if result is None:
+            try:
+                program = code if limits.persist_state else _with_helpers(code, ctx)
+            except ValueError as exc:
+                return ExecutionResult(error=f"ValueError: use_skill: {exc}", error_type="ValueError")
+            result = await feed(program)
         if limits.persist_state:
             await self._save(ctx.session_key, result.state)
         if self.deps.usage:
             await self.deps.usage.record_execution(ctx.session_key, mode, result.duration_ms, result.function_calls,
                                                    "ok" if result.ok else (result.error_type or "error"))
         return result
+
+    async def _load_skills(self, code: str, ctx: ToolContext, limits: CodeRuntime,
+                           feed: Callable[[str], Awaitable[ExecutionResult]]) -> ExecutionResult | None:
+        """Feed the helpers of each skill the program names; an error result if one fails."""
+        if not limits.persist_state:
+            return None  # a stateless run gets them prepended to the program instead
+        from nanobot.sandbox import ExecutionResult
+
+        for name in dict.fromkeys(_USE_SKILL.findall(code)):
+            try:
+                source = _helpers(name, ctx)
+            except ValueError as exc:
+                return ExecutionResult(error=f"ValueError: use_skill: {exc}", error_type="ValueError")
+            loaded = await feed(source)
+            if not loaded.ok:
+                loaded.error = f"while loading the helpers of skill {name!r}:\n{loaded.error}"
+                return loaded
+        return None
 
     async def check(self, code: str, limits: CodeRuntime) -> str | None:
         """Syntax (and, with typeCheck, types) of a program, without running it."""
@@ -135,6 +170,29 @@ class CodeExecutor:
                              "ON CONFLICT(session_key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
                              (key, state, time.time()))
         await db.commit()
+
+
+def _helpers(name: str, ctx: ToolContext) -> str:
+    from nanobot.skills import skill_helpers_code
+
+    return skill_helpers_code(name, ctx.workspace)
+
+
+def _with_helpers(code: str, ctx: ToolContext) -> str:
+    """For stateless runs (cron jobs): the named skills' helpers, then the program."""
+    sources = [_helpers(name, ctx) for name in dict.fromkeys(_USE_SKILL.findall(code))]
+    return "\n\n".join([*sources, code])
+
+
+def _use_skill(loaded: set[str]) -> Extra:
+    async def use_skill(name: str) -> str:
+        """Reached after the named helpers were loaded (see _USE_SKILL); a computed name was not."""
+        if name in loaded:
+            return f"skill {name!r}: helpers defined"
+        raise ValueError(f"use_skill needs the skill's name as a literal string, e.g. use_skill('weather'); "
+                         f"got a computed name ({name!r})")
+
+    return use_skill
 
 
 def _short_args(args: tuple, kwargs: dict[str, Any]) -> str:

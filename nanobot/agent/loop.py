@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot.agent.context import build_system_prompt
+from nanobot.agent.memory import Consolidator, prompt_history
 from nanobot.config import AgentSettings, Config
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError
 from nanobot.session import Session, SessionStore
@@ -80,7 +81,8 @@ class Turn:
     async def run(self, content: str, media: list[str]) -> str:
         system = build_system_prompt(self.ctx.workspace, self.settings.timezone, self.mode.prompt_section(self),
                                      "\n\n".join(extra() for extra in self.deps.system_extras))
-        self.messages = [{"role": "system", "content": system}, *self.session.history(self.settings.memory_window)]
+        history = prompt_history(self.session, self.settings.memory_window)  # the part not yet in memory/
+        self.messages = [{"role": "system", "content": system}, *history]
         self.add({"role": "user", "content": self.mode.user_content(self, content, media)})
         for _ in range(self.settings.max_iterations):
             reply = await self.mode.step(self, await self.ask_model(tools=self.mode.native_tools(self)))
@@ -95,6 +97,11 @@ class Turn:
 class Agent:
     def __init__(self, deps: AgentDeps) -> None:
         self.deps = deps
+        self.memory = Consolidator(deps)  # folds old history into memory/, in the background
+
+    async def close(self) -> None:
+        """Let background memory consolidation finish (bounded)."""
+        await self.memory.close()
 
     def session(self, key: str) -> Session:
         return self.deps.sessions.get(key)
@@ -126,9 +133,11 @@ class Agent:
         session = self.session(session_key)
         turn = Turn(self.deps, session, get_mode(mode or self.mode_name(session)), progress)
         try:
-            return await turn.run(content, media or [])
+            reply = await turn.run(content, media or [])
         except ProviderError as exc:
             log.warning("%s: %s", session_key, exc)
             return f"Sorry, I could not get an answer from the model: {exc}"
         finally:
             session.sync()
+        self.memory.schedule(session, turn.mode.name)  # a background task: the reply does not wait for it
+        return reply

@@ -1,0 +1,281 @@
+"""Skills: task instructions the model reads when it needs them.
+
+A skill is a folder with a ``SKILL.md`` that starts with YAML front matter::
+
+    ---
+    name: weather
+    description: Current weather and forecasts from wttr.in or Open-Meteo (no API key).
+    requires: {bins: [curl], env: [SOME_TOKEN]}   # optional
+    ---
+    (instructions in Markdown)
+
+and optionally a ``helpers.py`` of plain functions that code mode can load into the chat's
+Python session (``skill_helpers_code``). Built-in skills live in the repo's ``skills/``; the
+user's own in the workspace's ``skills/``, which win on a name clash.
+
+Only a one-line summary of each skill goes into the system prompt (it is sent every turn);
+the model reads the full text on demand with the ``read_skill`` tool. Built-in skills lie
+outside the workspace, where the file tools cannot (and must not) reach, so ``read_skill``
+serves both kinds by name. Copying built-ins into the workspace instead would leave stale
+copies behind after an upgrade, and every copy would shadow the newer built-in forever.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+import nanobot
+from nanobot.tools.paths import resolve_in_workspace
+from nanobot.tools.registry import ToolContext, tool
+
+if TYPE_CHECKING:
+    from nanobot.agent.loop import AgentDeps
+
+__all__ = ["Skill", "builtin_skills_dir", "list_skills", "find_skill", "skills_section", "skill_helpers_code",
+           "read_skill", "install_skills"]
+
+log = logging.getLogger(__name__)
+
+SKILL_FILE = "SKILL.md"
+HELPERS_FILE = "helpers.py"
+MAX_DESCRIPTION_CHARS = 200  # one line per skill in every prompt: keep it short
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_warned: set[tuple[str, float]] = set()  # (path, mtime): warn once per version of a broken file
+
+
+def builtin_skills_dir() -> Path:
+    return Path(nanobot.__file__).resolve().parent.parent / "skills"
+
+
+@dataclass(frozen=True)
+class Skill:
+    name: str
+    description: str
+    directory: Path  # the skill's folder (real path)
+    builtin: bool
+    bins: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    extra: dict = field(default_factory=dict, compare=False)  # other front matter keys, as written
+
+    @property
+    def path(self) -> Path:
+        return self.directory / SKILL_FILE
+
+    @property
+    def has_helpers(self) -> bool:
+        return (self.directory / HELPERS_FILE).is_file()
+
+    def missing(self) -> list[str]:
+        """Requirements not met here: programs not on PATH, environment variables not set."""
+        return ([b for b in self.bins if shutil.which(b) is None]
+                + [f"${e}" for e in self.env if not os.environ.get(e)])
+
+
+# ---------------------------------------------------------------------------------- loading
+
+
+def parse_front_matter(text: str) -> dict:
+    """The YAML mapping between the leading ``---`` lines; ValueError if absent or broken."""
+    lines = text.lstrip("\ufeff").splitlines()
+    if not lines or lines[0].strip() != "---":
+        raise ValueError("SKILL.md must start with a '---' line (YAML front matter)")
+    for end, line in enumerate(lines[1:], start=1):
+        if line.strip() == "---":
+            break
+    else:
+        raise ValueError("the front matter has no closing '---' line")
+    try:
+        data = yaml.safe_load("\n".join(lines[1:end]))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"invalid YAML in the front matter: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("the front matter must be a YAML mapping")
+    return data
+
+
+def _strings(value: object, what: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError(f"{what} must be a list of names")
+    return tuple(value)
+
+
+# The skills list is in every prompt; parsing YAML each turn cost ~3 ms, so a SKILL.md is
+# re-read only when its modification time or size changes.
+_parsed: dict[Path, tuple[tuple[int, int], dict]] = {}
+
+
+def _front_matter(path: Path) -> dict:
+    try:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+        cached = _parsed.get(path)
+        if cached and cached[0] == stamp:
+            return cached[1]
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {SKILL_FILE}: {exc}") from None
+    meta = parse_front_matter(text)
+    _parsed[path] = (stamp, meta)
+    return meta
+
+
+def load_skill(directory: Path, *, builtin: bool) -> Skill:
+    """Read one skill folder; ValueError says what is wrong with it."""
+    meta = _front_matter(directory / SKILL_FILE)
+    name, description = meta.get("name"), meta.get("description")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError("front matter needs 'name': letters, digits, '-', '_' or '.'")
+    if name != directory.name:
+        raise ValueError(f"front matter name {name!r} differs from the folder name {directory.name!r}")
+    if not isinstance(description, str) or not description.strip():
+        raise ValueError("front matter needs a 'description' (one line: what the skill is for)")
+    requires = meta.get("requires") or {}
+    if not isinstance(requires, dict):
+        raise ValueError("'requires' must be a mapping like {bins: [...], env: [...]}")
+    description = " ".join(description.split())
+    if len(description) > MAX_DESCRIPTION_CHARS:
+        description = description[:MAX_DESCRIPTION_CHARS - 1].rstrip() + "…"
+    extra = {k: v for k, v in meta.items() if k not in ("name", "description", "requires")}
+    return Skill(name, description, directory.resolve(), builtin, _strings(requires.get("bins"), "requires.bins"),
+                 _strings(requires.get("env"), "requires.env"), extra)
+
+
+def _scan(root: Path, *, builtin: bool) -> dict[str, Skill]:
+    skills: dict[str, Skill] = {}
+    try:
+        folders = sorted(p for p in root.iterdir() if (p / SKILL_FILE).is_file())
+    except OSError:  # no skills/ folder (yet): nothing to list
+        return skills
+    for folder in folders:
+        try:
+            skill = load_skill(folder, builtin=builtin)
+        except ValueError as exc:
+            _warn_once(folder / SKILL_FILE, f"skill {folder.name!r} skipped ({folder / SKILL_FILE}): {exc}")
+            continue
+        skills[skill.name] = skill
+    return skills
+
+
+def _warn_once(path: Path, message: str) -> None:
+    """The prompt is built every turn; a broken skill should not flood the log every turn."""
+    try:
+        key = (str(path), path.stat().st_mtime)
+    except OSError:
+        key = (str(path), 0.0)
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("%s", message)
+
+
+def _workspace_skills(workspace: Path) -> dict[str, Skill]:
+    """The workspace's skills, minus any whose folder resolves outside the workspace (a symlink)."""
+    found = _scan(workspace / "skills", builtin=False)
+    ws = workspace.resolve()
+    return {name: s for name, s in found.items() if s.directory.is_relative_to(ws)}
+
+
+def list_skills(workspace: Path, builtin_dir: Path | None = None) -> list[Skill]:
+    """Every usable skill, sorted by name; a workspace skill replaces a built-in of the same name."""
+    skills = _scan(builtin_dir or builtin_skills_dir(), builtin=True)
+    skills.update(_workspace_skills(workspace))
+    return [skills[name] for name in sorted(skills)]
+
+
+def find_skill(name: str, workspace: Path, builtin_dir: Path | None = None) -> Skill:
+    """The skill called ``name`` (the workspace's first); ValueError naming the known ones."""
+    skills = {s.name: s for s in list_skills(workspace, builtin_dir)}
+    skill = skills.get(name.strip())
+    if skill is None:
+        known = ", ".join(skills) or "none"
+        raise ValueError(f"no skill named {name!r}; available skills: {known}")
+    return skill
+
+
+# ---------------------------------------------------------------------------------- prompt
+
+
+def skill_line(skill: Skill, workspace: Path) -> str:
+    where = "built-in" if skill.builtin else skill.path.relative_to(workspace.resolve()).as_posix()
+    flags = [where]
+    if skill.has_helpers:
+        flags.append("helpers")
+    missing = skill.missing()
+    if missing:
+        flags.append("unavailable, missing: " + " ".join(missing))
+    return f"- {skill.name}: {skill.description} [{'; '.join(flags)}]"
+
+
+def skills_section(workspace: Path, builtin_dir: Path | None = None) -> str:
+    """The system prompt's skills section: a header and one line per skill ('' if none)."""
+    from nanobot.agent.context import render_prompt
+
+    skills = list_skills(workspace, builtin_dir)
+    if not skills:
+        return ""
+    return render_prompt("skills.md", skills="\n".join(skill_line(s, workspace) for s in skills)).strip()
+
+
+# ---------------------------------------------------------------------------------- reading
+
+
+def _skill_file(skill: Skill, file: str, workspace: Path) -> Path:
+    """The real path of ``file`` inside the skill's folder, or PermissionError / FileNotFoundError."""
+    if not file or "\x00" in file or Path(file).is_absolute():
+        raise PermissionError(f"{file!r}: give a file name inside the skill's folder, e.g. {SKILL_FILE!r}")
+    real = (skill.directory / file).resolve()
+    if not real.is_relative_to(skill.directory):
+        raise PermissionError(f"{file!r} is outside the skill {skill.name!r}")
+    if not skill.builtin:  # the file tools' own guard: inside the workspace, never in NANOBOT_HOME
+        resolve_in_workspace(workspace, str(real))
+    if not real.is_file():
+        files = sorted(p.relative_to(skill.directory).as_posix() for p in skill.directory.rglob("*")
+                       if p.is_file() and "__pycache__" not in p.parts)
+        raise FileNotFoundError(f"skill {skill.name!r} has no file {file!r}; its files: {', '.join(files)}")
+    return real
+
+
+def skill_helpers_code(name: str, workspace: Path, builtin_dir: Path | None = None) -> str:
+    """The source of skill ``name``'s ``helpers.py``, for code mode's ``use_skill(name)``.
+
+    The caller runs the returned source in the chat's Python session, which defines the
+    helper functions there for later programs. Helpers are plain Monty-compatible
+    functions (see the skill-creator skill). ValueError if there is no such skill, or it
+    has no helpers.
+    """
+    skill = find_skill(name, workspace, builtin_dir)
+    if not skill.has_helpers:
+        raise ValueError(f"skill {skill.name!r} has no {HELPERS_FILE}; read its instructions with read_skill")
+    path = _skill_file(skill, HELPERS_FILE, workspace)
+    return path.read_text(encoding="utf-8")
+
+
+@tool
+async def read_skill(ctx: ToolContext, name: str, file: str = SKILL_FILE) -> str:
+    """Read a skill's instructions (its SKILL.md) by skill name, or another file of the skill.
+
+    Works for built-in skills, which lie outside the workspace, and for the workspace's own.
+    """
+    skill = find_skill(name, ctx.workspace)
+    return _skill_file(skill, file, ctx.workspace).read_text(encoding="utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------------------------- wiring
+
+
+def install_skills(deps: AgentDeps) -> None:
+    """Offer ``read_skill`` and put the skills list into every system prompt."""
+    workspace = deps.config.workspace_path
+    deps.tools.register(read_skill)
+    deps.system_extras.append(lambda: skills_section(workspace))
