@@ -24,6 +24,9 @@ class AccessGate(Protocol):
                     allow_from: list[str], is_private: bool) -> tuple[bool, str | None]:
         """Return (admitted, reply); the reply (e.g. a pairing code) goes to the sender if not admitted."""
 
+    # Optional, used by ``BaseChannel._may_download``: ``async def is_allowed(channel, sender_id,
+    # sender_name, allow_from) -> bool``, the same verdict without side effects (no code issued).
+
 
 @dataclass
 class ChannelContext:
@@ -49,6 +52,11 @@ class BaseChannel(ABC):
     async def stop(self) -> None:
         """Stop receiving and release connections; must not raise."""
 
+    async def stop_receiving(self) -> None:
+        """Stop taking in new messages but keep sending, so turns still running at shutdown can
+        deliver their replies before ``stop()``. Optional: by default nothing happens, and
+        messages that arrive during the shutdown grace are not answered."""
+
     @abstractmethod
     async def send(self, msg: OutboundMessage) -> None:
         """Deliver one reply (split as the platform needs); retries are the adapter's job."""
@@ -62,6 +70,15 @@ class BaseChannel(ABC):
         path = self.ctx.workspace / "inbox"
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    async def _may_download(self, sender_id: str, sender_name: str | None) -> bool:
+        """Whether this sender is admitted already; ask before fetching their attachments, so a
+        stranger's files never touch the disk. A gate without ``is_allowed`` gives True here
+        and ``_handle_message`` decides as before."""
+        is_allowed = getattr(self.ctx.access, "is_allowed", None)
+        if is_allowed is None:
+            return True
+        return await is_allowed(self.name, sender_id, sender_name, list(self.config.allow_from))
 
     async def _handle_message(self, *, sender_id: str, chat_id: str, content: str, sender_name: str | None = None,
                               media: list[str] | None = None, is_private: bool = True, mentioned: bool = False,

@@ -208,6 +208,76 @@ async def _count_cron_jobs(db) -> int:
         return 0
 
 
+@app.command()
+def gateway(ctx: typer.Context) -> None:
+    """Run the daemon: the enabled channels, cron and heartbeat, until SIGTERM or Ctrl-C."""
+    from nanobot.gateway import run_gateway
+
+    config = get_config(ctx)
+    for name in ("nanobot", "channels"):  # a daemon says what it does, even without -v
+        logging.getLogger(name).setLevel(logging.INFO)
+    try:
+        code = asyncio.run(run_gateway(config))
+    except ConfigError as exc:
+        fail(str(exc))
+        raise  # unreachable
+    sys.exit(code)
+
+
+pairing_app = typer.Typer(no_args_is_help=True, help="Admit people who wrote to the bot: list codes, approve one.")
+app.add_typer(pairing_app, name="pairing")
+
+
+@pairing_app.command("list")
+def pairing_list() -> None:
+    """Pending pairing codes and approved users."""
+    asyncio.run(_pairing_list())
+
+
+@pairing_app.command("approve")
+def pairing_approve(code: str = typer.Argument(..., help="the code the user was sent")) -> None:
+    """Let the user behind CODE talk to the bot; a running gateway admits them at once."""
+    sys.exit(asyncio.run(_pairing_approve(code)))
+
+
+async def _pairing_list() -> None:
+    import time
+
+    from nanobot.access import PairingStore
+    from nanobot.db import open_db
+
+    db = await open_db(nanobot_home() / "nanobot.db")
+    try:
+        store = await PairingStore.open(db)
+        pending, paired = await store.pending(), await store.paired()
+    finally:
+        await db.close()
+    typer.echo("Pending codes:" if pending else "Pending codes: none")
+    for r in pending:
+        minutes = max(0, int((r.expires_at - time.time()) // 60))
+        typer.echo(f"  {r.code}  {r.channel} {r.sender_id} ({r.sender_name or '?'}), expires in {minutes} min")
+    typer.echo("Approved users:" if paired else "Approved users: none")
+    for u in paired:
+        since = time.strftime("%Y-%m-%d %H:%M", time.localtime(u.approved_at))
+        typer.echo(f"  {u.channel} {u.sender_id} ({u.sender_name or '?'}), since {since}")
+
+
+async def _pairing_approve(code: str) -> int:
+    from nanobot.access import PairingStore
+    from nanobot.db import open_db
+
+    db = await open_db(nanobot_home() / "nanobot.db")
+    try:
+        user = await (await PairingStore.open(db)).approve(code)
+    except ValueError as exc:
+        typer.echo(f"nanobot: {exc}", err=True)
+        return 1
+    finally:
+        await db.close()
+    typer.echo(f"Approved {user.channel} user {user.sender_id} ({user.sender_name or '?'}).")
+    return 0
+
+
 def _mount_subcommands() -> None:
     from nanobot.cron.cli import cron_app
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -100,9 +100,29 @@ class DiscordConfig(Section):
 
 
 class Channels(Section):
+    # Other keys are sections of third-party channels (entry points "nanobot.channels"); the
+    # gateway validates them with the adapter's own model. A key no installed adapter claims
+    # is rejected as unknown, so a typo still fails here.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
     max_media_mb: int = Field(20, gt=0)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _installed_channels_only(cls, data: Any, handler: Any) -> Channels:
+        channels = handler(data)
+        extra = channels.model_extra or {}
+        if extra:
+            from importlib.metadata import entry_points
+
+            installed = {ep.name for ep in entry_points(group="nanobot.channels")}
+            unknown = [key for key in extra if key not in installed]
+            if unknown:  # raised as pydantic's own "extra" error, so load_config names the key
+                raise ValidationError.from_exception_data(cls.__name__, [
+                    {"type": "extra_forbidden", "loc": (key,), "input": extra[key]} for key in unknown])
+        return channels
 
 
 class ExecTool(Section):

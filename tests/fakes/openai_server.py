@@ -88,7 +88,9 @@ class FakeOpenAI:
     async def start(self) -> "FakeOpenAI":
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app, access_log=None)
+        # A short shutdown: a delayed() answer nobody waits for any more (the client was
+        # cancelled, e.g. by /stop) must not hold up the test's teardown.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await self._runner.setup()
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))

@@ -1,0 +1,218 @@
+"""Who may talk to the bot: each channel's ``allowFrom`` list, plus users paired by the owner.
+
+Pairing lets the owner admit someone without editing the config: an unknown user who writes
+to the bot in a private chat gets a one-time code, and the owner runs ``nanobot pairing
+approve CODE``. Codes and approvals live in ``nanobot.db``; the gate asks the database on
+every message from someone not on the list, so an approval made by the CLI (another process,
+same SQLite file in WAL mode) counts from the user's very next message.
+
+Unknown senders in groups get no answer at all: a code posted there would be visible to
+everyone and would let a stranger make the bot talk in any group it sits in.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import sqlite3
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import aiosqlite
+
+from nanobot.db import migrate
+
+log = logging.getLogger(__name__)
+
+# No 0/O, 1/I/L: codes are read off a phone screen and typed into a terminal.
+CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
+CODE_LENGTH = 8
+
+MIGRATIONS = ["""
+CREATE TABLE pairing_requests (
+    channel TEXT NOT NULL,
+    sender_id TEXT NOT NULL,
+    sender_name TEXT,
+    code TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    notified_at REAL NOT NULL,          -- when the code was last sent to the user
+    PRIMARY KEY (channel, sender_id)
+);
+CREATE TABLE paired_users (
+    channel TEXT NOT NULL,
+    sender_id TEXT NOT NULL,
+    sender_name TEXT,
+    approved_at REAL NOT NULL,
+    PRIMARY KEY (channel, sender_id)
+);
+"""]
+
+
+@dataclass(frozen=True)
+class PairingPolicy:
+    code_ttl: float = 3600.0  # a code is good for an hour
+    # At most one code message per user in this window: someone who keeps writing does not
+    # get a reply to each message (that would let strangers make the bot spam on command).
+    resend_interval: float = 600.0
+    max_pending: int = 20  # beyond this, new strangers get silence until codes expire
+
+
+@dataclass(frozen=True)
+class PairingRequest:
+    channel: str
+    sender_id: str
+    sender_name: str | None
+    code: str
+    created_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class PairedUser:
+    channel: str
+    sender_id: str
+    sender_name: str | None
+    approved_at: float
+
+
+def normalize_code(code: str) -> str:
+    """Forgive case, spaces and dashes when the owner types a code."""
+    return "".join(ch for ch in code.upper() if ch.isalnum())
+
+
+def new_code() -> str:
+    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(CODE_LENGTH))
+
+
+class PairingStore:
+    """Pending codes and approved users, in ``nanobot.db``. Times are wall-clock seconds,
+    because the gateway and the CLI (two processes) compare them."""
+
+    def __init__(self, db: aiosqlite.Connection, policy: PairingPolicy = PairingPolicy(),
+                 clock: Callable[[], float] = time.time) -> None:
+        self.db = db
+        self.policy = policy
+        self.clock = clock
+
+    @classmethod
+    async def open(cls, db: aiosqlite.Connection, policy: PairingPolicy = PairingPolicy(),
+                   clock: Callable[[], float] = time.time) -> PairingStore:
+        await migrate(db, "pairing", MIGRATIONS)
+        return cls(db, policy, clock)
+
+    async def is_paired(self, channel: str, sender_id: str) -> bool:
+        async with self.db.execute("SELECT 1 FROM paired_users WHERE channel = ? AND sender_id = ?",
+                                   (channel, sender_id)) as cur:
+            return await cur.fetchone() is not None
+
+    async def request(self, channel: str, sender_id: str, sender_name: str | None) -> str | None:
+        """The code to send this user now, or None: recently sent one already, or too many pending."""
+        now = self.clock()
+        await self._drop_expired(now)
+        async with self.db.execute("SELECT code, notified_at FROM pairing_requests WHERE channel = ? AND sender_id = ?",
+                                   (channel, sender_id)) as cur:
+            row = await cur.fetchone()
+        if row is not None:
+            if now - row["notified_at"] < self.policy.resend_interval:
+                return None
+            await self.db.execute("UPDATE pairing_requests SET notified_at = ? WHERE channel = ? AND sender_id = ?",
+                                  (now, channel, sender_id))
+            await self.db.commit()
+            return row["code"]
+        if len(await self.pending()) >= self.policy.max_pending:
+            log.warning("pairing: %d codes pending; not issuing one to %s:%s", self.policy.max_pending,
+                        channel, sender_id)
+            return None
+        return await self._insert(channel, sender_id, sender_name, now)
+
+    async def _insert(self, channel: str, sender_id: str, sender_name: str | None, now: float) -> str | None:
+        for _ in range(5):  # a clash among 31^8 codes is unlikely; retry rather than fail
+            code = new_code()
+            try:
+                cur = await self.db.execute(
+                    "INSERT INTO pairing_requests VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(channel, sender_id) DO NOTHING",
+                    (channel, sender_id, sender_name, code, now, now + self.policy.code_ttl, now))
+            except sqlite3.IntegrityError:  # the code is taken
+                continue
+            await self.db.commit()
+            # rowcount 0: a concurrent message from the same user inserted first; that one replies.
+            return code if cur.rowcount else None
+        return None
+
+    async def approve(self, code: str) -> PairedUser:
+        """Admit the user behind ``code``; ValueError if there is no such pending code."""
+        now = self.clock()
+        await self._drop_expired(now)
+        async with self.db.execute("SELECT * FROM pairing_requests WHERE code = ?", (normalize_code(code),)) as cur:
+            row = await cur.fetchone()
+        if row is None:
+            raise ValueError(f"no pending pairing code {code!r} (codes expire after "
+                             f"{self.policy.code_ttl / 60:g} minutes; see: nanobot pairing list)")
+        user = PairedUser(row["channel"], row["sender_id"], row["sender_name"], now)
+        await self.db.execute("INSERT OR REPLACE INTO paired_users VALUES (?, ?, ?, ?)",
+                              (user.channel, user.sender_id, user.sender_name, user.approved_at))
+        await self.db.execute("DELETE FROM pairing_requests WHERE code = ?", (row["code"],))
+        await self.db.commit()
+        return user
+
+    async def pending(self) -> list[PairingRequest]:
+        async with self.db.execute(
+                "SELECT channel, sender_id, sender_name, code, created_at, expires_at FROM pairing_requests "
+                "WHERE expires_at > ? ORDER BY created_at", (self.clock(),)) as cur:
+            return [PairingRequest(*row) for row in await cur.fetchall()]
+
+    async def paired(self) -> list[PairedUser]:
+        async with self.db.execute("SELECT * FROM paired_users ORDER BY approved_at") as cur:
+            return [PairedUser(*row) for row in await cur.fetchall()]
+
+    async def _drop_expired(self, now: float) -> None:
+        await self.db.execute("DELETE FROM pairing_requests WHERE expires_at <= ?", (now,))
+        # Always commit: the DELETE opened a transaction even if it removed nothing, and an
+        # open transaction would lock the CLI out of the database (``pairing approve``).
+        await self.db.commit()
+
+
+def listed(allow_from: list[str], sender_id: str, sender_name: str | None) -> bool:
+    """Whether ``allowFrom`` names this sender: ``*``, their id, or their username.
+
+    An all-digit entry is an id and never matches a username: Discord allows all-digit
+    usernames, and a stranger must not get in by picking someone's id as their name.
+    """
+    for entry in allow_from:
+        entry = entry.strip()
+        if entry == "*" or entry == sender_id:
+            return True
+        name = entry.removeprefix("@")
+        if sender_name and not name.isdigit() and name.lower() == sender_name.lower():
+            return True
+    return False
+
+
+def pairing_message(code: str, ttl: float) -> str:
+    return (f"Hi! I only talk to people my owner has approved.\n"
+            f"Your pairing code is {code} (valid for {ttl / 60:g} minutes). "
+            f"Ask the owner to run:\n\nnanobot pairing approve {code}")
+
+
+class AccessGate:
+    """The ``channels.base.AccessGate`` every channel consults before anything reaches the bus."""
+
+    def __init__(self, store: PairingStore) -> None:
+        self.store = store
+
+    async def is_allowed(self, channel: str, sender_id: str, sender_name: str | None, allow_from: list[str]) -> bool:
+        """Admitted already (listed or paired)? Side-effect free: no code is issued."""
+        return listed(allow_from, sender_id, sender_name) or await self.store.is_paired(channel, sender_id)
+
+    async def check(self, channel: str, sender_id: str, sender_name: str | None,
+                    allow_from: list[str], is_private: bool) -> tuple[bool, str | None]:
+        if await self.is_allowed(channel, sender_id, sender_name, allow_from):
+            return True, None
+        if not is_private:
+            return False, None
+        code = await self.store.request(channel, sender_id, sender_name)
+        if code:
+            log.warning("pairing: %s user %s (%s) asked to talk; code %s", channel, sender_id, sender_name, code)
+        return False, pairing_message(code, self.store.policy.code_ttl) if code else None

@@ -1,0 +1,159 @@
+"""The daemon's lifecycle: start the parts in order, run until a signal, stop them in reverse.
+
+Start: pairing store and access gate, channels, then the dispatcher and the outbound router,
+then added services (cron, heartbeat), then ``READY=1``. Stop (SIGTERM or SIGINT):
+``STOPPING=1``, channels stop receiving, running turns get ``gateway.shutdownGraceSeconds``
+to finish (the rest are cancelled) while services stop, queued replies are sent, channels
+close, and the Runtime flushes sessions and closes its pools. Each task started here is
+cancelled and awaited here.
+
+If channels are enabled but none of them starts, the gateway exits 1 (and systemd's
+``Restart=on-failure`` tries again later); with no channel enabled it runs for the services
+alone (cron, heartbeat).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any, Protocol
+
+from channels.base import ChannelContext
+from nanobot import sdnotify
+from nanobot.access import AccessGate, PairingStore
+from nanobot.bus import MessageBus
+from nanobot.config import Config
+from nanobot.gateway.channels import ChannelManager
+from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
+from nanobot.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+DRAIN_SECONDS = 5.0  # how long queued replies may take to go out at shutdown
+
+
+class Service(Protocol):
+    """Anything that starts and stops with the gateway (cron scheduler, heartbeat, ...)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class GatewayError(Exception):
+    """The gateway cannot run (e.g. every enabled channel failed to start)."""
+
+
+class Gateway:
+    """Channels, dispatcher and router around one started ``Runtime``, plus added services."""
+
+    def __init__(self, runtime: Runtime, *, typing_interval: float = TYPING_INTERVAL) -> None:
+        if runtime.bus is None:
+            raise ValueError("the gateway's Runtime needs a bus: Runtime(config, bus=MessageBus())")
+        self.runtime = runtime
+        self.config: Config = runtime.config
+        self.bus: MessageBus = runtime.bus
+        self.typing_interval = typing_interval
+        self.services: list[Service] = []
+        self.channels: ChannelManager | None = None
+        self.dispatcher: Dispatcher | None = None
+        self._intake: asyncio.Task[None] | None = None
+        self._router: asyncio.Task[None] | None = None
+        self._started_services: list[Service] = []
+
+    def add_service(self, service: Service) -> None:
+        """Start ``service`` after the channels are up and stop it at shutdown (before start())."""
+        self.services.append(service)
+
+    async def start(self) -> None:
+        rt = self.runtime
+        store = await PairingStore.open(rt.db)
+        # For tools (send_message) that decide which chats may be written to.
+        rt.deps.services.update(pairing=store, sessions=rt.sessions)
+        ctx = ChannelContext(bus=self.bus, access=AccessGate(store), workspace=self.config.workspace_path,
+                             max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024)
+        self.channels = ChannelManager(self.config, ctx)
+        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval)
+        await self.channels.start()
+        if self.channels.enabled() and not self.channels.channels:
+            raise GatewayError("no channel could start: " + "; ".join(
+                f"{name}: {why}" for name, why in self.channels.failed.items()))
+        if not self.channels.enabled():
+            log.warning("no channel is enabled (channels.*.enabled): running for cron and heartbeat only")
+        self._intake = asyncio.create_task(self.dispatcher.run(), name="dispatcher")
+        self._router = asyncio.create_task(self.channels.route(), name="outbound router")
+        for service in self.services:
+            await service.start()
+            self._started_services.append(service)
+        log.info("gateway ready: channels %s", ", ".join(self.channels.channels) or "none")
+
+    async def stop(self) -> None:
+        """Safe to call after a failed or partial start()."""
+        if self.channels is not None:
+            await self.channels.stop_receiving()
+        await _cancel(self._intake)
+        services, self._started_services = self._started_services[::-1], []
+        # Services (a cron run, say) and running turns wind down side by side, not one grace after another.
+        stopping = [_stop_service(s) for s in services]
+        if self.dispatcher is not None:
+            stopping.append(self.dispatcher.shutdown(self.config.gateway.shutdown_grace_seconds))
+        await asyncio.gather(*stopping)
+        await _cancel(self._router)
+        if self.channels is not None:
+            await self.channels.drain(DRAIN_SECONDS)
+            await self.channels.stop()
+
+
+async def _cancel(task: asyncio.Task[Any] | None) -> None:
+    if task is not None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def _stop_service(service: Service) -> None:
+    try:
+        await service.stop()
+    except Exception:
+        log.exception("error while stopping %r", service)
+
+
+def add_services(gateway: Gateway) -> None:
+    """The hook for services that live and die with the gateway: the cron scheduler and the
+    heartbeat plug in here, e.g. ``gateway.add_service(CronService(...))``."""
+
+
+async def run_gateway(config: Config, *, stop: asyncio.Event | None = None) -> int:
+    """``nanobot gateway``: run until SIGTERM/SIGINT (or ``stop`` is set); the exit code."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    watchdog: asyncio.Task[None] | None = None
+    try:
+        async with Runtime(config, bus=MessageBus()) as runtime:
+            gateway = Gateway(runtime)
+            add_services(gateway)
+            try:
+                await gateway.start()
+                sdnotify.notify("READY=1")
+                interval = sdnotify.watchdog_interval()
+                if interval:
+                    watchdog = asyncio.create_task(sdnotify.watchdog(interval), name="watchdog")
+                await stop.wait()
+                log.info("gateway stopping")
+            except GatewayError as exc:
+                log.error("%s", exc)
+                return 1
+            except Exception:  # a service that failed to start, say: exit 1 for systemd to retry
+                log.exception("the gateway failed")
+                return 1
+            finally:
+                sdnotify.notify("STOPPING=1")
+                await gateway.stop()
+                await _cancel(watchdog)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    log.info("gateway stopped")
+    return 0

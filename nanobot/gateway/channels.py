@@ -1,0 +1,165 @@
+"""Channel adapters in the gateway: found through entry points, started from config, and fed
+from ``bus.outbound``.
+
+Adapters register under the entry-point group ``nanobot.channels`` (name -> BaseChannel
+subclass), so a third-party package adds a channel by being installed. Its config section is
+``channels.<name>``: built-in channels have typed sections in ``nanobot.config``; any other
+is validated with the adapter's ``config_model`` class attribute (a pydantic model), or
+with ``PluginChannelConfig`` (enabled, allowFrom, groupPolicy, plus the adapter's own keys).
+
+Replies go out in order per chat and concurrently across chats: one slow chat (a 429
+backoff, a long split reply) does not hold up the others. A failing send is logged; it
+never stops the router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from functools import partial
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.alias_generators import to_camel
+
+from channels.base import BaseChannel, ChannelContext
+from nanobot.bus import MessageBus, OutboundMessage
+from nanobot.config import Config
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "nanobot.channels"
+
+
+class PluginChannelConfig(BaseModel):
+    """The section of a third-party channel that declares no ``config_model`` of its own."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    enabled: bool = False
+    allow_from: list[str] = []
+    group_policy: Literal["mention", "open"] = "mention"
+
+
+def installed_channels() -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _is_enabled(section: Any) -> bool:
+    if isinstance(section, dict):  # a third-party section, not validated yet
+        return bool(section.get("enabled"))
+    return bool(getattr(section, "enabled", False))
+
+
+class ChannelManager:
+    """Owns the running channels and the task that routes outbound messages to them."""
+
+    def __init__(self, config: Config, ctx: ChannelContext) -> None:
+        self.config = config
+        self.ctx = ctx
+        self.channels: dict[str, BaseChannel] = {}
+        self.failed: dict[str, str] = {}  # enabled channels that did not start, and why
+        self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    @property
+    def bus(self) -> MessageBus:
+        return self.ctx.bus
+
+    def enabled(self) -> list[str]:
+        """Names of the channels the config enables (``channels.<name>.enabled``)."""
+        sections = self.config.channels
+        names = [*type(sections).model_fields, *(sections.model_extra or {})]
+        return [n for n in names if _is_enabled(getattr(sections, n, None))]
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start every enabled channel, concurrently. A channel that fails is logged and
+        recorded in ``failed``; the others carry on."""
+        installed = installed_channels()
+        await asyncio.gather(*(self._start_one(name, installed.get(name)) for name in self.enabled()))
+
+    async def _start_one(self, name: str, entry_point: EntryPoint | None) -> None:
+        try:
+            if entry_point is None:
+                raise RuntimeError(f"no adapter installed under entry point {ENTRY_POINT_GROUP}:{name}")
+            cls = entry_point.load()
+            channel = cls(self._section(name, cls), self.ctx)
+            await channel.start()
+        except Exception as exc:
+            self.failed[name] = f"{type(exc).__name__}: {exc}"
+            log.error("channel %s failed to start: %s", name, self.failed[name], exc_info=not isinstance(
+                exc, (RuntimeError, ValidationError)))
+            return
+        self.channels[name] = channel
+        log.info("channel %s started", name)
+
+    def _section(self, name: str, cls: type[BaseChannel]) -> Any:
+        section = getattr(self.config.channels, name)
+        if isinstance(section, dict):
+            model = getattr(cls, "config_model", None) or PluginChannelConfig
+            section = model.model_validate(section)
+        return section
+
+    async def stop_receiving(self) -> None:
+        await asyncio.gather(*(self._safely(c.stop_receiving, c.name) for c in self.channels.values()))
+
+    async def stop(self) -> None:
+        channels, self.channels = list(self.channels.values()), {}
+        await asyncio.gather(*(self._safely(c.stop, c.name) for c in channels))
+
+    @staticmethod
+    async def _safely(step: Any, name: str) -> None:
+        try:
+            await step()
+        except Exception:
+            log.exception("channel %s: error while stopping", name)
+
+    # ---- outbound -----------------------------------------------------------------------
+    async def route(self) -> None:
+        """Deliver ``bus.outbound`` until cancelled."""
+        while True:
+            self.deliver(await self.bus.outbound.get())
+
+    def deliver(self, msg: OutboundMessage) -> None:
+        channel = self.channels.get(msg.channel)
+        if channel is None:
+            log.warning("no running channel %r: dropped a message to %s", msg.channel, msg.target)
+            return
+        previous = self._last.get(msg.target)
+        if msg.kind == "typing" and previous is not None:
+            return  # something is still being sent there; a typing indicator now would be stale
+        task = asyncio.create_task(self._send(channel, msg, previous), name=f"send {msg.target}")
+        self._last[msg.target] = task
+        self._inflight.add(task)
+        task.add_done_callback(partial(self._sent, msg.target))
+
+    async def _send(self, channel: BaseChannel, msg: OutboundMessage, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait({previous})  # the chat's earlier messages go first
+        try:
+            if msg.kind == "typing":
+                await channel.send_typing(msg.chat_id)
+            else:
+                await channel.send(msg)
+        except Exception:  # adapters should not raise, but one that does must not stop the router
+            log.exception("channel %s: sending to %s failed", channel.name, msg.chat_id)
+
+    def _sent(self, target: str, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if self._last.get(target) is task:
+            del self._last[target]
+
+    async def drain(self, timeout: float) -> None:
+        """After ``route()`` is cancelled: send what is still queued, for up to ``timeout`` s."""
+        while not self.bus.outbound.empty():
+            self.deliver(self.bus.outbound.get_nowait())
+        if not self._inflight:
+            return
+        _, late = await asyncio.wait(set(self._inflight), timeout=timeout)
+        if late:
+            log.warning("shutdown: %d message(s) could not be sent in time", len(late))
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)

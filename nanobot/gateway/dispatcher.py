@@ -1,0 +1,202 @@
+"""From ``bus.inbound`` to agent turns: one turn at a time per chat, many chats at once.
+
+Each session key gets a worker: a queue and a task that works through it in order. Workers
+are cheap and reclaimed after ``gateway.idleWorkerSeconds`` of quiet; the number of turns
+running at once is capped by ``gateway.maxConcurrentSessions``.
+
+``/stop`` never waits in the queue: it cancels the chat's running turn at once (a model call,
+a program in the sandbox, a tool), records that in the history, and answers "Stopped.".
+Messages queued behind the stopped turn are kept and run next: the user sent them after
+the one they stopped, so they are probably still wanted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Coroutine
+
+from nanobot.agent.commands import is_command
+from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+
+if TYPE_CHECKING:
+    from nanobot.agent.loop import Agent
+    from nanobot.config import Gateway as GatewaySettings
+
+log = logging.getLogger(__name__)
+
+TYPING_INTERVAL = 4.0  # Telegram shows "typing…" for about 5 s per call
+STOP_WAIT = 10.0  # how long /stop waits for a cancelled turn to unwind before answering
+STOPPED_NOTE = "(stopped by the user)"
+SHUTDOWN_NOTE = "(interrupted: the assistant was shut down before finishing)"
+APOLOGY = "Sorry, something went wrong while I was working on that (the details are in the log). Please try again."
+
+
+def is_stop(text: str) -> bool:
+    """``/stop``, also ``/stop@botname`` as Telegram sends it in groups."""
+    words = text.strip().split(maxsplit=1)
+    return bool(words) and words[0].split("@", 1)[0].lower() == "/stop"
+
+
+class SessionWorker:
+    """One chat: its queue, and the task that runs its turns one after another."""
+
+    def __init__(self, key: str, dispatcher: Dispatcher) -> None:
+        self.key = key
+        self.dispatcher = dispatcher
+        self.queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
+        self.turn: asyncio.Task[str] | None = None  # the running turn, for /stop
+        self._stop_requested = False
+        self.task = asyncio.create_task(self._work(), name=f"session {key}")
+
+    async def _work(self) -> None:
+        d = self.dispatcher
+        try:
+            while not d.closing:
+                try:
+                    async with asyncio.timeout(d.settings.idle_worker_seconds):
+                        msg = await self.queue.get()
+                except TimeoutError:
+                    if self.queue.empty():
+                        return  # idle: the finally below forgets us in the same step, so no message is lost
+                    continue
+                await self._run(msg)
+        finally:
+            if d.workers.get(self.key) is self:
+                del d.workers[self.key]
+
+    async def _run(self, msg: InboundMessage) -> None:
+        self._stop_requested = False
+        self.turn = asyncio.create_task(self._turn(msg), name=f"turn {self.key}")
+        try:
+            reply = await self.turn
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise  # the worker itself is being cancelled (shutdown); the turn went with it
+            return  # /stop: its handler answers
+        except Exception:  # a crashing turn must not take the worker (or the daemon) with it
+            log.exception("%s: the turn failed", self.key)
+            reply = APOLOGY
+        finally:
+            self.turn = None
+        if not self._stop_requested:
+            await self.dispatcher.send(msg, reply)
+
+    async def _turn(self, msg: InboundMessage) -> str:
+        d = self.dispatcher
+        started = False
+        try:
+            async with d.slots:
+                typing = None if is_command(msg.content) else asyncio.create_task(d.keep_typing(msg))
+                try:
+                    started = True
+                    return await d.agent.handle(self.key, msg.content, media=msg.media,
+                                                progress=lambda text: d.send(msg, text))
+                finally:
+                    if typing is not None:
+                        await _cancel(typing)
+        except asyncio.CancelledError:
+            # Recorded here, inside the turn, so the note is in the history before anyone
+            # waiting on this turn (the /stop handler, the next queued message) runs.
+            if started:
+                note = STOPPED_NOTE if self._stop_requested else SHUTDOWN_NOTE
+                d.agent.session(self.key).append({"role": "assistant", "content": note})
+            raise
+
+    async def stop_turn(self) -> bool:
+        """Cancel the running turn and wait for it to unwind; False if nothing was running."""
+        turn = self.turn
+        if turn is None or turn.done():
+            return False
+        self._stop_requested = True
+        turn.cancel()
+        await asyncio.wait({turn}, timeout=STOP_WAIT)
+        return True
+
+
+class Dispatcher:
+    """Reads ``bus.inbound`` and hands each message to its chat's worker."""
+
+    def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, *,
+                 typing_interval: float = TYPING_INTERVAL) -> None:
+        self.agent = agent
+        self.bus = bus
+        self.settings = settings
+        self.typing_interval = typing_interval
+        self.slots = asyncio.Semaphore(settings.max_concurrent_sessions)
+        self.workers: dict[str, SessionWorker] = {}
+        self.closing = False
+        self._tasks: set[asyncio.Task[Any]] = set()  # /stop handlers in flight
+
+    async def run(self) -> None:
+        """Take messages off the bus until cancelled."""
+        while True:
+            self.submit(await self.bus.inbound.get())
+
+    def submit(self, msg: InboundMessage) -> None:
+        if self.closing:
+            return
+        if is_stop(msg.content):
+            self._spawn(self._stop(msg))
+            return
+        worker = self.workers.get(msg.session_key)
+        if worker is None:
+            worker = self.workers[msg.session_key] = SessionWorker(msg.session_key, self)
+        worker.queue.put_nowait(msg)
+
+    async def _stop(self, msg: InboundMessage) -> None:
+        worker = self.workers.get(msg.session_key)
+        stopped = worker is not None and await worker.stop_turn()
+        if stopped:
+            self.agent.session(msg.session_key).sync()
+            log.info("%s: turn stopped by the user", msg.session_key)
+        await self.send(msg, "Stopped." if stopped else "Nothing is running.")
+
+    async def send(self, msg: InboundMessage, text: str) -> None:
+        """A message to the chat ``msg`` came from (progress notes and replies)."""
+        if text:
+            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text))
+
+    async def keep_typing(self, msg: InboundMessage) -> None:
+        while True:
+            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, kind="typing"))
+            await asyncio.sleep(self.typing_interval)
+
+    def running_turns(self) -> list[asyncio.Task[str]]:
+        return [w.turn for w in self.workers.values() if w.turn is not None]
+
+    async def shutdown(self, grace: float) -> None:
+        """Take no new messages; give running turns ``grace`` seconds, then cancel the rest.
+
+        The caller stops ``run()`` first. A worker with a running turn finishes it, sends the
+        reply and exits; idle workers exit at once. Queued messages are dropped (logged).
+        """
+        self.closing = True
+        workers = list(self.workers.values())
+        for w in workers:
+            if w.turn is None:
+                w.task.cancel()
+        tasks = [w.task for w in workers]
+        if tasks:
+            _, late = await asyncio.wait(tasks, timeout=grace)
+            if late:
+                log.warning("shutdown: cancelling %d turn(s) still running after %g s", len(late), grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        dropped = sum(w.queue.qsize() for w in workers) + self.bus.inbound.qsize()
+        if dropped:
+            log.warning("shutdown: %d queued message(s) were not answered", dropped)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

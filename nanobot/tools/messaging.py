@@ -1,0 +1,87 @@
+"""``send_message``: how a turn, a program or a cron job writes to a chat.
+
+Messages go through ``bus.outbound``, so the same call works inside a turn and inside a cron
+job run by the gateway. Besides the current chat, only chats the owner has vouched for can
+be addressed: a chat id listed in the channel's ``allowFrom`` (or ``"*"``), a paired user's
+private chat (on Telegram a private chat's id is the user's id), or a chat that has already
+talked to the bot (it has a session file). Anything else is a PermissionError, so a
+prompt-injected web page cannot make the bot write to strangers.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from nanobot.bus import OutboundMessage, split_target
+from nanobot.config import nanobot_home
+from nanobot.session import session_filename
+from nanobot.tools.registry import ToolContext, tool
+
+
+@tool
+async def send_message(ctx: ToolContext, content: str, to: str | None = None) -> str:
+    """Send a message to this chat now, or to another chat given as "channel:chat_id" (e.g. "telegram:123456").
+
+    Only chats that may talk to the bot can be addressed. Use it for progress updates, for
+    results of scheduled jobs, or to notify someone; the turn's reply is sent anyway.
+    """
+    if not content.strip():
+        raise ValueError("send_message: the content is empty")
+    target = to.strip() if to else ctx.session_key
+    channel, chat_id = split_target(target)
+    if target != ctx.session_key:
+        await _check_allowed(ctx, channel, chat_id)
+    if ctx.bus is None:
+        if target == ctx.session_key:  # `nanobot agent`: the user is reading this terminal
+            print(content, flush=True)
+            return "Shown to the user (no chat channels in this process)."
+        raise RuntimeError("no chat channels in this process: messages to other chats go out only "
+                           "from the running gateway (nanobot gateway)")
+    if not _section(ctx, channel).get("enabled"):
+        raise RuntimeError(f"send_message: channel {channel!r} is not enabled (channels.{channel}.enabled)")
+    await ctx.bus.publish_outbound(OutboundMessage(channel, chat_id, content))
+    return f"Message sent to {target}."
+
+
+async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str) -> None:
+    allow_from = _section(ctx, channel).get("allow_from") or []
+    if "*" in allow_from or chat_id in allow_from:
+        return
+    if await _paired(ctx, channel, chat_id) or _has_talked(ctx, f"{channel}:{chat_id}"):
+        return
+    raise PermissionError(
+        f"send_message: {channel}:{chat_id} is not a chat I may write to (it is not this chat, not in "
+        f"channels.{channel}.allowFrom, not a paired user, and has never talked to me)")
+
+
+def _section(ctx: ToolContext, channel: str) -> dict[str, Any]:
+    """``channels.<channel>`` as a dict, {} if there is none (a third-party section is a dict already)."""
+    section = getattr(ctx.config.channels, channel, None)
+    if isinstance(section, BaseModel):
+        return section.model_dump()
+    return section if isinstance(section, dict) else {}
+
+
+async def _paired(ctx: ToolContext, channel: str, chat_id: str) -> bool:
+    store = ctx.services.get("pairing")
+    if store is None and ctx.services.get("db") is not None:
+        from nanobot.access import PairingStore
+
+        store = await PairingStore.open(ctx.services["db"])
+    return store is not None and await store.is_paired(channel, chat_id)
+
+
+def _has_talked(ctx: ToolContext, target: str) -> bool:
+    # Only plain ids: session file names replace odd characters, and "a/b" must not pass for "a_b".
+    if not re.fullmatch(r"[\w.-]+:[\w.-]+", target):
+        return False
+    sessions = ctx.services.get("sessions")
+    directory: Path = sessions.directory if sessions is not None else nanobot_home() / "sessions"
+    return (directory / session_filename(target)).exists()
+
+
+MESSAGING_TOOLS = [send_message]

@@ -1,0 +1,200 @@
+"""The whole gateway in-process: channels found by entry point, the real python-telegram-bot and
+discord.py against the loopback stand-ins, the real openai SDK against the scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+from typer.testing import CliRunner
+
+from channels.discord import DiscordChannel
+from channels.telegram import TelegramChannel
+from channels.text import split_message, utf16_len
+from nanobot.bus import MessageBus
+from nanobot.cli import app
+from nanobot.config import Config
+from nanobot.gateway import Gateway, GatewayError
+from nanobot.runtime import Runtime
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import config_for
+
+ALICE, BOB, MALLORY = 42, 77, 666  # Telegram private chats: chat id == user id
+DM, FRIEND, STRANGER, GUILD_CHANNEL = 5, 4242, 99, 7
+
+
+@pytest.fixture(autouse=True)
+def fast_channels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway builds adapters without arguments, so their speed knobs are set here."""
+    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
+    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
+    monkeypatch.setattr(TelegramChannel, "retry_delay", 0.01)
+    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "guild_ready_timeout", 0.01)
+    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "retry_delays", (0.01,))
+    # discord.py keeps its URLs process-wide; the adapter rewrites them, put them back after.
+    monkeypatch.setattr(Route, "BASE", Route.BASE)
+    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def dc() -> AsyncIterator[FakeDiscord]:
+    async with FakeDiscord() as fake:
+        yield fake
+
+
+@pytest.fixture
+def config(llm: FakeOpenAI, tg: FakeTelegram, dc: FakeDiscord, workspace: Path) -> Config:
+    cfg = config_for(llm.base_url, workspace)
+    t, d = cfg.channels.telegram, cfg.channels.discord
+    t.enabled, t.token, t.api_base, t.allow_from = True, tg.token, tg.api_base, [str(ALICE), str(BOB)]
+    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, [
+        str(FRIEND)]
+    return cfg
+
+
+@asynccontextmanager
+async def running(config: Config) -> AsyncIterator[Gateway]:
+    async with Runtime(config, bus=MessageBus()) as rt:
+        gateway = Gateway(rt)
+        try:
+            await gateway.start()
+            yield gateway
+        finally:
+            await gateway.stop()
+
+
+@pytest.fixture
+async def gateway(config: Config) -> AsyncIterator[Gateway]:
+    async with running(config) as gw:
+        yield gw
+
+
+def last_user(body: dict) -> str:
+    return body["messages"][-1]["content"]
+
+
+def texts(tg: FakeTelegram, chat: int) -> list[str]:
+    return [m["text"] for m in tg.sent if m["chat_id"] == chat]
+
+
+async def test_telegram_end_to_end(gateway: Gateway, tg: FakeTelegram, llm: FakeOpenAI) -> None:
+    assert set(gateway.channels.channels) == {"telegram", "discord"}
+    llm.script(reply("Hello **Alice**"))
+    tg.push_text(ALICE, ALICE, "hi there")
+    [sent] = await tg.wait_sent(1)
+    assert sent["chat_id"] == ALICE and sent["text"] == "Hello <b>Alice</b>"
+    assert llm.chat_requests[0]["messages"][-1] == {"role": "user", "content": "hi there"}
+    assert tg.actions and tg.actions[0]["action"] == "typing"
+
+
+async def test_discord_end_to_end(gateway: Gateway, dc: FakeDiscord, llm: FakeOpenAI) -> None:
+    llm.script(reply("hello from the model"))
+    await dc.push_message(DM, FRIEND, "hi", username="friend")
+    [sent] = await dc.wait_sent(1)
+    assert sent["channel_id"] == str(DM) and sent["content"] == "hello from the model"
+    assert str(DM) in dc.typing
+
+
+async def test_unknown_sender_is_paired_before_reaching_the_model(
+        gateway: Gateway, tg: FakeTelegram, llm: FakeOpenAI) -> None:
+    tg.push_text(MALLORY, MALLORY, "let me in", username="mallory")
+    [offer] = await tg.wait_sent(1)
+    code = re.search(r"nanobot pairing approve (\w+)", offer["text"]).group(1)
+    tg.push_text(MALLORY, MALLORY, "hello??", username="mallory")  # rate-limited: no second code
+    tg.push_text(-100, MALLORY, f"@{tg.bot_username} hi", chat_type="group")  # groups: silence
+    llm.script(reply("pong"))
+    tg.push_text(ALICE, ALICE, "ping")  # PTB handles updates in order: once Alice has her answer,
+    await tg.wait_sent(2)  # Mallory's messages above were dealt with
+    assert [last_user(r) for r in llm.chat_requests] == ["ping"] and texts(tg, MALLORY) == [offer["text"]]
+    result = await asyncio.to_thread(CliRunner().invoke, app, ["pairing", "approve", code])
+    assert result.exit_code == 0, result.output
+    llm.script(reply("welcome"))
+    tg.push_text(MALLORY, MALLORY, "and now?", username="mallory")
+    await tg.wait_sent(3)
+    assert texts(tg, MALLORY)[-1] == "welcome" and last_user(llm.chat_requests[-1]) == "and now?"
+
+
+async def test_discord_strangers_get_a_code_in_dms_and_silence_in_guilds(
+        gateway: Gateway, dc: FakeDiscord, llm: FakeOpenAI) -> None:
+    await dc.push_message(GUILD_CHANNEL, STRANGER, f"<@{dc.bot_id}> hi", guild_id=9, mentions_bot=True)
+    await dc.push_message(DM, STRANGER, "hi")
+    [offer] = await dc.wait_sent(1)
+    assert offer["channel_id"] == str(DM) and "nanobot pairing approve" in offer["content"]
+    assert llm.requests == []
+
+
+async def test_long_replies_are_split_per_platform(gateway: Gateway, tg: FakeTelegram, dc: FakeDiscord,
+                                                   llm: FakeOpenAI) -> None:
+    # Emoji count twice in UTF-16: 3000 of them are 6000 units, more than one Telegram message.
+    long_tg = "\n\n".join("😀" * 100 + f" paragraph {i}" for i in range(30))
+    long_dc = " ".join(f"word{i}" for i in range(900))  # about 6000 characters
+    llm.script(reply(long_tg), reply(long_dc))
+    tg.push_text(ALICE, ALICE, "a long one please")
+    await tg.wait_until(lambda: any("paragraph 29" in m["text"] for m in tg.sent))
+    parts = texts(tg, ALICE)
+    assert len(parts) >= 2 and all(utf16_len(p) <= 4096 for p in parts)
+    assert re.sub(r"\s", "", "".join(parts)) == re.sub(r"\s", "", long_tg)
+    await dc.push_message(DM, FRIEND, "and here")
+    chunks = [m["content"] for m in await dc.wait_sent(len(split_message(long_dc, 2000)))]
+    assert len(chunks) >= 3 and all(len(c) <= 2000 for c in chunks)
+    assert " ".join(chunks).split() == long_dc.split()
+
+
+async def test_polling_recovers_from_a_bot_api_outage(gateway: Gateway, tg: FakeTelegram, llm: FakeOpenAI) -> None:
+    tg.fail_all(calls=3)
+    # The long poll already in flight ends (1 s here), then three polls fail and back off.
+    await tg.wait_until(lambda: tg.failed == 3)
+    tg.push_text(ALICE, ALICE, "are you there?")
+    llm.script(reply("still here"))
+    await tg.wait_sent(1, timeout=5)
+    assert texts(tg, ALICE) == ["still here"]
+
+
+async def test_send_message_to_allowed_chats_only(gateway: Gateway, tg: FakeTelegram, llm: FakeOpenAI) -> None:
+    llm.script(tool_call("send_message", {"content": "a note for this chat"}),
+               tool_call("send_message", {"content": "hi Bob", "to": f"telegram:{BOB}"}),
+               tool_call("send_message", {"content": "spam", "to": "telegram:555"}),
+               reply("all done"))
+    tg.push_text(ALICE, ALICE, "tell bob")
+    await tg.wait_sent(3)
+    assert texts(tg, ALICE) == ["a note for this chat", "all done"]
+    assert texts(tg, BOB) == ["hi Bob"] and texts(tg, 555) == []
+    refused = llm.chat_requests[3]["messages"][-1]["content"]
+    assert refused.startswith("Error: PermissionError") and "telegram:555" in refused
+
+
+async def test_a_channel_that_fails_to_start_does_not_stop_the_others(
+        config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
+    config.channels.discord.token = "wrong-token"
+    async with running(config) as gateway:
+        assert list(gateway.channels.channels) == ["telegram"] and "discord" in gateway.channels.failed
+        tg.push_text(ALICE, ALICE, "hi")
+        await tg.wait_sent(1)
+
+
+async def test_no_channel_starting_is_an_error(config: Config) -> None:
+    config.channels.discord.token = "wrong-token"
+    config.channels.telegram.enabled = False
+    with pytest.raises(GatewayError, match="discord"):
+        async with running(config):
+            pass

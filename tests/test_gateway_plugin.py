@@ -1,0 +1,106 @@
+"""A third-party channel: an installed distribution with a ``nanobot.channels`` entry point and
+its own config section, found and run by the gateway without any change to nanobot."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+
+from nanobot.bus import MessageBus
+from nanobot.config import ConfigError, load_config
+from nanobot.gateway import Gateway
+from nanobot.runtime import Runtime
+from tests.fakes.openai_server import FakeOpenAI, reply
+
+PLUGIN = '''
+import asyncio
+from channels.base import BaseChannel
+from nanobot.gateway import PluginChannelConfig
+
+
+class EchoConfig(PluginChannelConfig):
+    greeting: str = ""
+
+
+class EchoChannel(BaseChannel):
+    """Lives in memory: tests hand it messages and read what it sends."""
+    name = "echo"
+    max_message_len = 1000
+    config_model = EchoConfig
+    running = []
+
+    async def start(self):
+        self.outbox = asyncio.Queue()
+        EchoChannel.running.append(self)
+
+    async def stop(self):
+        EchoChannel.running.remove(self)
+
+    async def send(self, msg):
+        self.outbox.put_nowait(f"{self.config.greeting} {msg.content}")
+
+    async def send_typing(self, chat_id):
+        pass
+
+    async def receive(self, user, text):
+        return await self._handle_message(sender_id=user, chat_id=user, content=text)
+'''
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Install the plugin the way pip would: a module plus a .dist-info with entry_points.txt."""
+    site = tmp_path / "site"
+    dist = site / "nanobot_echo-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: nanobot-echo\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[nanobot.channels]\necho = nanobot_echo:EchoChannel\n")
+    (site / "nanobot_echo.py").write_text(PLUGIN)
+    monkeypatch.syspath_prepend(str(site))
+    yield
+    import sys
+    sys.modules.pop("nanobot_echo", None)
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as server:
+        yield server
+
+
+def write_config(home: Path, data: dict) -> None:
+    (home / "config.json").write_text(json.dumps(data))
+
+
+async def test_an_installed_channel_is_configured_started_and_served(
+        plugin, llm: FakeOpenAI, home: Path, workspace: Path) -> None:
+    write_config(home, {
+        "agents": {"defaults": {"workspace": str(workspace), "executionMode": "tools"}},
+        "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}},
+        "channels": {"echo": {"enabled": True, "allowFrom": ["alice"], "greeting": "[echo]"}},
+    })
+    config, _ = load_config()
+    llm.script(reply("hello alice"))
+    async with Runtime(config, bus=MessageBus()) as rt:
+        gateway = Gateway(rt)
+        await gateway.start()
+        try:
+            [channel] = gateway.channels.channels.values()
+            assert channel.config.allow_from == ["alice"]
+            assert not await channel.receive("mallory", "hi")  # access rules apply to plugins too
+            assert "nanobot pairing approve" in await asyncio.wait_for(channel.outbox.get(), 5)
+            assert await channel.receive("alice", "hi")
+            assert await asyncio.wait_for(channel.outbox.get(), 5) == "[echo] hello alice"
+        finally:
+            await gateway.stop()
+    assert len(llm.chat_requests) == 1
+
+
+def test_a_section_no_installed_channel_claims_is_rejected(home: Path) -> None:
+    write_config(home, {"channels": {"telgram": {"enabled": True}}})
+    with pytest.raises(ConfigError, match="unknown key 'channels.telgram'"):
+        load_config()
