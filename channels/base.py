@@ -24,8 +24,8 @@ class AccessGate(Protocol):
                     allow_from: list[str], is_private: bool) -> tuple[bool, str | None]:
         """Return (admitted, reply); the reply (e.g. a pairing code) goes to the sender if not admitted."""
 
-    # Optional, used by ``BaseChannel._may_download``: ``async def is_allowed(channel, sender_id,
-    # sender_name, allow_from) -> bool``, the same verdict without side effects (no code issued).
+    async def is_allowed(self, channel: str, sender_id: str, sender_name: str | None, allow_from: list[str]) -> bool:
+        """The same verdict as ``check`` for an admitted sender, without side effects (no code issued)."""
 
 
 @dataclass
@@ -73,12 +73,8 @@ class BaseChannel(ABC):
 
     async def _may_download(self, sender_id: str, sender_name: str | None) -> bool:
         """Whether this sender is admitted already; ask before fetching their attachments, so a
-        stranger's files never touch the disk. A gate without ``is_allowed`` gives True here
-        and ``_handle_message`` decides as before."""
-        is_allowed = getattr(self.ctx.access, "is_allowed", None)
-        if is_allowed is None:
-            return True
-        return await is_allowed(self.name, sender_id, sender_name, list(self.config.allow_from))
+        stranger's files never touch the disk."""
+        return await self.ctx.access.is_allowed(self.name, sender_id, sender_name, list(self.config.allow_from))
 
     async def _handle_message(self, *, sender_id: str, chat_id: str, content: str, sender_name: str | None = None,
                               media: list[str] | None = None, is_private: bool = True, mentioned: bool = False,

@@ -128,16 +128,15 @@ class DiscordChannel(BaseChannel):
         if not is_private and self.config.group_policy == "mention" and not mentioned:
             return  # checked here too, so we never download files for ignored chatter
         content = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
-        media = await self._download(message.attachments)
+        # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
+        allowed = await self._may_download(str(message.author.id), message.author.name)
+        media = await self._download(message.attachments) if allowed else []
         # A guild not (yet) in discord.py's cache still has its id on the partial channel.
         guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
-        admitted = await self._handle_message(
+        await self._handle_message(
             sender_id=str(message.author.id), sender_name=message.author.name, chat_id=str(message.channel.id),
             content=content, media=media, is_private=is_private, mentioned=mentioned,
             metadata={"message_id": str(message.id), "guild_id": str(guild_id) if guild_id else None})
-        if not admitted:  # files from someone we do not talk to must not stay on disk
-            for rel in media:
-                (self.ctx.workspace / rel).unlink(missing_ok=True)
 
     async def _download(self, attachments: list[discord.Attachment]) -> list[str]:
         paths: list[str] = []

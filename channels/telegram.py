@@ -81,6 +81,11 @@ class TelegramChannel(BaseChannel):
         self._app, self._username = app, app.bot.username or ""
         log.info("telegram: polling as @%s", self._username)
 
+    async def stop_receiving(self) -> None:
+        """Stop polling at shutdown: later messages wait on Telegram's server for the next start."""
+        if self._app and self._app.updater and self._app.updater.running:
+            await self._app.updater.stop()
+
     async def stop(self) -> None:
         app, self._app = self._app, None
         if app is not None:
@@ -122,7 +127,9 @@ class TelegramChannel(BaseChannel):
             text = re.sub(r"[ \t]{2,}", " ", text)
         if not is_private and self.config.group_policy == "mention" and not mentioned:
             return  # not for us; also spares a download nobody asked for
-        media, notes = await self._download_media(message)
+        # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
+        allowed = await self._may_download(str(user_id), username)
+        media, notes = await self._download_media(message) if allowed else ([], [])
         content = "\n".join(part for part in (text, *notes) if part)
         await self._handle_message(
             sender_id=str(user_id), sender_name=username, chat_id=str(message.chat_id),

@@ -31,6 +31,9 @@ class StubGate:
         self.checked.append((sender_id, sender_name, is_private))
         return (True, None) if sender_id in allow_from else (False, "Pairing code: ABC123")
 
+    async def is_allowed(self, channel, sender_id, sender_name, allow_from):
+        return sender_id in allow_from
+
 
 @pytest.fixture
 async def tg():
@@ -105,6 +108,15 @@ async def test_document_lands_in_inbox(tg, channel, bus, workspace):
     [path] = msg.media
     assert path.startswith("inbox/") and path.endswith("report_Q1.txt")
     assert (workspace / path).read_bytes() == b"quarterly numbers"
+
+
+async def test_strangers_document_is_never_downloaded(tg, channel, bus, workspace):
+    tg.push_document(MALLORY, MALLORY, b"malware", "evil.exe", caption="open this")
+    await tg.wait_sent(1)  # the stranger got the gate's reply
+    tg.push_text(ALICE, ALICE, "hi")
+    await inbound(bus)
+    assert "getFile" not in tg.calls
+    assert not (workspace / "inbox").exists() or not any((workspace / "inbox").iterdir())
 
 
 async def test_photo_and_oversized_document(tg, channel, bus, workspace):
