@@ -119,8 +119,14 @@ async def _stop_service(service: Service) -> None:
 
 
 def add_services(gateway: Gateway) -> None:
-    """The hook for services that live and die with the gateway: the cron scheduler and the
-    heartbeat plug in here, e.g. ``gateway.add_service(CronService(...))``."""
+    """The services that live and die with the gateway: the cron scheduler and the heartbeat."""
+    from nanobot.cron.jobs import CronJobs
+    from nanobot.heartbeat import Heartbeat
+
+    gateway.add_service(CronJobs(gateway.runtime, lambda: gateway.dispatcher))
+    heartbeat = gateway.config.gateway.heartbeat
+    if heartbeat.enabled:
+        gateway.add_service(Heartbeat(gateway.runtime, heartbeat.interval_minutes * 60))
 
 
 async def run_gateway(config: Config, *, stop: asyncio.Event | None = None) -> int:

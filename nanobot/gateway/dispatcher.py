@@ -73,12 +73,14 @@ class SessionWorker:
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 raise  # the worker itself is being cancelled (shutdown); the turn went with it
+            _answer_caller(msg, STOPPED_NOTE)
             return  # /stop: its handler answers
         except Exception:  # a crashing turn must not take the worker (or the daemon) with it
             log.exception("%s: the turn failed", self.key)
             reply = APOLOGY
         finally:
             self.turn = None
+        _answer_caller(msg, reply)
         if not self._stop_requested:
             await self.dispatcher.send(msg, reply)
 
@@ -144,6 +146,18 @@ class Dispatcher:
             worker = self.workers[msg.session_key] = SessionWorker(msg.session_key, self)
         worker.queue.put_nowait(msg)
 
+    async def ask(self, msg: InboundMessage) -> str:
+        """Queue ``msg`` like any chat message and wait for the turn's reply (cron prompt jobs).
+
+        The reply is also sent to the chat, as for a message the user typed.
+        """
+        if self.closing:
+            raise RuntimeError("the gateway is shutting down")
+        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        msg.metadata[_REPLY_FUTURE] = done
+        self.submit(msg)
+        return await done
+
     async def _stop(self, msg: InboundMessage) -> None:
         worker = self.workers.get(msg.session_key)
         stopped = worker is not None and await worker.stop_turn()
@@ -195,6 +209,16 @@ class Dispatcher:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+_REPLY_FUTURE = "reply_future"
+
+
+def _answer_caller(msg: InboundMessage, reply: str) -> None:
+    """Hand the reply to whoever is waiting on this message via ``Dispatcher.ask``."""
+    done = msg.metadata.get(_REPLY_FUTURE)
+    if done is not None and not done.done():
+        done.set_result(reply)
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:

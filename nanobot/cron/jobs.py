@@ -1,0 +1,107 @@
+"""What a cron job does when it fires: the CronService's runner inside the gateway.
+
+- code jobs: the stored program runs in a fresh sandbox session with the same functions as
+  in chat, and no model call. What it prints, or its last value, or its ``final_answer``, is
+  delivered to the job's chat unless the program sent its own messages.
+- prompt jobs: the message becomes a turn in the owning chat (queued behind whatever that
+  chat is doing), and the reply is delivered there like any other.
+Failures come back as an error outcome; the service records them, tells the owner through
+``notice`` and pauses the job after three in a row.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from nanobot.bus import InboundMessage, OutboundMessage, split_target
+from nanobot.cron.service import CronService, RunOutcome
+from nanobot.cron.store import CronStore
+from nanobot.tools.registry import ToolContext
+
+if TYPE_CHECKING:
+    from nanobot.cron.store import CronJob
+    from nanobot.gateway.dispatcher import Dispatcher
+    from nanobot.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+
+class JobRunner:
+    def __init__(self, runtime: Runtime, dispatcher: Callable[[], Dispatcher]) -> None:
+        self.runtime = runtime
+        self.dispatcher = dispatcher  # the gateway builds its dispatcher at start, after us
+
+    async def __call__(self, job: CronJob) -> RunOutcome:
+        if job.payload_kind == "code":
+            return await self.run_code(job)
+        return await self.run_prompt(job)
+
+    async def notice(self, job: CronJob, text: str) -> None:
+        await self.deliver(job.target, f"⏰ {text}")
+
+    async def deliver(self, target: str, text: str) -> None:
+        channel, chat_id = split_target(target)
+        await self.runtime.bus.publish_outbound(OutboundMessage(channel, chat_id, text))
+
+    async def run_code(self, job: CronJob) -> RunOutcome:
+        from nanobot.sandbox import StopProgram
+
+        rt = self.runtime
+        # The job's chat is "this chat" for its functions (send_message, list_cron...).
+        ctx = ToolContext(rt.config, rt.config.workspace_path, job.target, rt.bus, rt.deps.services)
+        sent: list[str] = []
+        final: list[str] = []
+
+        async def send_message(content: str, to: str | None = None) -> str:
+            sent.append(content)
+            return await rt.tools.call("send_message", {"content": content, "to": to}, ctx)
+
+        async def final_answer(value: Any = "") -> None:
+            final.append(value if isinstance(value, str) else repr(value))
+            raise StopProgram()
+
+        settings = rt.config.agent_for(job.owner_session)
+        # Stateless: a job must not see or change the chat's interactive Python variables.
+        limits = settings.code_runtime.model_copy(update={"persist_state": False})
+        result = await rt.code.run(job.payload, ctx, limits=limits, timezone=job.timezone, mode="cron",
+                                   extras={"send_message": send_message, "final_answer": final_answer})
+        if not result.ok:  # the exception line is what the owner needs; the traceback is for models
+            last_line = (result.error or "failed").strip().splitlines()[-1]
+            return RunOutcome("error", last_line, result.function_calls)
+        text = final[0] if final else "\n".join(p for p in (result.output.rstrip(), result.value) if p)
+        if text.strip() and not sent:
+            await self.deliver(job.target, text)
+        return RunOutcome("ok", text or "; ".join(sent), result.function_calls)
+
+    async def run_prompt(self, job: CronJob) -> RunOutcome:
+        channel, chat_id = split_target(job.target)
+        reply = await self.dispatcher().ask(InboundMessage(channel, chat_id, sender_id=f"cron:{job.id}",
+                                                           content=job.payload, metadata={"cron_job": job.id}))
+        return RunOutcome("ok", reply)
+
+
+class CronJobs:
+    """The cron service as a gateway service: the store, the scheduler and the runner together."""
+
+    def __init__(self, runtime: Runtime, dispatcher: Callable[[], Dispatcher], *, poll_interval: float = 1.0) -> None:
+        self.runtime = runtime
+        self.runner = JobRunner(runtime, dispatcher)
+        self.poll_interval = poll_interval
+        self.service: CronService | None = None
+
+    async def start(self) -> None:
+        rt = self.runtime
+        store = CronStore(rt.db)
+        await store.migrate()
+        limits = rt.config.agents.defaults.code_runtime
+        self.service = CronService(store, self.runner, timezone=rt.config.agents.defaults.timezone,
+                                   grace_seconds=rt.config.gateway.cron_grace_seconds,
+                                   poll_interval=self.poll_interval, on_notice=self.runner.notice,
+                                   validate_code=lambda code: rt.code.check(code, limits))
+        rt.deps.services["cron"] = self.service
+        await self.service.start()
+
+    async def stop(self) -> None:
+        if self.service is not None:
+            await self.service.stop()

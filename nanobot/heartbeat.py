@@ -1,0 +1,90 @@
+"""The heartbeat: every ``gateway.heartbeat.intervalMinutes``, look at HEARTBEAT.md's tasks.
+
+When the file lists active tasks (``- [ ] ...`` lines), one agent turn checks them in its
+own session, so the user's chat history is not filled with routine checks. A message goes
+out only when the model has something to say: the answer ``HEARTBEAT_OK`` means nothing
+needs the user, and is dropped. The message goes to the chat the owner used last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nanobot.agent.context import render_prompt
+from nanobot.bus import OutboundMessage, split_target
+
+if TYPE_CHECKING:
+    from nanobot.runtime import Runtime
+
+log = logging.getLogger(__name__)
+
+SESSION_KEY = "heartbeat:main"
+QUIET = "HEARTBEAT_OK"
+_ACTIVE = re.compile(r"^\s*[-*]\s+\[ \]\s+(.+)$", re.M)
+
+
+def active_tasks(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return []
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.S)  # the template's example is a comment
+    return [t.strip() for t in _ACTIVE.findall(text)]
+
+
+def latest_chat(sessions_dir: Path, channels: set[str]) -> str | None:
+    """The chat (``channel:chat_id``) whose history changed last, among enabled channels."""
+    best: tuple[float, str] | None = None
+    for path in sessions_dir.glob("*.jsonl"):
+        channel, _, chat_id = path.stem.partition("_")
+        if channel in channels and chat_id:
+            mtime = path.stat().st_mtime
+            if best is None or mtime > best[0]:
+                best = (mtime, f"{channel}:{chat_id}")
+    return best[1] if best else None
+
+
+class Heartbeat:
+    def __init__(self, runtime: Runtime, interval_seconds: float) -> None:
+        self.runtime = runtime
+        self.interval = interval_seconds
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="heartbeat")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                await self.beat()
+            except Exception:  # one failed check must not end the heartbeat for months
+                log.exception("heartbeat failed")
+
+    async def beat(self) -> str | None:
+        """One check; the message sent, or None when there was nothing to do or say."""
+        rt = self.runtime
+        tasks = active_tasks(rt.config.workspace_path / "HEARTBEAT.md")
+        if not tasks:
+            return None
+        enabled = {name for name in ("telegram", "discord") if getattr(rt.config.channels, name).enabled}
+        target = latest_chat(rt.home / "sessions", enabled)
+        if target is None:
+            log.info("heartbeat: %d task(s) but no chat to report to yet", len(tasks))
+            return None
+        prompt = render_prompt("heartbeat.md", tasks="\n".join(f"- {t}" for t in tasks), quiet=QUIET)
+        reply = (await rt.agent.handle(SESSION_KEY, prompt)).strip()
+        if not reply or QUIET in reply:
+            return None
+        channel, chat_id = split_target(target)
+        await rt.bus.publish_outbound(OutboundMessage(channel, chat_id, reply))
+        return reply

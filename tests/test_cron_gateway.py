@@ -1,0 +1,186 @@
+"""Cron through the whole gateway: a scripted model schedules code, the scheduler re-runs it
+with no model call, and its output reaches a chat of the stand-in Telegram server. Then the
+same as real processes: jobs survive a gateway restart and the CLI works beside a running one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+
+from channels.telegram import TelegramChannel
+from nanobot.bus import MessageBus
+from nanobot.config import Config
+from nanobot.cron.store import CronStore
+from nanobot.gateway import Gateway
+from nanobot.gateway.app import add_services
+from nanobot.heartbeat import Heartbeat
+from nanobot.runtime import Runtime
+from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import config_for
+
+ALICE = 42
+
+
+@pytest.fixture(autouse=True)
+def fast_telegram(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
+    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeOpenAI]:
+    async with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    async with FakeTelegram() as fake:
+        yield fake
+
+
+@pytest.fixture
+def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
+    cfg = config_for(llm.base_url, workspace, mode="code")
+    t = cfg.channels.telegram
+    t.enabled, t.token, t.api_base, t.allow_from = True, tg.token, tg.api_base, [str(ALICE)]
+    cfg.gateway.heartbeat.enabled = False
+    return cfg
+
+
+@asynccontextmanager
+async def running(config: Config) -> AsyncIterator[Gateway]:
+    async with Runtime(config, bus=MessageBus()) as rt:
+        gateway = Gateway(rt)
+        add_services(gateway)
+        try:
+            await gateway.start()
+            yield gateway
+        finally:
+            await gateway.stop()
+
+
+async def test_scheduled_code_reaches_the_chat_with_no_model_call(config: Config, llm: FakeOpenAI,
+                                                                  tg: FakeTelegram) -> None:
+    llm.script(reply('```python\njob = schedule_cron("every 1", "n = len(list_dir())\\nprint(f\'tick {n}\')")\n'
+                     'final_answer("scheduled " + job)\n```'))
+    async with running(config):
+        tg.push_text(ALICE, ALICE, "every second, tell me how many files there are")
+        [confirm] = await tg.wait_sent(1)
+        assert confirm["text"].startswith("scheduled ")
+        ticks = await tg.wait_sent(3, timeout=10)
+        assert [m["text"] for m in ticks[1:]] == ["tick 0", "tick 0"]
+        assert all(m["chat_id"] == ALICE for m in ticks)
+    assert len(llm.chat_requests) == 1  # the runs cost no model call
+
+
+async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    async with running(config) as gateway:
+        store = CronStore(gateway.runtime.db)
+        await gateway.runtime.deps.services["cron"].add_job(
+            owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="code",
+            payload="read_file('missing.txt')", name="broken")
+        sent = await tg.wait_sent(3, timeout=10)
+        [job] = await store.list()
+    texts = [m["text"] for m in sent]
+    assert "failed (1/3): FileNotFoundError: missing.txt" in texts[0] and "(2/3)" in texts[1]
+    assert "failed 3 times in a row and is paused" in texts[2] and "Traceback" not in texts[2]
+    assert not job.enabled and job.consecutive_failures == 3
+    assert llm.chat_requests == []
+
+
+async def test_prompt_job_is_a_turn_in_the_owning_chat(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    llm.script(reply("Time to stretch!"))
+    async with running(config) as gateway:
+        await gateway.runtime.deps.services["cron"].add_job(
+            owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="prompt",
+            payload="remind me to stretch")
+        [sent] = await tg.wait_sent(1, timeout=10)
+    assert sent["text"] == "Time to stretch!"
+    assert llm.chat_requests[0]["messages"][-1]["content"] == "remind me to stretch"
+    history = gateway.runtime.sessions.get(f"telegram:{ALICE}").messages
+    assert [m["content"] for m in history[:2]] == ["remind me to stretch", "Time to stretch!"]
+
+
+async def test_heartbeat_speaks_only_when_there_is_something_to_say(config: Config, llm: FakeOpenAI,
+                                                                    tg: FakeTelegram, workspace: Path) -> None:
+    llm.script(reply("hello"), reply("HEARTBEAT_OK"), reply("Your disk is 95% full."))
+    (workspace / "HEARTBEAT.md").write_text("# Tasks\n- [ ] check the disk\n- [x] done already\n")
+    async with running(config) as gateway:
+        beat = Heartbeat(gateway.runtime, 3600)
+        tg.push_text(ALICE, ALICE, "hi")  # the heartbeat reports to the chat used last
+        await tg.wait_sent(1)
+        assert await beat.beat() is None  # HEARTBEAT_OK: nothing is sent
+        assert await beat.beat() == "Your disk is 95% full."
+        sent = await tg.wait_sent(2)
+    assert sent[1]["text"] == "Your disk is 95% full."
+    assert "check the disk" in llm.chat_requests[1]["messages"][-1]["content"]
+    assert "done already" not in llm.chat_requests[1]["messages"][-1]["content"]
+    (workspace / "HEARTBEAT.md").write_text("nothing active\n")
+    assert await Heartbeat(gateway.runtime, 3600).beat() is None and len(llm.chat_requests) == 3
+
+
+# ------------------------------------------------------------------------- as real processes
+
+async def nanobot(home: Path, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", *args,
+                                                env={**os.environ, "NANOBOT_HOME": str(home)},
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode, out.decode(), err.decode()
+
+
+@asynccontextmanager
+async def gateway_process(home: Path, log: Path) -> AsyncIterator[None]:
+    with open(log, "ab") as out:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", "gateway",
+                                                    env={**os.environ, "NANOBOT_HOME": str(home)},
+                                                    stdout=out, stderr=asyncio.subprocess.STDOUT)
+        try:
+            yield
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 20) == 0
+
+
+async def test_jobs_survive_a_restart_and_the_cli_works_beside_the_gateway(
+        llm: FakeOpenAI, tg: FakeTelegram, home: Path, workspace: Path, tmp_path: Path) -> None:
+    (home / "config.json").write_text(json.dumps({
+        "agents": {"defaults": {"workspace": str(workspace), "model": "m"}},
+        "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}},
+        "channels": {"telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base,
+                                  "allowFrom": [str(ALICE)]}},
+        "gateway": {"heartbeat": {"enabled": False}, "shutdownGraceSeconds": 1}}))
+    (tmp_path / "job.py").write_text("print('still here')\n")
+    (tmp_path / "broken.py").write_text("print('oops'\n")
+    log = tmp_path / "gateway.log"
+    async with gateway_process(home, log):
+        code, out, err = await nanobot(home, "cron", "add", "--name", "ping", "--every", "1",
+                                       "--code", str(tmp_path / "job.py"), "--to", f"telegram:{ALICE}")
+        assert code == 0, err
+        job_id = out.strip()
+        assert (await tg.wait_sent(1, timeout=15))[0]["text"] == "still here"  # picked up while running
+        code, out, _ = await nanobot(home, "cron", "list")
+        assert job_id in out and "ping" in out and "ok" in out
+        code, _, err = await nanobot(home, "cron", "add", "--every", "60", "--code", str(tmp_path / "broken.py"))
+        assert code == 2 and "SyntaxError" in err  # refused at once, not at the first run
+    seen = len(tg.sent)
+    async with gateway_process(home, log):  # a new process: the job comes back from nanobot.db
+        await tg.wait_sent(seen + 1, timeout=15)
+        code, _, _ = await nanobot(home, "cron", "remove", job_id)
+        assert code == 0
+        await asyncio.sleep(2.5)  # past the poll interval and a period: no run may start now
+        settled = len(tg.sent)
+        await asyncio.sleep(1.5)
+        assert len(tg.sent) == settled
+    assert llm.chat_requests == []
+    assert "Traceback" not in log.read_text()
