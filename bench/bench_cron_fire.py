@@ -1,0 +1,66 @@
+"""Issue 5 figures: a code job from its fire time to its message handed to the channel, and
+model calls per run.
+
+One-shot ``at`` jobs are set for known instants; each prints its number, and the moment its
+message reaches ``bus.outbound`` (what the gateway's channel router reads) is compared with
+the instant it was due. Everything in between is real: APScheduler, the store, the Monty
+sandbox running the stored code, and delivery.
+
+    python bench_cron_fire.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from common import p50
+
+from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import config_for
+
+RUNS = 30
+
+
+async def main() -> None:
+    os.environ["NANOBOT_HOME"] = tempfile.mkdtemp(prefix="nanobot-bench-home-")
+    from nanobot.bus import MessageBus
+    from nanobot.cron.jobs import CronJobs
+    from nanobot.runtime import Runtime
+
+    async with FakeOpenAI() as llm:
+        config = config_for(llm.base_url, Path(tempfile.mkdtemp(prefix="nanobot-bench-ws-")), mode="code")
+        async with Runtime(config, bus=MessageBus()) as rt:
+            jobs = CronJobs(rt, dispatcher=lambda: None)
+            await jobs.start()
+            await rt.code.run("1", _ctx(rt), limits=config.agents.defaults.code_runtime.model_copy(
+                update={"persist_state": False}), timezone="UTC", mode="warmup")  # a warm worker, as in a daemon
+            start = datetime.now(timezone.utc) + timedelta(seconds=1)
+            due = {}
+            for i in range(RUNS):
+                when = start + timedelta(milliseconds=150 * i)
+                due[str(i)] = when.timestamp()
+                await jobs.service.add_job(owner_session="telegram:1", schedule_kind="at", expression=when.isoformat(),
+                                           payload_kind="code", payload=f"print('{i}')")
+            latencies = []
+            while len(latencies) < RUNS:
+                msg = await asyncio.wait_for(rt.bus.outbound.get(), 30)
+                latencies.append((time.time() - due[msg.content]) * 1000)
+            await jobs.stop()
+        print(f"code job, fire time to message handed to the channel: p50 {p50(latencies):.1f} ms, "
+              f"max {max(latencies):.1f} ms over {RUNS} runs (target p50 < 50 ms)")
+        print(f"model calls during {RUNS} code-job runs: {len(llm.chat_requests)} (target 0)")
+
+
+def _ctx(rt):
+    from nanobot.tools.registry import ToolContext
+
+    return ToolContext(rt.config, rt.config.workspace_path, "cron:warmup", rt.bus, rt.deps.services)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
