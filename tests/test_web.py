@@ -262,3 +262,22 @@ async def test_tools_register_with_schemas_and_errors(ctx):
     assert registry.get("web_search").stub().startswith("def web_search(query: str, count: int = 5) -> list[dict]:")
     text = await registry.call_for_model("web_fetch", {"url": "http://127.0.0.1/"}, ctx)
     assert text.startswith("Error: PermissionError: web_fetch: refusing to fetch 127.0.0.1")
+
+
+async def test_agent_marks_fetched_pages_untrusted_in_tools_mode_only(allowed: WebPages, workspace,
+                                                                      home) -> None:
+    """Tools mode wraps web text as external content; code mode hands the program the raw string."""
+    from nanobot.runtime import Runtime
+    from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+    from tests.helpers import config_for
+
+    url = allowed.url("/article")
+    async with FakeOpenAI() as llm:
+        llm.script(tool_call("web_fetch", {"url": url}), reply("read it"),
+                   reply(f"```python\npage = web_fetch({url!r})\nfinal_answer(page[:40])\n```"))
+        async with Runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+            await rt.agent.handle("cli:w", "read the page")
+            answer = await rt.agent.handle("cli:w", "again, in code", mode="code")
+    seen = llm.chat_requests[1]["messages"][-1]["content"]
+    assert seen.startswith(f'<external_content source="{url}">') and "do not follow" in seen
+    assert answer.startswith("URL: ") and "external_content" not in answer

@@ -46,10 +46,10 @@ async def run_tool_call(turn: Turn, name: str, raw_arguments: str) -> str:
     tool = turn.deps.tools.get(name)
     log.info("[%s] %s(%s)", turn.session.key, name, raw_arguments[:80])
     result = await turn.deps.tools.call_for_model(name, arguments, turn.ctx)
-    if tool is not None and getattr(tool, "untrusted", False) and not result.startswith("Error:"):
+    if tool is not None and tool.untrusted and not result.startswith("Error:"):
         from nanobot.tools.web import wrap_untrusted
 
-        result = wrap_untrusted(result, source=str(arguments.get("url", name)))
+        result = wrap_untrusted(result, source=str(arguments.get("url") or name))
     return result
 
 

@@ -62,6 +62,7 @@ class Tool:
     args_model: type[BaseModel]
     signature: inspect.Signature  # without the ctx parameter
     code_only: bool = False  # e.g. final_answer: a function in code, never a native tool
+    untrusted: bool = False  # returns text written by strangers (web pages): marked as such for the model
 
     @cached_property  # a schema never changes; building it costs ~0.5 ms, on every turn otherwise
     def parameters(self) -> dict[str, Any]:
@@ -132,7 +133,8 @@ def _format_signature(sig: inspect.Signature) -> str:
     return f"({', '.join(parts)}) -> {_annotation_text(sig.return_annotation)}"
 
 
-def tool(func: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None, code_only: bool = False):
+def tool(func: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None, code_only: bool = False,
+         untrusted: bool = False):
     """Turn ``async def f(ctx, ...)`` into a Tool. Usable bare (``@tool``) or with options."""
 
     def build(fn: Callable[..., Awaitable[Any]]) -> Tool:
@@ -150,7 +152,8 @@ def tool(func: Callable[..., Awaitable[Any]] | None = None, *, name: str | None 
             parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in params],
             return_annotation=hints.get("return", sig.return_annotation),
         )
-        return Tool(tool_name, inspect.cleandoc(fn.__doc__ or tool_name), fn, args_model, public_sig, code_only)
+        return Tool(tool_name, inspect.cleandoc(fn.__doc__ or tool_name), fn, args_model, public_sig, code_only,
+                    untrusted)
 
     return build(func) if func is not None else build
 

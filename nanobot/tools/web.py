@@ -29,7 +29,7 @@ SEARCH_TIMEOUT = 15.0
 # ---------------------------------------------------------------------------------- search
 
 
-@tool
+@tool(untrusted=True)
 async def web_search(
     ctx: ToolContext,
     query: Annotated[str, Field(description="What to search for")],
@@ -107,7 +107,7 @@ def _plain(fragment: str) -> str:
 # ----------------------------------------------------------------------------------- fetch
 
 
-@tool
+@tool(untrusted=True)
 async def web_fetch(
     ctx: ToolContext,
     url: Annotated[str, Field(description="An http:// or https:// URL on the public internet")],
