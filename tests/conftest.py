@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from typing import AsyncIterator
+
 import pytest
 
 from nanobot.config import Config
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.telegram_api import FakeTelegram
 
 
 @pytest.fixture(autouse=True)
@@ -38,3 +43,24 @@ def config(workspace: Path) -> Config:
     cfg = Config()
     cfg.agents.defaults.workspace = str(workspace)
     return cfg
+
+
+@pytest.fixture
+async def llm() -> AsyncIterator[FakeOpenAI]:
+    """The scripted OpenAI-compatible model server on loopback."""
+    async with FakeOpenAI() as server:
+        yield server
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    """The stand-in Telegram Bot API on loopback."""
+    async with FakeTelegram() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def dc() -> AsyncIterator[FakeDiscord]:
+    """The stand-in Discord gateway and REST API on loopback."""
+    async with FakeDiscord() as fake:
+        yield fake

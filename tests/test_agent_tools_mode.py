@@ -5,17 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 
 from nanobot.runtime import Runtime
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call, tool_calls
 from tests.helpers import config_for
-
-
-@pytest.fixture
-async def llm():
-    async with FakeOpenAI() as server:
-        yield server
 
 
 async def run(llm: FakeOpenAI, workspace: Path, text: str, session: str = "cli:t", **kw) -> str:

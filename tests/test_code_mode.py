@@ -21,12 +21,6 @@ final_answer(f"{total} lines")
 ```"""
 
 
-@pytest.fixture
-async def llm():
-    async with FakeOpenAI() as server:
-        yield server
-
-
 def make_files(workspace: Path, n: int) -> None:
     (workspace / "src").mkdir()
     for i in range(n):

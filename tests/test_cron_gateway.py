@@ -37,18 +37,6 @@ def fast_telegram(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def llm() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as fake:
-        yield fake
-
-
-@pytest.fixture
 def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
     cfg = config_for(llm.base_url, workspace, mode="code")
     t = cfg.channels.telegram

@@ -24,12 +24,6 @@ def last_user(body: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-async def llm() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
 def config(llm: FakeOpenAI, workspace: Path) -> Config:
     return config_for(llm.base_url, workspace)
 

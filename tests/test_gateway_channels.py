@@ -45,24 +45,6 @@ def fast_channels(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-async def llm() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with FakeTelegram() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def dc() -> AsyncIterator[FakeDiscord]:
-    async with FakeDiscord() as fake:
-        yield fake
-
-
-@pytest.fixture
 def config(llm: FakeOpenAI, tg: FakeTelegram, dc: FakeDiscord, workspace: Path) -> Config:
     cfg = config_for(llm.base_url, workspace)
     t, d = cfg.channels.telegram, cfg.channels.discord

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import AsyncIterator
 
 import pytest
 
@@ -64,12 +63,6 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     yield
     import sys
     sys.modules.pop("nanobot_echo", None)
-
-
-@pytest.fixture
-async def llm() -> AsyncIterator[FakeOpenAI]:
-    async with FakeOpenAI() as server:
-        yield server
 
 
 def write_config(home: Path, data: dict) -> None:

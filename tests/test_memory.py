@@ -136,12 +136,6 @@ def good_answer(memory: str = NEW_MEMORY, history: str = HISTORY) -> dict[str, A
 
 
 @pytest.fixture
-async def llm():
-    async with FakeOpenAI() as server:
-        yield server
-
-
-@pytest.fixture
 def memory_file(workspace: Path) -> Path:
     path = workspace / "memory" / "MEMORY.md"
     path.parent.mkdir()

@@ -152,12 +152,6 @@ def test_skill_helpers_code(workspace: Path, builtin: Path) -> None:
 # ---------------------------------------------------------------------------------- read_skill, end to end
 
 
-@pytest.fixture
-async def llm():
-    async with FakeOpenAI() as server:
-        yield server
-
-
 async def test_prompt_lists_skills_and_read_skill_reads_builtin_and_workspace(llm: FakeOpenAI,
                                                                              workspace: Path) -> None:
     write_skill(workspace / "skills", "notes", "name: notes\ndescription: Keep notes tidy.", body="Use notes/.\n")

@@ -36,12 +36,6 @@ class StubGate:
 
 
 @pytest.fixture
-async def tg():
-    async with FakeTelegram() as fake:
-        yield fake
-
-
-@pytest.fixture
 def bus() -> MessageBus:
     return MessageBus()
 
