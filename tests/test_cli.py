@@ -90,3 +90,19 @@ async def test_bad_usage_exits_2(home: Path, args: list[str]) -> None:
 async def test_python_dash_m_and_console_script_agree(home: Path) -> None:
     code, out, _ = await nanobot("--help", home=home)
     assert code == 0 and "onboard" in out and "cron" in out
+
+
+async def test_interactive_chat_keeps_the_conversation(home: Path, workspace: Path) -> None:
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        llm.script(reply("Hi, Ada."), reply("You are Ada."))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nanobot", "agent", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NANOBOT_HOME": str(home)})
+        out, err = await asyncio.wait_for(proc.communicate(b"I am Ada\n/mode code\nwho am I?\n"), 60)
+    text = out.decode()
+    assert proc.returncode == 0, err.decode()
+    assert "Hi, Ada." in text and "Mode set to code" in text and "You are Ada." in text
+    second = llm.chat_requests[1]["messages"]
+    assert [m["content"] for m in second if m["role"] != "system"] == ["I am Ada", "Hi, Ada.", "who am I?"]
+    assert "tools" not in llm.chat_requests[1]  # the /mode switch took effect for the next turn
