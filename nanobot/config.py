@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -216,7 +217,7 @@ class Config(BaseSettings):
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
-        return (init_settings, env_settings, _JsonFileSource(settings_cls, _FILE_DATA.get("data", {})))
+        return (init_settings, env_settings, _JsonFileSource(settings_cls, _FILE_DATA.get()))
 
     # ---- derived values -------------------------------------------------------------
     @property
@@ -245,9 +246,9 @@ class Config(BaseSettings):
         return json.dumps(self.model_dump(by_alias=True, mode="json"), indent=2) + "\n"
 
 
-# pydantic-settings builds sources from the class, so the file's data is handed over here,
-# set just for the duration of one load() call.
-_FILE_DATA: dict[str, Any] = {}
+# pydantic-settings builds its sources from the class, not the call, so the file's data is
+# handed to the source here, for the duration of one load_config() call.
+_FILE_DATA: ContextVar[dict[str, Any]] = ContextVar("nanobot_config_file_data", default={})
 
 
 def nanobot_home() -> Path:
@@ -284,7 +285,7 @@ def _key_path(loc: tuple[Any, ...]) -> str:
 def load_config(explicit: str | Path | None = None) -> tuple[Config, Path]:
     """Load and validate; every problem becomes one ConfigError line naming the key and file."""
     path, required = config_path(explicit)
-    _FILE_DATA["data"] = _read_file(path, required)
+    token = _FILE_DATA.set(_read_file(path, required))
     try:
         return Config(), path
     except ValidationError as exc:
@@ -294,4 +295,4 @@ def load_config(explicit: str | Path | None = None) -> tuple[Config, Path]:
             raise ConfigError(f"{path}: unknown key '{key}'") from None
         raise ConfigError(f"{path}: invalid value for '{key}': {err['msg']}") from None
     finally:
-        _FILE_DATA.clear()
+        _FILE_DATA.reset(token)
