@@ -174,3 +174,19 @@ async def test_use_skill_defines_helpers_in_the_session(llm: FakeOpenAI, workspa
     assert await ask(llm, workspace, "one", "two", "three") == ["3", "3", "sorry"]
     assert "Unknown skill" in llm.chat_requests[3]["messages"][-1]["content"] or \
         "no-such-skill" in llm.chat_requests[3]["messages"][-1]["content"]
+
+
+async def test_use_skill_in_a_stateless_run_as_cron_jobs_have(llm: FakeOpenAI, workspace: Path) -> None:
+    from nanobot.tools.registry import ToolContext
+
+    async with Runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
+        limits = rt.config.agents.defaults.code_runtime.model_copy(update={"persist_state": False})
+        ctx = ToolContext(rt.config, workspace, "telegram:1", services=rt.deps.services)
+        ok = await rt.code.run("use_skill('summarize')\nlen(chunk_text('y' * 25, 10, 0))", ctx, limits=limits,
+                               timezone="UTC", mode="cron")
+        bad = await rt.code.run("use_skill('nope')", ctx, limits=limits, timezone="UTC", mode="cron")
+        computed = await rt.code.run("name = 'summarize'\nuse_skill(name)", ctx, limits=limits, timezone="UTC",
+                                     mode="cron")
+    assert ok.ok and ok.value == "3"
+    assert bad.error_type == "ValueError" and "nope" in bad.error
+    assert "literal string" in computed.error

@@ -69,8 +69,6 @@ class CodeExecutor:
     async def run(self, code: str, ctx: ToolContext, *, limits: CodeRuntime, timezone: str, mode: str,
                   extras: dict[str, Extra] | None = None, inputs: dict[str, Any] | None = None) -> ExecutionResult:
         """Run ``code`` in the chat's Python state with every tool (and ``extras``) as functions."""
-        from nanobot.sandbox import ExecutionResult
-
         tools = self.deps.tools
         extras = {**(extras or {}), "use_skill": _use_skill(set(_USE_SKILL.findall(code)))}
 
@@ -89,13 +87,7 @@ class CodeExecutor:
 
         if limits.persist_state:
             await self._restore(ctx.session_key)
-        result = await self._load_skills(code, ctx, limits, feed)
-        if result is None:
-            try:
-                program = code if limits.persist_state else _with_helpers(code, ctx)
-            except ValueError as exc:
-                return ExecutionResult(error=f"ValueError: use_skill: {exc}", error_type="ValueError")
-            result = await feed(program)
+        result = await self._run_with_skills(code, ctx, limits.persist_state, feed)
         if limits.persist_state:
             await self._save(ctx.session_key, result.state)
         if self.deps.usage:
@@ -103,23 +95,29 @@ class CodeExecutor:
                                                    "ok" if result.ok else (result.error_type or "error"))
         return result
 
-    async def _load_skills(self, code: str, ctx: ToolContext, limits: CodeRuntime,
-                           feed: Callable[[str], Awaitable[ExecutionResult]]) -> ExecutionResult | None:
-        """Feed the helpers of each skill the program names; an error result if one fails."""
-        if not limits.persist_state:
-            return None  # a stateless run gets them prepended to the program instead
+    @staticmethod
+    async def _run_with_skills(code: str, ctx: ToolContext, stateful: bool,
+                               feed: Callable[[str], Awaitable[ExecutionResult]]) -> ExecutionResult:
+        """Define the helpers of the skills the program names, then run it.
+
+        In a chat's lasting state the helpers are fed first, on their own, so the program's
+        traceback line numbers stay its own; a stateless run (a cron job) gets them prepended.
+        """
         from nanobot.sandbox import ExecutionResult
 
-        for name in dict.fromkeys(_USE_SKILL.findall(code)):
-            try:
-                source = _helpers(name, ctx)
-            except ValueError as exc:
-                return ExecutionResult(error=f"ValueError: use_skill: {exc}", error_type="ValueError")
-            loaded = await feed(source)
-            if not loaded.ok:
-                loaded.error = f"while loading the helpers of skill {name!r}:\n{loaded.error}"
-                return loaded
-        return None
+        try:
+            prelude = "\n\n".join(_helpers(name, ctx) for name in dict.fromkeys(_USE_SKILL.findall(code)))
+        except ValueError as exc:
+            return ExecutionResult(error=f"ValueError: use_skill: {exc}", error_type="ValueError")
+        if not prelude:
+            return await feed(code)
+        if not stateful:
+            return await feed(prelude + "\n\n" + code)
+        loaded = await feed(prelude)
+        if not loaded.ok:
+            loaded.error = f"while loading skill helpers:\n{loaded.error}"
+            return loaded
+        return await feed(code)
 
     async def check(self, code: str, limits: CodeRuntime) -> str | None:
         """Syntax (and, with typeCheck, types) of a program, without running it."""
@@ -176,12 +174,6 @@ def _helpers(name: str, ctx: ToolContext) -> str:
     from nanobot.skills import skill_helpers_code
 
     return skill_helpers_code(name, ctx.workspace)
-
-
-def _with_helpers(code: str, ctx: ToolContext) -> str:
-    """For stateless runs (cron jobs): the named skills' helpers, then the program."""
-    sources = [_helpers(name, ctx) for name in dict.fromkeys(_USE_SKILL.findall(code))]
-    return "\n\n".join([*sources, code])
 
 
 def _use_skill(loaded: set[str]) -> Extra:
