@@ -105,14 +105,17 @@ async def _print_progress(text: str) -> None:
 
 async def _run_agent(config: Config, message: str | None, session: str, mode: str | None,
                      provider=None) -> int:
+    from nanobot.bus import MessageBus
     from nanobot.runtime import Runtime
 
     try:
-        async with Runtime(config, provider=provider) as rt:
+        # One message needs no bus: send_message to this chat prints. A chat runs on the
+        # gateway's machinery (a bus, a dispatcher, the terminal as a channel).
+        async with Runtime(config, provider=provider, bus=None if message is not None else MessageBus()) as rt:
             if message is not None:
                 typer.echo(await rt.agent.handle(session, message, mode=mode, progress=_print_progress))
-                return 0
-            await _chat(rt, session, mode)
+            else:
+                await _chat(rt, session, mode)
             return 0
     except ConfigError as exc:
         fail(str(exc))
@@ -120,19 +123,43 @@ async def _run_agent(config: Config, message: str | None, session: str, mode: st
 
 
 async def _chat(rt, session: str, mode: str | None) -> None:
-    typer.echo(f"nanobot chat ({session}). /help for commands, Ctrl-D to leave.")
-    loop = asyncio.get_running_loop()
-    while True:
-        try:
-            line = await loop.run_in_executor(None, input, "you> ")
-        except (EOFError, KeyboardInterrupt):
-            typer.echo("")
-            return
-        if not line.strip():
-            continue
-        if line.strip() in ("exit", "quit"):
-            return
-        typer.echo(await rt.agent.handle(session, line.strip(), mode=mode, progress=_print_progress))
+    """The terminal chat: lines go through the same dispatcher as the gateway's chats, so
+    ``/stop`` typed during a turn cancels it. At end of input, what was asked is finished."""
+    from channels.cli import CliChannel
+    from nanobot.gateway.dispatcher import Dispatcher, is_stop
+
+    typer.echo(f"nanobot chat ({session}). /help for commands, /stop to cancel a turn, Ctrl-D to leave.")
+    channel = CliChannel(session, rt.bus, metadata={"mode": mode} if mode else {})
+    dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway)
+    asked: list[asyncio.Task[str]] = []
+
+    async def intake() -> None:
+        while True:
+            msg = await rt.bus.inbound.get()
+            if is_stop(msg.content):
+                dispatcher.submit(msg)
+            else:
+                asked.append(asyncio.create_task(dispatcher.ask(msg)))
+
+    async def route() -> None:
+        while True:
+            await channel.send(await rt.bus.outbound.get())
+
+    tasks = [asyncio.create_task(intake()), asyncio.create_task(route())]
+    await channel.start()
+    try:
+        await channel.closed.wait()
+        while not rt.bus.inbound.empty():  # lines typed just before the end are still asked
+            await asyncio.sleep(0)
+        await asyncio.gather(*asked, return_exceptions=True)
+        while not rt.bus.outbound.empty():
+            await channel.send(rt.bus.outbound.get_nowait())
+    finally:
+        await channel.stop()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await dispatcher.shutdown(0)
 
 
 async def _run_demo(message: str | None) -> int:

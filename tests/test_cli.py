@@ -106,3 +106,23 @@ async def test_interactive_chat_keeps_the_conversation(home: Path, workspace: Pa
     second = llm.chat_requests[1]["messages"]
     assert [m["content"] for m in second if m["role"] != "system"] == ["I am Ada", "Hi, Ada.", "who am I?"]
     assert "tools" not in llm.chat_requests[1]  # the /mode switch took effect for the next turn
+
+
+async def test_stop_typed_in_the_terminal_cancels_the_turn(home: Path, workspace: Path) -> None:
+    from tests.fakes.openai_server import delayed
+
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        llm.script(delayed(reply("too late"), 30), reply("fresh answer"))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nanobot", "agent", stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NANOBOT_HOME": str(home)})
+        proc.stdin.write(b"think very hard\n")
+        await proc.stdin.drain()
+        await asyncio.wait_for(llm.request_event.wait(), 30)  # the slow model call is under way
+        out, err = await asyncio.wait_for(proc.communicate(b"/stop\nand now?\n"), 20)
+    text = out.decode()
+    assert proc.returncode == 0, err.decode()
+    assert "Stopped." in text and "fresh answer" in text and "too late" not in text
+    history = (home / "sessions" / "cli_default.jsonl").read_text()
+    assert "(stopped by the user)" in history

@@ -92,7 +92,7 @@ class SessionWorker:
                 typing = None if is_command(msg.content) else asyncio.create_task(d.keep_typing(msg))
                 try:
                     started = True
-                    return await d.agent.handle(self.key, msg.content, media=msg.media,
+                    return await d.agent.handle(self.key, msg.content, media=msg.media, mode=msg.metadata.get("mode"),
                                                 progress=lambda text: d.send(msg, text))
                 finally:
                     if typing is not None:

@@ -41,7 +41,7 @@ async def send_message(ctx: ToolContext, content: str, to: str | None = None) ->
             return "Shown to the user (no chat channels in this process)."
         raise RuntimeError("no chat channels in this process: messages to other chats go out only "
                            "from the running gateway (nanobot gateway)")
-    if not _section(ctx, channel).get("enabled"):
+    if target != ctx.session_key and not _section(ctx, channel).get("enabled"):
         raise RuntimeError(f"send_message: channel {channel!r} is not enabled (channels.{channel}.enabled)")
     await ctx.bus.publish_outbound(OutboundMessage(channel, chat_id, content))
     return f"Message sent to {target}."
