@@ -21,10 +21,6 @@ def text_tool_calls(text: str) -> list[str]:
     return _TOOL_CALL.findall(text)
 
 
-def without_tool_calls(text: str) -> str:
-    return _TOOL_CALL.sub("", text).strip()
-
-
 def say_notes(text: str) -> list[str]:
     return [s.strip() for s in _SAY.findall(text) if s.strip()]
 

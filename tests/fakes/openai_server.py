@@ -19,7 +19,7 @@ import json
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -129,5 +129,3 @@ class FakeOpenAI:
             "usage": {**item["usage"], "total_tokens": sum(item["usage"].values())},
         })
 
-
-Responder = Callable[[dict[str, Any]], Any]
