@@ -1,0 +1,28 @@
+"""The systemd unit in deploy/ is valid as systemd itself reads it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+UNIT = Path(__file__).resolve().parent.parent / "deploy" / "nanobot.service"
+
+
+def test_unit_is_a_notify_service_with_a_watchdog() -> None:
+    text = UNIT.read_text()
+    for line in ("Type=notify", "NotifyAccess=main", "Restart=on-failure", "ExecStart=/opt/nanobot/venv/bin/nanobot gateway",
+                 "ProtectSystem=strict", "NoNewPrivileges=yes"):
+        assert line in text.splitlines(), line
+    assert any(line.startswith("WatchdogSec=") for line in text.splitlines())
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
+    # The venv path does not exist on a test machine; everything else is checked as is.
+    unit = tmp_path / "nanobot.service"
+    unit.write_text(UNIT.read_text().replace("ExecStart=/opt/nanobot/venv/bin/nanobot", "ExecStart=/bin/true"))
+    result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and not result.stderr.strip(), result.stderr
