@@ -9,6 +9,7 @@ import os
 import shutil
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Optional
 
@@ -32,16 +33,15 @@ def fail(message: str, code: int = 2) -> None:
 def main_options(ctx: typer.Context,
                  config: Optional[Path] = typer.Option(None, "--config", help="config file (default $NANOBOT_HOME/config.json)"),
                  verbose: bool = typer.Option(False, "--verbose", "-v", help="log what the agent does")) -> None:
-    ctx.obj = {"config": config, "validate_code": _validate_job_code}
+    ctx.obj = {"config": config, "validate_code": partial(_validate_job_code, config_file=config)}
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-async def _validate_job_code(code: str) -> str | None:
-    """Refuse a broken cron program when it is added, not when it first fires."""
+async def _validate_job_code(code: str, *, config_file: Path | None) -> str | None:
+    """Refuse a broken cron program when it is added, not when it first fires (typeCheck as configured)."""
     from nanobot.agent.code_mode import validate_code
 
-    config = load_config()[0]
-    return await validate_code(code, config)
+    return await validate_code(code, load_config(config_file)[0])
 
 
 def get_config(ctx: typer.Context) -> Config:
@@ -212,8 +212,7 @@ async def _status(config: Config, path: Path) -> None:
     typer.echo(f"Provider:  {settings.provider} ({provider.api_base if provider and provider.api_base else 'default base'}"
                f", key {'set' if provider and provider.api_key else 'not set'}), model {settings.model}, "
                f"mode {settings.execution_mode}")
-    channels = [n for n in ("telegram", "discord") if getattr(config.channels, n).enabled]
-    typer.echo(f"Channels:  {', '.join(channels) or 'none enabled'}")
+    typer.echo(f"Channels:  {', '.join(config.channels.enabled_names()) or 'none enabled'}")
     db = await open_db(nanobot_home() / "nanobot.db")
     try:
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
@@ -221,8 +220,7 @@ async def _status(config: Config, path: Path) -> None:
         if not totals:
             typer.echo("Usage:     none yet")
         for mode, t in sorted(totals.items()):
-            typer.echo(f"Usage [{mode}]: {t.model_calls} model calls, {t.prompt_tokens} prompt + "
-                       f"{t.completion_tokens} completion tokens, {t.executions} executions, {t.failures} failed")
+            typer.echo(f"Usage [{mode}]: {t.summary()}")
     finally:
         await db.close()
 

@@ -34,6 +34,10 @@ class ModeTotals:
     executions: int = 0
     failures: int = 0
 
+    def summary(self) -> str:
+        return (f"{self.model_calls} model calls, {self.prompt_tokens} prompt + {self.completion_tokens} completion "
+                f"tokens, {self.executions} executions, {self.failures} failed")
+
 
 class UsageStore:
     def __init__(self, conn: aiosqlite.Connection) -> None:

@@ -43,6 +43,8 @@ async def test_agent_message_does_a_multi_step_file_task(home: Path, workspace: 
     history = (home / "sessions" / "cli_default.jsonl").read_text().splitlines()
     assert len(history) == 1 + 1 + 3 * 2 + 1  # meta, user, three call/result pairs, answer
     assert len(llm.chat_requests) == 4
+    code, out, _ = await nanobot("status", home=home)
+    assert "Usage [tools]: 4 model calls, 40 prompt + 20 completion tokens, 0 executions, 0 failed" in out
 
 
 async def test_agent_mode_flag_runs_code_mode(home: Path, workspace: Path) -> None:
@@ -90,6 +92,12 @@ async def test_bad_usage_exits_2(home: Path, args: list[str]) -> None:
 async def test_python_dash_m_and_console_script_agree(home: Path) -> None:
     code, out, _ = await nanobot("--help", home=home)
     assert code == 0 and "onboard" in out and "cron" in out
+    script = Path(sys.executable).parent / "nanobot"  # installed by pip next to this Python
+    proc = await asyncio.create_subprocess_exec(str(script), "--help", stdout=asyncio.subprocess.PIPE,
+                                                env={**os.environ, "NANOBOT_HOME": str(home)})
+    script_out = (await proc.communicate())[0].decode()
+    commands = ("onboard", "agent", "gateway", "status", "cron", "pairing")
+    assert proc.returncode == 0 and all(c in script_out and c in out for c in commands)
 
 
 async def test_interactive_chat_keeps_the_conversation(home: Path, workspace: Path) -> None:
@@ -126,3 +134,14 @@ async def test_stop_typed_in_the_terminal_cancels_the_turn(home: Path, workspace
     assert "Stopped." in text and "fresh answer" in text and "too late" not in text
     history = (home / "sessions" / "cli_default.jsonl").read_text()
     assert "(stopped by the user)" in history
+
+
+async def test_cron_add_checks_code_with_the_named_config(home: Path, tmp_path: Path) -> None:
+    config = tmp_path / "elsewhere.json"  # not $NANOBOT_HOME/config.json, so only --config can bring typeCheck
+    config.write_text(json.dumps({"agents": {"defaults": {"codeRuntime": {"typeCheck": True}}}}))
+    (tmp_path / "job.py").write_text("n: int = read_file('notes.txt')\nprint(n)\n")
+    args = ["cron", "add", "--every", "60", "--code", str(tmp_path / "job.py")]
+    code, _, err = await nanobot("--config", str(config), *args, home=home)
+    assert code == 2 and "not assignable" in err
+    code, out, err = await nanobot(*args, home=home)  # default config: no type check, so it is accepted
+    assert code == 0, err

@@ -60,6 +60,5 @@ async def status_text(agent: Agent, session_key: str) -> str:
              f"model {settings.model}."]
     if agent.deps.usage:
         for mode, t in sorted((await agent.deps.usage.totals()).items()):
-            lines.append(f"{mode}: {t.model_calls} model calls, {t.prompt_tokens + t.completion_tokens} tokens, "
-                         f"{t.executions} executions ({t.failures} failed)")
+            lines.append(f"{mode}: {t.summary()}")
     return "\n".join(lines)
