@@ -71,6 +71,12 @@ class BaseChannel(ABC):
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def _addressed(self, is_private: bool, mentioned: bool) -> bool:
+        """Whether the bot should read this message at all: always in private chats; in groups
+        under ``groupPolicy: "mention"`` only when mentioned or replied to. Adapters ask this
+        before downloading anything, and ``_handle_message`` asks again."""
+        return is_private or mentioned or self.config.group_policy != "mention"
+
     async def _may_download(self, sender_id: str, sender_name: str | None) -> bool:
         """Whether this sender is admitted already; ask before fetching their attachments, so a
         stranger's files never touch the disk."""
@@ -80,7 +86,7 @@ class BaseChannel(ABC):
                               media: list[str] | None = None, is_private: bool = True, mentioned: bool = False,
                               metadata: dict[str, Any] | None = None) -> bool:
         """Apply group policy and access control, then put the message on the bus. True if it went."""
-        if not is_private and self.config.group_policy == "mention" and not mentioned:
+        if not self._addressed(is_private, mentioned):
             return False
         admitted, reply = await self.ctx.access.check(self.name, sender_id, sender_name,
                                                       list(self.config.allow_from), is_private)

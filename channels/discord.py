@@ -125,7 +125,7 @@ class DiscordChannel(BaseChannel):
             return  # never answer ourselves or other bots: two bots can loop forever
         is_private = isinstance(message.channel, discord.DMChannel)
         mentioned = _addresses(message, me.id)
-        if not is_private and self.config.group_policy == "mention" and not mentioned:
+        if not self._addressed(is_private, mentioned):
             return  # checked here too, so we never download files for ignored chatter
         content = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.

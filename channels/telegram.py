@@ -125,7 +125,7 @@ class TelegramChannel(BaseChannel):
         if mentioned:
             text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()
             text = re.sub(r"[ \t]{2,}", " ", text)
-        if not is_private and self.config.group_policy == "mention" and not mentioned:
+        if not self._addressed(is_private, mentioned):
             return  # not for us; also spares a download nobody asked for
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
         allowed = await self._may_download(str(user_id), username)

@@ -125,6 +125,17 @@ class Channels(Section):
                     {"type": "extra_forbidden", "loc": (key,), "input": extra[key]} for key in unknown])
         return channels
 
+    def enabled_names(self) -> list[str]:
+        """Names of the channels switched on (``channels.<name>.enabled``), third-party ones included."""
+        names = [*type(self).model_fields, *(self.model_extra or {})]
+        return [n for n in names if _is_enabled(getattr(self, n, None))]
+
+
+def _is_enabled(section: Any) -> bool:
+    if isinstance(section, dict):  # a third-party section, validated later by its adapter
+        return bool(section.get("enabled"))
+    return bool(getattr(section, "enabled", False))
+
 
 class ExecTool(Section):
     enabled: bool = True

@@ -76,8 +76,7 @@ class Heartbeat:
         tasks = active_tasks(rt.config.workspace_path / "HEARTBEAT.md")
         if not tasks:
             return None
-        enabled = {name for name in ("telegram", "discord") if getattr(rt.config.channels, name).enabled}
-        target = latest_chat(rt.home / "sessions", enabled)
+        target = latest_chat(rt.home / "sessions", set(rt.config.channels.enabled_names()))
         if target is None:
             log.info("heartbeat: %d task(s) but no chat to report to yet", len(tasks))
             return None

@@ -19,7 +19,7 @@ from nanobot.agent.markup import extract_code, say_notes, strip_think, without_s
 from nanobot.agent.modes import ToolsMode, attachments_note, run_tool_call
 from nanobot.config import CodeRuntime, Config
 from nanobot.db import migrate
-from nanobot.providers.base import LLMResponse
+from nanobot.providers.base import LLMResponse, parse_arguments
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import AgentDeps, Turn
@@ -193,10 +193,8 @@ def _short_args(args: tuple, kwargs: dict[str, Any]) -> str:
 
 
 def executor(turn: Turn) -> CodeExecutor:
-    code = turn.deps.services.get("code")
-    if code is None:
-        code = turn.deps.services["code"] = CodeExecutor(turn.deps)
-    return code
+    """The process's one executor (made by the Runtime, which also closes its sandbox)."""
+    return turn.deps.services["code"]
 
 
 def turn_functions(turn: Turn) -> dict[str, Extra]:
@@ -306,10 +304,8 @@ class HybridMode(ToolsMode):
     async def run_call(self, turn: Turn, name: str, raw_arguments: str) -> str:
         if name != "exec_python":
             return await run_tool_call(turn, name, raw_arguments)
-        from nanobot.providers.base import ToolCall
-
         try:
-            code = ToolCall("", name, raw_arguments).parsed_arguments().get("code")
+            code = parse_arguments(raw_arguments).get("code")
         except ValueError as exc:
             return f"Error: exec_python was not run: {exc}"
         if not isinstance(code, str) or not code.strip():

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from nanobot.agent.context import render_prompt
 from nanobot.agent.markup import strip_think, text_tool_calls
-from nanobot.providers.base import LLMResponse, ToolCall
+from nanobot.providers.base import LLMResponse, ToolCall, parse_arguments
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Turn
@@ -40,7 +40,7 @@ def attachments_note(media: list[str]) -> str:
 async def run_tool_call(turn: Turn, name: str, raw_arguments: str) -> str:
     """Run one tool call for the model; every failure becomes an error text it can act on."""
     try:
-        arguments = ToolCall("", name, raw_arguments).parsed_arguments()
+        arguments = parse_arguments(raw_arguments)
     except ValueError as exc:
         return f"Error: the call to {name} was not run: {exc}. Send the arguments as a JSON object."
     tool = turn.deps.tools.get(name)

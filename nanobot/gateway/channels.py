@@ -46,12 +46,6 @@ def installed_channels() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def _is_enabled(section: Any) -> bool:
-    if isinstance(section, dict):  # a third-party section, not validated yet
-        return bool(section.get("enabled"))
-    return bool(getattr(section, "enabled", False))
-
-
 class ChannelManager:
     """Owns the running channels and the task that routes outbound messages to them."""
 
@@ -69,9 +63,7 @@ class ChannelManager:
 
     def enabled(self) -> list[str]:
         """Names of the channels the config enables (``channels.<name>.enabled``)."""
-        sections = self.config.channels
-        names = [*type(sections).model_fields, *(sections.model_extra or {})]
-        return [n for n in names if _is_enabled(getattr(sections, n, None))]
+        return self.config.channels.enabled_names()
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:

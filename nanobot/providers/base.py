@@ -11,23 +11,24 @@ class ProviderError(Exception):
     """A model call failed in a way worth telling the user in one short line."""
 
 
+def parse_arguments(raw: str) -> dict[str, Any]:
+    """A tool call's JSON arguments as a dict; ValueError with the parser's complaint when broken."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"arguments are not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise ValueError("arguments must be a JSON object")
+    return value
+
+
 @dataclass
 class ToolCall:
     id: str
     name: str
     raw_arguments: str  # kept as sent, so a malformed payload can be shown back to the model
-
-    def parsed_arguments(self) -> dict[str, Any]:
-        """The arguments as a dict; ValueError with the parser's complaint when they are broken."""
-        if not self.raw_arguments.strip():
-            return {}
-        try:
-            value = json.loads(self.raw_arguments)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"arguments are not valid JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(value, dict):
-            raise ValueError("arguments must be a JSON object")
-        return value
 
     def to_message(self) -> dict[str, Any]:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.raw_arguments}}

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from nanobot.access import listed
 from nanobot.bus import OutboundMessage, split_target
 from nanobot.config import nanobot_home
 from nanobot.session import session_filename
@@ -48,8 +49,7 @@ async def send_message(ctx: ToolContext, content: str, to: str | None = None) ->
 
 
 async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str) -> None:
-    allow_from = _section(ctx, channel).get("allow_from") or []
-    if "*" in allow_from or chat_id in allow_from:
+    if listed(_section(ctx, channel).get("allow_from") or [], chat_id, None):
         return
     if await _paired(ctx, channel, chat_id) or _has_talked(ctx, f"{channel}:{chat_id}"):
         return
