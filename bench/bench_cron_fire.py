@@ -57,9 +57,7 @@ async def main() -> None:
 
 
 def _ctx(rt):
-    from nanobot.tools.registry import ToolContext
-
-    return ToolContext(rt.config, rt.config.workspace_path, "cron:warmup", rt.bus, rt.deps.services)
+    return rt.deps.chat_context("cron:warmup")
 
 
 if __name__ == "__main__":

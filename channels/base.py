@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, Callable, ClassVar, Protocol
 
 import logging
 
@@ -28,12 +28,26 @@ class AccessGate(Protocol):
         """The same verdict as ``check`` for an admitted sender, without side effects (no code issued)."""
 
 
+@dataclass(frozen=True)
+class Sender:
+    """Who wrote a message and where: what decides the chat's folder (owner or member)."""
+
+    channel: str
+    chat_id: str
+    sender_id: str
+    sender_name: str | None
+    is_private: bool
+
+
 @dataclass
 class ChannelContext:
     bus: MessageBus
     access: AccessGate
-    workspace: Path  # downloads go to workspace/inbox/
+    workspace: Path
     max_media_bytes: int = 20 * 1024 * 1024
+    # The chat's own root for downloads (its inbox/ is there); the gateway supplies the trust
+    # rule (a member chat's folder). The default, the whole workspace, suits a bare channel.
+    chat_root: Callable[[Sender], Path] | None = None
 
 
 class BaseChannel(ABC):
@@ -65,11 +79,14 @@ class BaseChannel(ABC):
     async def send_typing(self, chat_id: str) -> None:
         """Show a typing indicator in the chat, best effort."""
 
-    @property
-    def inbox(self) -> Path:
-        path = self.ctx.workspace / "inbox"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+    def chat_root(self, sender: Sender) -> Path:
+        return self.ctx.chat_root(sender) if self.ctx.chat_root else self.ctx.workspace
+
+    def inbox(self, sender: Sender) -> tuple[Path, Path]:
+        """(the chat's root, its inbox folder): downloads go into the inbox, and the paths the
+        model sees are relative to the root."""
+        root = self.chat_root(sender)
+        return root, root / "inbox"  # created by the first download
 
     def _addressed(self, is_private: bool, mentioned: bool) -> bool:
         """Whether the bot should read this message at all: always in private chats; in groups
@@ -97,5 +114,5 @@ class BaseChannel(ABC):
             return False
         await self.ctx.bus.publish_inbound(InboundMessage(
             channel=self.name, chat_id=chat_id, sender_id=sender_id, sender_name=sender_name,
-            content=content, media=media or [], metadata=metadata or {}))
+            content=content, media=media or [], is_private=is_private, metadata=metadata or {}))
         return True

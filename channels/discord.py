@@ -23,7 +23,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from channels.base import BaseChannel, ChannelContext
+from channels.base import BaseChannel, ChannelContext, Sender
 from channels.text import split_message
 from nanobot.bus import OutboundMessage
 from nanobot.config import DiscordConfig
@@ -130,7 +130,8 @@ class DiscordChannel(BaseChannel):
         content = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
         allowed = await self._may_download(str(message.author.id), message.author.name)
-        media = await self._download(message.attachments) if allowed else []
+        sender = Sender(self.name, str(message.channel.id), str(message.author.id), message.author.name, is_private)
+        media = await self._download(message.attachments, *self.inbox(sender)) if allowed else []
         # A guild not (yet) in discord.py's cache still has its id on the partial channel.
         guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
         await self._handle_message(
@@ -138,7 +139,7 @@ class DiscordChannel(BaseChannel):
             content=content, media=media, is_private=is_private, mentioned=mentioned,
             metadata={"message_id": str(message.id), "guild_id": str(guild_id) if guild_id else None})
 
-    async def _download(self, attachments: list[discord.Attachment]) -> list[str]:
+    async def _download(self, attachments: list[discord.Attachment], root: Path, inbox: Path) -> list[str]:
         paths: list[str] = []
         limit = self.ctx.max_media_bytes
         for att in attachments:
@@ -152,9 +153,10 @@ class DiscordChannel(BaseChannel):
                 continue
             if len(data) > limit:  # the announced size was wrong
                 continue
-            path = self.inbox / f"discord_{att.id}_{_safe_name(att.filename)}"
+            inbox.mkdir(parents=True, exist_ok=True)
+            path = inbox / f"discord_{att.id}_{_safe_name(att.filename)}"
             await asyncio.to_thread(path.write_bytes, data)
-            paths.append(path.relative_to(self.ctx.workspace).as_posix())
+            paths.append(path.relative_to(root).as_posix())
         return paths
 
     # -- outgoing ------------------------------------------------------------------------

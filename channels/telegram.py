@@ -20,7 +20,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
 
-from channels.base import BaseChannel, ChannelContext
+from channels.base import BaseChannel, ChannelContext, Sender
 from channels.telegram_html import render_chunks
 from channels.text import split_message, utf16_len
 from nanobot.bus import OutboundMessage
@@ -129,12 +129,15 @@ class TelegramChannel(BaseChannel):
             return  # not for us; also spares a download nobody asked for
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
         allowed = await self._may_download(str(user_id), username)
-        media, notes = await self._download_media(message) if allowed else ([], [])
+        sender = Sender(self.name, str(message.chat_id), str(user_id), username, is_private)
+        media, notes = await self._download_media(message, *self.inbox(sender)) if allowed else ([], [])
         content = "\n".join(part for part in (text, *notes) if part)
         await self._handle_message(
             sender_id=str(user_id), sender_name=username, chat_id=str(message.chat_id),
             content=content, media=media, is_private=is_private, mentioned=mentioned,
-            metadata={"message_id": message.message_id, "chat_type": message.chat.type})
+            metadata={"message_id": message.message_id, "chat_type": message.chat.type,
+                      # someone else's words, whoever passed them on: the turn is marked untrusted
+                      "untrusted": "a forwarded message" if message.forward_origin else None})
 
     def _addressed_to_me(self, message: Message, text: str) -> bool:
         """An @mention of the bot (also /cmd@bot), or a reply to one of the bot's messages."""
@@ -143,8 +146,8 @@ class TelegramChannel(BaseChannel):
             return True
         return bool(self._username) and re.search(rf"@{re.escape(self._username)}\b", text, re.I) is not None
 
-    async def _download_media(self, message: Message) -> tuple[list[str], list[str]]:
-        """Fetch attachments into workspace/inbox; return (relative paths, notes for the model)."""
+    async def _download_media(self, message: Message, root: Path, inbox: Path) -> tuple[list[str], list[str]]:
+        """Fetch attachments into the chat's inbox; return (root-relative paths, notes for the model)."""
         candidates: list[tuple[Any, str]] = []
         if message.document:
             candidates.append((message.document, message.document.file_name or "document"))
@@ -156,19 +159,20 @@ class TelegramChannel(BaseChannel):
                 candidates.append((item, getattr(item, "file_name", None) or kind))
         media, notes = [], []
         for item, filename in candidates:
-            path, note = await self._download(item, filename)
+            path, note = await self._download(item, filename, root, inbox)
             if path:
                 media.append(path)
             if note:
                 notes.append(note)
         return media, notes
 
-    async def _download(self, item: Any, filename: str) -> tuple[str | None, str | None]:
+    async def _download(self, item: Any, filename: str, root: Path, inbox: Path) -> tuple[str | None, str | None]:
         cap = self.ctx.max_media_bytes
         if item.file_size and item.file_size > cap:
             return None, f"[attachment {filename} refused: {item.file_size} bytes, limit is {cap}]"
         safe = re.sub(r"[^\w.-]", "_", Path(filename).name)[-100:] or "file"
-        target = self.inbox / f"{item.file_unique_id}_{safe}"
+        inbox.mkdir(parents=True, exist_ok=True)
+        target = inbox / f"{item.file_unique_id}_{safe}"
         try:
             file = await item.get_file()
             await file.download_to_drive(target)
@@ -178,7 +182,7 @@ class TelegramChannel(BaseChannel):
         if target.stat().st_size > cap:  # the size was unknown up front
             target.unlink()
             return None, f"[attachment {filename} refused: larger than {cap} bytes]"
-        return str(target.relative_to(self.ctx.workspace)), None
+        return str(target.relative_to(root)), None
 
     # ---- outgoing -------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:

@@ -20,6 +20,7 @@ class InboundMessage:
     content: str
     sender_name: str | None = None
     media: list[str] = field(default_factory=list)  # workspace-relative paths of downloaded files
+    is_private: bool = False  # a one-to-one chat with the sender (decides owner trust)
     metadata: dict[str, Any] = field(default_factory=dict)
     received_at: float = field(default_factory=time.monotonic)
 

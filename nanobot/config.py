@@ -68,6 +68,8 @@ class AgentOverride(Section):
     timezone: str | None = None
     execution_mode: ExecutionMode | None = None
     code_runtime: CodeRuntime | None = None
+    # Not a field of defaults: widens a member chat ("owner") or narrows an owner chat ("member").
+    trust: Literal["owner", "member"] | None = None
 
 
 class Agents(Section):
@@ -86,6 +88,7 @@ class TelegramConfig(Section):
     enabled: bool = False
     token: str = ""
     allow_from: list[str] = []
+    owners: list[str] = []
     api_base: str | None = None
     group_policy: Literal["mention", "open"] = "mention"
     proxy: str | None = None
@@ -95,6 +98,7 @@ class DiscordConfig(Section):
     enabled: bool = False
     token: str = ""
     allow_from: list[str] = []
+    owners: list[str] = []
     api_base: str | None = None
     gateway_url: str | None = None
     group_policy: Literal["mention", "open"] = "mention"
@@ -141,6 +145,12 @@ class ExecTool(Section):
     enabled: bool = True
     timeout: int = Field(60, gt=0)
     max_output_chars: int = Field(10000, gt=0)
+    # "auto": confine every command (Landlock + seccomp), refuse if this machine cannot;
+    # "off": run commands with the daemon's own rights (a warning in the log and in status).
+    sandbox: Literal["auto", "off"] = "auto"
+    network: bool = False  # let confined commands open sockets
+    read_paths: list[str] = []  # more read-only paths for confined commands, besides the system's
+    max_memory_mb: int = Field(4096, gt=0)  # address space of each confined process
 
 
 class WebSearch(Section):
@@ -162,6 +172,7 @@ class Web(Section):
 
 class Tools(Section):
     restrict_to_workspace: bool = True
+    max_workspace_mb: int = Field(1024, gt=0)  # what the file tools may fill the workspace up to
     exec: ExecTool = ExecTool()
     web: Web = Web()
 
@@ -169,6 +180,7 @@ class Tools(Section):
 class Heartbeat(Section):
     enabled: bool = True
     interval_minutes: int = Field(30, gt=0)
+    to: str | None = Field(None, pattern=r"^[^:\s]+:\S+$")  # "channel:chat_id"; default: the first owner chat
 
 
 class Gateway(Section):
@@ -177,6 +189,8 @@ class Gateway(Section):
     idle_worker_seconds: float = Field(300.0, gt=0)
     shutdown_grace_seconds: float = Field(10.0, ge=0)
     cron_grace_seconds: int = Field(3600, ge=0)
+    max_messages_per_turn: int = Field(20, gt=0)
+    max_cron_jobs_per_chat: int = Field(20, gt=0)
 
 
 def _snake(name: str) -> str:
@@ -244,7 +258,7 @@ class Config(BaseSettings):
         override = self.agents.overrides.get(session_key)
         if override is None:
             return self.agents.defaults
-        return self.agents.defaults.model_copy(update=override.model_dump(exclude_none=True))
+        return self.agents.defaults.model_copy(update=override.model_dump(exclude_none=True, exclude={"trust"}))
 
     def provider_config(self, name: str | None = None) -> ProviderConfig:
         name = name or self.agents.defaults.provider

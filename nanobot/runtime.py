@@ -5,18 +5,24 @@ The CLI, the gateway and cron jobs all start from here, so each part is built on
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from nanobot.agent.code_mode import CodeExecutor
-from nanobot.agent.loop import Agent, AgentDeps
-from nanobot.bus import MessageBus
+from nanobot.agent.deps import AgentDeps
+from nanobot.agent.loop import Agent
+from nanobot.bus import MessageBus, OutboundMessage, split_target
 from nanobot.config import Config, ConfigError, nanobot_home
 from nanobot.db import open_db
 from nanobot.providers.base import Provider
 from nanobot.session import SessionStore
 from nanobot.skills import install_skills
 from nanobot.tools.builtin import default_registry
+from nanobot.tools.registry import Services
+from nanobot.trust import owner_chat
 from nanobot.usage import UsageStore
+
+log = logging.getLogger(__name__)
 
 
 def make_provider(config: Config) -> Provider:
@@ -44,13 +50,22 @@ class Runtime:
         self.sessions = SessionStore(self.home / "sessions")
         self.tools = default_registry(self.config)
         self.provider = self._provider or make_provider(self.config)
+        services = Services(db=self.db, sessions=self.sessions, announce=self.announce)
         self.deps = AgentDeps(config=self.config, provider=self.provider, tools=self.tools,
-                              sessions=self.sessions, usage=self.usage, bus=self.bus)
-        self.deps.services["db"] = self.db
-        self.code = self.deps.services["code"] = CodeExecutor(self.deps)  # the sandbox starts on first use
+                              sessions=self.sessions, usage=self.usage, bus=self.bus, services=services)
+        self.code = services.code = CodeExecutor(self.deps)  # the sandbox starts on first use
         install_skills(self.deps)  # read_skill and the skills list in the prompt
         self.agent = Agent(self.deps)
         return self
+
+    async def announce(self, text: str) -> None:
+        """Tell the owner, in one line, about a change that steers the assistant (always logged)."""
+        log.warning("announced to the owner: %s", text)
+        target = owner_chat(self.config)
+        if self.bus is None or target is None:
+            return
+        channel, chat_id = split_target(target)
+        await self.bus.publish_outbound(OutboundMessage(channel, chat_id, f"🔔 {text}"))
 
     async def __aexit__(self, *exc: object) -> None:
         await self.agent.close()  # memory consolidation still needs the provider and sessions

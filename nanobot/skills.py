@@ -26,7 +26,7 @@ import logging
 import os
 import re
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +37,7 @@ from nanobot.tools.paths import resolve_in_workspace
 from nanobot.tools.registry import ToolContext, tool
 
 if TYPE_CHECKING:
-    from nanobot.agent.loop import AgentDeps
+    from nanobot.agent.deps import AgentDeps
 
 __all__ = ["Skill", "builtin_skills_dir", "list_skills", "find_skill", "skills_section", "skill_helpers_code",
            "read_skill", "install_skills"]
@@ -64,6 +64,7 @@ class Skill:
     bins: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict, compare=False)  # other front matter keys, as written
+    shadows_builtin: bool = False  # a workspace skill with a built-in's name: used instead of it, and shown
 
     @property
     def path(self) -> Path:
@@ -187,10 +188,17 @@ def _workspace_skills(workspace: Path) -> dict[str, Skill]:
 
 
 def list_skills(workspace: Path, builtin_dir: Path | None = None) -> list[Skill]:
-    """Every usable skill, sorted by name; a workspace skill replaces a built-in of the same name."""
+    """Every usable skill, sorted by name; a workspace skill replaces a built-in of the same name,
+    marked ``shadows_builtin`` so the clash shows in the prompt's list and in ``nanobot status``."""
     skills = _scan(builtin_dir or builtin_skills_dir(), builtin=True)
-    skills.update(_workspace_skills(workspace))
+    for name, skill in _workspace_skills(workspace).items():
+        skills[name] = replace(skill, shadows_builtin=name in skills)
     return [skills[name] for name in sorted(skills)]
+
+
+def shadowing_skills(workspace: Path, builtin_dir: Path | None = None) -> list[str]:
+    """Names of workspace skills that replace a built-in one."""
+    return [s.name for s in list_skills(workspace, builtin_dir) if s.shadows_builtin]
 
 
 def find_skill(name: str, workspace: Path, builtin_dir: Path | None = None) -> Skill:
@@ -209,6 +217,8 @@ def find_skill(name: str, workspace: Path, builtin_dir: Path | None = None) -> S
 def skill_line(skill: Skill, workspace: Path) -> str:
     where = "built-in" if skill.builtin else skill.path.relative_to(workspace.resolve()).as_posix()
     flags = [where]
+    if skill.shadows_builtin:
+        flags.append("REPLACES the built-in skill of this name")
     if skill.has_helpers:
         flags.append("helpers")
     missing = skill.missing()
@@ -276,6 +286,5 @@ async def read_skill(ctx: ToolContext, name: str, file: str = SKILL_FILE) -> str
 
 def install_skills(deps: AgentDeps) -> None:
     """Offer ``read_skill`` and put the skills list into every system prompt."""
-    workspace = deps.config.workspace_path
     deps.tools.register(read_skill)
-    deps.system_extras.append(lambda: skills_section(workspace))
+    deps.system_extras.append(lambda ctx: skills_section(ctx.workspace))  # a member chat: its own folder

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from nanobot.cron import schedule
 from nanobot.cron.cli import cron_app
 from nanobot.cron.service import CronService, RunOutcome, create_job
-from nanobot.cron.store import CronJob, CronStore, utcnow
+from nanobot.cron.store import MIGRATIONS, CronJob, CronStore, utcnow
 
 UTC = timezone.utc
 WEDNESDAY_NOON = datetime(2026, 11, 4, 12, 0, tzinfo=UTC)
@@ -88,7 +88,7 @@ async def add(store: CronStore, kind: str, expression: str, payload: str = "prin
 # ---- store ----------------------------------------------------------------------------
 async def test_store_round_trip_and_schema_version(store: CronStore):
     async with store.conn.execute("SELECT version FROM schema_versions WHERE component = 'cron'") as cur:
-        assert (await cur.fetchone())[0] == 1
+        assert (await cur.fetchone())[0] == len(MIGRATIONS)
     token = await store.change_token()
     job = await add(store, "cron", "0  9 * * 1-5", name="standup", deliver_to="discord:7")
     assert len(job.id) == 8 and int(job.id, 16) >= 0

@@ -59,14 +59,19 @@ async def running(config: Config) -> AsyncIterator[Gateway]:
 
 async def test_scheduled_code_reaches_the_chat_with_no_model_call(config: Config, llm: FakeOpenAI,
                                                                   tg: FakeTelegram) -> None:
-    llm.script(reply('```python\njob = schedule_cron("every 1", "n = len(list_dir())\\nprint(f\'tick {n}\')")\n'
+    llm.script(reply('```python\njob = schedule_cron("every 60", "n = len(list_dir())\\nprint(f\'tick {n}\')")\n'
                      'final_answer("scheduled " + job)\n```'))
-    async with running(config):
-        tg.push_text(ALICE, ALICE, "every second, tell me how many files there are")
-        [confirm] = await tg.wait_sent(1)
+    async with running(config) as gateway:
+        tg.push_text(ALICE, ALICE, "every minute, tell me how many files there are")
+        announced, confirm = await tg.wait_sent(2)
+        assert announced["text"].startswith("🔔 New scheduled job") and "telegram:42" in announced["text"]
         assert confirm["text"].startswith("scheduled ")
-        ticks = await tg.wait_sent(3, timeout=10)
-        assert [m["text"] for m in ticks[1:]] == ["tick 0", "tick 0"]
+        job_id = confirm["text"].split()[-1]
+        store = CronStore(gateway.runtime.db)
+        for count in (3, 4):  # two runs, asked for as `nanobot cron run` does
+            await store.request_run(job_id)
+            ticks = await tg.wait_sent(count, timeout=10)
+        assert [m["text"] for m in ticks[2:]] == ["tick 0", "tick 0"]
         assert all(m["chat_id"] == ALICE for m in ticks)
     assert len(llm.chat_requests) == 1  # the runs cost no model call
 
@@ -74,7 +79,7 @@ async def test_scheduled_code_reaches_the_chat_with_no_model_call(config: Config
 async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     async with running(config) as gateway:
         store = CronStore(gateway.runtime.db)
-        await gateway.runtime.deps.services["cron"].add_job(
+        await gateway.runtime.deps.services.cron.add_job(
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="code",
             payload="read_file('missing.txt')", name="broken")
         sent = await tg.wait_sent(3, timeout=10)
@@ -89,7 +94,7 @@ async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: 
 async def test_prompt_job_is_a_turn_in_the_owning_chat(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     llm.script(reply("Time to stretch!"))
     async with running(config) as gateway:
-        await gateway.runtime.deps.services["cron"].add_job(
+        await gateway.runtime.deps.services.cron.add_job(
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="prompt",
             payload="remind me to stretch")
         [sent] = await tg.wait_sent(1, timeout=10)

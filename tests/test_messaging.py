@@ -13,7 +13,7 @@ from nanobot.config import Config
 from nanobot.db import open_db
 from nanobot.session import SessionStore
 from nanobot.tools.builtin import default_registry
-from nanobot.tools.registry import ToolContext
+from nanobot.tools.registry import Services, ToolContext
 
 CURRENT = "telegram:42"
 
@@ -30,7 +30,7 @@ def config(workspace: Path) -> Config:
 @pytest.fixture
 async def ctx(config: Config, workspace: Path, home: Path) -> AsyncIterator[ToolContext]:
     db = await open_db(home / "nanobot.db")
-    services = {"db": db, "pairing": await PairingStore.open(db), "sessions": SessionStore(home / "sessions")}
+    services = Services(db=db, pairing=await PairingStore.open(db), sessions=SessionStore(home / "sessions"))
     yield ToolContext(config=config, workspace=workspace, session_key=CURRENT, bus=MessageBus(), services=services)
     await db.close()
 
@@ -54,7 +54,7 @@ async def test_to_the_current_chat(ctx: ToolContext) -> None:
 
 async def test_to_chats_the_owner_vouched_for(ctx: ToolContext, home: Path) -> None:
     await send(ctx, content="listed", to="telegram:77")  # in allowFrom
-    store: PairingStore = ctx.services["pairing"]
+    store: PairingStore = ctx.services.pairing
     _, offer = await AccessGate(store).check("telegram", "555", "carol", [], True)
     await store.approve(offer.rsplit(" ", 1)[-1])
     await send(ctx, content="paired", to="telegram:555")  # a paired user's private chat

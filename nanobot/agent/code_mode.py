@@ -22,7 +22,8 @@ from nanobot.db import migrate
 from nanobot.providers.base import LLMResponse, parse_arguments
 
 if TYPE_CHECKING:
-    from nanobot.agent.loop import AgentDeps, Turn
+    from nanobot.agent.deps import AgentDeps
+    from nanobot.agent.loop import Turn
     from nanobot.sandbox import ExecutionResult, Sandbox
     from nanobot.tools.registry import ToolContext, ToolRegistry
 
@@ -138,7 +139,7 @@ class CodeExecutor:
             self._sandbox = None
 
     async def _db(self):
-        db = self.deps.services.get("db")
+        db = self.deps.services.db
         if db is not None and not self._migrated:
             await migrate(db, "code_state", STATE_MIGRATIONS)
             self._migrated = True
@@ -194,7 +195,8 @@ def _short_args(args: tuple, kwargs: dict[str, Any]) -> str:
 
 def executor(turn: Turn) -> CodeExecutor:
     """The process's one executor (made by the Runtime, which also closes its sandbox)."""
-    return turn.deps.services["code"]
+    assert turn.deps.services.code is not None, "the Runtime makes the code executor"
+    return turn.deps.services.code
 
 
 def turn_functions(turn: Turn) -> dict[str, Extra]:
@@ -213,7 +215,7 @@ def turn_functions(turn: Turn) -> dict[str, Extra]:
         response = await turn.ask_model(messages=[{"role": "user", "content": str(prompt)}], purpose="llm_query")
         return strip_think(response.content)
 
-    return {"final_answer": final_answer, "llm_query": llm_query, **turn.deps.services.get("code_functions", {})}
+    return {"final_answer": final_answer, "llm_query": llm_query}
 
 
 async def run_program(turn: Turn, code: str) -> str:

@@ -10,7 +10,11 @@ from pathlib import Path
 from string import Template
 from zoneinfo import ZoneInfo
 
-WORKSPACE_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "memory/MEMORY.md")
+# The assistant's steering files, from the workspace root: every chat gets who the assistant is;
+# only owner chats get USER.md (about the owner). Memory comes from the chat's own root.
+PERSONA_FILES = ("AGENTS.md", "SOUL.md", "TOOLS.md")
+OWNER_FILES = ("USER.md",)
+MEMORY_FILE = "memory/MEMORY.md"
 
 
 @lru_cache(maxsize=None)
@@ -22,10 +26,13 @@ def render_prompt(name: str, **values: object) -> str:
     return prompt_template(name).safe_substitute(**{k: str(v) for k, v in values.items()})
 
 
-def workspace_sections(workspace: Path) -> str:
+def workspace_sections(workspace: Path, chat_root: Path | None = None, *, owner: bool = True) -> str:
+    """The steering files' text; a member chat (``owner=False``) gets its own memory, not the owner's."""
+    root = chat_root or workspace
+    names = [*PERSONA_FILES, *(OWNER_FILES if owner else ())]
+    files = [(name, workspace / name) for name in names] + [(MEMORY_FILE, root / MEMORY_FILE)]
     parts = []
-    for name in WORKSPACE_FILES:
-        path = workspace / name
+    for name, path in files:
         try:
             text = path.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):
@@ -44,7 +51,9 @@ def now_line(timezone: str) -> str:
     return f"{now:%A %Y-%m-%d %H:%M} ({timezone})"
 
 
-def build_system_prompt(workspace: Path, timezone: str, mode_section: str, extra: str = "") -> str:
-    return render_prompt("system.md", now=now_line(timezone), workspace=workspace,
-                         workspace_files=workspace_sections(workspace), extra=extra,
+def build_system_prompt(workspace: Path, timezone: str, mode_section: str, extra: str = "", *,
+                        chat_root: Path | None = None, owner: bool = True) -> str:
+    root = chat_root or workspace
+    return render_prompt("system.md", now=now_line(timezone), workspace=root,
+                         workspace_files=workspace_sections(workspace, root, owner=owner), extra=extra,
                          mode_section=mode_section).strip() + "\n"

@@ -8,39 +8,35 @@ the reply when the turn is over, or None to ask the model again.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from nanobot.agent.commands import handle_command
 from nanobot.agent.context import build_system_prompt
+from nanobot.agent.deps import AgentDeps
 from nanobot.agent.memory import Consolidator, prompt_history
-from nanobot.config import AgentSettings, Config
-from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError
-from nanobot.session import Session, SessionStore
-from nanobot.tools.registry import ToolContext, ToolRegistry
+from nanobot.agent.modes import get_mode
+from nanobot.config import AgentSettings
+from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
+from nanobot.session import Session
+from nanobot.trust import OWNER
 
 if TYPE_CHECKING:
     from nanobot.agent.modes import Mode
-    from nanobot.bus import MessageBus
-    from nanobot.usage import UsageStore
 
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], Awaitable[None]]
 
 
-@dataclass
-class AgentDeps:
-    """Everything an agent needs, built once by the CLI or the gateway."""
+@dataclass(frozen=True)
+class Origin:
+    """Who sent a message, as the channel saw it (None for cron jobs and the heartbeat)."""
 
-    config: Config
-    provider: Provider
-    tools: ToolRegistry
-    sessions: SessionStore
-    usage: UsageStore | None = None
-    bus: MessageBus | None = None
-    # Optional parts that later layers plug in by name: "code" (the code executor), "skills", ...
-    services: dict[str, Any] = field(default_factory=dict)
-    system_extras: list[Callable[[], str]] = field(default_factory=list)  # more prompt sections
+    sender_id: str
+    sender_name: str | None = None
+    private: bool = False
+    untrusted: str | None = None  # set when the message carries outside content (a document, a forward)
 
 
 class Turn:
@@ -52,8 +48,7 @@ class Turn:
         self.mode = mode
         self.settings: AgentSettings = deps.config.agent_for(session.key)
         self.progress = progress
-        self.ctx = ToolContext(config=deps.config, workspace=deps.config.workspace_path, session_key=session.key,
-                               bus=deps.bus, services=deps.services)
+        self.ctx = deps.chat_context(session.key)
         self.messages: list[dict[str, Any]] = []
         self.inputs: dict[str, Any] = {}  # variables handed to code-mode programs (large inputs)
         self.final: str | None = None  # set by final_answer() to end the turn without another model call
@@ -79,8 +74,10 @@ class Turn:
         return response
 
     async def run(self, content: str, media: list[str]) -> str:
-        system = build_system_prompt(self.ctx.workspace, self.settings.timezone, self.mode.prompt_section(self),
-                                     "\n\n".join(extra() for extra in self.deps.system_extras))
+        system = build_system_prompt(self.deps.config.workspace_path, self.settings.timezone,
+                                     self.mode.prompt_section(self),
+                                     "\n\n".join(extra(self.ctx) for extra in self.deps.system_extras),
+                                     chat_root=self.ctx.workspace, owner=self.ctx.trust == OWNER)
         history = prompt_history(self.session, self.settings.memory_window)  # the part not yet in memory/
         self.messages = [{"role": "system", "content": system}, *history]
         self.add({"role": "user", "content": self.mode.user_content(self, content, media)})
@@ -112,26 +109,27 @@ class Agent:
 
     async def reset_state(self, session_key: str) -> None:
         """Forget the session's Python state too (``/new``)."""
-        code = self.deps.services.get("code")
-        if code is not None:
-            await code.reset(session_key)
+        if self.deps.services.code is not None:
+            await self.deps.services.code.reset(session_key)
 
     async def handle(self, session_key: str, content: str, *, media: list[str] | None = None,
-                     progress: Progress | None = None, mode: str | None = None) -> str:
+                     progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None) -> str:
         """A chat message: a command's answer, or a full agent turn."""
-        from nanobot.agent.commands import handle_command
-
+        if origin is not None and origin.private:
+            remember_peer(self.session(session_key), origin)
         answer = await handle_command(self, session_key, content)
         if answer is not None:
             return answer
-        return await self.run_turn(session_key, content, media=media, progress=progress, mode=mode)
+        return await self.run_turn(session_key, content, media=media, progress=progress, mode=mode, origin=origin)
 
     async def run_turn(self, session_key: str, content: str, *, media: list[str] | None = None,
-                       progress: Progress | None = None, mode: str | None = None) -> str:
-        from nanobot.agent.modes import get_mode
-
+                       progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None) -> str:
         session = self.session(session_key)
         turn = Turn(self.deps, session, get_mode(mode or self.mode_name(session)), progress)
+        if media:  # documents, photos, voice: someone else's content
+            turn.ctx.turn.taint("an attached file")
+        if origin is not None and origin.untrusted:
+            turn.ctx.turn.taint(origin.untrusted)
         try:
             reply = await turn.run(content, media or [])
         except ProviderError as exc:
@@ -141,3 +139,10 @@ class Agent:
             session.sync()
         self.memory.schedule(session, turn.mode.name)  # a background task: the reply does not wait for it
         return reply
+
+
+def remember_peer(session: Session, origin: Origin) -> None:
+    """Record who a private chat is with (trust is decided from it); only when it changes."""
+    peer = [origin.sender_id, origin.sender_name]
+    if session.meta.get("peer") != peer:
+        session.set_meta(peer=peer)

@@ -42,7 +42,7 @@ from nanobot.agent.markup import strip_think
 from nanobot.providers.base import ChatRequest, ProviderError
 
 if TYPE_CHECKING:
-    from nanobot.agent.loop import AgentDeps
+    from nanobot.agent.deps import AgentDeps
     from nanobot.session import Session
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class Consolidator:
             return False
         part = session.messages[start:cut]
         first, last = session.messages[0], part[-1]
-        files = MemoryFiles(self.deps.config.workspace_path)
+        files = MemoryFiles(self.deps.chat_context(session.key).workspace)  # a member chat has its own memory
         async with self._file_lock:
             for _ in range(2):
                 memory = files.read_memory()

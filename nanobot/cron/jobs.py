@@ -12,12 +12,12 @@ Failures come back as an error outcome; the service records them, tells the owne
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable
 
 from nanobot.bus import InboundMessage, OutboundMessage, split_target
 from nanobot.cron.service import CronService, RunOutcome
 from nanobot.cron.store import CronStore
-from nanobot.tools.registry import ToolContext
 
 if TYPE_CHECKING:
     from nanobot.cron.store import CronJob
@@ -48,8 +48,9 @@ class JobRunner:
         from nanobot.sandbox import StopProgram
 
         rt = self.runtime
-        # The job's chat is "this chat" for its functions (send_message, list_cron...).
-        ctx = ToolContext(rt.config, rt.config.workspace_path, job.target, rt.bus, rt.deps.services)
+        # The job runs with the rights of the chat that owns it; its target is "this chat" for
+        # its functions (send_message, list_cron...).
+        ctx = replace(rt.deps.chat_context(job.owner_session), session_key=job.target)
         sent: list[str] = []
         final: list[str] = []
 
@@ -99,7 +100,7 @@ class CronJobs:
                                    grace_seconds=rt.config.gateway.cron_grace_seconds,
                                    poll_interval=self.poll_interval, on_notice=self.runner.notice,
                                    validate_code=lambda code: rt.code.check(code, limits))
-        rt.deps.services["cron"] = self.service
+        rt.deps.services.cron = self.service
         await self.service.start()
 
     async def stop(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +21,7 @@ from nanobot.db import migrate, open_db
 
 PayloadKind = Literal["code", "prompt"]
 RunStatus = Literal["ok", "error", "missed"]
+RUN_RETENTION_DAYS = 30  # run records older than this are pruned
 OUTPUT_EXCERPT_CHARS = 2000
 
 MIGRATIONS = [
@@ -57,6 +58,7 @@ MIGRATIONS = [
     CREATE TABLE cron_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
     INSERT INTO cron_meta (key, value) VALUES ('change_token', 0);
     """,
+    "CREATE INDEX cron_runs_by_start ON cron_runs (started_at);",  # for pruning old run records
 ]
 
 
@@ -229,6 +231,9 @@ class CronStore:
             "INSERT INTO cron_runs (job_id, started_at, duration_ms, status, output_excerpt, function_calls)"
             " VALUES (?,?,?,?,?,?)",
             (job_id, _to_text(started), duration_ms, status, output[:OUTPUT_EXCERPT_CHARS], function_calls))
+        # A job every minute for months must not grow the database without bound.
+        await self.conn.execute("DELETE FROM cron_runs WHERE started_at < ?",
+                                (_to_text(started - timedelta(days=RUN_RETENTION_DAYS)),))
         await self._write(
             "UPDATE cron_jobs SET last_run_at = ?, last_status = ?, consecutive_failures = CASE ?"
             " WHEN 'ok' THEN 0 WHEN 'error' THEN consecutive_failures + 1 ELSE consecutive_failures END"

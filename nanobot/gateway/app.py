@@ -19,7 +19,9 @@ import logging
 import signal
 from typing import Any, Protocol
 
-from channels.base import ChannelContext
+from pathlib import Path
+
+from channels.base import ChannelContext, Sender
 from nanobot import sdnotify
 from nanobot.access import AccessGate, PairingStore
 from nanobot.bus import MessageBus
@@ -27,6 +29,7 @@ from nanobot.config import Config
 from nanobot.gateway.channels import ChannelManager
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.runtime import Runtime
+from nanobot.trust import OWNER, chat_folder, chat_trust
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +73,10 @@ class Gateway:
         rt = self.runtime
         store = await PairingStore.open(rt.db)
         # For tools (send_message) that decide which chats may be written to.
-        rt.deps.services.update(pairing=store, sessions=rt.sessions)
+        rt.deps.services.pairing = store
         ctx = ChannelContext(bus=self.bus, access=AccessGate(store), workspace=self.config.workspace_path,
-                             max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024)
+                             max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
+                             chat_root=self._chat_root)
         self.channels = ChannelManager(self.config, ctx)
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval)
         await self.channels.start()
@@ -87,6 +91,14 @@ class Gateway:
             await service.start()
             self._started_services.append(service)
         log.info("gateway ready: channels %s", ", ".join(self.channels.channels) or "none")
+
+    def _chat_root(self, sender: Sender) -> Path:
+        """Where a chat's downloads go: the workspace for owner chats, its own folder for members."""
+        peer = [sender.sender_id, sender.sender_name] if sender.is_private else None
+        key = f"{sender.channel}:{sender.chat_id}"
+        if chat_trust(self.config, key, peer) == OWNER:
+            return self.config.workspace_path
+        return chat_folder(self.config.workspace_path, key)
 
     async def stop(self) -> None:
         """Safe to call after a failed or partial start()."""

@@ -17,6 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Coroutine
 
 from nanobot.agent.commands import is_command
+from nanobot.agent.loop import Origin
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
@@ -93,7 +94,7 @@ class SessionWorker:
                 try:
                     started = True
                     return await d.agent.handle(self.key, msg.content, media=msg.media, mode=msg.metadata.get("mode"),
-                                                progress=lambda text: d.send(msg, text))
+                                                progress=lambda text: d.send(msg, text), origin=origin_of(msg))
                 finally:
                     if typing is not None:
                         await _cancel(typing)
@@ -212,6 +213,13 @@ class Dispatcher:
 
 
 _REPLY_FUTURE = "reply_future"
+
+
+def origin_of(msg: InboundMessage) -> Origin | None:
+    """Who sent ``msg``; None for the daemon's own messages (cron jobs), which carry no sender trust."""
+    if msg.metadata.get("cron_job"):
+        return None
+    return Origin(msg.sender_id, msg.sender_name, msg.is_private, msg.metadata.get("untrusted"))
 
 
 def _answer_caller(msg: InboundMessage, reply: str) -> None:

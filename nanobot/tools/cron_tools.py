@@ -17,6 +17,7 @@ from nanobot.tools.registry import ToolContext, tool
 
 _EVERY = re.compile(r"^every\s+(\d+)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?$", re.I)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
+MIN_EVERY_SECONDS = 60  # for jobs made from a chat (the CLI may go lower)
 
 
 def parse_expression(expression: str) -> tuple[str, str]:
@@ -33,7 +34,7 @@ def parse_expression(expression: str) -> tuple[str, str]:
 async def _store(ctx: ToolContext):
     from nanobot.cron.store import CronStore
 
-    db = ctx.services.get("db")
+    db = ctx.services.db
     if db is None:
         raise RuntimeError("cron is not available here (no database)")
     store = CronStore(db)
@@ -42,7 +43,7 @@ async def _store(ctx: ToolContext):
 
 
 async def _validator(ctx: ToolContext):
-    code = ctx.services.get("code")
+    code = ctx.services.code
     if code is None:
         return None
     limits = ctx.config.agent_for(ctx.session_key).code_runtime
@@ -67,11 +68,20 @@ async def schedule_cron(
 
     if bool(code.strip()) == bool(message):
         raise ValueError("schedule_cron needs exactly one of code or message")
+    ctx.turn.require_clean("schedule_cron")
     kind, expr = parse_expression(expression)
-    job = await create_job(await _store(ctx), owner_session=ctx.session_key, schedule_kind=kind, expression=expr,
+    if kind == "every" and int(expr) < MIN_EVERY_SECONDS:
+        raise ValueError(f"jobs made from a chat run at most once a minute: use 'every {MIN_EVERY_SECONDS}s' or more")
+    store = await _store(ctx)
+    limit = ctx.config.gateway.max_cron_jobs_per_chat
+    if len(await store.list(owner_session=ctx.session_key)) >= limit:
+        raise PermissionError(f"this chat has {limit} scheduled jobs already (gateway.maxCronJobsPerChat); "
+                              "remove one with remove_cron first")
+    job = await create_job(store, owner_session=ctx.session_key, schedule_kind=kind, expression=expr,
                            timezone=ctx.config.agent_for(ctx.session_key).timezone,
                            payload_kind="prompt" if message else "code", payload=message or code, name=name,
                            validate_code=await _validator(ctx))
+    await ctx.announce(f"New scheduled job {job.id} ({kind} {expr}) made by {ctx.session_key}: {job.name}")
     return job.id
 
 
@@ -88,6 +98,7 @@ async def list_cron(ctx: ToolContext) -> list[dict]:
 @tool
 async def remove_cron(ctx: ToolContext, job_id: str) -> str:
     """Delete one of this chat's scheduled jobs."""
+    ctx.turn.require_clean("remove_cron")
     store = await _store(ctx)
     job = await store.get(job_id)
     if job is None or job.owner_session != ctx.session_key:

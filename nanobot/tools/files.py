@@ -5,6 +5,11 @@ Every path goes through ``nanobot.tools.paths``, which keeps the tools inside th
 relative to a pinned parent directory with ``O_NOFOLLOW``, so a symlink swapped in after the
 check is refused rather than followed. Writes go to a temporary file that is then renamed over
 the target: a crash never leaves a half-written file, and an existing file keeps its mode.
+
+Also: a file with more than one hard link is not read (a link made elsewhere could expose a
+file from outside the workspace); steering files are changed only as ``steering.py`` allows,
+and announced; writes stay within ``tools.maxWorkspaceMb``; reading something a chat received
+(its ``inbox/``) marks the turn as having read outside content.
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ import os
 import secrets
 import stat
 
-from nanobot.tools.paths import open_pinned, pinned_parent
+from nanobot.tools.paths import open_pinned, pinned_parent, resolve_in_workspace
+from nanobot.tools.quota import check_quota
 from nanobot.tools.registry import ToolContext, tool
+from nanobot.tools.steering import announce_change, check_change, steering_target
 
 __all__ = ["FILE_TOOLS", "read_file", "write_file", "edit_file", "list_dir", "MAX_READ_BYTES"]
 
@@ -33,6 +40,9 @@ def _read_bytes(ctx: ToolContext, path: str) -> tuple[bytes, str]:
                 raise IsADirectoryError(f"{pin.shown} is a directory; use list_dir")
             if not stat.S_ISREG(st.st_mode):
                 raise ValueError(f"{pin.shown} is not a regular file")
+            if st.st_nlink > 1:
+                raise PermissionError(f"{pin.shown} has {st.st_nlink} hard links; the file tools do not read "
+                                      "hard-linked files, since a link can point outside the workspace")
             too_big = ValueError(
                 f"{pin.shown} is {st.st_size:,} bytes, over the {MAX_READ_BYTES:,}-byte read limit; "
                 "read part of it with exec_command (head, tail, sed -n, grep)"
@@ -45,9 +55,23 @@ def _read_bytes(ctx: ToolContext, path: str) -> tuple[bytes, str]:
                 size += len(chunk)
                 if size > MAX_READ_BYTES:  # grew since fstat
                     raise too_big
+            if pin.shown.startswith("inbox/"):
+                ctx.turn.taint(f"the received file {pin.shown}")
             return b"".join(chunks), pin.shown
         finally:
             os.close(fd)
+
+
+async def _write_checked(ctx: ToolContext, path: str, data: bytes, how: str) -> str:
+    """Write ``data`` after the steering and quota checks; announce a steering change."""
+    steering = steering_target(ctx, resolve_in_workspace(ctx, path))
+    if steering:
+        check_change(ctx, steering)
+    check_quota(ctx, len(data))
+    shown = _write_bytes(ctx, path, data)
+    if steering:
+        await announce_change(ctx, [shown], how)
+    return shown
 
 
 def _write_bytes(ctx: ToolContext, path: str, data: bytes) -> str:
@@ -94,7 +118,7 @@ async def read_file(ctx: ToolContext, path: str) -> str:
 async def write_file(ctx: ToolContext, path: str, content: str) -> str:
     """Create or overwrite a file (parent directories are created)."""
     data = content.encode("utf-8")
-    shown = _write_bytes(ctx, path, data)
+    shown = await _write_checked(ctx, path, data, "write_file")
     return f"Wrote {len(data):,} bytes to {shown}"
 
 
@@ -113,7 +137,7 @@ async def edit_file(ctx: ToolContext, path: str, old: str, new: str) -> str:
         raise ValueError(f"old text not found in {shown}; read_file it and copy the exact text, whitespace included")
     if count > 1:
         raise ValueError(f"old text found {count} times in {shown}; include more surrounding text so it matches once")
-    _write_bytes(ctx, path, text.replace(old, new, 1).encode("utf-8"))
+    await _write_checked(ctx, path, text.replace(old, new, 1).encode("utf-8"), "edit_file")
     return f"Edited {shown}"
 
 

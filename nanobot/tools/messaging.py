@@ -6,6 +6,9 @@ be addressed: a chat id listed in the channel's ``allowFrom`` (or ``"*"``), a pa
 private chat (on Telegram a private chat's id is the user's id), or a chat that has already
 talked to the bot (it has a session file). Anything else is a PermissionError, so a
 prompt-injected web page cannot make the bot write to strangers.
+
+Member chats write only to themselves, and a turn that read outside content (a web page, a
+document) only to its own chat. At most ``gateway.maxMessagesPerTurn`` messages go out per turn.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from nanobot.bus import OutboundMessage, split_target
 from nanobot.config import nanobot_home
 from nanobot.session import session_filename
 from nanobot.tools.registry import ToolContext, tool
+from nanobot.trust import OWNER
 
 
 @tool
@@ -35,7 +39,11 @@ async def send_message(ctx: ToolContext, content: str, to: str | None = None) ->
     target = to.strip() if to else ctx.session_key
     channel, chat_id = split_target(target)
     if target != ctx.session_key:
+        if ctx.trust != OWNER:
+            raise PermissionError("send_message: this chat may only send messages to itself")
+        ctx.turn.require_clean(f"send_message to {target}")
         await _check_allowed(ctx, channel, chat_id)
+    count_message(ctx)
     if ctx.bus is None:
         if target == ctx.session_key:  # `nanobot agent`: the user is reading this terminal
             print(content, flush=True)
@@ -46,6 +54,15 @@ async def send_message(ctx: ToolContext, content: str, to: str | None = None) ->
         raise RuntimeError(f"send_message: channel {channel!r} is not enabled (channels.{channel}.enabled)")
     await ctx.bus.publish_outbound(OutboundMessage(channel, chat_id, content))
     return f"Message sent to {target}."
+
+
+def count_message(ctx: ToolContext) -> None:
+    """One more message out this turn, within ``gateway.maxMessagesPerTurn``."""
+    limit = ctx.config.gateway.max_messages_per_turn
+    if ctx.turn.messages_sent >= limit:
+        raise PermissionError(f"at most {limit} messages per turn (gateway.maxMessagesPerTurn); "
+                              "put the rest into the reply")
+    ctx.turn.messages_sent += 1
 
 
 async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str) -> None:
@@ -67,11 +84,11 @@ def _section(ctx: ToolContext, channel: str) -> dict[str, Any]:
 
 
 async def _paired(ctx: ToolContext, channel: str, chat_id: str) -> bool:
-    store = ctx.services.get("pairing")
-    if store is None and ctx.services.get("db") is not None:
+    store = ctx.services.pairing
+    if store is None and ctx.services.db is not None:
         from nanobot.access import PairingStore
 
-        store = await PairingStore.open(ctx.services["db"])
+        store = await PairingStore.open(ctx.services.db)
     return store is not None and await store.is_paired(channel, chat_id)
 
 
@@ -79,7 +96,7 @@ def _has_talked(ctx: ToolContext, target: str) -> bool:
     # Only plain ids: session file names replace odd characters, and "a/b" must not pass for "a_b".
     if not re.fullmatch(r"[\w.-]+:[\w.-]+", target):
         return False
-    sessions = ctx.services.get("sessions")
+    sessions = ctx.services.sessions
     directory: Path = sessions.directory if sessions is not None else nanobot_home() / "sessions"
     return (directory / session_filename(target)).exists()
 

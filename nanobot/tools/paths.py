@@ -10,22 +10,24 @@ Two rules, checked on the *real* path (``..`` collapsed, ``~`` expanded, symlink
 Checking a path and then opening it leaves a window in which a directory can be swapped for a
 symlink. ``pinned_parent`` closes most of it: it opens the checked parent directory, confirms
 the open descriptor is the directory that was checked, and callers open the last component
-relative to that descriptor with ``O_NOFOLLOW``. Hard links are out of scope: making one takes
-a shell, and ``exec_command`` is not sandboxed anyway.
+relative to that descriptor with ``O_NOFOLLOW``. A hard link can make a file from elsewhere
+appear inside: the file tools refuse to read files with more than one link (see files.py).
+
+A member chat's root is its folder under ``chats/``; it must itself resolve inside the
+workspace, so a folder swapped for a symlink cannot widen what the chat reaches.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from nanobot.config import nanobot_home
+from nanobot.trust import OWNER
 
 if TYPE_CHECKING:
     from nanobot.tools.registry import ToolContext
@@ -34,10 +36,17 @@ __all__ = ["resolve_in_workspace", "display_path", "pinned_parent", "open_pinned
 
 
 def _settings(ctx_or_workspace: ToolContext | Path | str) -> tuple[Path, bool]:
-    """(workspace, restrict): a bare workspace path means the default, restricted."""
+    """(workspace, restrict): a bare workspace path means the default, restricted. A member
+    chat is always restricted to its own folder, whatever ``restrictToWorkspace`` says."""
     if isinstance(ctx_or_workspace, (str, os.PathLike)):
         return Path(ctx_or_workspace).expanduser(), True
-    return Path(ctx_or_workspace.workspace).expanduser(), ctx_or_workspace.config.tools.restrict_to_workspace
+    ctx = ctx_or_workspace
+    root = Path(ctx.workspace).expanduser()
+    if ctx.trust == OWNER:
+        return root, ctx.config.tools.restrict_to_workspace
+    if not _inside(root.resolve(), ctx.config.workspace_path.resolve()):
+        raise PermissionError("this chat's folder is not inside the workspace any more; refusing file access")
+    return root, True
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -101,51 +110,58 @@ class Pinned:
     shown: str  # the path as the model should see it
 
 
-def _fd_path(fd: int) -> Path | None:
-    """Where an open directory really is, if the OS can tell (Linux /proc, macOS F_GETPATH)."""
-    with contextlib.suppress(OSError):
-        return Path(os.readlink(f"/proc/self/fd/{fd}"))
-    getpath = getattr(fcntl, "F_GETPATH", None)
-    if getpath is not None:
-        with contextlib.suppress(OSError):
-            raw = fcntl.fcntl(fd, getpath, b"\0" * 1024)
-            return Path(os.fsdecode(raw.rstrip(b"\0")))
-    return None
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+
+
+def _walk_to(directory: Path, anchor: Path, shown: str, *, create: bool) -> int:
+    """Open ``directory`` by walking down from ``anchor`` one component at a time, never
+    following a symlink (``O_NOFOLLOW``), creating missing ones when asked. The real path has
+    no symlinks in it, so one found now was swapped in since the check: refused. Directories
+    are made only below the anchor, so a race cannot make ``write_file`` create them elsewhere."""
+    fd = os.open(anchor, _DIR_FLAGS)
+    try:
+        for part in directory.relative_to(anchor).parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o777, dir_fd=fd)
+            try:
+                child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"{shown}: no such file or directory") from None
+            except NotADirectoryError:
+                raise NotADirectoryError(f"{shown}: a parent of it is not a directory") from None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:
+                    raise PermissionError(f"{shown!r}: a directory on the path changed while it was being opened") \
+                        from None
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 @contextlib.contextmanager
 def pinned_parent(ctx_or_workspace: ToolContext | Path | str, path: str, *, create_parents: bool = False) -> Iterator[Pinned]:
-    """Check ``path``, open its parent directory, and confirm that it is the one checked.
+    """Check ``path``, then open its parent directory without following any symlink on the way.
 
     Callers then ``os.open(pinned.name, flags | os.O_NOFOLLOW, dir_fd=pinned.dir_fd)``: a
-    directory swapped for a symlink between check and open is detected here, a last
-    component swapped for a symlink fails the open with ELOOP.
+    directory swapped for a symlink between check and open is refused here, a last component
+    swapped for a symlink fails the open with ELOOP.
     """
     workspace, _ = _settings(ctx_or_workspace)
     real = resolve_in_workspace(ctx_or_workspace, path)
     shown = display_path(real, workspace)
     parent, name = (real.parent, real.name) if real.parent != real else (real, ".")
-    if create_parents:
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            raise NotADirectoryError(f"{shown}: a parent of it is a file, not a directory") from None
+    ws = workspace.resolve()
+    anchor = ws if _inside(parent, ws) else Path(parent.anchor)
     try:
-        dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{shown}: no such file or directory") from None
-    except NotADirectoryError:
-        raise NotADirectoryError(f"{shown}: a parent of it is not a directory") from None
+        dir_fd = _walk_to(parent, anchor, shown, create=create_parents)
+    except FileExistsError:  # mkdir raced with a file of that name
+        raise NotADirectoryError(f"{shown}: a parent of it is a file, not a directory") from None
     try:
-        opened = _fd_path(dir_fd)
-        if opened is None:  # no way to ask the OS: compare identities after a fresh resolve
-            st = os.fstat(dir_fd)
-            again = parent.resolve()
-            same = again == parent and os.path.samestat(st, os.stat(again))
-        else:
-            same = opened == parent
-        if not same or not stat.S_ISDIR(os.fstat(dir_fd).st_mode):
-            raise PermissionError(f"{shown!r}: a directory on the path changed while it was being opened")
         yield Pinned(dir_fd, name, real, shown)
     finally:
         os.close(dir_fd)

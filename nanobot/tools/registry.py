@@ -21,13 +21,37 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from nanobot.trust import OWNER, Trust, TurnState
+
 if TYPE_CHECKING:
+    import aiosqlite
+
+    from nanobot.access import PairingStore
+    from nanobot.agent.code_mode import CodeExecutor
     from nanobot.bus import MessageBus
     from nanobot.config import Config
+    from nanobot.cron.service import CronService
+    from nanobot.session import SessionStore
 
 # The exception types a tool may raise as-is; anything else is wrapped in RuntimeError.
 TOOL_ERRORS = (FileNotFoundError, PermissionError, ValueError, TimeoutError, RuntimeError, IsADirectoryError,
                NotADirectoryError, FileExistsError)
+
+
+Announce = Callable[[str], Awaitable[None]]
+
+
+@dataclass
+class Services:
+    """The process's shared parts that tools use; each is None where this process has none
+    (a bare test context, ``nanobot agent`` has no pairing store, only the gateway has cron)."""
+
+    db: aiosqlite.Connection | None = None
+    sessions: SessionStore | None = None
+    code: CodeExecutor | None = None
+    pairing: PairingStore | None = None
+    cron: CronService | None = None
+    announce: Announce | None = None  # one short line to the owner chat(s)
 
 
 @dataclass
@@ -35,11 +59,16 @@ class ToolContext:
     """What a tool may know about the turn that calls it."""
 
     config: Config
-    workspace: Path
+    workspace: Path  # the chat's root: the whole workspace for owner chats, its own folder for members
     session_key: str = "cli:default"
     bus: MessageBus | None = None
-    # Optional services, set by whoever runs the turn (the gateway, the CLI, a cron job).
-    services: dict[str, Any] = field(default_factory=dict)
+    services: Services = field(default_factory=Services)
+    trust: Trust = OWNER
+    turn: TurnState = field(default_factory=TurnState)
+
+    async def announce(self, text: str) -> None:
+        if self.services.announce is not None:
+            await self.services.announce(text)
 
     @property
     def channel(self) -> str:
@@ -201,7 +230,10 @@ class ToolRegistry:
             raise ValueError(f"unknown tool {name!r}; available: {', '.join(self.names())}")
         kwargs = t.validate(arguments)
         try:
-            return await t.func(ctx, **kwargs)
+            result = await t.func(ctx, **kwargs)
+            if t.untrusted:  # what it returned was written by someone else: the turn is tainted
+                ctx.turn.taint(name)
+            return result
         except TOOL_ERRORS:
             raise
         except OSError as exc:

@@ -1,32 +1,47 @@
-"""exec_command: run a shell command in the workspace.
+"""exec_command: run a shell command in the chat's folder, confined.
 
-The deny list below is a guard against *accidents* (a model that decides to "clean up" with
-``rm -rf ~``, or to reboot the host), **not a sandbox**: the command runs as the daemon's user
-with its permissions, and anything it can do by other spellings it can still do. Turn the tool
-off with ``tools.exec.enabled: false`` where that matters, or run nanobot as a user that may do
-little. ``tools.restrictToWorkspace`` only sets the working directory here.
+Every command runs through ``confine.py`` (Landlock + seccomp + no capabilities + rlimits):
+it reads the system directories and ``tools.exec.readPaths``, reads and writes only the
+chat's root (the workspace for owner chats, ``chats/<channel>_<id>/`` for member chats), and
+cannot open sockets (unless ``tools.exec.network``), read ``$NANOBOT_HOME`` or ``$HOME``, look
+into or signal the daemon, or outlive the command: its whole process group is killed when the
+command ends. When this machine cannot confine (no Landlock, not Linux), the tool refuses and
+says how to opt out (``tools.exec.sandbox: "off"``): it never silently runs unconfined.
 
-The child gets a small, explicit environment (see ``child_env``) so the daemon's secrets
-(``NANOBOT_*`` API keys and tokens, and whatever else its environment holds) never reach it.
-On timeout, or when the turn is cancelled (/stop), the whole process group is killed.
+The deny list below is a second, older guard against *accidents* (``rm -rf ~``, a reboot);
+the confinement is what stops an attacker. The child gets a small, explicit environment
+(``child_env``): no ``NANOBOT_*`` secrets, and HOME and TMPDIR inside the chat's folder.
+
+Steering files (AGENTS.md, memory/, skills/, ...) in the chat's folder are checked after each
+command: a change that the chat may not make (a member chat, or a turn that read outside
+content) is rolled back and refused; an owner's change is announced.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import signal
 import subprocess
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
+from nanobot.config import nanobot_home
+from nanobot.tools import confine
 from nanobot.tools.registry import ToolContext, tool
+from nanobot.tools.steering import Snapshot, announce_change, rolled_back
+from nanobot.trust import OWNER
 
-__all__ = ["SHELL_TOOLS", "exec_command", "DENY_RULES", "denied_reason", "child_env"]
+if TYPE_CHECKING:
+    from nanobot.config import Config
+
+__all__ = ["SHELL_TOOLS", "exec_command", "DENY_RULES", "denied_reason", "child_env", "shell_status"]
 
 # --- the deny list -------------------------------------------------------------------------
 # Each rule is (regex, reason), searched in the raw command text. The patterns stay within one
@@ -93,25 +108,75 @@ def denied_reason(command: str) -> str | None:
 # --- the child's environment ---------------------------------------------------------------
 # An allowlist, not a blocklist: the daemon's environment carries secrets (NANOBOT_PROVIDERS__
 # *__API_KEY, channel tokens, and often unrelated ones like AWS_*), and a blocklist would miss
-# some. What is kept is what ordinary tools need to behave: PATH to find them; the real HOME,
-# because this is the user's own assistant and git, ssh, pip and friends read their config from
-# there (pointing HOME at the workspace would break them and isolate nothing, since the command
-# is not sandboxed); user names, locale, time zone and temp dir; proxy and CA settings so that
-# network tools work as they do for the daemon. TERM=dumb keeps colour codes out of the output.
+# some. Kept: PATH to find tools, user names, locale and time zone, proxy and CA settings so
+# network tools behave as they do for the daemon (when the network is allowed at all). HOME
+# and TMPDIR point into the chat's folder: the real home holds ssh keys and tokens, and git,
+# pip and friends still find a writable home there. TERM=dumb keeps colour codes out.
 _ENV_KEEP = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+    "PATH", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ",
     "http_proxy", "https_proxy", "no_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
     "SSL_CERT_FILE", "SSL_CERT_DIR",
 )
 
 
-def child_env(workspace: Path) -> dict[str, str]:
+def child_env(root: Path) -> dict[str, str]:
     env = {key: os.environ[key] for key in _ENV_KEEP if key in os.environ}
     env.setdefault("PATH", os.defpath)
-    env.setdefault("HOME", str(workspace))
     env.setdefault("LANG", "C.UTF-8")
-    env["TERM"] = "dumb"
+    tmp = root / ".tmp"
+    tmp.mkdir(exist_ok=True)
+    env.update(HOME=str(root), TMPDIR=str(tmp), TERM="dumb")
     return env
+
+
+# --- confinement -----------------------------------------------------------------------------
+OPT_OUT = ('set tools.exec.sandbox to "off" to run commands unconfined, with the daemon\'s rights, '
+           'or tools.exec.enabled to false to remove the shell')
+
+
+@functools.cache
+def confinement() -> confine.Probe:
+    """What this machine offers, probed once per process (two syscalls)."""
+    return confine.probe()
+
+
+def shell_status(config: Config) -> str:
+    """The ``Shell:`` line of ``nanobot status``."""
+    settings = config.tools.exec
+    if not settings.enabled:
+        return "disabled (tools.exec.enabled is false)"
+    if settings.sandbox == "off":
+        return 'UNCONFINED (tools.exec.sandbox is "off"): commands run with the daemon\'s own rights'
+    probe = confinement()
+    if not probe.ok:
+        return f"REFUSED ({probe.detail}); {OPT_OUT}"
+    network = "network allowed" if settings.network else "no network"
+    return f"confined ({probe.detail}; {network})"
+
+
+def launch_argv(ctx: ToolContext, root: Path, command: str, seconds: int) -> list[str]:
+    """The argv that runs ``command``: through the confining launcher unless sandbox is off."""
+    settings = ctx.config.tools.exec
+    shell = ["/bin/sh", "-c", command]
+    if settings.sandbox == "off":
+        return shell
+    probe = confinement()
+    if not probe.ok:
+        raise PermissionError(f"exec_command refused: the shell cannot be confined on this machine "
+                              f"({probe.detail}); {OPT_OUT}")
+    home = nanobot_home().resolve()
+    for path in (str(root), *settings.read_paths):
+        if home.is_relative_to(Path(path).expanduser().resolve()):
+            raise PermissionError(f"exec_command refused: {path} contains NANOBOT_HOME ({home}), which holds "
+                                  "the config and histories; the shell must not reach it")
+    argv = [sys.executable, "-I", "-S", confine.__file__, "--rw", str(root), "--cpu", str(seconds + 5),
+            "--fsize", str(ctx.config.tools.max_workspace_mb * 2**20),
+            "--as", str(settings.max_memory_mb * 2**20)]
+    for path in settings.read_paths:
+        argv += ["--ro", str(Path(path).expanduser())]
+    if settings.network:
+        argv.append("--network")
+    return [*argv, "--", *shell]
 
 
 # --- running -------------------------------------------------------------------------------
@@ -198,19 +263,42 @@ async def exec_command(
             f"command refused: {reason}. This guard blocks destructive commands; "
             "if it is really intended, ask the user to run it themselves"
         )
-    workspace = Path(ctx.workspace).expanduser()
-    if not workspace.is_dir():
-        raise FileNotFoundError(f"the workspace {workspace} does not exist (run `nanobot onboard`)")
+    root = Path(ctx.workspace).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"the workspace {root} does not exist (run `nanobot onboard`)")
     seconds = timeout or settings.timeout
-    limit = settings.max_output_chars
+    argv = launch_argv(ctx, root, command, seconds)
+    # Changes the chat may not make are rolled back, so their bytes are kept beforehand.
+    may_steer = ctx.trust == OWNER and ctx.turn.tainted_by is None
+    before = Snapshot.take(root, keep_bytes=not may_steer)
+    try:
+        returncode, output = await _run(argv, root, seconds, settings.max_output_chars)
+    finally:
+        changed = before.changed()
+        if changed and not may_steer:
+            before.restore(changed)
+            raise rolled_back(ctx, changed) if ctx.trust == OWNER else PermissionError(
+                f"the command changed {', '.join(changed)}, which steer the assistant and can only be changed "
+                "from the owner's chat; the change was undone")
+        if changed:
+            await announce_change(ctx, changed, "exec_command")
+    if returncode == confine.EXIT_REFUSED and confine.MARK in output:
+        raise RuntimeError(output.strip())
+    if returncode == 0:
+        return output or "(no output)"
+    return f"{output.rstrip(chr(10))}\n{_status(returncode)}" if output else _status(returncode)
 
+
+async def _run(argv: list[str], root: Path, seconds: int, limit: int) -> tuple[int, str]:
+    """Run ``argv`` in its own process group; (exit code, capped output). The whole group is
+    killed afterwards, whatever happened: nothing the command started outlives it."""
     loop = asyncio.get_running_loop()
     transport, capture = await loop.subprocess_exec(
         lambda: _Capture(keep=4 * limit),  # 4 bytes per character at worst in UTF-8
-        "/bin/sh", "-c", command,
+        *argv,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        cwd=workspace, env=child_env(workspace),
-        start_new_session=True,  # its own process group, so a timeout kills grandchildren too
+        cwd=root, env=child_env(root),
+        start_new_session=True,  # its own process group: the launcher forbids leaving it
     )
     pid = transport.get_pid()
     try:
@@ -228,15 +316,9 @@ async def exec_command(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(capture.closed.wait(), _DRAIN_SECONDS)
     finally:
-        if transport.get_returncode() is None:  # cancelled (/stop) or timed out
-            _kill_group(pid)
+        _kill_group(pid)  # background children too, after every command
         transport.close()
-
-    returncode = transport.get_returncode()
-    output = capture.text(limit)
-    if returncode == 0:
-        return output or "(no output)"
-    return f"{output.rstrip(chr(10))}\n{_status(returncode)}" if output else _status(returncode)
+    return transport.get_returncode(), capture.text(limit)
 
 
 SHELL_TOOLS = [exec_command]

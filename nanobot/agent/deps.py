@@ -1,0 +1,47 @@
+"""What an agent is built from, and the per-chat tool context every turn and cron job starts with.
+
+This module imports no other part of ``nanobot.agent``: the loop, the modes, code mode, memory
+and commands all depend on it, never the other way round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
+
+from nanobot.trust import MEMBER, chat_folder, chat_trust
+from nanobot.tools.registry import Services, ToolContext
+
+if TYPE_CHECKING:
+    from nanobot.bus import MessageBus
+    from nanobot.config import Config
+    from nanobot.providers.base import Provider
+    from nanobot.session import SessionStore
+    from nanobot.tools.registry import ToolRegistry
+    from nanobot.usage import UsageStore
+
+PromptSection = Callable[[ToolContext], str]  # an extra system-prompt section, for one chat
+
+
+@dataclass
+class AgentDeps:
+    """Everything an agent needs, built once by the Runtime."""
+
+    config: Config
+    provider: Provider
+    tools: ToolRegistry
+    sessions: SessionStore
+    usage: UsageStore | None = None
+    bus: MessageBus | None = None
+    services: Services = field(default_factory=Services)
+    system_extras: list[PromptSection] = field(default_factory=list)
+
+    def chat_context(self, session_key: str) -> ToolContext:
+        """A fresh tool context for one turn (or cron run) of this chat: its trust and folder."""
+        trust = chat_trust(self.config, session_key, self.sessions.get(session_key).meta.get("peer"))
+        root = self.config.workspace_path
+        if trust == MEMBER:
+            root = chat_folder(root, session_key)
+            root.mkdir(parents=True, exist_ok=True)
+        return ToolContext(config=self.config, workspace=root, session_key=session_key, bus=self.bus,
+                           services=self.services, trust=trust)

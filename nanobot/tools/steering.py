@@ -1,0 +1,116 @@
+"""Steering files (AGENTS.md, SOUL.md, USER.md, TOOLS.md, HEARTBEAT.md, memory/, skills/): who may
+change them, and how a change is announced.
+
+They decide what the assistant does in every later turn, so a change to one is a lasting
+change: only an owner chat may make it, never in a turn that read outside content (a web
+page or document could have asked for it), and every change is announced to the owner.
+The file tools ask before writing (``check_change``); the shell, which can write anything in
+its folder, is checked afterwards: ``Snapshot`` records the files before a command, and a
+change a tainted turn made is rolled back and refused.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from nanobot.trust import OWNER, STEERING_DIRS, STEERING_FILES, TAINTED, steering_name
+
+if TYPE_CHECKING:
+    from nanobot.tools.registry import ToolContext
+
+MAX_SNAPSHOT_BYTES = 16 * 1024 * 1024  # what a tainted turn's shell command may have to restore
+
+
+def steering_target(ctx: ToolContext, real: Path) -> str | None:
+    """The steering file or folder ``real`` (a resolved path) is in, for this chat, or None."""
+    root = Path(ctx.workspace).resolve()
+    if not real.is_relative_to(root):
+        return None
+    return steering_name(real.relative_to(root).as_posix())
+
+
+def check_change(ctx: ToolContext, name: str) -> None:
+    """PermissionError unless this turn may change steering file ``name``."""
+    if ctx.trust != OWNER:
+        raise PermissionError(f"{name} steers the assistant and can only be changed from the owner's chat")
+    ctx.turn.require_clean(f"changing {name}")
+
+
+async def announce_change(ctx: ToolContext, names: list[str], how: str) -> None:
+    await ctx.announce(f"{', '.join(names)} changed by {ctx.session_key} ({how}).")
+
+
+def rolled_back(ctx: ToolContext, changed: list[str]) -> PermissionError:
+    return PermissionError(f"the command changed {', '.join(changed)}; the change was undone. "
+                           + TAINTED.format(source=ctx.turn.tainted_by))
+
+
+@dataclass
+class Snapshot:
+    """The steering files under a chat root before a shell command: stats, and (for a tainted
+    turn, which must be rolled back) their bytes."""
+
+    root: Path
+    keep_bytes: bool
+    stats: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # rel -> (ino, size, mtime, mode)
+    contents: dict[str, bytes] = field(default_factory=dict)
+    complete: bool = True  # False when the files were too large to keep for a rollback
+
+    @classmethod
+    def take(cls, root: Path, *, keep_bytes: bool) -> Snapshot:
+        snap = cls(root, keep_bytes)
+        kept = 0
+        for rel, st in _steering_files(root):
+            snap.stats[rel] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+            if keep_bytes:
+                kept += st.st_size
+                if kept > MAX_SNAPSHOT_BYTES:
+                    snap.complete = False
+                    continue
+                try:
+                    snap.contents[rel] = (root / rel).read_bytes()
+                except OSError:
+                    snap.complete = False
+        return snap
+
+    def changed(self) -> list[str]:
+        now = {rel: (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode) for rel, st in _steering_files(self.root)}
+        return sorted(rel for rel in set(now) | set(self.stats) if now.get(rel) != self.stats.get(rel))
+
+    def restore(self, changed: list[str]) -> None:
+        """Put the files back as they were: changed ones rewritten, new ones removed."""
+        for rel in changed:
+            path = self.root / rel
+            if path.is_symlink() or path.is_file():
+                path.unlink()
+            elif path.is_dir():
+                shutil.rmtree(path)
+            if rel in self.contents:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(self.contents[rel])
+
+
+def _steering_files(root: Path):
+    """(relative path, lstat) of every steering file and every file in a steering folder."""
+    for name in STEERING_FILES:
+        try:
+            yield name, os.lstat(root / name)
+        except OSError:
+            pass
+    for folder in STEERING_DIRS:
+        base = root / folder
+        if base.is_symlink():
+            yield folder, os.lstat(base)
+            continue
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            for entry in (*filenames, *(d for d in dirnames if os.path.islink(os.path.join(dirpath, d)))):
+                full = os.path.join(dirpath, entry)
+                try:
+                    yield os.path.relpath(full, root), os.lstat(full)
+                except OSError:
+                    pass

@@ -1,0 +1,118 @@
+"""Who a chat is, where it may work, and what a turn that read outside content may not do.
+
+- **Owner chats**: the terminal (``cli:*``), the heartbeat, and private chats with a user in
+  ``channels.<name>.owners`` (when that is empty: in ``allowFrom``, ``"*"`` excepted). They
+  work in the whole workspace.
+- **Member chats**: every other allowed chat (groups, paired users, ``"*"``). Each works in
+  its own folder ``chats/<channel>_<chat_id>/`` and never sees the owner's files, memory,
+  history, inbox or MCP servers. ``agents.overrides[key].trust`` widens or narrows a chat.
+
+A private chat's user is remembered in its session (``peer``), written only by the daemon when a
+private message arrives, so cron jobs and the heartbeat can tell an owner's Discord DM (whose
+channel id is not the user's id) from a group. On Telegram a private chat's id is the user's id.
+
+**Taint**: a turn that took in web pages, MCP results, documents, media or forwarded messages
+may carry an attacker's instructions. For the rest of that turn it may not change steering
+files, cron jobs or pairing, nor write to another chat (``TurnState.require_clean``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any, Literal
+
+from nanobot.access import listed
+
+if TYPE_CHECKING:
+    from nanobot.config import Config
+
+Trust = Literal["owner", "member"]
+OWNER: Trust = "owner"
+MEMBER: Trust = "member"
+
+CHATS_DIR = "chats"
+# What steers the assistant: in every prompt, run on a schedule, or loaded as code.
+STEERING_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "HEARTBEAT.md")
+STEERING_DIRS = ("memory", "skills")
+OWNER_ONLY_CHANNELS = ("cli", "heartbeat")  # the terminal and the heartbeat act for the owner
+
+TAINTED = "this turn read external content ({source}); ask the user to confirm in a new message"
+
+
+def owner_ids(section: Any) -> list[str]:
+    """A channel's owners: ``owners``, or when empty the named entries of ``allowFrom``."""
+    get = section.get if isinstance(section, dict) else lambda key, default=None: getattr(section, key, default)
+    owners = [o for o in (get("owners") or []) if str(o).strip()]
+    if owners:
+        return [str(o) for o in owners]
+    return [str(a) for a in (get("allow_from") or []) if str(a).strip() not in ("", "*")]
+
+
+def channel_section(config: Config, channel: str) -> Any:
+    return getattr(config.channels, channel, None) or (config.channels.model_extra or {}).get(channel)
+
+
+def chat_trust(config: Config, session_key: str, peer: list[str] | None = None) -> Trust:
+    """Owner or member, from the config and the chat's remembered private peer ``[id, name]``."""
+    override = config.agents.overrides.get(session_key)
+    if override is not None and override.trust is not None:
+        return override.trust
+    channel, _, chat_id = session_key.partition(":")
+    if channel in OWNER_ONLY_CHANNELS:
+        return OWNER
+    section = channel_section(config, channel)
+    if section is None:
+        return MEMBER
+    owners = owner_ids(section)
+    # An id entry matching the chat id: Telegram private chats (groups have negative ids).
+    if listed([o for o in owners if o.lstrip("-").isdigit()], chat_id, None):
+        return OWNER
+    if peer and listed(owners, str(peer[0]), peer[1] if len(peer) > 1 else None):
+        return OWNER
+    return MEMBER
+
+
+def chat_folder(workspace: Path, session_key: str) -> Path:
+    """A member chat's own folder inside the workspace."""
+    from nanobot.session import session_filename
+
+    return workspace / CHATS_DIR / session_filename(session_key).removesuffix(".jsonl")
+
+
+def owner_chat(config: Config) -> str | None:
+    """Where the owner hears from the assistant: ``gateway.heartbeat.to``, else the first owner
+    id of the first enabled channel (Telegram, then Discord, then others)."""
+    if config.gateway.heartbeat.to:
+        return config.gateway.heartbeat.to
+    for channel in config.channels.enabled_names():
+        owners = [o for o in owner_ids(channel_section(config, channel)) if o.lstrip("-").isdigit()]
+        if owners:
+            return f"{channel}:{owners[0]}"
+    return None
+
+
+def steering_name(relative: str) -> str | None:
+    """The steering file or folder a chat-root-relative path falls in, or None."""
+    parts = PurePosixPath(relative).parts
+    if not parts:
+        return None
+    if len(parts) == 1 and parts[0] in STEERING_FILES:
+        return parts[0]
+    return parts[0] + "/" if parts[0] in STEERING_DIRS else None
+
+
+@dataclass
+class TurnState:
+    """What one turn has done so far that the rules care about."""
+
+    tainted_by: str | None = None  # the first source of external content this turn read
+    messages_sent: int = 0
+
+    def taint(self, source: str) -> None:
+        if self.tainted_by is None:
+            self.tainted_by = source
+
+    def require_clean(self, action: str) -> None:
+        if self.tainted_by is not None:
+            raise PermissionError(f"{action} refused: " + TAINTED.format(source=self.tainted_by))
