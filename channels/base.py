@@ -108,7 +108,7 @@ class BaseChannel(ABC):
         admitted, reply = await self.ctx.access.check(self.name, sender_id, sender_name,
                                                       list(self.config.allow_from), is_private)
         if not admitted:
-            log.info("%s: ignored message from unknown sender %s (%s)", self.name, sender_id, sender_name)
+            log.debug("%s: ignored message from unknown sender %s (%s)", self.name, sender_id, sender_name)
             if reply:
                 await self.send(OutboundMessage(self.name, chat_id, reply))
             return False

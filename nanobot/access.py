@@ -56,7 +56,10 @@ class PairingPolicy:
     # At most one code message per user in this window: someone who keeps writing does not
     # get a reply to each message (that would let strangers make the bot spam on command).
     resend_interval: float = 600.0
-    max_pending: int = 20  # beyond this, new strangers get silence until codes expire
+    # Beyond this many pending codes the oldest is dropped for the newcomer: a flood of strangers
+    # must not silence every real newcomer for an hour (a dropped one gets a new code next time).
+    max_pending: int = 20
+    sweep_interval: float = 60.0  # expired codes are deleted at most this often (each sweep commits)
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class PairingStore:
         self.db = db
         self.policy = policy
         self.clock = clock
+        self._swept_at = float("-inf")
 
     @classmethod
     async def open(cls, db: aiosqlite.Connection, policy: PairingPolicy = PairingPolicy(),
@@ -111,9 +115,12 @@ class PairingStore:
         """The code to send this user now, or None: recently sent one already, or too many pending."""
         now = self.clock()
         await self._drop_expired(now)
-        async with self.db.execute("SELECT code, notified_at FROM pairing_requests WHERE channel = ? AND sender_id = ?",
-                                   (channel, sender_id)) as cur:
+        async with self.db.execute("SELECT code, notified_at, expires_at FROM pairing_requests "
+                                   "WHERE channel = ? AND sender_id = ?", (channel, sender_id)) as cur:
             row = await cur.fetchone()
+        if row is not None and row["expires_at"] <= now:  # expired, not swept yet
+            await self.db.execute("DELETE FROM pairing_requests WHERE code = ?", (row["code"],))
+            row = None
         if row is not None:
             if now - row["notified_at"] < self.policy.resend_interval:
                 return None
@@ -121,11 +128,16 @@ class PairingStore:
                                   (now, channel, sender_id))
             await self.db.commit()
             return row["code"]
-        if len(await self.pending()) >= self.policy.max_pending:
-            log.warning("pairing: %d codes pending; not issuing one to %s:%s", self.policy.max_pending,
-                        channel, sender_id)
-            return None
+        await self._make_room()
         return await self._insert(channel, sender_id, sender_name, now)
+
+    async def _make_room(self) -> None:
+        pending = await self.pending()
+        excess = len(pending) - self.policy.max_pending + 1
+        if excess > 0:
+            log.warning("pairing: %d codes pending; dropping the %d oldest", len(pending), excess)
+            await self.db.executemany("DELETE FROM pairing_requests WHERE code = ?",
+                                      [(r.code,) for r in pending[:excess]])
 
     async def _insert(self, channel: str, sender_id: str, sender_name: str | None, now: float) -> str | None:
         for _ in range(5):  # a clash among 31^8 codes is unlikely; retry rather than fail
@@ -145,7 +157,8 @@ class PairingStore:
         """Admit the user behind ``code``; ValueError if there is no such pending code."""
         now = self.clock()
         await self._drop_expired(now)
-        async with self.db.execute("SELECT * FROM pairing_requests WHERE code = ?", (normalize_code(code),)) as cur:
+        async with self.db.execute("SELECT * FROM pairing_requests WHERE code = ? AND expires_at > ?",
+                                   (normalize_code(code), now)) as cur:
             row = await cur.fetchone()
         if row is None:
             raise ValueError(f"no pending pairing code {code!r} (codes expire after "
@@ -168,6 +181,9 @@ class PairingStore:
             return [PairedUser(*row) for row in await cur.fetchall()]
 
     async def _drop_expired(self, now: float) -> None:
+        if now - self._swept_at < self.policy.sweep_interval:
+            return  # pending() and approve() compare expires_at themselves
+        self._swept_at = now
         await self.db.execute("DELETE FROM pairing_requests WHERE expires_at <= ?", (now,))
         # Always commit: the DELETE opened a transaction even if it removed nothing, and an
         # open transaction would lock the CLI out of the database (``pairing approve``).
@@ -201,6 +217,9 @@ class AccessGate:
 
     def __init__(self, store: PairingStore) -> None:
         self.store = store
+        # Strangers answered recently, until when: their next messages cost one lookup (were they
+        # approved meanwhile?) and no write, no log line. Strangers can send thousands.
+        self._quiet_until: dict[tuple[str, str], float] = {}
 
     async def is_allowed(self, channel: str, sender_id: str, sender_name: str | None, allow_from: list[str]) -> bool:
         """Admitted already (listed or paired)? Side-effect free: no code is issued."""
@@ -212,6 +231,12 @@ class AccessGate:
             return True, None
         if not is_private:
             return False, None
+        now = self.store.clock()
+        if self._quiet_until.get((channel, sender_id), 0.0) > now:
+            return False, None
+        if len(self._quiet_until) > 10_000:
+            self._quiet_until = {k: t for k, t in self._quiet_until.items() if t > now}
+        self._quiet_until[(channel, sender_id)] = now + self.store.policy.resend_interval
         code = await self.store.request(channel, sender_id, sender_name)
         if code:
             log.warning("pairing: %s user %s (%s) asked to talk; code %s", channel, sender_id, sender_name, code)

@@ -15,7 +15,7 @@ from typing import Optional
 
 import typer
 
-from nanobot.config import Config, ConfigError, config_path, load_config, nanobot_home
+from nanobot.config import Config, ConfigError, config_path, load_config, nanobot_home, private_dir, write_private
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="nanobot: a self-hosted AI assistant whose model can answer with code.")
@@ -76,9 +76,10 @@ def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", hel
         config = get_config(ctx)
     else:
         config = Config()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(config.to_json(), encoding="utf-8")
+        private_dir(path.parent)
+        write_private(path, config.to_json())
         typer.echo(f"Wrote {path}")
+    private_dir(nanobot_home())
     copy_template(config.workspace_path)
     typer.echo(f"Workspace: {config.workspace_path}")
     typer.echo("Next: set providers.openai.apiKey (and apiBase for other servers), then run: nanobot agent")
@@ -213,6 +214,8 @@ async def _status(config: Config, path: Path) -> None:
                f", key {'set' if provider and provider.api_key else 'not set'}), model {settings.model}, "
                f"mode {settings.execution_mode}")
     typer.echo(f"Channels:  {', '.join(config.channels.enabled_names()) or 'none enabled'}")
+    for line in trust_lines(config):
+        typer.echo(line)
     db = await open_db(nanobot_home() / "nanobot.db")
     try:
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
@@ -223,6 +226,23 @@ async def _status(config: Config, path: Path) -> None:
             typer.echo(f"Usage [{mode}]: {t.summary()}")
     finally:
         await db.close()
+
+
+def trust_lines(config: Config) -> list[str]:
+    """Who the owner is, where the shell stands, and what steers the assistant unexpectedly."""
+    from nanobot.skills import shadowing_skills
+    from nanobot.tools.shell import shell_status
+    from nanobot.trust import channel_section, owner_chat, owner_ids
+
+    owners = [f"{name} {', '.join(owner_ids(channel_section(config, name))) or '(none)'}"
+              for name in config.channels.enabled_names()]
+    lines = [f"Owners:    {'; '.join(owners) or 'the terminal only'} (owner chats: private chats with them, and cli)",
+             f"Notices:   {owner_chat(config) or 'no owner chat yet: logged only'}",
+             f"Shell:     {shell_status(config)}"]
+    shadowing = shadowing_skills(config.workspace_path)
+    if shadowing:
+        lines.append(f"Skills:    workspace skills REPLACE built-ins: {', '.join(shadowing)}")
+    return lines
 
 
 async def _count_cron_jobs(db) -> int:

@@ -280,6 +280,23 @@ def nanobot_home() -> Path:
     return Path(os.environ.get("NANOBOT_HOME", "~/.nanobot")).expanduser()
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (0700): the home holds API keys, tokens and every chat's history."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(path, 0o700)
+    return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read (0600), replacing it whole."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
 def config_path(explicit: str | Path | None = None) -> tuple[Path, bool]:
     """Where the config lives and whether the user named it (a named file must exist)."""
     if explicit:

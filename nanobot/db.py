@@ -7,14 +7,19 @@ CLI and a running gateway use the same file at once.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import aiosqlite
 
+from nanobot.config import private_dir
+
 
 async def open_db(path: Path | str) -> aiosqlite.Connection:
     if str(path) != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        private_dir(Path(path).parent)
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))  # SQLite's -wal/-shm files copy this mode
+        os.chmod(path, 0o600)
     conn = await aiosqlite.connect(str(path), timeout=10)
     conn.row_factory = aiosqlite.Row
     await conn.execute("PRAGMA journal_mode=WAL")

@@ -3,7 +3,8 @@
 When the file lists active tasks (``- [ ] ...`` lines), one agent turn checks them in its
 own session, so the user's chat history is not filled with routine checks. A message goes
 out only when the model has something to say: the answer ``HEARTBEAT_OK`` means nothing
-needs the user, and is dropped. The message goes to the chat the owner used last.
+needs the user, and is dropped. The message goes to ``gateway.heartbeat.to``, by default the
+first owner chat: never to a group, whoever spoke there last.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from nanobot.agent.context import render_prompt
 from nanobot.bus import OutboundMessage, split_target
+from nanobot.trust import owner_chat
 
 if TYPE_CHECKING:
     from nanobot.runtime import Runtime
@@ -34,18 +36,6 @@ def active_tasks(path: Path) -> list[str]:
         return []
     text = re.sub(r"<!--.*?-->", "", text, flags=re.S)  # the template's example is a comment
     return [t.strip() for t in _ACTIVE.findall(text)]
-
-
-def latest_chat(sessions_dir: Path, channels: set[str]) -> str | None:
-    """The chat (``channel:chat_id``) whose history changed last, among enabled channels."""
-    best: tuple[float, str] | None = None
-    for path in sessions_dir.glob("*.jsonl"):
-        channel, _, chat_id = path.stem.partition("_")
-        if channel in channels and chat_id:
-            mtime = path.stat().st_mtime
-            if best is None or mtime > best[0]:
-                best = (mtime, f"{channel}:{chat_id}")
-    return best[1] if best else None
 
 
 class Heartbeat:
@@ -76,9 +66,9 @@ class Heartbeat:
         tasks = active_tasks(rt.config.workspace_path / "HEARTBEAT.md")
         if not tasks:
             return None
-        target = latest_chat(rt.home / "sessions", set(rt.config.channels.enabled_names()))
+        target = owner_chat(rt.config)
         if target is None:
-            log.info("heartbeat: %d task(s) but no chat to report to yet", len(tasks))
+            log.info("heartbeat: %d task(s) but no owner chat to report to (gateway.heartbeat.to)", len(tasks))
             return None
         prompt = render_prompt("heartbeat.md", tasks="\n".join(f"- {t}" for t in tasks), quiet=QUIET)
         reply = (await rt.agent.handle(SESSION_KEY, prompt)).strip()

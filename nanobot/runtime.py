@@ -12,7 +12,7 @@ from nanobot.agent.code_mode import CodeExecutor
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
-from nanobot.config import Config, ConfigError, nanobot_home
+from nanobot.config import Config, ConfigError, nanobot_home, private_dir
 from nanobot.db import open_db
 from nanobot.providers.base import Provider
 from nanobot.session import SessionStore
@@ -45,6 +45,7 @@ class Runtime:
         if workspace == self.home.resolve():
             raise ConfigError("agents.defaults.workspace: must not be the nanobot home itself")
         workspace.mkdir(parents=True, exist_ok=True)
+        private_dir(self.home)
         self.db = await open_db(self.home / "nanobot.db")
         self.usage = await UsageStore.create(self.db)
         self.sessions = SessionStore(self.home / "sessions")

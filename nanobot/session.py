@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from nanobot.config import private_dir
+
 log = logging.getLogger(__name__)
 
 
@@ -78,8 +80,8 @@ class Session:
     def _write(self, record: dict[str, Any]) -> None:
         if self._file is None:
             new = not self.path.exists() or self.path.stat().st_size == 0
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")
+            private_dir(self.path.parent)
+            self._file = open(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")
             if new:
                 self.meta.setdefault("created", _now())
                 self._file.write(json.dumps({"_meta": {"key": self.key, **self.meta}}, ensure_ascii=False) + "\n")

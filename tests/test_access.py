@@ -81,10 +81,20 @@ async def test_stranger_in_group_is_ignored_silently(gate: AccessGate) -> None:
     assert await gate.store.pending() == []
 
 
-async def test_pending_codes_are_capped(gate: AccessGate) -> None:
+async def test_pending_codes_are_capped_without_silencing_newcomers(gate: AccessGate) -> None:
     for user in ("1", "2", "3"):
         assert (await gate.check("telegram", user, None, [], True))[1]
-    assert await gate.check("telegram", "4", None, [], True) == (False, None)
+    _, reply = await gate.check("telegram", "4", None, [], True)
+    assert code_in(reply)  # a flood of strangers does not silence the next real one
+    assert [r.sender_id for r in await gate.store.pending()] == ["2", "3", "4"]  # the oldest made room
+
+
+async def test_a_strangers_repeats_cost_no_write(gate: AccessGate, db) -> None:
+    await gate.check("telegram", "666", "mallory", [], True)
+    before = db.total_changes
+    for _ in range(50):
+        assert await gate.check("telegram", "666", "mallory", [], True) == (False, None)
+    assert db.total_changes == before
 
 
 async def test_approve_admits_and_forgives_typing(gate: AccessGate) -> None:

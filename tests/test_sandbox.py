@@ -222,6 +222,15 @@ async def test_save_state_returns_dump_and_over_cap_state_is_dropped_with_notice
         await capped.close()
 
 
+async def test_state_too_large_to_dump_is_discarded_and_the_next_program_runs(sandbox, key):
+    # 30 MB of string fits the 64 MB limit, but the worker cannot also build its dump.
+    big = await run(sandbox, "x = 'a' * 30_000_000\nprint('made')", key, save_state=True)
+    assert big.ok and big.output.strip() == "made" and big.state is None
+    assert "could not be saved" in big.to_model_text() and "discarded" in big.to_model_text()
+    after = await run(sandbox, "print(1 + 1)", key, save_state=True)
+    assert after.ok and after.output.strip() == "2" and after.state is not None
+
+
 async def test_bad_saved_state_starts_fresh_with_notice(sandbox, key):
     sandbox.restore(key, b"not a monty dump")
     result = await run(sandbox, "1", key)

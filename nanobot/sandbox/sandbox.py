@@ -248,9 +248,21 @@ class Sandbox:
             return None
 
     async def _dump_capped(self, key: str, session: AsyncMontySession, notices: list[str]) -> bytes | None:
-        """A dump to persist; over the size cap, None and a notice for the model."""
-        state = await self._dump(key, session)
-        if state is not None and len(state) > self.max_state_bytes:
+        """A dump to persist; over the size cap, None and a notice for the model.
+
+        A dump that fails (a state too large for the worker's memory) finishes the checkout:
+        the session is discarded then, with a notice, so the chat's next program starts fresh
+        instead of failing on a dead session.
+        """
+        try:
+            state = await session.dump()
+        except (MontyError, RuntimeError) as exc:
+            log.warning("could not dump Python state of %s: %s; discarding it", key, exc)
+            await self._discard(key)
+            notices.append(f"The Python state of this chat could not be saved ({exc}) and was discarded: "
+                           "variables from earlier programs are gone. Keep big data in files, not in variables.")
+            return None
+        if len(state) > self.max_state_bytes:
             notices.append(f"The Python state is {len(state) / 1e6:.1f} MB, over the "
                            f"{self.max_state_bytes / 1e6:.1f} MB that can be saved, so a restart "
                            f"will lose it. Keep big data in files, not in variables.")
