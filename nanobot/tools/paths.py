@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -128,12 +129,13 @@ def _walk_to(directory: Path, anchor: Path, shown: str, *, create: bool) -> int:
                 child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
             except FileNotFoundError:
                 raise FileNotFoundError(f"{shown}: no such file or directory") from None
-            except NotADirectoryError:
-                raise NotADirectoryError(f"{shown}: a parent of it is not a directory") from None
             except OSError as exc:
-                if exc.errno == errno.ELOOP:
+                # O_DIRECTORY|O_NOFOLLOW on a symlink fails with ENOTDIR (or ELOOP): tell the two apart.
+                if exc.errno == errno.ELOOP or _is_link(part, fd):
                     raise PermissionError(f"{shown!r}: a directory on the path changed while it was being opened") \
                         from None
+                if exc.errno == errno.ENOTDIR:
+                    raise NotADirectoryError(f"{shown}: a parent of it is not a directory") from None
                 raise
             os.close(fd)
             fd = child
@@ -141,6 +143,13 @@ def _walk_to(directory: Path, anchor: Path, shown: str, *, create: bool) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 @contextlib.contextmanager

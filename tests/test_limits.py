@@ -1,0 +1,95 @@
+"""The limits a chat cannot pass, through the real tool registry: messages per turn, the
+workspace quota, cron jobs per chat and their minimum interval, run-record pruning, hard
+links, and where write_file may create directories."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from nanobot.bus import MessageBus
+from nanobot.config import Config
+from nanobot.cron.store import CronStore, utcnow
+from nanobot.runtime import Runtime
+from nanobot.tools import paths
+from nanobot.tools.builtin import default_registry
+from nanobot.tools.registry import ToolContext
+from tests.fakes.openai_server import FakeOpenAI
+from tests.helpers import config_for
+
+
+@pytest.fixture
+def ctx(config: Config, workspace: Path) -> ToolContext:
+    return ToolContext(config=config, workspace=workspace, session_key="telegram:42", bus=MessageBus())
+
+
+async def call(ctx: ToolContext, name: str, **args):
+    return await default_registry(ctx.config).call(name, args, ctx)
+
+
+async def test_messages_per_turn_are_capped(ctx: ToolContext) -> None:
+    ctx.config.gateway.max_messages_per_turn = 3
+    for i in range(3):
+        await call(ctx, "send_message", content=f"m{i}")
+    with pytest.raises(PermissionError, match="at most 3 messages per turn"):
+        await call(ctx, "send_message", content="one too many")
+    assert ctx.bus.outbound.qsize() == 3
+
+
+async def test_write_file_stays_within_the_workspace_quota(ctx: ToolContext, workspace: Path) -> None:
+    ctx.config.tools.max_workspace_mb = 1
+    (workspace / "existing.bin").write_bytes(b"x" * 600_000)
+    await call(ctx, "write_file", path="small.txt", content="fine")
+    with pytest.raises(PermissionError, match="workspace is full"):
+        await call(ctx, "write_file", path="big.txt", content="y" * 500_000)
+    assert not (workspace / "big.txt").exists()
+
+
+async def test_hard_links_are_not_read(ctx: ToolContext, workspace: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside-secret.txt"
+    outside.write_text("CANARY")
+    os.link(outside, workspace / "innocent.txt")
+    with pytest.raises(PermissionError, match="hard links"):
+        await call(ctx, "read_file", path="innocent.txt")
+
+
+def test_parent_directories_are_made_only_beneath_the_workspace(workspace: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (workspace / "a").symlink_to(elsewhere)  # swapped in after the path was checked
+    with pytest.raises(PermissionError, match="changed while it was being opened"):
+        paths._walk_to(workspace / "a" / "b", workspace.resolve(), "a/b/x.txt", create=True)
+    assert list(elsewhere.iterdir()) == []
+
+
+async def test_cron_from_chat_has_a_minimum_interval_and_a_per_chat_cap(llm: FakeOpenAI, workspace: Path) -> None:
+    config = config_for(llm.base_url, workspace)
+    config.gateway.max_cron_jobs_per_chat = 2
+    async with Runtime(config) as rt:
+        ctx = rt.deps.chat_context("telegram:42")
+        with pytest.raises(ValueError, match="at most once a minute"):
+            await rt.tools.call("schedule_cron", {"expression": "every 30s", "code": "print(1)"}, ctx)
+        for _ in range(2):
+            await rt.tools.call("schedule_cron", {"expression": "every 60s", "code": "print(1)"}, ctx)
+        with pytest.raises(PermissionError, match="2 scheduled jobs already"):
+            await rt.tools.call("schedule_cron", {"expression": "every 1h", "code": "print(1)"}, ctx)
+        other = rt.deps.chat_context("telegram:43")  # another chat has its own allowance
+        await rt.tools.call("schedule_cron", {"expression": "every 1h", "code": "print(1)"}, other)
+
+
+async def test_old_run_records_are_pruned(home: Path) -> None:
+    store = await CronStore.open(home / "nanobot.db")
+    try:
+        job = await store.add(name="j", owner_session="telegram:1", schedule_kind="every", expression="60",
+                              timezone="UTC", payload_kind="code", payload="print(1)", deliver_to=None,
+                              next_run_at=None)
+        now = utcnow()
+        await store.record_run(job.id, now - timedelta(days=40), 1, "ok")
+        await store.record_run(job.id, now - timedelta(days=2), 1, "ok")
+        await store.record_run(job.id, now, 1, "ok")
+        assert len(await store.runs(job.id)) == 2
+    finally:
+        await store.close()
