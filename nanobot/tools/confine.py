@@ -28,12 +28,10 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import platform
 import resource
-import signal
 import sys
-from dataclasses import dataclass
 
+SIGKILL = 9  # not signal.SIGKILL: the signal module imports enum, ~5 ms per command
 EXIT_REFUSED = 126  # the launcher refused to run the command; the reason is on stderr
 MARK = "nanobot-confine:"
 
@@ -64,13 +62,16 @@ BPF_LD_W_ABS, BPF_JEQ_K, BPF_JGE_K, BPF_RET_K = 0x20, 0x15, 0x35, 0x06
 OFF_NR, OFF_ARCH, OFF_ARG0 = 0, 4, 16  # struct seccomp_data (little endian: low word first)
 
 
-@dataclass(frozen=True)
+# Plain classes, not dataclasses: importing dataclasses (and platform) cost this launcher ~15 ms
+# on every command.
 class Arch:
-    audit: int  # AUDIT_ARCH_*: the only syscall ABI the filter lets through
-    denied: dict[str, int]  # always refused
-    socket: int
-    signals: dict[str, int]  # kill, tkill, tgkill: checked by target when Landlock cannot scope signals
-    x32_bit: int = 0  # x86_64's x32 ABI shares the arch value: refuse syscall numbers with this bit
+    def __init__(self, audit: int, denied: dict[str, int], *, socket: int, signals: dict[str, int],
+                 x32_bit: int = 0) -> None:
+        self.audit = audit  # AUDIT_ARCH_*: the only syscall ABI the filter lets through
+        self.denied = denied  # always refused
+        self.socket = socket
+        self.signals = signals  # kill, tkill, tgkill: checked by target when Landlock cannot scope signals
+        self.x32_bit = x32_bit  # x86_64's x32 ABI shares the arch value: refuse numbers with this bit
 
 
 _X86_64 = Arch(0xC000003E, {
@@ -121,15 +122,19 @@ def seccomp_available() -> bool:
     return _libc().prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0
 
 
+def machine() -> str:
+    return os.uname().machine.lower()
+
+
 def current_arch() -> Arch | None:
-    return ARCHES.get(platform.machine().lower()) if sys.platform == "linux" else None
+    return ARCHES.get(machine()) if sys.platform == "linux" else None
 
 
-@dataclass(frozen=True)
 class Probe:
-    ok: bool
-    detail: str  # how it confines, or why it cannot
-    abi: int = 0
+    def __init__(self, ok: bool, detail: str, abi: int = 0) -> None:
+        self.ok = ok
+        self.detail = detail  # how it confines, or why it cannot
+        self.abi = abi
 
 
 def probe() -> Probe:
@@ -137,7 +142,7 @@ def probe() -> Probe:
     if sys.platform != "linux":
         return Probe(False, f"confinement needs Linux (Landlock and seccomp); this is {sys.platform}")
     if current_arch() is None:
-        return Probe(False, f"no seccomp syscall table for the {platform.machine()} architecture")
+        return Probe(False, f"no seccomp syscall table for the {machine()} architecture")
     abi = landlock_abi()
     if abi < 1:
         return Probe(False, "the kernel offers no Landlock (Linux 5.13+ with landlock in the 'lsm=' list)")
@@ -321,16 +326,16 @@ def shell_filter(arch: Arch, *, network: bool, abi: int, protected_pid: int) -> 
 
 
 # --- the launcher --------------------------------------------------------------------------
-@dataclass
 class Options:
-    read_paths: list[str]
-    write_paths: list[str]
-    cpu_seconds: int = 65
-    max_file_bytes: int = 1 << 30
-    max_memory_bytes: int = 4 << 30
-    network: bool = False
-    abi: int = 0  # 0: ask the kernel; lower values pretend an older kernel (tests)
-    command: list[str] | None = None
+    def __init__(self, command: list[str]) -> None:
+        self.read_paths: list[str] = []
+        self.write_paths: list[str] = []
+        self.cpu_seconds = 65
+        self.max_file_bytes = 1 << 30
+        self.max_memory_bytes = 4 << 30
+        self.network = False
+        self.abi = 0  # 0: ask the kernel; lower values pretend an older kernel (tests)
+        self.command = command
 
 
 def parse(argv: list[str]) -> Options:
@@ -339,7 +344,7 @@ def parse(argv: list[str]) -> Options:
                            "[--abi N] -- COMMAND...")
     split = argv.index("--")
     opts, command = argv[:split], argv[split + 1:]
-    options = Options([], [], command=command)
+    options = Options(command)
     i = 0
     while i < len(opts):
         flag = opts[i]
@@ -369,13 +374,13 @@ def confine(options: Options) -> None:
     """Apply every step to this process, or raise ConfineError."""
     arch = current_arch()
     if arch is None:
-        raise ConfineError(f"no seccomp syscall table for {platform.machine()}")
+        raise ConfineError(f"no seccomp syscall table for {machine()}")
     kernel_abi = landlock_abi()
     abi = min(kernel_abi, options.abi) if options.abi else kernel_abi
     if abi < 1:
         raise ConfineError("the kernel offers no Landlock")
     protected = os.getppid()  # the daemon
-    _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the daemon gone: the command goes too
+    _libc().prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0)  # the daemon gone: the command goes too
     set_rlimits(options.cpu_seconds, options.max_file_bytes, options.max_memory_bytes)
     drop_capabilities()
     set_no_new_privs()
@@ -392,7 +397,6 @@ def main(argv: list[str]) -> int:
     except (ConfineError, OSError, ValueError) as exc:
         sys.stderr.write(f"{MARK} refused to run the command: {exc}\n")
         return EXIT_REFUSED
-    assert options.command is not None
     try:
         os.execv(options.command[0], options.command)
     except OSError as exc:
