@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, AsyncIterator
 
 from nanobot.config import Config
+
+if TYPE_CHECKING:
+    from nanobot.gateway import Gateway
 
 
 def config_for(llm_base_url: str, workspace: Path, *, mode: str = "tools", **defaults) -> Config:
@@ -17,3 +22,21 @@ def config_for(llm_base_url: str, workspace: Path, *, mode: str = "tools", **def
     cfg.providers["openai"].api_base = llm_base_url
     cfg.providers["openai"].api_key = "test-key"
     return cfg
+
+
+@asynccontextmanager
+async def running_gateway(config: Config, *, with_services: bool = False) -> AsyncIterator["Gateway"]:
+    """A started in-process gateway (channels, dispatcher; cron and heartbeat with ``with_services``)."""
+    from nanobot.bus import MessageBus
+    from nanobot.gateway import Gateway, add_services
+    from nanobot.runtime import Runtime
+
+    async with Runtime(config, bus=MessageBus()) as rt:
+        gateway = Gateway(rt)
+        if with_services:
+            add_services(gateway)
+        try:
+            await gateway.start()
+            yield gateway
+        finally:
+            await gateway.stop()

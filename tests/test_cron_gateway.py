@@ -16,16 +16,12 @@ from typing import AsyncIterator
 import pytest
 
 from channels.telegram import TelegramChannel
-from nanobot.bus import MessageBus
 from nanobot.config import Config
 from nanobot.cron.store import CronStore
-from nanobot.gateway import Gateway
-from nanobot.gateway.app import add_services
 from nanobot.heartbeat import Heartbeat
-from nanobot.runtime import Runtime
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import config_for
+from tests.helpers import config_for, running_gateway
 
 ALICE = 42
 
@@ -45,23 +41,13 @@ def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
     return cfg
 
 
-@asynccontextmanager
-async def running(config: Config) -> AsyncIterator[Gateway]:
-    async with Runtime(config, bus=MessageBus()) as rt:
-        gateway = Gateway(rt)
-        add_services(gateway)
-        try:
-            await gateway.start()
-            yield gateway
-        finally:
-            await gateway.stop()
 
 
 async def test_scheduled_code_reaches_the_chat_with_no_model_call(config: Config, llm: FakeOpenAI,
                                                                   tg: FakeTelegram) -> None:
     llm.script(reply('```python\njob = schedule_cron("every 60", "n = len(list_dir())\\nprint(f\'tick {n}\')")\n'
                      'final_answer("scheduled " + job)\n```'))
-    async with running(config) as gateway:
+    async with running_gateway(config, with_services=True) as gateway:
         tg.push_text(ALICE, ALICE, "every minute, tell me how many files there are")
         announced, confirm = await tg.wait_sent(2)
         assert announced["text"].startswith("🔔 New scheduled job") and "telegram:42" in announced["text"]
@@ -77,7 +63,7 @@ async def test_scheduled_code_reaches_the_chat_with_no_model_call(config: Config
 
 
 async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
-    async with running(config) as gateway:
+    async with running_gateway(config, with_services=True) as gateway:
         store = CronStore(gateway.runtime.db)
         await gateway.runtime.deps.services.cron.add_job(
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="code",
@@ -93,7 +79,7 @@ async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: 
 
 async def test_prompt_job_is_a_turn_in_the_owning_chat(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     llm.script(reply("Time to stretch!"))
-    async with running(config) as gateway:
+    async with running_gateway(config, with_services=True) as gateway:
         await gateway.runtime.deps.services.cron.add_job(
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="prompt",
             payload="remind me to stretch")
@@ -108,7 +94,7 @@ async def test_heartbeat_speaks_only_when_there_is_something_to_say(config: Conf
                                                                     tg: FakeTelegram, workspace: Path) -> None:
     llm.script(reply("hello"), reply("HEARTBEAT_OK"), reply("Your disk is 95% full."))
     (workspace / "HEARTBEAT.md").write_text("# Tasks\n- [ ] check the disk\n- [x] done already\n")
-    async with running(config) as gateway:
+    async with running_gateway(config, with_services=True) as gateway:
         beat = Heartbeat(gateway.runtime, 3600)
         tg.push_text(ALICE, ALICE, "hi")  # the heartbeat reports to the chat used last
         await tg.wait_sent(1)

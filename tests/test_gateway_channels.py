@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -17,15 +16,13 @@ from typer.testing import CliRunner
 from channels.discord import DiscordChannel
 from channels.telegram import TelegramChannel
 from channels.text import split_message, utf16_len
-from nanobot.bus import MessageBus
 from nanobot.cli import app
 from nanobot.config import Config
 from nanobot.gateway import Gateway, GatewayError
-from nanobot.runtime import Runtime
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import config_for
+from tests.helpers import config_for, running_gateway
 
 ALICE, BOB, MALLORY = 42, 77, 666  # Telegram private chats: chat id == user id
 DM, FRIEND, STRANGER, GUILD_CHANNEL = 5, 4242, 99, 7
@@ -54,20 +51,11 @@ def config(llm: FakeOpenAI, tg: FakeTelegram, dc: FakeDiscord, workspace: Path) 
     return cfg
 
 
-@asynccontextmanager
-async def running(config: Config) -> AsyncIterator[Gateway]:
-    async with Runtime(config, bus=MessageBus()) as rt:
-        gateway = Gateway(rt)
-        try:
-            await gateway.start()
-            yield gateway
-        finally:
-            await gateway.stop()
 
 
 @pytest.fixture
 async def gateway(config: Config) -> AsyncIterator[Gateway]:
-    async with running(config) as gw:
+    async with running_gateway(config) as gw:
         yield gw
 
 
@@ -168,7 +156,7 @@ async def test_send_message_to_allowed_chats_only(gateway: Gateway, tg: FakeTele
 async def test_a_channel_that_fails_to_start_does_not_stop_the_others(
         config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
     config.channels.discord.token = "wrong-token"
-    async with running(config) as gateway:
+    async with running_gateway(config) as gateway:
         assert list(gateway.channels.channels) == ["telegram"] and "discord" in gateway.channels.failed
         tg.push_text(ALICE, ALICE, "hi")
         await tg.wait_sent(1)
@@ -178,5 +166,5 @@ async def test_no_channel_starting_is_an_error(config: Config) -> None:
     config.channels.discord.token = "wrong-token"
     config.channels.telegram.enabled = False
     with pytest.raises(GatewayError, match="discord"):
-        async with running(config):
+        async with running_gateway(config):
             pass

@@ -6,7 +6,6 @@ filter that answers ENOSYS to landlock_create_ruleset, as an old kernel would.""
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import os
 import sys
