@@ -22,6 +22,7 @@ from nanobot.gateway import Gateway, GatewayError
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
+from nanobot.trust import chat_trust
 from tests.helpers import config_for, running_gateway
 
 ALICE, BOB, MALLORY = 42, 77, 666  # Telegram private chats: chat id == user id
@@ -168,3 +169,14 @@ async def test_no_channel_starting_is_an_error(config: Config) -> None:
     with pytest.raises(GatewayError, match="discord"):
         async with running_gateway(config):
             pass
+
+
+async def test_a_discord_dm_with_an_owner_is_an_owner_chat_and_a_guild_channel_is_not(
+        gateway: Gateway, dc: FakeDiscord, config: Config) -> None:
+    # A Discord DM's channel id is not the user's id: the chat's private peer decides.
+    await dc.push_message(DM, FRIEND, "/status", username="friend")
+    await dc.push_message(GUILD_CHANNEL, FRIEND, f"<@{dc.bot_id}> /status", guild_id=9, mentions_bot=True)
+    dm, guild = await dc.wait_sent(2, timeout=10)
+    assert "This is an owner chat" in dm["content"]
+    assert f"a member chat: it works in its own folder chats/discord_{GUILD_CHANNEL}/" in guild["content"]
+    assert chat_trust(config, f"discord:{DM}", None) == "member"  # unknown without the peer: fail closed
