@@ -57,8 +57,7 @@ class Snapshot:
     root: Path
     keep_bytes: bool
     stats: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # rel -> (ino, size, mtime, mode)
-    contents: dict[str, bytes] = field(default_factory=dict)
-    complete: bool = True  # False when the files were too large to keep for a rollback
+    contents: dict[str, bytes] = field(default_factory=dict)  # up to MAX_SNAPSHOT_BYTES in all
 
     @classmethod
     def take(cls, root: Path, *, keep_bytes: bool) -> Snapshot:
@@ -69,12 +68,11 @@ class Snapshot:
             if keep_bytes:
                 kept += st.st_size
                 if kept > MAX_SNAPSHOT_BYTES:
-                    snap.complete = False
                     continue
                 try:
                     snap.contents[rel] = (root / rel).read_bytes()
                 except OSError:
-                    snap.complete = False
+                    pass
         return snap
 
     def changed(self) -> list[str]:
@@ -82,8 +80,11 @@ class Snapshot:
         return sorted(rel for rel in set(now) | set(self.stats) if now.get(rel) != self.stats.get(rel))
 
     def restore(self, changed: list[str]) -> None:
-        """Put the files back as they were: changed ones rewritten, new ones removed."""
+        """Put the files back as they were: changed ones rewritten, new ones removed. A file
+        too large to have been kept is left as it is (never deleted); the change is still refused."""
         for rel in changed:
+            if rel in self.stats and rel not in self.contents:
+                continue
             path = self.root / rel
             if path.is_symlink() or path.is_file():
                 path.unlink()
