@@ -112,7 +112,7 @@ class PairingStore:
             return await cur.fetchone() is not None
 
     async def request(self, channel: str, sender_id: str, sender_name: str | None) -> str | None:
-        """The code to send this user now, or None: recently sent one already, or too many pending."""
+        """The code to send this user now, or None if one was sent recently (a full queue drops its oldest)."""
         now = self.clock()
         await self._drop_expired(now)
         async with self.db.execute("SELECT code, notified_at, expires_at FROM pairing_requests "

@@ -73,6 +73,13 @@ def chat_trust(config: Config, session_key: str, peer: list[str] | None = None) 
     return MEMBER
 
 
+def chat_scope(config: Config, session_key: str, peer: list[str] | None = None) -> tuple[Trust, Path]:
+    """A chat's trust and root: the whole workspace for owner chats, its own folder for members."""
+    trust = chat_trust(config, session_key, peer)
+    root = config.workspace_path
+    return trust, root if trust == OWNER else chat_folder(root, session_key)
+
+
 def chat_folder(workspace: Path, session_key: str) -> Path:
     """A member chat's own folder inside the workspace."""
     from nanobot.session import session_filename
@@ -113,6 +120,12 @@ class TurnState:
         if self.tainted_by is None:
             self.tainted_by = source
 
+    def refusal(self, action: str) -> PermissionError | None:
+        """Why ``action`` may not happen in this turn, or None when it may."""
+        if self.tainted_by is None:
+            return None
+        return PermissionError(f"{action} refused: " + TAINTED.format(source=self.tainted_by))
+
     def require_clean(self, action: str) -> None:
-        if self.tainted_by is not None:
-            raise PermissionError(f"{action} refused: " + TAINTED.format(source=self.tainted_by))
+        if error := self.refusal(action):
+            raise error

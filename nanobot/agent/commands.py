@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nanobot.trust import OWNER
+
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
 
@@ -57,11 +59,12 @@ async def status_text(agent: Agent, session_key: str) -> str:
     session = agent.session(session_key)
     settings = agent.deps.config.agent_for(session_key)
     ctx = agent.deps.chat_context(session_key)
-    where = "the whole workspace" if ctx.trust == "owner" else \
+    owner = ctx.trust == OWNER
+    where = "the whole workspace" if owner else \
         f"its own folder {ctx.workspace.relative_to(agent.deps.config.workspace_path).as_posix()}/"
     lines = [f"Session {session_key}: {len(session.messages)} messages, mode {agent.mode_name(session)}, "
              f"model {settings.model}.",
-             f"This is {'an owner' if ctx.trust == 'owner' else 'a member'} chat: it works in {where}."]
+             f"This is {'an owner' if owner else 'a member'} chat: it works in {where}."]
     if agent.deps.usage:
         for mode, t in sorted((await agent.deps.usage.totals()).items()):
             lines.append(f"{mode}: {t.summary()}")

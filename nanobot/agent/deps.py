@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from nanobot.trust import MEMBER, chat_folder, chat_trust
+from nanobot.trust import MEMBER, chat_scope
 from nanobot.tools.registry import Services, ToolContext
 
 if TYPE_CHECKING:
@@ -38,10 +38,8 @@ class AgentDeps:
 
     def chat_context(self, session_key: str) -> ToolContext:
         """A fresh tool context for one turn (or cron run) of this chat: its trust and folder."""
-        trust = chat_trust(self.config, session_key, self.sessions.get(session_key).meta.get("peer"))
-        root = self.config.workspace_path
+        trust, root = chat_scope(self.config, session_key, self.sessions.get(session_key).meta.get("peer"))
         if trust == MEMBER:
-            root = chat_folder(root, session_key)
             root.mkdir(parents=True, exist_ok=True)
         return ToolContext(config=self.config, workspace=root, session_key=session_key, bus=self.bus,
                            services=self.services, trust=trust)

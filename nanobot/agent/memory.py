@@ -40,6 +40,7 @@ from zoneinfo import ZoneInfo
 from nanobot.agent.context import render_prompt
 from nanobot.agent.markup import strip_think
 from nanobot.providers.base import ChatRequest, ProviderError
+from nanobot.trust import chat_scope
 
 if TYPE_CHECKING:
     from nanobot.agent.deps import AgentDeps
@@ -258,7 +259,8 @@ class Consolidator:
             return False
         part = session.messages[start:cut]
         first, last = session.messages[0], part[-1]
-        files = MemoryFiles(self.deps.chat_context(session.key).workspace)  # a member chat has its own memory
+        _, root = chat_scope(self.deps.config, session.key, session.meta.get("peer"))  # a member chat: its own
+        files = MemoryFiles(root)
         async with self._file_lock:
             for _ in range(2):
                 memory = files.read_memory()

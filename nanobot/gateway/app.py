@@ -29,7 +29,7 @@ from nanobot.config import Config
 from nanobot.gateway.channels import ChannelManager
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.runtime import Runtime
-from nanobot.trust import OWNER, chat_folder, chat_trust
+from nanobot.trust import chat_scope
 
 log = logging.getLogger(__name__)
 
@@ -95,10 +95,7 @@ class Gateway:
     def _chat_root(self, sender: Sender) -> Path:
         """Where a chat's downloads go: the workspace for owner chats, its own folder for members."""
         peer = [sender.sender_id, sender.sender_name] if sender.is_private else None
-        key = f"{sender.channel}:{sender.chat_id}"
-        if chat_trust(self.config, key, peer) == OWNER:
-            return self.config.workspace_path
-        return chat_folder(self.config.workspace_path, key)
+        return chat_scope(self.config, f"{sender.channel}:{sender.chat_id}", peer)[1]
 
     async def stop(self) -> None:
         """Safe to call after a failed or partial start()."""

@@ -215,10 +215,8 @@ class Dispatcher:
 _REPLY_FUTURE = "reply_future"
 
 
-def origin_of(msg: InboundMessage) -> Origin | None:
-    """Who sent ``msg``; None for the daemon's own messages (cron jobs), which carry no sender trust."""
-    if msg.metadata.get("cron_job"):
-        return None
+def origin_of(msg: InboundMessage) -> Origin:
+    """Who sent ``msg`` (a cron job's message is not private, so it never decides a chat's trust)."""
     return Origin(msg.sender_id, msg.sender_name, msg.is_private, msg.metadata.get("untrusted"))
 
 

@@ -131,10 +131,9 @@ def current_arch() -> Arch | None:
 
 
 class Probe:
-    def __init__(self, ok: bool, detail: str, abi: int = 0) -> None:
+    def __init__(self, ok: bool, detail: str) -> None:
         self.ok = ok
         self.detail = detail  # how it confines, or why it cannot
-        self.abi = abi
 
 
 def probe() -> Probe:
@@ -149,7 +148,7 @@ def probe() -> Probe:
     if not seccomp_available():
         return Probe(False, "the kernel offers no seccomp filters")
     extras = [] if abi >= 6 else ["signals checked by seccomp (Landlock ABI < 6)"]
-    return Probe(True, ", ".join([f"Landlock ABI {abi}", "seccomp", *extras]), abi)
+    return Probe(True, ", ".join([f"Landlock ABI {abi}", "seccomp", *extras]))
 
 
 # --- the steps -----------------------------------------------------------------------------

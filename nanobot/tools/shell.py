@@ -35,8 +35,7 @@ from pydantic import Field
 from nanobot.config import nanobot_home
 from nanobot.tools import confine
 from nanobot.tools.registry import ToolContext, tool
-from nanobot.tools.steering import Snapshot, announce_change, rolled_back
-from nanobot.trust import OWNER
+from nanobot.tools.steering import Snapshot, refusal, settle
 
 if TYPE_CHECKING:
     from nanobot.config import Config
@@ -269,19 +268,11 @@ async def exec_command(
     seconds = timeout or settings.timeout
     argv = launch_argv(ctx, root, command, seconds)
     # Changes the chat may not make are rolled back, so their bytes are kept beforehand.
-    may_steer = ctx.trust == OWNER and ctx.turn.tainted_by is None
-    before = Snapshot.take(root, keep_bytes=not may_steer)
+    before = Snapshot.take(root, keep_bytes=refusal(ctx, "steering files") is not None)
     try:
         returncode, output = await _run(argv, root, seconds, settings.max_output_chars)
     finally:
-        changed = before.changed()
-        if changed and not may_steer:
-            before.restore(changed)
-            raise rolled_back(ctx, changed) if ctx.trust == OWNER else PermissionError(
-                f"the command changed {', '.join(changed)}, which steer the assistant and can only be changed "
-                "from the owner's chat; the change was undone")
-        if changed:
-            await announce_change(ctx, changed, "exec_command")
+        await settle(ctx, before, "exec_command")
     if returncode == confine.EXIT_REFUSED and confine.MARK in output:
         raise RuntimeError(output.strip())
     if returncode == 0:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nanobot.trust import OWNER, STEERING_DIRS, STEERING_FILES, TAINTED, steering_name
+from nanobot.trust import OWNER, STEERING_DIRS, STEERING_FILES, steering_name
 
 if TYPE_CHECKING:
     from nanobot.tools.registry import ToolContext
@@ -33,20 +33,33 @@ def steering_target(ctx: ToolContext, real: Path) -> str | None:
     return steering_name(real.relative_to(root).as_posix())
 
 
-def check_change(ctx: ToolContext, name: str) -> None:
-    """PermissionError unless this turn may change steering file ``name``."""
+def refusal(ctx: ToolContext, name: str) -> PermissionError | None:
+    """Why this turn may not change steering file(s) ``name``, or None when it may."""
     if ctx.trust != OWNER:
-        raise PermissionError(f"{name} steers the assistant and can only be changed from the owner's chat")
-    ctx.turn.require_clean(f"changing {name}")
+        return PermissionError(f"{name} steers the assistant and can only be changed from the owner's chat")
+    return ctx.turn.refusal(f"changing {name}")
+
+
+def check_change(ctx: ToolContext, name: str) -> None:
+    """PermissionError unless this turn may change steering file ``name`` (file tools, before writing)."""
+    if error := refusal(ctx, name):
+        raise error
 
 
 async def announce_change(ctx: ToolContext, names: list[str], how: str) -> None:
     await ctx.announce(f"{', '.join(names)} changed by {ctx.session_key} ({how}).")
 
 
-def rolled_back(ctx: ToolContext, changed: list[str]) -> PermissionError:
-    return PermissionError(f"the command changed {', '.join(changed)}; the change was undone. "
-                           + TAINTED.format(source=ctx.turn.tainted_by))
+async def settle(ctx: ToolContext, before: Snapshot, how: str) -> None:
+    """After a shell command: undo and refuse the steering changes this turn may not make,
+    announce the ones it may."""
+    changed = before.changed()
+    if not changed:
+        return
+    if error := refusal(ctx, ", ".join(changed)):
+        before.restore(changed)
+        raise PermissionError(f"{error}; the command's change was undone")
+    await announce_change(ctx, changed, how)
 
 
 @dataclass
