@@ -15,12 +15,12 @@ from typing import Optional
 
 import typer
 
+from nanobot.workspace_template import copy_template
 from nanobot.config import Config, ConfigError, config_path, load_config, nanobot_home, private_dir, write_private
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="nanobot: a self-hosted AI assistant whose model can answer with code.")
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO_RECORDING = Path(__file__).resolve().parent / "demo" / "demo.jsonl"
 
 
@@ -29,10 +29,20 @@ def fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from nanobot import __version__
+
+        typer.echo(f"nanobot {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main_options(ctx: typer.Context,
                  config: Optional[Path] = typer.Option(None, "--config", help="config file (default $NANOBOT_HOME/config.json)"),
-                 verbose: bool = typer.Option(False, "--verbose", "-v", help="log what the agent does")) -> None:
+                 verbose: bool = typer.Option(False, "--verbose", "-v", help="log what the agent does"),
+                 version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                              help="print the version and exit")) -> None:
     ctx.obj = {"config": config, "validate_code": partial(_validate_job_code, config_file=config)}
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
@@ -52,23 +62,9 @@ def get_config(ctx: typer.Context) -> Config:
         raise  # unreachable
 
 
-def template_dir() -> Path:
-    return REPO_ROOT / "workspace"
-
-
-def copy_template(workspace: Path) -> None:
-    """Copy the workspace template without overwriting anything the user already has."""
-    for source in template_dir().rglob("*"):
-        target = workspace / source.relative_to(template_dir())
-        if source.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        elif not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
-
-
 @app.command()
-def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", help="overwrite an existing config")) -> None:
+def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", help="rewrite the config with defaults "
+                                                           "(keys and tokens kept, the old file backed up)")) -> None:
     """Create the config file (if missing) and the workspace from the template."""
     path, _ = config_path(ctx.obj.get("config"))
     if path.exists() and not force:
@@ -77,12 +73,25 @@ def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", hel
     else:
         config = Config()
         private_dir(path.parent)
+        if path.exists():
+            config = _keep_secrets(config, get_config(ctx))
+            backup = path.with_name(path.name + ".bak")
+            write_private(backup, path.read_text(encoding="utf-8"))
+            typer.echo(f"Backed up the old config to {backup} (API keys and tokens carried over)")
         write_private(path, config.to_json())
         typer.echo(f"Wrote {path}")
     private_dir(nanobot_home())
     copy_template(config.workspace_path)
     typer.echo(f"Workspace: {config.workspace_path}")
     typer.echo("Next: set providers.openai.apiKey (and apiBase for other servers), then run: nanobot agent")
+
+
+def _keep_secrets(fresh: Config, old: Config) -> Config:
+    """``onboard --force``: defaults everywhere, but the user's providers and channel tokens stay."""
+    fresh.providers = old.providers
+    for name in ("telegram", "discord"):
+        getattr(fresh.channels, name).token = getattr(old.channels, name).token
+    return fresh
 
 
 @app.command()
@@ -114,9 +123,12 @@ async def _run_agent(config: Config, message: str | None, session: str, mode: st
         # gateway's machinery (a bus, a dispatcher, the terminal as a channel).
         async with Runtime(config, provider=provider, bus=None if message is not None else MessageBus()) as rt:
             if message is not None:
-                typer.echo(await rt.agent.handle(session, message, mode=mode, progress=_print_progress))
-            else:
-                await _chat(rt, session, mode)
+                from nanobot.agent.loop import FailedReply
+
+                reply = await rt.agent.handle(session, message, mode=mode, progress=_print_progress)
+                typer.echo(reply)
+                return 1 if isinstance(reply, FailedReply) else 0
+            await _chat(rt, session, mode)
             return 0
     except ConfigError as exc:
         fail(str(exc))

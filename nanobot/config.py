@@ -12,9 +12,10 @@ import os
 import re
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -42,17 +43,40 @@ class CodeRuntime(Section):
     large_input_chars: int = Field(8000, gt=0)
 
 
+def _check_timezone(name: str | None) -> str | None:
+    """An IANA zone name such as "Europe/Berlin"; caught here, not when the gateway schedules."""
+    if name is not None:
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {name!r} (use an IANA name such as 'Europe/Berlin' or 'UTC')") \
+                from None
+    return name
+
+
+Timezone = Annotated[str, AfterValidator(_check_timezone)]
+
+
 class AgentSettings(Section):
     workspace: str = "~/.nanobot/workspace"
     provider: str = "openai"
     model: str = "gpt-4.1-mini"
     max_tokens: int = Field(8192, gt=0)
+    # The model server's context window: the prompt is trimmed to contextTokens - maxTokens.
+    context_tokens: int = Field(65536, gt=0)
     temperature: float = 0.2
     max_iterations: int = Field(20, gt=0)
     memory_window: int = Field(50, gt=0)
-    timezone: str = "UTC"
+    timezone: Timezone = "UTC"
     execution_mode: ExecutionMode = "code"
     code_runtime: CodeRuntime = CodeRuntime()
+
+    @model_validator(mode="after")
+    def _reply_fits_context(self) -> AgentSettings:
+        if self.max_tokens >= self.context_tokens:
+            raise ValueError(f"maxTokens ({self.max_tokens}) must be below contextTokens ({self.context_tokens}): "
+                             "the reply has to fit in the model's context together with the prompt")
+        return self
 
 
 class AgentOverride(Section):
@@ -62,10 +86,11 @@ class AgentOverride(Section):
     provider: str | None = None
     model: str | None = None
     max_tokens: int | None = None
+    context_tokens: int | None = None
     temperature: float | None = None
     max_iterations: int | None = None
     memory_window: int | None = None
-    timezone: str | None = None
+    timezone: Timezone | None = None
     execution_mode: ExecutionMode | None = None
     code_runtime: CodeRuntime | None = None
     # Not a field of defaults: widens a member chat ("owner") or narrows an owner chat ("member").
@@ -247,11 +272,12 @@ class Config(BaseSettings):
     # ---- derived values -------------------------------------------------------------
     @property
     def workspace_path(self) -> Path:
-        """The workspace; a path under ``~/.nanobot`` follows NANOBOT_HOME when that is set."""
+        """The workspace; a path under ``~/.nanobot`` follows NANOBOT_HOME when that is set, and a
+        relative path is relative to NANOBOT_HOME (not to wherever the command was started)."""
         raw = self.agents.defaults.workspace
         if raw == "~/.nanobot" or raw.startswith("~/.nanobot/"):
             return (nanobot_home() / raw[len("~/.nanobot"):].lstrip("/")).resolve()
-        return Path(raw).expanduser().resolve()
+        return (nanobot_home() / Path(raw).expanduser()).resolve()
 
     def agent_for(self, session_key: str) -> AgentSettings:
         """The agent settings for one session: defaults with that session's override applied."""

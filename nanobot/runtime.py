@@ -6,6 +6,7 @@ The CLI, the gateway and cron jobs all start from here, so each part is built on
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 from nanobot.agent.code_mode import CodeExecutor
@@ -29,7 +30,40 @@ def make_provider(config: Config) -> Provider:
     from nanobot.providers.openai_provider import OpenAIProvider
 
     name = config.agents.defaults.provider
-    return OpenAIProvider(name, config.provider_config(name))
+    settings = config.provider_config(name)
+    if not settings.api_key and not settings.api_base:  # OpenAI itself: every call would be a 401
+        raise ConfigError(f"providers.{name}.apiKey is not set: set it in the config file or in "
+                          f"NANOBOT_PROVIDERS__{name.upper()}__API_KEY (or set apiBase for a local server)")
+    return OpenAIProvider(name, settings)
+
+
+class HomeError(Exception):
+    """The home or workspace cannot be used (not writable, say): one line for the user, exit 1."""
+
+
+def check_writable(directory: Path, what: str) -> None:
+    """Fail early, in one line, on a home we cannot write (instead of a traceback, or a hang)."""
+    try:
+        private_dir(directory)
+        probe = directory / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise HomeError(f"{what} {directory} is not writable: {exc.strerror or exc}") from None
+
+
+def workspace_ready(config: Config) -> None:
+    """A missing workspace is created from the template (a fresh machine, a moved folder)."""
+    from nanobot.workspace_template import copy_template
+
+    workspace = config.workspace_path
+    try:
+        if not workspace.exists():
+            copy_template(workspace)
+            log.info("created the workspace %s from the template", workspace)
+        workspace.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise HomeError(f"workspace {workspace} cannot be created: {exc.strerror or exc}") from None
 
 
 class Runtime:
@@ -44,13 +78,17 @@ class Runtime:
         workspace = self.config.workspace_path
         if workspace == self.home.resolve():
             raise ConfigError("agents.defaults.workspace: must not be the nanobot home itself")
-        workspace.mkdir(parents=True, exist_ok=True)
-        private_dir(self.home)
+        self.provider = self._provider or make_provider(self.config)  # a config problem shows before any I/O
+        check_writable(self.home, "NANOBOT_HOME")
+        workspace_ready(self.config)
         self.db = await open_db(self.home / "nanobot.db")
-        self.usage = await UsageStore.create(self.db)
+        try:
+            self.usage = await UsageStore.create(self.db)
+        except BaseException:
+            await self.db.close()  # aiosqlite's thread would otherwise keep the process alive
+            raise
         self.sessions = SessionStore(self.home / "sessions")
         self.tools = default_registry(self.config)
-        self.provider = self._provider or make_provider(self.config)
         services = Services(db=self.db, sessions=self.sessions, announce=self.announce)
         self.deps = AgentDeps(config=self.config, provider=self.provider, tools=self.tools,
                               sessions=self.sessions, usage=self.usage, bus=self.bus, services=services)

@@ -2,7 +2,8 @@
 
 The first line is metadata (created, settings). Every later change is appended, never
 rewritten: messages as they happen, ``{"_meta": {...}}`` lines for settings such as the
-execution mode, and a ``{"_reset": ...}`` line for ``/new``. So a crash can at worst tear the
+execution mode, a ``{"_reset": ...}`` line for ``/new`` and ``{"_drop": n}`` when a failed turn
+takes back its messages. So a crash can at worst tear the
 last line, which loading skips (as it skips any corrupt line) without losing the rest.
 """
 
@@ -60,6 +61,13 @@ class Session:
     def set_meta(self, **values: Any) -> None:
         self.meta.update(values)
         self._write({"_meta": values})
+
+    def drop_last(self, count: int) -> None:
+        """Take back the last ``count`` messages (a turn that failed before doing anything)."""
+        count = min(count, len(self.messages))
+        if count > 0:
+            del self.messages[-count:]
+            self._write({"_drop": count})
 
     def reset(self) -> None:
         """``/new``: later turns start from an empty history; the old lines stay in the file."""
@@ -162,6 +170,8 @@ def load_session(key: str, path: Path) -> Session:
                 session.meta.update(record["_meta"])
             elif "_reset" in record:
                 session.messages = []
+            elif "_drop" in record and isinstance(record["_drop"], int) and record["_drop"] > 0:
+                del session.messages[-record["_drop"]:]
             elif "role" in record:
                 session.messages.append(record)
     session.meta.pop("key", None)

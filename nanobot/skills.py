@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import yaml
 
-import nanobot
+from nanobot.workspace_template import builtin_skills_dir
 from nanobot.tools.paths import resolve_in_workspace
 from nanobot.tools.registry import ToolContext, tool
 
@@ -49,10 +49,6 @@ HELPERS_FILE = "helpers.py"
 MAX_DESCRIPTION_CHARS = 200  # one line per skill in every prompt: keep it short
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _warned: set[tuple[str, float]] = set()  # (path, mtime): warn once per version of a broken file
-
-
-def builtin_skills_dir() -> Path:
-    return Path(nanobot.__file__).resolve().parent.parent / "skills"
 
 
 @dataclass(frozen=True)

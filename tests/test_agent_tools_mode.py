@@ -63,7 +63,7 @@ async def test_text_tool_call_fallback(llm: FakeOpenAI, workspace: Path) -> None
 
 
 async def test_max_iterations_ends_the_turn(llm: FakeOpenAI, workspace: Path) -> None:
-    llm.fallback = tool_call("list_dir", {})
+    llm.fallback = lambda body: tool_call("read_file", {"path": f"{len(body['messages'])}.txt"})  # never the same
     answer = await run(llm, workspace, "loop forever", max_iterations=3)
     assert "stopped after 3 steps" in answer and len(llm.chat_requests) == 3
 

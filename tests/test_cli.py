@@ -62,7 +62,7 @@ async def test_unreachable_model_is_a_clear_reply_not_a_traceback(home: Path, wo
     cfg["providers"]["openai"]["maxRetries"] = 0
     (home / "config.json").write_text(json.dumps(cfg))
     code, out, err = await nanobot("agent", "-m", "hi", home=home)
-    assert code == 0 and "could not reach the model server" in out and "Traceback" not in out + err
+    assert code == 1 and "could not reach the model server" in out and "Traceback" not in out + err
 
 
 async def test_onboard_then_status(home: Path, tmp_path: Path) -> None:

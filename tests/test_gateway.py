@@ -12,7 +12,8 @@ import pytest
 
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import Config
-from nanobot.gateway.dispatcher import APOLOGY, SHUTDOWN_NOTE, STOPPED_NOTE, Dispatcher
+from nanobot.agent.loop import TURN_CRASHED as APOLOGY
+from nanobot.gateway.dispatcher import SHUTDOWN_NOTE, STOPPED_NOTE, Dispatcher
 from nanobot.providers.base import ChatRequest, LLMResponse
 from nanobot.runtime import Runtime
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply

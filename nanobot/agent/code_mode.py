@@ -250,7 +250,8 @@ class CodeMode:
             turn.add({"role": "assistant", "content": reply})
             return reply or "(done)"
         turn.add({"role": "assistant", "content": text})
-        log.info("[%s] running the model's program:\n%s", turn.session.key, block.code)
+        turn.check_repeat("python", block.code)
+        log.debug("[%s] running the model's program:\n%s", turn.session.key, block.code)
         output = await run_program(turn, block.code)
         turn.add({"role": "user", "content": f"<python_result>\n{output}\n</python_result>"})
         if turn.final is not None:

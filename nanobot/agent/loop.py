@@ -8,12 +8,16 @@ the reply when the turn is over, or None to ask the model again.
 from __future__ import annotations
 
 import logging
+import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from nanobot.agent.budget import drop_oldest_history, estimate_tokens, prompt_budget
 from nanobot.agent.commands import handle_command
 from nanobot.agent.context import build_system_prompt
 from nanobot.agent.deps import AgentDeps
+from nanobot.agent.markup import strip_think
 from nanobot.agent.memory import Consolidator, prompt_history
 from nanobot.agent.modes import get_mode
 from nanobot.config import AgentSettings
@@ -27,6 +31,20 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], Awaitable[None]]
+
+REPEAT_LIMIT = 3  # the same call with the same arguments this often in one turn: the model is stuck
+
+
+class FailedReply(str):
+    """A reply that tells the user the turn failed (``nanobot agent -m`` exits 1 on it)."""
+
+
+class TurnEnded(Exception):
+    """Ends a turn early with ``reply`` (a loop, an outgrown context); the user is told why."""
+
+    def __init__(self, reply: str, outcome: str) -> None:
+        super().__init__(reply)
+        self.reply, self.outcome = reply, outcome
 
 
 @dataclass(frozen=True)
@@ -53,6 +71,18 @@ class Turn:
         self.inputs: dict[str, Any] = {}  # variables handed to code-mode programs (large inputs)
         self.final: str | None = None  # set by final_answer() to end the turn without another model call
         self.llm_queries = 0  # llm_query() calls from programs in this turn, against their budget
+        self.model_calls = 0
+        self.outcome = "ok"  # for the turn's log line: "cut" when the reply hit maxTokens
+        self.history_len = 0  # messages[1:1+history_len] are earlier turns, trimmed first when too long
+        self._repeats: Counter[tuple[str, str]] = Counter()
+
+    def check_repeat(self, name: str, arguments: str) -> None:
+        """Stop a model that keeps making the same call (a weak model can loop for many minutes)."""
+        self._repeats[name, arguments] += 1
+        if self._repeats[name, arguments] >= REPEAT_LIMIT:
+            what = "the same program" if name == "python" else f"{name} with the same arguments"
+            raise TurnEnded(f"I stopped: I was repeating {what} ({REPEAT_LIMIT} times) without getting anywhere. "
+                            "Tell me more about what you need, or try another way.", "loop")
 
     def add(self, message: dict[str, Any]) -> None:
         """Append to both the prompt being built and the session's history."""
@@ -67,11 +97,38 @@ class Turn:
                         messages: list[dict[str, Any]] | None = None, purpose: str = "turn") -> LLMResponse:
         request = ChatRequest(messages=messages or self.messages, model=self.settings.model, tools=tools or None,
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature)
-        response = await self.deps.provider.chat(request)
-        if self.deps.usage:
-            await self.deps.usage.record_call(self.session.key, self.mode.name, response.model or self.settings.model,
-                                              response.usage.prompt_tokens, response.usage.completion_tokens, purpose)
+        self.model_calls += 1
+        usage = self.deps.usage
+        try:
+            response = await self.deps.provider.chat(request)
+        except ProviderError as exc:
+            if usage:  # a failed call is counted too: status shows how often the server fails
+                await usage.record_call(self.session.key, self.mode.name, self.settings.model, 0, 0, purpose,
+                                        outcome=str(exc)[:200])
+            raise
+        if usage:
+            await usage.record_call(self.session.key, self.mode.name, response.model or self.settings.model,
+                                    response.usage.prompt_tokens, response.usage.completion_tokens, purpose)
         return response
+
+    def fit_prompt(self) -> None:
+        """Keep the prompt within the model's context: drop the oldest history, or end the turn."""
+        budget = prompt_budget(self.settings.context_tokens, self.settings.max_tokens)
+        self.history_len = drop_oldest_history(self.messages, self.history_len, budget)
+        if estimate_tokens(self.messages) > budget:
+            raise TurnEnded("I stopped: this task's messages and results outgrew the model's context "
+                            f"(agents.defaults.contextTokens = {self.settings.context_tokens}). Ask for a smaller "
+                            "step, or have me work on files in parts.", "context")
+
+    def cut_reply(self, response: LLMResponse) -> str:
+        """A reply the server cut at maxTokens: shown as what it is; nothing in it is run."""
+        text = strip_think(response.content).strip()
+        note = (f"(My reply was cut off at the output limit, agents.defaults.maxTokens = {self.settings.max_tokens}; "
+                "nothing in it was run. Ask me to continue, or to be shorter.)")
+        reply = f"{text}\n\n{note}" if text else note
+        self.outcome = "cut"
+        self.session.append({"role": "assistant", "content": reply})
+        return reply
 
     async def run(self, content: str, media: list[str]) -> str:
         system = build_system_prompt(self.deps.config.workspace_path, self.settings.timezone,
@@ -80,9 +137,14 @@ class Turn:
                                      chat_root=self.ctx.workspace, owner=self.ctx.trust == OWNER)
         history = prompt_history(self.session, self.settings.memory_window)  # the part not yet in memory/
         self.messages = [{"role": "system", "content": system}, *history]
+        self.history_len = len(history)
         self.add({"role": "user", "content": self.mode.user_content(self, content, media)})
         for _ in range(self.settings.max_iterations):
-            reply = await self.mode.step(self, await self.ask_model(tools=self.mode.native_tools(self)))
+            self.fit_prompt()
+            response = await self.ask_model(tools=self.mode.native_tools(self))
+            if response.finish_reason == "length":
+                return self.cut_reply(response)
+            reply = await self.mode.step(self, response)
             if reply is not None:
                 return reply
         note = (f"I stopped after {self.settings.max_iterations} steps without finishing "
@@ -130,15 +192,43 @@ class Agent:
             turn.ctx.turn.taint("an attached file")
         if origin is not None and origin.untrusted:
             turn.ctx.turn.taint(origin.untrusted)
+        started, outcome = time.monotonic(), "ok"
+        recorded = len(session.messages)
         try:
             reply = await turn.run(content, media or [])
+            outcome = turn.outcome
+        except TurnEnded as ended:
+            reply, outcome = ended.reply, ended.outcome
+            session.append({"role": "assistant", "content": reply})
         except ProviderError as exc:
-            log.warning("%s: %s", session_key, exc)
-            return f"Sorry, I could not get an answer from the model: {exc}"
+            reply, outcome = FailedReply(f"Sorry, I could not get an answer from the model: {exc}"), "model-error"
+            settle_failed_turn(session, len(session.messages) - recorded, reply)
+        except Exception:  # a bug must not reach the user as a traceback, nor kill the daemon
+            log.exception("%s: the turn failed", session_key)
+            reply, outcome = FailedReply(TURN_CRASHED), "error"
+            settle_failed_turn(session, len(session.messages) - recorded, reply)
+        except BaseException:  # /stop or shutdown: the dispatcher records and reports it
+            outcome = "cancelled"
+            raise
         finally:
             session.sync()
+            log.info("turn %s mode=%s model_calls=%d ms=%d outcome=%s", session_key, turn.mode.name,
+                     turn.model_calls, (time.monotonic() - started) * 1000, outcome)
         self.memory.schedule(session, turn.mode.name)  # a background task: the reply does not wait for it
         return reply
+
+
+TURN_CRASHED = ("Sorry, something went wrong while I was working on that (the details are in the log). "
+                "Please try again.")
+
+
+def settle_failed_turn(session: Session, added: int, reply: str) -> None:
+    """A turn that failed before anything happened takes its message back, so the next turn
+    does not answer it again; one that did some work keeps it, followed by what went wrong."""
+    if added <= 1:
+        session.drop_last(added)
+    else:
+        session.append({"role": "assistant", "content": f"({reply})"})
 
 
 def remember_peer(session: Session, origin: Origin) -> None:

@@ -84,6 +84,7 @@ class ToolsMode:
         turn.add({"role": "assistant", "content": strip_think(content) or None,
                   "tool_calls": [c.to_message() for c in calls]})
         for call in calls:
+            turn.check_repeat(call.name, call.raw_arguments)
             result = await self.run_call(turn, call.name, call.raw_arguments)
             turn.add({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result})
 
@@ -93,6 +94,7 @@ class ToolsMode:
         results = []
         for payload in payloads:
             name, raw = _split_text_call(payload)
+            turn.check_repeat(name, raw)
             result = await self.run_call(turn, name, raw) if name else f"Error: {raw}"
             results.append(f'<tool_result name="{name or "?"}">\n{result}\n</tool_result>')
         turn.add({"role": "user", "content": "\n".join(results)})

@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Coroutine
 
 from nanobot.agent.commands import is_command
-from nanobot.agent.loop import Origin
+from nanobot.agent.loop import TURN_CRASHED, Origin
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
@@ -30,7 +30,6 @@ TYPING_INTERVAL = 4.0  # Telegram shows "typing…" for about 5 s per call
 STOP_WAIT = 10.0  # how long /stop waits for a cancelled turn to unwind before answering
 STOPPED_NOTE = "(stopped by the user)"
 SHUTDOWN_NOTE = "(interrupted: the assistant was shut down before finishing)"
-APOLOGY = "Sorry, something went wrong while I was working on that (the details are in the log). Please try again."
 
 
 def is_stop(text: str) -> bool:
@@ -78,7 +77,7 @@ class SessionWorker:
             return  # /stop: its handler answers
         except Exception:  # a crashing turn must not take the worker (or the daemon) with it
             log.exception("%s: the turn failed", self.key)
-            reply = APOLOGY
+            reply = TURN_CRASHED
         finally:
             self.turn = None
         _answer_caller(msg, reply)

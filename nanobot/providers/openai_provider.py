@@ -1,14 +1,20 @@
 """Any OpenAI-compatible server through the official ``openai`` SDK.
 
-The SDK already retries 408/409/429/5xx and connection errors with backoff and honours
-``Retry-After``; we only set how many times and how long to wait, and turn its exceptions
-into one short ProviderError line for the user.
+Retries are ours, not the SDK's, because the SDK's defaults hurt local servers: llama.cpp and
+Ollama serve one request at a time, so re-sending a request that timed out only queues a
+second copy behind the first, and a 500 from such a server (a rejected message, a template
+error) fails the same way every time. So: a timeout or a 500 is never retried; a connection
+error, 429, 502, 503 or 504 is, up to ``maxRetries`` times, with backoff (honouring
+``Retry-After``). Every failure becomes one short ProviderError line for the user.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
+import httpx
 import openai
 
 from nanobot.config import ProviderConfig
@@ -16,49 +22,92 @@ from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError, Tool
 
 log = logging.getLogger(__name__)
 
+RETRY_STATUSES = {429, 502, 503, 504}
+MAX_BACKOFF_S = 30.0
+
 
 class OpenAIProvider:
     def __init__(self, name: str, config: ProviderConfig) -> None:
         self.name = name
+        self.max_retries = config.max_retries
+        self.backoff_s = 1.0
         self._client = openai.AsyncOpenAI(
             api_key=config.api_key or "no-key",  # local servers (Ollama, llama.cpp) accept anything
             base_url=config.api_base or None,
-            timeout=config.timeout,
-            max_retries=config.max_retries,
+            timeout=httpx.Timeout(config.timeout, connect=min(10.0, config.timeout)),
+            max_retries=0,
         )
 
     async def chat(self, request: ChatRequest) -> LLMResponse:
-        kwargs = {}
-        if request.tools:
-            kwargs["tools"] = request.tools
-        try:
-            completion = await self._client.chat.completions.create(
-                model=request.model, messages=request.messages, max_tokens=request.max_tokens,
-                temperature=request.temperature, **kwargs)
-        except openai.APIStatusError as exc:
-            log.warning("model call failed: HTTP %s: %s", exc.status_code, exc.message)
-            raise ProviderError(f"the model server answered HTTP {exc.status_code}: {_short(exc.message)}") from exc
-        except openai.APITimeoutError as exc:
-            raise ProviderError("the model server did not answer in time") from exc
-        except openai.APIConnectionError as exc:
-            log.warning("model call failed: %s", exc)
-            raise ProviderError(f"could not reach the model server ({_short(str(exc.__cause__ or exc))})") from exc
-        except openai.OpenAIError as exc:
-            raise ProviderError(f"model call failed: {_short(str(exc))}") from exc
-        return _to_response(completion)
+        kwargs: dict[str, Any] = {}
+        if request.tools:  # llama.cpp emits native tool calls only when tool_choice is given
+            kwargs.update(tools=request.tools, tool_choice="auto")
+        for attempt in range(self.max_retries + 1):
+            try:
+                completion = await self._client.chat.completions.create(
+                    model=request.model, messages=wire_messages(request.messages), max_tokens=request.max_tokens,
+                    temperature=request.temperature, **kwargs)
+                return _to_response(completion)
+            except ProviderError:
+                raise
+            except Exception as exc:
+                error, wait = _classify(exc)
+                if wait is None or attempt == self.max_retries:
+                    raise error from exc
+                delay = min(MAX_BACKOFF_S, wait if wait > 0 else self.backoff_s * 2 ** attempt)
+                log.warning("model call failed (%s); retry %d of %d in %.1f s",
+                            error, attempt + 1, self.max_retries, delay)
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")
 
     async def close(self) -> None:
         await self._client.close()
 
 
-def _to_response(completion) -> LLMResponse:
-    if not completion.choices:
-        raise ProviderError("the model server returned no choices")
+def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What the strictest servers accept: an assistant message with tool calls and no text
+    carries ``content: ""``, not null (llama-cpp-python answers null with HTTP 500)."""
+    return [{**m, "content": ""} if m.get("content") is None else m for m in messages]
+
+
+def _classify(exc: Exception) -> tuple[ProviderError, float | None]:
+    """The user's error line, and whether to retry: None = never, 0 = backoff, >0 = Retry-After."""
+    if isinstance(exc, openai.APIStatusError):
+        error = ProviderError(f"the model server answered HTTP {exc.status_code}: {_short(exc.message)}")
+        if exc.status_code not in RETRY_STATUSES:
+            return error, None
+        return error, _retry_after(exc.response)
+    if isinstance(exc, openai.APITimeoutError):  # before APIConnectionError: it is a subclass
+        return ProviderError("the model server did not answer in time (providers.*.timeout)"), None
+    if isinstance(exc, openai.APIConnectionError):
+        return ProviderError(f"could not reach the model server ({_short(str(exc.__cause__ or exc))})"), 0
+    if isinstance(exc, (openai.OpenAIError, ValueError, TypeError, AttributeError)):
+        # ValueError & co: a 200 whose body is not a chat completion (an HTML page, say)
+        return ProviderError(f"the model server's answer was not a chat completion ({_short(str(exc))})"), None
+    raise exc
+
+
+def _retry_after(response: httpx.Response | None) -> float:
+    """Seconds the server asked us to wait (``retry-after-ms`` or ``retry-after``), 0 if it did not say."""
+    headers = response.headers if response is not None else {}
+    try:
+        if "retry-after-ms" in headers:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        return max(0.0, float(headers.get("retry-after", 0)))
+    except ValueError:
+        return 0.0
+
+
+def _to_response(completion: Any) -> LLMResponse:
+    if isinstance(completion, str) or not getattr(completion, "choices", None):
+        what = "no choices" if not isinstance(completion, str) else f"text, not JSON: {_short(completion, 80)}"
+        raise ProviderError(f"the model server returned {what}")
     choice = completion.choices[0]
     message = choice.message
     calls = [ToolCall(c.id or f"call_{i}", c.function.name, c.function.arguments or "")
              for i, c in enumerate(message.tool_calls or []) if getattr(c, "function", None)]
-    usage = Usage(completion.usage.prompt_tokens, completion.usage.completion_tokens) if completion.usage else Usage()
+    usage = Usage(completion.usage.prompt_tokens or 0, completion.usage.completion_tokens or 0) \
+        if completion.usage else Usage()
     return LLMResponse(message.content, calls, usage, completion.model or "", choice.finish_reason)
 
 

@@ -7,8 +7,8 @@ Usage::
         ...
         llm.requests   # every request body received, in order
 
-A script item is a response dict (``reply``/``tool_call``/``tool_calls``), an ``error(...)``,
-a ``delayed(item, seconds)`` or a function ``f(request_body) -> item``. When the script is
+A script item is a response dict (``reply``/``tool_call``/``tool_calls``, optionally
+``truncated(...)``), an ``error(...)``, a ``Raw(body)`` non-JSON answer, a ``delayed(item, seconds)`` or a function ``f(request_body) -> item``. When the script is
 empty the server answers ``fallback`` (default: a plain "(script exhausted)" reply).
 """
 
@@ -65,6 +65,20 @@ def delayed(item: Any, seconds: float) -> Delayed:
     return Delayed(item, seconds)
 
 
+@dataclass
+class Raw:
+    """A non-JSON answer, e.g. an HTML page with status 200 from a misconfigured proxy."""
+
+    body: str
+    content_type: str = "text/html"
+    status: int = 200
+
+
+def truncated(item: dict[str, Any]) -> dict[str, Any]:
+    """The same reply, marked as cut at max_tokens (``finish_reason: "length"``)."""
+    return {**item, "finish_reason": "length"}
+
+
 class FakeOpenAI:
     def __init__(self, fallback: Any = None) -> None:
         self.requests: list[dict[str, Any]] = []
@@ -118,14 +132,16 @@ class FakeOpenAI:
         if isinstance(item, Delayed):
             await asyncio.sleep(item.seconds)
             item = item.item
+        if isinstance(item, Raw):
+            return web.Response(text=item.body, status=item.status, content_type=item.content_type)
         if isinstance(item, Error):
             return web.json_response({"error": {"message": item.message, "type": "scripted"}},
                                      status=item.status, headers=item.headers)
         return web.json_response({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "fake"),
-            "choices": [{"index": 0, "message": item["message"], "finish_reason":
-                         "tool_calls" if item["message"].get("tool_calls") else "stop"}],
+            "choices": [{"index": 0, "message": item["message"], "finish_reason": item.get("finish_reason") or
+                         ("tool_calls" if item["message"].get("tool_calls") else "stop")}],
             "usage": {**item["usage"], "total_tokens": sum(item["usage"].values())},
         })
 

@@ -1,0 +1,43 @@
+"""How much of the model's context a prompt takes, estimated without a tokenizer.
+
+Servers reject a prompt longer than their context (HTTP 400), and a chat whose history has
+outgrown it would fail on every later turn. So the prompt is kept under
+``agents.defaults.contextTokens - maxTokens``: the oldest history goes first, and a turn
+that outgrows the budget by itself stops with a clear reply. The estimate (about 3
+characters per token, which is cautious for English and code) needs no model-specific files.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+CHARS_PER_TOKEN = 3
+PER_MESSAGE_TOKENS = 4  # role and framing
+
+
+def estimate_tokens(messages: list[dict[str, Any]]) -> int:
+    chars = 0
+    for m in messages:
+        content = m.get("content")
+        chars += len(content) if isinstance(content, str) else len(json.dumps(content or ""))
+        if m.get("tool_calls"):
+            chars += len(json.dumps(m["tool_calls"]))
+    return chars // CHARS_PER_TOKEN + PER_MESSAGE_TOKENS * len(messages)
+
+
+def prompt_budget(context_tokens: int, max_tokens: int) -> int:
+    """Tokens the prompt may take, leaving room for the reply."""
+    return max(256, context_tokens - max_tokens)
+
+
+def drop_oldest_history(messages: list[dict[str, Any]], history_len: int, budget: int) -> int:
+    """Remove the oldest history (``messages[1:1+history_len]``, after the system prompt) until
+    the prompt fits; what is left starts at a user message. Returns the new history length."""
+    while history_len > 0 and estimate_tokens(messages) > budget:
+        del messages[1]
+        history_len -= 1
+        while history_len > 0 and messages[1].get("role") != "user":  # no orphaned tool results
+            del messages[1]
+            history_len -= 1
+    return history_len

@@ -1,0 +1,163 @@
+"""What real model servers do to the agent: strict message formats, errors, cut replies, long
+chats, loops. Through the real openai SDK against the scripted server on loopback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from nanobot.agent.loop import FailedReply
+from nanobot.runtime import Runtime
+from tests.fakes.openai_server import FakeOpenAI, Raw, delayed, error, reply, tool_call, truncated
+from tests.helpers import config_for
+from tests.test_cli import nanobot, write_config
+
+
+async def ask(llm: FakeOpenAI, workspace: Path, text: str, session: str = "cli:t", retries: int = 2, **kw) -> str:
+    config = config_for(llm.base_url, workspace, **kw)
+    config.providers["openai"].max_retries = retries
+    async with Runtime(config) as rt:
+        rt.provider.backoff_s = 0.01
+        return await rt.agent.handle(session, text)
+
+
+async def test_tool_call_turns_send_empty_content_and_tool_choice_auto(llm: FakeOpenAI, workspace: Path) -> None:
+    # llama-cpp-python's server rejects content: null (HTTP 500) and makes native calls only with tool_choice
+    llm.script(tool_call("list_dir", {}), reply("done"))
+    assert await ask(llm, workspace, "list") == "done"
+    first, second = llm.chat_requests
+    assert first["tool_choice"] == "auto" and second["tool_choice"] == "auto"
+    assistant = [m for m in second["messages"] if m["role"] == "assistant"]
+    assert assistant[0]["content"] == "" and assistant[0]["tool_calls"]
+    assert all(m["content"] is not None for r in llm.chat_requests for m in r["messages"])
+
+
+async def test_code_mode_sends_no_tool_choice(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(reply("hello"))
+    await ask(llm, workspace, "hi", mode="code")
+    assert "tool_choice" not in llm.chat_requests[0] and "tools" not in llm.chat_requests[0]
+
+
+@pytest.mark.parametrize("status", [500, 400, 401, 404])
+async def test_errors_that_will_fail_again_are_not_retried(llm: FakeOpenAI, workspace: Path, status: int) -> None:
+    llm.script(error(status, message="7 validation errors"), reply("never"))
+    answer = await ask(llm, workspace, "hi")
+    assert isinstance(answer, FailedReply) and f"HTTP {status}" in answer
+    assert len(llm.chat_requests) == 1
+
+
+@pytest.mark.parametrize("status", [429, 502, 503])
+async def test_busy_servers_are_retried(llm: FakeOpenAI, workspace: Path, status: int) -> None:
+    llm.script(error(status, retry_after=0.01), reply("after retry"))
+    assert await ask(llm, workspace, "hi") == "after retry"
+    assert len(llm.chat_requests) == 2
+
+
+async def test_a_timeout_is_not_sent_again_behind_itself(llm: FakeOpenAI, workspace: Path) -> None:
+    # one-request-at-a-time servers would queue the copy behind the slow original
+    llm.script(delayed(reply("too late"), 1.0), reply("copy"))
+    config = config_for(llm.base_url, workspace)
+    config.providers["openai"].timeout = 0.3
+    async with Runtime(config) as rt:
+        answer = await rt.agent.handle("cli:t", "hi")
+        totals = await rt.usage.totals()
+    assert isinstance(answer, FailedReply) and "did not answer in time" in answer
+    assert len(llm.chat_requests) == 1
+    assert totals["tools"].model_calls == 1 and totals["tools"].failed_calls == 1  # failed calls are recorded
+
+
+async def test_an_html_page_is_a_clear_failure(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(Raw("<html><body>Welcome to nginx!</body></html>"))
+    answer = await ask(llm, workspace, "hi")
+    assert isinstance(answer, FailedReply) and "not JSON" in answer
+
+
+async def test_a_failed_turn_takes_its_message_back(llm: FakeOpenAI, workspace: Path, home: Path) -> None:
+    llm.script(error(500), reply("answer to the second"))
+    await ask(llm, workspace, "first question")
+    assert await ask(llm, workspace, "second question") == "answer to the second"
+    users = [m["content"] for m in llm.chat_requests[1]["messages"] if m["role"] == "user"]
+    assert users == ["second question"]  # the failed one is not asked again
+    lines = (home / "sessions" / "cli_t.jsonl").read_text()
+    assert "first question" in lines  # the file keeps everything
+
+
+async def test_a_failure_after_work_keeps_the_work_and_says_so(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(tool_call("write_file", {"path": "a.txt", "content": "x"}), error(500), reply("ok"))
+    await ask(llm, workspace, "write a")
+    await ask(llm, workspace, "next")
+    history = llm.chat_requests[-1]["messages"]
+    assert [m["role"] for m in history[1:]] == ["user", "assistant", "tool", "assistant", "user"]
+    assert "HTTP 500" in history[4]["content"]
+
+
+async def test_a_cut_reply_is_shown_as_cut_and_never_run(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(truncated(reply("```python\nwrite_file('cut.txt', 'x')\nfor i in range(")))
+    answer = await ask(llm, workspace, "go", mode="code", max_tokens=100)
+    assert "cut off at the output limit" in answer and "maxTokens = 100" in answer
+    assert not (workspace / "cut.txt").exists() and len(llm.chat_requests) == 1
+
+
+async def test_a_cut_tool_call_is_not_run(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(truncated(tool_call("write_file", {"path": "cut.txt", "content": "x"})))
+    answer = await ask(llm, workspace, "go")
+    assert "cut off" in answer and not (workspace / "cut.txt").exists()
+
+
+async def test_max_tokens_must_stay_below_the_context(home: Path, workspace: Path) -> None:
+    (home / "config.json").write_text(json.dumps({"agents": {"defaults": {"maxTokens": 8192, "contextTokens": 4096}}}))
+    code, _, err = await nanobot("status", home=home)
+    assert code == 2 and "contextTokens" in err and "maxTokens" in err
+
+
+async def test_history_is_trimmed_to_the_context(llm: FakeOpenAI, workspace: Path) -> None:
+    for i in range(6):
+        llm.script(reply(f"answer {i}"))
+        await ask(llm, workspace, f"question {i} " + "x" * 3000, context_tokens=5000, max_tokens=1000)
+    last = llm.chat_requests[-1]["messages"]
+    chars = sum(len(m["content"]) for m in last)
+    assert chars // 3 < 4000  # under the budget by the same estimate
+    assert last[1]["role"] == "user" and last[-1]["content"].startswith("question 5")
+    assert len(last) < 1 + 2 * 6  # the oldest turns were left out
+
+
+async def test_a_turn_that_outgrows_the_context_stops_clearly(llm: FakeOpenAI, workspace: Path) -> None:
+    (workspace / "big.txt").write_text("y" * 20000)
+    llm.script(tool_call("read_file", {"path": "big.txt"}), reply("never"))
+    answer = await ask(llm, workspace, "read it", context_tokens=5000, max_tokens=1000)
+    assert "outgrew the model's context" in answer and len(llm.chat_requests) == 1
+
+
+async def test_a_model_repeating_the_same_call_is_stopped(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.fallback = tool_call("read_file", {"path": "missing.txt"})
+    answer = await ask(llm, workspace, "read it", max_iterations=40)
+    assert "repeating read_file" in answer and len(llm.chat_requests) == 3
+
+
+async def test_a_model_repeating_the_same_program_is_stopped(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.fallback = reply("```python\nprint(read_file('missing.txt'))\n```")
+    answer = await ask(llm, workspace, "read it", mode="code", max_iterations=40)
+    assert "repeating the same program" in answer and len(llm.chat_requests) == 3
+
+
+@pytest.mark.parametrize("item", [error(500), error(401), error(404), Raw("<html>proxy</html>"),
+                                  {"message": None, "usage": {}}])
+async def test_agent_message_exits_1_when_the_model_fails(home: Path, workspace: Path, item) -> None:
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        if isinstance(item, dict):  # a 200 with no choices
+            llm.script(lambda body: Raw(json.dumps({"id": "x", "object": "chat.completion", "choices": []}),
+                                        content_type="application/json"))
+        else:
+            llm.script(item)
+        code, out, err = await nanobot("agent", "-m", "hi", home=home)
+    assert code == 1, (out, err)
+    assert "Sorry, I could not get an answer from the model" in out and "Traceback" not in out + err
+
+
+async def test_no_key_for_openai_says_so_before_any_network(home: Path, workspace: Path) -> None:
+    (home / "config.json").write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace)}}}))
+    code, out, err = await nanobot("agent", "-m", "hi", home=home)
+    assert code == 2 and "providers.openai.apiKey is not set" in err and "Traceback" not in err
