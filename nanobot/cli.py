@@ -15,6 +15,8 @@ from typing import Optional
 
 import typer
 
+from nanobot import logs
+from nanobot.db import HomeError, check_writable
 from nanobot.workspace_template import copy_template
 from nanobot.config import Config, ConfigError, config_path, load_config, nanobot_home, private_dir, write_private
 
@@ -44,7 +46,7 @@ def main_options(ctx: typer.Context,
                  version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                               help="print the version and exit")) -> None:
     ctx.obj = {"config": config, "validate_code": partial(_validate_job_code, config_file=config)}
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logs.setup(verbose)
 
 
 async def _validate_job_code(code: str, *, config_file: Path | None) -> str | None:
@@ -56,7 +58,9 @@ async def _validate_job_code(code: str, *, config_file: Path | None) -> str | No
 
 def get_config(ctx: typer.Context) -> Config:
     try:
-        return load_config(ctx.obj.get("config") if ctx.obj else None)[0]
+        config = load_config(ctx.obj.get("config") if ctx.obj else None)[0]
+        logs.remember_secrets(config)
+        return config
     except ConfigError as exc:
         fail(str(exc))
         raise  # unreachable
@@ -197,7 +201,7 @@ async def _run_demo(message: str | None) -> int:
     show = logging.StreamHandler(sys.stdout)  # let the viewer watch the program and its calls
     show.setFormatter(logging.Formatter("  %(message)s"))
     agent_log = logging.getLogger("nanobot.agent")
-    agent_log.setLevel(logging.INFO)
+    agent_log.setLevel(logging.DEBUG)  # the program itself is logged at DEBUG
     agent_log.addHandler(show)
     agent_log.propagate = False
     code = await _run_agent(config, message, "cli:demo", None, provider=provider)
@@ -217,6 +221,7 @@ async def _status(config: Config, path: Path) -> None:
     from nanobot.db import open_db
     from nanobot.usage import UsageStore
 
+    check_writable(nanobot_home())
     settings = config.agents.defaults
     provider = config.providers.get(settings.provider)
     typer.echo(f"Config:    {path}{'' if path.exists() else ' (missing: defaults in use; run nanobot onboard)'}")
@@ -225,7 +230,8 @@ async def _status(config: Config, path: Path) -> None:
     typer.echo(f"Provider:  {settings.provider} ({provider.api_base if provider and provider.api_base else 'default base'}"
                f", key {'set' if provider and provider.api_key else 'not set'}), model {settings.model}, "
                f"mode {settings.execution_mode}")
-    typer.echo(f"Channels:  {', '.join(config.channels.enabled_names()) or 'none enabled'}")
+    for line in gateway_lines(config):
+        typer.echo(line)
     for line in trust_lines(config):
         typer.echo(line)
     db = await open_db(nanobot_home() / "nanobot.db")
@@ -238,6 +244,18 @@ async def _status(config: Config, path: Path) -> None:
             typer.echo(f"Usage [{mode}]: {t.summary()}")
     finally:
         await db.close()
+
+
+def gateway_lines(config: Config) -> list[str]:
+    """Whether a gateway runs on this home, and each enabled channel's state in it."""
+    from nanobot.gateway.lock import gateway_channel_states, running_gateway_pid
+
+    pid = running_gateway_pid(nanobot_home())
+    states = gateway_channel_states(nanobot_home(), pid) if pid else {}
+    channels = [f"{name} ({states.get(name, 'not running' if pid else 'gateway not running')})"
+                for name in config.channels.enabled_names()]
+    return [f"Gateway:   {f'running (PID {pid})' if pid else 'not running'}",
+            f"Channels:  {', '.join(channels) or 'none enabled'}"]
 
 
 def trust_lines(config: Config) -> list[str]:
@@ -271,8 +289,8 @@ def gateway(ctx: typer.Context) -> None:
     from nanobot.gateway import run_gateway
 
     config = get_config(ctx)
-    for name in ("nanobot", "channels"):  # a daemon says what it does, even without -v
-        logging.getLogger(name).setLevel(logging.INFO)
+    check_writable(nanobot_home())
+    logs.log_to_file(nanobot_home())
     try:
         code = asyncio.run(run_gateway(config))
     except ConfigError as exc:
@@ -350,3 +368,9 @@ def main() -> None:
     except ConfigError as exc:
         typer.echo(f"nanobot: {exc}", err=True)
         sys.exit(2)
+    except HomeError as exc:
+        typer.echo(f"nanobot: {exc}", err=True)
+        sys.exit(1)
+    except OSError as exc:  # a file we could not write or read: one line, not a traceback
+        typer.echo(f"nanobot: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+        sys.exit(1)

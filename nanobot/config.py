@@ -350,6 +350,17 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return ".".join(to_camel(str(p)) if isinstance(p, str) and "_" in str(p) else str(p) for p in loc)
 
 
+def _env_source(loc: tuple[Any, ...]) -> str | None:
+    """The environment variable a bad value came from (env beats the file), if one did."""
+    env = {name.upper(): name for name in os.environ}
+    parts = [str(p).upper() for p in loc if not isinstance(p, int)]
+    for end in range(len(parts), 0, -1):  # NANOBOT_AGENTS__DEFAULTS='{...}' sets a whole section
+        name = "NANOBOT_" + "__".join(parts[:end])
+        if name in env:
+            return f"environment variable {env[name]}"
+    return None
+
+
 def load_config(explicit: str | Path | None = None) -> tuple[Config, Path]:
     """Load and validate; every problem becomes one ConfigError line naming the key and file."""
     path, required = config_path(explicit)
@@ -359,8 +370,10 @@ def load_config(explicit: str | Path | None = None) -> tuple[Config, Path]:
     except ValidationError as exc:
         err = exc.errors()[0]
         key = _key_path(err["loc"])
+        source = _env_source(err["loc"]) or str(path)
         if err["type"] == "extra_forbidden":
-            raise ConfigError(f"{path}: unknown key '{key}'") from None
-        raise ConfigError(f"{path}: invalid value for '{key}': {err['msg']}") from None
+            raise ConfigError(f"{source}: unknown key '{key}'") from None
+        message = err["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{source}: invalid value for '{key}': {message}") from None
     finally:
         _FILE_DATA.reset(token)

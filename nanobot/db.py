@@ -8,6 +8,7 @@ CLI and a running gateway use the same file at once.
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 
 import aiosqlite
@@ -15,18 +16,45 @@ import aiosqlite
 from nanobot.config import private_dir
 
 
+class HomeError(Exception):
+    """The home or the database cannot be used (not writable, say): one line for the user, exit 1."""
+
+
+def check_writable(directory: Path, what: str = "NANOBOT_HOME") -> None:
+    """Fail early, in one line, on a directory we cannot write (instead of a traceback, or a hang)."""
+    try:
+        private_dir(directory)
+        probe = directory / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        raise HomeError(f"{what} {directory} is not writable: {exc.strerror or exc}") from None
+
+
 async def open_db(path: Path | str) -> aiosqlite.Connection:
+    """The connection, ready; on any failure it is closed again (an open aiosqlite connection's
+    thread would keep the process alive after the error) and the error is a HomeError line."""
     if str(path) != ":memory:":
-        private_dir(Path(path).parent)
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))  # SQLite's -wal/-shm files copy this mode
-        os.chmod(path, 0o600)
+        check_writable(Path(path).parent)
+        try:
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))  # SQLite's -wal/-shm files copy this mode
+            os.chmod(path, 0o600)
+        except OSError as exc:
+            raise HomeError(f"database {path}: {exc.strerror or exc}") from None
     conn = await aiosqlite.connect(str(path), timeout=10)
-    conn.row_factory = aiosqlite.Row
-    await conn.execute("PRAGMA journal_mode=WAL")
-    await conn.execute("PRAGMA synchronous=NORMAL")
-    await conn.execute("PRAGMA busy_timeout=10000")
-    await conn.execute("CREATE TABLE IF NOT EXISTS schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
-    await conn.commit()
+    try:
+        conn.row_factory = aiosqlite.Row
+        await conn.execute("PRAGMA journal_mode=WAL")
+        await conn.execute("PRAGMA synchronous=NORMAL")
+        await conn.execute("PRAGMA busy_timeout=10000")
+        await conn.execute("CREATE TABLE IF NOT EXISTS schema_versions "
+                           "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
+        await conn.commit()
+    except BaseException as exc:
+        await conn.close()
+        if isinstance(exc, sqlite3.Error):
+            raise HomeError(f"database {path}: {exc}") from None
+        raise
     return conn
 
 

@@ -6,7 +6,6 @@ The CLI, the gateway and cron jobs all start from here, so each part is built on
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 from nanobot.agent.code_mode import CodeExecutor
@@ -14,7 +13,7 @@ from nanobot.agent.deps import AgentDeps
 from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
 from nanobot.config import Config, ConfigError, nanobot_home, private_dir
-from nanobot.db import open_db
+from nanobot.db import HomeError, check_writable, open_db
 from nanobot.providers.base import Provider
 from nanobot.session import SessionStore
 from nanobot.skills import install_skills
@@ -35,21 +34,6 @@ def make_provider(config: Config) -> Provider:
         raise ConfigError(f"providers.{name}.apiKey is not set: set it in the config file or in "
                           f"NANOBOT_PROVIDERS__{name.upper()}__API_KEY (or set apiBase for a local server)")
     return OpenAIProvider(name, settings)
-
-
-class HomeError(Exception):
-    """The home or workspace cannot be used (not writable, say): one line for the user, exit 1."""
-
-
-def check_writable(directory: Path, what: str) -> None:
-    """Fail early, in one line, on a home we cannot write (instead of a traceback, or a hang)."""
-    try:
-        private_dir(directory)
-        probe = directory / f".write-test-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
-    except OSError as exc:
-        raise HomeError(f"{what} {directory} is not writable: {exc.strerror or exc}") from None
 
 
 def workspace_ready(config: Config) -> None:

@@ -18,7 +18,7 @@ from channels.telegram import TelegramChannel
 from channels.text import split_message, utf16_len
 from nanobot.cli import app
 from nanobot.config import Config
-from nanobot.gateway import Gateway, GatewayError
+from nanobot.gateway import Gateway
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
@@ -163,12 +163,21 @@ async def test_a_channel_that_fails_to_start_does_not_stop_the_others(
         await tg.wait_sent(1)
 
 
-async def test_no_channel_starting_is_an_error(config: Config) -> None:
-    config.channels.discord.token = "wrong-token"
+async def test_a_channel_that_fails_to_start_is_retried_until_it_runs(
+        config: Config, dc: FakeDiscord, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("nanobot.gateway.channels.RETRY_FIRST_S", 0.05)
+    good_token, config.channels.discord.token = config.channels.discord.token, "wrong-token"
     config.channels.telegram.enabled = False
-    with pytest.raises(GatewayError, match="discord"):
-        async with running_gateway(config):
-            pass
+    async with running_gateway(config) as gateway:  # up, for cron and the other channels
+        assert gateway.channels.channels == {} and gateway.channels.state["discord"].startswith("retrying in")
+        assert "retrying in" in (home / "gateway-state.json").read_text()
+        config.channels.discord.token = good_token  # the outage ends
+        async with asyncio.timeout(10):
+            while "discord" not in gateway.channels.channels:
+                await asyncio.sleep(0.02)
+        assert gateway.channels.state["discord"] == "running" and not gateway.channels.failed
+        await dc.push_message(DM, FRIEND, "/help", username="friend")
+        assert "/new" in (await dc.wait_sent(1))[0]["content"]
 
 
 async def test_a_discord_dm_with_an_owner_is_an_owner_chat_and_a_guild_channel_is_not(

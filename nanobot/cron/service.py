@@ -290,6 +290,8 @@ class CronService:
             duration_ms = int((time.perf_counter() - t0) * 1000)
             updated = await self.store.record_run(job_id, started, duration_ms, outcome.status, outcome.output,
                                                   outcome.function_calls)
+            log.info("cron run %s (%s) kind=%s ms=%d status=%s%s", job_id, job.name, job.payload_kind, duration_ms,
+                     outcome.status, "" if outcome.status == "ok" else f" error={_excerpt(outcome.output)!r}")
             await self._after_run(updated or job, outcome, one_shot_done=scheduled and job.schedule_kind == "at")
             return outcome
         finally:

@@ -140,7 +140,11 @@ class CronStore:
     async def open(cls, path: Path | str) -> CronStore:
         """Open the database, apply migrations; the store then owns the connection (close())."""
         store = cls(await open_db(path))
-        await store.migrate()
+        try:
+            await store.migrate()
+        except BaseException:
+            await store.close()
+            raise
         return store
 
     async def migrate(self) -> None:

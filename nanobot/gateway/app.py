@@ -25,9 +25,11 @@ from channels.base import ChannelContext, Sender
 from nanobot import sdnotify
 from nanobot.access import AccessGate, PairingStore
 from nanobot.bus import MessageBus
-from nanobot.config import Config
+from nanobot.config import Config, nanobot_home
+from nanobot.db import check_writable
 from nanobot.gateway.channels import ChannelManager
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
+from nanobot.gateway.lock import GatewayLock, GatewayRunning, write_gateway_state
 from nanobot.runtime import Runtime
 from nanobot.trust import chat_scope
 
@@ -79,9 +81,10 @@ class Gateway:
                              chat_root=self._chat_root)
         self.channels = ChannelManager(self.config, ctx)
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval)
+        self.channels.on_state = self._write_state
         await self.channels.start()
-        if self.channels.enabled() and not self.channels.channels:
-            raise GatewayError("no channel could start: " + "; ".join(
+        if self.channels.failed:  # retried with backoff: the daemon stays up for cron and the others
+            log.warning("channels not running yet (retrying): %s", "; ".join(
                 f"{name}: {why}" for name, why in self.channels.failed.items()))
         if not self.channels.enabled():
             log.warning("no channel is enabled (channels.*.enabled): running for cron and heartbeat only")
@@ -97,9 +100,15 @@ class Gateway:
         peer = [sender.sender_id, sender.sender_name] if sender.is_private else None
         return chat_scope(self.config, f"{sender.channel}:{sender.chat_id}", peer)[1]
 
+    def _write_state(self) -> None:
+        """Where each channel stands, for ``nanobot status`` (a file in the home)."""
+        assert self.channels is not None
+        write_gateway_state(self.runtime.home, self.channels.state)
+
     async def stop(self) -> None:
         """Safe to call after a failed or partial start()."""
         if self.channels is not None:
+            await self.channels.stop_retrying()
             await self.channels.stop_receiving()
         await _cancel(self._intake)
         services, self._started_services = self._started_services[::-1], []
@@ -138,37 +147,61 @@ def add_services(gateway: Gateway) -> None:
         gateway.add_service(Heartbeat(gateway.runtime, heartbeat.interval_minutes * 60))
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: the terminal closed; stop cleanly
+
+
 async def run_gateway(config: Config, *, stop: asyncio.Event | None = None) -> int:
-    """``nanobot gateway``: run until SIGTERM/SIGINT (or ``stop`` is set); the exit code."""
+    """``nanobot gateway``: run until SIGTERM/SIGINT/SIGHUP (or ``stop`` is set); the exit code."""
+    home = nanobot_home()
+    check_writable(home)
+    lock = GatewayLock(home)
+    try:
+        lock.acquire()
+    except GatewayRunning as exc:
+        log.error("%s", exc)
+        return 1
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    watchdog: asyncio.Task[None] | None = None
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, _stop_on(sig, stop))
     try:
-        async with Runtime(config, bus=MessageBus()) as runtime:
-            gateway = Gateway(runtime)
-            add_services(gateway)
-            try:
-                await gateway.start()
-                sdnotify.notify("READY=1")
-                interval = sdnotify.watchdog_interval()
-                if interval:
-                    watchdog = asyncio.create_task(sdnotify.watchdog(interval), name="watchdog")
-                await stop.wait()
-                log.info("gateway stopping")
-            except GatewayError as exc:
-                log.error("%s", exc)
-                return 1
-            except Exception:  # a service that failed to start, say: exit 1 for systemd to retry
-                log.exception("the gateway failed")
-                return 1
-            finally:
-                sdnotify.notify("STOPPING=1")
-                await gateway.stop()
-                await _cancel(watchdog)
+        return await _serve(config, stop)
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
-    log.info("gateway stopped")
+        lock.release()
+        log.info("gateway stopped")
+
+
+def _stop_on(sig: signal.Signals, stop: asyncio.Event) -> Any:
+    def handler() -> None:
+        log.info("%s received: stopping cleanly", sig.name)
+        stop.set()
+
+    return handler
+
+
+async def _serve(config: Config, stop: asyncio.Event) -> int:
+    watchdog: asyncio.Task[None] | None = None
+    async with Runtime(config, bus=MessageBus()) as runtime:
+        gateway = Gateway(runtime)
+        add_services(gateway)
+        try:
+            await gateway.start()
+            sdnotify.notify("READY=1")
+            interval = sdnotify.watchdog_interval()
+            if interval:
+                watchdog = asyncio.create_task(sdnotify.watchdog(interval), name="watchdog")
+            await stop.wait()
+            log.info("gateway stopping")
+        except GatewayError as exc:
+            log.error("%s", exc)
+            return 1
+        except Exception:  # a service that failed to start, say: exit 1 for systemd to retry
+            log.exception("the gateway failed")
+            return 1
+        finally:
+            sdnotify.notify("STOPPING=1")
+            await gateway.stop()
+            await _cancel(watchdog)
     return 0

@@ -7,6 +7,10 @@ subclass), so a third-party package adds a channel by being installed. Its confi
 is validated with the adapter's ``config_model`` class attribute (a pydantic model), or
 with ``PluginChannelConfig`` (enabled, allowFrom, groupPolicy, plus the adapter's own keys).
 
+A channel that fails to start (a network outage, a Bot API that is down) is retried with
+backoff, from ``RETRY_FIRST_S`` doubling to ``RETRY_MAX_S``, for as long as the gateway runs;
+``state`` says where each channel stands, for ``nanobot status``.
+
 Replies go out in order per chat and concurrently across chats: one slow chat (a 429
 backoff, a long split reply) does not hold up the others. A failing send is logged; it
 never stops the router.
@@ -30,6 +34,8 @@ from nanobot.config import Config
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "nanobot.channels"
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 300.0
 
 
 class PluginChannelConfig(BaseModel):
@@ -40,6 +46,11 @@ class PluginChannelConfig(BaseModel):
     enabled: bool = False
     allow_from: list[str] = []
     group_policy: Literal["mention", "open"] = "mention"
+
+
+def _is_library_error(exc: Exception) -> bool:
+    """The client libraries' own errors (a bad token, a refused connection) need no traceback."""
+    return type(exc).__module__.split(".")[0] in ("telegram", "discord", "aiohttp", "httpx")
 
 
 def installed_channels() -> dict[str, EntryPoint]:
@@ -53,7 +64,11 @@ class ChannelManager:
         self.config = config
         self.ctx = ctx
         self.channels: dict[str, BaseChannel] = {}
-        self.failed: dict[str, str] = {}  # enabled channels that did not start, and why
+        self.failed: dict[str, str] = {}  # enabled channels not running now, and why
+        self.state: dict[str, str] = {}  # every enabled channel: "running" or why not, for status
+        self.on_state: Any = None  # called (no arguments) whenever ``state`` changes
+        self.retry_first_s = RETRY_FIRST_S
+        self._retries: dict[str, asyncio.Task[None]] = {}
         self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
         self._inflight: set[asyncio.Task[None]] = set()
 
@@ -70,9 +85,14 @@ class ChannelManager:
         """Start every enabled channel, concurrently. A channel that fails is logged and
         recorded in ``failed``; the others carry on."""
         installed = installed_channels()
-        await asyncio.gather(*(self._start_one(name, installed.get(name)) for name in self.enabled()))
+        results = await asyncio.gather(*(self._start_one(name, installed.get(name)) for name in self.enabled()))
+        for name, started in zip(self.enabled(), results):
+            if not started and installed.get(name) is not None:
+                self._set_state(name, f"retrying in {self.retry_first_s:g} s ({self.failed[name]})")
+                self._retries[name] = asyncio.create_task(self._keep_trying(name, installed[name]),
+                                                          name=f"retry channel {name}")
 
-    async def _start_one(self, name: str, entry_point: EntryPoint | None) -> None:
+    async def _start_one(self, name: str, entry_point: EntryPoint | None) -> bool:
         try:
             if entry_point is None:
                 raise RuntimeError(f"no adapter installed under entry point {ENTRY_POINT_GROUP}:{name}")
@@ -82,10 +102,28 @@ class ChannelManager:
         except Exception as exc:
             self.failed[name] = f"{type(exc).__name__}: {exc}"
             log.error("channel %s failed to start: %s", name, self.failed[name], exc_info=not isinstance(
-                exc, (RuntimeError, ValidationError)))
-            return
+                exc, (RuntimeError, ValidationError, OSError)) and not _is_library_error(exc))
+            self._set_state(name, f"not running ({self.failed[name]})")
+            return False
         self.channels[name] = channel
+        self.failed.pop(name, None)
+        self._set_state(name, "running")
         log.info("channel %s started", name)
+        return True
+
+    async def _keep_trying(self, name: str, entry_point: EntryPoint) -> None:
+        delay = self.retry_first_s
+        while True:
+            await asyncio.sleep(delay)
+            if await self._start_one(name, entry_point):
+                return
+            delay = min(RETRY_MAX_S, delay * 2)
+            self._set_state(name, f"retrying in {delay:g} s ({self.failed[name]})")
+
+    def _set_state(self, name: str, state: str) -> None:
+        self.state[name] = state
+        if self.on_state is not None:
+            self.on_state()
 
     def _section(self, name: str, cls: type[BaseChannel]) -> Any:
         section = getattr(self.config.channels, name)
@@ -93,6 +131,12 @@ class ChannelManager:
             model = getattr(cls, "config_model", None) or PluginChannelConfig
             section = model.model_validate(section)
         return section
+
+    async def stop_retrying(self) -> None:
+        tasks, self._retries = list(self._retries.values()), {}
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def stop_receiving(self) -> None:
         await asyncio.gather(*(self._safely(c.stop_receiving, c.name) for c in self.channels.values()))

@@ -1,0 +1,74 @@
+"""Logging: timestamped lines on stderr and, for the daemon, a rotating file in the home.
+
+Nothing secret reaches a log: every line (tracebacks included) passes a formatter that
+replaces the config's secrets (API keys, bot tokens: any value under a key naming a token,
+key, secret or password) with ``***``, and the HTTP clients' request lines, which carry the
+Telegram token in the URL, are kept at WARNING.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import re
+from pathlib import Path
+from typing import Any
+
+FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LOG_FILE = "logs/nanobot.log"
+MAX_BYTES = 5 * 1024 * 1024
+BACKUPS = 5
+_SECRET_KEY = re.compile(r"token|key|secret|password", re.I)
+_secrets: set[str] = set()
+
+
+class RedactingFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+def redact(text: str) -> str:
+    for secret in _secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
+
+
+def remember_secrets(config: Any) -> None:
+    """Collect the config's secret values, so no log line shows them."""
+    _secrets.update(_secret_values(config.model_dump()))
+
+
+def _secret_values(value: Any, key: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _secret_values(v, str(k))]
+    if isinstance(value, list):
+        return [s for v in value for s in _secret_values(v, key)]
+    if isinstance(value, str) and len(value) >= 6 and _SECRET_KEY.search(key):
+        return [value]
+    return []
+
+
+def setup(verbose: bool = False) -> None:
+    """stderr: warnings (everything the agent does with ``-v``), timestamped and redacted."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter(FORMAT))
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+    for noisy in ("httpx", "httpcore", "telegram.ext", "discord", "apscheduler", "openai"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def log_to_file(home: Path) -> Path:
+    """The daemon's log: ``$NANOBOT_HOME/logs/nanobot.log``, rotated at 5 MB, five kept; INFO and up."""
+    path = home / LOG_FILE
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    handler = logging.handlers.RotatingFileHandler(path, maxBytes=MAX_BYTES, backupCount=BACKUPS, encoding="utf-8")
+    handler.setFormatter(RedactingFormatter(FORMAT))
+    handler.setLevel(logging.INFO)
+    logging.getLogger().addHandler(handler)
+    for name in ("nanobot", "channels"):  # a daemon says what it does, even without -v
+        logging.getLogger(name).setLevel(logging.INFO)
+    path.chmod(0o600)
+    return path

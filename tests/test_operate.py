@@ -1,0 +1,158 @@
+"""Installing and operating nanobot as a new user would: a wheel in a fresh venv, one gateway per
+home, channel states and logs, homes that cannot be used, SIGHUP, config errors from env vars."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nanobot.gateway.lock import running_gateway_pid
+from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.fakes.telegram_api import FakeTelegram
+from tests.test_cli import nanobot
+
+REPO = Path(__file__).resolve().parent.parent
+ALICE = 42
+
+
+def test_a_wheel_installed_in_a_fresh_venv_ships_the_template_and_skills(tmp_path: Path) -> None:
+    wheels, venv, home = tmp_path / "wheels", tmp_path / "venv", tmp_path / "home"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(wheels), str(REPO)], check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next(venv.glob("lib/python*/site-packages"))
+    deps = [p for p in sys.path if p.endswith("site-packages")]  # the dependencies, not our package
+    (site / "deps.pth").write_text("\n".join(deps) + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--no-deps",
+                    "-q", str(next(wheels.glob("nanobot-*.whl")))], check=True, capture_output=True, timeout=300)
+    env = {**os.environ, "NANOBOT_HOME": str(home)}
+    done = subprocess.run([str(venv / "bin" / "nanobot"), "onboard"], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (home / "workspace" / "AGENTS.md").read_text().strip() and (home / "workspace" / "memory").is_dir()
+    probe = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import nanobot, nanobot.skills as s; print(nanobot.__file__); "
+                            "print(sorted(k.name for k in s.list_skills(__import__('pathlib').Path('.'))))"],
+                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    installed_at, skills = probe.stdout.splitlines()
+    assert installed_at.startswith(str(venv)) and not installed_at.startswith(str(REPO))
+    assert "weather" in skills and "cron" in skills
+
+
+def gateway_config(home: Path, workspace: Path, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    (home / "config.json").write_text(json.dumps({
+        "agents": {"defaults": {"workspace": str(workspace), "model": "m", "executionMode": "tools"}},
+        "providers": {"openai": {"apiKey": "sk-canary-provider-key", "apiBase": llm.base_url}},
+        "channels": {"telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base,
+                                  "allowFrom": [str(ALICE)]},
+                     "discord": {"enabled": True, "token": "canary-discord-token-999",
+                                 "apiBase": "http://127.0.0.1:9/api/v10", "gatewayUrl": "ws://127.0.0.1:9"}},
+        "gateway": {"heartbeat": {"enabled": False}, "shutdownGraceSeconds": 1}}))
+
+
+async def test_one_gateway_per_home_with_states_logs_and_sighup(home: Path, workspace: Path) -> None:
+    async with FakeOpenAI() as llm, FakeTelegram() as tg:
+        gateway_config(home, workspace, llm, tg)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nanobot", "gateway", env={**os.environ, "NANOBOT_HOME": str(home)},
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        try:
+            async with asyncio.timeout(30):
+                while "getUpdates" not in tg.calls:
+                    await asyncio.sleep(0.05)
+            assert running_gateway_pid(home) == proc.pid
+            llm.script(reply("pong"))
+            tg.push_text(ALICE, ALICE, "ping")
+            assert (await tg.wait_sent(1, timeout=15))[0]["text"] == "pong"
+
+            code, _, err = await nanobot("gateway", home=home)  # a second one on the same home
+            assert code == 1 and f"another gateway is already running on {home} (PID {proc.pid})" in err
+            code, out, _ = await nanobot("status", home=home)
+            assert f"Gateway:   running (PID {proc.pid})" in out
+            assert "telegram (running)" in out and "discord (retrying in" in out  # the daemon stays up
+
+            proc.send_signal(signal.SIGHUP)  # a closed terminal: a clean stop, not a kill
+            assert await asyncio.wait_for(proc.wait(), 20) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        stderr = (await proc.stderr.read()).decode()
+    log = (home / "logs" / "nanobot.log").read_text()
+    assert "SIGHUP received: stopping cleanly" in log and "gateway stopped" in log
+    assert re.search(rf"^\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ INFO nanobot.agent.loop: turn telegram:{ALICE} "
+                     r"mode=tools model_calls=1 ms=\d+ outcome=ok$", log, re.M), log
+    for secret in (tg.token, "sk-canary-provider-key", "canary-discord-token-999"):
+        assert secret not in log and secret not in stderr
+    assert "Traceback" not in stderr
+    code, out, _ = await nanobot("status", home=home)
+    assert "Gateway:   not running" in out and "telegram (gateway not running)" in out
+
+
+UNUSABLE = [["status"], ["cron", "list"], ["pairing", "list"], ["agent", "-m", "hi"], ["gateway"]]
+
+
+@pytest.mark.parametrize("args", UNUSABLE)
+async def test_an_unwritable_home_is_one_line_and_exit_1(args: list[str], home: Path) -> None:
+    code, out, err = await nanobot(*args, home=Path("/sys/nanobot-home"),
+                                   env={"NANOBOT_PROVIDERS__OPENAI__API_KEY": "k"})
+    assert code == 1, (out, err)
+    assert err.strip().splitlines() == [err.strip()] and "/sys/nanobot-home" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", UNUSABLE[:3])
+async def test_a_broken_database_is_one_line_and_never_hangs(args: list[str], home: Path) -> None:
+    (home / "nanobot.db").write_text("this is not a database\n" * 100)
+    code, out, err = await nanobot(*args, home=home)  # nanobot() gives up after 60 s
+    assert code == 1 and "nanobot.db" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+async def test_an_invalid_timezone_is_refused_at_load_naming_its_source(home: Path) -> None:
+    (home / "config.json").write_text(json.dumps({"agents": {"defaults": {"timezone": "Europe/Berln"}}}))
+    code, _, err = await nanobot("gateway", home=home)
+    assert code == 2 and f"{home / 'config.json'}: invalid value for 'agents.defaults.timezone'" in err
+    assert "Europe/Berln" in err and "Traceback" not in err
+    (home / "config.json").write_text("{}")
+    code, _, err = await nanobot("status", home=home, env={"NANOBOT_AGENTS__DEFAULTS__TIMEZONE": "Mars/Base"})
+    assert code == 2 and err.startswith("nanobot: environment variable NANOBOT_AGENTS__DEFAULTS__TIMEZONE:")
+
+
+async def test_version_and_onboard_force_keeps_secrets(home: Path) -> None:
+    code, out, _ = await nanobot("--version", home=home)
+    assert code == 0 and re.fullmatch(r"nanobot \d+\.\d+\.\d+\n", out)
+    (home / "config.json").write_text(json.dumps({"providers": {"openai": {"apiKey": "sk-keep-me"}},
+                                                  "channels": {"telegram": {"token": "123:keep"}},
+                                                  "agents": {"defaults": {"model": "old-model"}}}))
+    code, out, err = await nanobot("onboard", "--force", home=home)
+    assert code == 0, err
+    config = json.loads((home / "config.json").read_text())
+    assert config["providers"]["openai"]["apiKey"] == "sk-keep-me"
+    assert config["channels"]["telegram"]["token"] == "123:keep"
+    assert config["agents"]["defaults"]["model"] == "gpt-4.1-mini"
+    assert "old-model" in (home / "config.json.bak").read_text()
+
+
+async def test_a_relative_workspace_is_under_the_home_and_created_when_missing(home: Path, tmp_path: Path) -> None:
+    async with FakeOpenAI() as llm:
+        (home / "config.json").write_text(json.dumps({
+            "agents": {"defaults": {"workspace": "my-space", "executionMode": "tools"}},
+            "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}}}))
+        llm.script(reply("hi"))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nanobot", "agent", "-m", "hi", cwd=tmp_path,
+            env={**os.environ, "NANOBOT_HOME": str(home)}, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0
+    assert (home / "my-space" / "AGENTS.md").exists() and not (tmp_path / "my-space").exists()
+    assert "AGENTS.md" in llm.chat_requests[0]["messages"][0]["content"]
