@@ -1,18 +1,26 @@
 """The terminal as a channel, for the interactive ``nanobot agent``.
 
 Lines typed go to ``bus.inbound``; messages for the chat are printed. The person at the
-terminal owns the bot, so no access gate applies. Reading stdin blocks, so it happens in a
-worker thread; the loop stays free to print progress notes and to take ``/stop`` while a
-turn runs.
+terminal owns the bot, so no access gate applies.
+
+On a terminal, input is read with prompt_toolkit: line editing, arrows, and a history kept
+in ``$NANOBOT_HOME/cli_history``; printing goes above the prompt line. Ctrl-C during a turn
+cancels it (as ``/stop`` does), Ctrl-C at an idle prompt or Ctrl-D leaves. From a pipe, lines
+are read by a daemon thread, so an interrupt or the end of the program never waits on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
+from pathlib import Path
 from typing import Any, Callable
 
 from channels.base import BaseChannel
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+
+PROMPT = "you> "
 
 
 class CliChannel(BaseChannel):
@@ -20,14 +28,16 @@ class CliChannel(BaseChannel):
     max_message_len = 1_000_000
 
     def __init__(self, session_key: str, bus: MessageBus, *, metadata: dict[str, Any] | None = None,
-                 read_line: Callable[[str], str] = input, write: Callable[[str], None] = print) -> None:
+                 history_file: Path | None = None, on_interrupt: Callable[[], bool] | None = None) -> None:
         # No config section and no gate: the terminal is the owner's.
         self.channel, _, self.chat_id = session_key.partition(":")
         self.bus = bus
         self.metadata = metadata or {}
-        self.read_line, self.write = read_line, write
-        self.closed = asyncio.Event()  # set when the user ends input (EOF, Ctrl-D, "exit")
+        self.history_file = history_file
+        self.on_interrupt = on_interrupt or (lambda: False)  # True: a turn was cancelled, keep reading
+        self.closed = asyncio.Event()  # set when the user ends input (EOF, Ctrl-D, Ctrl-C when idle, "exit")
         self._reader: asyncio.Task[None] | None = None
+        self._tty = sys.stdin.isatty() and sys.stdout.isatty()
 
     async def start(self) -> None:
         self._reader = asyncio.create_task(self._read(), name="terminal input")
@@ -39,19 +49,16 @@ class CliChannel(BaseChannel):
 
     async def send(self, msg: OutboundMessage) -> None:
         if msg.kind == "text" and msg.content:
-            self.write(msg.content)
+            print(msg.content, flush=True)  # on a terminal, patch_stdout puts it above the prompt line
 
     async def send_typing(self, chat_id: str) -> None:
         return None  # the prompt line already shows that the bot is working
 
     async def _read(self) -> None:
-        loop = asyncio.get_running_loop()
+        lines = self._terminal_lines() if self._tty else self._piped_lines()
         try:
-            while True:
-                try:
-                    line = (await loop.run_in_executor(None, self.read_line, "")).strip()
-                except (EOFError, KeyboardInterrupt):
-                    return
+            async for line in lines:
+                line = line.strip()
                 if line in ("exit", "quit"):
                     return
                 if line:
@@ -59,3 +66,33 @@ class CliChannel(BaseChannel):
                                                                   metadata=dict(self.metadata)))
         finally:
             self.closed.set()
+
+    async def _terminal_lines(self):
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory, InMemoryHistory
+        from prompt_toolkit.patch_stdout import patch_stdout
+
+        history = FileHistory(str(self.history_file)) if self.history_file else InMemoryHistory()
+        session: PromptSession[str] = PromptSession(history=history)
+        with patch_stdout(raw=True):
+            while True:
+                try:
+                    yield await session.prompt_async(PROMPT)
+                except KeyboardInterrupt:
+                    if not self.on_interrupt():
+                        return
+                except EOFError:
+                    return
+
+    async def _piped_lines(self):
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+        def pump() -> None:  # a daemon thread: never joined, so it cannot hold up the exit
+            for line in sys.stdin:
+                loop.call_soon_threadsafe(queue.put_nowait, line)
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        threading.Thread(target=pump, name="stdin", daemon=True).start()
+        while (line := await queue.get()) is not None:
+            yield line

@@ -143,12 +143,25 @@ async def _chat(rt, session: str, mode: str | None) -> None:
     """The terminal chat: lines go through the same dispatcher as the gateway's chats, so
     ``/stop`` typed during a turn cancels it. At end of input, what was asked is finished."""
     from channels.cli import CliChannel
+    from nanobot.bus import InboundMessage
     from nanobot.gateway.dispatcher import Dispatcher, is_stop
 
-    typer.echo(f"nanobot chat ({session}). /help for commands, /stop to cancel a turn, Ctrl-D to leave.")
-    channel = CliChannel(session, rt.bus, metadata={"mode": mode} if mode else {})
+    typer.echo(f"nanobot chat ({session}). /help for commands; Ctrl-C cancels a turn, Ctrl-C or Ctrl-D "
+               "at the prompt leaves.")
     dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway)
     asked: list[asyncio.Task[str]] = []
+
+    def interrupt() -> bool:
+        """Ctrl-C: cancel the running turn (True), or leave when nothing runs (False)."""
+        worker = dispatcher.workers.get(session)
+        if worker is None or worker.turn is None or worker.turn.done():
+            return False
+        channel_name, _, chat_id = session.partition(":")
+        dispatcher.submit(InboundMessage(channel_name, chat_id, "owner", "/stop"))
+        return True
+
+    channel = CliChannel(session, rt.bus, metadata={"mode": mode} if mode else {},
+                         history_file=rt.home / "cli_history", on_interrupt=interrupt)
 
     async def intake() -> None:
         while True:

@@ -138,7 +138,9 @@ async def test_stop_typed_in_the_terminal_cancels_the_turn(home: Path, workspace
 
 async def test_cron_add_checks_code_with_the_named_config(home: Path, tmp_path: Path) -> None:
     config = tmp_path / "elsewhere.json"  # not $NANOBOT_HOME/config.json, so only --config can bring typeCheck
-    config.write_text(json.dumps({"agents": {"defaults": {"codeRuntime": {"typeCheck": True}}}}))
+    telegram = {"telegram": {"enabled": True, "token": "1:x", "allowFrom": ["42"]}}  # an owner chat to deliver to
+    config.write_text(json.dumps({"agents": {"defaults": {"codeRuntime": {"typeCheck": True}}}, "channels": telegram}))
+    (home / "config.json").write_text(json.dumps({"channels": telegram}))
     (tmp_path / "job.py").write_text("n: int = read_file('notes.txt')\nprint(n)\n")
     args = ["cron", "add", "--every", "60", "--code", str(tmp_path / "job.py")]
     code, _, err = await nanobot("--config", str(config), *args, home=home)

@@ -7,6 +7,7 @@ events with timeouts, never fixed sleeps longer than a schedule needs.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -312,11 +313,18 @@ async def test_stop_cancels_a_running_job(store, make_service):
 
 
 # ---- CLI ------------------------------------------------------------------------------
+@pytest.fixture
+def owner_config(home: Path) -> None:
+    """Telegram on, with user 42 as the owner: the chat a job made in the terminal delivers to."""
+    (home / "config.json").write_text(json.dumps({"channels": {"telegram": {
+        "enabled": True, "token": "1:x", "allowFrom": ["42"]}}}))
+
+
 def invoke(*args: str, obj: dict | None = None):
     return CliRunner().invoke(cron_app, list(args), obj=obj if obj is not None else {"config": None})
 
 
-def test_cli_add_list_remove(home: Path, tmp_path: Path):
+def test_cli_add_list_remove(home: Path, tmp_path: Path, owner_config: None):
     script = tmp_path / "job.py"
     script.write_text("print('hello')\n")
     result = invoke("add", "--name", "weekly", "--cron", "0 9 * * 0", "--tz", "Europe/Berlin",
@@ -337,14 +345,14 @@ def test_cli_add_list_remove(home: Path, tmp_path: Path):
         assert cell in weekly
     next_run = datetime.strptime(re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", weekly)[0], "%Y-%m-%d %H:%M")
     assert next_run.strftime("%a %H:%M") == "Sun 09:00"  # shown in the job's zone
-    assert any("every 60s" in row and "cli:default" in row and "prompt" in row for row in rows)
+    assert any("every 60s" in row and "telegram:42" in row and "prompt" in row for row in rows)  # the owner's chat
 
     assert invoke("remove", job_id).exit_code == 0
     assert job_id not in invoke("list").stdout
     assert (home / "nanobot.db").exists()
 
 
-def test_cli_run_requests_a_run(home: Path):
+def test_cli_run_requests_a_run(home: Path, owner_config: None):
     job_id = invoke("add", "--every", "60", "--message", "hi").stdout.strip()
     result = invoke("run", job_id)
     assert result.exit_code == 0 and "requested" in result.stdout
@@ -369,16 +377,41 @@ def test_cli_run_requests_a_run(home: Path):
     (["add", "--every", "5"], 2, "exactly one of --code / --message"),
     (["add", "--every", "5", "--code", "missing.py"], 2, "does not exist"),
     (["add", "--every", "5", "--message", "x", "--to", "telegram"], 2, "channel:chat_id"),
+    (["add", "--every", "5", "--message", "x", "--to", "cli:default"], 2, "the terminal is not a chat"),
+    (["add", "--every", "5", "--message", "x", "--to", "slack:1"], 2, "channel 'slack' is not enabled"),
+    (["add", "--every", "5 parsecs", "--message", "x"], 2, "needs a duration such as"),
     (["remove", "deadbeef"], 1, "no cron job with id 'deadbeef'"),
     (["run", "deadbeef"], 1, "no cron job with id 'deadbeef'"),
 ])
-def test_cli_errors_and_exit_codes(home: Path, args, code, message):
+def test_cli_errors_and_exit_codes(home: Path, args, code, message, owner_config: None):
     result = invoke(*args)
     assert result.exit_code == code, result.output
     assert message in " ".join(result.stderr.split())
 
 
-def test_cli_code_validation_hook(home: Path, tmp_path: Path):
+def test_cli_without_an_owner_chat_needs_to(home: Path):
+    result = invoke("add", "--every", "60", "--message", "x")
+    assert result.exit_code == 2 and "delivers to the owner's chat, and there is none" in result.stderr
+
+
+def test_cli_every_takes_durations_and_runs_shows_history(home: Path, owner_config: None):
+    job_id = invoke("add", "--every", "1h30m", "--message", "x").stdout.strip()
+    assert "every 5400s" in invoke("list").stdout
+
+    async def record() -> None:
+        store = await CronStore.open(home / "nanobot.db")
+        try:
+            await store.record_run(job_id, datetime.now(timezone.utc), 12, "error", "ZeroDivisionError: division by zero")
+        finally:
+            await store.close()
+
+    assert "No runs" in invoke("runs", job_id).stdout
+    asyncio.run(record())
+    result = invoke("runs", job_id)
+    assert result.exit_code == 0 and "error" in result.stdout and "ZeroDivisionError: division by zero" in result.stdout
+
+
+def test_cli_code_validation_hook(home: Path, tmp_path: Path, owner_config: None):
     script = tmp_path / "bad.py"
     script.write_text("def (:\n")
 
@@ -392,3 +425,30 @@ def test_cli_code_validation_hook(home: Path, tmp_path: Path):
 def test_cli_config_error_exits_2(home: Path, tmp_path: Path):
     result = invoke("list", obj={"config": str(tmp_path / "nope.json")})
     assert result.exit_code == 2 and "config file not found" in result.stderr
+
+
+# ---- every: anchored to the last run ------------------------------------------------------
+async def test_every_is_anchored_to_the_last_run_across_restarts(store, make_service):
+    """A daily job on a daemon restarted more than once a day must still fire once a day."""
+    job = await add(store, "every", "86400")
+    last = utcnow() - timedelta(hours=20)
+    await store.record_run(job.id, last, 5, "ok")
+    for _ in range(3):  # three restarts: the next run stays 24 h after the last one
+        service = await make_service(lambda job: RunOutcome("ok"))
+        next_run = (await store.get(job.id)).next_run_at
+        assert abs((next_run - (last + timedelta(days=1))).total_seconds()) < 2, next_run
+        await service.stop()
+
+
+async def test_a_missed_interval_run_is_caught_up_within_the_grace(store, make_service):
+    ran = asyncio.Event()
+
+    async def runner(job: CronJob) -> RunOutcome:
+        ran.set()
+        return RunOutcome("ok")
+
+    job = await add(store, "every", "3600")
+    await store.record_run(job.id, utcnow() - timedelta(seconds=3630), 5, "ok")  # due 30 s ago
+    await store.update_next_run(job.id, utcnow() - timedelta(seconds=30))
+    await make_service(runner, grace_seconds=60)
+    await asyncio.wait_for(ran.wait(), 5)

@@ -108,6 +108,32 @@ async def test_heartbeat_speaks_only_when_there_is_something_to_say(config: Conf
     assert await Heartbeat(gateway.runtime, 3600).beat() is None and len(llm.chat_requests) == 3
 
 
+async def test_output_for_a_chat_that_cannot_be_reached_is_a_failed_run(config: Config, tg: FakeTelegram) -> None:
+    async with running_gateway(config, with_services=True) as gateway:
+        cron = gateway.runtime.deps.services.cron
+        store = CronStore(gateway.runtime.db)
+        for target in ("discord:5", "cli:default"):  # discord is not running; the gateway cannot print
+            job = await cron.add_job(owner_session=target, schedule_kind="every", expression="3600",
+                                     payload_kind="code", payload="print('lost?')")
+            outcome = await cron.run_now(job.id)
+            assert outcome.status == "error" and f"cannot deliver to {target}" in outcome.output
+            [run] = await store.runs(job.id)
+            assert run.status == "error"
+
+
+async def test_a_job_made_in_the_terminal_delivers_to_the_owner_and_can_be_tried_at_once(
+        config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    program = 'job = schedule_cron("every 1h", "print(\'tick\')")\nfinal_answer(run_cron(job))'
+    llm.script(reply(f"```python\n{program}\n```"))
+    async with running_gateway(config, with_services=True) as gateway:
+        answer = await gateway.runtime.agent.handle("cli:default", "tick every hour and try it")
+        [job] = await CronStore(gateway.runtime.db).list()
+        announced, tick = await tg.wait_sent(2)
+    assert job.owner_session == "cli:default" and job.target == f"telegram:{ALICE}"
+    assert "'status': 'ok'" in answer and "'output': 'tick'" in answer
+    assert tick["text"] == "tick" and tick["chat_id"] == ALICE
+
+
 # ------------------------------------------------------------------------- as real processes
 
 async def nanobot(home: Path, *args: str) -> tuple[int, str, str]:

@@ -125,14 +125,16 @@ def add(
                                        help="Crontab expression, 5 fields; weekday 0 and 7 = Sunday."),
     tz: Optional[str] = typer.Option(None, "--tz", metavar="ZONE",
                                      help="IANA zone for --cron and a naive --at (default: agents.defaults.timezone)."),
-    every: Optional[int] = typer.Option(None, "--every", metavar="SECONDS", help="Run every N seconds."),
+    every: Optional[str] = typer.Option(None, "--every", metavar="DURATION",
+                                        help="Run every 90 (seconds), 30m, 2h, 1d or 1h30m; anchored to the last run."),
     at: Optional[str] = typer.Option(None, "--at", metavar="ISO8601", help="Run once at this date-time."),
     code: Optional[Path] = typer.Option(None, "--code", metavar="FILE", exists=True, dir_okay=False,
                                         help="Python file to run in the sandbox (no model call)."),
     message: Optional[str] = typer.Option(None, "--message", metavar="TEXT",
                                           help="Prompt to run as an agent turn."),
     to: Optional[str] = typer.Option(None, "--to", metavar="CHANNEL:CHAT_ID",
-                                     help="Deliver results (and failure notices) to this chat; default cli:default."),
+                                     help="Deliver results (and failure notices) to this chat; default: the "
+                                          "owner's chat."),
 ) -> None:
     """Add a job and print its id."""
     kind, expression = _one_of({"cron": cron, "every": every, "at": at})
@@ -147,14 +149,39 @@ def add(
     validate_code = _options(ctx).get("validate_code")
 
     async def action(store: CronStore, config: Config) -> None:
+        from nanobot.cron.delivery import resolve_target
+        from nanobot.cron.schedule import parse_every
         from nanobot.cron.service import create_job
 
+        owner = to or CLI_SESSION
         job = await create_job(
-            store, name=name, owner_session=to or CLI_SESSION, deliver_to=to, schedule_kind=kind,
-            expression=str(expression), timezone=tz or config.agents.defaults.timezone,
+            store, name=name, owner_session=owner, deliver_to=resolve_target(config, owner, to), schedule_kind=kind,
+            expression=str(parse_every(expression) if kind == "every" else expression),
+            timezone=tz or config.agents.defaults.timezone,
             payload_kind="code" if payload_kind == "code" else "prompt", payload=payload,
             validate_code=validate_code)
         typer.echo(job.id)
+        typer.echo(f"Output goes to {job.target}.", err=True)
+
+    _run(ctx, action)
+
+
+# ---- runs -------------------------------------------------------------------------
+@cron_app.command("runs")
+def runs(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID"),
+         limit: int = typer.Option(20, "--limit", min=1, help="How many of the latest runs.")) -> None:
+    """The job's latest runs, newest first: when, how long, status, and the output or error."""
+
+    async def action(store: CronStore, config: Config) -> None:
+        await _existing(store, job_id)
+        history = await store.runs(job_id, limit=limit)
+        if not history:
+            typer.echo(f"No runs of {job_id} yet.")
+            return
+        rows = [["STARTED", "MS", "STATUS", "OUTPUT / ERROR"]]
+        rows += [[r.started_at.isoformat(timespec="seconds"), str(r.duration_ms), r.status,
+                  " ".join(r.output_excerpt.split())[:100]] for r in history]
+        typer.echo(_table(rows))
 
     _run(ctx, action)
 

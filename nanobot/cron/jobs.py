@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Collection
 
 from nanobot.bus import InboundMessage, OutboundMessage, split_target
 from nanobot.cron.service import CronService, RunOutcome
@@ -27,15 +27,30 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class Undeliverable(Exception):
+    """The job's chat is on a channel that is not running: its output would be lost."""
+
+
 class JobRunner:
-    def __init__(self, runtime: Runtime, dispatcher: Callable[[], Dispatcher]) -> None:
+    def __init__(self, runtime: Runtime, dispatcher: Callable[[], Dispatcher],
+                 running_channels: Callable[[], Collection[str]]) -> None:
         self.runtime = runtime
         self.dispatcher = dispatcher  # the gateway builds its dispatcher at start, after us
+        self.running_channels = running_channels
+
+    def check_delivery(self, target: str) -> None:
+        channel, _ = split_target(target)
+        if channel not in self.running_channels():
+            raise Undeliverable(f"cannot deliver to {target}: channel {channel!r} is not running")
 
     async def __call__(self, job: CronJob) -> RunOutcome:
-        if job.payload_kind == "code":
-            return await self.run_code(job)
-        return await self.run_prompt(job)
+        try:
+            if job.payload_kind == "code":
+                return await self.run_code(job)
+            self.check_delivery(job.target)  # before the turn: its reply would go nowhere
+            return await self.run_prompt(job)
+        except Undeliverable as exc:
+            return RunOutcome("error", str(exc))
 
     async def notice(self, job: CronJob, text: str) -> None:
         await self.deliver(job.target, f"⏰ {text}")
@@ -72,6 +87,7 @@ class JobRunner:
             return RunOutcome("error", last_line, result.function_calls)
         text = final[0] if final else "\n".join(p for p in (result.output.rstrip(), result.value) if p)
         if text.strip() and not sent:
+            self.check_delivery(job.target)
             await self.deliver(job.target, text)
         return RunOutcome("ok", text or "; ".join(sent), result.function_calls)
 
@@ -85,9 +101,10 @@ class JobRunner:
 class CronJobs:
     """The cron service as a gateway service: the store, the scheduler and the runner together."""
 
-    def __init__(self, runtime: Runtime, dispatcher: Callable[[], Dispatcher], *, poll_interval: float = 1.0) -> None:
+    def __init__(self, runtime: Runtime, dispatcher: Callable[[], Dispatcher],
+                 running_channels: Callable[[], Collection[str]], *, poll_interval: float = 1.0) -> None:
         self.runtime = runtime
-        self.runner = JobRunner(runtime, dispatcher)
+        self.runner = JobRunner(runtime, dispatcher, running_channels)
         self.poll_interval = poll_interval
         self.service: CronService | None = None
 

@@ -6,7 +6,8 @@ Three kinds, each stored as (kind, expression, timezone) text:
   Sunday, 1 = Monday). APScheduler 3.x counts 0 as *Monday*, so the field is expanded here
   into day names before APScheduler sees it. As in crontab, when both day-of-month and
   day-of-week are restricted, a day matching *either* fires (APScheduler alone would AND them).
-- ``every``: a whole number of seconds, at least 1.
+- ``every``: a whole number of seconds, at least 1 (written ``90``, ``30m``, ``2h``, ``1d``
+  or ``1h30m`` too); the runs are anchored to the last one.
 - ``at``: one ISO 8601 date-time; a naive one is read in the job's timezone.
 """
 
@@ -101,6 +102,19 @@ def cron_trigger(expression: str, tz: ZoneInfo) -> BaseTrigger:
         raise ValueError(f"invalid cron expression {expression!r}: {exc}") from None
 
 
+_DURATION_PART = re.compile(r"(\d+)\s*(days?|d|hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)?", re.I)
+_UNIT_SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_every(text: str) -> int:
+    """``"90"``, ``"90s"``, ``"30m"``, ``"2h"``, ``"1d"``, ``"1h30m"``, ``"30 minutes"`` -> seconds."""
+    raw = text.strip().lower().removeprefix("every").strip()
+    parts = list(_DURATION_PART.finditer(raw))
+    if not raw or not parts or "".join(p.group(0) for p in parts).replace(" ", "") != raw.replace(" ", ""):
+        raise ValueError(f"'every' needs a duration such as 90, 30m, 2h, 1d or 1h30m, got {text!r}")
+    return every_seconds(str(sum(int(p.group(1)) * _UNIT_SECONDS[(p.group(2) or "s")[0]] for p in parts)))
+
+
 def every_seconds(expression: str) -> int:
     try:
         seconds = int(expression.strip())
@@ -140,13 +154,18 @@ def validate(kind: str, expression: str, timezone: str, *, now: datetime | None 
     return moment.isoformat()
 
 
-def build_trigger(kind: str, expression: str, timezone: str) -> BaseTrigger:
-    """The APScheduler trigger for a stored (already validated) schedule."""
+def build_trigger(kind: str, expression: str, timezone: str, anchor: datetime | None = None) -> BaseTrigger:
+    """The APScheduler trigger for a stored (already validated) schedule.
+
+    An ``every`` schedule fires at ``anchor + k * interval``: anchored to the job's last run,
+    so restarting the gateway does not restart the interval (a daily job on a daemon
+    restarted twice a day would otherwise never fire).
+    """
     tz = zone(timezone)
     if kind == "cron":
         return cron_trigger(expression, tz)
     if kind == "every":
-        return IntervalTrigger(seconds=every_seconds(expression), timezone=tz)
+        return IntervalTrigger(seconds=every_seconds(expression), timezone=tz, start_date=anchor)
     if kind == "at":
         return DateTrigger(run_date=at_datetime(expression, tz), timezone=tz)
     raise ValueError(f"unknown schedule kind {kind!r}")

@@ -17,7 +17,7 @@ import inspect
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Awaitable, Callable, Literal
 
 from apscheduler.jobstores.base import JobLookupError
@@ -81,6 +81,13 @@ async def create_job(store: CronStore, *, owner_session: str, schedule_kind: str
 def _default_name(payload: str) -> str:
     first_line = payload.strip().splitlines()[0]
     return first_line if len(first_line) <= 40 else first_line[:39] + "…"
+
+
+def _anchor(job: CronJob) -> datetime | None:
+    """Where an ``every`` job's interval counts from: its last run (or its creation)."""
+    if job.schedule_kind != "every":
+        return None
+    return (job.last_run_at or job.created_at) + timedelta(seconds=schedule.every_seconds(job.expression))
 
 
 def _signature(job: CronJob) -> tuple[str, str, str]:
@@ -213,7 +220,7 @@ class CronService:
         assert self._scheduler is not None
         self._registered[job.id] = _signature(job)
         try:
-            trigger = schedule.build_trigger(job.schedule_kind, job.expression, job.timezone)
+            trigger = schedule.build_trigger(job.schedule_kind, job.expression, job.timezone, _anchor(job))
         except ValueError as exc:  # only a hand-edited row gets here; create_job validates
             log.warning("cron: job %s has a bad schedule, not scheduling it: %s", job.id, exc)
             return None

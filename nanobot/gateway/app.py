@@ -95,6 +95,9 @@ class Gateway:
             self._started_services.append(service)
         log.info("gateway ready: channels %s", ", ".join(self.channels.channels) or "none")
 
+    def running_channels(self) -> list[str]:
+        return list(self.channels.channels) if self.channels is not None else []
+
     def _chat_root(self, sender: Sender) -> Path:
         """Where a chat's downloads go: the workspace for owner chats, its own folder for members."""
         peer = [sender.sender_id, sender.sender_name] if sender.is_private else None
@@ -141,7 +144,7 @@ def add_services(gateway: Gateway) -> None:
     from nanobot.cron.jobs import CronJobs
     from nanobot.heartbeat import Heartbeat
 
-    gateway.add_service(CronJobs(gateway.runtime, lambda: gateway.dispatcher))
+    gateway.add_service(CronJobs(gateway.runtime, lambda: gateway.dispatcher, gateway.running_channels))
     heartbeat = gateway.config.gateway.heartbeat
     if heartbeat.enabled:
         gateway.add_service(Heartbeat(gateway.runtime, heartbeat.interval_minutes * 60))

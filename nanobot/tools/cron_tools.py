@@ -8,24 +8,22 @@ now rather than failing at 3 a.m.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated
 
 from pydantic import Field
 
 from nanobot.tools.registry import ToolContext, tool
 
-_EVERY = re.compile(r"^every\s+(\d+)\s*(s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?)?$", re.I)
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600}
 MIN_EVERY_SECONDS = 60  # for jobs made from a chat (the CLI may go lower)
 
 
 def parse_expression(expression: str) -> tuple[str, str]:
     """``"0 9 * * 1-5"`` -> cron; ``"every 10m"`` -> every 600 s; ``"at 2026-12-01T09:00"`` -> one shot."""
+    from nanobot.cron.schedule import parse_every
+
     text = expression.strip()
-    if match := _EVERY.match(text):
-        unit = (match.group(2) or "s")[0].lower()
-        return "every", str(int(match.group(1)) * _UNIT_SECONDS[unit])
+    if text.lower().startswith("every"):
+        return "every", str(parse_every(text))
     if text.lower().startswith("at "):
         return "at", text[3:].strip()
     return "cron", text
@@ -63,7 +61,9 @@ async def schedule_cron(
     name: str | None = None,
     message: Annotated[str | None, Field(description="instead of code: a request run as a chat turn")] = None,
 ) -> str:
-    """Schedule code (or a message turn) in this chat's timezone; returns the job id."""
+    """Schedule code (or a message turn) in this chat's timezone; returns the job id. Output goes to
+    this chat (from the terminal: to the owner's chat); run_cron(id) tries it once now."""
+    from nanobot.cron.delivery import resolve_target
     from nanobot.cron.service import create_job
 
     if bool(code.strip()) == bool(message):
@@ -77,10 +77,11 @@ async def schedule_cron(
     if len(await store.list(owner_session=ctx.session_key)) >= limit:
         raise PermissionError(f"this chat has {limit} scheduled jobs already (gateway.maxCronJobsPerChat); "
                               "remove one with remove_cron first")
+    deliver_to = resolve_target(ctx.config, ctx.session_key, None)  # the terminal: the owner's chat
     job = await create_job(store, owner_session=ctx.session_key, schedule_kind=kind, expression=expr,
                            timezone=ctx.config.agent_for(ctx.session_key).timezone,
                            payload_kind="prompt" if message else "code", payload=message or code, name=name,
-                           validate_code=await _validator(ctx))
+                           deliver_to=deliver_to, validate_code=await _validator(ctx))
     await ctx.announce(f"New scheduled job {job.id} ({kind} {expr}) made by {ctx.session_key}: {job.name}")
     return job.id
 
@@ -90,7 +91,7 @@ async def list_cron(ctx: ToolContext) -> list[dict]:
     """This chat's scheduled jobs: id, name, schedule, next run, last status."""
     jobs = await (await _store(ctx)).list(owner_session=ctx.session_key)
     return [{"id": j.id, "name": j.name, "schedule": f"{j.schedule_kind} {j.expression}", "timezone": j.timezone,
-             "kind": j.payload_kind, "enabled": j.enabled,
+             "kind": j.payload_kind, "enabled": j.enabled, "delivers_to": j.target,
              "next_run": j.next_run_at.isoformat() if j.next_run_at else None, "last_status": j.last_status}
             for j in jobs]
 
@@ -107,4 +108,21 @@ async def remove_cron(ctx: ToolContext, job_id: str) -> str:
     return f"removed {job_id}"
 
 
-CRON_TOOLS = [schedule_cron, list_cron, remove_cron]
+@tool
+async def run_cron(ctx: ToolContext, job_id: str) -> dict:
+    """Run one of this chat's jobs once now (its schedule is unchanged) and return how it went:
+    {"status": "ok" or "error", "output": ...}. Use it to test a job right after scheduling it."""
+    store = await _store(ctx)
+    job = await store.get(job_id)
+    if job is None or job.owner_session != ctx.session_key:
+        raise ValueError(f"no job {job_id!r} in this chat; list_cron() shows them")
+    if job.payload_kind != "code":  # its turn would queue behind this one, which waits for it
+        raise ValueError("only code jobs can be run from a chat; a message job runs as a turn at its time")
+    if ctx.services.cron is None:
+        raise RuntimeError("jobs run in the gateway (nanobot gateway), not in this terminal chat; to test a code "
+                           "job here, run its code directly")
+    outcome = await ctx.services.cron.run_now(job_id)
+    return {"status": outcome.status, "output": outcome.output}
+
+
+CRON_TOOLS = [schedule_cron, list_cron, remove_cron, run_cron]

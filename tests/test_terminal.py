@@ -1,0 +1,72 @@
+"""The terminal chat on a real pseudo-terminal: line editing, history, Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pty
+import sys
+from pathlib import Path
+
+from tests.fakes.openai_server import FakeOpenAI, delayed, reply
+from tests.test_cli import write_config
+
+
+class Terminal:
+    """A pty the chat runs on; ``screen`` is everything it printed."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = pty.openpty()
+        self.screen = ""
+        os.set_blocking(self.master, False)
+
+    def type(self, keys: str) -> None:
+        os.write(self.master, keys.encode())
+
+    async def wait_for(self, text: str, timeout: float = 15.0) -> None:
+        try:
+            await self._wait_for(text, timeout)
+        except TimeoutError:
+            raise AssertionError(f"{text!r} not on the screen:\n{self.screen!r}") from None
+
+    async def _wait_for(self, text: str, timeout: float) -> None:
+        async with asyncio.timeout(timeout):
+            while text not in self.screen:
+                try:
+                    self.screen += os.read(self.master, 65536).decode(errors="replace")
+                except BlockingIOError:
+                    await asyncio.sleep(0.02)
+                except OSError:  # the child closed the terminal
+                    await asyncio.sleep(0.02)
+
+
+async def test_arrows_edit_the_line_and_ctrl_c_cancels_then_leaves(home: Path, workspace: Path) -> None:
+    term = Terminal()
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        llm.script(reply("hi there"), delayed(reply("too slow"), 30))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nanobot", "agent", stdin=term.slave, stdout=term.slave, stderr=term.slave,
+            env={**os.environ, "NANOBOT_HOME": str(home), "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"})
+        try:
+            await term.wait_for("you>")
+            term.type("helo\x1b[Dl\r")  # left arrow, then the missing "l": "hello"
+            await term.wait_for("hi there")
+            assert llm.chat_requests[0]["messages"][-1]["content"] == "hello"
+            term.type("slow one\r")
+            async with asyncio.timeout(10):
+                while len(llm.chat_requests) < 2:
+                    await asyncio.sleep(0.02)
+            term.type("\x03")  # Ctrl-C during a turn: cancel it, stay in the chat
+            await term.wait_for("Stopped.")
+            assert proc.returncode is None
+            term.type("\x03")  # Ctrl-C at an idle prompt: leave
+            assert await asyncio.wait_for(proc.wait(), 15) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            os.close(term.slave)
+    assert "\x1b[D" not in llm.chat_requests[0]["messages"][-1]["content"]
+    assert "hello" in (home / "cli_history").read_text()
+    assert "Traceback" not in term.screen
