@@ -210,12 +210,15 @@ def find_skill(name: str, workspace: Path, builtin_dir: Path | None = None) -> S
 # ---------------------------------------------------------------------------------- prompt
 
 
-def skill_line(skill: Skill, workspace: Path) -> str:
+HELPERS_NOTE = 'Skills marked "helpers" ship Python functions: in code, use_skill(name) defines them in your session.'
+
+
+def skill_line(skill: Skill, workspace: Path, *, code: bool = True) -> str:
     where = "built-in" if skill.builtin else skill.path.relative_to(workspace.resolve()).as_posix()
     flags = [where]
     if skill.shadows_builtin:
         flags.append("REPLACES the built-in skill of this name")
-    if skill.has_helpers:
+    if skill.has_helpers and code:
         flags.append("helpers")
     missing = skill.missing()
     if missing:
@@ -223,14 +226,16 @@ def skill_line(skill: Skill, workspace: Path) -> str:
     return f"- {skill.name}: {skill.description} [{'; '.join(flags)}]"
 
 
-def skills_section(workspace: Path, builtin_dir: Path | None = None) -> str:
-    """The system prompt's skills section: a header and one line per skill ('' if none)."""
+def skills_section(workspace: Path, builtin_dir: Path | None = None, *, code: bool = True) -> str:
+    """The system prompt's skills section: a header and one line per skill ('' if none).
+    Without ``code`` (tools mode) nothing mentions helpers, which only programs can use."""
     from nanobot.agent.context import render_prompt
 
     skills = list_skills(workspace, builtin_dir)
     if not skills:
         return ""
-    return render_prompt("skills.md", skills="\n".join(skill_line(s, workspace) for s in skills)).strip()
+    return render_prompt("skills.md", skills="\n".join(skill_line(s, workspace, code=code) for s in skills),
+                         helpers_note=HELPERS_NOTE if code else "").strip()
 
 
 # ---------------------------------------------------------------------------------- reading
@@ -274,7 +279,14 @@ async def read_skill(ctx: ToolContext, name: str, file: str = SKILL_FILE) -> str
     Works for built-in skills, which lie outside the workspace, and for the workspace's own.
     """
     skill = find_skill(name, ctx.workspace)
-    return _skill_file(skill, file, ctx.workspace).read_text(encoding="utf-8", errors="replace")
+    text = _skill_file(skill, file, ctx.workspace).read_text(encoding="utf-8", errors="replace")
+    if not ctx.runs_code and file == SKILL_FILE:
+        text = TOOLS_MODE_NOTE + text
+    return text
+
+
+TOOLS_MODE_NOTE = ("[You act with tool calls in this chat, not programs: where this skill shows Python, make the "
+                   "same calls as tools, one by one; use_skill, llm_query and final_answer do not exist here.]\n\n")
 
 
 # ---------------------------------------------------------------------------------- wiring
@@ -283,4 +295,4 @@ async def read_skill(ctx: ToolContext, name: str, file: str = SKILL_FILE) -> str
 def install_skills(deps: AgentDeps) -> None:
     """Offer ``read_skill`` and put the skills list into every system prompt."""
     deps.tools.register(read_skill)
-    deps.system_extras.append(lambda ctx: skills_section(ctx.workspace))  # a member chat: its own folder
+    deps.system_extras.append(lambda ctx: skills_section(ctx.workspace, code=ctx.runs_code))  # a member chat: its own folder

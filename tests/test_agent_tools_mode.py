@@ -89,3 +89,18 @@ async def test_history_and_usage_are_kept(llm: FakeOpenAI, workspace: Path, home
     async with Runtime(config_for(llm.base_url, workspace)) as rt:
         totals = await rt.usage.totals()
     assert totals["tools"].model_calls == 2 and totals["tools"].prompt_tokens == 20
+
+
+async def test_a_long_message_is_a_file_the_tools_can_use(llm: FakeOpenAI, workspace: Path) -> None:
+    pasted = "x" * 9000 + " what is the last word? banana"
+    llm.script(lambda body: tool_call("exec_command", {"command": f"tail -c 6 {_saved_path(body)}"}),
+               reply("banana"))
+    assert await run(llm, workspace, pasted) == "banana"
+    first = llm.chat_requests[0]["messages"][-1]["content"]
+    assert "the whole text is in the file messages/" in first and len(first) < 1300
+    assert llm.chat_requests[1]["messages"][-1]["content"].endswith("banana")
+
+
+def _saved_path(body: dict) -> str:
+    text = body["messages"][-1]["content"]
+    return text.split("the whole text is in the file ", 1)[1].split(".txt", 1)[0] + ".txt"

@@ -139,7 +139,21 @@ async def test_large_input_arrives_as_context(llm: FakeOpenAI, workspace: Path) 
     llm.script(reply("```python\nfinal_answer(str(len(context.split())))\n```"))
     assert await ask(llm, workspace, big) == ["5000"]
     prompt = llm.chat_requests[0]["messages"][-1]["content"]
-    assert "variable `context`" in prompt and len(prompt) < 1000
+    assert "variable `context`" in prompt and len(prompt) < 1300
+
+
+async def test_a_long_message_stays_whole_for_later_turns(llm: FakeOpenAI, workspace: Path, home: Path) -> None:
+    pasted = "Line of a log file.\n" * 2000 + "QUESTION: how many lines mention the log?"
+    llm.script(reply("That is a long log. Shall I count?"),
+               reply("```python\nfinal_answer(str(sum('log' in l for l in context.splitlines())))\n```"))
+    async with Runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
+        assert await rt.agent.handle("cli:long", pasted) == "That is a long log. Shall I count?"
+        assert await rt.agent.handle("cli:long", "yes, count") == "2001"  # no NameError: context
+    preview = llm.chat_requests[0]["messages"][-1]["content"]
+    assert "QUESTION: how many lines" in preview  # the end, where the question usually is
+    [saved] = (workspace / "messages").iterdir()
+    assert saved.read_text() == pasted
+    assert "QUESTION" in (home / "sessions" / "cli_long.jsonl").read_text()
 
 
 async def test_hybrid_exec_python_shares_state_with_later_programs(llm: FakeOpenAI, workspace: Path) -> None:

@@ -164,11 +164,12 @@ async def test_prompt_lists_skills_and_read_skill_reads_builtin_and_workspace(ll
         assert await rt.agent.handle("cli:s", "weather?") == "done"
     system = llm.chat_requests[0]["messages"][0]["content"]
     assert "# Skills" in system and "read_skill(name)" in system
-    assert "- weather: " in system and "[built-in; helpers]" in system
+    assert "- weather: " in system and "[built-in]" in system  # tools mode: no code-only hints
+    assert "use_skill" not in system and "llm_query" not in system and "; helpers]" not in system
     assert "- notes: Keep notes tidy. [skills/notes/SKILL.md]" in system
     assert "read_skill" in {t["function"]["name"] for t in llm.chat_requests[0]["tools"]}
     results = [r["messages"][-1]["content"] for r in llm.chat_requests[1:]]
-    assert results[0].startswith("---\nname: weather")
+    assert results[0].startswith("[You act with tool calls") and "\n\n---\nname: weather" in results[0]
     assert "Use notes/." in results[1]
     assert "def parse_wttr(" in results[2]
     assert results[3].startswith("Error: PermissionError") and "outside the skill" in results[3]

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot.agent.context import render_prompt
 from nanobot.agent.markup import extract_code, say_notes, strip_think, without_say
-from nanobot.agent.modes import ToolsMode, attachments_note, run_tool_call
+from nanobot.agent.modes import (LONG_MESSAGE_META, ToolsMode, attachments_note, keep_long_message,
+                                 long_message_preview, run_tool_call)
 from nanobot.config import CodeRuntime, Config
 from nanobot.db import migrate
 from nanobot.providers.base import LLMResponse, parse_arguments
@@ -260,22 +261,43 @@ class CodeMode:
 
 
 def large_inputs(turn: Turn, content: str, media: list[str]) -> str:
-    """Hand big messages and sent documents to programs as variables instead of the prompt."""
+    """Hand big messages and sent documents to programs as variables instead of the prompt.
+
+    ``context`` is the latest long message of the chat, in this turn and in later ones (it is
+    kept as a file in the chat's folder), so a program written a few turns on still finds it.
+    """
     limit = turn.settings.code_runtime.large_input_chars
     parts = []
-    if len(content) > limit:
+    saved = keep_long_message(turn, content)
+    if saved is not None:
         turn.inputs["context"] = content
-        parts.append(f"[The user's message is {len(content):,} characters long; it is in the variable `context`. "
-                     f"It begins:]\n{content[:300]}")
+        parts.append(f"[The user's message is {len(content):,} characters long; it is in the variable `context` "
+                     f"(and the file {saved}). Its beginning and end:]\n{long_message_preview(content)}")
     else:
+        earlier = _earlier_long_message(turn)
+        if earlier is not None:
+            turn.inputs["context"] = earlier
         parts.append(content)
     files = _readable_files(turn.ctx.workspace, media, limit * 100)
+    for rel in media:  # a sent document is `context` too when the message itself is short
+        if "context" not in turn.inputs and Path(rel).name in files:
+            turn.inputs["context"] = files[Path(rel).name]
     if files:
         turn.inputs["files"] = files
         sizes = ", ".join(f"{name!r} ({len(text):,} chars)" for name, text in files.items())
         parts.append(f"[Sent documents are in the variable `files` (name -> text): {sizes}]")
     parts.append(attachments_note(media))
     return "\n".join(p for p in parts if p)
+
+
+def _earlier_long_message(turn: Turn) -> str | None:
+    name = turn.session.meta.get(LONG_MESSAGE_META)
+    if not isinstance(name, str):
+        return None
+    try:
+        return (turn.ctx.workspace / name).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _readable_files(workspace: Path, media: list[str], max_chars: int) -> dict[str, str]:

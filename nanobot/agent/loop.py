@@ -67,6 +67,7 @@ class Turn:
         self.settings: AgentSettings = deps.config.agent_for(session.key)
         self.progress = progress
         self.ctx = deps.chat_context(session.key)
+        self.ctx.runs_code = mode.name != "tools"
         self.messages: list[dict[str, Any]] = []
         self.inputs: dict[str, Any] = {}  # variables handed to code-mode programs (large inputs)
         self.final: str | None = None  # set by final_answer() to end the turn without another model call

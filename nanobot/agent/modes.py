@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nanobot.agent.context import render_prompt
@@ -37,6 +38,31 @@ def attachments_note(media: list[str]) -> str:
     return "\n".join(f"[attached file: {path}]" for path in media)
 
 
+LONG_MESSAGE_META = "long_message"  # session meta: the chat file holding the latest long message
+PREVIEW_CHARS = 500
+
+
+def keep_long_message(turn: Turn, content: str) -> str | None:
+    """A message over ``largeInputChars`` is saved whole as a file in the chat's folder (the
+    history then carries a preview), and the session remembers it for later turns."""
+    if len(content) <= turn.settings.code_runtime.large_input_chars:
+        return None
+    name = f"messages/{time.strftime('%Y%m%d-%H%M%S')}-{len(content)}.txt"
+    path = turn.ctx.workspace / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content, encoding="utf-8", errors="replace")
+    turn.session.set_meta(**{LONG_MESSAGE_META: name})
+    return name
+
+
+def long_message_preview(content: str) -> str:
+    """The beginning and the end: the question is usually at the end of a paste."""
+    if len(content) <= 2 * PREVIEW_CHARS:
+        return content
+    hidden = len(content) - 2 * PREVIEW_CHARS
+    return f"{content[:PREVIEW_CHARS]}\n[… {hidden:,} characters not shown …]\n{content[-PREVIEW_CHARS:]}"
+
+
 async def run_tool_call(turn: Turn, name: str, raw_arguments: str) -> str:
     """Run one tool call for the model; every failure becomes an error text it can act on."""
     try:
@@ -63,6 +89,10 @@ class ToolsMode:
         return turn.deps.tools.openai_schemas()
 
     def user_content(self, turn: Turn, content: str, media: list[str]) -> str:
+        saved = keep_long_message(turn, content)
+        if saved is not None:  # tools can work on the file without the model copying it back out
+            content = (f"[The user's message is {len(content):,} characters long; the whole text is in the file "
+                       f"{saved}. Its beginning and end:]\n{long_message_preview(content)}")
         return "\n".join(filter(None, [content, attachments_note(media)]))
 
     async def step(self, turn: Turn, response: LLMResponse) -> str | None:

@@ -65,6 +65,7 @@ class ToolContext:
     services: Services = field(default_factory=Services)
     trust: Trust = OWNER
     turn: TurnState = field(default_factory=TurnState)
+    runs_code: bool = True  # the model can write programs this turn (code, hybrid): code-only hints apply
 
     async def announce(self, text: str) -> None:
         if self.services.announce is not None:
