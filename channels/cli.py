@@ -89,6 +89,7 @@ class CliChannel(BaseChannel):
         queue: asyncio.Queue[str | None] = asyncio.Queue()
 
         def pump() -> None:  # a daemon thread: never joined, so it cannot hold up the exit
+            sys.stdin.reconfigure(errors="replace")  # invalid bytes must not end the chat
             for line in sys.stdin:
                 loop.call_soon_threadsafe(queue.put_nowait, line)
             loop.call_soon_threadsafe(queue.put_nowait, None)

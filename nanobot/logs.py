@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import logging.handlers
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,22 @@ def _secret_values(value: Any, key: str = "") -> list[str]:
     return []
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (a test runner swaps it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def setup(verbose: bool = False) -> None:
     """stderr: warnings (everything the agent does with ``-v``), timestamped and redacted."""
     root = logging.getLogger()
-    handler = logging.StreamHandler()
+    for old in [h for h in root.handlers if isinstance(h, _StderrHandler)]:
+        root.removeHandler(old)
+    handler = _StderrHandler()
     handler.setFormatter(RedactingFormatter(FORMAT))
-    root.handlers[:] = [handler]
+    root.addHandler(handler)
     root.setLevel(logging.INFO if verbose else logging.WARNING)
     for noisy in ("httpx", "httpcore", "telegram.ext", "discord", "apscheduler", "openai"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from nanobot.config import private_dir
+from nanobot.utf8 import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ class Session:
     # ---- writing ---------------------------------------------------------------------
     def append(self, message: dict[str, Any]) -> None:
         """Record one message at once (flushed to the OS; fsync happens at the end of the turn)."""
-        record = {**message, "ts": _now()}
+        record = {**clean_text(message), "ts": _now()}
         self.messages.append(record)
         self._write(record)
 

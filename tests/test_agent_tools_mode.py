@@ -98,7 +98,7 @@ async def test_a_long_message_is_a_file_the_tools_can_use(llm: FakeOpenAI, works
     assert await run(llm, workspace, pasted) == "banana"
     first = llm.chat_requests[0]["messages"][-1]["content"]
     assert "the whole text is in the file messages/" in first and len(first) < 1300
-    assert llm.chat_requests[1]["messages"][-1]["content"].endswith("banana")
+    assert llm.chat_requests[1]["messages"][-1]["content"] == "banana\n[exit code 0]"
 
 
 def _saved_path(body: dict) -> str:

@@ -211,3 +211,12 @@ async def test_use_skill_in_a_stateless_run_as_cron_jobs_have(llm: FakeOpenAI, w
     assert ok.ok and ok.value == "3"
     assert bad.error_type == "ValueError" and "nope" in bad.error
     assert "literal string" in computed.error
+
+
+async def test_code_shown_to_the_user_is_not_run(llm: FakeOpenAI, workspace: Path) -> None:
+    answer = "Use slicing:\n```python show\nwrite_file('ran.txt', 'x')\nitems[::-1]\n```\nIt returns a new list."
+    llm.script(reply(answer))
+    [reply_text] = await ask(llm, workspace, "how do I reverse a list?")
+    assert reply_text == answer.replace("```python show\n", "```python\n")
+    assert not (workspace / "ran.txt").exists() and len(llm.chat_requests) == 1
+    assert "```python show" in llm.chat_requests[0]["messages"][0]["content"]  # documented in the prompt

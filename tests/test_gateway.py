@@ -13,7 +13,7 @@ import pytest
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import Config
 from nanobot.agent.loop import TURN_CRASHED as APOLOGY
-from nanobot.gateway.dispatcher import SHUTDOWN_NOTE, STOPPED_NOTE, Dispatcher
+from nanobot.gateway.dispatcher import RESTART_NOTICE, SHUTDOWN_NOTE, STOPPED_NOTE, Dispatcher
 from nanobot.providers.base import ChatRequest, LLMResponse
 from nanobot.runtime import Runtime
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
@@ -184,3 +184,13 @@ async def test_shutdown_cancels_turns_after_the_grace(h: Harness, llm: FakeOpenA
     await h.dispatcher.shutdown(grace=0.1)
     assert time.monotonic() - started < 1
     assert h.rt.agent.session("telegram:1").messages[-1]["content"] == SHUTDOWN_NOTE
+    assert [m.content for m in await h.replies(1)] == [RESTART_NOTICE]  # the user is told to ask again
+
+
+async def test_shutdown_tells_chats_whose_messages_were_still_queued(h: Harness, llm: FakeOpenAI) -> None:
+    llm.script(delayed(reply("first"), 0.3))
+    await h.say("first")
+    await llm.request_event.wait()
+    await h.say("second, queued behind the first")
+    await h.dispatcher.shutdown(grace=5)
+    assert sorted(m.content for m in await h.replies(2)) == sorted(["first", RESTART_NOTICE])

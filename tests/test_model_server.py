@@ -161,3 +161,13 @@ async def test_no_key_for_openai_says_so_before_any_network(home: Path, workspac
     (home / "config.json").write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace)}}}))
     code, out, err = await nanobot("agent", "-m", "hi", home=home)
     assert code == 2 and "providers.openai.apiKey is not set" in err and "Traceback" not in err
+
+
+async def test_a_bad_character_does_not_poison_the_chat(llm: FakeOpenAI, workspace: Path, home: Path) -> None:
+    llm.script(reply("odd text"), reply("fine"))
+    assert await ask(llm, workspace, "bad \udcff byte and \ud83d half", mode="code") == "odd text"
+    assert await ask(llm, workspace, "next", mode="code") == "fine"
+    sent = json.dumps(llm.chat_requests[-1]["messages"])
+    assert "bad \\ufffd byte and \\ufffd half" in sent, sent
+    lines = (home / "sessions" / "cli_t.jsonl").read_text(encoding="utf-8").splitlines()
+    assert all(json.loads(line) for line in lines) and len(lines) == 1 + 2 + 2

@@ -23,7 +23,12 @@ def ctx(config: Config, workspace: Path) -> ToolContext:
 
 
 async def run(ctx: ToolContext, command: str, **kwargs) -> str:
-    return await registry.call("exec_command", {"command": command} | kwargs, ctx)
+    """The command's output; a success's "[exit code 0]" line is checked and taken off."""
+    result = await registry.call("exec_command", {"command": command} | kwargs, ctx)
+    if result.endswith("\n[exit code 0]"):
+        result = result.removesuffix("\n[exit code 0]")
+        return "(no output)" if result == "(no output)" else result + "\n"
+    return result
 
 
 def _gone(pid: int) -> bool:
@@ -58,12 +63,14 @@ async def test_output_and_cwd(ctx, workspace):
 
 async def test_stderr_and_exit_code(ctx):
     assert await run(ctx, "echo out; echo err >&2; exit 3") == "out\nerr\n[exit code 3]"
-    assert await run(ctx, "exit 4") == "[exit code 4]"
+    assert await run(ctx, "exit 4") == "(no output)\n[exit code 4]"
+    raw = await registry.call("exec_command", {"command": "echo ok"}, ctx)
+    assert raw == "ok\n[exit code 0]"  # the exit code always, as the tool's description promises
 
 
 async def test_sees_files_written_by_file_tools(ctx):
     await registry.call("write_file", {"path": "d/x.txt", "content": "from write_file"}, ctx)
-    assert await run(ctx, "cat d/x.txt") == "from write_file"
+    assert await run(ctx, "cat d/x.txt") == "from write_file\n"
 
 
 async def test_timeout_kills_the_process_group(ctx, workspace):

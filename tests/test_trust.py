@@ -189,7 +189,7 @@ async def test_the_owners_shell_does_ordinary_work_and_its_steering_changes_are_
     async with running_gateway(config):
         tg.push_text(OWNER, OWNER, "set it up")
         notice, answer = await tg.wait_sent(2, timeout=15)
-    assert tool_results(llm)[0].strip() == "42"
+    assert tool_results(llm)[0] == "42\n[exit code 0]"
     assert (workspace / "proj" / ".git").is_dir() and "water plants" in (workspace / "HEARTBEAT.md").read_text()
     assert notice["text"] == f"🔔 HEARTBEAT.md changed by telegram:{OWNER} (exec_command)."
 

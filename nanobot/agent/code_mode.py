@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot.agent.context import render_prompt
-from nanobot.agent.markup import extract_code, say_notes, strip_think, without_say
+from nanobot.agent.markup import extract_code, for_the_user, say_notes, strip_think, without_say
 from nanobot.agent.modes import (LONG_MESSAGE_META, ToolsMode, attachments_note, keep_long_message,
                                  long_message_preview, run_tool_call)
 from nanobot.config import CodeRuntime, Config
@@ -247,7 +247,7 @@ class CodeMode:
             await turn.say(note)
         block = extract_code(text)
         if block is None:
-            reply = without_say(text)
+            reply = for_the_user(without_say(text))
             turn.add({"role": "assistant", "content": reply})
             return reply or "(done)"
         turn.add({"role": "assistant", "content": text})

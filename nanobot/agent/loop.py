@@ -23,6 +23,7 @@ from nanobot.agent.modes import get_mode
 from nanobot.config import AgentSettings
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
 from nanobot.session import Session
+from nanobot.utf8 import clean_text
 from nanobot.trust import OWNER
 
 if TYPE_CHECKING:
@@ -178,6 +179,7 @@ class Agent:
     async def handle(self, session_key: str, content: str, *, media: list[str] | None = None,
                      progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None) -> str:
         """A chat message: a command's answer, or a full agent turn."""
+        content = clean_text(content)  # one bad character must not poison the chat's history
         if origin is not None and origin.private:
             remember_peer(self.session(session_key), origin)
         answer = await handle_command(self, session_key, content)

@@ -9,6 +9,8 @@ _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _SAY = re.compile(r"<say>(.*?)</say>", re.DOTALL)
 _FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
+# ```python show: code written for the user (an example, a "how do I"), shown and never run.
+_SHOW_FENCE = re.compile(r"```(python|py)[ \t]+show[ \t]*\n", re.IGNORECASE)
 
 
 def strip_think(text: str | None) -> str:
@@ -51,6 +53,11 @@ def extract_code(text: str) -> CodeBlock | None:
     if not fences:
         return None
     return CodeBlock("\n".join(m.group(1) for m in fences).strip("\n"), text[:fences[0].start()].strip())
+
+
+def for_the_user(text: str) -> str:
+    """The reply as the user should see it: ``show`` fences become plain python fences."""
+    return _SHOW_FENCE.sub(lambda m: f"```{m.group(1)}\n", text)
 
 
 def _dedent_fence(code: str) -> str:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TYPING_INTERVAL = 4.0  # Telegram shows "typing…" for about 5 s per call
+RESTART_NOTICE = "I was restarted before I could answer that. Please ask again in a moment."
 STOP_WAIT = 10.0  # how long /stop waits for a cancelled turn to unwind before answering
 STOPPED_NOTE = "(stopped by the user)"
 SHUTDOWN_NOTE = "(interrupted: the assistant was shut down before finishing)"
@@ -103,6 +104,8 @@ class SessionWorker:
             if started:
                 note = STOPPED_NOTE if self._stop_requested else SHUTDOWN_NOTE
                 d.agent.session(self.key).append({"role": "assistant", "content": note})
+            if not self._stop_requested:  # shutdown: the user is not left waiting for nothing
+                d.tell_restarting(msg)
             raise
 
     async def stop_turn(self) -> bool:
@@ -137,6 +140,7 @@ class Dispatcher:
 
     def submit(self, msg: InboundMessage) -> None:
         if self.closing:
+            self.tell_restarting(msg)
             return
         if is_stop(msg.content):
             self._spawn(self._stop(msg))
@@ -201,9 +205,17 @@ class Dispatcher:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        dropped = sum(w.queue.qsize() for w in workers) + self.bus.inbound.qsize()
+        dropped = [w.queue.get_nowait() for w in workers for _ in range(w.queue.qsize())]
+        dropped += [self.bus.inbound.get_nowait() for _ in range(self.bus.inbound.qsize())]
+        for msg in {m.session_key: m for m in dropped}.values():  # one notice per chat
+            self.tell_restarting(msg)
         if dropped:
-            log.warning("shutdown: %d queued message(s) were not answered", dropped)
+            log.warning("shutdown: %d queued message(s) were not answered; their chats were told", len(dropped))
+
+    def tell_restarting(self, msg: InboundMessage) -> None:
+        """Sent before the channels close (they drain the outbound queue at shutdown)."""
+        if not msg.sender_id.startswith("cron:") and not is_stop(msg.content):
+            self.bus.outbound.put_nowait(OutboundMessage(msg.channel, msg.chat_id, RESTART_NOTICE))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)

@@ -18,6 +18,7 @@ import httpx
 import openai
 
 from nanobot.config import ProviderConfig
+from nanobot.utf8 import clean_text
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError, ToolCall, Usage
 
 log = logging.getLogger(__name__)
@@ -66,8 +67,9 @@ class OpenAIProvider:
 
 def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """What the strictest servers accept: an assistant message with tool calls and no text
-    carries ``content: ""``, not null (llama-cpp-python answers null with HTTP 500)."""
-    return [{**m, "content": ""} if m.get("content") is None else m for m in messages]
+    carries ``content: ""``, not null (llama-cpp-python answers null with HTTP 500); no
+    unpaired surrogates, which cannot be sent as JSON at all."""
+    return [{**m, "content": ""} if m.get("content") is None else m for m in clean_text(messages)]
 
 
 def _classify(exc: Exception) -> tuple[ProviderError, float | None]:

@@ -1,4 +1,4 @@
-"""File tools: read, write, edit and list inside the workspace.
+"""File tools: read, write, edit, list, move, delete and glob inside the workspace.
 
 Every path goes through ``nanobot.tools.paths``, which keeps the tools inside the workspace
 (when ``tools.restrictToWorkspace`` is on) and out of NANOBOT_HOME (always). Files are opened
@@ -24,7 +24,8 @@ from nanobot.tools.quota import check_quota
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.tools.steering import announce_change, check_change, steering_target
 
-__all__ = ["FILE_TOOLS", "read_file", "write_file", "edit_file", "list_dir", "MAX_READ_BYTES"]
+__all__ = ["FILE_TOOLS", "read_file", "write_file", "edit_file", "list_dir", "move_file", "delete_file", "glob",
+           "MAX_READ_BYTES"]
 
 # Bigger files rarely belong in a model's context whole; head/tail/grep read part of them.
 MAX_READ_BYTES = 1_000_000
@@ -156,4 +157,80 @@ async def list_dir(ctx: ToolContext, path: str = ".") -> list[str]:
     return sorted(names)
 
 
-FILE_TOOLS = [read_file, write_file, edit_file, list_dir]
+@tool
+async def move_file(ctx: ToolContext, src: str, dst: str) -> str:
+    """Move or rename a file or folder; refuses to replace an existing `dst`."""
+    names = [n for n in (steering_target(ctx, resolve_in_workspace(ctx, p)) for p in (src, dst)) if n]
+    for name in names:
+        check_change(ctx, name)
+    with pinned_parent(ctx, src) as old, pinned_parent(ctx, dst, create_parents=True) as new:
+        if not _exists(old):
+            raise FileNotFoundError(f"{old.shown}: no such file or directory")
+        if _exists(new):
+            raise ValueError(f"{new.shown} exists already; delete_file it first or choose another name")
+        if new.path.is_relative_to(old.path):
+            raise ValueError(f"cannot move {old.shown} into itself")
+        os.rename(old.name, new.name, src_dir_fd=old.dir_fd, dst_dir_fd=new.dir_fd)
+        shown = (old.shown, new.shown)
+    if names:
+        await announce_change(ctx, list(shown), "move_file")
+    return f"Moved {shown[0]} to {shown[1]}"
+
+
+@tool
+async def delete_file(ctx: ToolContext, path: str) -> str:
+    """Delete a file (or an empty folder)."""
+    name = steering_target(ctx, resolve_in_workspace(ctx, path))
+    if name:
+        check_change(ctx, name)
+    with pinned_parent(ctx, path) as pin:
+        if pin.name == "." or pin.path == resolve_in_workspace(ctx, "."):
+            raise PermissionError("the workspace itself cannot be deleted")
+        try:
+            st = os.stat(pin.name, dir_fd=pin.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{pin.shown}: no such file or directory") from None
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                os.rmdir(pin.name, dir_fd=pin.dir_fd)
+            except OSError:
+                raise ValueError(f"{pin.shown} is a folder that is not empty; delete what is in it first") from None
+        else:
+            os.unlink(pin.name, dir_fd=pin.dir_fd)
+        shown = pin.shown
+    if name:
+        await announce_change(ctx, [shown], "delete_file")
+    return f"Deleted {shown}"
+
+
+MAX_GLOB_RESULTS = 2000
+
+
+@tool
+async def glob(ctx: ToolContext, pattern: str) -> list[str]:
+    """Paths matching a pattern, recursively with "**": glob("**/*.py"), glob("notes/*.md").
+    Sorted, relative to the workspace; folders end with "/"."""
+    if not pattern or "\x00" in pattern or pattern.startswith("/") or ".." in pattern.split("/"):
+        raise ValueError("give a pattern relative to the workspace, e.g. '**/*.py' (no '..', no leading '/')")
+    root = resolve_in_workspace(ctx, ".")
+    found = []
+    for match in root.glob(pattern):  # does not descend into symlinked folders
+        try:
+            resolve_in_workspace(ctx, str(match))  # nothing that leads outside, nothing in NANOBOT_HOME
+        except (PermissionError, ValueError):
+            continue
+        found.append(match.relative_to(root).as_posix() + ("/" if match.is_dir() else ""))
+        if len(found) > MAX_GLOB_RESULTS:
+            raise ValueError(f"more than {MAX_GLOB_RESULTS} matches; use a narrower pattern")
+    return sorted(found)
+
+
+def _exists(pin) -> bool:
+    try:
+        os.stat(pin.name, dir_fd=pin.dir_fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+FILE_TOOLS = [read_file, write_file, edit_file, list_dir, move_file, delete_file, glob]

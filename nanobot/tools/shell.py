@@ -275,9 +275,9 @@ async def exec_command(
         await settle(ctx, before, "exec_command")
     if returncode == confine.EXIT_REFUSED and confine.MARK in output:
         raise RuntimeError(output.strip())
-    if returncode == 0:
-        return output or "(no output)"
-    return f"{output.rstrip(chr(10))}\n{_status(returncode)}" if output else _status(returncode)
+    # The exit code always, as the description promises: a model cannot tell "grep found
+    # nothing" (1) from success without it.
+    return f"{output.rstrip(chr(10))}\n{_status(returncode)}" if output else f"(no output)\n{_status(returncode)}"
 
 
 async def _run(argv: list[str], root: Path, seconds: int, limit: int) -> tuple[int, str]:
