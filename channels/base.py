@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 class AccessGate(Protocol):
     async def check(self, channel: str, sender_id: str, sender_name: str | None,
-                    allow_from: list[str], is_private: bool) -> tuple[bool, str | None]:
+                    allow_from: list[str], is_private: bool, chat_id: str | None = None) -> tuple[bool, str | None]:
         """Return (admitted, reply); the reply (e.g. a pairing code) goes to the sender if not admitted."""
 
     async def is_allowed(self, channel: str, sender_id: str, sender_name: str | None, allow_from: list[str]) -> bool:
@@ -106,7 +106,7 @@ class BaseChannel(ABC):
         if not self._addressed(is_private, mentioned):
             return False
         admitted, reply = await self.ctx.access.check(self.name, sender_id, sender_name,
-                                                      list(self.config.allow_from), is_private)
+                                                      list(self.config.allow_from), is_private, chat_id)
         if not admitted:
             log.debug("%s: ignored message from unknown sender %s (%s)", self.name, sender_id, sender_name)
             if reply:

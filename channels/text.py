@@ -42,11 +42,12 @@ def _cut_point(text: str, limit: int, length: Callable[[str], int]) -> int:
         else:
             hi = mid - 1
     window = text[:lo]
-    # Prefer to cut outside code blocks, at the latest paragraph or line break that is.
-    for sep in ("\n\n", "\n", " "):
+    # Prefer to cut outside code blocks, at the latest paragraph or line break that is; inside a
+    # code block, at a line break (never inside a line of code), then at a space.
+    for sep, inside_block_ok in (("\n\n", False), ("\n", False), ("\n", True), (" ", False), (" ", True)):
         pos = window.rfind(sep)
         while pos > lo // 3:
-            if window[:pos].count("```") % 2 == 0 or sep == " ":
+            if inside_block_ok or window[:pos].count("```") % 2 == 0:
                 return pos + len(sep)
             pos = window.rfind(sep, 0, pos)
     return max(lo, 1)

@@ -17,7 +17,7 @@ import secrets
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Awaitable, Callable
 
 import aiosqlite
 
@@ -47,7 +47,19 @@ CREATE TABLE paired_users (
     approved_at REAL NOT NULL,
     PRIMARY KEY (channel, sender_id)
 );
+""", """
+ALTER TABLE pairing_requests ADD COLUMN chat_id TEXT;   -- the private chat the code went to
+ALTER TABLE paired_users ADD COLUMN chat_id TEXT;
+ALTER TABLE paired_users ADD COLUMN welcomed INTEGER NOT NULL DEFAULT 1;  -- told of the approval yet?
+CREATE TABLE denied_users (
+    channel TEXT NOT NULL,
+    sender_id TEXT NOT NULL,
+    denied_at REAL NOT NULL,
+    PRIMARY KEY (channel, sender_id)
+);
 """]
+
+WELCOME = "You're approved: I'll answer your messages from now on."
 
 
 @dataclass(frozen=True)
@@ -78,6 +90,11 @@ class PairedUser:
     sender_id: str
     sender_name: str | None
     approved_at: float
+    chat_id: str | None = None  # where to tell them they were approved
+
+
+_REQUEST_COLUMNS = "channel, sender_id, sender_name, code, created_at, expires_at"
+_USER_COLUMNS = "channel, sender_id, sender_name, approved_at, chat_id"
 
 
 def normalize_code(code: str) -> str:
@@ -111,8 +128,12 @@ class PairingStore:
                                    (channel, sender_id)) as cur:
             return await cur.fetchone() is not None
 
-    async def request(self, channel: str, sender_id: str, sender_name: str | None) -> str | None:
-        """The code to send this user now, or None if one was sent recently (a full queue drops its oldest)."""
+    async def request(self, channel: str, sender_id: str, sender_name: str | None,
+                      chat_id: str | None = None) -> str | None:
+        """The code to send this user now, or None if one was sent recently or the owner denied
+        them (a full queue drops its oldest)."""
+        if await self._denied(channel, sender_id):
+            return None
         now = self.clock()
         await self._drop_expired(now)
         async with self.db.execute("SELECT code, notified_at, expires_at FROM pairing_requests "
@@ -129,7 +150,7 @@ class PairingStore:
             await self.db.commit()
             return row["code"]
         await self._make_room()
-        return await self._insert(channel, sender_id, sender_name, now)
+        return await self._insert(channel, sender_id, sender_name, now, chat_id or sender_id)
 
     async def _make_room(self) -> None:
         pending = await self.pending()
@@ -139,13 +160,15 @@ class PairingStore:
             await self.db.executemany("DELETE FROM pairing_requests WHERE code = ?",
                                       [(r.code,) for r in pending[:excess]])
 
-    async def _insert(self, channel: str, sender_id: str, sender_name: str | None, now: float) -> str | None:
+    async def _insert(self, channel: str, sender_id: str, sender_name: str | None, now: float,
+                      chat_id: str) -> str | None:
         for _ in range(5):  # a clash among 31^8 codes is unlikely; retry rather than fail
             code = new_code()
             try:
                 cur = await self.db.execute(
-                    "INSERT INTO pairing_requests VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(channel, sender_id) DO NOTHING",
-                    (channel, sender_id, sender_name, code, now, now + self.policy.code_ttl, now))
+                    f"INSERT INTO pairing_requests ({_REQUEST_COLUMNS}, notified_at, chat_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                    " ON CONFLICT(channel, sender_id) DO NOTHING",
+                    (channel, sender_id, sender_name, code, now, now + self.policy.code_ttl, now, chat_id))
             except sqlite3.IntegrityError:  # the code is taken
                 continue
             await self.db.commit()
@@ -154,7 +177,41 @@ class PairingStore:
         return None
 
     async def approve(self, code: str) -> PairedUser:
-        """Admit the user behind ``code``; ValueError if there is no such pending code."""
+        """Admit the user behind ``code``; ValueError if there is no such pending code. A running
+        gateway tells them (``unwelcomed``)."""
+        row = await self._pending_row(code)
+        user = PairedUser(row["channel"], row["sender_id"], row["sender_name"], self.clock(), row["chat_id"])
+        await self.db.execute(f"INSERT OR REPLACE INTO paired_users ({_USER_COLUMNS}, welcomed) VALUES (?, ?, ?, ?, ?, 0)",
+                              (user.channel, user.sender_id, user.sender_name, user.approved_at, user.chat_id))
+        await self.db.execute("DELETE FROM pairing_requests WHERE code = ?", (row["code"],))
+        await self.db.commit()
+        return user
+
+    async def deny(self, code: str) -> PairingRequest:
+        """Refuse the user behind ``code``: the code is gone and they get no new one."""
+        row = await self._pending_row(code)
+        await self.db.execute("INSERT OR REPLACE INTO denied_users VALUES (?, ?, ?)",
+                              (row["channel"], row["sender_id"], self.clock()))
+        await self.db.execute("DELETE FROM pairing_requests WHERE code = ?", (row["code"],))
+        await self.db.commit()
+        return PairingRequest(*(row[k] for k in _REQUEST_COLUMNS.split(", ")))
+
+    async def revoke(self, channel: str, sender_id: str) -> bool:
+        """Take back an approval (they may ask again); False if they were not approved."""
+        cur = await self.db.execute("DELETE FROM paired_users WHERE channel = ? AND sender_id = ?", (channel, sender_id))
+        await self.db.commit()
+        return cur.rowcount > 0
+
+    async def unwelcomed(self) -> list[PairedUser]:
+        async with self.db.execute(f"SELECT {_USER_COLUMNS} FROM paired_users WHERE welcomed = 0") as cur:
+            return [PairedUser(*row) for row in await cur.fetchall()]
+
+    async def mark_welcomed(self, user: PairedUser) -> None:
+        await self.db.execute("UPDATE paired_users SET welcomed = 1 WHERE channel = ? AND sender_id = ?",
+                              (user.channel, user.sender_id))
+        await self.db.commit()
+
+    async def _pending_row(self, code: str):
         now = self.clock()
         await self._drop_expired(now)
         async with self.db.execute("SELECT * FROM pairing_requests WHERE code = ? AND expires_at > ?",
@@ -163,21 +220,21 @@ class PairingStore:
         if row is None:
             raise ValueError(f"no pending pairing code {code!r} (codes expire after "
                              f"{self.policy.code_ttl / 60:g} minutes; see: nanobot pairing list)")
-        user = PairedUser(row["channel"], row["sender_id"], row["sender_name"], now)
-        await self.db.execute("INSERT OR REPLACE INTO paired_users VALUES (?, ?, ?, ?)",
-                              (user.channel, user.sender_id, user.sender_name, user.approved_at))
-        await self.db.execute("DELETE FROM pairing_requests WHERE code = ?", (row["code"],))
-        await self.db.commit()
-        return user
+        return row
+
+    async def _denied(self, channel: str, sender_id: str) -> bool:
+        async with self.db.execute("SELECT 1 FROM denied_users WHERE channel = ? AND sender_id = ?",
+                                   (channel, sender_id)) as cur:
+            return await cur.fetchone() is not None
 
     async def pending(self) -> list[PairingRequest]:
         async with self.db.execute(
-                "SELECT channel, sender_id, sender_name, code, created_at, expires_at FROM pairing_requests "
-                "WHERE expires_at > ? ORDER BY created_at", (self.clock(),)) as cur:
+                f"SELECT {_REQUEST_COLUMNS} FROM pairing_requests WHERE expires_at > ? ORDER BY created_at",
+                (self.clock(),)) as cur:
             return [PairingRequest(*row) for row in await cur.fetchall()]
 
     async def paired(self) -> list[PairedUser]:
-        async with self.db.execute("SELECT * FROM paired_users ORDER BY approved_at") as cur:
+        async with self.db.execute(f"SELECT {_USER_COLUMNS} FROM paired_users ORDER BY approved_at") as cur:
             return [PairedUser(*row) for row in await cur.fetchall()]
 
     async def _drop_expired(self, now: float) -> None:
@@ -206,6 +263,9 @@ def listed(allow_from: list[str], sender_id: str, sender_name: str | None) -> bo
     return False
 
 
+OWNER_NOTICES_PER_HOUR = 10
+
+
 def pairing_message(code: str, ttl: float) -> str:
     return (f"Hi! I only talk to people my owner has approved.\n"
             f"Your pairing code is {code} (valid for {ttl / 60:g} minutes). "
@@ -215,8 +275,10 @@ def pairing_message(code: str, ttl: float) -> str:
 class AccessGate:
     """The ``channels.base.AccessGate`` every channel consults before anything reaches the bus."""
 
-    def __init__(self, store: PairingStore) -> None:
+    def __init__(self, store: PairingStore, notify_owner: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.store = store
+        self.notify_owner = notify_owner
+        self._notices: list[float] = []  # when the owner was last told of requests (rate-limited)
         # Strangers answered recently, until when: their next messages cost one lookup (were they
         # approved meanwhile?) and no write, no log line. Strangers can send thousands.
         self._quiet_until: dict[tuple[str, str], float] = {}
@@ -226,7 +288,7 @@ class AccessGate:
         return listed(allow_from, sender_id, sender_name) or await self.store.is_paired(channel, sender_id)
 
     async def check(self, channel: str, sender_id: str, sender_name: str | None,
-                    allow_from: list[str], is_private: bool) -> tuple[bool, str | None]:
+                    allow_from: list[str], is_private: bool, chat_id: str | None = None) -> tuple[bool, str | None]:
         if await self.is_allowed(channel, sender_id, sender_name, allow_from):
             return True, None
         if not is_private:
@@ -237,7 +299,18 @@ class AccessGate:
         if len(self._quiet_until) > 10_000:
             self._quiet_until = {k: t for k, t in self._quiet_until.items() if t > now}
         self._quiet_until[(channel, sender_id)] = now + self.store.policy.resend_interval
-        code = await self.store.request(channel, sender_id, sender_name)
+        code = await self.store.request(channel, sender_id, sender_name, chat_id)
         if code:
             log.warning("pairing: %s user %s (%s) asked to talk; code %s", channel, sender_id, sender_name, code)
+            await self._tell_owner(f"{channel} user {sender_id} ({sender_name or '?'}) asked to talk to me. "
+                                   f"Approve: nanobot pairing approve {code} (or: nanobot pairing deny {code})")
         return False, pairing_message(code, self.store.policy.code_ttl) if code else None
+
+    async def _tell_owner(self, text: str) -> None:
+        """At most ``OWNER_NOTICES_PER_HOUR``: a crowd of strangers must not flood the owner."""
+        now = self.store.clock()
+        self._notices = [t for t in self._notices if now - t < 3600]
+        if self.notify_owner is None or len(self._notices) >= OWNER_NOTICES_PER_HOUR:
+            return
+        self._notices.append(now)
+        await self.notify_owner(text)

@@ -312,7 +312,8 @@ def gateway(ctx: typer.Context) -> None:
     sys.exit(code)
 
 
-pairing_app = typer.Typer(no_args_is_help=True, help="Admit people who wrote to the bot: list codes, approve one.")
+pairing_app = typer.Typer(no_args_is_help=True,
+                          help="Admit people who wrote to the bot: list codes, approve or deny one, revoke an approval.")
 app.add_typer(pairing_app, name="pairing")
 
 
@@ -326,6 +327,42 @@ def pairing_list() -> None:
 def pairing_approve(code: str = typer.Argument(..., help="the code the user was sent")) -> None:
     """Let the user behind CODE talk to the bot; a running gateway admits them at once."""
     sys.exit(asyncio.run(_pairing_approve(code)))
+
+
+@pairing_app.command("deny")
+def pairing_deny(code: str = typer.Argument(..., help="the code the user was sent")) -> None:
+    """Refuse the user behind CODE: the code is dropped and they get no new one."""
+    sys.exit(asyncio.run(_with_pairing(lambda store: store.deny(code), "Denied {channel} user {sender_id}.")))
+
+
+@pairing_app.command("revoke")
+def pairing_revoke(channel: str = typer.Argument(..., help="telegram, discord, ..."),
+                   user_id: str = typer.Argument(..., help="the user's id, as `pairing list` shows it")) -> None:
+    """Take back an approval; the user no longer reaches the bot (they may ask again)."""
+
+    async def revoke(store):
+        if not await store.revoke(channel, user_id):
+            raise ValueError(f"{channel} user {user_id} is not an approved user (see: nanobot pairing list)")
+        return {"channel": channel, "sender_id": user_id}
+
+    sys.exit(asyncio.run(_with_pairing(revoke, "Revoked {channel} user {sender_id}.")))
+
+
+async def _with_pairing(action, done: str) -> int:
+    from nanobot.access import PairingStore
+    from nanobot.db import open_db
+
+    db = await open_db(nanobot_home() / "nanobot.db")
+    try:
+        result = await action(await PairingStore.open(db))
+    except ValueError as exc:
+        typer.echo(f"nanobot: {exc}", err=True)
+        return 1
+    finally:
+        await db.close()
+    fields = result if isinstance(result, dict) else vars(result)
+    typer.echo(done.format(**{k: "?" if v is None else v for k, v in fields.items()}))
+    return 0
 
 
 async def _pairing_list() -> None:
@@ -351,19 +388,8 @@ async def _pairing_list() -> None:
 
 
 async def _pairing_approve(code: str) -> int:
-    from nanobot.access import PairingStore
-    from nanobot.db import open_db
-
-    db = await open_db(nanobot_home() / "nanobot.db")
-    try:
-        user = await (await PairingStore.open(db)).approve(code)
-    except ValueError as exc:
-        typer.echo(f"nanobot: {exc}", err=True)
-        return 1
-    finally:
-        await db.close()
-    typer.echo(f"Approved {user.channel} user {user.sender_id} ({user.sender_name or '?'}).")
-    return 0
+    return await _with_pairing(lambda store: store.approve(code),
+                               "Approved {channel} user {sender_id} ({sender_name}); a running gateway tells them.")
 
 
 def _mount_subcommands() -> None:

@@ -178,6 +178,19 @@ async def test_mode_precedence_and_persistence(llm: FakeOpenAI, workspace: Path)
     async with Runtime(config) as rt:  # after a restart the chat's choice still wins over the override
         assert await rt.agent.handle("telegram:5", "/mode") == "Mode: hybrid (choose with /mode tools|code|hybrid)."
         assert await rt.agent.handle("telegram:6", "/mode") == "Mode: code (choose with /mode tools|code|hybrid)."
+        assert await rt.agent.handle("telegram:5", "/mode default") == \
+            "Mode reset to the configured default for this chat: tools."  # the override applies again
+    async with Runtime(config) as rt:
+        assert await rt.agent.handle("telegram:5", "/mode") == "Mode: tools (choose with /mode tools|code|hybrid)."
+
+
+async def test_unknown_commands_are_answered_here_and_paths_are_not_commands(llm: FakeOpenAI,
+                                                                             workspace: Path) -> None:
+    llm.script(reply("It lists hosts."))
+    async with Runtime(config_for(llm.base_url, workspace)) as rt:
+        assert await rt.agent.handle("cli:c", "/nonsense now") == "Unknown command /nonsense. /help lists the commands."
+        assert await rt.agent.handle("cli:c", "/etc/hosts is what?") == "It lists hosts."
+    assert len(llm.chat_requests) == 1
 
 
 async def test_status_command_shows_usage_per_mode(llm: FakeOpenAI, workspace: Path) -> None:

@@ -23,7 +23,7 @@ class AllowList:
     """AccessGate stand-in: allow_from decides; strangers in DMs get a pairing hint."""
 
     async def check(self, channel: str, sender_id: str, sender_name: str | None,
-                    allow_from: list[str], is_private: bool) -> tuple[bool, str | None]:
+                    allow_from: list[str], is_private: bool, chat_id: str | None = None) -> tuple[bool, str | None]:
         if "*" in allow_from or sender_id in allow_from:
             return True, None
         return False, ("pairing code: ABC123" if is_private else None)

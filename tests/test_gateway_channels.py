@@ -18,7 +18,9 @@ from channels.telegram import TelegramChannel
 from channels.text import split_message, utf16_len
 from nanobot.cli import app
 from nanobot.config import Config
+from nanobot.access import WELCOME
 from nanobot.gateway import Gateway
+from nanobot.gateway.welcome import PairingWelcome
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
@@ -87,22 +89,52 @@ async def test_discord_end_to_end(gateway: Gateway, dc: FakeDiscord, llm: FakeOp
 
 
 async def test_unknown_sender_is_paired_before_reaching_the_model(
-        gateway: Gateway, tg: FakeTelegram, llm: FakeOpenAI) -> None:
-    tg.push_text(MALLORY, MALLORY, "let me in", username="mallory")
-    [offer] = await tg.wait_sent(1)
-    code = re.search(r"nanobot pairing approve (\w+)", offer["text"]).group(1)
-    tg.push_text(MALLORY, MALLORY, "hello??", username="mallory")  # rate-limited: no second code
-    tg.push_text(-100, MALLORY, f"@{tg.bot_username} hi", chat_type="group")  # groups: silence
-    llm.script(reply("pong"))
-    tg.push_text(ALICE, ALICE, "ping")  # PTB handles updates in order: once Alice has her answer,
-    await tg.wait_sent(2)  # Mallory's messages above were dealt with
-    assert [last_user(r) for r in llm.chat_requests] == ["ping"] and texts(tg, MALLORY) == [offer["text"]]
-    result = await asyncio.to_thread(CliRunner().invoke, app, ["pairing", "approve", code])
-    assert result.exit_code == 0, result.output
-    llm.script(reply("welcome"))
-    tg.push_text(MALLORY, MALLORY, "and now?", username="mallory")
-    await tg.wait_sent(3)
-    assert texts(tg, MALLORY)[-1] == "welcome" and last_user(llm.chat_requests[-1]) == "and now?"
+        config: Config, tg: FakeTelegram, llm: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(PairingWelcome.__init__.__kwdefaults__, "interval", 0.05)
+    config.gateway.heartbeat.enabled = False
+    async with running_gateway(config, with_services=True):
+        tg.push_text(MALLORY, MALLORY, "let me in", username="mallory")
+        await tg.wait_sent(2)
+        [offer] = texts(tg, MALLORY)
+        code = re.search(r"nanobot pairing approve (\w+)", offer).group(1)
+        assert texts(tg, ALICE) == [f"🔔 telegram user {MALLORY} (mallory) asked to talk to me. "
+                                    f"Approve: nanobot pairing approve {code} (or: nanobot pairing deny {code})"]
+        tg.push_text(MALLORY, MALLORY, "hello??", username="mallory")  # rate-limited: no second code
+        tg.push_text(-100, MALLORY, f"@{tg.bot_username} hi", chat_type="group")  # groups: silence
+        llm.script(reply("pong"))
+        tg.push_text(ALICE, ALICE, "ping")  # PTB handles updates in order: once Alice has her answer,
+        await tg.wait_sent(3)  # Mallory's messages above were dealt with
+        assert [last_user(r) for r in llm.chat_requests] == ["ping"] and texts(tg, MALLORY) == [offer]
+        result = await asyncio.to_thread(CliRunner().invoke, app, ["pairing", "approve", code])
+        assert result.exit_code == 0, result.output
+        await tg.wait_sent(4)  # the gateway sees the approval made by the CLI and tells them
+        assert texts(tg, MALLORY)[-1] == WELCOME
+        llm.script(reply("welcome"))
+        tg.push_text(MALLORY, MALLORY, "and now?", username="mallory")
+        await tg.wait_sent(5)
+        assert texts(tg, MALLORY)[-1] == "welcome" and last_user(llm.chat_requests[-1]) == "and now?"
+        result = await asyncio.to_thread(CliRunner().invoke, app, ["pairing", "revoke", "telegram", str(MALLORY)])
+        assert result.exit_code == 0 and "Revoked telegram user 666" in result.output
+        tg.push_text(MALLORY, MALLORY, "still there?", username="mallory")  # quiet: a code went out lately
+        llm.script(reply("pong 2"))
+        tg.push_text(ALICE, ALICE, "ping 2")
+        await tg.wait_sent(6)
+        assert len(llm.chat_requests) == 3  # Mallory's message reached no model
+
+
+async def test_a_denied_stranger_gets_no_new_code(config: Config, tg: FakeTelegram, llm: FakeOpenAI,
+                                                  home: Path) -> None:
+    from nanobot.access import PairingPolicy
+
+    async with running_gateway(config) as gateway:
+        tg.push_text(BOB + 1, BOB + 1, "hi", username="eve")
+        await tg.wait_sent(2)  # her code, and the owner's notice
+        code = re.search(r"nanobot pairing approve (\w+)", texts(tg, BOB + 1)[0]).group(1)
+        result = await asyncio.to_thread(CliRunner().invoke, app, ["pairing", "deny", code])
+        assert result.exit_code == 0 and "Denied telegram user 78" in result.output
+        store = gateway.runtime.deps.services.pairing
+        assert await store.request("telegram", str(BOB + 1), "eve") is None  # even after the quiet period
+        assert await store.pending() == [] and isinstance(store.policy, PairingPolicy)
 
 
 async def test_discord_strangers_get_a_code_in_dms_and_silence_in_guilds(

@@ -27,7 +27,7 @@ class StubGate:
     def __init__(self) -> None:
         self.checked: list[tuple[str, str | None, bool]] = []
 
-    async def check(self, channel, sender_id, sender_name, allow_from, is_private):
+    async def check(self, channel, sender_id, sender_name, allow_from, is_private, chat_id=None):
         self.checked.append((sender_id, sender_name, is_private))
         return (True, None) if sender_id in allow_from else (False, "Pairing code: ABC123")
 
@@ -207,3 +207,15 @@ def test_render_chunks_resplits_when_escaping_grows_text():
     assert all(utf16_len(html) <= 4096 for _, html in pieces)
     assert all(html.startswith("<pre><code>") and html.endswith("</code></pre>") for _, html in pieces)
     assert "".join(md for md, _ in pieces).count("<") == 3000
+
+
+def test_a_long_code_block_is_split_between_its_lines() -> None:
+    from channels.text import split_message
+
+    lines = [f"result_{i} = compute_something(alpha, beta, gamma)  # step {i}" for i in range(60)]
+    text = "Here is the script:\n```python\n" + "\n".join(lines) + "\n```\nDone."
+    chunks = split_message(text, 500)
+    assert len(chunks) > 3 and all(len(c) <= 500 for c in chunks)
+    seen = [line for c in chunks for line in c.splitlines() if line.startswith("result_")]
+    assert seen == lines  # every line whole, none cut in the middle
+    assert all(c.count("```") % 2 == 0 for c in chunks)

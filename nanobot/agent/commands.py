@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from nanobot.trust import OWNER
@@ -17,17 +18,20 @@ MODES = ("tools", "code", "hybrid")
 HELP = """Commands:
 /new — start a fresh conversation (history and Python state cleared)
 /stop — cancel what I am doing now
-/mode [tools|code|hybrid] — show or set how I act in this chat
+/mode [tools|code|hybrid|default] — show or set how I act in this chat
 /status — model, mode and usage
 /help — this list"""
 
 
+_COMMAND = re.compile(r"^/[A-Za-z][A-Za-z0-9_]*(@\w+)?(\s|$)")  # not "/etc/hosts is odd"
+
+
 def is_command(text: str) -> bool:
-    return text.startswith("/") and text[1:2].isalpha()
+    return bool(_COMMAND.match(text))
 
 
 async def handle_command(agent: Agent, session_key: str, text: str) -> str | None:
-    """The reply to a chat command, or None when ``text`` is not one of ours."""
+    """The reply to a chat command, or None when ``text`` is not a command."""
     if not is_command(text):
         return None
     name, _, arg = text.strip().partition(" ")
@@ -42,8 +46,12 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
     if name == "/mode":
         if not arg:
             return f"Mode: {agent.mode_name(session)} (choose with /mode tools|code|hybrid)."
+        if arg == "default":  # back to agents.overrides / agents.defaults
+            session.set_meta(mode=None)
+            session.sync()
+            return f"Mode reset to the configured default for this chat: {agent.mode_name(session)}."
         if arg not in MODES:
-            return f"Unknown mode {arg!r}: choose tools, code or hybrid."
+            return f"Unknown mode {arg!r}: choose tools, code, hybrid or default."
         session.set_meta(mode=arg)
         session.sync()
         return f"Mode set to {arg} for this chat."
@@ -53,7 +61,7 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
         return HELP
     if name == "/stop":
         return "Nothing is running."
-    return None
+    return f"Unknown command {name}. /help lists the commands."  # not a model turn: it was meant for me
 
 
 async def status_text(agent: Agent, session_key: str) -> str:

@@ -76,7 +76,8 @@ class Gateway:
         store = await PairingStore.open(rt.db)
         # For tools (send_message) that decide which chats may be written to.
         rt.deps.services.pairing = store
-        ctx = ChannelContext(bus=self.bus, access=AccessGate(store), workspace=self.config.workspace_path,
+        ctx = ChannelContext(bus=self.bus, access=AccessGate(store, notify_owner=rt.announce),
+                             workspace=self.config.workspace_path,
                              max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
                              chat_root=self._chat_root)
         self.channels = ChannelManager(self.config, ctx)
@@ -140,11 +141,15 @@ async def _stop_service(service: Service) -> None:
 
 
 def add_services(gateway: Gateway) -> None:
-    """The services that live and die with the gateway: the cron scheduler and the heartbeat."""
+    """The services that live and die with the gateway: the cron scheduler, approval notices and
+    the heartbeat."""
     from nanobot.cron.jobs import CronJobs
+    from nanobot.gateway.welcome import PairingWelcome
     from nanobot.heartbeat import Heartbeat
 
     gateway.add_service(CronJobs(gateway.runtime, lambda: gateway.dispatcher, gateway.running_channels))
+    gateway.add_service(PairingWelcome(lambda: gateway.runtime.deps.services.pairing, gateway.bus,
+                                       gateway.running_channels))
     heartbeat = gateway.config.gateway.heartbeat
     if heartbeat.enabled:
         gateway.add_service(Heartbeat(gateway.runtime, heartbeat.interval_minutes * 60))
