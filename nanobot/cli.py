@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import sys
 import tempfile
 from functools import partial

@@ -9,7 +9,6 @@ first owner chat: never to a group, whoever spoke there last.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from nanobot.agent.context import render_prompt
 from nanobot.bus import OutboundMessage, split_target
+from nanobot.periodic import Periodic
 from nanobot.trust import owner_chat
 
 if TYPE_CHECKING:
@@ -38,27 +38,15 @@ def active_tasks(path: Path) -> list[str]:
     return [t.strip() for t in _ACTIVE.findall(text)]
 
 
-class Heartbeat:
+class Heartbeat(Periodic):
+    name = "heartbeat"
+
     def __init__(self, runtime: Runtime, interval_seconds: float) -> None:
+        super().__init__(interval_seconds)
         self.runtime = runtime
-        self.interval = interval_seconds
-        self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="heartbeat")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                await self.beat()
-            except Exception:  # one failed check must not end the heartbeat for months
-                log.exception("heartbeat failed")
+    async def tick(self) -> str | None:
+        return await self.beat()
 
     async def beat(self) -> str | None:
         """One check; the message sent, or None when there was nothing to do or say."""

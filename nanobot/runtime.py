@@ -12,7 +12,7 @@ from nanobot.agent.code_mode import CodeExecutor
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
-from nanobot.config import Config, ConfigError, nanobot_home, private_dir
+from nanobot.config import Config, ConfigError, nanobot_home
 from nanobot.db import HomeError, check_writable, open_db
 from nanobot.providers.base import Provider
 from nanobot.session import SessionStore

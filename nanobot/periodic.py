@@ -1,0 +1,42 @@
+"""A gateway service that does one thing every so often, for as long as the daemon runs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+log = logging.getLogger(__name__)
+
+
+class Periodic:
+    """Calls ``tick()`` every ``interval`` seconds (the first time after one interval, or at
+    once with ``tick_first``). A failing tick is logged and the next one runs anyway: one bad
+    moment must not end the service for the months the daemon lives."""
+
+    name = "periodic"
+    tick_first = False
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._task: asyncio.Task[None] | None = None
+
+    async def tick(self) -> object:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name=self.name)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        if not self.tick_first:
+            await asyncio.sleep(self.interval)
+        while True:
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("%s failed", self.name)
+            await asyncio.sleep(self.interval)
