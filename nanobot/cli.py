@@ -260,14 +260,20 @@ async def _status(config: Config, path: Path) -> None:
 
 def gateway_lines(config: Config) -> list[str]:
     """Whether a gateway runs on this home, and each enabled channel's state in it."""
-    from nanobot.gateway.lock import gateway_channel_states, running_gateway_pid
+    from nanobot.gateway.lock import gateway_states, running_gateway_pid
 
     pid = running_gateway_pid(nanobot_home())
-    states = gateway_channel_states(nanobot_home(), pid) if pid else {}
+    states = gateway_states(nanobot_home(), pid, "channels") if pid else {}
+    mcp = gateway_states(nanobot_home(), pid, "mcp") if pid else {}
     channels = [f"{name} ({states.get(name, 'not running' if pid else 'gateway not running')})"
                 for name in config.channels.enabled_names()]
-    return [f"Gateway:   {f'running (PID {pid})' if pid else 'not running'}",
-            f"Channels:  {', '.join(channels) or 'none enabled'}"]
+    servers = [f"{name} ({mcp.get(name, 'gateway not running' if not pid else 'not started')})"
+               if s.enabled else f"{name} (disabled)" for name, s in config.tools.mcp_servers.items()]
+    lines = [f"Gateway:   {f'running (PID {pid})' if pid else 'not running'}",
+             f"Channels:  {', '.join(channels) or 'none enabled'}"]
+    if servers:
+        lines.append(f"MCP:       {'; '.join(servers)}")
+    return lines
 
 
 def trust_lines(config: Config) -> list[str]:
@@ -393,8 +399,10 @@ async def _pairing_approve(code: str) -> int:
 
 def _mount_subcommands() -> None:
     from nanobot.cron.cli import cron_app
+    from nanobot.mcp.cli import mcp_app
 
     app.add_typer(cron_app, name="cron")
+    app.add_typer(mcp_app, name="mcp")
 
 
 _mount_subcommands()

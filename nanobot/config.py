@@ -93,8 +93,10 @@ class AgentOverride(Section):
     timezone: Timezone | None = None
     execution_mode: ExecutionMode | None = None
     code_runtime: CodeRuntime | None = None
-    # Not a field of defaults: widens a member chat ("owner") or narrows an owner chat ("member").
+    # Not fields of defaults: widens a member chat ("owner") or narrows an owner chat ("member");
+    # the MCP servers a member chat may use (owner chats reach them all).
     trust: Literal["owner", "member"] | None = None
+    mcp_servers: list[str] | None = None
 
 
 class Agents(Section):
@@ -195,11 +197,38 @@ class Web(Section):
     fetch: WebFetch = WebFetch()
 
 
+class McpServer(Section):
+    """One MCP server: a command (stdio) or a URL (streamable HTTP, or SSE)."""
+
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+    transport: Literal["stdio", "streamable-http", "sse"] | None = None  # default: from command / url
+    enabled: bool = True
+    tool_timeout: float = Field(30.0, gt=0)  # a call past it raises TimeoutError (and is cancelled)
+    start_timeout: float = Field(30.0, gt=0)  # connecting and listing the tools
+    allowed_tools: list[str] | None = None  # the server's own tool names; all when absent
+
+    @model_validator(mode="after")
+    def _one_way_to_reach_it(self) -> McpServer:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("give either 'command' (a stdio server) or 'url' (an HTTP server), not both or neither")
+        if self.transport is None:
+            self.transport = "stdio" if self.command else "streamable-http"
+        if (self.transport == "stdio") != bool(self.command):
+            raise ValueError(f"transport {self.transport!r} needs {'command' if self.transport == 'stdio' else 'url'}")
+        return self
+
+
 class Tools(Section):
     restrict_to_workspace: bool = True
     max_workspace_mb: int = Field(1024, gt=0)  # what the file tools may fill the workspace up to
     exec: ExecTool = ExecTool()
     web: Web = Web()
+    mcp_servers: dict[str, McpServer] = {}
 
 
 class Heartbeat(Section):
@@ -222,14 +251,17 @@ def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
+# Maps keyed by the user's own names ("telegram:123", "notes", "API_KEY"): their keys stay as written.
+_USER_KEYED = ("overrides", "providers", "mcp_servers", "env", "headers")
+
+
 def _snake_keys(value: Any, *, keep_keys: bool = False) -> Any:
-    """Rename camelCase keys to snake_case, except the user's own keys (overrides, providers)."""
+    """Rename camelCase keys to snake_case, except the user's own keys (see ``_USER_KEYED``)."""
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
             new_key = key if keep_keys else _snake(key)
-            # Children of these maps are keyed by the user's names, e.g. "telegram:123".
-            out[new_key] = _snake_keys(item, keep_keys=new_key in ("overrides", "providers") and not keep_keys)
+            out[new_key] = _snake_keys(item, keep_keys=new_key in _USER_KEYED and not keep_keys)
         return out
     return value
 
@@ -284,7 +316,8 @@ class Config(BaseSettings):
         override = self.agents.overrides.get(session_key)
         if override is None:
             return self.agents.defaults
-        return self.agents.defaults.model_copy(update=override.model_dump(exclude_none=True, exclude={"trust"}))
+        return self.agents.defaults.model_copy(update=override.model_dump(exclude_none=True,
+                                                                            exclude={"trust", "mcp_servers"}))
 
     def provider_config(self, name: str | None = None) -> ProviderConfig:
         name = name or self.agents.defaults.provider

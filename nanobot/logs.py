@@ -19,7 +19,7 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_FILE = "logs/nanobot.log"
 MAX_BYTES = 5 * 1024 * 1024
 BACKUPS = 5
-_SECRET_KEY = re.compile(r"token|key|secret|password", re.I)
+_SECRET_KEY = re.compile(r"token|key|secret|password|authorization|cookie", re.I)
 _secrets: set[str] = set()
 
 

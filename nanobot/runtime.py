@@ -77,6 +77,12 @@ class Runtime:
         self.deps = AgentDeps(config=self.config, provider=self.provider, tools=self.tools,
                               sessions=self.sessions, usage=self.usage, bus=self.bus, services=services)
         self.code = services.code = CodeExecutor(self.deps)  # the sandbox starts on first use
+        if self.config.tools.mcp_servers:  # started by the gateway, or by the first turn
+            from nanobot.mcp.servers import McpServers
+            from nanobot.mcp.tools import tool_help
+
+            services.mcp = McpServers(self.config, self.tools, self.home / "logs")
+            self.tools.register(tool_help)
         install_skills(self.deps)  # read_skill and the skills list in the prompt
         self.agent = Agent(self.deps)
         return self
@@ -92,6 +98,8 @@ class Runtime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.agent.close()  # memory consolidation still needs the provider and sessions
+        if self.deps.services.mcp is not None:
+            await self.deps.services.mcp.close()
         self.sessions.close()
         await self.code.close()
         await self.provider.close()

@@ -45,10 +45,12 @@ STATE_MIGRATIONS = ["CREATE TABLE code_state (session_key TEXT PRIMARY KEY, stat
 Extra = Callable[..., Awaitable[Any]]
 
 
-def code_stubs(tools: ToolRegistry, *, header: bool = True) -> str:
+def code_stubs(tools: ToolRegistry, *, header: bool = True, ctx: ToolContext | None = None,
+               budgeted: bool = False) -> str:
+    """The functions' stubs (for the type checker: all; for a chat's prompt: ``ctx``, ``budgeted``)."""
     from nanobot.sandbox import render_stubs
 
-    return render_stubs(tools.tools(), header=header) + CODE_ONLY_STUBS
+    return render_stubs(tools.tools(ctx=ctx), header=header, budgeted=budgeted) + CODE_ONLY_STUBS
 
 
 class CodeExecutor:
@@ -227,12 +229,16 @@ async def run_program(turn: Turn, code: str) -> str:
     return result.to_model_text()
 
 
+def prompt_stubs(turn: Turn) -> str:
+    return code_stubs(turn.deps.tools, header=False, ctx=turn.ctx, budgeted=True).strip()
+
+
 class CodeMode:
     name = "code"
 
     def prompt_section(self, turn: Turn) -> str:
         rt = turn.settings.code_runtime
-        return render_prompt("code_mode.md", stubs=code_stubs(turn.deps.tools, header=False).strip(),
+        return render_prompt("code_mode.md", stubs=prompt_stubs(turn),
                              max_seconds=rt.max_execution_ms / 1000, max_calls=rt.max_tool_calls)
 
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
@@ -318,10 +324,10 @@ class HybridMode(ToolsMode):
     name = "hybrid"
 
     def prompt_section(self, turn: Turn) -> str:
-        return render_prompt("hybrid_mode.md", stubs=code_stubs(turn.deps.tools, header=False).strip())
+        return render_prompt("hybrid_mode.md", stubs=prompt_stubs(turn))
 
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
-        return [*turn.deps.tools.openai_schemas(), EXEC_PYTHON_SCHEMA]
+        return [*turn.deps.tools.openai_schemas(turn.ctx), EXEC_PYTHON_SCHEMA]
 
     def user_content(self, turn: Turn, content: str, media: list[str]) -> str:
         return large_inputs(turn, content, media)

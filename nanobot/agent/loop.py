@@ -190,6 +190,8 @@ class Agent:
     async def run_turn(self, session_key: str, content: str, *, media: list[str] | None = None,
                        progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None) -> str:
         session = self.session(session_key)
+        if self.deps.services.mcp is not None:  # `nanobot agent`: the first turn starts them
+            await self.deps.services.mcp.ensure_started()
         turn = Turn(self.deps, session, get_mode(mode or self.mode_name(session)), progress)
         if media:  # documents, photos, voice: someone else's content
             turn.ctx.turn.taint("an attached file")

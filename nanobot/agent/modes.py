@@ -86,7 +86,7 @@ class ToolsMode:
         return render_prompt("tools_mode.md")
 
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
-        return turn.deps.tools.openai_schemas()
+        return turn.deps.tools.openai_schemas(turn.ctx)
 
     def user_content(self, turn: Turn, content: str, media: list[str]) -> str:
         saved = keep_long_message(turn, content)

@@ -83,6 +83,9 @@ class Gateway:
         self.channels = ChannelManager(self.config, ctx)
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval)
         self.channels.on_state = self._write_state
+        if rt.deps.services.mcp is not None:  # their functions exist before the first message
+            rt.deps.services.mcp.watch(self._write_state)
+            await rt.deps.services.mcp.ensure_started()
         await self.channels.start()
         if self.channels.failed:  # retried with backoff: the daemon stays up for cron and the others
             log.warning("channels not running yet (retrying): %s", "; ".join(
@@ -107,7 +110,8 @@ class Gateway:
     def _write_state(self) -> None:
         """Where each channel stands, for ``nanobot status`` (a file in the home)."""
         assert self.channels is not None
-        write_gateway_state(self.runtime.home, self.channels.state)
+        mcp = self.runtime.deps.services.mcp
+        write_gateway_state(self.runtime.home, self.channels.state, mcp.states() if mcp else {})
 
     async def stop(self) -> None:
         """Safe to call after a failed or partial start()."""

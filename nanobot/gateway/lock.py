@@ -66,14 +66,14 @@ def running_gateway_pid(home: Path) -> int | None:
         os.close(fd)
 
 
-def write_gateway_state(home: Path, channels: dict[str, str]) -> None:
-    write_private(home / STATE_NAME, json.dumps({"pid": os.getpid(), "channels": channels}) + "\n")
+def write_gateway_state(home: Path, channels: dict[str, str], mcp: dict[str, str]) -> None:
+    write_private(home / STATE_NAME, json.dumps({"pid": os.getpid(), "channels": channels, "mcp": mcp}) + "\n")
 
 
-def gateway_channel_states(home: Path, pid: int) -> dict[str, str]:
-    """The running gateway's channel states (empty when it wrote none)."""
+def gateway_states(home: Path, pid: int, part: str) -> dict[str, str]:
+    """The running gateway's ``channels`` or ``mcp`` states (empty when it wrote none)."""
     try:
         data = json.loads((home / STATE_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return data.get("channels", {}) if data.get("pid") == pid else {}
+    return data.get(part, {}) if data.get("pid") == pid else {}

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from nanobot.bus import MessageBus
     from nanobot.config import Config
     from nanobot.cron.service import CronService
+    from nanobot.mcp.servers import McpServers
     from nanobot.session import SessionStore
 
 # The exception types a tool may raise as-is; anything else is wrapped in RuntimeError.
@@ -51,6 +52,7 @@ class Services:
     code: CodeExecutor | None = None
     pairing: PairingStore | None = None
     cron: CronService | None = None
+    mcp: McpServers | None = None  # the configured MCP servers (their tools are in the registry)
     announce: Announce | None = None  # one short line to the owner chat(s)
 
 
@@ -106,6 +108,10 @@ class Tool:
     def openai_schema(self) -> dict[str, Any]:
         return {"type": "function",
                 "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    def available(self, ctx: ToolContext) -> bool:
+        """Whether this chat may see and call the tool (MCP tools: not every member chat)."""
+        return True
 
     def stub(self) -> str:
         """A one-function Python stub for the code-mode prompt and the type checker."""
@@ -218,17 +224,19 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def tools(self, *, include_code_only: bool = True) -> list[Tool]:
-        return [t for t in self._tools.values() if include_code_only or not t.code_only]
+    def tools(self, *, include_code_only: bool = True, ctx: ToolContext | None = None) -> list[Tool]:
+        """Every tool, or (with ``ctx``) those that chat may use."""
+        return [t for t in self._tools.values()
+                if (include_code_only or not t.code_only) and (ctx is None or t.available(ctx))]
 
-    def openai_schemas(self) -> list[dict[str, Any]]:
-        return [t.openai_schema for t in self.tools(include_code_only=False)]
+    def openai_schemas(self, ctx: ToolContext | None = None) -> list[dict[str, Any]]:
+        return [t.openai_schema for t in self.tools(include_code_only=False, ctx=ctx)]
 
     async def call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> Any:
         """Validate and run; raises one of TOOL_ERRORS with a clear message on failure."""
         t = self._tools.get(name)
-        if t is None:
-            raise ValueError(f"unknown tool {name!r}; available: {', '.join(self.names())}")
+        if t is None or not t.available(ctx):
+            raise ValueError(f"unknown tool {name!r}; available: {', '.join(x.name for x in self.tools(ctx=ctx))}")
         kwargs = t.validate(arguments)
         try:
             result = await t.func(ctx, **kwargs)

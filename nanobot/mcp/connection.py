@@ -1,0 +1,215 @@
+"""One MCP server: connect, list its tools, call them, survive its crashes.
+
+The SDK's ``Client`` is an async context whose task group must be entered and left by the
+same task, so each server has a holder task that keeps the connection open; calls come
+from any task (turns, cron jobs) and share it. A call that finds the connection closed (the
+process died, the HTTP server went away) wakes the holder, which reconnects with backoff
+(1 s doubling to 60 s) while the functions raise "not available". A call past its timeout
+is cancelled, which the SDK forwards to the server as ``notifications/cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from nanobot.config import McpServer
+
+log = logging.getLogger(__name__)
+
+RESTART_FIRST_S = 1.0
+RESTART_MAX_S = 60.0
+
+
+class ServerUnavailable(RuntimeError):
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"MCP server {name!r} is not available: {why}")
+
+
+class McpConnection:
+    def __init__(self, name: str, config: McpServer, log_dir: Path | None = None) -> None:
+        self.name = name
+        self.config = config
+        self.log_dir = log_dir
+        self.tools: list[Any] = []  # mcp.types.Tool, as listed at the last connect
+        self.state = "not started"
+        self.error = ""
+        self.restart_first_s = RESTART_FIRST_S
+        self._client: Any = None
+        self._attempted = asyncio.Event()  # the first connection attempt is over, either way
+        self._lost = asyncio.Event()
+        self._closing = False
+        self._holder: asyncio.Task[None] | None = None
+        self._errlog: TextIO | None = None
+        self.on_connect: Callable[[McpConnection], None] | None = None  # tools (re)listed
+        self.on_state: Callable[[], None] | None = None  # the state changed (for status)
+
+    @property
+    def running(self) -> bool:
+        return self._client is not None
+
+    async def start(self) -> bool:
+        """Connect and list the tools, within ``startTimeout``; False (and why, in ``error``) if not."""
+        self._holder = asyncio.create_task(self._hold(), name=f"mcp {self.name}")
+        try:
+            async with asyncio.timeout(self.config.start_timeout):
+                await self._attempted.wait()
+        except TimeoutError:
+            self._set_state("failed", f"no answer within startTimeout ({self.config.start_timeout:g} s)")
+            self._holder.cancel()  # a server that hangs at start is not waited on again
+            await asyncio.gather(self._holder, return_exceptions=True)
+        return self.running
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        """The raw ``CallToolResult``; ServerUnavailable, or TimeoutError past ``toolTimeout``."""
+        from mcp import MCPError
+        from mcp.types import CONNECTION_CLOSED
+
+        client = self._client
+        if client is None:
+            raise ServerUnavailable(self.name, self.error or self.state)
+        try:
+            async with asyncio.timeout(self.config.tool_timeout):
+                return await client.call_tool(tool, arguments)
+        except TimeoutError:
+            raise TimeoutError(f"{self.name}_{tool}: no answer within {self.config.tool_timeout:g} s "
+                               f"(tools.mcpServers.{self.name}.toolTimeout); the call was cancelled") from None
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise RuntimeError(f"{self.name}_{tool}: {exc.message}") from None
+            self._connection_lost("the connection closed (did the server crash?)")
+            raise ServerUnavailable(self.name, "the connection closed during the call") from None
+        except (OSError, EOFError) as exc:  # anyio's closed streams, a reset socket
+            self._connection_lost(f"{type(exc).__name__}: {exc}")
+            raise ServerUnavailable(self.name, f"{type(exc).__name__}: {exc}") from None
+
+    async def close(self) -> None:
+        """Leave the session: the SDK ends a stdio child (stdin closed, then terminated)."""
+        self._closing = True
+        self._lost.set()
+        if self._holder is not None:
+            try:
+                async with asyncio.timeout(10):
+                    await asyncio.gather(self._holder, return_exceptions=True)
+            except TimeoutError:
+                self._holder.cancel()
+                await asyncio.gather(self._holder, return_exceptions=True)
+        if self._errlog is not None:
+            self._errlog.close()
+            self._errlog = None
+        self._set_state("stopped")
+
+    # ---- the holder task ---------------------------------------------------------------
+    async def _hold(self) -> None:
+        delay = self.restart_first_s
+        while not self._closing:
+            connected_at = time.monotonic()
+            try:
+                await self._session()
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # an ExceptionGroup from the SDK's task groups, too
+                self._set_state("failed", _reason(exc))
+            finally:
+                self._client = None
+                self._attempted.set()
+            if self._closing:
+                return
+            if time.monotonic() - connected_at > RESTART_MAX_S:
+                delay = self.restart_first_s  # it ran a good while: a fresh crash, not a crash loop
+            self._set_state("restarting", f"in {delay:g} s after: {self.error}")
+            await asyncio.sleep(delay)
+            delay = min(RESTART_MAX_S, delay * 2)
+
+    async def _session(self) -> None:
+        from mcp import Client
+
+        self._lost.clear()
+        async with Client(self._transport()) as client:
+            tools = await _list_tools(client)
+            allowed = self.config.allowed_tools
+            self.tools = [t for t in tools if allowed is None or t.name in allowed]
+            self._client = client
+            self._set_state("running")
+            self._attempted.set()
+            if self.on_connect is not None:
+                self.on_connect(self)
+            await self._lost.wait()
+
+    def _transport(self) -> Any:
+        from mcp import StdioServerParameters
+
+        c = self.config
+        if c.transport == "stdio":
+            return _Stdio(StdioServerParameters(command=c.command or "", args=list(c.args),
+                                                env=dict(c.env) or None, cwd=c.cwd), self._stderr())
+        if c.transport == "sse":
+            from mcp.client.sse import sse_client
+
+            return sse_client(c.url or "", headers=dict(c.headers) or None, timeout=c.start_timeout)
+        from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
+
+        return streamable_http_client(c.url or "", http_client=create_mcp_http_client(headers=dict(c.headers) or None))
+
+    def _stderr(self) -> TextIO:
+        """A stdio server's stderr goes to ``logs/mcp-<name>.log`` in the home, not the terminal."""
+        if self._errlog is None:
+            if self.log_dir is None:
+                return sys.stderr
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._errlog = open(self.log_dir / f"mcp-{self.name}.log", "a", encoding="utf-8")
+        return self._errlog
+
+    def _connection_lost(self, why: str) -> None:
+        if self._client is not None:
+            log.warning("MCP server %s: %s", self.name, why)
+            self._client = None
+            self.error = why
+            self._lost.set()
+
+    def _set_state(self, state: str, error: str = "") -> None:
+        if state == "failed":
+            self.error = error
+            log.warning("MCP server %s failed: %s", self.name, error)
+        elif state == "restarting":
+            log.info("MCP server %s: restarting %s", self.name, error)
+        self.state = f"{state}: {error}" if error else state
+        if self.on_state is not None:
+            self.on_state()
+
+
+class _Stdio:
+    """``stdio_client`` with our stderr file: the SDK's transport takes it as ``errlog``."""
+
+    def __init__(self, params: Any, errlog: TextIO) -> None:
+        from mcp.client.stdio import stdio_client
+
+        self._cm = stdio_client(params, errlog=errlog)
+
+    async def __aenter__(self) -> Any:
+        return await self._cm.__aenter__()
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._cm.__aexit__(*exc)
+
+
+async def _list_tools(client: Any) -> list[Any]:
+    tools, cursor = [], None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost useful line of an error (the SDK wraps them in exception groups)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:300]

