@@ -331,3 +331,30 @@ async def test_a_bad_server_entry_is_one_line_and_exit_2(home: Path, entry: dict
     write_mcp_config(home, {"bad": entry})
     code, _, err = await nanobot("mcp", "list", home=home)
     assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+async def test_env_vars_override_a_server_and_their_errors_name_them(home: Path) -> None:
+    from tests.test_cli import nanobot
+
+    write_mcp_config(home, {"notes": {**NOTES_CMD, "enabled": False}})
+    code, out, _ = await nanobot("mcp", "list", home=home, env={"NANOBOT_TOOLS__MCP_SERVERS__NOTES__ENABLED": "true"})
+    assert code == 0 and "notes (stdio): running, 10 tools" in out
+    code, _, err = await nanobot("mcp", "list", home=home,
+                                 env={"NANOBOT_TOOLS__MCP_SERVERS__NOTES__TOOL_TIMEOUT": "-1"})
+    assert code == 2 and err.startswith("nanobot: environment variable NANOBOT_TOOLS__MCP_SERVERS__NOTES__TOOL_TIMEOUT")
+
+
+async def test_typed_stubs_pass_the_type_checker(llm: FakeOpenAI, workspace: Path) -> None:
+    from nanobot.config import CodeRuntime
+
+    program = ("```python\nn: dict = notes_add_note(title='t', tags=['a'])\nids: list[int] = notes_search('t', "
+               "field='title')\nfinal_answer(ids)\n```")
+    bad = "```python\nnotes_search('t', field='everywhere')\n```"
+    llm.script(reply(program), reply(bad), reply("ok"))
+    config = with_servers(llm, workspace, {"notes": stdio_server()}, mode="code",
+                          code_runtime=CodeRuntime(type_check=True))
+    async with Runtime(config) as rt:
+        assert await rt.agent.handle("cli:ty", "go") == "[1]"
+        assert await rt.agent.handle("cli:ty", "bad") == "ok"
+    checked = llm.chat_requests[2]["messages"][-1]["content"]
+    assert "Type check failed" in checked and "everywhere" in checked  # refused before any call

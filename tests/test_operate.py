@@ -56,6 +56,8 @@ def gateway_config(home: Path, workspace: Path, llm: FakeOpenAI, tg: FakeTelegra
                                   "allowFrom": [str(ALICE)]},
                      "discord": {"enabled": True, "token": "canary-discord-token-999",
                                  "apiBase": "http://127.0.0.1:9/api/v10", "gatewayUrl": "ws://127.0.0.1:9"}},
+        "tools": {"mcpServers": {"notes": {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_notes"],
+                                           "cwd": str(REPO)}}},
         "gateway": {"heartbeat": {"enabled": False}, "shutdownGraceSeconds": 1}}))
 
 
@@ -79,6 +81,7 @@ async def test_one_gateway_per_home_with_states_logs_and_sighup(home: Path, work
             code, out, _ = await nanobot("status", home=home)
             assert f"Gateway:   running (PID {proc.pid})" in out
             assert "telegram (running)" in out and "discord (retrying in" in out  # the daemon stays up
+            assert "MCP:       notes (running, 10 tools)" in out
 
             proc.send_signal(signal.SIGHUP)  # a closed terminal: a clean stop, not a kill
             assert await asyncio.wait_for(proc.wait(), 20) == 0
