@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 import tempfile
+import time
 from functools import partial
 from pathlib import Path
 from typing import Optional
@@ -254,6 +255,8 @@ async def _status(config: Config, path: Path) -> None:
             typer.echo("Usage:     none yet")
         for mode, t in sorted(totals.items()):
             typer.echo(f"Usage [{mode}]: {t.summary()}")
+        for line in await (await UsageStore.create(db)).cost_lines(settings.timezone):
+            typer.echo(line)
     finally:
         await db.close()
 
@@ -273,6 +276,11 @@ def gateway_lines(config: Config) -> list[str]:
              f"Channels:  {', '.join(channels) or 'none enabled'}"]
     if servers:
         lines.append(f"MCP:       {'; '.join(servers)}")
+    cooling = {name: until - time.time() for name, until in
+               (gateway_states(nanobot_home(), pid, "cooling_until") if pid else {}).items() if until > time.time()}
+    if cooling:
+        lines.append("Cooldown:  " + ", ".join(f"{name} ({left:.0f} s left, fallbacks first)"
+                                               for name, left in cooling.items()))
     return lines
 
 

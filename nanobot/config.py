@@ -57,6 +57,13 @@ def _check_timezone(name: str | None) -> str | None:
 Timezone = Annotated[str, AfterValidator(_check_timezone)]
 
 
+class ModelChoice(Section):
+    """A model on a provider: an entry of ``agents.models`` or ``fallbacks``."""
+
+    provider: str
+    model: str
+
+
 class AgentSettings(Section):
     workspace: str = "~/.nanobot/workspace"
     provider: str = "openai"
@@ -70,6 +77,8 @@ class AgentSettings(Section):
     timezone: Timezone = "UTC"
     execution_mode: ExecutionMode = "code"
     code_runtime: CodeRuntime = CodeRuntime()
+    fallbacks: list[ModelChoice] = []  # tried in order when the model fails (429, 5xx, timeout, no connection)
+    daily_budget_usd: float | None = Field(None, gt=0)  # model calls stop for the day once spent
 
     @model_validator(mode="after")
     def _reply_fits_context(self) -> AgentSettings:
@@ -93,6 +102,7 @@ class AgentOverride(Section):
     timezone: Timezone | None = None
     execution_mode: ExecutionMode | None = None
     code_runtime: CodeRuntime | None = None
+    fallbacks: list[ModelChoice] | None = None
     # Not fields of defaults: widens a member chat ("owner") or narrows an owner chat ("member");
     # the MCP servers a member chat may use (owner chats reach them all).
     trust: Literal["owner", "member"] | None = None
@@ -102,6 +112,12 @@ class AgentOverride(Section):
 class Agents(Section):
     defaults: AgentSettings = AgentSettings()
     overrides: dict[str, AgentOverride] = {}
+    models: dict[str, ModelChoice] = {}  # the choices of /model NAME
+
+
+class Price(Section):
+    input: float = Field(ge=0)  # USD per 1M prompt tokens
+    output: float = Field(ge=0)  # USD per 1M completion tokens
 
 
 class ProviderConfig(Section):
@@ -109,6 +125,8 @@ class ProviderConfig(Section):
     api_base: str | None = None
     timeout: float = Field(120.0, gt=0)
     max_retries: int = Field(3, ge=0)
+    cooldown_seconds: float = Field(60.0, ge=0)  # after a failure, fallbacks are tried first for this long
+    prices: dict[str, Price] = {}  # model name -> price
 
 
 class TelegramConfig(Section):
@@ -252,7 +270,7 @@ def _snake(name: str) -> str:
 
 
 # Maps keyed by the user's own names ("telegram:123", "notes", "API_KEY"): their keys stay as written.
-_USER_KEYED = ("overrides", "providers", "mcp_servers", "env", "headers")
+_USER_KEYED = ("overrides", "providers", "mcp_servers", "env", "headers", "models", "prices")
 
 
 def _snake_keys(value: Any, *, keep_keys: bool = False) -> Any:
@@ -300,6 +318,17 @@ class Config(BaseSettings):
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
         return (init_settings, env_settings, _JsonFileSource(settings_cls, _FILE_DATA.get()))
+
+    @model_validator(mode="after")
+    def _known_providers(self) -> Config:
+        """Every provider a model choice names exists (else the first failover would crash)."""
+        choices = [*self.agents.defaults.fallbacks, *self.agents.models.values(),
+                   *(c for o in self.agents.overrides.values() for c in (o.fallbacks or []))]
+        for choice in choices:
+            if choice.provider not in self.providers:
+                raise ValueError(f"model {choice.model!r} names provider {choice.provider!r}, which is not in "
+                                 f"providers ({', '.join(self.providers)})")
+        return self
 
     # ---- derived values -------------------------------------------------------------
     @property

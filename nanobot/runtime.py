@@ -26,14 +26,9 @@ log = logging.getLogger(__name__)
 
 
 def make_provider(config: Config) -> Provider:
-    from nanobot.providers.openai_provider import OpenAIProvider
+    from nanobot.providers.router import make_router
 
-    name = config.agents.defaults.provider
-    settings = config.provider_config(name)
-    if not settings.api_key and not settings.api_base:  # OpenAI itself: every call would be a 401
-        raise ConfigError(f"providers.{name}.apiKey is not set: set it in the config file or in "
-                          f"NANOBOT_PROVIDERS__{name.upper()}__API_KEY (or set apiBase for a local server)")
-    return OpenAIProvider(name, settings)
+    return make_router(config)
 
 
 def workspace_ready(config: Config) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import datetime, time as day_time
+from zoneinfo import ZoneInfo
 
 import aiosqlite
 
@@ -25,7 +27,19 @@ MIGRATIONS = [
     """,
     # Failed model calls are recorded too (tokens 0), so status shows how often the server fails.
     "ALTER TABLE model_calls ADD COLUMN outcome TEXT NOT NULL DEFAULT 'ok';",
+    # Which provider answered (fallbacks), and what the call cost (providers.<name>.prices).
+    """
+    ALTER TABLE model_calls ADD COLUMN provider TEXT NOT NULL DEFAULT '';
+    ALTER TABLE model_calls ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0;
+    CREATE INDEX model_calls_ts ON model_calls (ts);
+    """,
 ]
+
+
+def start_of_today(timezone: str) -> float:
+    """Midnight today in ``timezone``, as a Unix time (the budget's day)."""
+    zone = ZoneInfo(timezone)
+    return datetime.combine(datetime.now(zone).date(), day_time(0), tzinfo=zone).timestamp()
 
 
 @dataclass
@@ -36,16 +50,19 @@ class ModeTotals:
     executions: int = 0
     failures: int = 0
     failed_calls: int = 0
+    cost_usd: float = 0.0
 
     def summary(self) -> str:
         failed_calls = f" ({self.failed_calls} failed)" if self.failed_calls else ""
+        cost = f", ${self.cost_usd:.4f}" if self.cost_usd else ""
         return (f"{self.model_calls} model calls{failed_calls}, {self.prompt_tokens} prompt + {self.completion_tokens} "
-                f"completion tokens, {self.executions} executions, {self.failures} failed")
+                f"completion tokens{cost}, {self.executions} executions, {self.failures} failed")
 
 
 class UsageStore:
     def __init__(self, conn: aiosqlite.Connection) -> None:
         self.conn = conn
+        self.budget_notice_day: str | None = None  # the day the owner was told the budget is spent
 
     @classmethod
     async def create(cls, conn: aiosqlite.Connection) -> "UsageStore":
@@ -53,11 +70,12 @@ class UsageStore:
         return cls(conn)
 
     async def record_call(self, session_key: str, mode: str, model: str, prompt_tokens: int,
-                          completion_tokens: int, purpose: str = "turn", *, outcome: str = "ok") -> None:
+                          completion_tokens: int, purpose: str = "turn", *, outcome: str = "ok", provider: str = "",
+                          cost: float = 0.0) -> None:
         await self.conn.execute(
-            "INSERT INTO model_calls (ts, session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (time.time(), session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome))
+            "INSERT INTO model_calls (ts, session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, "
+            "provider, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (time.time(), session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, provider, cost))
         await self.conn.commit()
 
     async def record_execution(self, session_key: str, mode: str, duration_ms: float, function_calls: int,
@@ -70,15 +88,39 @@ class UsageStore:
     async def totals(self) -> dict[str, ModeTotals]:
         result: dict[str, ModeTotals] = {}
         async with self.conn.execute(
-                "SELECT mode, count(*), sum(prompt_tokens), sum(completion_tokens), sum(outcome != 'ok') "
-                "FROM model_calls GROUP BY mode") as cur:
-            async for mode, calls, prompt, completion, failed in cur:
+                "SELECT mode, count(*), sum(prompt_tokens), sum(completion_tokens), sum(outcome != 'ok'), "
+                "sum(cost_usd) FROM model_calls GROUP BY mode") as cur:
+            async for mode, calls, prompt, completion, failed, cost in cur:
                 result.setdefault(mode, ModeTotals()).__dict__.update(
                     model_calls=calls, prompt_tokens=prompt or 0, completion_tokens=completion or 0,
-                    failed_calls=failed or 0)
+                    failed_calls=failed or 0, cost_usd=cost or 0.0)
         async with self.conn.execute(
                 "SELECT mode, count(*), sum(outcome != 'ok') FROM executions GROUP BY mode") as cur:
             async for mode, runs, failures in cur:
                 totals = result.setdefault(mode, ModeTotals())
                 totals.executions, totals.failures = runs, failures or 0
         return result
+
+    async def cost_since(self, since: float) -> float:
+        async with self.conn.execute("SELECT sum(cost_usd) FROM model_calls WHERE ts >= ?", (since,)) as cur:
+            return (await cur.fetchone())[0] or 0.0
+
+    async def cost_by_model(self, since: float = 0.0) -> dict[str, float]:
+        """USD per "provider/model" since ``since`` (0: ever), only models that cost something."""
+        async with self.conn.execute(
+                "SELECT provider, model, sum(cost_usd) FROM model_calls WHERE ts >= ? GROUP BY provider, model "
+                "HAVING sum(cost_usd) > 0 ORDER BY 3 DESC", (since,)) as cur:
+            return {f"{p}/{m}" if p else m: c async for p, m, c in cur}
+
+    async def cost_lines(self, timezone: str) -> list[str]:
+        """For status and /status: cost today and in total, per model."""
+        today_start = start_of_today(timezone)
+        total, today = await self.cost_since(0.0), await self.cost_since(today_start)
+        if not total:
+            return []
+        per_model = await self.cost_by_model()
+        today_models = await self.cost_by_model(today_start)
+        lines = [f"Cost: ${today:.4f} today, ${total:.4f} in total"]
+        lines += [f"  {name}: ${today_models.get(name, 0.0):.4f} today, ${cost:.4f} in total"
+                  for name, cost in per_model.items()]
+        return lines

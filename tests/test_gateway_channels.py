@@ -217,7 +217,8 @@ async def test_a_discord_dm_with_an_owner_is_an_owner_chat_and_a_guild_channel_i
     # A Discord DM's channel id is not the user's id: the chat's private peer decides.
     await dc.push_message(DM, FRIEND, "/status", username="friend")
     await dc.push_message(GUILD_CHANNEL, FRIEND, f"<@{dc.bot_id}> /status", guild_id=9, mentions_bot=True)
-    dm, guild = await dc.wait_sent(2, timeout=10)
+    sent = await dc.wait_sent(2, timeout=10)  # the two chats answer concurrently: either may come first
+    dm, guild = sorted(sent, key=lambda m: m["channel_id"] != str(DM))
     assert "This is an owner chat" in dm["content"]
     assert f"a member chat: it works in its own folder chats/discord_{GUILD_CHANNEL}/" in guild["content"]
     assert chat_trust(config, f"discord:{DM}", None) == "member"  # unknown without the peer: fail closed

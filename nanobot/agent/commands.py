@@ -19,6 +19,7 @@ HELP = """Commands:
 /new — start a fresh conversation (history and Python state cleared)
 /stop — cancel what I am doing now
 /mode [tools|code|hybrid|default] — show or set how I act in this chat
+/model [NAME|default] — show or set the model for this chat
 /status — model, mode and usage
 /help — this list"""
 
@@ -55,6 +56,8 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
         session.set_meta(mode=arg)
         session.sync()
         return f"Mode set to {arg} for this chat."
+    if name == "/model":
+        return model_command(agent, session_key, text.strip().partition(" ")[2].strip())
     if name == "/status":
         return await status_text(agent, session_key)
     if name in ("/help", "/start"):
@@ -64,17 +67,48 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
     return f"Unknown command {name}. /help lists the commands."  # not a model turn: it was meant for me
 
 
+def model_command(agent: Agent, session_key: str, arg: str) -> str:
+    """``/model``: the chat's model and the choices; ``/model NAME`` picks one (kept in the session)."""
+    from nanobot.agent.loop import chat_model
+
+    session = agent.session(session_key)
+    config = agent.deps.config
+    choices = ", ".join(config.agents.models) or "none configured (agents.models)"
+    if not arg:
+        provider, model = chat_model(config, session)
+        picked = session.meta.get("model")
+        return f"Model: {provider}/{model}{f' ({picked})' if picked in config.agents.models else ''}. " \
+               f"Choices: {choices}; /model default goes back to the configured one."
+    if arg.lower() == "default":
+        session.set_meta(model=None)
+    elif arg in config.agents.models:
+        session.set_meta(model=arg)
+    else:
+        return f"Unknown model {arg!r}: choose one of {choices}, or default."
+    session.sync()
+    provider, model = chat_model(config, session)
+    return f"Model set to {provider}/{model} for this chat."
+
+
 async def status_text(agent: Agent, session_key: str) -> str:
+    from nanobot.agent.loop import chat_model
+
     session = agent.session(session_key)
     settings = agent.deps.config.agent_for(session_key)
     ctx = agent.deps.chat_context(session_key)
     owner = ctx.trust == OWNER
     where = "the whole workspace" if owner else \
         f"its own folder {ctx.workspace.relative_to(agent.deps.config.workspace_path).as_posix()}/"
+    provider, model = chat_model(agent.deps.config, session)
     lines = [f"Session {session_key}: {len(session.messages)} messages, mode {agent.mode_name(session)}, "
-             f"model {settings.model}.",
+             f"model {model}.",
              f"This is {'an owner' if owner else 'a member'} chat: it works in {where}."]
     if agent.deps.usage:
         for mode, t in sorted((await agent.deps.usage.totals()).items()):
             lines.append(f"{mode}: {t.summary()}")
+        if owner:  # what the assistant costs is the owner's business
+            lines += await agent.deps.usage.cost_lines(settings.timezone)
+    cooling = getattr(agent.deps.provider, "cooling_down", dict)()
+    if cooling:
+        lines.append("Cooling down: " + ", ".join(f"{p} ({s:.0f} s)" for p, s in cooling.items()))
     return "\n".join(lines)

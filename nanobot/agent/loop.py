@@ -18,6 +18,7 @@ from nanobot.agent.commands import handle_command
 from nanobot.agent.context import build_system_prompt
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.markup import strip_think
+from nanobot.agent.spend import BudgetSpent, metered_chat
 from nanobot.agent.memory import Consolidator, prompt_history
 from nanobot.agent.modes import get_mode
 from nanobot.config import AgentSettings
@@ -28,6 +29,7 @@ from nanobot.trust import OWNER
 
 if TYPE_CHECKING:
     from nanobot.agent.modes import Mode
+    from nanobot.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -97,21 +99,13 @@ class Turn:
 
     async def ask_model(self, *, tools: list[dict[str, Any]] | None = None,
                         messages: list[dict[str, Any]] | None = None, purpose: str = "turn") -> LLMResponse:
-        request = ChatRequest(messages=messages or self.messages, model=self.settings.model, tools=tools or None,
-                              max_tokens=self.settings.max_tokens, temperature=self.settings.temperature)
+        provider, model = chat_model(self.deps.config, self.session)
+        request = ChatRequest(messages=messages or self.messages, model=model, tools=tools or None,
+                              max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
+                              provider=provider, fallbacks=[(f.provider, f.model) for f in self.settings.fallbacks])
         self.model_calls += 1
-        usage = self.deps.usage
-        try:
-            response = await self.deps.provider.chat(request)
-        except ProviderError as exc:
-            if usage:  # a failed call is counted too: status shows how often the server fails
-                await usage.record_call(self.session.key, self.mode.name, self.settings.model, 0, 0, purpose,
-                                        outcome=str(exc)[:200])
-            raise
-        if usage:
-            await usage.record_call(self.session.key, self.mode.name, response.model or self.settings.model,
-                                    response.usage.prompt_tokens, response.usage.completion_tokens, purpose)
-        return response
+        return await metered_chat(self.deps, request, session_key=self.session.key, mode=self.mode.name,
+                                  purpose=purpose)
 
     def fit_prompt(self) -> None:
         """Keep the prompt within the model's context: drop the oldest history, or end the turn."""
@@ -202,6 +196,9 @@ class Agent:
         try:
             reply = await turn.run(content, media or [])
             outcome = turn.outcome
+        except BudgetSpent as spent:
+            reply, outcome = FailedReply(str(spent)), "budget"
+            settle_failed_turn(session, len(session.messages) - recorded, reply)
         except TurnEnded as ended:
             reply, outcome = ended.reply, ended.outcome
             session.append({"role": "assistant", "content": reply})
@@ -234,6 +231,15 @@ def settle_failed_turn(session: Session, added: int, reply: str) -> None:
         session.drop_last(added)
     else:
         session.append({"role": "assistant", "content": f"({reply})"})
+
+
+def chat_model(config: Config, session: Session) -> tuple[str, str]:
+    """(provider, model) for a chat: its /model choice, else agents.overrides, else agents.defaults."""
+    choice = config.agents.models.get(session.meta.get("model") or "")
+    if choice is not None:
+        return choice.provider, choice.model
+    settings = config.agent_for(session.key)
+    return settings.provider, settings.model
 
 
 def remember_peer(session: Session, origin: Origin) -> None:

@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo
 
 from nanobot.agent.context import render_prompt
 from nanobot.agent.markup import strip_think
+from nanobot.agent.spend import metered_chat
 from nanobot.providers.base import ChatRequest, ProviderError
 from nanobot.trust import chat_scope
 
@@ -292,16 +293,13 @@ class Consolidator:
         user = (f"<current_memory>\n{memory.strip() or '(empty)'}\n</current_memory>\n\n"
                 f"<conversation session=\"{session.key}\">\n{transcript(part)}\n</conversation>")
         request = ChatRequest(messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-                              model=settings.model, max_tokens=settings.max_tokens, temperature=0.0)
+                              model=settings.model, max_tokens=settings.max_tokens, temperature=0.0,
+                              provider=settings.provider, fallbacks=[(f.provider, f.model) for f in settings.fallbacks])
         try:
-            response = await self.deps.provider.chat(request)
-        except ProviderError as exc:
+            response = await metered_chat(self.deps, request, session_key=session.key, mode=mode, purpose="memory")
+        except ProviderError as exc:  # the budget too: consolidation waits for tomorrow
             log.warning("%s: memory consolidation call failed: %s", session.key, exc)
             return None
-        if self.deps.usage:
-            await self.deps.usage.record_call(session.key, mode, response.model or settings.model,
-                                              response.usage.prompt_tokens, response.usage.completion_tokens,
-                                              "memory")
         try:
             return parse_answer(response.content)
         except ValueError as exc:

@@ -83,6 +83,8 @@ class Gateway:
         self.channels = ChannelManager(self.config, ctx)
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval)
         self.channels.on_state = self._write_state
+        if hasattr(rt.provider, "on_change"):  # the model router: a provider went into cooldown
+            rt.provider.on_change = self._write_state
         if rt.deps.services.mcp is not None:  # their functions exist before the first message
             rt.deps.services.mcp.watch(self._write_state)
             await rt.deps.services.mcp.ensure_started()
@@ -111,7 +113,8 @@ class Gateway:
         """Where each channel stands, for ``nanobot status`` (a file in the home)."""
         assert self.channels is not None
         mcp = self.runtime.deps.services.mcp
-        write_gateway_state(self.runtime.home, self.channels.state, mcp.states() if mcp else {})
+        cooling = getattr(self.runtime.provider, "cooling_down", dict)()
+        write_gateway_state(self.runtime.home, self.channels.state, mcp.states() if mcp else {}, cooling)
 
     async def stop(self) -> None:
         """Safe to call after a failed or partial start()."""

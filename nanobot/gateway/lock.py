@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 
 from nanobot.config import write_private
@@ -66,12 +67,16 @@ def running_gateway_pid(home: Path) -> int | None:
         os.close(fd)
 
 
-def write_gateway_state(home: Path, channels: dict[str, str], mcp: dict[str, str]) -> None:
-    write_private(home / STATE_NAME, json.dumps({"pid": os.getpid(), "channels": channels, "mcp": mcp}) + "\n")
+def write_gateway_state(home: Path, channels: dict[str, str], mcp: dict[str, str],
+                        cooling: dict[str, float] | None = None) -> None:
+    """``cooling``: providers skipped for now, and for how many more seconds."""
+    until = {name: time.time() + left for name, left in (cooling or {}).items()}
+    write_private(home / STATE_NAME, json.dumps({"pid": os.getpid(), "channels": channels, "mcp": mcp,
+                                                 "cooling_until": until}) + "\n")
 
 
-def gateway_states(home: Path, pid: int, part: str) -> dict[str, str]:
-    """The running gateway's ``channels`` or ``mcp`` states (empty when it wrote none)."""
+def gateway_states(home: Path, pid: int, part: str) -> dict:
+    """The running gateway's ``channels``, ``mcp`` or ``cooling_until`` states (empty when it wrote none)."""
     try:
         data = json.loads((home / STATE_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):

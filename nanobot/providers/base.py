@@ -8,7 +8,15 @@ from typing import Any, Protocol
 
 
 class ProviderError(Exception):
-    """A model call failed in a way worth telling the user in one short line."""
+    """A model call failed in a way worth telling the user in one short line.
+
+    ``fallback``: another provider may well answer (429, 5xx, a timeout, no connection); a
+    bad request (400), a bad key or an unknown model would fail the same way on a retry here.
+    """
+
+    def __init__(self, message: str, *, fallback: bool = False) -> None:
+        super().__init__(message)
+        self.fallback = fallback
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:
@@ -47,6 +55,7 @@ class LLMResponse:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     finish_reason: str | None = None
+    provider: str = ""  # which provider answered (set by the router)
 
 
 @dataclass
@@ -56,6 +65,8 @@ class ChatRequest:
     tools: list[dict[str, Any]] | None = None
     max_tokens: int = 8192
     temperature: float = 0.2
+    provider: str | None = None  # None: agents.defaults.provider
+    fallbacks: list[tuple[str, str]] = field(default_factory=list)  # (provider, model), tried in order
 
 
 class Provider(Protocol):

@@ -75,14 +75,16 @@ def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _classify(exc: Exception) -> tuple[ProviderError, float | None]:
     """The user's error line, and whether to retry: None = never, 0 = backoff, >0 = Retry-After."""
     if isinstance(exc, openai.APIStatusError):
-        error = ProviderError(f"the model server answered HTTP {exc.status_code}: {_short(exc.message)}")
+        error = ProviderError(f"the model server answered HTTP {exc.status_code}: {_short(exc.message)}",
+                              fallback=exc.status_code == 429 or exc.status_code >= 500)
         if exc.status_code not in RETRY_STATUSES:
             return error, None
         return error, _retry_after(exc.response)
     if isinstance(exc, openai.APITimeoutError):  # before APIConnectionError: it is a subclass
-        return ProviderError("the model server did not answer in time (providers.*.timeout)"), None
+        return ProviderError("the model server did not answer in time (providers.*.timeout)", fallback=True), None
     if isinstance(exc, openai.APIConnectionError):
-        return ProviderError(f"could not reach the model server ({_short(str(exc.__cause__ or exc))})"), 0
+        return ProviderError(f"could not reach the model server ({_short(str(exc.__cause__ or exc))})",
+                             fallback=True), 0
     if isinstance(exc, (openai.OpenAIError, ValueError, TypeError, AttributeError)):
         # ValueError & co: a 200 whose body is not a chat completion (an HTML page, say)
         return ProviderError(f"the model server's answer was not a chat completion ({_short(str(exc))})"), None
