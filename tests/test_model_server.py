@@ -19,7 +19,7 @@ async def ask(llm: FakeOpenAI, workspace: Path, text: str, session: str = "cli:t
     config = config_for(llm.base_url, workspace, **kw)
     config.providers["openai"].max_retries = retries
     async with Runtime(config) as rt:
-        rt.provider.backoff_s = 0.01
+        rt.provider.provider("openai").backoff_s = 0.01
         return await rt.agent.handle(session, text)
 
 

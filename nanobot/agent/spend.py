@@ -59,12 +59,21 @@ async def metered_chat(deps: AgentDeps, request: ChatRequest, *, session_key: st
     try:
         response = await deps.provider.chat(request)
     except ProviderError as exc:
-        if usage:  # a failed call is counted too: status shows how often the server fails
-            await usage.record_call(session_key, mode, request.model, 0, 0, purpose, outcome=str(exc)[:200],
-                                    provider=request.provider or deps.config.agents.defaults.provider)
+        if usage:  # failed calls are counted too: status shows how often a server fails
+            failed = exc.failed_attempts or [(request.provider or deps.config.agents.defaults.provider,
+                                              request.model, str(exc))]
+            await _record_failures(deps, failed, session_key, mode, purpose)
         raise
     if usage:
+        await _record_failures(deps, response.failed_attempts, session_key, mode, purpose)
         await usage.record_call(session_key, mode, response.model or request.model, response.usage.prompt_tokens,
                                 response.usage.completion_tokens, purpose, provider=response.provider,
                                 cost=call_cost(deps.config, response))
     return response
+
+
+async def _record_failures(deps: AgentDeps, failed: list[tuple[str, str, str]], session_key: str, mode: str,
+                           purpose: str) -> None:
+    assert deps.usage is not None
+    for provider, model, error in failed:
+        await deps.usage.record_call(session_key, mode, model, 0, 0, purpose, outcome=error[:200], provider=provider)

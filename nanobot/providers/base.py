@@ -17,6 +17,7 @@ class ProviderError(Exception):
     def __init__(self, message: str, *, fallback: bool = False) -> None:
         super().__init__(message)
         self.fallback = fallback
+        self.failed_attempts: list[tuple[str, str, str]] = []  # (provider, model, error) before this one
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:
@@ -56,6 +57,7 @@ class LLMResponse:
     model: str = ""
     finish_reason: str | None = None
     provider: str = ""  # which provider answered (set by the router)
+    failed_attempts: list[tuple[str, str, str]] = field(default_factory=list)  # (provider, model, error) before it
 
 
 @dataclass

@@ -75,7 +75,7 @@ def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _classify(exc: Exception) -> tuple[ProviderError, float | None]:
     """The user's error line, and whether to retry: None = never, 0 = backoff, >0 = Retry-After."""
     if isinstance(exc, openai.APIStatusError):
-        error = ProviderError(f"the model server answered HTTP {exc.status_code}: {_short(exc.message)}",
+        error = ProviderError(f"the model server answered HTTP {exc.status_code}: {_short(_server_message(exc))}",
                               fallback=exc.status_code == 429 or exc.status_code >= 500)
         if exc.status_code not in RETRY_STATUSES:
             return error, None
@@ -89,6 +89,17 @@ def _classify(exc: Exception) -> tuple[ProviderError, float | None]:
         # ValueError & co: a 200 whose body is not a chat completion (an HTML page, say)
         return ProviderError(f"the model server's answer was not a chat completion ({_short(str(exc))})"), None
     raise exc
+
+
+def _server_message(exc: openai.APIStatusError) -> str:
+    """The server's own words (``{"error": {"message": ...}}``), not the SDK's "Error code: N - {...}"."""
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        message = inner.get("message") if isinstance(inner, dict) else inner
+        if isinstance(message, str) and message:
+            return message
+    return exc.message
 
 
 def _retry_after(response: httpx.Response | None) -> float:

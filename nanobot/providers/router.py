@@ -47,19 +47,24 @@ class ModelRouter:
         cooling = self.cooling_down()
         ready = [t for t in targets if t[0] not in cooling]
         failures = [f"{p}/{m}: cooling down after a failure" for p, m in targets if p in cooling] if ready else []
+        attempts: list[tuple[str, str, str]] = []  # recorded in usage by the caller
         for provider_name, model in ready or targets:
             try:
                 response = await self.provider(provider_name).chat(replace(request, model=model, fallbacks=[]))
             except ProviderError as exc:
                 if not exc.fallback or len(targets) == 1:
+                    exc.failed_attempts = attempts
                     raise
                 self._cool(provider_name)
+                attempts.append((provider_name, model, str(exc)))
                 failures.append(f"{provider_name}/{model}: {exc}")
                 log.warning("model %s/%s failed, trying the next: %s", provider_name, model, exc)
                 continue
-            response.provider, response.model = provider_name, model
+            response.provider, response.model, response.failed_attempts = provider_name, model, attempts
             return response
-        raise ProviderError("no model answered (tried " + "; ".join(failures) + ")")
+        error = ProviderError("no model answered (tried " + "; ".join(failures) + ")")
+        error.failed_attempts = attempts
+        raise error
 
     def _cool(self, name: str) -> None:
         seconds = self.config.provider_config(name).cooldown_seconds
