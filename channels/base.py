@@ -75,6 +75,12 @@ class BaseChannel(ABC):
     async def send(self, msg: OutboundMessage) -> None:
         """Deliver one reply (split as the platform needs); retries are the adapter's job."""
 
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        """The reply so far (``msg.kind == "stream"``), to show in one message that is edited as
+        it grows; the final text arrives with the same ``metadata["stream_id"]``. A channel that
+        cannot edit messages ignores this and shows only the final text."""
+        return None
+
     @abstractmethod
     async def send_typing(self, chat_id: str) -> None:
         """Show a typing indicator in the chat, best effort."""

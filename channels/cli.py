@@ -38,6 +38,7 @@ class CliChannel(BaseChannel):
         self.closed = asyncio.Event()  # set when the user ends input (EOF, Ctrl-D, Ctrl-C when idle, "exit")
         self._reader: asyncio.Task[None] | None = None
         self._tty = sys.stdin.isatty() and sys.stdout.isatty()
+        self._streamed: dict[Any, str] = {}  # stream_id -> the lines of it printed so far
 
     async def start(self) -> None:
         self._reader = asyncio.create_task(self._read(), name="terminal input")
@@ -48,8 +49,27 @@ class CliChannel(BaseChannel):
             await asyncio.gather(self._reader, return_exceptions=True)
 
     async def send(self, msg: OutboundMessage) -> None:
+        if msg.kind == "stream":
+            return await self.send_stream(msg)
         if msg.kind == "text" and msg.content:
+            printed = self._streamed.pop(msg.metadata.get("stream_id"), None)
+            if printed is not None and msg.content.startswith(printed):
+                rest = msg.content[len(printed):].lstrip("\n")
+                if rest:
+                    print(rest, flush=True)
+                return
             print(msg.content, flush=True)  # on a terminal, patch_stdout puts it above the prompt line
+
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        """Whole lines of the reply as they are written (a terminal's prompt line needs whole lines)."""
+        stream_id = msg.metadata.get("stream_id")
+        printed = self._streamed.get(stream_id, "")
+        if not msg.content.startswith(printed):
+            return  # a new model call rewrote the text: the final reply shows it
+        done = msg.content[:msg.content.rfind("\n") + 1] if "\n" in msg.content else ""
+        if len(done) > len(printed):
+            print(done[len(printed):].rstrip("\n"), flush=True)
+            self._streamed[stream_id] = done
 
     async def send_typing(self, chat_id: str) -> None:
         return None  # the prompt line already shows that the bot is working

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import discord
 import yarl
@@ -70,6 +70,7 @@ class DiscordChannel(BaseChannel):
         self.ready_timeout = ready_timeout
         self.guild_ready_timeout = guild_ready_timeout
         self.retry_delays = tuple(retry_delays)
+        self._previews: dict[Any, discord.Message] = {}  # stream_id -> the message a reply streams into
         self.reidentify_delay = reidentify_delay
         self._client: _Client | None = None
         self._task: asyncio.Task[None] | None = None
@@ -163,9 +164,12 @@ class DiscordChannel(BaseChannel):
     async def send(self, msg: OutboundMessage) -> None:
         if msg.kind == "typing":
             return await self.send_typing(msg.chat_id)
+        if msg.kind == "stream":
+            return await self.send_stream(msg)
         if self._client is None or not msg.content.strip() or not msg.chat_id.isdigit():
             log.warning("discord: dropped a message to %r (not started, empty or bad id)", msg.chat_id)
             return
+        preview = self._previews.pop(msg.metadata.get("stream_id"), None)
         # A partial messageable needs no GET /channels and no cache: just the id.
         channel = self._client.get_partial_messageable(int(msg.chat_id))
         reference = None
@@ -173,10 +177,36 @@ class DiscordChannel(BaseChannel):
             reference = discord.MessageReference(message_id=int(msg.reply_to), channel_id=channel.id,
                                                  fail_if_not_exists=False)
         chunks = split_message(msg.content, self.max_message_len)
+        if preview is not None and await self._edit(preview, chunks[0]):
+            chunks, reference = chunks[1:], None  # the streamed message now holds the first chunk
         for i, chunk in enumerate(chunks):
             if not await self._send_chunk(channel, chunk, reference if i == 0 else None):
                 log.error("discord: gave up on %s after chunk %d of %d", msg.chat_id, i + 1, len(chunks))
                 return
+
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        """The reply so far, in one message: sent once, then edited."""
+        if self._client is None or not msg.chat_id.isdigit() or not msg.content.strip():
+            return
+        stream_id = msg.metadata.get("stream_id")
+        text = msg.content if len(msg.content) <= self.max_message_len else msg.content[:self.max_message_len - 2] + " …"
+        preview = self._previews.get(stream_id)
+        try:
+            if preview is None:
+                channel = self._client.get_partial_messageable(int(msg.chat_id))
+                self._previews[stream_id] = await channel.send(text)
+            elif preview.content != text:
+                self._previews[stream_id] = await preview.edit(content=text)
+        except Exception as exc:  # a missed preview is not worth a retry: the final text follows
+            log.debug("discord: streaming to %s failed: %r", msg.chat_id, exc)
+
+    async def _edit(self, message: discord.Message, text: str) -> bool:
+        try:
+            await message.edit(content=text)
+            return True
+        except Exception as exc:
+            log.warning("discord: could not finish the streamed message: %r", exc)
+            return False
 
     async def _send_chunk(self, channel: discord.PartialMessageable, chunk: str,
                           reference: discord.MessageReference | None) -> bool:

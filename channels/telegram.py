@@ -12,6 +12,7 @@ import asyncio
 import logging
 import re
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,6 +53,7 @@ class TelegramChannel(BaseChannel):
             setattr(self, key, value)
         self._app: Application | None = None
         self._username = ""  # the bot's own @username, known after start()
+        self._previews: dict[Any, _Preview] = {}  # stream_id -> the message a reply streams into
 
     @property
     def _bot(self) -> Bot:
@@ -189,17 +191,59 @@ class TelegramChannel(BaseChannel):
         if msg.kind == "typing":
             await self.send_typing(msg.chat_id)
             return
+        if msg.kind == "stream":
+            await self.send_stream(msg)
+            return
         if not msg.content.strip():
             return  # Telegram rejects empty text
         reply = ReplyParameters(int(msg.reply_to), allow_sending_without_reply=True) \
             if msg.reply_to and msg.reply_to.lstrip("-").isdigit() else None
+        preview = self._previews.pop(msg.metadata.get("stream_id"), None)
         try:
             for markdown, html in render_chunks(msg.content, self.max_message_len, utf16_len):
+                if preview is not None and await self._finish_preview(preview, markdown, html):
+                    preview = None  # the streamed message now holds the first chunk, formatted
+                    continue
                 if not await self._send_chunk(msg.chat_id, markdown, html, reply):
                     return  # a hole in the middle of a reply is worse than a cut-off end
                 reply = None
         except Exception:  # nothing from a send may take the daemon down
             log.exception("telegram: sending to %s failed", msg.chat_id)
+
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        """The reply so far, as plain text in one message: sent once, then edited."""
+        stream_id = msg.metadata.get("stream_id")
+        text = _preview_text(msg.content, self.max_message_len)
+        preview = self._previews.get(stream_id)
+        try:
+            if preview is None:
+                sent = await self._bot.send_message(chat_id=msg.chat_id, text=text)
+                self._previews[stream_id] = _Preview(msg.chat_id, sent.message_id, text)
+            elif text != preview.text:
+                await self._bot.edit_message_text(text=text, chat_id=preview.chat_id, message_id=preview.message_id)
+                preview.text = text
+        except Exception as exc:  # a missed preview is not worth a retry: the final text follows
+            log.debug("telegram: streaming to %s failed: %s", msg.chat_id, exc)
+
+    async def _finish_preview(self, preview: _Preview, markdown: str, html: str) -> bool:
+        """Turn the streamed message into the final first chunk; False: send it anew instead."""
+        try:
+            await self._bot.edit_message_text(text=html, chat_id=preview.chat_id, message_id=preview.message_id,
+                                              parse_mode=ParseMode.HTML)
+            return True
+        except BadRequest as exc:
+            if "not modified" in str(exc).lower():
+                return True
+            try:  # the HTML was refused: the same text, plain
+                await self._bot.edit_message_text(text=markdown, chat_id=preview.chat_id,
+                                                  message_id=preview.message_id)
+                return True
+            except Exception:
+                log.warning("telegram: could not finish the streamed message: %s", exc)
+                return False
+        except Exception as exc:
+            log.warning("telegram: could not finish the streamed message: %s", exc)
+            return False
 
     async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None) -> bool:
         try:
@@ -245,6 +289,24 @@ class TelegramChannel(BaseChannel):
                 await asyncio.sleep(wait)
         log.error("telegram: giving up after %d attempts", self.send_retries)
         return False
+
+
+@dataclass
+class _Preview:
+    """A streamed reply's message: where it is, and what it shows now."""
+
+    chat_id: str
+    message_id: int
+    text: str
+
+
+def _preview_text(text: str, limit: int) -> str:
+    """The streamed text, cut to fit one message (the final reply is split properly)."""
+    if utf16_len(text) <= limit:
+        return text
+    while utf16_len(text) > limit - 2:
+        text = text[: len(text) - max(1, (utf16_len(text) - limit) // 2 + 1)]
+    return text + " …"
 
 
 def _retry_seconds(exc: RetryAfter) -> float:

@@ -34,8 +34,10 @@ class OutboundMessage:
     channel: str
     chat_id: str
     content: str = ""
-    # "text" is a message to show; "typing" asks the channel to show a typing indicator.
-    kind: Literal["text", "typing"] = "text"
+    # "text" is a message to show; "typing" asks the channel to show a typing indicator;
+    # "stream" is the reply so far, shown in one message the channel keeps editing
+    # (``metadata["stream_id"]``); the final "text" with the same stream_id replaces it.
+    kind: Literal["text", "typing", "stream"] = "text"
     reply_to: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 

@@ -148,7 +148,7 @@ async def _chat(rt, session: str, mode: str | None) -> None:
 
     typer.echo(f"nanobot chat ({session}). /help for commands; Ctrl-C cancels a turn, Ctrl-C or Ctrl-D "
                "at the prompt leaves.")
-    dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway)
+    dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway, streams=rt.config.channels.streams)
     asked: list[asyncio.Task[str]] = []
 
     def interrupt() -> bool:

@@ -137,6 +137,7 @@ class TelegramConfig(Section):
     api_base: str | None = None
     group_policy: Literal["mention", "open"] = "mention"
     proxy: str | None = None
+    streaming: bool = True  # show the reply as it is written (one message, edited about once a second)
 
 
 class DiscordConfig(Section):
@@ -147,6 +148,7 @@ class DiscordConfig(Section):
     api_base: str | None = None
     gateway_url: str | None = None
     group_policy: Literal["mention", "open"] = "mention"
+    streaming: bool = True
 
 
 class Channels(Section):
@@ -173,6 +175,13 @@ class Channels(Section):
                 raise ValidationError.from_exception_data(cls.__name__, [
                     {"type": "extra_forbidden", "loc": (key,), "input": extra[key]} for key in unknown])
         return channels
+
+    def streams(self, name: str) -> bool:
+        """Whether replies in this channel are shown as they are written (the terminal: always)."""
+        if name == "cli":
+            return True
+        section = getattr(self, name, None)
+        return bool(section.get("streaming", False) if isinstance(section, dict) else getattr(section, "streaming", False))
 
     def enabled_names(self) -> list[str]:
         """Names of the channels switched on (``channels.<name>.enabled``), third-party ones included."""

@@ -51,6 +51,7 @@ def config(llm: FakeOpenAI, tg: FakeTelegram, dc: FakeDiscord, workspace: Path) 
     t.enabled, t.token, t.api_base, t.allow_from = True, tg.token, tg.api_base, [str(ALICE), str(BOB)]
     d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, [
         str(FRIEND)]
+    t.streaming = d.streaming = False  # whole replies: tests/test_streaming.py covers streaming
     return cfg
 
 

@@ -52,9 +52,10 @@ def write_config(home: Path, workspace: Path, llm: FakeOpenAI, tg: FakeTelegram,
         "agents": {"defaults": {"workspace": str(workspace), "model": "fake-model", "executionMode": "tools"}},
         "providers": {"openai": {"apiKey": "test-key", "apiBase": llm.base_url}},
         "channels": {
-            "telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base, "allowFrom": [str(ALICE)]},
+            "telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base, "allowFrom": [str(ALICE)],
+                         "streaming": False},
             "discord": {"enabled": True, "token": dc.token, "apiBase": dc.api_base, "gatewayUrl": dc.gateway_url,
-                        "allowFrom": []},
+                        "allowFrom": [], "streaming": False},
         },
         "gateway": {"shutdownGraceSeconds": 2},
     }

@@ -56,6 +56,7 @@ def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
     t = cfg.channels.telegram
     t.enabled, t.token, t.api_base = True, tg.token, tg.api_base
     t.allow_from, t.owners, t.group_policy = [str(OWNER), str(MEMBER)], [str(OWNER)], "open"
+    t.streaming = False  # whole replies: tests/test_streaming.py covers streaming
     cfg.gateway.heartbeat.enabled = False
     return cfg
 

@@ -19,6 +19,7 @@ from nanobot.agent.context import build_system_prompt
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.markup import strip_think
 from nanobot.agent.spend import BudgetSpent, metered_chat
+from nanobot.agent.streaming import ReplyStream
 from nanobot.agent.memory import Consolidator, prompt_history
 from nanobot.agent.modes import get_mode
 from nanobot.config import AgentSettings
@@ -63,8 +64,10 @@ class Origin:
 class Turn:
     """One user message's trip through the model and tools."""
 
-    def __init__(self, deps: AgentDeps, session: Session, mode: Mode, progress: Progress | None) -> None:
+    def __init__(self, deps: AgentDeps, session: Session, mode: Mode, progress: Progress | None,
+                 stream: ReplyStream | None = None) -> None:
         self.deps = deps
+        self.stream = stream  # the reply shown as it is written (channels that stream)
         self.session = session
         self.mode = mode
         self.settings: AgentSettings = deps.config.agent_for(session.key)
@@ -100,9 +103,13 @@ class Turn:
     async def ask_model(self, *, tools: list[dict[str, Any]] | None = None,
                         messages: list[dict[str, Any]] | None = None, purpose: str = "turn") -> LLMResponse:
         provider, model = chat_model(self.deps.config, self.session)
+        streamed = self.stream is not None and purpose == "turn"  # side questions (llm_query) are not shown
+        if streamed:
+            self.stream.begin()
         request = ChatRequest(messages=messages or self.messages, model=model, tools=tools or None,
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
-                              provider=provider, fallbacks=[(f.provider, f.model) for f in self.settings.fallbacks])
+                              provider=provider, fallbacks=[(f.provider, f.model) for f in self.settings.fallbacks],
+                              on_text=self.stream.feed if streamed else None)
         self.model_calls += 1
         return await metered_chat(self.deps, request, session_key=self.session.key, mode=self.mode.name,
                                   purpose=purpose)
@@ -171,7 +178,8 @@ class Agent:
             await self.deps.services.code.reset(session_key)
 
     async def handle(self, session_key: str, content: str, *, media: list[str] | None = None,
-                     progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None) -> str:
+                     progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None,
+                     stream: ReplyStream | None = None) -> str:
         """A chat message: a command's answer, or a full agent turn."""
         content = clean_text(content)  # one bad character must not poison the chat's history
         if origin is not None and origin.private:
@@ -179,14 +187,16 @@ class Agent:
         answer = await handle_command(self, session_key, content)
         if answer is not None:
             return answer
-        return await self.run_turn(session_key, content, media=media, progress=progress, mode=mode, origin=origin)
+        return await self.run_turn(session_key, content, media=media, progress=progress, mode=mode, origin=origin,
+                                   stream=stream)
 
     async def run_turn(self, session_key: str, content: str, *, media: list[str] | None = None,
-                       progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None) -> str:
+                       progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None,
+                       stream: ReplyStream | None = None) -> str:
         session = self.session(session_key)
         if self.deps.services.mcp is not None:  # `nanobot agent`: the first turn starts them
             await self.deps.services.mcp.ensure_started()
-        turn = Turn(self.deps, session, get_mode(mode or self.mode_name(session)), progress)
+        turn = Turn(self.deps, session, get_mode(mode or self.mode_name(session)), progress, stream)
         if media:  # documents, photos, voice: someone else's content
             turn.ctx.turn.taint("an attached file")
         if origin is not None and origin.untrusted:

@@ -81,7 +81,8 @@ class Gateway:
                              max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
                              chat_root=self._chat_root)
         self.channels = ChannelManager(self.config, ctx)
-        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval)
+        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval,
+                                     streams=self.config.channels.streams)
         self.channels.on_state = self._write_state
         if hasattr(rt.provider, "on_change"):  # the model router: a provider went into cooldown
             rt.provider.on_change = self._write_state

@@ -70,6 +70,7 @@ class ChannelManager:
         self.retry_first_s = RETRY_FIRST_S
         self._retries: dict[str, asyncio.Task[None]] = {}
         self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
+        self._last_kind: dict[str, str] = {}
         self._inflight: set[asyncio.Task[None]] = set()
 
     @property
@@ -164,10 +165,11 @@ class ChannelManager:
             log.warning("no running channel %r: dropped a message to %s", msg.channel, msg.target)
             return
         previous = self._last.get(msg.target)
-        if msg.kind == "typing" and previous is not None:
-            return  # something is still being sent there; a typing indicator now would be stale
+        if previous is not None and (msg.kind == "typing" or msg.kind == "stream" == self._last_kind[msg.target]):
+            return  # still sending there: a typing indicator now would be stale, a newer stream update follows
         task = asyncio.create_task(self._send(channel, msg, previous), name=f"send {msg.target}")
         self._last[msg.target] = task
+        self._last_kind[msg.target] = msg.kind
         self._inflight.add(task)
         task.add_done_callback(partial(self._sent, msg.target))
 
@@ -177,6 +179,8 @@ class ChannelManager:
         try:
             if msg.kind == "typing":
                 await channel.send_typing(msg.chat_id)
+            elif msg.kind == "stream":
+                await channel.send_stream(msg)
             else:
                 await channel.send(msg)
         except Exception:  # adapters should not raise, but one that does must not stop the router

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Coroutine
+from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin
+from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TYPING_INTERVAL = 4.0  # Telegram shows "typing…" for about 5 s per call
+STREAM_INTERVAL = 1.0  # a streamed reply's message is edited at most this often
 RESTART_NOTICE = "I was restarted before I could answer that. Please ask again in a moment."
 STOP_WAIT = 10.0  # how long /stop waits for a cancelled turn to unwind before answering
 STOPPED_NOTE = "(stopped by the user)"
@@ -47,6 +49,7 @@ class SessionWorker:
         self.dispatcher = dispatcher
         self.queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self.turn: asyncio.Task[str] | None = None  # the running turn, for /stop
+        self.stream: ReplyStream | None = None  # the running turn's streamed reply, if the channel streams
         self._stop_requested = False
         self.task = asyncio.create_task(self._work(), name=f"session {key}")
 
@@ -82,8 +85,9 @@ class SessionWorker:
         finally:
             self.turn = None
         _answer_caller(msg, reply)
-        if not self._stop_requested:
-            await self.dispatcher.send(msg, reply)
+        stream, self.stream = self.stream, None
+        if not self._stop_requested:  # the final text replaces what was streamed
+            await self.dispatcher.send(msg, reply, stream_id=stream.stream_id if stream and stream.shown else None)
 
     async def _turn(self, msg: InboundMessage) -> str:
         d = self.dispatcher
@@ -93,8 +97,10 @@ class SessionWorker:
                 typing = None if is_command(msg.content) else asyncio.create_task(d.keep_typing(msg))
                 try:
                     started = True
+                    self.stream = d.reply_stream(msg)
                     return await d.agent.handle(self.key, msg.content, media=msg.media, mode=msg.metadata.get("mode"),
-                                                progress=lambda text: d.send(msg, text), origin=origin_of(msg))
+                                                progress=lambda text: d.send(msg, text), origin=origin_of(msg),
+                                                stream=self.stream)
                 finally:
                     if typing is not None:
                         await _cancel(typing)
@@ -123,11 +129,14 @@ class Dispatcher:
     """Reads ``bus.inbound`` and hands each message to its chat's worker."""
 
     def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, *,
-                 typing_interval: float = TYPING_INTERVAL) -> None:
+                 typing_interval: float = TYPING_INTERVAL, streams: Callable[[str], bool] = lambda channel: False,
+                 stream_interval: float | None = None) -> None:
         self.agent = agent
         self.bus = bus
         self.settings = settings
         self.typing_interval = typing_interval
+        self.streams = streams  # does this channel show replies as they are written?
+        self.stream_interval = STREAM_INTERVAL if stream_interval is None else stream_interval
         self.slots = asyncio.Semaphore(settings.max_concurrent_sessions)
         self.workers: dict[str, SessionWorker] = {}
         self.closing = False
@@ -170,10 +179,25 @@ class Dispatcher:
             log.info("%s: turn stopped by the user", msg.session_key)
         await self.send(msg, "Stopped." if stopped else "Nothing is running.")
 
-    async def send(self, msg: InboundMessage, text: str) -> None:
+    async def send(self, msg: InboundMessage, text: str, *, stream_id: int | None = None) -> None:
         """A message to the chat ``msg`` came from (progress notes and replies)."""
         if text:
-            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text))
+            metadata = {"stream_id": stream_id} if stream_id is not None else {}
+            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text, metadata=metadata))
+
+    def reply_stream(self, msg: InboundMessage) -> ReplyStream | None:
+        """A stream for this message's reply, when its channel shows replies as they are written
+        (``channels.<name>.streaming``); cron jobs' turns are not streamed."""
+        if msg.sender_id.startswith("cron:") or not self.streams(msg.channel):
+            return None
+        stream: ReplyStream
+
+        async def publish(text: str) -> None:
+            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text, kind="stream",
+                                                            metadata={"stream_id": stream.stream_id}))
+
+        stream = ReplyStream(publish, self.stream_interval)
+        return stream
 
     async def keep_typing(self, msg: InboundMessage) -> None:
         while True:

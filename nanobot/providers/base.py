@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 
 class ProviderError(Exception):
@@ -69,6 +69,8 @@ class ChatRequest:
     temperature: float = 0.2
     provider: str | None = None  # None: agents.defaults.provider
     fallbacks: list[tuple[str, str]] = field(default_factory=list)  # (provider, model), tried in order
+    # Set: the reply is streamed, and each piece of text is handed here as it arrives.
+    on_text: Callable[[str], Awaitable[None]] | None = None
 
 
 class Provider(Protocol):

@@ -45,6 +45,8 @@ class OpenAIProvider:
             kwargs.update(tools=request.tools, tool_choice="auto")
         for attempt in range(self.max_retries + 1):
             try:
+                if request.on_text is not None:
+                    return await self._streamed(request, kwargs)
                 completion = await self._client.chat.completions.create(
                     model=request.model, messages=wire_messages(request.messages), max_tokens=request.max_tokens,
                     temperature=request.temperature, **kwargs)
@@ -60,6 +62,39 @@ class OpenAIProvider:
                             error, attempt + 1, self.max_retries, delay)
                 await asyncio.sleep(delay)
         raise AssertionError("unreachable")
+
+    async def _streamed(self, request: ChatRequest, kwargs: dict[str, Any]) -> LLMResponse:
+        """The same response as a plain call, assembled from the stream's deltas; text goes to
+        ``request.on_text`` as it arrives. Tool calls come in pieces keyed by index (id and name
+        first, the arguments in fragments), parallel calls interleaved; usage is in the last chunk."""
+        assert request.on_text is not None
+        stream = await self._client.chat.completions.create(
+            model=request.model, messages=wire_messages(request.messages), max_tokens=request.max_tokens,
+            temperature=request.temperature, stream=True, stream_options={"include_usage": True}, **kwargs)
+        text: list[str] = []
+        calls: dict[int, dict[str, str]] = {}
+        finish, model, usage = None, "", Usage()
+        async with stream:
+            async for chunk in stream:
+                model = chunk.model or model
+                if chunk.usage:
+                    usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
+                for choice in chunk.choices or []:
+                    finish = choice.finish_reason or finish
+                    delta = choice.delta
+                    if delta is None:
+                        continue
+                    for part in delta.tool_calls or []:
+                        call = calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
+                        call["id"] = part.id or call["id"]
+                        if part.function is not None:
+                            call["name"] += part.function.name or ""
+                            call["arguments"] += part.function.arguments or ""
+                    if delta.content:
+                        text.append(delta.content)
+                        await request.on_text(delta.content)
+        tool_calls = [ToolCall(c["id"] or f"call_{i}", c["name"], c["arguments"]) for i, c in sorted(calls.items())]
+        return LLMResponse("".join(text) or None, tool_calls, usage, model, finish)
 
     async def close(self) -> None:
         await self._client.close()

@@ -37,7 +37,8 @@ user, no guilds: guild messages reach discord.py as PartialMessageable channels)
 replay + RESUMED (unknown session -> INVALID_SESSION, so the client re-identifies). Frames are
 uncompressed JSON text, which discord.py accepts even though it asks for zlib-stream. REST:
 GET /users/@me, GET /oauth2/applications/@me (both needed by ``Client.login``), GET
-/channels/{id}, POST /channels/{id}/messages, POST /channels/{id}/typing.
+/channels/{id}, POST /channels/{id}/messages, PATCH /channels/{id}/messages/{id} (``edits``),
+POST /channels/{id}/typing.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class FakeDiscord:
         self.bot_id, self.token, self.heartbeat_ms = bot_id, token, heartbeat_ms
         self.bot_user = _user(bot_id, "nanobot", bot=True)
         self.sent: list[dict[str, Any]] = []
+        self.edits: list[dict[str, Any]] = []  # PATCHed messages: channel_id, message_id, content
         self.send_attempts = 0
         self.typing: list[str] = []
         self.identifies = self.resumes = 0
@@ -93,6 +95,7 @@ class FakeDiscord:
         app.router.add_get("/api/v10/channels/{cid}", self._get_channel)
         app.router.add_post("/api/v10/channels/{cid}/messages", self._post_message)
         app.router.add_post("/api/v10/channels/{cid}/typing", self._post_typing)
+        app.router.add_patch("/api/v10/channels/{cid}/messages/{mid}", self._patch_message)
         app.router.add_get("/attachments/{aid}/{name}", self._attachment)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
@@ -247,6 +250,17 @@ class FakeDiscord:
         async with self._sent_changed:
             self.sent.append(msg)
             self._sent_changed.notify_all()
+        return _json(msg)
+
+    async def _patch_message(self, request: web.Request) -> web.Response:
+        """An edit of one of the bot's messages (a streamed reply growing): recorded in ``edits``."""
+        if not self._authorized(request):
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        body = await request.json()
+        self.edits.append({"channel_id": request.match_info["cid"], "message_id": request.match_info["mid"],
+                           "content": body.get("content", "")})
+        msg = self._message(request.match_info["cid"], self.bot_user, body.get("content", ""))
+        msg["id"] = request.match_info["mid"]
         return _json(msg)
 
     async def _post_typing(self, request: web.Request) -> web.Response:

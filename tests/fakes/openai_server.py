@@ -80,6 +80,12 @@ def truncated(item: dict[str, Any]) -> dict[str, Any]:
 
 
 class FakeOpenAI:
+    # Streaming (``"stream": true``): text goes out in pieces of ``stream_piece_chars``, one
+    # every ``stream_interval`` seconds; tool calls as id+name first, then their arguments in
+    # pieces, parallel calls interleaved; the last chunk carries usage, as OpenAI's does.
+    stream_piece_chars = 4
+    stream_interval = 0.0
+
     def __init__(self, fallback: Any = None) -> None:
         self.requests: list[dict[str, Any]] = []
         self._script: list[Any] = []
@@ -122,6 +128,42 @@ class FakeOpenAI:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    async def _stream(self, request: web.Request, body: dict[str, Any], item: dict[str, Any]) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        base = {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": body.get("model", "fake")}
+
+        async def send(delta: dict[str, Any] | None, finish: str | None = None, usage: Any = None) -> None:
+            chunk = {**base, "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            if usage is not None:
+                chunk["usage"] = usage
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if self.stream_interval:
+                await asyncio.sleep(self.stream_interval)
+
+        message = item["message"]
+        await send({"role": "assistant", "content": ""})
+        content, n = message.get("content") or "", self.stream_piece_chars
+        for i in range(0, len(content), n):
+            await send({"content": content[i:i + n]})
+        calls = message.get("tool_calls") or []
+        for index, call in enumerate(calls):  # headers first, then interleaved argument pieces
+            await send({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                        "function": {"name": call["function"]["name"], "arguments": ""}}]})
+        pieces = [[c["function"]["arguments"][i:i + n] for i in range(0, len(c["function"]["arguments"]), n)]
+                  for c in calls]
+        for step in range(max((len(p) for p in pieces), default=0)):
+            for index, parts in enumerate(pieces):
+                if step < len(parts):
+                    await send({"tool_calls": [{"index": index, "function": {"arguments": parts[step]}}]})
+        finish = item.get("finish_reason") or ("tool_calls" if calls else "stop")
+        await send({}, finish)
+        await send(None, usage={**item["usage"], "total_tokens": sum(item["usage"].values())})
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
@@ -137,6 +179,8 @@ class FakeOpenAI:
         if isinstance(item, Error):
             return web.json_response({"error": {"message": item.message, "type": "scripted"}},
                                      status=item.status, headers=item.headers)
+        if body.get("stream"):
+            return await self._stream(request, body, item)
         return web.json_response({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "fake"),

@@ -1,0 +1,134 @@
+"""Replies shown as they are written: the real openai SDK streaming from the scripted server,
+one message per reply on the stand-in Telegram and Discord, edited as it grows and then
+replaced by the final text; programs never streamed; tool calls assembled from deltas."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+
+from channels.discord import DiscordChannel
+from channels.telegram import TelegramChannel
+from nanobot.config import Config
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import config_for, running_gateway
+
+ALICE, FRIEND, DM = 42, 4242, 5
+LONG = ("Here is a longer answer that arrives in many small pieces, so the chat can show it "
+        "growing. **It ends in bold.**")
+
+
+@pytest.fixture(autouse=True)
+def fast(monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAI) -> None:
+    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
+    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
+    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "guild_ready_timeout", 0.01)
+    monkeypatch.setattr(Route, "BASE", Route.BASE)
+    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+    monkeypatch.setattr("nanobot.gateway.dispatcher.STREAM_INTERVAL", 0.05)
+    llm.stream_interval = 0.01  # one 4-character piece every 10 ms
+
+
+@pytest.fixture
+def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
+    cfg = config_for(llm.base_url, workspace)
+    t = cfg.channels.telegram
+    t.enabled, t.token, t.api_base, t.allow_from = True, tg.token, tg.api_base, [str(ALICE)]
+    cfg.gateway.heartbeat.enabled = False
+    return cfg
+
+
+async def test_telegram_shows_the_reply_growing_in_one_message(config: Config, tg: FakeTelegram,
+                                                               llm: FakeOpenAI) -> None:
+    llm.script(reply(LONG))
+    async with running_gateway(config):
+        tg.push_text(ALICE, ALICE, "tell me")
+        await tg.wait_until(lambda: any(e.get("parse_mode") == "HTML" for e in tg.edits), timeout=10)
+    assert len(tg.sent) == 1 and LONG.startswith(tg.sent[0]["text"])  # one message: the first piece of text
+    growing = [e["text"] for e in tg.edits if e.get("parse_mode") != "HTML"]
+    assert len(growing) >= 2 and all(len(a) < len(b) for a, b in zip(growing, growing[1:]))
+    final = tg.edits[-1]
+    assert final["message_id"] == tg.sent[0]["message_id"] and final["text"].endswith("<b>It ends in bold.</b>")
+    assert llm.chat_requests[0]["stream"] is True and llm.chat_requests[0]["stream_options"] == {"include_usage": True}
+
+
+async def test_programs_are_not_streamed_only_the_text_around_them(config: Config, tg: FakeTelegram,
+                                                                   llm: FakeOpenAI) -> None:
+    config.agents.defaults.execution_mode = "code"
+    llm.script(reply("Let me count them for you.\n```python\nfinal_answer(str(6 * 7))\n```"))
+    async with running_gateway(config):
+        tg.push_text(ALICE, ALICE, "count")
+        await tg.wait_until(lambda: any(e.get("parse_mode") == "HTML" for e in tg.edits), timeout=10)
+    shown = [m["text"] for m in tg.sent] + [e["text"] for e in tg.edits]
+    assert not any("```" in t or "final_answer" in t for t in shown)
+    assert "Let me count them for you.".startswith(tg.sent[0]["text"]) and tg.edits[-1]["text"] == "42"
+
+
+async def test_streaming_off_sends_one_message(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
+    config.channels.telegram.streaming = False
+    llm.script(reply(LONG))
+    async with running_gateway(config):
+        tg.push_text(ALICE, ALICE, "tell me")
+        await tg.wait_sent(1)
+        await asyncio.sleep(0.2)
+    assert len(tg.sent) == 1 and tg.edits == [] and "stream" not in llm.chat_requests[0]
+
+
+async def test_discord_edits_the_same_way(config: Config, dc: FakeDiscord, llm: FakeOpenAI) -> None:
+    d = config.channels.discord
+    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, [
+        str(FRIEND)]
+    config.channels.telegram.enabled = False
+    llm.script(reply(LONG))
+    async with running_gateway(config):
+        await dc.push_message(DM, FRIEND, "tell me", username="friend")
+        async with asyncio.timeout(10):
+            while not dc.edits or dc.edits[-1]["content"] != LONG:
+                await asyncio.sleep(0.02)
+    assert len(dc.sent) == 1 and all(e["message_id"] == dc.sent[0]["id"] for e in dc.edits)
+
+
+async def test_stop_during_streaming_stops_cleanly(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
+    llm.stream_interval = 0.05
+    llm.script(reply(LONG * 5), reply("next answer"))
+    async with running_gateway(config):
+        tg.push_text(ALICE, ALICE, "tell me a lot")
+        await tg.wait_until(lambda: len(tg.edits) >= 1, timeout=10)
+        tg.push_text(ALICE, ALICE, "/stop")
+        await tg.wait_until(lambda: any(m["text"] == "Stopped." for m in tg.sent), timeout=10)
+        edits = len(tg.edits)
+        await asyncio.sleep(0.3)
+        assert len(tg.edits) == edits  # the stream ended with the turn
+        tg.push_text(ALICE, ALICE, "again")
+        await tg.wait_until(lambda: any(e.get("text") == "next answer" for e in tg.edits + tg.sent), timeout=10)
+
+
+async def test_streamed_tool_calls_assemble_exactly(config: Config, tg: FakeTelegram, llm: FakeOpenAI,
+                                                    workspace: Path) -> None:
+    body = "line " * 40
+    llm.script(tool_calls(("write_file", {"path": "a/one.txt", "content": body}),
+                          ("write_file", {"path": "b/two.txt", "content": body.upper()}), content="Writing both."),
+               reply("Both written."))
+    async with running_gateway(config):
+        tg.push_text(ALICE, ALICE, "write two files")
+        await tg.wait_until(lambda: any("Both written." in e["text"] for e in tg.edits), timeout=10)
+    assert (workspace / "a/one.txt").read_text() == body and (workspace / "b/two.txt").read_text() == body.upper()
+    calls = llm.chat_requests[1]["messages"][-3]["tool_calls"]
+    assert [c["function"]["name"] for c in calls] == ["write_file", "write_file"]
+    assert json.loads(calls[1]["function"]["arguments"]) == {"path": "b/two.txt", "content": body.upper()}
+
+
+async def test_hybrid_exec_python_streamed(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
+    config.agents.defaults.execution_mode = "hybrid"
+    llm.script(tool_calls(("exec_python", {"code": "final_answer(str(sum(range(10))))"})))
+    async with running_gateway(config):
+        tg.push_text(ALICE, ALICE, "sum")
+        await tg.wait_sent(1, timeout=10)
+    assert tg.sent[0]["text"] == "45"
