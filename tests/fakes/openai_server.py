@@ -180,7 +180,10 @@ class FakeOpenAI:
             return web.json_response({"error": {"message": item.message, "type": "scripted"}},
                                      status=item.status, headers=item.headers)
         if body.get("stream"):
-            return await self._stream(request, body, item)
+            try:
+                return await self._stream(request, body, item)
+            except ConnectionResetError:  # the client went away mid-stream (/stop, shutdown)
+                return web.Response(status=499)
         return web.json_response({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "fake"),
