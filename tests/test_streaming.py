@@ -132,3 +132,19 @@ async def test_hybrid_exec_python_streamed(config: Config, tg: FakeTelegram, llm
         tg.push_text(ALICE, ALICE, "sum")
         await tg.wait_sent(1, timeout=10)
     assert tg.sent[0]["text"] == "45"
+
+
+async def test_the_terminal_prints_whole_lines_as_they_come_and_nothing_twice(capsys) -> None:
+    from channels.cli import CliChannel
+    from nanobot.bus import MessageBus, OutboundMessage
+
+    channel = CliChannel("cli:s", MessageBus())
+
+    def out(text: str, kind: str = "stream") -> OutboundMessage:
+        return OutboundMessage("cli", "s", text, kind=kind, metadata={"stream_id": 7})
+
+    for partial in ("First li", "First line\nSecond", "First line\nSecond line\nThi"):
+        await channel.send(out(partial))
+    assert capsys.readouterr().out == "First line\nSecond line\n"
+    await channel.send(out("First line\nSecond line\nThird line.", kind="text"))
+    assert capsys.readouterr().out == "Third line.\n"
