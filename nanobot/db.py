@@ -7,6 +7,9 @@ CLI and a running gateway use the same file at once.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import fcntl
 import os
 import sqlite3
 from pathlib import Path
@@ -59,7 +62,32 @@ async def open_db(path: Path | str) -> aiosqlite.Connection:
 
 
 async def migrate(conn: aiosqlite.Connection, component: str, migrations: list[str]) -> None:
-    """Apply ``migrations[v:]`` where v is the component's recorded version; each item is a SQL script."""
+    """Apply ``migrations[v:]`` where v is the component's recorded version; each item is a SQL script.
+
+    Processes migrate one at a time (a lock file beside the database): two ``nanobot cron add``
+    on a fresh database would otherwise both see version 0, and the second would fail on
+    "table already exists". (A SQL transaction cannot hold them apart: executescript commits.)
+    """
+    async with _migration_lock(conn):
+        await _migrate(conn, component, migrations)
+
+
+@contextlib.asynccontextmanager
+async def _migration_lock(conn: aiosqlite.Connection):
+    async with conn.execute("PRAGMA database_list") as cur:
+        path = next((row[2] for row in await cur.fetchall() if row[1] == "main"), "")
+    if not path:  # an in-memory database: nobody else can see it
+        yield
+        return
+    fd = os.open(f"{path}.migrate-lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+async def _migrate(conn: aiosqlite.Connection, component: str, migrations: list[str]) -> None:
     async with conn.execute("SELECT version FROM schema_versions WHERE component = ?", (component,)) as cur:
         row = await cur.fetchone()
     current = row[0] if row else 0

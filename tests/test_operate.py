@@ -159,3 +159,25 @@ async def test_a_relative_workspace_is_under_the_home_and_created_when_missing(h
     assert proc.returncode == 0
     assert (home / "my-space" / "AGENTS.md").exists() and not (tmp_path / "my-space").exists()
     assert "AGENTS.md" in llm.chat_requests[0]["messages"][0]["content"]
+
+
+async def test_two_connections_migrating_a_fresh_database_at_once(tmp_path: Path) -> None:
+    from nanobot.cron.store import MIGRATIONS
+    from nanobot.db import migrate, open_db
+
+    first, second = await open_db(tmp_path / "x.db"), await open_db(tmp_path / "x.db")
+    try:  # both would read version 0, and the second fail on "table cron_jobs already exists"
+        await asyncio.gather(migrate(first, "cron", MIGRATIONS), migrate(second, "cron", MIGRATIONS))
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_parallel_cron_adds_on_a_fresh_database_all_succeed(home: Path, tmp_path: Path) -> None:
+    (home / "config.json").write_text(json.dumps({"channels": {"telegram": {
+        "enabled": True, "token": "1:x", "allowFrom": ["42"]}}}))
+    runs = [nanobot("cron", "add", "--every", "1h", "--message", f"job {i}", home=home) for i in range(6)]
+    results = await asyncio.gather(*runs)  # each gives up after 60 s: a hang fails the test
+    assert all(code == 0 for code, _, _ in results), results
+    code, out, _ = await nanobot("cron", "list", home=home)
+    assert code == 0 and sum(f"job {i}" in out for i in range(6)) == 6
