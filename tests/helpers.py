@@ -24,6 +24,15 @@ def config_for(llm_base_url: str, workspace: Path, *, mode: str = "tools", **def
     return cfg
 
 
+def telegram_gateway_config(llm_base_url: str, workspace: Path, tg, *allowed: int, mode: str = "tools") -> Config:
+    """A gateway config with the stand-in Telegram on, ``allowed`` users admitted, no heartbeat."""
+    cfg = config_for(llm_base_url, workspace, mode=mode)
+    t = cfg.channels.telegram
+    t.enabled, t.token, t.api_base, t.allow_from = True, tg.token, tg.api_base, [str(a) for a in allowed]
+    cfg.gateway.heartbeat.enabled = False
+    return cfg
+
+
 @asynccontextmanager
 async def running_gateway(config: Config, *, with_services: bool = False) -> AsyncIterator["Gateway"]:
     """A started in-process gateway (channels, dispatcher; cron and heartbeat with ``with_services``)."""

@@ -21,7 +21,7 @@ from nanobot.cron.store import CronStore
 from nanobot.heartbeat import Heartbeat
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import config_for, running_gateway
+from tests.helpers import running_gateway, telegram_gateway_config
 
 ALICE = 42
 
@@ -34,11 +34,7 @@ def fast_telegram(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
-    cfg = config_for(llm.base_url, workspace, mode="code")
-    t = cfg.channels.telegram
-    t.enabled, t.token, t.api_base, t.allow_from = True, tg.token, tg.api_base, [str(ALICE)]
-    cfg.gateway.heartbeat.enabled = False
-    return cfg
+    return telegram_gateway_config(llm.base_url, workspace, tg, ALICE, mode="code")
 
 
 

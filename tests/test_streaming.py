@@ -18,7 +18,7 @@ from nanobot.config import Config
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import config_for, running_gateway
+from tests.helpers import running_gateway, telegram_gateway_config
 
 ALICE, FRIEND, DM = 42, 4242, 5
 LONG = ("Here is a longer answer that arrives in many small pieces, so the chat can show it "
@@ -38,11 +38,7 @@ def fast(monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAI) -> None:
 
 @pytest.fixture
 def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
-    cfg = config_for(llm.base_url, workspace)
-    t = cfg.channels.telegram
-    t.enabled, t.token, t.api_base, t.allow_from = True, tg.token, tg.api_base, [str(ALICE)]
-    cfg.gateway.heartbeat.enabled = False
-    return cfg
+    return telegram_gateway_config(llm.base_url, workspace, tg, ALICE)
 
 
 async def test_telegram_shows_the_reply_growing_in_one_message(config: Config, tg: FakeTelegram,

@@ -206,18 +206,11 @@ class Agent:
         try:
             reply = await turn.run(content, media or [])
             outcome = turn.outcome
-        except BudgetSpent as spent:
-            reply, outcome = FailedReply(str(spent)), "budget"
-            settle_failed_turn(session, len(session.messages) - recorded, reply)
         except TurnEnded as ended:
             reply, outcome = ended.reply, ended.outcome
             session.append({"role": "assistant", "content": reply})
-        except ProviderError as exc:
-            reply, outcome = FailedReply(f"Sorry, I could not get an answer from the model: {exc}"), "model-error"
-            settle_failed_turn(session, len(session.messages) - recorded, reply)
-        except Exception:  # a bug must not reach the user as a traceback, nor kill the daemon
-            log.exception("%s: the turn failed", session_key)
-            reply, outcome = FailedReply(TURN_CRASHED), "error"
+        except Exception as exc:  # the model failed, the budget is spent, or a bug: never a traceback
+            reply, outcome = failure_reply(session_key, exc)
             settle_failed_turn(session, len(session.messages) - recorded, reply)
         except BaseException:  # /stop or shutdown: the dispatcher records and reports it
             outcome = "cancelled"
@@ -232,6 +225,16 @@ class Agent:
 
 TURN_CRASHED = ("Sorry, something went wrong while I was working on that (the details are in the log). "
                 "Please try again.")
+
+
+def failure_reply(session_key: str, exc: Exception) -> tuple[FailedReply, str]:
+    """What the user is told when a turn fails, and the outcome for the turn's log line."""
+    if isinstance(exc, BudgetSpent):
+        return FailedReply(str(exc)), "budget"
+    if isinstance(exc, ProviderError):
+        return FailedReply(f"Sorry, I could not get an answer from the model: {exc}"), "model-error"
+    log.error("%s: the turn failed", session_key, exc_info=exc)  # a bug: the traceback is for the log
+    return FailedReply(TURN_CRASHED), "error"
 
 
 def settle_failed_turn(session: Session, added: int, reply: str) -> None:

@@ -6,9 +6,9 @@
   ``Gateway.add_service`` for parts that live with it (cron, heartbeat).
 """
 
-from nanobot.gateway.app import Gateway, GatewayError, Service, add_services, run_gateway
+from nanobot.gateway.app import Gateway, Service, add_services, run_gateway
 from nanobot.gateway.channels import ChannelManager, PluginChannelConfig
 from nanobot.gateway.dispatcher import Dispatcher
 
-__all__ = ["ChannelManager", "Dispatcher", "Gateway", "GatewayError", "PluginChannelConfig", "Service",
+__all__ = ["ChannelManager", "Dispatcher", "Gateway", "PluginChannelConfig", "Service",
            "add_services", "run_gateway"]

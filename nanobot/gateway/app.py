@@ -1,15 +1,16 @@
 """The daemon's lifecycle: start the parts in order, run until a signal, stop them in reverse.
 
-Start: pairing store and access gate, channels, then the dispatcher and the outbound router,
-then added services (cron, heartbeat), then ``READY=1``. Stop (SIGTERM or SIGINT):
+Start: pairing store and access gate, MCP servers, channels, then the dispatcher and the
+outbound router, then added services (cron, heartbeat), then ``READY=1``. Stop (SIGTERM,
+SIGINT or SIGHUP):
 ``STOPPING=1``, channels stop receiving, running turns get ``gateway.shutdownGraceSeconds``
 to finish (the rest are cancelled) while services stop, queued replies are sent, channels
 close, and the Runtime flushes sessions and closes its pools. Each task started here is
 cancelled and awaited here.
 
-If channels are enabled but none of them starts, the gateway exits 1 (and systemd's
-``Restart=on-failure`` tries again later); with no channel enabled it runs for the services
-alone (cron, heartbeat).
+A channel that does not start is retried with backoff while the gateway runs (see
+``ChannelManager``); with no channel enabled it runs for the services alone (cron,
+heartbeat). A service that fails to start makes it exit 1, for systemd to try again.
 """
 
 from __future__ import annotations
@@ -44,10 +45,6 @@ class Service(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
-
-
-class GatewayError(Exception):
-    """The gateway cannot run (e.g. every enabled channel failed to start)."""
 
 
 class Gateway:
@@ -210,9 +207,6 @@ async def _serve(config: Config, stop: asyncio.Event) -> int:
                 watchdog = asyncio.create_task(sdnotify.watchdog(interval), name="watchdog")
             await stop.wait()
             log.info("gateway stopping")
-        except GatewayError as exc:
-            log.error("%s", exc)
-            return 1
         except Exception:  # a service that failed to start, say: exit 1 for systemd to retry
             log.exception("the gateway failed")
             return 1
