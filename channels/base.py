@@ -81,6 +81,13 @@ class BaseChannel(ABC):
         cannot edit messages ignores this and shows only the final text."""
         return None
 
+    async def send_file(self, msg: OutboundMessage) -> None:
+        """Send ``msg.file`` (a photo or a document) with ``msg.content`` as its caption. A
+        channel that cannot send files says so in the chat instead."""
+        name = msg.file.name if msg.file else "a file"
+        await self.send(OutboundMessage(msg.channel, msg.chat_id,
+                                        "\n".join(filter(None, [msg.content, f"[{name}: this channel cannot send files]"]))))
+
     @abstractmethod
     async def send_typing(self, chat_id: str) -> None:
         """Show a typing indicator in the chat, best effort."""

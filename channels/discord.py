@@ -13,10 +13,11 @@ whole process: one Discord server (real or fake) per process.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import discord
 import yarl
@@ -132,16 +133,20 @@ class DiscordChannel(BaseChannel):
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
         allowed = await self._may_download(str(message.author.id), message.author.name)
         sender = Sender(self.name, str(message.channel.id), str(message.author.id), message.author.name, is_private)
-        media = await self._download(message.attachments, *self.inbox(sender)) if allowed else []
+        media, durations = await self._download(message.attachments, *self.inbox(sender)) if allowed else ([], {})
         # A guild not (yet) in discord.py's cache still has its id on the partial channel.
         guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
         await self._handle_message(
             sender_id=str(message.author.id), sender_name=message.author.name, chat_id=str(message.channel.id),
             content=content, media=media, is_private=is_private, mentioned=mentioned,
-            metadata={"message_id": str(message.id), "guild_id": str(guild_id) if guild_id else None})
+            metadata={"message_id": str(message.id), "guild_id": str(guild_id) if guild_id else None,
+                      "durations": durations})
 
-    async def _download(self, attachments: list[discord.Attachment], root: Path, inbox: Path) -> list[str]:
+    async def _download(self, attachments: list[discord.Attachment], root: Path,
+                        inbox: Path) -> tuple[list[str], dict[str, float]]:
+        """(root-relative paths, seconds of each voice message)."""
         paths: list[str] = []
+        durations: dict[str, float] = {}
         limit = self.ctx.max_media_bytes
         for att in attachments:
             if att.size > limit:
@@ -158,7 +163,9 @@ class DiscordChannel(BaseChannel):
             path = inbox / f"discord_{att.id}_{_safe_name(att.filename)}"
             await asyncio.to_thread(path.write_bytes, data)
             paths.append(path.relative_to(root).as_posix())
-        return paths
+            if att.duration is not None:  # a voice message
+                durations[paths[-1]] = float(att.duration)
+        return paths, durations
 
     # -- outgoing ------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
@@ -166,6 +173,8 @@ class DiscordChannel(BaseChannel):
             return await self.send_typing(msg.chat_id)
         if msg.kind == "stream":
             return await self.send_stream(msg)
+        if msg.kind == "file":
+            return await self.send_file(msg)
         if self._client is None or not msg.content.strip() or not msg.chat_id.isdigit():
             log.warning("discord: dropped a message to %r (not started, empty or bad id)", msg.chat_id)
             return
@@ -208,11 +217,29 @@ class DiscordChannel(BaseChannel):
             log.warning("discord: could not finish the streamed message: %r", exc)
             return False
 
+    async def send_file(self, msg: OutboundMessage) -> None:
+        """An attachment (Discord shows pictures inline), its caption as the message text."""
+        file = msg.file
+        if self._client is None or file is None or not msg.chat_id.isdigit():
+            log.warning("discord: dropped a file to %r (not started or bad id)", msg.chat_id)
+            return
+        channel = self._client.get_partial_messageable(int(msg.chat_id))
+        chunks = split_message(msg.content, self.max_message_len) if msg.content.strip() else [None]
+        attach = lambda: {"content": chunks[0], "file": discord.File(io.BytesIO(file.data), filename=file.name)}
+        if await self._post(channel, attach):
+            for chunk in chunks[1:]:
+                await self._send_chunk(channel, chunk, None)
+
     async def _send_chunk(self, channel: discord.PartialMessageable, chunk: str,
                           reference: discord.MessageReference | None) -> bool:
+        return await self._post(channel, lambda: {"content": chunk, "reference": reference})
+
+    async def _post(self, channel: discord.PartialMessageable, message: Callable[[], dict[str, Any]]) -> bool:
+        """Send, retrying what may pass later; ``message`` makes the arguments afresh for each
+        attempt (a discord.File is used up by a send)."""
         for delay in (*self.retry_delays, None):
             try:
-                await channel.send(chunk, reference=reference)  # type: ignore[arg-type]
+                await channel.send(**message())
                 return True
             except Exception as exc:  # the daemon must outlive any one failed reply
                 permanent = isinstance(exc, discord.HTTPException) and 400 <= exc.status < 500

@@ -25,10 +25,12 @@ from channels.base import BaseChannel, ChannelContext, Sender
 from channels.telegram_html import render_chunks
 from channels.text import split_message, utf16_len
 from nanobot.bus import OutboundMessage
+from nanobot.media import PHOTO_LIMITS
 
 log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://api.telegram.org"
+CAPTION_LIMIT = 1024  # characters of a photo's or document's caption
 
 
 class TelegramChannel(BaseChannel):
@@ -132,12 +134,12 @@ class TelegramChannel(BaseChannel):
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
         allowed = await self._may_download(str(user_id), username)
         sender = Sender(self.name, str(message.chat_id), str(user_id), username, is_private)
-        media, notes = await self._download_media(message, *self.inbox(sender)) if allowed else ([], [])
+        media, notes, durations = await self._download_media(message, *self.inbox(sender)) if allowed else ([], [], {})
         content = "\n".join(part for part in (text, *notes) if part)
         await self._handle_message(
             sender_id=str(user_id), sender_name=username, chat_id=str(message.chat_id),
             content=content, media=media, is_private=is_private, mentioned=mentioned,
-            metadata={"message_id": message.message_id, "chat_type": message.chat.type,
+            metadata={"message_id": message.message_id, "chat_type": message.chat.type, "durations": durations,
                       # someone else's words, whoever passed them on: the turn is marked untrusted
                       "untrusted": "a forwarded message" if message.forward_origin else None})
 
@@ -148,25 +150,34 @@ class TelegramChannel(BaseChannel):
             return True
         return bool(self._username) and re.search(rf"@{re.escape(self._username)}\b", text, re.I) is not None
 
-    async def _download_media(self, message: Message, root: Path, inbox: Path) -> tuple[list[str], list[str]]:
-        """Fetch attachments into the chat's inbox; return (root-relative paths, notes for the model)."""
+    async def _download_media(self, message: Message, root: Path,
+                              inbox: Path) -> tuple[list[str], list[str], dict[str, float]]:
+        """Fetch attachments into the chat's inbox: (root-relative paths, notes for the model,
+        seconds of each recording). Names carry the kind (``voice.ogg``, ``photo.jpg``), which
+        is how the agent tells a voice note from a document."""
         candidates: list[tuple[Any, str]] = []
         if message.document:
             candidates.append((message.document, message.document.file_name or "document"))
         if message.photo:
             candidates.append((message.photo[-1], "photo.jpg"))  # the last size is the largest
-        for kind in ("audio", "voice", "video"):
-            item = getattr(message, kind)
-            if item:
-                candidates.append((item, getattr(item, "file_name", None) or kind))
-        media, notes = [], []
+        if message.voice:
+            candidates.append((message.voice, "voice.ogg"))
+        if message.audio:
+            candidates.append((message.audio, message.audio.file_name or "audio.mp3"))
+        if message.video_note:
+            candidates.append((message.video_note, "video_note.mp4"))
+        if message.video:
+            candidates.append((message.video, message.video.file_name or "video.mp4"))
+        media, notes, durations = [], [], {}
         for item, filename in candidates:
             path, note = await self._download(item, filename, root, inbox)
             if path:
                 media.append(path)
+                if (seconds := _duration(item)) is not None:
+                    durations[path] = seconds
             if note:
                 notes.append(note)
-        return media, notes
+        return media, notes, durations
 
     async def _download(self, item: Any, filename: str, root: Path, inbox: Path) -> tuple[str | None, str | None]:
         cap = self.ctx.max_media_bytes
@@ -194,6 +205,9 @@ class TelegramChannel(BaseChannel):
         if msg.kind == "stream":
             await self.send_stream(msg)
             return
+        if msg.kind == "file":
+            await self.send_file(msg)
+            return
         if not msg.content.strip():
             return  # Telegram rejects empty text
         reply = ReplyParameters(int(msg.reply_to), allow_sending_without_reply=True) \
@@ -209,6 +223,35 @@ class TelegramChannel(BaseChannel):
                 reply = None
         except Exception:  # nothing from a send may take the daemon down
             log.exception("telegram: sending to %s failed", msg.chat_id)
+
+    async def send_file(self, msg: OutboundMessage) -> None:
+        """A photo (sendPhoto) or a document (sendDocument); a picture Telegram refuses as a
+        photo (over 10 MB, odd dimensions) goes as a document. A caption over Telegram's 1,024
+        characters follows as a message of its own."""
+        file = msg.file
+        if file is None:
+            return
+        caption = msg.content or None
+        rest = caption if caption and utf16_len(caption) > CAPTION_LIMIT else None
+        caption = None if rest else caption
+        try:
+            if file.photo and len(file.data) <= PHOTO_LIMITS["telegram"]:
+                try:
+                    if await self._call(self._bot.send_photo, chat_id=msg.chat_id, photo=file.data,
+                                        filename=file.name, caption=caption):
+                        return await self._send_rest(msg, rest)
+                    return
+                except BadRequest as exc:
+                    log.info("telegram: %s refused as a photo (%s); sending it as a document", file.name, exc)
+            if await self._call(self._bot.send_document, chat_id=msg.chat_id, document=file.data,
+                                filename=file.name, caption=caption):
+                await self._send_rest(msg, rest)
+        except Exception:  # nothing from a send may take the daemon down
+            log.exception("telegram: sending %s to %s failed", file.name, msg.chat_id)
+
+    async def _send_rest(self, msg: OutboundMessage, text: str | None) -> None:
+        if text:
+            await self.send(OutboundMessage(msg.channel, msg.chat_id, text))
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, as plain text in one message: sent once, then edited."""
@@ -309,8 +352,20 @@ def _preview_text(text: str, limit: int) -> str:
     return text + " …"
 
 
+def _seconds(value: Any) -> float:
+    """A duration as PTB gives it: int seconds today, a timedelta in later versions."""
+    return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
+
+
+def _duration(item: Any) -> float | None:
+    with warnings.catch_warnings():  # PTB 22 warns that durations will become timedeltas
+        warnings.simplefilter("ignore")
+        value = getattr(item, "duration", None)
+    return None if value is None else _seconds(value)
+
+
 def _retry_seconds(exc: RetryAfter) -> float:
     with warnings.catch_warnings():  # PTB 22 warns that retry_after will become a timedelta
         warnings.simplefilter("ignore")
         value = exc.retry_after
-    return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
+    return _seconds(value)

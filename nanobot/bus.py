@@ -29,6 +29,15 @@ class InboundMessage:
         return f"{self.channel}:{self.chat_id}"
 
 
+@dataclass(frozen=True)
+class OutgoingFile:
+    """A file to send (``kind == "file"``); the bytes were read through the path guard."""
+
+    name: str
+    data: bytes
+    photo: bool  # shown as a picture (sendPhoto, an inline image) rather than as a document
+
+
 @dataclass
 class OutboundMessage:
     channel: str
@@ -36,10 +45,12 @@ class OutboundMessage:
     content: str = ""
     # "text" is a message to show; "typing" asks the channel to show a typing indicator;
     # "stream" is the reply so far, shown in one message the channel keeps editing
-    # (``metadata["stream_id"]``); the final "text" with the same stream_id replaces it.
-    kind: Literal["text", "typing", "stream"] = "text"
+    # (``metadata["stream_id"]``); the final "text" with the same stream_id replaces it;
+    # "file" sends ``file`` with ``content`` as its caption.
+    kind: Literal["text", "typing", "stream", "file"] = "text"
     reply_to: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    file: OutgoingFile | None = None
 
     @property
     def target(self) -> str:

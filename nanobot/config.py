@@ -79,6 +79,9 @@ class AgentSettings(Section):
     code_runtime: CodeRuntime = CodeRuntime()
     fallbacks: list[ModelChoice] = []  # tried in order when the model fails (429, 5xx, timeout, no connection)
     daily_budget_usd: float | None = Field(None, gt=0)  # model calls stop for the day once spent
+    # Photos as image parts: "auto" sends them and, if the model server rejects them, falls
+    # back to the file's path and remembers that for the model; "off" never sends them.
+    vision: Literal["auto", "on", "off"] = "auto"
 
     @model_validator(mode="after")
     def _reply_fits_context(self) -> AgentSettings:
@@ -103,6 +106,7 @@ class AgentOverride(Section):
     execution_mode: ExecutionMode | None = None
     code_runtime: CodeRuntime | None = None
     fallbacks: list[ModelChoice] | None = None
+    vision: Literal["auto", "on", "off"] | None = None
     # Not fields of defaults: widens a member chat ("owner") or narrows an owner chat ("member");
     # the MCP servers a member chat may use (owner chats reach them all).
     trust: Literal["owner", "member"] | None = None
@@ -250,12 +254,24 @@ class McpServer(Section):
         return self
 
 
+class Transcription(Section):
+    """Voice notes to text; ``provider`` names a ``providers`` entry (empty: off)."""
+
+    provider: str = ""
+    model: str = "whisper-1"
+    language: str | None = None  # ISO-639-1 hint, e.g. "de"; None lets the server detect it
+    max_seconds: int = Field(600, gt=0)  # longer notes are refused with a reply saying so
+    max_mb: int = Field(25, gt=0)  # OpenAI's own upload limit
+    timeout: float = Field(120.0, gt=0)
+
+
 class Tools(Section):
     restrict_to_workspace: bool = True
     max_workspace_mb: int = Field(1024, gt=0)  # what the file tools may fill the workspace up to
     exec: ExecTool = ExecTool()
     web: Web = Web()
     mcp_servers: dict[str, McpServer] = {}
+    transcription: Transcription = Transcription()
 
 
 class Heartbeat(Section):
@@ -337,6 +353,10 @@ class Config(BaseSettings):
             if choice.provider not in self.providers:
                 raise ValueError(f"model {choice.model!r} names provider {choice.provider!r}, which is not in "
                                  f"providers ({', '.join(self.providers)})")
+        heard = self.tools.transcription.provider
+        if heard and heard not in self.providers:
+            raise ValueError(f"tools.transcription.provider names {heard!r}, which is not in "
+                             f"providers ({', '.join(self.providers)})")
         return self
 
     # ---- derived values -------------------------------------------------------------

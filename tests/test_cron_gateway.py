@@ -58,6 +58,21 @@ async def test_scheduled_code_reaches_the_chat_with_no_model_call(config: Config
     assert len(llm.chat_requests) == 1  # the runs cost no model call
 
 
+async def test_a_code_job_sends_a_file_with_no_model_call(config: Config, llm: FakeOpenAI, tg: FakeTelegram,
+                                                          workspace: Path) -> None:
+    (workspace / "report.csv").write_text("day,total\nmon,3\n")
+    async with running_gateway(config, with_services=True) as gateway:
+        job = await gateway.runtime.deps.services.cron.add_job(
+            owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="3600", payload_kind="code",
+            payload='send_file("report.csv", caption="the daily report")', name="report")
+        await CronStore(gateway.runtime.db).request_run(job.id)
+        await tg.wait_until(lambda: bool(tg.files), timeout=10)
+    [sent] = tg.files
+    assert (sent["method"], sent["filename"], sent["caption"]) == ("document", "report.csv", "the daily report")
+    assert sent["data"] == b"day,total\nmon,3\n" and sent["chat_id"] == ALICE
+    assert llm.chat_requests == []
+
+
 async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     async with running_gateway(config, with_services=True) as gateway:
         store = CronStore(gateway.runtime.db)

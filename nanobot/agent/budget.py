@@ -14,16 +14,19 @@ from typing import Any
 
 CHARS_PER_TOKEN = 3
 PER_MESSAGE_TOKENS = 4  # role and framing
+IMAGE_TOKENS = 800  # a resized photo at full detail is 765 to 1,600 tokens on the major models
 
 
 def estimate_tokens(messages: list[dict[str, Any]]) -> int:
-    chars = 0
+    chars = images = 0
     for m in messages:
         content = m.get("content")
         chars += len(content) if isinstance(content, str) else len(json.dumps(content or ""))
         if m.get("tool_calls"):
             chars += len(json.dumps(m["tool_calls"]))
-    return chars // CHARS_PER_TOKEN + PER_MESSAGE_TOKENS * len(messages)
+        images += len(m.get("images") or ())
+    # Every image is counted, though only the latest few are sent as pictures: cautious.
+    return chars // CHARS_PER_TOKEN + PER_MESSAGE_TOKENS * len(messages) + IMAGE_TOKENS * images
 
 
 def prompt_budget(context_tokens: int, max_tokens: int) -> int:

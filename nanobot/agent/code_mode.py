@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot.agent.context import render_prompt
@@ -23,6 +22,7 @@ from nanobot.db import migrate
 from nanobot.providers.base import LLMResponse, parse_arguments
 
 if TYPE_CHECKING:
+    from nanobot.media.intake import Attachments
     from nanobot.agent.deps import AgentDeps
     from nanobot.agent.loop import Turn
     from nanobot.sandbox import ExecutionResult, Sandbox
@@ -244,8 +244,8 @@ class CodeMode:
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
         return None  # the functions are described as Python stubs in the prompt instead
 
-    def user_content(self, turn: Turn, content: str, media: list[str]) -> str:
-        return large_inputs(turn, content, media)
+    def user_content(self, turn: Turn, content: str, attachments: Attachments) -> str:
+        return large_inputs(turn, content, attachments)
 
     async def step(self, turn: Turn, response: LLMResponse) -> str | None:
         text = strip_think(response.content)
@@ -266,13 +266,14 @@ class CodeMode:
         return turn.final
 
 
-def large_inputs(turn: Turn, content: str, media: list[str]) -> str:
+def large_inputs(turn: Turn, content: str, attachments: Attachments) -> str:
     """Hand big messages and sent documents to programs as variables instead of the prompt.
 
     ``context`` is the latest long message of the chat, in this turn and in later ones (it is
     kept as a file in the chat's folder), so a program written a few turns on still finds it.
+    A sent document's text is in ``files`` (name -> text), and is ``context`` too when the
+    message itself is short.
     """
-    limit = turn.settings.code_runtime.large_input_chars
     parts = []
     saved = keep_long_message(turn, content)
     if saved is not None:
@@ -284,15 +285,16 @@ def large_inputs(turn: Turn, content: str, media: list[str]) -> str:
         if earlier is not None:
             turn.inputs["context"] = earlier
         parts.append(content)
-    files = _readable_files(turn.ctx.workspace, media, limit * 100)
-    for rel in media:  # a sent document is `context` too when the message itself is short
-        if "context" not in turn.inputs and Path(rel).name in files:
-            turn.inputs["context"] = files[Path(rel).name]
+    files = {doc.name: doc.text for doc in attachments.documents}
     if files:
         turn.inputs["files"] = files
-        sizes = ", ".join(f"{name!r} ({len(text):,} chars)" for name, text in files.items())
-        parts.append(f"[Sent documents are in the variable `files` (name -> text): {sizes}]")
-    parts.append(attachments_note(media))
+        if "context" not in turn.inputs:
+            turn.inputs["context"] = attachments.documents[0].text
+        for doc in attachments.documents:
+            cut = ", cut at the size limit" if doc.truncated else ""
+            parts.append(f"[document {doc.path}: its text is files[{doc.name!r}] ({len(doc.text):,} chars{cut}). "
+                         f"It begins:]\n{doc.preview()}")
+    parts.append(attachments_note(attachments))
     return "\n".join(p for p in parts if p)
 
 
@@ -306,18 +308,6 @@ def _earlier_long_message(turn: Turn) -> str | None:
         return None
 
 
-def _readable_files(workspace: Path, media: list[str], max_chars: int) -> dict[str, str]:
-    files = {}
-    for rel in media:
-        try:
-            text = (workspace / rel).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue  # binary or gone: the model still sees its path
-        if len(text) <= max_chars:
-            files[Path(rel).name] = text
-    return files
-
-
 class HybridMode(ToolsMode):
     """Native tools plus ``exec_python(code)``, which runs code like code mode does."""
 
@@ -329,8 +319,8 @@ class HybridMode(ToolsMode):
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
         return [*turn.deps.tools.openai_schemas(turn.ctx), EXEC_PYTHON_SCHEMA]
 
-    def user_content(self, turn: Turn, content: str, media: list[str]) -> str:
-        return large_inputs(turn, content, media)
+    def user_content(self, turn: Turn, content: str, attachments: Attachments) -> str:
+        return large_inputs(turn, content, attachments)
 
     async def run_call(self, turn: Turn, name: str, raw_arguments: str) -> str:
         if name != "exec_python":

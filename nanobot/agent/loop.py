@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot.agent.budget import drop_oldest_history, estimate_tokens, prompt_budget
@@ -23,6 +23,9 @@ from nanobot.agent.streaming import ReplyStream
 from nanobot.agent.memory import Consolidator, prompt_history
 from nanobot.agent.modes import get_mode
 from nanobot.config import AgentSettings
+from nanobot.media.images import RECENT_IMAGES, image_count, sent_images, with_images
+from nanobot.media.intake import Attachments, read_attachments
+from nanobot.media.vision import is_blind, rejects_images, remember_blind
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
 from nanobot.session import Session
 from nanobot.utf8 import clean_text
@@ -81,6 +84,7 @@ class Turn:
         self.model_calls = 0
         self.outcome = "ok"  # for the turn's log line: "cut" when the reply hit maxTokens
         self.history_len = 0  # messages[1:1+history_len] are earlier turns, trimmed first when too long
+        self.notices: list[str] = []  # said after the reply (e.g. that the model cannot see images)
         self._repeats: Counter[tuple[str, str]] = Counter()
 
     def check_repeat(self, name: str, arguments: str) -> None:
@@ -106,13 +110,35 @@ class Turn:
         streamed = self.stream is not None and purpose == "turn"  # side questions (llm_query) are not shown
         if streamed:
             self.stream.begin()
-        request = ChatRequest(messages=messages or self.messages, model=model, tools=tools or None,
+        prompt = messages or self.messages
+        request = ChatRequest(messages=with_images(prompt, self.ctx.workspace, self.images_shown(provider, model)),
+                              model=model, tools=tools or None,
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
                               provider=provider, fallbacks=[(f.provider, f.model) for f in self.settings.fallbacks],
                               on_text=self.stream.feed if streamed else None)
         self.model_calls += 1
-        return await metered_chat(self.deps, request, session_key=self.session.key, mode=self.mode.name,
-                                  purpose=purpose)
+        try:
+            return await metered_chat(self.deps, request, session_key=self.session.key, mode=self.mode.name,
+                                      purpose=purpose)
+        except ProviderError as exc:
+            if not (self.settings.vision == "auto" and sent_images(request.messages) and rejects_images(exc)):
+                raise
+        # The server refused the pictures: this model is blind. Say so once, and carry on with paths.
+        remember_blind(provider, model)
+        log.warning("%s/%s rejected image input; sending file paths instead from now on", provider, model)
+        self.notices.append(f"(The model {model} does not accept images, so it saw only the photo's file name. "
+                            "I will not send it pictures again; pick a vision model with /model, or set "
+                            'agents.defaults.vision to "off".)')
+        self.model_calls += 1
+        return await metered_chat(self.deps, replace(request, messages=with_images(prompt, self.ctx.workspace, 0)),
+                                  session_key=self.session.key, mode=self.mode.name, purpose=purpose)
+
+    def images_shown(self, provider: str, model: str) -> int:
+        """How many of the prompt's latest images go as pictures (``agents.defaults.vision``)."""
+        vision = self.settings.vision
+        if vision == "off" or (vision == "auto" and image_count(self.messages) and is_blind(provider, model)):
+            return 0
+        return RECENT_IMAGES
 
     def fit_prompt(self) -> None:
         """Keep the prompt within the model's context: drop the oldest history, or end the turn."""
@@ -133,7 +159,7 @@ class Turn:
         self.session.append({"role": "assistant", "content": reply})
         return reply
 
-    async def run(self, content: str, media: list[str]) -> str:
+    async def run(self, content: str, attachments: Attachments) -> str:
         system = build_system_prompt(self.deps.config.workspace_path, self.settings.timezone,
                                      self.mode.prompt_section(self),
                                      "\n\n".join(extra(self.ctx) for extra in self.deps.system_extras),
@@ -141,7 +167,10 @@ class Turn:
         history = prompt_history(self.session, self.settings.memory_window)  # the part not yet in memory/
         self.messages = [{"role": "system", "content": system}, *history]
         self.history_len = len(history)
-        self.add({"role": "user", "content": self.mode.user_content(self, content, media)})
+        user: dict[str, Any] = {"role": "user", "content": self.mode.user_content(self, content, attachments)}
+        if attachments.images:  # the paths only: the pictures are read again for each request
+            user["images"] = attachments.images
+        self.add(user)
         for _ in range(self.settings.max_iterations):
             self.fit_prompt()
             response = await self.ask_model(tools=self.mode.native_tools(self))
@@ -179,7 +208,7 @@ class Agent:
 
     async def handle(self, session_key: str, content: str, *, media: list[str] | None = None,
                      progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None,
-                     stream: ReplyStream | None = None) -> str:
+                     stream: ReplyStream | None = None, durations: dict[str, float] | None = None) -> str:
         """A chat message: a command's answer, or a full agent turn."""
         content = clean_text(content)  # one bad character must not poison the chat's history
         if origin is not None and origin.private:
@@ -188,11 +217,12 @@ class Agent:
         if answer is not None:
             return answer
         return await self.run_turn(session_key, content, media=media, progress=progress, mode=mode, origin=origin,
-                                   stream=stream)
+                                   stream=stream, durations=durations)
 
     async def run_turn(self, session_key: str, content: str, *, media: list[str] | None = None,
                        progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None,
-                       stream: ReplyStream | None = None) -> str:
+                       stream: ReplyStream | None = None, durations: dict[str, float] | None = None) -> str:
+        """``durations``: seconds of recordings among ``media``, as the platform reported them."""
         session = self.session(session_key)
         if self.deps.services.mcp is not None:  # `nanobot agent`: the first turn starts them
             await self.deps.services.mcp.ensure_started()
@@ -204,7 +234,12 @@ class Agent:
         started, outcome = time.monotonic(), "ok"
         recorded = len(session.messages)
         try:
-            reply = await turn.run(content, media or [])
+            attachments = await read_attachments(self.deps.config, self.deps.provider, turn.ctx.workspace,
+                                                 media or [], content, durations or {}, session)
+            if attachments.reply is not None:  # a voice note nobody could hear: no model call
+                return attachments.reply
+            content = attachments.text(content)
+            reply = await turn.run(content, attachments)
             outcome = turn.outcome
         except TurnEnded as ended:
             reply, outcome = ended.reply, ended.outcome
@@ -220,7 +255,7 @@ class Agent:
             log.info("turn %s mode=%s model_calls=%d ms=%d outcome=%s", session_key, turn.mode.name,
                      turn.model_calls, (time.monotonic() - started) * 1000, outcome)
         self.memory.schedule(session, turn.mode.name)  # a background task: the reply does not wait for it
-        return reply
+        return "\n\n".join([reply, *turn.notices]) if turn.notices else reply
 
 
 TURN_CRASHED = ("Sorry, something went wrong while I was working on that (the details are in the log). "

@@ -18,6 +18,7 @@ from nanobot.providers.base import LLMResponse, ToolCall, parse_arguments
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Turn
+    from nanobot.media.intake import Attachments
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +30,25 @@ class Mode(Protocol):
 
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None: ...
 
-    def user_content(self, turn: Turn, content: str, media: list[str]) -> str: ...
+    def user_content(self, turn: Turn, content: str, attachments: Attachments) -> str: ...
 
     async def step(self, turn: Turn, response: LLMResponse) -> str | None: ...
 
 
-def attachments_note(media: list[str]) -> str:
-    return "\n".join(f"[attached file: {path}]" for path in media)
+def attachments_note(attachments: Attachments) -> str:
+    """Photos and files by path, and why a file was not handed over (a scan, a failed transcription)."""
+    return "\n".join([*attachments.image_notes(), *attachments.notes])
+
+
+def documents_note(attachments: Attachments) -> str:
+    """Tools mode: each document's text is in a file the tools can read, plus a preview."""
+    parts = []
+    for doc in attachments.documents:
+        where = doc.text_path or doc.path
+        cut = " (cut at the size limit)" if doc.truncated else ""
+        parts.append(f"[document {doc.path}: {len(doc.text):,} characters of text{cut}; read it with "
+                     f"read_file({where!r}). It begins:]\n{doc.preview()}")
+    return "\n".join(parts)
 
 
 LONG_MESSAGE_META = "long_message"  # session meta: the chat file holding the latest long message
@@ -88,12 +101,12 @@ class ToolsMode:
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
         return turn.deps.tools.openai_schemas(turn.ctx)
 
-    def user_content(self, turn: Turn, content: str, media: list[str]) -> str:
+    def user_content(self, turn: Turn, content: str, attachments: Attachments) -> str:
         saved = keep_long_message(turn, content)
         if saved is not None:  # tools can work on the file without the model copying it back out
             content = (f"[The user's message is {len(content):,} characters long; the whole text is in the file "
                        f"{saved}. Its beginning and end:]\n{long_message_preview(content)}")
-        return "\n".join(filter(None, [content, attachments_note(media)]))
+        return "\n".join(filter(None, [content, documents_note(attachments), attachments_note(attachments)]))
 
     async def step(self, turn: Turn, response: LLMResponse) -> str | None:
         content = response.content or ""

@@ -181,6 +181,8 @@ class ChannelManager:
                 await channel.send_typing(msg.chat_id)
             elif msg.kind == "stream":
                 await channel.send_stream(msg)
+            elif msg.kind == "file":
+                await channel.send_file(msg)
             else:
                 await channel.send(msg)
         except Exception:  # adapters should not raise, but one that does must not stop the router

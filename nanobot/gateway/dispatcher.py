@@ -100,7 +100,7 @@ class SessionWorker:
                     self.stream = d.reply_stream(msg)
                     return await d.agent.handle(self.key, msg.content, media=msg.media, mode=msg.metadata.get("mode"),
                                                 progress=lambda text: d.send(msg, text), origin=origin_of(msg),
-                                                stream=self.stream)
+                                                stream=self.stream, durations=msg.metadata.get("durations"))
                 finally:
                     if typing is not None:
                         await _cancel(typing)

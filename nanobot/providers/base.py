@@ -14,9 +14,10 @@ class ProviderError(Exception):
     bad request (400), a bad key or an unknown model would fail the same way on a retry here.
     """
 
-    def __init__(self, message: str, *, fallback: bool = False) -> None:
+    def __init__(self, message: str, *, fallback: bool = False, status: int | None = None) -> None:
         super().__init__(message)
         self.fallback = fallback
+        self.status = status  # the server's HTTP status, when it answered with an error
         self.failed_attempts: list[tuple[str, str, str]] = []  # (provider, model, error) before this one
 
 

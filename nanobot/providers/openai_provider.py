@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -96,6 +97,18 @@ class OpenAIProvider:
         tool_calls = [ToolCall(c["id"] or f"call_{i}", c["name"], c["arguments"]) for i, c in sorted(calls.items())]
         return LLMResponse("".join(text) or None, tool_calls, usage, model, finish)
 
+    async def transcribe(self, path: Path, model: str, language: str | None, timeout: float) -> str:
+        """Speech to text (``/audio/transcriptions``) on this provider's client; no retries:
+        a recording that failed once (too long, unsupported) fails the same way again."""
+        extra = {"language": language} if language else {}
+        try:
+            with path.open("rb") as audio:
+                result = await self._client.audio.transcriptions.create(model=model, file=audio, timeout=timeout,
+                                                                        **extra)
+        except Exception as exc:
+            raise _classify(exc)[0] from exc
+        return (result if isinstance(result, str) else getattr(result, "text", None)) or ""
+
     async def close(self) -> None:
         await self._client.close()
 
@@ -111,7 +124,7 @@ def _classify(exc: Exception) -> tuple[ProviderError, float | None]:
     """The user's error line, and whether to retry: None = never, 0 = backoff, >0 = Retry-After."""
     if isinstance(exc, openai.APIStatusError):
         error = ProviderError(f"the model server answered HTTP {exc.status_code}: {_short(_server_message(exc))}",
-                              fallback=exc.status_code == 429 or exc.status_code >= 500)
+                              fallback=exc.status_code == 429 or exc.status_code >= 500, status=exc.status_code)
         if exc.status_code not in RETRY_STATUSES:
             return error, None
         return error, _retry_after(exc.response)

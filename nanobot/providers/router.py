@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable
 
 from nanobot.config import Config, ConfigError
@@ -72,6 +73,11 @@ class ModelRouter:
             self._cooldown_until[name] = self.clock() + seconds
             if self.on_change is not None:
                 self.on_change()
+
+    async def transcribe(self, provider: str, path: Path, model: str, language: str | None, timeout: float) -> str:
+        """Speech to text with the named provider's client (no fallbacks: the next provider
+        would need a transcription model of its own)."""
+        return await self.provider(provider).transcribe(path, model, language, timeout)  # type: ignore[attr-defined]
 
     async def close(self) -> None:
         for provider in self._providers.values():

@@ -32,6 +32,13 @@ MAX_READ_BYTES = 1_000_000
 
 
 def _read_bytes(ctx: ToolContext, path: str) -> tuple[bytes, str]:
+    return read_checked_bytes(ctx, path, MAX_READ_BYTES,
+                              "read part of it with exec_command (head, tail, sed -n, grep)")
+
+
+def read_checked_bytes(ctx: ToolContext, path: str, limit: int, hint: str) -> tuple[bytes, str]:
+    """A workspace file's bytes through the path guard (no symlink swaps, no hard links, no
+    FIFOs), and its path as shown to the model; ValueError past ``limit`` bytes."""
     with pinned_parent(ctx, path) as pin:
         # O_NONBLOCK: opening a FIFO must not hang the turn (it is refused just below).
         fd = open_pinned(pin, os.O_RDONLY | os.O_NONBLOCK)
@@ -44,17 +51,14 @@ def _read_bytes(ctx: ToolContext, path: str) -> tuple[bytes, str]:
             if st.st_nlink > 1:
                 raise PermissionError(f"{pin.shown} has {st.st_nlink} hard links; the file tools do not read "
                                       "hard-linked files, since a link can point outside the workspace")
-            too_big = ValueError(
-                f"{pin.shown} is {st.st_size:,} bytes, over the {MAX_READ_BYTES:,}-byte read limit; "
-                "read part of it with exec_command (head, tail, sed -n, grep)"
-            )
-            if st.st_size > MAX_READ_BYTES:
+            too_big = ValueError(f"{pin.shown} is {st.st_size:,} bytes, over the {limit:,}-byte limit; {hint}")
+            if st.st_size > limit:
                 raise too_big
             chunks, size = [], 0
             while chunk := os.read(fd, 1 << 16):
                 chunks.append(chunk)
                 size += len(chunk)
-                if size > MAX_READ_BYTES:  # grew since fstat
+                if size > limit:  # grew since fstat
                     raise too_big
             if pin.shown.startswith("inbox/"):
                 ctx.turn.taint(f"the received file {pin.shown}")

@@ -20,9 +20,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from nanobot.access import listed
-from nanobot.bus import OutboundMessage, split_target
+from nanobot.bus import OutboundMessage, OutgoingFile, split_target
+from nanobot.media import MB, kind_of, upload_limit
 from nanobot.config import nanobot_home
 from nanobot.session import session_filename
+from nanobot.tools.files import read_checked_bytes
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.trust import OWNER
 
@@ -36,24 +38,55 @@ async def send_message(ctx: ToolContext, content: str, to: str | None = None) ->
     """
     if not content.strip():
         raise ValueError("send_message: the content is empty")
-    target = to.strip() if to else ctx.session_key
-    channel, chat_id = split_target(target)
-    if target != ctx.session_key:
-        if ctx.trust != OWNER:
-            raise PermissionError("send_message: this chat may only send messages to itself")
-        ctx.turn.require_clean(f"send_message to {target}")
-        await _check_allowed(ctx, channel, chat_id)
-    count_message(ctx)
+    channel, chat_id, target = await _checked_target(ctx, to, "send_message")
     if ctx.bus is None:
         if target == ctx.session_key:  # `nanobot agent`: the user is reading this terminal
             print(content, flush=True)
             return "Shown to the user (no chat channels in this process)."
-        raise RuntimeError("no chat channels in this process: messages to other chats go out only "
-                           "from the running gateway (nanobot gateway)")
-    if target != ctx.session_key and not _section(ctx, channel).get("enabled"):
-        raise RuntimeError(f"send_message: channel {channel!r} is not enabled (channels.{channel}.enabled)")
+        raise _no_channels()
     await ctx.bus.publish_outbound(OutboundMessage(channel, chat_id, content))
     return f"Message sent to {target}."
+
+
+@tool
+async def send_file(ctx: ToolContext, path: str, caption: str | None = None, to: str | None = None) -> str:
+    """Send a workspace file to this chat, or to another chat given as "channel:chat_id".
+
+    Pictures (.png, .jpg, ...) arrive as photos, anything else as a document. The same chats
+    as for send_message can be addressed. Make the file first (write_file, exec_command).
+    """
+    channel, chat_id, target = await _checked_target(ctx, to, "send_file")
+    limit = upload_limit(channel)
+    data, shown = read_checked_bytes(ctx, path, limit, f"{channel} takes files up to {limit // MB} MB")
+    if ctx.bus is None:
+        if target == ctx.session_key:
+            print(f"[file: {shown}]" + (f" {caption}" if caption else ""), flush=True)
+            return f"Shown to the user as a path ({shown}); no chat channels in this process."
+        raise _no_channels()
+    photo = kind_of(shown) == "image"
+    await ctx.bus.publish_outbound(OutboundMessage(channel, chat_id, caption or "", kind="file",
+                                                   file=OutgoingFile(Path(shown).name, data, photo)))
+    return f"{'Photo' if photo else 'File'} {shown} ({len(data):,} bytes) sent to {target}."
+
+
+async def _checked_target(ctx: ToolContext, to: str | None, what: str) -> tuple[str, str, str]:
+    """(channel, chat_id, target) of a chat this turn may write to, counted against the turn's limit."""
+    target = to.strip() if to else ctx.session_key
+    channel, chat_id = split_target(target)
+    if target != ctx.session_key:
+        if ctx.trust != OWNER:
+            raise PermissionError(f"{what}: this chat may only send messages to itself")
+        ctx.turn.require_clean(f"{what} to {target}")
+        await _check_allowed(ctx, channel, chat_id, what)
+        if ctx.bus is not None and not _section(ctx, channel).get("enabled"):
+            raise RuntimeError(f"{what}: channel {channel!r} is not enabled (channels.{channel}.enabled)")
+    count_message(ctx)
+    return channel, chat_id, target
+
+
+def _no_channels() -> RuntimeError:
+    return RuntimeError("no chat channels in this process: messages to other chats go out only "
+                        "from the running gateway (nanobot gateway)")
 
 
 def count_message(ctx: ToolContext) -> None:
@@ -65,13 +98,13 @@ def count_message(ctx: ToolContext) -> None:
     ctx.turn.messages_sent += 1
 
 
-async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str) -> None:
+async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str, what: str) -> None:
     if listed(_section(ctx, channel).get("allow_from") or [], chat_id, None):
         return
     if await _paired(ctx, channel, chat_id) or _has_talked(ctx, f"{channel}:{chat_id}"):
         return
     raise PermissionError(
-        f"send_message: {channel}:{chat_id} is not a chat I may write to (it is not this chat, not in "
+        f"{what}: {channel}:{chat_id} is not a chat I may write to (it is not this chat, not in "
         f"channels.{channel}.allowFrom, not a paired user, and has never talked to me)")
 
 
@@ -101,4 +134,4 @@ def _has_talked(ctx: ToolContext, target: str) -> bool:
     return (directory / session_filename(target)).exists()
 
 
-MESSAGING_TOOLS = [send_message]
+MESSAGING_TOOLS = [send_message, send_file]

@@ -59,6 +59,20 @@ def _user(uid: int, name: str, bot: bool = False) -> dict[str, Any]:
             "avatar": None, "bot": bot}
 
 
+async def _message_body(request: web.Request) -> tuple[dict[str, Any], list[tuple[str, bytes]]]:
+    """A message's JSON, and its uploads ((filename, bytes)) when it came as multipart."""
+    if request.content_type != "multipart/form-data":
+        return await request.json(), []
+    body: dict[str, Any] = {}
+    uploads = []
+    async for part in await request.multipart():
+        if part.name == "payload_json":
+            body = json.loads(await part.text())
+        else:
+            uploads.append((part.filename or "file", bytes(await part.read())))
+    return body, uploads
+
+
 def _json(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     # Exactly "application/json": discord.py treats anything else (even "; charset=utf-8")
     # as text, and a text 429 as a Cloudflare ban.
@@ -71,6 +85,7 @@ class FakeDiscord:
         self.bot_id, self.token, self.heartbeat_ms = bot_id, token, heartbeat_ms
         self.bot_user = _user(bot_id, "nanobot", bot=True)
         self.sent: list[dict[str, Any]] = []
+        self.files: list[dict[str, Any]] = []  # uploads: channel_id, filename, data, content
         self.edits: list[dict[str, Any]] = []  # PATCHed messages: channel_id, message_id, content
         self.send_attempts = 0
         self.typing: list[str] = []
@@ -124,7 +139,9 @@ class FakeDiscord:
                            username: str | None = None, guild_id: int | str | None = None,
                            mentions_bot: bool = False, bot: bool = False,
                            attachments: dict[str, bytes] | None = None,
-                           reply_to: dict[str, Any] | None = None) -> dict[str, Any]:
+                           reply_to: dict[str, Any] | None = None,
+                           voice_seconds: float | None = None) -> dict[str, Any]:
+        """``voice_seconds``: the attachments are a voice message of that length."""
         msg = self._message(channel_id, _user(int(author_id), username or f"user{author_id}", bot), content)
         msg["mentions"] = [self.bot_user] if mentions_bot else []
         if guild_id is not None:
@@ -135,6 +152,8 @@ class FakeDiscord:
             url = f"http://{self.base}/attachments/{aid}/{name}"
             msg["attachments"].append({"id": str(aid), "filename": name, "size": len(data),
                                        "url": url, "proxy_url": url})
+            if voice_seconds is not None:
+                msg["attachments"][-1].update(duration_secs=voice_seconds, waveform="AAAA")
         if reply_to is not None:
             msg["message_reference"] = {"message_id": reply_to["id"], "channel_id": reply_to["channel_id"]}
             msg["referenced_message"] = reply_to
@@ -237,7 +256,7 @@ class FakeDiscord:
         if not self._authorized(request):
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         self.send_attempts += 1
-        body = await request.json()
+        body, uploads = await _message_body(request)
         if self._refuse:
             status, retry_after = self._refuse.pop(0)
             if status == 429:  # Via marks it as Discord's own limit, not a Cloudflare ban
@@ -247,6 +266,13 @@ class FakeDiscord:
         msg = self._message(request.match_info["cid"], self.bot_user, body.get("content", ""))
         if body.get("message_reference"):
             msg["message_reference"] = body["message_reference"]
+        for name, data in uploads:
+            aid = next(_ids)
+            url = f"http://{self.base}/attachments/{aid}/{name}"
+            msg["attachments"].append({"id": str(aid), "filename": name, "size": len(data), "url": url,
+                                       "proxy_url": url})
+            self.files.append({"channel_id": request.match_info["cid"], "filename": name, "data": data,
+                               "content": body.get("content")})
         async with self._sent_changed:
             self.sent.append(msg)
             self._sent_changed.notify_all()

@@ -88,6 +88,8 @@ class FakeOpenAI:
 
     def __init__(self, fallback: Any = None) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.transcripts: list[Any] = []  # answers of /audio/transcriptions, in order
+        self.transcriptions: list[dict[str, Any]] = []  # what was sent there: model, language, filename, data
         self._script: list[Any] = []
         self.fallback = fallback if fallback is not None else reply("(script exhausted)")
         self._runner: web.AppRunner | None = None
@@ -106,8 +108,9 @@ class FakeOpenAI:
         return [r for r in self.requests if "messages" in r]
 
     async def start(self) -> "FakeOpenAI":
-        app = web.Application()
+        app = web.Application(client_max_size=64 * 1024 * 1024)  # prompts with pictures are big
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         # A short shutdown: a delayed() answer nobody waits for any more (the client was
         # cancelled, e.g. by /stop) must not hold up the test's teardown.
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
@@ -163,6 +166,22 @@ class FakeOpenAI:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
+
+    async def _transcribe(self, request: web.Request) -> web.Response:
+        """Speech to text: the next of ``transcripts`` (a str, or an Error to fail with)."""
+        form = await request.post()
+        upload = form.get("file")
+        self.transcriptions.append({"model": form.get("model"), "language": form.get("language"),
+                                    "filename": getattr(upload, "filename", None),
+                                    "data": upload.file.read() if hasattr(upload, "file") else None})
+        item = self.transcripts.pop(0) if self.transcripts else "(no transcript scripted)"
+        if isinstance(item, Delayed):
+            await asyncio.sleep(item.seconds)
+            item = item.item
+        if isinstance(item, Error):
+            return web.json_response({"error": {"message": item.message, "type": "scripted"}},
+                                     status=item.status, headers=item.headers)
+        return web.json_response({"text": item})
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()

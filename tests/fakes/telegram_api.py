@@ -43,6 +43,7 @@ class FakeTelegram:
         self.token, self.bot_id, self.bot_username = token, bot_id, bot_username
         self.sent: list[dict[str, Any]] = []
         self.edits: list[dict[str, Any]] = []
+        self.files: list[dict[str, Any]] = []  # sendPhoto / sendDocument: method, chat_id, caption, filename, data
         self.actions: list[dict[str, Any]] = []
         self.calls: list[str] = []
         self._updates: list[dict[str, Any]] = []
@@ -132,6 +133,16 @@ class FakeTelegram:
         extra = {"caption": caption} if caption else {}
         return self.push_message(chat_id, user_id, photo=[size], **extra, **kw)
 
+    def push_voice(self, chat_id: int, user_id: int, content: bytes, duration: int = 3, **kw: Any) -> dict[str, Any]:
+        """A voice note (OGG/Opus on the real Telegram; any bytes here)."""
+        voice = {**self.add_file(content, "voice/file_0.oga"), "duration": duration, "mime_type": "audio/ogg"}
+        return self.push_message(chat_id, user_id, voice=voice, **kw)
+
+    def push_audio(self, chat_id: int, user_id: int, content: bytes, file_name: str = "song.mp3",
+                   duration: int = 30, **kw: Any) -> dict[str, Any]:
+        audio = {**self.add_file(content, f"music/{file_name}"), "duration": duration, "file_name": file_name}
+        return self.push_message(chat_id, user_id, audio=audio, **kw)
+
     def add_file(self, content: bytes, file_path: str) -> dict[str, Any]:
         file_id = f"file{len(self._files) + 1}"
         self._files[file_id] = (f"{file_id}/{file_path}", content)
@@ -209,6 +220,22 @@ class FakeTelegram:
             return _error(400, f"Bad Request: {problem}")
         message = self._bot_message(p["chat_id"], p["text"])
         self.sent.append({**p, "message_id": message["message_id"]})
+        return _ok(message)
+
+    async def _m_sendPhoto(self, p: dict) -> web.Response:
+        return self._file_sent("photo", p)
+
+    async def _m_sendDocument(self, p: dict) -> web.Response:
+        return self._file_sent("document", p)
+
+    def _file_sent(self, field: str, p: dict) -> web.Response:
+        upload = p.get(field)
+        if not hasattr(upload, "file"):
+            return _error(400, f"Bad Request: there is no {field} in the request")
+        message = self._bot_message(p["chat_id"], "")
+        self.files.append({"method": field, "chat_id": p["chat_id"], "caption": p.get("caption"),
+                           "filename": upload.filename, "data": upload.file.read(),
+                           "message_id": message["message_id"]})
         return _ok(message)
 
     async def _m_editMessageText(self, p: dict) -> web.Response:

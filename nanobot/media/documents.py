@@ -1,0 +1,75 @@
+"""Sent documents as text: PDF (pypdf), Word (python-docx), and plain text formats.
+
+The text is capped at ``MAX_CHARS``; a PDF with no text layer (a scan) is reported as such
+rather than handed over as an empty string the model would take at face value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_CHARS = 400_000  # of extracted text per document (about 100 pages)
+MAX_PAGES = 500
+
+
+class NoText(ValueError):
+    """The document has no text to extract (a scanned PDF, an empty file)."""
+
+
+@dataclass(frozen=True)
+class DocumentText:
+    text: str
+    truncated: bool  # cut at MAX_CHARS
+    pages: int | None = None
+
+
+def extract_text(path: Path) -> DocumentText:
+    """The document's text; NoText when there is none, ValueError when it cannot be read."""
+    suffix = path.suffix.lower()
+    if suffix == ".pdf":
+        text, pages = _pdf_text(path)
+    elif suffix == ".docx":
+        text, pages = _docx_text(path), None
+    else:
+        text, pages = path.read_bytes()[: MAX_CHARS * 4].decode("utf-8", errors="replace"), None
+    if not text.strip():
+        if suffix == ".pdf":
+            raise NoText(f"{path.name} has no text layer ({pages} page(s), probably scanned images); "
+                         "I cannot read scans (no OCR here)")
+        raise NoText(f"{path.name} has no text")
+    return DocumentText(text[:MAX_CHARS], len(text) > MAX_CHARS, pages)
+
+
+def _pdf_text(path: Path) -> tuple[str, int]:
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = PdfReader(path)
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise ValueError(f"{path.name} is password-protected")
+        pages, size = [], 0
+        for page in reader.pages[:MAX_PAGES]:
+            pages.append(page.extract_text() or "")
+            size += len(pages[-1])
+            if size > MAX_CHARS:
+                break
+        return "\n\n".join(p.strip() for p in pages), len(reader.pages)
+    except (PdfReadError, OSError, KeyError) as exc:
+        raise ValueError(f"{path.name} is not a PDF I can read ({exc})") from None
+
+
+def _docx_text(path: Path) -> str:
+    import docx
+    from docx.opc.exceptions import PackageNotFoundError
+
+    try:
+        document = docx.Document(str(path))
+    except (PackageNotFoundError, KeyError, ValueError, OSError) as exc:
+        raise ValueError(f"{path.name} is not a Word document I can read ({exc})") from None
+    lines = [p.text for p in document.paragraphs]
+    for table in document.tables:  # tables are not in .paragraphs
+        for row in table.rows:
+            lines.append(" | ".join(cell.text for cell in row.cells))
+    return "\n".join(lines)

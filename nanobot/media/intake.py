@@ -1,0 +1,129 @@
+"""A message's attachments, made ready for a turn: transcripts, images, document texts.
+
+Runs at the start of a turn (so ``/stop`` cancels a slow transcription and the typing
+indicator covers it). Voice notes become the message text, marked ``[voice]``; photos stay
+files that the prompt refers to (``images``); documents become text; anything else is named by
+its path. When a voice note cannot be heard and nothing else came with it, ``reply`` says why
+and the turn ends without a model call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nanobot.config import Config
+from nanobot.media import kind_of
+from nanobot.media.documents import NoText, extract_text
+from nanobot.media.transcribe import TranscriptionError, check_limits, transcribe, transcription_enabled
+from nanobot.session import Session
+
+log = logging.getLogger(__name__)
+
+PREVIEW_CHARS = 600
+
+VOICE_HINT_META = "voice_hint_sent"  # session meta: the how-to-enable reply went out once
+VOICE_OFF_HINT = (
+    "I got a voice note, but voice transcription is not set up, so I cannot listen to it. "
+    "To turn it on, add to config.json: "
+    '"tools": {"transcription": {"provider": "openai", "model": "whisper-1"}} '
+    "(provider names a providers entry; any OpenAI-compatible speech-to-text server works: OpenAI, Groq "
+    "with whisper-large-v3, or a local Whisper server) and restart the gateway. Until then, please type it.")
+
+
+@dataclass
+class Document:
+    path: str  # root-relative path of the file as sent
+    name: str
+    text: str
+    text_path: str | None = None  # a .txt beside a PDF or DOCX, for the file tools
+    truncated: bool = False
+
+    def preview(self) -> str:
+        head = self.text[:PREVIEW_CHARS].strip()
+        more = len(self.text) - PREVIEW_CHARS
+        return head + (f"\n[… {more:,} more characters]" if more > 0 else "")
+
+
+@dataclass
+class Attachments:
+    """What the model is told about a message's files."""
+
+    voice: list[str] = field(default_factory=list)  # transcripts, in order
+    images: list[str] = field(default_factory=list)  # root-relative paths
+    documents: list[Document] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # one line per file not handed over otherwise
+    reply: str | None = None  # an answer without the model (a voice note that could not be heard)
+
+    def text(self, content: str) -> str:
+        """The message text: transcripts first, then what the user typed."""
+        heard = [f"[voice] {t}" for t in self.voice]
+        return "\n".join(filter(None, [*heard, content]))
+
+    def image_notes(self) -> list[str]:
+        return [f"[photo: {path}]" for path in self.images]
+
+
+async def read_attachments(config: Config, models: object, root: Path, media: list[str], content: str,
+                           durations: dict[str, float], session: Session) -> Attachments:
+    """Sort a message's files by kind and turn each into what the model can take in
+    (``models``: the provider router, which also transcribes)."""
+    found = Attachments()
+    unheard: list[str] = []
+    for rel in media:
+        kind, path = kind_of(rel), root / rel
+        if kind == "audio":
+            await _hear(config, models, path, rel, durations.get(rel), found, unheard)
+        elif kind == "image":
+            found.images.append(rel)
+        elif kind == "document":
+            await _read_document(path, rel, root, found)
+        else:
+            found.notes.append(f"[attached file: {rel}]")
+    if unheard and not content.strip() and not found.voice and len(unheard) == len(media):
+        found.reply = _unheard_reply(unheard, session)
+    return found
+
+
+async def _hear(config: Config, models: object, path: Path, rel: str, seconds: float | None,
+                found: Attachments, unheard: list[str]) -> None:
+    if not transcription_enabled(config):
+        unheard.append("")
+        found.notes.append(f"[voice note {rel}: not transcribed, voice transcription is off]")
+        return
+    try:
+        check_limits(config, path, seconds)
+        found.voice.append(await transcribe(config, models, path))
+    except TranscriptionError as exc:
+        log.warning("transcription of %s failed: %s", rel, exc)
+        unheard.append(str(exc))
+        found.notes.append(f"[voice note {rel}: not transcribed, {exc}]")
+
+
+def _unheard_reply(reasons: list[str], session: Session) -> str | None:
+    problem = next((r for r in reasons if r), None)
+    if problem:
+        return f"I could not transcribe your voice note: {problem}. Please try again or type it."
+    if session.meta.get(VOICE_HINT_META):
+        return None  # said once in this chat; from now on the model answers (it sees the note)
+    session.set_meta(**{VOICE_HINT_META: True})
+    return VOICE_OFF_HINT
+
+
+async def _read_document(path: Path, rel: str, root: Path, found: Attachments) -> None:
+    try:
+        doc = await asyncio.to_thread(extract_text, path)
+    except NoText as exc:
+        found.notes.append(f"[document {rel}: {exc}]")
+        return
+    except (ValueError, OSError) as exc:
+        found.notes.append(f"[document {rel}: could not be read: {exc}]")
+        return
+    text_path = None
+    if path.suffix.lower() in {".pdf", ".docx"}:  # the file tools read text, not PDF
+        text_file = path.with_name(path.name + ".txt")
+        await asyncio.to_thread(text_file.write_text, doc.text, encoding="utf-8")
+        text_path = text_file.relative_to(root).as_posix()
+    found.documents.append(Document(rel, path.name, doc.text, text_path, doc.truncated))

@@ -1,0 +1,61 @@
+"""Voice notes and audio to text, with any OpenAI-compatible transcription endpoint.
+
+``tools.transcription.provider`` names a ``providers`` entry (OpenAI, Groq, a local Whisper
+server), so its key, ``apiBase`` and HTTP client are reused: the call is the ``openai`` SDK's
+``audio.transcriptions.create`` on that provider (see ``OpenAIProvider.transcribe``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from nanobot.config import Config, ConfigError
+from nanobot.providers.base import ProviderError
+
+
+class TranscriptionError(Exception):
+    """One short line for the user: why a voice note was not transcribed."""
+
+
+@runtime_checkable
+class Transcriber(Protocol):
+    async def transcribe(self, provider: str, path: Path, model: str, language: str | None,
+                         timeout: float) -> str: ...
+
+
+def transcription_enabled(config: Config) -> bool:
+    return bool(config.tools.transcription.provider)
+
+
+def check_limits(config: Config, path: Path, seconds: float | None) -> None:
+    """Refuse, before any upload, a note over ``maxSeconds`` or ``maxMb``."""
+    limits = config.tools.transcription
+    if seconds is not None and seconds > limits.max_seconds:
+        raise TranscriptionError(f"the voice note is {_duration(seconds)} long; I transcribe up to "
+                                 f"{_duration(limits.max_seconds)} (tools.transcription.maxSeconds)")
+    size = path.stat().st_size
+    if size > limits.max_mb * 1024 * 1024:
+        raise TranscriptionError(f"the recording is {size / 1048576:.1f} MB; I transcribe up to "
+                                 f"{limits.max_mb} MB (tools.transcription.maxMb)")
+
+
+async def transcribe(config: Config, models: object, path: Path) -> str:
+    """The recording's text; TranscriptionError with a short reason on any failure."""
+    settings = config.tools.transcription
+    if not isinstance(models, Transcriber):  # the offline demo's recorded model
+        raise TranscriptionError("this model provider cannot transcribe")
+    try:
+        text = await models.transcribe(settings.provider, path, settings.model, settings.language, settings.timeout)
+    except ProviderError as exc:
+        raise TranscriptionError(str(exc).replace("model server", "transcription server")) from exc
+    except ConfigError as exc:
+        raise TranscriptionError(str(exc)) from exc
+    if not text.strip():
+        raise TranscriptionError("I could not make out any words in it")
+    return text.strip()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"

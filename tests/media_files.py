@@ -1,0 +1,71 @@
+"""Media made in the test: a real JPEG, a PDF with a text layer, a scanned PDF, a DOCX."""
+
+from __future__ import annotations
+
+import io
+
+
+def jpeg(width: int = 3000, height: int = 2000, color: tuple[int, int, int] = (200, 30, 30)) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), color).save(out, "JPEG", quality=95)
+    return out.getvalue()
+
+
+def png(width: int = 400, height: int = 300) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGBA", (width, height), (0, 120, 255, 128)).save(out, "PNG")
+    return out.getvalue()
+
+
+def pdf_with_text(*lines: str) -> bytes:
+    """A one-page PDF whose text layer holds ``lines`` (written by hand: no PDF writer needed)."""
+    text = " ".join(f"({line}) Tj 0 -16 Td" for line in lines)
+    stream = f"BT /F1 12 Tf 72 720 Td {text} ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = io.BytesIO()
+    out.write(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, 1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n%s\nendobj\n" % (number, body))
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref))
+    return out.getvalue()
+
+
+def scanned_pdf() -> bytes:
+    """A PDF with a page and no text layer, as a scanner makes (here: a blank page)."""
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    writer.add_blank_page(612, 792)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def docx(*paragraphs: str) -> bytes:
+    import docx as python_docx
+
+    document = python_docx.Document()
+    for paragraph in paragraphs:
+        document.add_paragraph(paragraph)
+    table = document.add_table(rows=1, cols=2)
+    table.rows[0].cells[0].text, table.rows[0].cells[1].text = "total", "42"
+    out = io.BytesIO()
+    document.save(out)
+    return out.getvalue()

@@ -1,0 +1,276 @@
+"""Media end to end: voice notes, photos and documents in, files out, through the real gateway
+with the stand-in Telegram and Discord servers and the scripted model (which also serves
+/audio/transcriptions)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+
+from channels.discord import DiscordChannel
+from channels.telegram import TelegramChannel
+from nanobot.config import Config
+from nanobot.media.images import with_images
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import running_gateway, telegram_gateway_config
+from tests.media_files import docx, jpeg, pdf_with_text, png, scanned_pdf
+
+ALICE, BOB, GROUP = 42, 77, -100500
+FRIEND, DM = 4242, 5
+
+
+@pytest.fixture(autouse=True)
+def fast_channels(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
+    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
+    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "guild_ready_timeout", 0.01)
+    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "retry_delays", (0.01,))
+    monkeypatch.setattr(Route, "BASE", Route.BASE)
+    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+
+
+@pytest.fixture
+def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
+    cfg = telegram_gateway_config(llm.base_url, workspace, tg, ALICE, BOB)
+    cfg.channels.telegram.owners = [str(ALICE)]
+    cfg.channels.telegram.streaming = False
+    cfg.tools.transcription.provider = "openai"  # the scripted server answers /audio/transcriptions too
+    return cfg
+
+
+def user_message(request: dict[str, Any]) -> dict[str, Any]:
+    return [m for m in request["messages"] if m["role"] == "user"][-1]
+
+
+def image_parts(request: dict[str, Any]) -> list[str]:
+    """The data URLs of every image part in a request."""
+    return [part["image_url"]["url"] for m in request["messages"] if isinstance(m["content"], list)
+            for part in m["content"] if part["type"] == "image_url"]
+
+
+def history(home: Path, key: str) -> str:
+    return (home / "sessions" / f"{key.replace(':', '_')}.jsonl").read_text()
+
+
+# ---- voice ----------------------------------------------------------------------------------
+
+async def test_a_voice_note_is_answered_from_its_transcript(config: Config, llm: FakeOpenAI,
+                                                             tg: FakeTelegram, home: Path) -> None:
+    config.tools.transcription.language = "de"
+    llm.transcripts.append("what is on my calendar today")
+    llm.script(reply("Nothing today."))
+    async with running_gateway(config):
+        tg.push_voice(ALICE, ALICE, b"OggS-fake-opus", duration=4)
+        [sent] = await tg.wait_sent(1, timeout=15)
+    assert sent["text"] == "Nothing today."
+    [heard] = llm.transcriptions
+    assert heard["data"] == b"OggS-fake-opus" and heard["model"] == "whisper-1" and heard["language"] == "de"
+    assert heard["filename"].endswith("voice.ogg")
+    assert user_message(llm.chat_requests[0])["content"] == "[voice] what is on my calendar today"
+    assert "[voice] what is on my calendar today" in history(home, f"telegram:{ALICE}")
+
+
+async def test_without_transcription_the_bot_says_once_how_to_enable_it(config: Config, llm: FakeOpenAI,
+                                                                         tg: FakeTelegram) -> None:
+    config.tools.transcription.provider = ""
+    llm.script(reply("I cannot listen to that one either; please type it."))
+    async with running_gateway(config):
+        tg.push_voice(ALICE, ALICE, b"first")
+        [hint] = await tg.wait_sent(1, timeout=15)
+        tg.push_voice(ALICE, ALICE, b"second")
+        await tg.wait_sent(2, timeout=15)
+    assert "transcription" in hint["text"] and '"provider": "openai"' in hint["text"]
+    assert len(llm.chat_requests) == 1 and llm.transcriptions == []  # the hint cost no model call
+    assert "not transcribed, voice transcription is off" in user_message(llm.chat_requests[0])["content"]
+    assert "transcription" not in tg.sent[1]["text"]  # said once per chat
+
+
+async def test_a_voice_note_too_long_or_not_understood_gets_a_short_reply(config: Config, llm: FakeOpenAI,
+                                                                          tg: FakeTelegram) -> None:
+    config.tools.transcription.max_seconds = 60
+    llm.transcripts.append(error(500, message="whisper fell over"))
+    async with running_gateway(config):
+        tg.push_voice(ALICE, ALICE, b"long", duration=125)
+        [too_long] = await tg.wait_sent(1, timeout=15)
+        tg.push_voice(ALICE, ALICE, b"short", duration=5)
+        failed = (await tg.wait_sent(2, timeout=15))[1]
+    assert "2 min 5 s" in too_long["text"] and "tools.transcription.maxSeconds" in too_long["text"]
+    assert [t["data"] for t in llm.transcriptions] == [b"short"]  # the long one was never uploaded
+    assert failed["text"].startswith("I could not transcribe your voice note") and "HTTP 500" in failed["text"]
+    assert llm.chat_requests == []
+
+
+# ---- photos ---------------------------------------------------------------------------------
+
+async def test_a_photo_reaches_the_model_as_an_image_part_and_the_history_keeps_a_path(
+        config: Config, llm: FakeOpenAI, tg: FakeTelegram, home: Path) -> None:
+    from PIL import Image
+
+    llm.script(reply("A red rectangle."))
+    async with running_gateway(config):
+        tg.push_photo(ALICE, ALICE, jpeg(3000, 2000), caption="what is this?")
+        await tg.wait_sent(1, timeout=15)
+    user = user_message(llm.chat_requests[0])
+    text, picture = user["content"]
+    assert text["type"] == "text" and "what is this?" in text["text"] and "[photo: inbox/" in text["text"]
+    data = base64.b64decode(picture["image_url"]["url"].split(",", 1)[1])
+    with Image.open(io.BytesIO(data)) as img:
+        assert max(img.size) == 1568 and img.format == "JPEG"  # resized from 3000 x 2000
+    saved = history(home, f"telegram:{ALICE}")
+    assert '"images": ["inbox/' in saved and "base64" not in saved
+
+
+async def test_only_the_last_five_images_go_back_to_the_model(config: Config, llm: FakeOpenAI,
+                                                              tg: FakeTelegram) -> None:
+    async with running_gateway(config):
+        for i in range(7):
+            tg.push_photo(ALICE, ALICE, jpeg(40, 30, (i * 30, 0, 0)), caption=f"photo {i}")
+            await tg.wait_sent(i + 1, timeout=15)
+        tg.push_text(ALICE, ALICE, "which was the first?")
+        await tg.wait_sent(8, timeout=15)
+    assert [len(image_parts(r)) for r in llm.chat_requests] == [1, 2, 3, 4, 5, 5, 5, 5]
+    last = llm.chat_requests[-1]["messages"]
+    assert isinstance(last[1]["content"], str) and "[photo: inbox/" in last[1]["content"]  # oldest: a path
+
+
+async def test_a_model_that_rejects_images_gets_paths_and_is_remembered(config: Config, llm: FakeOpenAI,
+                                                                       tg: FakeTelegram, home: Path) -> None:
+    def blind_server(body: dict[str, Any]) -> Any:
+        if image_parts(body):
+            return error(400, message="image input is not supported by this model")
+        return reply("I only see a file name.")
+
+    llm.fallback = blind_server
+    async with running_gateway(config):
+        tg.push_photo(ALICE, ALICE, jpeg(40, 30), caption="look")
+        [first] = await tg.wait_sent(1, timeout=15)
+        tg.push_photo(ALICE, ALICE, jpeg(40, 30), caption="and this one")
+        second = (await tg.wait_sent(2, timeout=15))[1]
+    assert first["text"].startswith("I only see a file name.") and "does not accept images" in first["text"]
+    assert second["text"] == "I only see a file name."  # said once
+    assert [bool(image_parts(r)) for r in llm.chat_requests] == [True, False, False]
+    assert json.loads((home / "vision-off.json").read_text()) == ["openai/fake-model"]
+
+
+def test_images_shown_are_capped_and_unreadable_ones_become_paths(tmp_path: Path) -> None:
+    (tmp_path / "a.png").write_bytes(png())
+    (tmp_path / "broken.jpg").write_bytes(b"not an image")
+    messages = [{"role": "user", "content": "x", "images": ["a.png", "broken.jpg", "gone.jpg"]}]
+    [sent] = with_images(messages, tmp_path, keep=5)
+    assert [p["type"] for p in sent["content"]] == ["text", "image_url"]  # RGBA flattened to JPEG
+    assert "[image: broken.jpg]" in sent["content"][0]["text"] and "[image: gone.jpg]" in sent["content"][0]["text"]
+    assert with_images(messages, tmp_path, keep=0)[0]["content"].startswith("x\n[image: a.png]")
+    assert "images" in messages[0]  # the history itself is not changed
+
+
+# ---- documents ------------------------------------------------------------------------------
+
+async def test_a_pdf_reaches_code_mode_as_text(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    config.agents.defaults.execution_mode = "code"
+    # The key is the file's name in the inbox, which the prompt gives.
+    llm.script(reply('```python\ntext = files["ufile1_invoice.pdf"]\nprint(text.splitlines()[1])\n```'),
+               reply("The total is 1234 EUR."))
+    async with running_gateway(config):
+        tg.push_document(ALICE, ALICE, pdf_with_text("Invoice 2026-11", "Total due: 1234 EUR"), "invoice.pdf",
+                         caption="how much?")
+        [sent] = await tg.wait_sent(1, timeout=15)
+    first, second = llm.chat_requests
+    prompt = user_message(first)["content"]
+    assert "files['ufile1_invoice.pdf'] (35 chars)" in prompt and "Invoice 2026-11" in prompt  # a preview
+    assert "Total due: 1234 EUR" in user_message(second)["content"]  # the program's output
+    assert sent["text"] == "The total is 1234 EUR."
+
+
+async def test_a_scanned_pdf_says_so_and_a_docx_is_a_path_plus_preview(config: Config, llm: FakeOpenAI,
+                                                                        tg: FakeTelegram, workspace: Path) -> None:
+    llm.script(reply("It is a scan."), tool_call("read_file", {"path": "PLACEHOLDER"}), reply("done"))
+    async with running_gateway(config):
+        tg.push_document(ALICE, ALICE, scanned_pdf(), "scan.pdf")
+        await tg.wait_sent(1, timeout=15)
+        tg.push_document(ALICE, ALICE, docx("Minutes of the meeting", "Action: ship it"), "minutes.docx")
+        await tg.wait_sent(2, timeout=15)
+    scan = user_message(llm.chat_requests[0])["content"]
+    assert "scan.pdf has no text layer" in scan and "no OCR" in scan
+    minutes = user_message(llm.chat_requests[1])["content"]
+    assert "Minutes of the meeting" in minutes and "read_file('inbox/ufile2_minutes.docx.txt')" in minutes
+    text = (workspace / "inbox" / "ufile2_minutes.docx.txt").read_text()
+    assert "Action: ship it" in text and "total | 42" in text
+
+
+# ---- files out ------------------------------------------------------------------------------
+
+async def test_a_programs_send_file_arrives_as_a_photo_and_as_a_document(
+        config: Config, llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> None:
+    config.agents.defaults.execution_mode = "code"
+    (workspace / "chart.png").write_bytes(png())
+    llm.script(reply('```python\nwrite_file("report.csv", "month,sales\\nJan,10\\n")\n'
+                     'send_file("chart.png", caption="Sales by month")\nsend_file("report.csv")\n'
+                     'final_answer("Here you are.")\n```'))
+    async with running_gateway(config):
+        tg.push_text(ALICE, ALICE, "send me the chart and the data")
+        await tg.wait_sent(1, timeout=15)
+        await tg.wait_until(lambda: len(tg.files) == 2)
+    photo, document = tg.files
+    assert (photo["method"], photo["filename"], photo["caption"]) == ("photo", "chart.png", "Sales by month")
+    assert photo["data"] == png() and photo["chat_id"] == ALICE
+    assert (document["method"], document["filename"]) == ("document", "report.csv")
+    assert document["data"] == b"month,sales\nJan,10\n"
+
+
+async def test_send_file_refuses_big_files_escapes_and_other_chats_from_members(
+        config: Config, llm: FakeOpenAI, tg: FakeTelegram, workspace: Path, home: Path) -> None:
+    with open(workspace / "huge.bin", "wb") as f:
+        f.truncate(51 * 1024 * 1024)  # sparse: no real 51 MB on disk
+    (home / "config.json").write_text('{"secret": "CANARY-CONFIG"}')
+    results = []
+
+    def record(body: dict[str, Any]) -> Any:
+        results.append(body["messages"][-1]["content"])
+        return reply("done")
+
+    llm.script(tool_call("send_file", {"path": "huge.bin"}), record,
+               tool_call("send_file", {"path": str(home / "config.json")}), record,
+               tool_call("send_file", {"path": "notes.txt", "to": f"telegram:{ALICE}"}), record)
+    (workspace / "chats" / f"telegram_{GROUP}").mkdir(parents=True)
+    (workspace / "chats" / f"telegram_{GROUP}" / "notes.txt").write_text("member notes")
+    config.channels.telegram.group_policy = "open"
+    async with running_gateway(config):
+        tg.push_text(ALICE, ALICE, "send the big file")
+        await tg.wait_sent(1, timeout=15)
+        tg.push_text(ALICE, ALICE, "send the config")
+        await tg.wait_sent(2, timeout=15)
+        tg.push_text(GROUP, BOB, "send my notes to alice", chat_type="group", username="bob")
+        await tg.wait_sent(3, timeout=15)
+    big, escape, member = results
+    assert "over the 52,428,800-byte limit" in big and "telegram takes files up to 50 MB" in big
+    assert "PermissionError" in escape and "outside the workspace" in escape
+    assert "PermissionError" in member and "may only send messages to itself" in member
+    assert tg.files == []
+
+
+async def test_discord_voice_in_and_file_out(config: Config, llm: FakeOpenAI, dc: FakeDiscord,
+                                             workspace: Path) -> None:
+    d = config.channels.discord
+    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = (True, dc.token, dc.api_base, dc.gateway_url,
+                                                                   [str(FRIEND)])
+    d.streaming = False
+    config.channels.telegram.enabled = False
+    (workspace / "chart.png").write_bytes(png())
+    llm.transcripts.append("send me the chart")
+    llm.script(tool_call("send_file", {"path": "chart.png", "caption": "the chart"}), reply("Sent."))
+    async with running_gateway(config):
+        await dc.push_message(DM, FRIEND, "", username="friend", attachments={"voice-message.ogg": b"OggS"},
+                              voice_seconds=2.5)
+        await dc.wait_sent(2, timeout=15)
+    assert user_message(llm.chat_requests[0])["content"] == "[voice] send me the chart"
+    [upload] = dc.files
+    assert (upload["filename"], upload["content"], upload["data"]) == ("chart.png", "the chart", png())
