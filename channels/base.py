@@ -19,6 +19,21 @@ from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 log = logging.getLogger(__name__)
 
 
+class SendFailed(Exception):
+    """The platform did not take a message. ``retry``: it may later (no connection, 5xx, a
+    network timeout); otherwise the message itself was refused (blocked by the user, a bad
+    request) and sending it again would fail the same way."""
+
+    def __init__(self, message: str, *, retry: bool) -> None:
+        super().__init__(message)
+        self.retry = retry
+
+
+class Intake(Protocol):
+    async def accept(self, messages: list[InboundMessage]) -> None:
+        """Record messages durably, then hand the new ones (not repeats) to the agent."""
+
+
 class AccessGate(Protocol):
     async def check(self, channel: str, sender_id: str, sender_name: str | None,
                     allow_from: list[str], is_private: bool, chat_id: str | None = None) -> tuple[bool, str | None]:
@@ -48,6 +63,15 @@ class ChannelContext:
     # The chat's own root for downloads (its inbox/ is there); the gateway supplies the trust
     # rule (a member chat's folder). The default, the whole workspace, suits a bare channel.
     chat_root: Callable[[Sender], Path] | None = None
+    # Where admitted messages go: the gateway's durable intake; without one, straight to the bus.
+    intake: Intake | None = None
+
+    async def accept(self, messages: list[InboundMessage]) -> None:
+        if self.intake is not None:
+            await self.intake.accept(messages)
+        else:
+            for msg in messages:
+                await self.bus.publish_inbound(msg)
 
 
 class BaseChannel(ABC):
@@ -73,7 +97,9 @@ class BaseChannel(ABC):
 
     @abstractmethod
     async def send(self, msg: OutboundMessage) -> None:
-        """Deliver one reply (split as the platform needs); retries are the adapter's job."""
+        """Deliver one reply (split as the platform needs); return once the platform took it,
+        raise SendFailed if it did not. Retrying later is the outbox's job (it backs off while
+        the platform is down); an adapter retries only what the platform asks it to (a 429)."""
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far (``msg.kind == "stream"``), to show in one message that is edited as
@@ -115,17 +141,30 @@ class BaseChannel(ABC):
     async def _handle_message(self, *, sender_id: str, chat_id: str, content: str, sender_name: str | None = None,
                               media: list[str] | None = None, is_private: bool = True, mentioned: bool = False,
                               metadata: dict[str, Any] | None = None) -> bool:
-        """Apply group policy and access control, then put the message on the bus. True if it went."""
+        """Apply group policy and access control, then hand the message on. True if it went.
+        ``metadata["delivery_key"]``: the platform's id for it, by which repeats are dropped."""
+        msg = await self._admit(sender_id=sender_id, chat_id=chat_id, content=content, sender_name=sender_name,
+                                media=media, is_private=is_private, mentioned=mentioned, metadata=metadata)
+        if msg is not None:
+            await self.ctx.accept([msg])
+        return msg is not None
+
+    async def _admit(self, *, sender_id: str, chat_id: str, content: str, sender_name: str | None = None,
+                     media: list[str] | None = None, is_private: bool = True, mentioned: bool = False,
+                     metadata: dict[str, Any] | None = None) -> InboundMessage | None:
+        """The message, if group policy and access control let it through (for adapters that
+        hand over a batch at a time); a stranger gets the gate's reply (a pairing code)."""
         if not self._addressed(is_private, mentioned):
-            return False
+            return None
         admitted, reply = await self.ctx.access.check(self.name, sender_id, sender_name,
                                                       list(self.config.allow_from), is_private, chat_id)
         if not admitted:
             log.debug("%s: ignored message from unknown sender %s (%s)", self.name, sender_id, sender_name)
             if reply:
-                await self.send(OutboundMessage(self.name, chat_id, reply))
-            return False
-        await self.ctx.bus.publish_inbound(InboundMessage(
-            channel=self.name, chat_id=chat_id, sender_id=sender_id, sender_name=sender_name,
-            content=content, media=media or [], is_private=is_private, metadata=metadata or {}))
-        return True
+                try:
+                    await self.send(OutboundMessage(self.name, chat_id, reply))
+                except SendFailed as exc:
+                    log.warning("%s: could not send the pairing reply to %s: %s", self.name, chat_id, exc)
+            return None
+        return InboundMessage(channel=self.name, chat_id=chat_id, sender_id=sender_id, sender_name=sender_name,
+                              content=content, media=media or [], is_private=is_private, metadata=metadata or {})

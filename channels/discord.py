@@ -24,7 +24,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from channels.base import BaseChannel, ChannelContext, Sender
+from channels.base import BaseChannel, ChannelContext, SendFailed, Sender
 from channels.text import split_message
 from nanobot.bus import OutboundMessage
 from nanobot.config import DiscordConfig
@@ -140,7 +140,7 @@ class DiscordChannel(BaseChannel):
             sender_id=str(message.author.id), sender_name=message.author.name, chat_id=str(message.channel.id),
             content=content, media=media, is_private=is_private, mentioned=mentioned,
             metadata={"message_id": str(message.id), "guild_id": str(guild_id) if guild_id else None,
-                      "durations": durations})
+                      "durations": durations, "delivery_key": str(message.id)})
 
     async def _download(self, attachments: list[discord.Attachment], root: Path,
                         inbox: Path) -> tuple[list[str], dict[str, float]]:
@@ -175,9 +175,10 @@ class DiscordChannel(BaseChannel):
             return await self.send_stream(msg)
         if msg.kind == "file":
             return await self.send_file(msg)
-        if self._client is None or not msg.content.strip() or not msg.chat_id.isdigit():
-            log.warning("discord: dropped a message to %r (not started, empty or bad id)", msg.chat_id)
+        if not msg.content.strip():
             return
+        self._check_target(msg)
+        assert self._client is not None
         preview = self._previews.pop(msg.metadata.get("stream_id"), None)
         # A partial messageable needs no GET /channels and no cache: just the id.
         channel = self._client.get_partial_messageable(int(msg.chat_id))
@@ -189,9 +190,13 @@ class DiscordChannel(BaseChannel):
         if preview is not None and await self._edit(preview, chunks[0]):
             chunks, reference = chunks[1:], None  # the streamed message now holds the first chunk
         for i, chunk in enumerate(chunks):
-            if not await self._send_chunk(channel, chunk, reference if i == 0 else None):
-                log.error("discord: gave up on %s after chunk %d of %d", msg.chat_id, i + 1, len(chunks))
-                return
+            await self._send_chunk(channel, chunk, reference if i == 0 else None)
+
+    def _check_target(self, msg: OutboundMessage) -> None:
+        if not msg.chat_id.isdigit():
+            raise SendFailed(f"discord: {msg.chat_id!r} is not a channel id", retry=False)
+        if self._client is None:
+            raise SendFailed("discord: not connected", retry=True)
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: sent once, then edited."""
@@ -220,35 +225,36 @@ class DiscordChannel(BaseChannel):
     async def send_file(self, msg: OutboundMessage) -> None:
         """An attachment (Discord shows pictures inline), its caption as the message text."""
         file = msg.file
-        if self._client is None or file is None or not msg.chat_id.isdigit():
-            log.warning("discord: dropped a file to %r (not started or bad id)", msg.chat_id)
+        if file is None:
             return
+        self._check_target(msg)
+        assert self._client is not None
         channel = self._client.get_partial_messageable(int(msg.chat_id))
         chunks = split_message(msg.content, self.max_message_len) if msg.content.strip() else [None]
-        attach = lambda: {"content": chunks[0], "file": discord.File(io.BytesIO(file.data), filename=file.name)}
-        if await self._post(channel, attach):
-            for chunk in chunks[1:]:
-                await self._send_chunk(channel, chunk, None)
+        def attach() -> dict[str, Any]:
+            return {"content": chunks[0], "file": discord.File(io.BytesIO(file.data), filename=file.name)}
+
+        await self._post(channel, attach)
+        for chunk in chunks[1:]:
+            await self._send_chunk(channel, chunk, None)
 
     async def _send_chunk(self, channel: discord.PartialMessageable, chunk: str,
-                          reference: discord.MessageReference | None) -> bool:
-        return await self._post(channel, lambda: {"content": chunk, "reference": reference})
+                          reference: discord.MessageReference | None) -> None:
+        await self._post(channel, lambda: {"content": chunk, "reference": reference})
 
-    async def _post(self, channel: discord.PartialMessageable, message: Callable[[], dict[str, Any]]) -> bool:
-        """Send, retrying what may pass later; ``message`` makes the arguments afresh for each
-        attempt (a discord.File is used up by a send)."""
+    async def _post(self, channel: discord.PartialMessageable, message: Callable[[], dict[str, Any]]) -> None:
+        """Send, retrying a few times what may pass soon; ``message`` makes the arguments afresh
+        for each attempt (a discord.File is used up by a send). SendFailed when it did not go."""
         for delay in (*self.retry_delays, None):
             try:
                 await channel.send(**message())
-                return True
+                return
             except Exception as exc:  # the daemon must outlive any one failed reply
                 permanent = isinstance(exc, discord.HTTPException) and 400 <= exc.status < 500
                 if permanent or delay is None:
-                    log.error("discord: send to %s failed: %r", channel.id, exc)
-                    return False
+                    raise SendFailed(f"discord: send to {channel.id} failed: {exc!r}", retry=not permanent) from exc
                 log.warning("discord: send to %s failed (%r), retrying in %g s", channel.id, exc, delay)
                 await asyncio.sleep(delay)
-        return False
 
     async def send_typing(self, chat_id: str) -> None:
         if self._client is None:

@@ -1,9 +1,15 @@
-"""Telegram adapter: python-telegram-bot long polling inside our own event loop.
+"""Telegram adapter: python-telegram-bot's Bot, with our own long-polling loop.
 
-PTB's ``run_polling`` wants to own the loop, so the Application is driven by hand
-(initialize, start, updater.start_polling) and torn down in reverse. PTB only fetches and
-parses; who may talk is decided by ``BaseChannel._handle_message`` and what a command means
-is the agent's business, so every message, ``/new`` included, is passed on as plain text.
+We poll with the library's ``get_updates`` ourselves rather than with its Updater, because
+the Updater confirms updates (by asking for the next offset) as soon as they are parsed,
+before we have stored them: a crash then lost them. Here the offset moves past a batch only
+after ``ctx.accept`` has recorded it, so Telegram delivers again whatever we did not keep,
+and the update_id (the message's ``delivery_key``) lets the intake drop the repeats. Polling
+errors back off from ``poll_interval`` to ``poll_backoff_max`` (2 s): after an outage the
+first message is read within seconds of recovery.
+
+Who may talk is decided by ``BaseChannel._admit`` and what a command means is the agent's
+business, so every message, ``/new`` included, is passed on as plain text.
 """
 
 from __future__ import annotations
@@ -19,18 +25,19 @@ from typing import Any, ClassVar
 from telegram import Bot, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
-from telegram.ext import Application, ApplicationBuilder, ContextTypes, MessageHandler, filters
+from telegram.ext import Application, ApplicationBuilder
 
-from channels.base import BaseChannel, ChannelContext, Sender
+from channels.base import BaseChannel, ChannelContext, SendFailed, Sender
 from channels.telegram_html import render_chunks
 from channels.text import split_message, utf16_len
-from nanobot.bus import OutboundMessage
+from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.media import PHOTO_LIMITS
 
 log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://api.telegram.org"
 CAPTION_LIMIT = 1024  # characters of a photo's or document's caption
+CONNECTIONS = 8  # to the Bot API for sends; more only wait in the pool (Telegram allows ~30 msg/s)
 
 
 class TelegramChannel(BaseChannel):
@@ -39,12 +46,9 @@ class TelegramChannel(BaseChannel):
 
     # Knobs with production defaults; tests shrink them (constructor kwargs or attributes).
     poll_timeout: float = 30.0  # seconds a getUpdates long poll may wait on the server
-    # PTB's updater waits 0 s between good polls; after an error it waits 1 s, growing x1.5
-    # up to 30 s. A positive interval becomes the first backoff step instead of 1 s, so
-    # tests use ~0.01 to recover from a 502 burst in milliseconds.
-    poll_interval: float = 0.0
-    send_retries: int = 5  # attempts per API call on 429 / network errors
-    retry_delay: float = 1.0  # first backoff after a network error, doubled each time
+    poll_interval: float = 0.25  # the first wait after a failed poll, doubled up to poll_backoff_max
+    poll_backoff_max: float = 2.0
+    send_retries: int = 5  # 429s waited out per API call before the send counts as failed
     max_retry_after: float = 60.0  # honour Telegram's 429 wait, but never longer than this
 
     def __init__(self, config: Any, ctx: ChannelContext, **knobs: float) -> None:
@@ -54,6 +58,7 @@ class TelegramChannel(BaseChannel):
                 raise TypeError(f"unknown TelegramChannel option {key!r}")
             setattr(self, key, value)
         self._app: Application | None = None
+        self._poller: asyncio.Task[None] | None = None
         self._username = ""  # the bot's own @username, known after start()
         self._previews: dict[Any, _Preview] = {}  # stream_id -> the message a reply streams into
 
@@ -66,63 +71,81 @@ class TelegramChannel(BaseChannel):
     # ---- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
         base = (self.config.api_base or DEFAULT_API_BASE).rstrip("/")
-        builder = (ApplicationBuilder().token(self.config.token)
-                   .base_url(f"{base}/bot").base_file_url(f"{base}/file/bot"))
+        # A small pool: httpcore checks every pooled connection on each request, so PTB's
+        # default of 256 made each send cost more than the rest of its message's trip.
+        builder = (ApplicationBuilder().token(self.config.token).updater(None)
+                   .base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
+                   .connection_pool_size(CONNECTIONS).pool_timeout(60.0))
         if self.config.proxy:
             builder = builder.proxy(self.config.proxy).get_updates_proxy(self.config.proxy)
         app = builder.build()
-        # Every kind of message, commands included: a CommandHandler would swallow /new.
-        app.add_handler(MessageHandler(filters.UpdateType.MESSAGE, self._on_message))
         try:
             await app.initialize()  # getMe: a bad token or unreachable server fails here
-            await app.start()
-            await app.updater.start_polling(
-                poll_interval=self.poll_interval, timeout=int(self.poll_timeout) or 1,
-                bootstrap_retries=3, allowed_updates=["message"], error_callback=self._on_poll_error)
+            await app.bot.delete_webhook()  # getUpdates is refused while a webhook is set
         except BaseException:
             await self._shutdown(app)
             raise
         self._app, self._username = app, app.bot.username or ""
+        self._poller = asyncio.create_task(self._poll(), name="telegram polling")
         log.info("telegram: polling as @%s", self._username)
 
     async def stop_receiving(self) -> None:
         """Stop polling at shutdown: later messages wait on Telegram's server for the next start."""
-        if self._app and self._app.updater and self._app.updater.running:
-            await self._app.updater.stop()
+        poller, self._poller = self._poller, None
+        if poller is not None:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
 
     async def stop(self) -> None:
+        await self.stop_receiving()
         app, self._app = self._app, None
         if app is not None:
             await self._shutdown(app)
 
     @staticmethod
     async def _shutdown(app: Application) -> None:
-        for step in (app.updater.stop if app.updater and app.updater.running else None,
-                     app.stop if app.running else None, app.shutdown,
-                     app.bot.shutdown):  # closes the HTTP pools even if initialize() failed
-            if step is None:
-                continue
-            try:
-                await step()
-            except Exception:  # stop() must not raise; log and keep tearing down
-                log.exception("telegram: error during shutdown")
-
-    @staticmethod
-    def _on_poll_error(exc: TelegramError) -> None:
-        # PTB retries polling by itself with backoff; one line, not a traceback per attempt.
-        log.warning("telegram: polling failed, retrying: %s", exc)
+        try:
+            await app.shutdown()
+        except Exception:  # stop() must not raise; log and keep tearing down
+            log.exception("telegram: error during shutdown")
+        try:
+            await app.bot.shutdown()  # closes the HTTP pools even if initialize() failed
+        except Exception:
+            log.exception("telegram: error during shutdown")
 
     # ---- incoming -------------------------------------------------------------------
-    async def _on_message(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+    async def _poll(self) -> None:
+        offset: int | None = None  # None: everything Telegram still holds for us (unconfirmed)
+        delay = 0.0
+        while True:
+            try:
+                updates = await self._bot.get_updates(offset=offset, timeout=int(self.poll_timeout) or 1,
+                                                      allowed_updates=["message"],
+                                                      read_timeout=self.poll_timeout + 10)
+                if updates:
+                    await self.ctx.accept([m for m in [await self._from_update(u) for u in updates] if m])
+                    offset = updates[-1].update_id + 1  # confirms the batch, now that it is stored
+                delay = 0.0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Telegram or the network is down, or the store refused
+                delay = min(self.poll_backoff_max, delay * 2 if delay else self.poll_interval)
+                log.warning("telegram: polling failed (%s), retrying in %.2f s", _describe(exc), delay)
+                await asyncio.sleep(delay)
+
+    async def _from_update(self, update: Update) -> InboundMessage | None:
+        """The admitted message an update carries, or None (not for us, a stranger, a bot)."""
         message, user = update.message, update.effective_user
         if message is None or user is None or user.is_bot:
-            return
+            return None
         try:
-            await self._intake(message, user.id, user.username)
-        except Exception:  # PTB would log it anyway; keep our own context in the log
+            return await self._intake(message, user.id, user.username, update.update_id)
+        except Exception:  # one bad update must not block the ones behind it
             log.exception("telegram: failed to handle message %s", message.message_id)
+            return None
 
-    async def _intake(self, message: Message, user_id: int, username: str | None) -> None:
+    async def _intake(self, message: Message, user_id: int, username: str | None,
+                      update_id: int) -> InboundMessage | None:
         is_private = message.chat.type == "private"
         text = message.text or message.caption or ""
         mentioned = not is_private and self._addressed_to_me(message, text)
@@ -130,16 +153,17 @@ class TelegramChannel(BaseChannel):
             text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()
             text = re.sub(r"[ \t]{2,}", " ", text)
         if not self._addressed(is_private, mentioned):
-            return  # not for us; also spares a download nobody asked for
+            return None  # not for us; also spares a download nobody asked for
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
         allowed = await self._may_download(str(user_id), username)
         sender = Sender(self.name, str(message.chat_id), str(user_id), username, is_private)
         media, notes, durations = await self._download_media(message, *self.inbox(sender)) if allowed else ([], [], {})
         content = "\n".join(part for part in (text, *notes) if part)
-        await self._handle_message(
+        return await self._admit(
             sender_id=str(user_id), sender_name=username, chat_id=str(message.chat_id),
             content=content, media=media, is_private=is_private, mentioned=mentioned,
             metadata={"message_id": message.message_id, "chat_type": message.chat.type, "durations": durations,
+                      "delivery_key": str(update_id),
                       # someone else's words, whoever passed them on: the turn is marked untrusted
                       "untrusted": "a forwarded message" if message.forward_origin else None})
 
@@ -213,16 +237,12 @@ class TelegramChannel(BaseChannel):
         reply = ReplyParameters(int(msg.reply_to), allow_sending_without_reply=True) \
             if msg.reply_to and msg.reply_to.lstrip("-").isdigit() else None
         preview = self._previews.pop(msg.metadata.get("stream_id"), None)
-        try:
-            for markdown, html in render_chunks(msg.content, self.max_message_len, utf16_len):
-                if preview is not None and await self._finish_preview(preview, markdown, html):
-                    preview = None  # the streamed message now holds the first chunk, formatted
-                    continue
-                if not await self._send_chunk(msg.chat_id, markdown, html, reply):
-                    return  # a hole in the middle of a reply is worse than a cut-off end
-                reply = None
-        except Exception:  # nothing from a send may take the daemon down
-            log.exception("telegram: sending to %s failed", msg.chat_id)
+        for markdown, html in render_chunks(msg.content, self.max_message_len, utf16_len):
+            if preview is not None and await self._finish_preview(preview, markdown, html):
+                preview = None  # the streamed message now holds the first chunk, formatted
+                continue
+            await self._send_chunk(msg.chat_id, markdown, html, reply)
+            reply = None
 
     async def send_file(self, msg: OutboundMessage) -> None:
         """A photo (sendPhoto) or a document (sendDocument); a picture Telegram refuses as a
@@ -234,20 +254,19 @@ class TelegramChannel(BaseChannel):
         caption = msg.content or None
         rest = caption if caption and utf16_len(caption) > CAPTION_LIMIT else None
         caption = None if rest else caption
+        if file.photo and len(file.data) <= PHOTO_LIMITS["telegram"]:
+            try:
+                await self._call(self._bot.send_photo, chat_id=msg.chat_id, photo=file.data, filename=file.name,
+                                 caption=caption)
+                return await self._send_rest(msg, rest)
+            except BadRequest as exc:
+                log.info("telegram: %s refused as a photo (%s); sending it as a document", file.name, exc)
         try:
-            if file.photo and len(file.data) <= PHOTO_LIMITS["telegram"]:
-                try:
-                    if await self._call(self._bot.send_photo, chat_id=msg.chat_id, photo=file.data,
-                                        filename=file.name, caption=caption):
-                        return await self._send_rest(msg, rest)
-                    return
-                except BadRequest as exc:
-                    log.info("telegram: %s refused as a photo (%s); sending it as a document", file.name, exc)
-            if await self._call(self._bot.send_document, chat_id=msg.chat_id, document=file.data,
-                                filename=file.name, caption=caption):
-                await self._send_rest(msg, rest)
-        except Exception:  # nothing from a send may take the daemon down
-            log.exception("telegram: sending %s to %s failed", file.name, msg.chat_id)
+            await self._call(self._bot.send_document, chat_id=msg.chat_id, document=file.data, filename=file.name,
+                             caption=caption)
+        except BadRequest as exc:
+            raise SendFailed(f"telegram: {file.name} was refused: {exc}", retry=False) from exc
+        await self._send_rest(msg, rest)
 
     async def _send_rest(self, msg: OutboundMessage, text: str | None) -> None:
         if text:
@@ -288,21 +307,21 @@ class TelegramChannel(BaseChannel):
             log.warning("telegram: could not finish the streamed message: %s", exc)
             return False
 
-    async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None) -> bool:
+    async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None) -> None:
         try:
-            return await self._call(self._bot.send_message, chat_id=chat_id, text=html,
-                                    parse_mode=ParseMode.HTML, reply_parameters=reply)
+            await self._call(self._bot.send_message, chat_id=chat_id, text=html, parse_mode=ParseMode.HTML,
+                             reply_parameters=reply)
+            return
         except BadRequest as exc:
             if "parse entities" not in str(exc).lower():
-                log.error("telegram: message to %s rejected: %s", chat_id, exc)
-                return False
+                raise SendFailed(f"telegram: message to {chat_id} rejected: {exc}", retry=False) from exc
             log.warning("telegram: HTML rejected (%s); sending plain text", exc)
         for part in split_message(markdown, self.max_message_len, utf16_len):
-            if not await self._call(self._bot.send_message, chat_id=chat_id, text=part,
-                                    reply_parameters=reply):
-                return False
+            try:
+                await self._call(self._bot.send_message, chat_id=chat_id, text=part, reply_parameters=reply)
+            except BadRequest as exc:
+                raise SendFailed(f"telegram: message to {chat_id} rejected: {exc}", retry=False) from exc
             reply = None
-        return True
 
     async def send_typing(self, chat_id: str) -> None:
         try:
@@ -310,28 +329,23 @@ class TelegramChannel(BaseChannel):
         except Exception as exc:  # a missing typing indicator is not worth a retry
             log.debug("telegram: typing indicator for %s failed: %s", chat_id, exc)
 
-    async def _call(self, method: Any, **kwargs: Any) -> bool:
-        """Call a Bot API method, retrying 429s and network errors; BadRequest is raised."""
-        delay = self.retry_delay
+    async def _call(self, method: Any, **kwargs: Any) -> Any:
+        """One Bot API call. A 429 is waited out (Telegram says how long); BadRequest is raised
+        as it is, for the caller to judge; anything else becomes SendFailed."""
         for attempt in range(1, self.send_retries + 1):
             try:
-                await method(**kwargs)
-                return True
+                return await method(**kwargs)
             except RetryAfter as exc:
                 wait = min(_retry_seconds(exc), self.max_retry_after)
                 log.warning("telegram: rate limited, waiting %.1fs (attempt %d)", wait, attempt)
+                await asyncio.sleep(wait)
             except BadRequest:
                 raise
-            except NetworkError as exc:  # includes TimedOut; a timed-out send may have arrived
-                wait, delay = delay, delay * 2
-                log.warning("telegram: network error (%s), retrying in %.1fs (attempt %d)", exc, wait, attempt)
+            except NetworkError as exc:  # includes TimedOut and 5xx; the outbox tries again later
+                raise SendFailed(f"telegram: {_describe(exc)}", retry=True) from exc
             except TelegramError as exc:  # Forbidden (blocked by the user), chat gone, ...
-                log.error("telegram: %s failed: %s", getattr(method, "__name__", method), exc)
-                return False
-            if attempt < self.send_retries:
-                await asyncio.sleep(wait)
-        log.error("telegram: giving up after %d attempts", self.send_retries)
-        return False
+                raise SendFailed(f"telegram: {getattr(method, '__name__', method)} failed: {exc}", retry=False) from exc
+        raise SendFailed(f"telegram: still rate limited after {self.send_retries} waits", retry=True)
 
 
 @dataclass
@@ -350,6 +364,10 @@ def _preview_text(text: str, limit: int) -> str:
     while utf16_len(text) > limit - 2:
         text = text[: len(text) - max(1, (utf16_len(text) - limit) // 2 + 1)]
     return text + " …"
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _seconds(value: Any) -> float:

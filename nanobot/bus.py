@@ -29,6 +29,9 @@ class InboundMessage:
         return f"{self.channel}:{self.chat_id}"
 
 
+EPHEMERAL = "ephemeral"  # OutboundMessage.metadata key: best effort, not kept in the outbox
+
+
 @dataclass(frozen=True)
 class OutgoingFile:
     """A file to send (``kind == "file"``); the bytes were read through the path guard."""

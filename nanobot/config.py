@@ -8,6 +8,7 @@ to field names itself, and the sources are ordered (init, env, file): leftmost w
 from __future__ import annotations
 
 import json
+import functools
 import os
 import re
 from contextvars import ContextVar
@@ -364,10 +365,7 @@ class Config(BaseSettings):
     def workspace_path(self) -> Path:
         """The workspace; a path under ``~/.nanobot`` follows NANOBOT_HOME when that is set, and a
         relative path is relative to NANOBOT_HOME (not to wherever the command was started)."""
-        raw = self.agents.defaults.workspace
-        if raw == "~/.nanobot" or raw.startswith("~/.nanobot/"):
-            return (nanobot_home() / raw[len("~/.nanobot"):].lstrip("/")).resolve()
-        return (nanobot_home() / Path(raw).expanduser()).resolve()
+        return _resolve_workspace(self.agents.defaults.workspace, os.environ.get("NANOBOT_HOME", ""))
 
     def agent_for(self, session_key: str) -> AgentSettings:
         """The agent settings for one session: defaults with that session's override applied."""
@@ -391,6 +389,15 @@ class Config(BaseSettings):
 # pydantic-settings builds its sources from the class, not the call, so the file's data is
 # handed to the source here, for the duration of one load_config() call.
 _FILE_DATA: ContextVar[dict[str, Any]] = ContextVar("nanobot_config_file_data", default={})
+
+
+@functools.lru_cache(maxsize=64)
+def _resolve_workspace(raw: str, home_setting: str) -> Path:
+    """Cached: every turn asks, and resolving walks the path on disk (``home_setting`` is the
+    NANOBOT_HOME the answer depends on)."""
+    if raw == "~/.nanobot" or raw.startswith("~/.nanobot/"):
+        return (nanobot_home() / raw[len("~/.nanobot"):].lstrip("/")).resolve()
+    return (nanobot_home() / Path(raw).expanduser()).resolve()
 
 
 def nanobot_home() -> Path:

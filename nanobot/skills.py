@@ -111,6 +111,7 @@ def _strings(value: object, what: str) -> tuple[str, ...]:
 # The skills list is in every prompt; parsing YAML each turn cost ~3 ms, so a SKILL.md is
 # re-read only when its modification time or size changes.
 _parsed: dict[Path, tuple[tuple[int, int], dict]] = {}
+_listed: dict[tuple[str, str], tuple[tuple[int, ...], list[Skill]]] = {}  # (builtin, workspace) roots -> list
 
 
 def _front_matter(path: Path) -> dict:
@@ -185,11 +186,32 @@ def _workspace_skills(workspace: Path) -> dict[str, Skill]:
 
 def list_skills(workspace: Path, builtin_dir: Path | None = None) -> list[Skill]:
     """Every usable skill, sorted by name; a workspace skill replaces a built-in of the same name,
-    marked ``shadows_builtin`` so the clash shows in the prompt's list and in ``nanobot status``."""
-    skills = _scan(builtin_dir or builtin_skills_dir(), builtin=True)
+    marked ``shadows_builtin`` so the clash shows in the prompt's list and in ``nanobot status``.
+
+    The prompt asks for this every turn, so the list is kept while nothing it was read from
+    changed: the two skills folders (a skill added or removed) and each SKILL.md (edited)."""
+    roots = (builtin_dir or builtin_skills_dir(), workspace / "skills")
+    key = (str(roots[0]), str(roots[1]))
+    cached = _listed.get(key)
+    if cached is not None and cached[0] == _stamps(roots, cached[1]):
+        return cached[1]
+    skills = _scan(roots[0], builtin=True)
     for name, skill in _workspace_skills(workspace).items():
         skills[name] = replace(skill, shadows_builtin=name in skills)
-    return [skills[name] for name in sorted(skills)]
+    listed = [skills[name] for name in sorted(skills)]
+    _listed[key] = (_stamps(roots, listed), listed)
+    return listed
+
+
+def _stamps(roots: tuple[Path, Path], skills: list[Skill]) -> tuple[int, ...]:
+    """What a cached list depends on: the folders' and the SKILL.md files' change times."""
+    stamps = []
+    for path in (*roots, *(s.directory / SKILL_FILE for s in skills)):
+        try:
+            stamps.append(path.stat().st_mtime_ns)
+        except OSError:
+            stamps.append(-1)
+    return tuple(stamps)
 
 
 def shadowing_skills(workspace: Path, builtin_dir: Path | None = None) -> list[str]:

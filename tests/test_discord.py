@@ -10,7 +10,7 @@ import pytest
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from channels.base import ChannelContext
+from channels.base import ChannelContext, SendFailed
 from channels.discord import DiscordChannel
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import DiscordConfig
@@ -115,14 +115,19 @@ async def test_rate_limited_send_is_delivered_exactly_once(channel: DiscordChann
     assert fake.send_attempts == 2 and [m["content"] for m in fake.sent] == ["hello"]
 
 
-async def test_server_errors_are_retried_and_client_errors_never_raise(
+async def test_server_errors_are_retried_and_client_errors_are_final(
         channel: DiscordChannel, fake: FakeDiscord) -> None:
     fake.fail_next(2, status=503)
     await channel.send(OutboundMessage("discord", str(DM), "eventually"))
     assert fake.send_attempts == 3 and [m["content"] for m in fake.sent] == ["eventually"]
     fake.fail_next(1, status=403)
-    await channel.send(OutboundMessage("discord", str(DM), "forbidden"))  # logged, not raised, not retried
-    assert fake.send_attempts == 4 and len(fake.sent) == 1
+    with pytest.raises(SendFailed) as refused:  # not retried: the outbox marks it failed
+        await channel.send(OutboundMessage("discord", str(DM), "forbidden"))
+    assert not refused.value.retry and fake.send_attempts == 4 and len(fake.sent) == 1
+    fake.fail_next(3, status=503)
+    with pytest.raises(SendFailed) as down:  # past its few quick retries: the outbox tries again later
+        await channel.send(OutboundMessage("discord", str(DM), "later"))
+    assert down.value.retry
 
 
 @pytest.mark.parametrize("resumable", [True, False])

@@ -22,7 +22,7 @@ from nanobot.access import WELCOME
 from nanobot.gateway import Gateway
 from nanobot.gateway.welcome import PairingWelcome
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from nanobot.trust import chat_trust
 from tests.helpers import config_for, running_gateway
@@ -36,7 +36,6 @@ def fast_channels(monkeypatch: pytest.MonkeyPatch) -> None:
     """The gateway builds adapters without arguments, so their speed knobs are set here."""
     monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
     monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
-    monkeypatch.setattr(TelegramChannel, "retry_delay", 0.01)
     monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "guild_ready_timeout", 0.01)
     monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "retry_delays", (0.01,))
     # discord.py keeps its URLs process-wide; the adapter rewrites them, put them back after.
@@ -73,7 +72,7 @@ def texts(tg: FakeTelegram, chat: int) -> list[str]:
 
 async def test_telegram_end_to_end(gateway: Gateway, tg: FakeTelegram, llm: FakeOpenAI) -> None:
     assert set(gateway.channels.channels) == {"telegram", "discord"}
-    llm.script(reply("Hello **Alice**"))
+    llm.script(delayed(reply("Hello **Alice**"), 0.7))  # slow enough for the typing indicator
     tg.push_text(ALICE, ALICE, "hi there")
     [sent] = await tg.wait_sent(1)
     assert sent["chat_id"] == ALICE and sent["text"] == "Hello <b>Alice</b>"
@@ -82,7 +81,7 @@ async def test_telegram_end_to_end(gateway: Gateway, tg: FakeTelegram, llm: Fake
 
 
 async def test_discord_end_to_end(gateway: Gateway, dc: FakeDiscord, llm: FakeOpenAI) -> None:
-    llm.script(reply("hello from the model"))
+    llm.script(delayed(reply("hello from the model"), 0.7))  # slow enough for the typing indicator
     await dc.push_message(DM, FRIEND, "hi", username="friend")
     [sent] = await dc.wait_sent(1)
     assert sent["channel_id"] == str(DM) and sent["content"] == "hello from the model"

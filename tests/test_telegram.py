@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from channels.base import ChannelContext
+from channels.base import ChannelContext, SendFailed
 from channels.telegram import TelegramChannel
 from channels.telegram_html import markdown_to_html, render_chunks
 from channels.text import utf16_len
@@ -44,7 +44,7 @@ def bus() -> MessageBus:
 async def channel(tg: FakeTelegram, bus: MessageBus, workspace: Path):
     config = TelegramConfig(enabled=True, token=tg.token, api_base=tg.api_base, allow_from=[str(ALICE)])
     ctx = ChannelContext(bus=bus, access=StubGate(), workspace=workspace, max_media_bytes=1000)
-    ch = TelegramChannel(config, ctx, poll_timeout=1, poll_interval=0.01, retry_delay=0.01)
+    ch = TelegramChannel(config, ctx, poll_timeout=1, poll_interval=0.01)
     await ch.start()
     yield ch
     await ch.stop()
@@ -171,10 +171,11 @@ async def test_rejected_html_falls_back_to_plain_text(tg, channel):
     assert [(s["text"], s.get("parse_mode")) for s in tg.sent] == [(md, None)]
 
 
-async def test_send_gives_up_quietly_when_server_is_down(tg, channel):
+async def test_a_send_to_a_server_that_is_down_fails_as_retryable(tg, channel):
     tg.fail_all(calls=1000)
-    await channel.send(OutboundMessage("telegram", "42", "anyone there?"))  # must not raise
-    assert tg.sent == [] and tg.calls.count("sendMessage") == channel.send_retries
+    with pytest.raises(SendFailed) as failed:  # the outbox tries again later (tests/test_delivery.py)
+        await channel.send(OutboundMessage("telegram", "42", "anyone there?"))
+    assert failed.value.retry and tg.sent == [] and tg.calls.count("sendMessage") == 1
     tg.fail_all()  # back up, so the channel's shutdown is clean
 
 

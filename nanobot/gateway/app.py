@@ -1,8 +1,9 @@
 """The daemon's lifecycle: start the parts in order, run until a signal, stop them in reverse.
 
-Start: pairing store and access gate, MCP servers, channels, then the dispatcher and the
-outbound router, then added services (cron, heartbeat), then ``READY=1``. Stop (SIGTERM,
-SIGINT or SIGHUP):
+Start: pairing store and access gate, the delivery store (messages that the last run left
+unanswered are queued again, and replies it did not get out are sent), MCP servers,
+channels, then the dispatcher and the outbound router, then added services (cron,
+heartbeat), then ``READY=1``. Stop (SIGTERM, SIGINT or SIGHUP):
 ``STOPPING=1``, channels stop receiving, running turns get ``gateway.shutdownGraceSeconds``
 to finish (the rest are cancelled) while services stop, queued replies are sent, channels
 close, and the Runtime flushes sessions and closes its pools. Each task started here is
@@ -28,6 +29,9 @@ from nanobot.access import AccessGate, PairingStore
 from nanobot.bus import MessageBus
 from nanobot.config import Config, nanobot_home
 from nanobot.db import check_writable
+from nanobot.delivery.intake import DurableIntake
+from nanobot.delivery.outbox import Outbox
+from nanobot.delivery.store import DeliveryStore
 from nanobot.gateway.channels import ChannelManager
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.gateway.lock import GatewayLock, GatewayRunning, write_gateway_state
@@ -63,6 +67,7 @@ class Gateway:
         self._intake: asyncio.Task[None] | None = None
         self._router: asyncio.Task[None] | None = None
         self._started_services: list[Service] = []
+        self.delivery: DeliveryStore | None = None
 
     def add_service(self, service: Service) -> None:
         """Start ``service`` after the channels are up and stop it at shutdown (before start())."""
@@ -73,13 +78,18 @@ class Gateway:
         store = await PairingStore.open(rt.db)
         # For tools (send_message) that decide which chats may be written to.
         rt.deps.services.pairing = store
+        self.delivery = await DeliveryStore.open(rt.db)
+        intake, outbox = DurableIntake(self.delivery, self.bus), Outbox(self.delivery)
         ctx = ChannelContext(bus=self.bus, access=AccessGate(store, notify_owner=rt.announce),
                              workspace=self.config.workspace_path,
                              max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
-                             chat_root=self._chat_root)
-        self.channels = ChannelManager(self.config, ctx)
+                             chat_root=self._chat_root, intake=intake)
+        self.channels = ChannelManager(self.config, ctx, outbox)
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval,
-                                     streams=self.config.channels.streams)
+                                     streams=self.config.channels.streams, outbox=outbox)
+        await self.delivery.prune()
+        await outbox.resend_pending()  # they wait for their channel to start
+        await intake.resume(rt.sessions)  # queued before anything new arrives: each chat keeps its order
         self.channels.on_state = self._write_state
         if hasattr(rt.provider, "on_change"):  # the model router: a provider went into cooldown
             rt.provider.on_change = self._write_state
@@ -130,6 +140,9 @@ class Gateway:
         if self.channels is not None:
             await self.channels.drain(DRAIN_SECONDS)
             await self.channels.stop()
+        if self.delivery is not None:
+            await self.delivery.close()
+            self.delivery = None
 
 
 async def _cancel(task: asyncio.Task[Any] | None) -> None:

@@ -12,14 +12,17 @@ backoff, from ``RETRY_FIRST_S`` doubling to ``RETRY_MAX_S``, for as long as the 
 ``state`` says where each channel stands, for ``nanobot status``.
 
 Replies go out in order per chat and concurrently across chats: one slow chat (a 429
-backoff, a long split reply) does not hold up the others. A failing send is logged; it
-never stops the router.
+backoff, a long split reply) does not hold up the others. With an ``Outbox`` (the gateway),
+text and files are recorded before they are sent and retried until the platform takes them
+(see ``nanobot.delivery.outbox``); typing indicators and streamed previews are not worth
+keeping. A failing send never stops the router.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from functools import partial
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Literal
@@ -27,15 +30,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
-from channels.base import BaseChannel, ChannelContext
-from nanobot.bus import MessageBus, OutboundMessage
+from channels.base import BaseChannel, ChannelContext, SendFailed
+from nanobot.bus import EPHEMERAL, MessageBus, OutboundMessage
 from nanobot.config import Config
+from nanobot.delivery.outbox import Outbox, SendGate
 
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "nanobot.channels"
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
+DURABLE_KINDS = ("text", "file")  # recorded in the outbox; typing and stream previews are not
 
 
 class PluginChannelConfig(BaseModel):
@@ -60,9 +65,15 @@ def installed_channels() -> dict[str, EntryPoint]:
 class ChannelManager:
     """Owns the running channels and the task that routes outbound messages to them."""
 
-    def __init__(self, config: Config, ctx: ChannelContext) -> None:
+    def __init__(self, config: Config, ctx: ChannelContext, outbox: Outbox | None = None) -> None:
         self.config = config
         self.ctx = ctx
+        self.outbox = outbox
+        if outbox is not None:
+            outbox.sender = self.deliver
+        self._gates: dict[str, SendGate] = {}
+        self._up: dict[str, asyncio.Event] = {}  # set while the channel runs: durable sends wait for it
+        self._finished_streams: OrderedDict[Any, None] = OrderedDict()  # streams whose final text was sent
         self.channels: dict[str, BaseChannel] = {}
         self.failed: dict[str, str] = {}  # enabled channels not running now, and why
         self.state: dict[str, str] = {}  # every enabled channel: "running" or why not, for status
@@ -107,6 +118,7 @@ class ChannelManager:
             self._set_state(name, f"not running ({self.failed[name]})")
             return False
         self.channels[name] = channel
+        self._up.setdefault(name, asyncio.Event()).set()
         self.failed.pop(name, None)
         self._set_state(name, "running")
         log.info("channel %s started", name)
@@ -143,6 +155,8 @@ class ChannelManager:
         await asyncio.gather(*(self._safely(c.stop_receiving, c.name) for c in self.channels.values()))
 
     async def stop(self) -> None:
+        for event in self._up.values():
+            event.clear()
         channels, self.channels = list(self.channels.values()), {}
         await asyncio.gather(*(self._safely(c.stop, c.name) for c in channels))
 
@@ -155,19 +169,45 @@ class ChannelManager:
 
     # ---- outbound -----------------------------------------------------------------------
     async def route(self) -> None:
-        """Deliver ``bus.outbound`` until cancelled."""
+        """Deliver ``bus.outbound`` until cancelled; text and files are recorded first."""
         while True:
-            self.deliver(await self.bus.outbound.get())
+            msg = await self.bus.outbound.get()
+            if (self.outbox is not None and msg.kind in DURABLE_KINDS and "outbox_id" not in msg.metadata
+                    and not msg.metadata.get(EPHEMERAL)):
+                # Recorded in the background (commits are batched); it is delivered once recorded,
+                # and the recordings complete in the order they were asked for.
+                task = asyncio.create_task(self._record(msg))
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
+            else:
+                self.deliver(msg)
+
+    async def _record(self, msg: OutboundMessage) -> None:
+        assert self.outbox is not None
+        try:
+            await self.outbox.put(msg)
+        except Exception:
+            log.exception("could not record a message to %s; sending it unrecorded", msg.target)
+            self.deliver(msg)
 
     def deliver(self, msg: OutboundMessage) -> None:
+        stream_id = msg.metadata.get("stream_id")
+        if msg.kind == "stream" and stream_id in self._finished_streams:
+            return  # a late preview of a reply already sent in full
+        if msg.kind in DURABLE_KINDS and stream_id is not None:
+            self._finished_streams[stream_id] = None
+            while len(self._finished_streams) > 1000:
+                self._finished_streams.popitem(last=False)
+        durable = self.outbox is not None and "outbox_id" in msg.metadata
         channel = self.channels.get(msg.channel)
-        if channel is None:
+        if channel is None and not durable:
             log.warning("no running channel %r: dropped a message to %s", msg.channel, msg.target)
             return
         previous = self._last.get(msg.target)
         if previous is not None and (msg.kind == "typing" or msg.kind == "stream" == self._last_kind[msg.target]):
             return  # still sending there: a typing indicator now would be stale, a newer stream update follows
-        task = asyncio.create_task(self._send(channel, msg, previous), name=f"send {msg.target}")
+        send = self._send_durable(msg, previous) if durable else self._send(channel, msg, previous)
+        task = asyncio.create_task(send, name=f"send {msg.target}")
         self._last[msg.target] = task
         self._last_kind[msg.target] = msg.kind
         self._inflight.add(task)
@@ -177,16 +217,42 @@ class ChannelManager:
         if previous is not None:
             await asyncio.wait({previous})  # the chat's earlier messages go first
         try:
-            if msg.kind == "typing":
-                await channel.send_typing(msg.chat_id)
-            elif msg.kind == "stream":
-                await channel.send_stream(msg)
-            elif msg.kind == "file":
-                await channel.send_file(msg)
-            else:
-                await channel.send(msg)
-        except Exception:  # adapters should not raise, but one that does must not stop the router
-            log.exception("channel %s: sending to %s failed", channel.name, msg.chat_id)
+            await _send_one(channel, msg)
+        except Exception as exc:  # adapters should not raise, but one that does must not stop the router
+            log.warning("channel %s: sending to %s failed: %s", channel.name, msg.chat_id, exc,
+                        exc_info=not isinstance(exc, SendFailed))
+
+    async def _send_durable(self, msg: OutboundMessage, previous: asyncio.Task[None] | None) -> None:
+        """Send until the platform takes it (waiting for the channel to run, backing off while
+        it is down), then mark it sent; mark it failed if the platform refuses it."""
+        assert self.outbox is not None
+        if previous is not None:
+            await asyncio.wait({previous})
+        failures = 0
+        while True:
+            channel = self.channels.get(msg.channel)
+            if channel is None:
+                if msg.channel not in self.enabled():
+                    return self.outbox.failed(msg, f"channel {msg.channel!r} is not enabled")
+                await self._up.setdefault(msg.channel, asyncio.Event()).wait()
+                continue
+            try:
+                await self._gate(msg.channel).attempt(partial(_send_one, channel, msg))
+            except SendFailed as exc:
+                failures += 1
+                if not exc.retry or self.outbox.expired(msg):
+                    return self.outbox.failed(msg, str(exc))
+                if failures == 1 or failures % 30 == 0:
+                    log.warning("%s is not taking messages (%s); will keep trying (attempt %d)",
+                                msg.channel, exc, failures)
+                continue
+            except Exception as exc:  # an adapter's bug: trying again would fail the same way
+                log.exception("channel %s: sending to %s failed", channel.name, msg.chat_id)
+                return self.outbox.failed(msg, f"{type(exc).__name__}: {exc}")
+            return self.outbox.sent(msg)
+
+    def _gate(self, channel: str) -> SendGate:
+        return self._gates.setdefault(channel, SendGate())
 
     def _sent(self, target: str, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
@@ -205,3 +271,14 @@ class ChannelManager:
         for task in late:
             task.cancel()
         await asyncio.gather(*late, return_exceptions=True)
+
+
+async def _send_one(channel: BaseChannel, msg: OutboundMessage) -> None:
+    if msg.kind == "typing":
+        await channel.send_typing(msg.chat_id)
+    elif msg.kind == "stream":
+        await channel.send_stream(msg)
+    elif msg.kind == "file":
+        await channel.send_file(msg)
+    else:
+        await channel.send(msg)

@@ -19,17 +19,24 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine
 from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin
 from nanobot.agent.streaming import ReplyStream
-from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import EPHEMERAL, InboundMessage, MessageBus, OutboundMessage
+from nanobot.delivery.intake import RESUMED_NOTE, STARTED_META
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
+    from nanobot.delivery.outbox import Outbox
+    from nanobot.session import Session
     from nanobot.config import Gateway as GatewaySettings
 
 log = logging.getLogger(__name__)
 
 TYPING_INTERVAL = 4.0  # Telegram shows "typing…" for about 5 s per call
+# A turn that answers sooner shows no indicator: under load the indicators were half of all
+# Bot API calls, for replies that arrived before anyone could see them.
+TYPING_DELAY = 0.5
 STREAM_INTERVAL = 1.0  # a streamed reply's message is edited at most this often
 RESTART_NOTICE = "I was restarted before I could answer that. Please ask again in a moment."
+RESUME_NOTICE = "I am restarting; I will answer that as soon as I am back."
 STOP_WAIT = 10.0  # how long /stop waits for a cancelled turn to unwind before answering
 STOPPED_NOTE = "(stopped by the user)"
 SHUTDOWN_NOTE = "(interrupted: the assistant was shut down before finishing)"
@@ -78,7 +85,8 @@ class SessionWorker:
             if asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 raise  # the worker itself is being cancelled (shutdown); the turn went with it
             _answer_caller(msg, STOPPED_NOTE)
-            return  # /stop: its handler answers
+            await self.dispatcher.finish(msg, "")  # /stop's handler answers; this message is settled
+            return
         except Exception:  # a crashing turn must not take the worker (or the daemon) with it
             log.exception("%s: the turn failed", self.key)
             reply = TURN_CRASHED
@@ -86,8 +94,10 @@ class SessionWorker:
             self.turn = None
         _answer_caller(msg, reply)
         stream, self.stream = self.stream, None
-        if not self._stop_requested:  # the final text replaces what was streamed
-            await self.dispatcher.send(msg, reply, stream_id=stream.stream_id if stream and stream.shown else None)
+        if self._stop_requested:
+            await self.dispatcher.finish(msg, "")
+        else:  # the final text replaces what was streamed
+            await self.dispatcher.finish(msg, reply, stream_id=stream.stream_id if stream and stream.shown else None)
 
     async def _turn(self, msg: InboundMessage) -> str:
         d = self.dispatcher
@@ -98,7 +108,8 @@ class SessionWorker:
                 try:
                     started = True
                     self.stream = d.reply_stream(msg)
-                    return await d.agent.handle(self.key, msg.content, media=msg.media, mode=msg.metadata.get("mode"),
+                    content = mark_started(d.agent.session(self.key), msg)
+                    return await d.agent.handle(self.key, content, media=msg.media, mode=msg.metadata.get("mode"),
                                                 progress=lambda text: d.send(msg, text), origin=origin_of(msg),
                                                 stream=self.stream, durations=msg.metadata.get("durations"))
                 finally:
@@ -130,9 +141,10 @@ class Dispatcher:
 
     def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, *,
                  typing_interval: float = TYPING_INTERVAL, streams: Callable[[str], bool] = lambda channel: False,
-                 stream_interval: float | None = None) -> None:
+                 stream_interval: float | None = None, outbox: Outbox | None = None) -> None:
         self.agent = agent
         self.bus = bus
+        self.outbox = outbox  # durable replies (the gateway); without it, replies go straight to the bus
         self.settings = settings
         self.typing_interval = typing_interval
         self.streams = streams  # does this channel show replies as they are written?
@@ -141,6 +153,7 @@ class Dispatcher:
         self.workers: dict[str, SessionWorker] = {}
         self.closing = False
         self._tasks: set[asyncio.Task[Any]] = set()  # /stop handlers in flight
+        self._told: set[str] = set()  # chats told about the restart
 
     async def run(self) -> None:
         """Take messages off the bus until cancelled."""
@@ -177,13 +190,29 @@ class Dispatcher:
         if stopped:
             self.agent.session(msg.session_key).sync()
             log.info("%s: turn stopped by the user", msg.session_key)
-        await self.send(msg, "Stopped." if stopped else "Nothing is running.")
+        await self.finish(msg, "Stopped." if stopped else "Nothing is running.")
 
-    async def send(self, msg: InboundMessage, text: str, *, stream_id: int | None = None) -> None:
-        """A message to the chat ``msg`` came from (progress notes and replies)."""
+    async def send(self, msg: InboundMessage, text: str) -> None:
+        """A message to the chat ``msg`` came from (a progress note)."""
         if text:
-            metadata = {"stream_id": stream_id} if stream_id is not None else {}
-            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text, metadata=metadata))
+            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text))
+
+    async def finish(self, msg: InboundMessage, text: str, *, stream_id: int | None = None) -> None:
+        """``msg``'s reply (none if ``text`` is empty). With an outbox it is recorded before
+        this returns, and ``msg`` is settled in the same commit: a crash from now on cannot
+        make it run again."""
+        metadata = {"stream_id": stream_id} if stream_id is not None else {}
+        reply = OutboundMessage(msg.channel, msg.chat_id, text, metadata=metadata)
+        if self.outbox is None:
+            if text:
+                await self.bus.publish_outbound(reply)
+            return
+        try:
+            await self.outbox.put(reply, finishes=msg.metadata.get("intake_id"))
+        except Exception:  # the store failed: send it anyway; the message runs again after a restart
+            log.exception("%s: could not record the reply; sending it unrecorded", msg.session_key)
+            if text:
+                await self.bus.publish_outbound(reply)
 
     def reply_stream(self, msg: InboundMessage) -> ReplyStream | None:
         """A stream for this message's reply, when its channel shows replies as they are written
@@ -200,6 +229,7 @@ class Dispatcher:
         return stream
 
     async def keep_typing(self, msg: InboundMessage) -> None:
+        await asyncio.sleep(min(TYPING_DELAY, self.typing_interval))
         while True:
             await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, kind="typing"))
             await asyncio.sleep(self.typing_interval)
@@ -231,15 +261,19 @@ class Dispatcher:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         dropped = [w.queue.get_nowait() for w in workers for _ in range(w.queue.qsize())]
         dropped += [self.bus.inbound.get_nowait() for _ in range(self.bus.inbound.qsize())]
-        for msg in {m.session_key: m for m in dropped}.values():  # one notice per chat
+        for msg in dropped:
             self.tell_restarting(msg)
         if dropped:
             log.warning("shutdown: %d queued message(s) were not answered; their chats were told", len(dropped))
 
     def tell_restarting(self, msg: InboundMessage) -> None:
-        """Sent before the channels close (they drain the outbound queue at shutdown)."""
-        if not msg.sender_id.startswith("cron:") and not is_stop(msg.content):
-            self.bus.outbound.put_nowait(OutboundMessage(msg.channel, msg.chat_id, RESTART_NOTICE))
+        """Sent before the channels close (they drain the outbound queue at shutdown). A recorded
+        message is answered after the restart; an unrecorded one (no outbox) is lost."""
+        if not msg.sender_id.startswith("cron:") and not is_stop(msg.content) and msg.session_key not in self._told:
+            self._told.add(msg.session_key)  # once per chat
+            notice = RESUME_NOTICE if "intake_id" in msg.metadata else RESTART_NOTICE
+            # Not kept in the outbox: after the restart it would be stale.
+            self.bus.outbound.put_nowait(OutboundMessage(msg.channel, msg.chat_id, notice, metadata={EPHEMERAL: True}))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -248,6 +282,15 @@ class Dispatcher:
 
 
 _REPLY_FUTURE = "reply_future"
+
+
+def mark_started(session: Session, msg: InboundMessage) -> str:
+    """Note in the chat's history that ``msg``'s turn begins (a crash from now on resumes it
+    with a note), and the text to run: with that note when this is such a resumption."""
+    intake_id = msg.metadata.get("intake_id")
+    if intake_id is not None:
+        session.set_meta(**{STARTED_META: intake_id})
+    return f"{RESUMED_NOTE}\n{msg.content}" if msg.metadata.get("resumed") else msg.content
 
 
 def origin_of(msg: InboundMessage) -> Origin:

@@ -44,6 +44,10 @@ class FakeTelegram:
         self.sent: list[dict[str, Any]] = []
         self.edits: list[dict[str, Any]] = []
         self.files: list[dict[str, Any]] = []  # sendPhoto / sendDocument: method, chat_id, caption, filename, data
+        self.confirm_updates = True
+        self.pushed_at: dict[int, float] = {}  # update_id -> when it was queued (for latency figures)
+        self.held: dict[str, asyncio.Event] = {}  # method -> answers wait until the event is set
+        self.holding: dict[str, int] = {}  # method -> answers held so far
         self.actions: list[dict[str, Any]] = []
         self.calls: list[str] = []
         self._updates: list[dict[str, Any]] = []
@@ -79,6 +83,8 @@ class FakeTelegram:
 
     async def stop(self) -> None:
         self._closing = True  # releases pending long polls
+        for held in self.held.values():
+            held.set()
         self._notify()
         if self._runner:
             await self._runner.cleanup()
@@ -94,6 +100,7 @@ class FakeTelegram:
     def push_update(self, update: dict[str, Any]) -> dict[str, Any]:
         """Queue a raw Update (``update_id`` is assigned) for the bot's next getUpdates."""
         update = {"update_id": self._next_update_id, **update}
+        self.pushed_at[update["update_id"]] = time.monotonic()
         self._next_update_id += 1
         self._updates.append(update)
         self._notify()
@@ -159,6 +166,11 @@ class FakeTelegram:
         self._fail_until = time.monotonic() + seconds
 
     # ---- waiting for the bot --------------------------------------------------------
+    def hold(self, method: str) -> asyncio.Event:
+        """From now on, ``method`` does its work but answers only once the returned event is set."""
+        self.held[method] = asyncio.Event()
+        return self.held[method]
+
     async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         """Wait (event-driven) until ``predicate()`` holds after some request; TimeoutError if not."""
         async with asyncio.timeout(timeout):
@@ -177,6 +189,7 @@ class FakeTelegram:
     async def _api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         self.calls.append(method)
+        self._notify()  # a long poll answers late: waiters on calls must not wait for its answer
         try:
             if request.match_info["token"] != self.token:
                 return _error(401, "Unauthorized")
@@ -188,7 +201,13 @@ class FakeTelegram:
             if handler is None:
                 return _error(404, "Not Found: method not found")
             params = await _params(request)
-            return await handler(params)
+            response = await handler(params)
+            held = self.held.get(method)
+            if held is not None:  # done on our side, but the answer waits (to kill the client meanwhile)
+                self.holding[method] = self.holding.get(method, 0) + 1
+                self._notify()
+                await held.wait()
+            return response
         finally:
             self._notify()
 
@@ -202,7 +221,10 @@ class FakeTelegram:
 
     async def _m_getUpdates(self, p: dict) -> web.Response:
         offset = int(p.get("offset") or 0)
-        self._updates = [u for u in self._updates if u["update_id"] >= offset]  # offset confirms
+        if self.confirm_updates:  # off: as if every confirmation were lost, so everything comes again
+            self._updates = [u for u in self._updates if u["update_id"] >= offset]  # offset confirms
+        else:
+            return _ok(list(self._updates))
         timeout = float(p.get("timeout") or 0)
         if timeout > 0:
             try:
@@ -215,11 +237,13 @@ class FakeTelegram:
         if self._send_429:
             retry_after = self._send_429.pop(0)
             return _error(429, f"Too Many Requests: retry after {retry_after}", {"retry_after": retry_after})
+        if not str(p.get("chat_id", "")).lstrip("-").isdigit():
+            return _error(400, "Bad Request: chat not found")
         problem = _check_text(p.get("text", ""), p.get("parse_mode"))
         if problem:
             return _error(400, f"Bad Request: {problem}")
         message = self._bot_message(p["chat_id"], p["text"])
-        self.sent.append({**p, "message_id": message["message_id"]})
+        self.sent.append({**p, "message_id": message["message_id"], "at": time.monotonic()})
         return _ok(message)
 
     async def _m_sendPhoto(self, p: dict) -> web.Response:

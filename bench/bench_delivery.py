@@ -1,0 +1,123 @@
+"""A message's whole trip, under load: poll, store, prompt, model call, send.
+
+    python bench/bench_delivery.py [--waves 10]
+
+A real ``nanobot gateway`` process against the stand-in Telegram Bot API and the scripted
+OpenAI server (both in this process, answering at once). 200 chats; a burst of 1,000
+messages (5 per chat) is queued at once and timed from the moment it is queued to the last
+reply; then more waves of 1,000, so every chat's history grows (to 50 messages a chat after
+10 waves of the growing run). Reports messages/s, p50/p95 latency, the gateway's CPU-ms per
+message and its RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import ROOT  # noqa: F401  (puts the repo on sys.path)
+
+from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.fakes.telegram_api import FakeTelegram
+
+CHATS, PER_CHAT = 200, 5
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def model(body: dict) -> dict:
+    """Instant answers: an echo, or a valid memory update when asked to consolidate."""
+    if body["messages"][0]["content"].startswith("You maintain the long-term memory"):
+        return reply(json.dumps({"memory": "- likes benchmarks", "history": "They sent numbered messages."}))
+    return reply("re: " + body["messages"][-1]["content"])
+
+
+def write_config(home: Path, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    config = {
+        "agents": {"defaults": {"workspace": str(home / "workspace"), "model": "fake-model",
+                                "executionMode": "tools"}},
+        "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}},
+        "channels": {"telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base,
+                                  "allowFrom": ["*"], "streaming": False}},
+        "gateway": {"heartbeat": {"enabled": False}},
+    }
+    (home / "config.json").write_text(json.dumps(config))
+
+
+def cpu_ms(pid: int, task: Path | None = None) -> float:
+    fields = ((task or Path(f"/proc/{pid}")) / "stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / TICK
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def wave(tg: FakeTelegram, pid: int, label: str) -> dict:
+    start_sent, cpu0 = len(tg.sent), cpu_ms(pid)
+    pushed = {}
+    t0 = time.monotonic()
+    for i in range(PER_CHAT):
+        for chat in range(1, CHATS + 1):
+            text = f"{label}-{chat}-{i}"
+            tg.push_text(chat, chat, text)
+            pushed[f"re: {text}"] = time.monotonic()
+    total = CHATS * PER_CHAT
+    await tg.wait_until(lambda: len(tg.sent) - start_sent >= total, timeout=600)
+    elapsed = max(m["at"] for m in tg.sent[start_sent:]) - t0
+    latencies = sorted((m["at"] - pushed[m["text"]]) * 1000 for m in tg.sent[start_sent:])
+    order_ok = all(_in_order(tg, chat, label) for chat in (1, CHATS // 2, CHATS))
+    return {"msgs": total, "rate": total / elapsed, "p50": statistics.median(latencies),
+            "p95": latencies[int(len(latencies) * 0.95)], "cpu_per_msg": (cpu_ms(pid) - cpu0) / total,
+            "rss": rss_mb(pid), "order": order_ok}
+
+
+def _in_order(tg: FakeTelegram, chat: int, label: str) -> bool:
+    mine = [m["text"] for m in tg.sent if m["chat_id"] == chat and m["text"].startswith(f"re: {label}-")]
+    return mine == [f"re: {label}-{chat}-{i}" for i in range(PER_CHAT)]
+
+
+async def main(waves: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        async with FakeOpenAI(fallback=model) as llm, FakeTelegram() as tg:
+            write_config(home, llm, tg)
+            log = open(home / "gateway.log", "wb")
+            profile = ["-m", "cProfile", "-o", os.environ["PROFILE"]] if os.environ.get("PROFILE") else []
+            proc = await asyncio.create_subprocess_exec(sys.executable, *profile, "-m", "nanobot", "gateway",
+                                                        env={**os.environ, "NANOBOT_HOME": str(home)},
+                                                        stdout=log, stderr=asyncio.subprocess.STDOUT)
+            try:
+                await tg.wait_until(lambda: "getUpdates" in tg.calls, timeout=30)
+                rss0 = rss_mb(proc.pid)
+                print(f"gateway up, RSS {rss0:.0f} MB; {CHATS} chats, waves of {CHATS * PER_CHAT} messages")
+                for n in range(1, waves + 1):
+                    r = await wave(tg, proc.pid, f"w{n}")
+                    print(f"wave {n:2d}: {r['rate']:6.0f} msg/s  p50 {r['p50']:7.0f} ms  p95 {r['p95']:7.0f} ms  "
+                          f"{r['cpu_per_msg']:5.2f} CPU-ms/msg  RSS {r['rss']:.0f} MB  order kept: {r['order']}")
+                threads = sorted(((cpu_ms(int(t.name), t), t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir()),
+                                 reverse=True)
+                print("gateway CPU by thread (ms):", ", ".join(f"{ms:.0f}" for ms, _ in threads[:5]),
+                      f"; sendChatAction calls: {tg.calls.count('sendChatAction')}")
+            finally:
+                proc.terminate()
+                await proc.wait()
+            turn_ms = sorted(int(m) for m in re.findall(r" turn \S+ .* ms=(\d+) ", (home / "gateway.log").read_text()))
+            print(f"model requests: {len(llm.chat_requests)}; time inside a turn: p50 {statistics.median(turn_ms)} ms, "
+                  f"p95 {turn_ms[int(len(turn_ms) * 0.95)]} ms")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--waves", type=int, default=1)
+    asyncio.run(main(parser.parse_args().waves))

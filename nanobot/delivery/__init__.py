@@ -1,0 +1,10 @@
+"""Durable delivery: no message lost or answered twice across crashes and outages.
+
+- ``store``: the ``inbound`` and ``outbox`` tables, written by one task that commits in
+  batches with ``synchronous=FULL`` (durable even against power loss, cheap under load).
+- ``intake``: messages are recorded before the platform is told they arrived (Telegram's
+  offset moves only past stored updates), repeats are dropped, and unfinished ones are queued
+  again at start.
+- ``outbox``: a reply is recorded before it is sent and marked when the platform accepted it;
+  unsent replies are retried, in order per chat, for as long as the platform is down.
+"""

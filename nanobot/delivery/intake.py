@@ -1,0 +1,64 @@
+"""Messages in: recorded before they are confirmed, repeats dropped, unfinished ones resumed.
+
+A message counts as finished when its reply is in the outbox (``Outbox.put(finishes=...)``)
+or it needs none (``/stop`` of it, an empty reply). At start every unfinished message is
+queued again in its chat's order. If its turn had begun before the crash (the chat's history
+says so: the dispatcher records the message's ``intake_id`` in the session's meta when the
+turn starts), the turn is run again with a note: what the first attempt did is in the
+history above, so the model can carry on instead of repeating side effects blindly.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING
+
+from nanobot.bus import InboundMessage, MessageBus
+
+if TYPE_CHECKING:
+    from nanobot.delivery.store import DeliveryStore
+    from nanobot.session import SessionStore
+
+log = logging.getLogger(__name__)
+
+STARTED_META = "intake_started"  # session meta: the intake id of the chat's latest turn begun
+RESUMED_NOTE = ("[nanobot was restarted while answering the message below. Anything in the history after "
+                "that message already happened (messages sent, files written, commands run): do not redo it, "
+                "carry on from where it stopped.]")
+
+
+class DurableIntake:
+    """What channels hand admitted messages to (``ChannelContext.intake``) in the gateway."""
+
+    def __init__(self, store: DeliveryStore, bus: MessageBus) -> None:
+        self.store = store
+        self.bus = bus
+        self.repeats = 0  # dropped because they were stored before (for tests and the log)
+
+    async def accept(self, messages: list[InboundMessage]) -> None:
+        if not messages:
+            return
+        for msg in messages:  # a plugin channel may have no id of its own: then no repeat can be caught
+            msg.metadata.setdefault("delivery_key", uuid.uuid4().hex)
+        ids = await self.store.record_inbound(messages)
+        for msg, intake_id in zip(messages, ids):
+            if intake_id is None:
+                self.repeats += 1
+                log.info("%s: dropped a repeat of message %s", msg.channel, msg.metadata["delivery_key"])
+                continue
+            msg.metadata["intake_id"] = intake_id
+            await self.bus.publish_inbound(msg)
+
+    async def resume(self, sessions: SessionStore) -> int:
+        """Queue the messages a crash or a restart left unanswered, in order; how many."""
+        unfinished = await self.store.unfinished_inbound()
+        for msg in unfinished:
+            started = sessions.get(msg.session_key).meta.get(STARTED_META)
+            if isinstance(started, int) and started >= msg.metadata["intake_id"]:
+                msg.metadata["resumed"] = True
+            await self.bus.publish_inbound(msg)
+        if unfinished:
+            log.warning("resuming %d message(s) left unanswered by the last run (%d cut mid-turn)",
+                        len(unfinished), sum(1 for m in unfinished if m.metadata.get("resumed")))
+        return len(unfinished)

@@ -1,0 +1,110 @@
+"""Messages out: recorded, sent in order per chat, marked when the platform took them.
+
+``put`` records a message (and, in the same commit, finishes the message it answers), then
+hands it to the sender (the ChannelManager). The sender retries a failed send for as long as
+the platform is down: a ``SendGate`` per channel lets one send probe at a time, every 0.25 s
+doubling to 2 s, while the chat's later messages wait behind it, so order is kept and the
+first reply goes out within seconds of recovery. A crash between a send and its mark sends
+that one message again at start; nothing else is repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from channels.base import SendFailed
+from nanobot.bus import OutboundMessage
+
+if TYPE_CHECKING:
+    from nanobot.delivery.store import DeliveryStore
+
+log = logging.getLogger(__name__)
+
+GIVE_UP_S = 24 * 3600  # a message still not accepted after this long is dropped (logged)
+
+
+class Outbox:
+    def __init__(self, store: DeliveryStore) -> None:
+        self.store = store
+        self.sender: Callable[[OutboundMessage], None] | None = None  # ChannelManager.deliver
+
+    async def put(self, msg: OutboundMessage, *, finishes: int | None = None) -> None:
+        """Record ``msg`` durably, then send it; ``finishes``: the intake id it answers."""
+        if msg.kind == "text" and not msg.content.strip():  # nothing to send: only finish the message
+            if finishes is not None:
+                await self.store.finish_inbound(finishes)
+            return
+        msg.metadata["outbox_id"] = await self.store.record_outbound(msg, finishes)
+        msg.metadata.setdefault("outbox_created", time.time())
+        if self.sender is not None:
+            self.sender(msg)
+
+    async def resend_pending(self) -> int:
+        """At start: what the last run recorded but did not see accepted, in order."""
+        pending = await self.store.pending_outbound()
+        for msg in pending:
+            if self.sender is not None:
+                self.sender(msg)
+        if pending:
+            log.warning("sending %d message(s) the last run did not get out", len(pending))
+        return len(pending)
+
+    def sent(self, msg: OutboundMessage) -> None:
+        self._mark(msg, "sent")
+
+    def failed(self, msg: OutboundMessage, why: str) -> None:
+        log.error("gave up on a message to %s: %s", msg.target, why)
+        self._mark(msg, "failed", why)
+
+    def expired(self, msg: OutboundMessage) -> bool:
+        return time.time() - msg.metadata.get("outbox_created", time.time()) > GIVE_UP_S
+
+    def _mark(self, msg: OutboundMessage, state: str, why: str | None = None) -> None:
+        outbox_id = msg.metadata.get("outbox_id")
+        if outbox_id is not None:  # batched with the next commit: a lost mark only means one resend
+            self.store.mark_outbound(outbox_id, state, why).add_done_callback(_log_failure)
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not mark an outbox message: %s", task.exception())
+
+
+class SendGate:
+    """One channel's health, as its sends see it. While it is down, one send at a time
+    probes, after a wait that doubles from ``first`` to ``cap``; the others wait their turn,
+    so a dead API gets one request every few seconds, not one per waiting chat."""
+
+    first: float = 0.25  # seconds before the first probe (tests shrink both)
+    cap: float = 2.0  # the longest wait between probes: a recovered platform is noticed this soon
+
+    def __init__(self) -> None:
+        self.delay = 0.0  # 0: healthy
+        self._until = 0.0
+        self._probe = asyncio.Lock()
+
+    @property
+    def down(self) -> bool:
+        return self.delay > 0
+
+    async def attempt(self, send: Callable[[], Awaitable[None]]) -> None:
+        if not self.down:
+            return await self._try(send)
+        async with self._probe:
+            wait = self._until - time.monotonic()
+            if self.down and wait > 0:
+                await asyncio.sleep(wait)
+            await self._try(send)
+
+    async def _try(self, send: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await send()
+        except SendFailed as exc:
+            if exc.retry:
+                self.delay = min(self.cap, self.delay * 2 if self.delay else self.first)
+                self._until = time.monotonic() + self.delay
+            raise
+        self.delay = 0.0

@@ -1,0 +1,112 @@
+"""Durable delivery in-process: repeats dropped, replies kept through long outages, in order,
+unfinished messages resumed at start. (Real crashes: tests/test_delivery_crash.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from channels.telegram import TelegramChannel
+from nanobot.config import Config
+from nanobot.delivery.outbox import SendGate
+from nanobot.db import open_db
+from nanobot.bus import OutboundMessage
+from nanobot.gateway.dispatcher import RESUME_NOTICE
+from tests.fakes.openai_server import FakeOpenAI, delayed, reply
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import running_gateway, telegram_gateway_config
+
+ALICE, BOB = 42, 77
+
+
+@pytest.fixture(autouse=True)
+def fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
+    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
+    monkeypatch.setattr(TelegramChannel, "poll_backoff_max", 0.05)
+    monkeypatch.setattr(SendGate, "first", 0.01)
+    monkeypatch.setattr(SendGate, "cap", 0.05)
+
+
+@pytest.fixture
+def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
+    cfg = telegram_gateway_config(llm.base_url, workspace, tg, ALICE, BOB)
+    cfg.channels.telegram.streaming = False
+    return cfg
+
+
+def echo(body: dict) -> dict:
+    """The model answers each message with its text, so replies can be matched to messages."""
+    return reply("re: " + body["messages"][-1]["content"])
+
+
+def texts(tg: FakeTelegram, chat: int) -> list[str]:
+    return [m["text"] for m in tg.sent if m["chat_id"] == chat]
+
+
+async def test_an_update_delivered_again_is_answered_once(config: Config, llm: FakeOpenAI, tg: FakeTelegram,
+                                                          home: Path) -> None:
+    llm.fallback = echo
+    tg.confirm_updates = False  # every poll returns the update again, as after a lost confirmation
+    async with running_gateway(config) as gateway:
+        tg.push_text(ALICE, ALICE, "once")
+        await tg.wait_sent(1)
+        await tg.wait_calls("getUpdates", tg.calls.count("getUpdates") + 5)  # five more deliveries of it
+        intake = gateway.channels.ctx.intake
+        assert intake.repeats >= 5
+    assert texts(tg, ALICE) == ["re: once"] and len(llm.chat_requests) == 1
+
+
+async def test_replies_wait_out_an_outage_longer_than_the_old_give_up(config: Config, llm: FakeOpenAI,
+                                                                     tg: FakeTelegram) -> None:
+    llm.fallback = echo
+    async with running_gateway(config):
+        await tg.wait_calls("getUpdates")
+        tg.push_text(ALICE, ALICE, "first")
+        tg.push_text(BOB, BOB, "hello")
+        await llm.request_event.wait()
+        tg.fail_all(calls=60)  # sends and polls fail: the old adapter gave up after 5 attempts
+        tg.push_text(ALICE, ALICE, "second")
+        await tg.wait_until(lambda: len(tg.sent) == 3 and tg.failed >= 60, timeout=20)
+    assert texts(tg, ALICE) == ["re: first", "re: second"] and texts(tg, BOB) == ["re: hello"]
+
+
+async def test_a_refused_message_is_not_retried_and_does_not_block_others(config: Config, llm: FakeOpenAI,
+                                                                         tg: FakeTelegram, home: Path) -> None:
+    llm.fallback = echo
+    async with running_gateway(config) as gateway:
+        await gateway.bus.publish_outbound(OutboundMessage("telegram", "not-a-chat", "hi"))  # Telegram: 400
+        tg.push_text(ALICE, ALICE, "go")
+        await tg.wait_sent(1)
+    rows = await outbox_rows(home)
+    assert ("not-a-chat", "failed") in rows and (str(ALICE), "sent") in rows
+    assert texts(tg, ALICE) == ["re: go"]
+
+
+async def test_unanswered_messages_are_resumed_at_start_in_order(config: Config, llm: FakeOpenAI,
+                                                                 tg: FakeTelegram, home: Path) -> None:
+    config.gateway.shutdown_grace_seconds = 0.2
+    llm.fallback = lambda body: delayed(echo(body), 30)  # the model hangs: shut down mid-turn
+    async with running_gateway(config):
+        await tg.wait_calls("getUpdates")
+        for text in ("one", "two", "three"):
+            tg.push_text(ALICE, ALICE, text)
+        await llm.request_event.wait()  # "one" is with the model; "two" and "three" wait in the queue
+    assert texts(tg, ALICE) == [RESUME_NOTICE]  # nothing answered; everything on record
+    llm.fallback = echo
+    async with running_gateway(config):
+        await tg.wait_until(lambda: len(texts(tg, ALICE)) == 4, timeout=15)
+    one, two, three = texts(tg, ALICE)[1:]
+    assert one.startswith("re: [nanobot was restarted while answering") and one.endswith("\none")
+    assert (two, three) == ("re: two", "re: three")
+    assert await outbox_rows(home) == [(str(ALICE), "sent")] * 3  # the notice is not kept
+
+
+async def outbox_rows(home: Path) -> list[tuple[str, str]]:
+    conn = await open_db(home / "nanobot.db")
+    try:
+        async with conn.execute("SELECT chat_id, state FROM outbox ORDER BY id") as cur:
+            return [tuple(r) for r in await cur.fetchall()]
+    finally:
+        await conn.close()

@@ -1,0 +1,133 @@
+"""kill -9 of a real gateway process at the worst moments, then a restart: every accepted
+message is answered exactly once, in order per chat (a reply the platform took just before
+the kill, unmarked, may go out once more). The stand-ins hold their answers at the right
+moment, so the kill lands where it should, not by luck."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+import pytest
+
+from nanobot.delivery.intake import RESUMED_NOTE
+from tests.fakes.openai_server import FakeOpenAI, delayed, reply
+from tests.fakes.telegram_api import FakeTelegram
+
+ALICE, BOB = 42, 77
+
+
+@pytest.fixture
+async def fakes() -> AsyncIterator[tuple[FakeOpenAI, FakeTelegram]]:
+    async with FakeOpenAI() as llm, FakeTelegram() as tg:
+        yield llm, tg
+
+
+def echo(body: dict) -> dict:
+    return reply("re: " + body["messages"][-1]["content"].split("\n")[-1])
+
+
+def texts(tg: FakeTelegram, chat: int = ALICE) -> list[str]:
+    return [m["text"] for m in tg.sent if m["chat_id"] == chat]
+
+
+def write_config(home: Path, workspace: Path, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    config = {
+        "agents": {"defaults": {"workspace": str(workspace), "model": "fake-model", "executionMode": "tools"}},
+        "providers": {"openai": {"apiKey": "test-key", "apiBase": llm.base_url}},
+        "channels": {"telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base,
+                                  "allowFrom": [str(ALICE), str(BOB)], "streaming": False}},
+        "gateway": {"heartbeat": {"enabled": False}, "shutdownGraceSeconds": 1},
+    }
+    (home / "config.json").write_text(json.dumps(config))
+
+
+@asynccontextmanager
+async def gateway(home: Path, tg: FakeTelegram, log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """A gateway process, polling; killed (-9) on the way out if the test has not done so."""
+    polls = tg.calls.count("getUpdates")
+    with open(log, "ab") as out:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", "gateway",
+                                                    env={**os.environ, "NANOBOT_HOME": str(home)},
+                                                    stdout=out, stderr=asyncio.subprocess.STDOUT)
+    try:
+        await tg.wait_until(lambda: tg.calls.count("getUpdates") > polls or proc.returncode is not None, 20)
+        assert proc.returncode is None, log.read_text()[-2000:]
+        yield proc
+    finally:
+        if proc.returncode is None:
+            await kill(proc)
+
+
+async def kill(proc: asyncio.subprocess.Process) -> None:
+    os.kill(proc.pid, signal.SIGKILL)
+    await proc.wait()
+
+
+async def test_killed_mid_turn_the_message_is_resumed_and_answered_once(
+        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, workspace: Path, tmp_path: Path) -> None:
+    llm, tg = fakes
+    write_config(home, workspace, llm, tg)
+    llm.fallback = lambda body: delayed(echo(body), 60)  # the model is slow: the kill lands mid-turn
+    tg.confirm_updates = False  # and Telegram will deliver the message again after the restart
+    async with gateway(home, tg, tmp_path / "gw.log") as proc:
+        tg.push_text(ALICE, ALICE, "hello")
+        await asyncio.wait_for(llm.request_event.wait(), 15)
+        await kill(proc)
+    tg.push_text(ALICE, ALICE, "sent while it was down")
+    tg.push_text(BOB, BOB, "me too")
+    tg.confirm_updates = True
+    llm.fallback = echo
+    async with gateway(home, tg, tmp_path / "gw.log"):
+        await tg.wait_until(lambda: len(tg.sent) == 3, timeout=20)
+        await asyncio.sleep(0.3)  # nothing more comes
+    assert texts(tg) == ["re: hello", "re: sent while it was down"] and texts(tg, BOB) == ["re: me too"]
+    resumed = [r for r in llm.chat_requests if RESUMED_NOTE in r["messages"][-1]["content"]]
+    assert len(resumed) == 1 and resumed[0]["messages"][-1]["content"].endswith("\nhello")
+
+
+async def test_killed_between_send_and_mark_at_most_that_reply_repeats(
+        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, workspace: Path, tmp_path: Path) -> None:
+    llm, tg = fakes
+    write_config(home, workspace, llm, tg)
+    llm.fallback = echo
+    async with gateway(home, tg, tmp_path / "gw.log") as proc:
+        release = tg.hold("sendMessage")  # Telegram takes the reply but its answer never comes back
+        tg.push_text(ALICE, ALICE, "one")
+        await tg.wait_until(lambda: tg.holding.get("sendMessage", 0) >= 1, timeout=15)
+        await kill(proc)
+    del tg.held["sendMessage"]
+    release.set()
+    tg.push_text(ALICE, ALICE, "two")
+    async with gateway(home, tg, tmp_path / "gw.log"):
+        await tg.wait_until(lambda: "re: two" in texts(tg), timeout=20)
+        await asyncio.sleep(0.3)
+    assert texts(tg) == ["re: one", "re: one", "re: two"]  # the one unmarked reply, once more; nothing else
+    assert len(llm.chat_requests) == 2  # the turn itself did not run again
+
+
+async def test_killed_during_intake_nothing_is_lost(
+        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, workspace: Path, tmp_path: Path) -> None:
+    llm, tg = fakes
+    write_config(home, workspace, llm, tg)
+    llm.fallback = echo
+    async with gateway(home, tg, tmp_path / "gw.log") as proc:
+        release = tg.hold("getFile")  # the attachment's download hangs: the batch is not stored yet
+        tg.push_document(ALICE, ALICE, b"meeting notes", "notes.txt", caption="read this")
+        tg.push_text(ALICE, ALICE, "and then this")
+        await tg.wait_until(lambda: tg.holding.get("getFile", 0) >= 1, timeout=15)
+        await kill(proc)
+    del tg.held["getFile"]
+    release.set()
+    async with gateway(home, tg, tmp_path / "gw.log"):
+        await tg.wait_until(lambda: len(texts(tg)) == 2, timeout=20)
+        await asyncio.sleep(0.3)
+    first, second = texts(tg)
+    assert first.startswith("re: ") and "meeting notes" in llm.chat_requests[0]["messages"][-1]["content"]
+    assert second == "re: and then this" and len(llm.chat_requests) == 2
