@@ -100,6 +100,11 @@ async def main(waves: int) -> None:
             try:
                 await tg.wait_until(lambda: "getUpdates" in tg.calls, timeout=30)
                 rss0 = rss_mb(proc.pid)
+                if os.environ.get("PYSPY"):  # a sampling profile of the gateway, for finding hot spots
+                    spy = await asyncio.create_subprocess_exec(os.environ["PYSPY"], "record", "-p", str(proc.pid),
+                                                               "-o", "/tmp/gw.speedscope", "-f", "raw", "-r", "200",
+                                                               stdout=asyncio.subprocess.DEVNULL,
+                                                               stderr=asyncio.subprocess.DEVNULL)
                 print(f"gateway up, RSS {rss0:.0f} MB; {CHATS} chats, waves of {CHATS * PER_CHAT} messages")
                 for n in range(1, waves + 1):
                     r = await wave(tg, proc.pid, f"w{n}")
@@ -110,6 +115,9 @@ async def main(waves: int) -> None:
                 print("gateway CPU by thread (ms):", ", ".join(f"{ms:.0f}" for ms, _ in threads[:5]),
                       f"; sendChatAction calls: {tg.calls.count('sendChatAction')}")
             finally:
+                if os.environ.get("PYSPY"):
+                    spy.send_signal(2)
+                    await spy.wait()
                 proc.terminate()
                 await proc.wait()
             turn_ms = sorted(int(m) for m in re.findall(r" turn \S+ .* ms=(\d+) ", (home / "gateway.log").read_text()))

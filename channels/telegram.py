@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://api.telegram.org"
 CAPTION_LIMIT = 1024  # characters of a photo's or document's caption
-CONNECTIONS = 8  # to the Bot API for sends; more only wait in the pool (Telegram allows ~30 msg/s)
+CONNECTIONS = 8  # to the Bot API for sends: httpcore checks each pooled connection per request; Telegram takes ~30 msg/s
 
 
 class TelegramChannel(BaseChannel):

@@ -93,8 +93,16 @@ async def _migrate(conn: aiosqlite.Connection, component: str, migrations: list[
     current = row[0] if row else 0
     if current > len(migrations):
         raise RuntimeError(f"{component}: database schema v{current} is newer than this nanobot (v{len(migrations)})")
+    if not component.isidentifier():
+        raise ValueError(f"bad component name {component!r}")
     for version, script in enumerate(migrations[current:], start=current + 1):
-        await conn.executescript(script)
-        await conn.execute("INSERT INTO schema_versions (component, version) VALUES (?, ?) "
-                           "ON CONFLICT(component) DO UPDATE SET version = excluded.version", (component, version))
-    await conn.commit()
+        # One transaction per step, its version included: executescript would otherwise commit
+        # each statement, and a crash half-way left tables that the next start tried to create
+        # again ("table cron_jobs already exists"). SQLite's DDL is transactional.
+        try:
+            await conn.executescript(
+                f"BEGIN;\n{script}\n;INSERT INTO schema_versions (component, version) VALUES ('{component}', {version}) "
+                "ON CONFLICT(component) DO UPDATE SET version = excluded.version;\nCOMMIT;")
+        except BaseException:
+            await conn.rollback()
+            raise

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -171,6 +172,26 @@ async def test_two_connections_migrating_a_fresh_database_at_once(tmp_path: Path
     finally:
         await first.close()
         await second.close()
+
+
+async def test_a_migration_step_is_all_or_nothing(tmp_path: Path) -> None:
+    """A step that fails (or a process killed) half-way leaves nothing behind: the next start
+    must not find half its tables ("table cron_jobs already exists")."""
+    from nanobot.db import migrate, open_db
+
+    broken = ["CREATE TABLE kept (x);", "CREATE TABLE half (x); CREATE TABLE half (y);"]
+    conn = await open_db(tmp_path / "x.db")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="already exists"):
+            await migrate(conn, "demo", broken)
+        async with conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'") as cur:
+            tables = {row[0] for row in await cur.fetchall()}
+        async with conn.execute("SELECT version FROM schema_versions WHERE component = 'demo'") as cur:
+            version = (await cur.fetchone())[0]
+        assert "kept" in tables and "half" not in tables and version == 1
+        await migrate(conn, "demo", ["CREATE TABLE kept (x);", "CREATE TABLE half (x);"])  # the fixed step runs
+    finally:
+        await conn.close()
 
 
 async def test_parallel_cron_adds_on_a_fresh_database_all_succeed(home: Path, tmp_path: Path) -> None:

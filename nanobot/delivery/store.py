@@ -20,6 +20,7 @@ import aiosqlite
 
 from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
 from nanobot.db import migrate
+from nanobot.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,20 @@ def _sync_wal(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class Pruner(Periodic):
+    """Prunes the delivery tables every few hours, for the months the daemon runs."""
+
+    name = "delivery pruner"
+    tick_first = True
+
+    def __init__(self, store: DeliveryStore, interval: float = 6 * 3600) -> None:
+        super().__init__(interval)
+        self.store = store
+
+    async def tick(self) -> None:
+        await self.store.prune()
 
 
 async def _nothing(conn: aiosqlite.Connection) -> None:

@@ -31,7 +31,7 @@ from nanobot.config import Config, nanobot_home
 from nanobot.db import check_writable
 from nanobot.delivery.intake import DurableIntake
 from nanobot.delivery.outbox import Outbox
-from nanobot.delivery.store import DeliveryStore
+from nanobot.delivery.store import DeliveryStore, Pruner
 from nanobot.gateway.channels import ChannelManager
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.gateway.lock import GatewayLock, GatewayRunning, write_gateway_state
@@ -87,7 +87,7 @@ class Gateway:
         self.channels = ChannelManager(self.config, ctx, outbox)
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval,
                                      streams=self.config.channels.streams, outbox=outbox)
-        await self.delivery.prune()
+        self.services.insert(0, Pruner(self.delivery))  # prunes at once, then every 6 hours
         await outbox.resend_pending()  # they wait for their channel to start
         await intake.resume(rt.sessions)  # queued before anything new arrives: each chat keeps its order
         self.channels.on_state = self._write_state
