@@ -21,13 +21,14 @@ import random
 import re
 import signal
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-from common import ROOT  # noqa: F401  (puts the repo on sys.path)
+import common  # noqa: F401  (puts the repo on sys.path)
 
 from nanobot.delivery.intake import RESUMED_NOTE
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
@@ -37,9 +38,13 @@ CHATS = 20
 KILLED_AT: list[float] = []
 
 
+REQUESTS = iter(range(1, 10**9))
+
+
 def model(body: dict) -> object:
+    """An echo that names the model call it came from: "re: m12 #345"."""
     text = body["messages"][-1]["content"]
-    return delayed(reply("re: " + text.split("\n")[-1]), random.uniform(0, 0.04))
+    return delayed(reply(f"re: {text.split(chr(10))[-1]} #{next(REQUESTS)}"), random.uniform(0, 0.04))
 
 
 def write_config(home: Path, llm: FakeOpenAI, tg: FakeTelegram) -> None:
@@ -94,9 +99,9 @@ async def main(kills: int) -> None:
                 proc = await start(home, tg, log)
             stop.set()
             await feeding
-            expected = Counter(f"re: {text}" for _, text in sent)
+            expected = {text for _, text in sent}
             try:
-                await tg.wait_until(lambda: set(expected) <= {m["text"] for m in tg.sent}, timeout=60)
+                await tg.wait_until(lambda: expected <= {_message_of(m["text"]) for m in tg.sent}, timeout=60)
             except TimeoutError:
                 pass
             await asyncio.sleep(1)
@@ -105,22 +110,28 @@ async def main(kills: int) -> None:
             print(_report(sent, tg, llm, home, kills, time.monotonic() - started))
 
 
+def _message_of(reply_text: str) -> str:
+    """"re: m12 #345" -> "m12"."""
+    return reply_text[4:].rsplit(" #", 1)[0]
+
+
 def _report(sent: list[tuple[int, str]], tg: FakeTelegram, llm: FakeOpenAI, home: Path, kills: int,
             seconds: float) -> str:
-    replies = Counter(m["text"] for m in tg.sent)
-    lost = [t for _, t in sent if replies[f"re: {t}"] == 0]
-    doubled = [t for _, t in sent if replies[f"re: {t}"] > 1]
-    asked = Counter(r["messages"][-1]["content"].split("\n")[-1] for r in llm.chat_requests)
-    rerun_twice = [t for t in doubled if asked[t] > 1]  # the turn itself ran twice: a real repeat
+    replies = Counter(_message_of(m["text"]) for m in tg.sent)
+    lost = [t for _, t in sent if replies[t] == 0]
+    doubled = [t for _, t in sent if replies[t] > 1]
+    calls = {t: {m["text"].rsplit("#", 1)[1] for m in tg.sent if _message_of(m["text"]) == t} for t in doubled}
+    rerun_twice = [t for t in doubled if len(calls[t]) > 1]  # two turns each got to send a reply: a real repeat
     resumed = sum(1 for r in llm.chat_requests if RESUMED_NOTE in r["messages"][-1]["content"])
     before_kill = []  # how long before the next kill each repeated reply had first gone out
     for text in doubled:
-        first = min(m["at"] for m in tg.sent if m["text"] == f"re: {text}")
+        first = min(m["at"] for m in tg.sent if _message_of(m["text"]) == text)
         before_kill.append(min((k - first for k in KILLED_AT if k >= first), default=-1) * 1000)
     out_of_order = 0
     for chat in range(1, CHATS + 1):
         order = {t: i for i, (c, t) in enumerate(sent) if c == chat}
-        got = [order[m["text"][4:]] for m in tg.sent if m["chat_id"] == chat and m["text"][4:] in order]
+        got = [order[_message_of(m["text"])] for m in tg.sent
+               if m["chat_id"] == chat and _message_of(m["text"]) in order]
         firsts = list(dict.fromkeys(got))
         out_of_order += sum(1 for a, b in zip(firsts, firsts[1:]) if b < a)
     corrupt = 0
@@ -133,13 +144,14 @@ def _report(sent: list[tuple[int, str]], tg: FakeTelegram, llm: FakeOpenAI, home
     integrity = sqlite3.connect(home / "nanobot.db").execute("PRAGMA integrity_check").fetchone()[0]
     log = (home / "gateway.log").read_text(errors="replace")
     resent = sum(int(n) for n in re.findall(r"sending (\d+) message\(s\) the last run did not get out", log))
-    print("resent at start:", resent, "errors in log:", len(re.findall(r" ERROR ", log)))
+    errors = len(re.findall(r" ERROR ", log))
     return (f"{kills} kills in {seconds:.0f} s; {len(sent)} messages sent to {CHATS} chats\n"
             f"lost (no reply): {len(lost)}; reply sent twice: {len(doubled)} (of which the turn ran twice: "
             f"{len(rerun_twice)}; the rest were sent just before a kill, not yet marked, and sent again)\n"
             f"turns resumed after a kill: {resumed}; replies out of order: {out_of_order}\n"
-            f"a repeated reply had first gone out this long before a kill: "
-            f"{', '.join(f'{ms:.0f} ms' for ms in sorted(before_kill)[:5])} ... max {max(before_kill, default=0):.0f} ms\n"
+            f"a repeated reply had first gone out this long before a kill: median "
+            f"{statistics.median(before_kill) if before_kill else 0:.0f} ms, max {max(before_kill, default=0):.0f} ms; "
+            f"messages sent at a start that the last run had not seen accepted: {resent}; errors logged: {errors}\n"
             f"corrupt history lines: {corrupt}; database integrity: {integrity}")
 
 

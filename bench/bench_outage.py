@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT  # noqa: F401  (puts the repo on sys.path)
+import common  # noqa: F401  (puts the repo on sys.path)
 
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.fakes.telegram_api import FakeTelegram

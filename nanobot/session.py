@@ -9,6 +9,7 @@ last line, which loading skips (as it skips any corrupt line) without losing the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -79,6 +80,16 @@ class Session:
         if self._file:
             self._file.flush()
             os.fsync(self._file.fileno())
+
+    async def sync_soon(self) -> None:
+        """``sync`` with the fsync in a thread: on a busy disk one can take long, and the event
+        loop (every other chat, and the marks of sent replies) must not wait for it."""
+        if self._file:
+            self._file.flush()
+            try:
+                await asyncio.to_thread(os.fsync, self._file.fileno())
+            except (OSError, ValueError):  # closed meanwhile: close() synced it
+                pass
 
     def close(self) -> None:
         if self._file:

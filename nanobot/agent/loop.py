@@ -251,7 +251,10 @@ class Agent:
             outcome = "cancelled"
             raise
         finally:
-            session.sync()
+            if outcome == "cancelled":  # no awaiting while being cancelled
+                session.sync()
+            else:
+                await session.sync_soon()
             log.info("turn %s mode=%s model_calls=%d ms=%d outcome=%s", session_key, turn.mode.name,
                      turn.model_calls, (time.monotonic() - started) * 1000, outcome)
         self.memory.schedule(session, turn.mode.name)  # a background task: the reply does not wait for it

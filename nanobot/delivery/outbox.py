@@ -52,20 +52,28 @@ class Outbox:
             log.warning("sending %d message(s) the last run did not get out", len(pending))
         return len(pending)
 
-    def sent(self, msg: OutboundMessage) -> None:
-        self._mark(msg, "sent")
+    async def sent(self, msg: OutboundMessage) -> None:
+        """Mark ``msg`` sent, and wait until that is written: the chat's next message goes out
+        only then, so a crash can repeat at most one reply per chat."""
+        try:
+            await self._mark(msg, "sent")
+        except Exception as exc:
+            log.warning("could not mark a message to %s as sent: %s", msg.target, exc)
 
     def failed(self, msg: OutboundMessage, why: str) -> None:
         log.error("gave up on a message to %s: %s", msg.target, why)
-        self._mark(msg, "failed", why)
+        self._mark(msg, "failed", why).add_done_callback(_log_failure)
 
     def expired(self, msg: OutboundMessage) -> bool:
         return time.time() - msg.metadata.get("outbox_created", time.time()) > GIVE_UP_S
 
-    def _mark(self, msg: OutboundMessage, state: str, why: str | None = None) -> None:
+    def _mark(self, msg: OutboundMessage, state: str, why: str | None = None) -> asyncio.Future[Any]:
         outbox_id = msg.metadata.get("outbox_id")
-        if outbox_id is not None:  # batched with the next commit: a lost mark only means one resend
-            self.store.mark_outbound(outbox_id, state, why).add_done_callback(_log_failure)
+        if outbox_id is None:
+            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            done.set_result(None)
+            return done
+        return self.store.mark_outbound(outbox_id, state, why)  # written with the marks of other chats
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

@@ -52,8 +52,16 @@ CREATE TABLE outbox (
     finished REAL
 );
 CREATE INDEX outbox_pending ON outbox (id) WHERE state = 'pending';
+""", """
+ALTER TABLE outbox ADD COLUMN finishes INTEGER;  -- the inbound message this reply settles
+-- In the same statement as the reply's INSERT, so no other commit on the connection can split them.
+CREATE TRIGGER outbox_finishes AFTER INSERT ON outbox WHEN NEW.finishes IS NOT NULL
+BEGIN
+    UPDATE inbound SET done = 1 WHERE id = NEW.finishes;
+END;
 """]
 
+SLOW_BATCH_S = 0.25  # a batch slower than this is logged: replies wait for their marks meanwhile
 KEEP_DONE_S = 3 * 86400  # Telegram keeps unconfirmed updates for 24 h: repeats are caught well past that
 
 Op = Callable[[aiosqlite.Connection], Awaitable[Any]]
@@ -64,6 +72,8 @@ class DeliveryStore:
         self.conn = conn
         self.path = path  # the database file ("" in memory)
         self._queue: asyncio.Queue[tuple[Op, asyncio.Future[Any]]] = asyncio.Queue()
+        self._marks: list[tuple[str, str | None, float, int]] = []  # outbox marks not yet written
+        self._marks_done: asyncio.Future[Any] | None = None
         self._writer = asyncio.create_task(self._write_loop(), name="delivery writer")
 
     @classmethod
@@ -100,21 +110,32 @@ class DeliveryStore:
             batch = [await self._queue.get()]
             while not self._queue.empty():
                 batch.append(self._queue.get_nowait())
-            results: list[Any] = []
-            try:
-                for op, _ in batch:
-                    results.append(await op(self.conn))
-                await self.conn.commit()
-            except Exception as exc:
-                await self.conn.rollback()
-                log.error("delivery store: a write failed: %s", exc)
-                for _, done in batch:
-                    if not done.done():
-                        done.set_exception(exc)
-                continue
-            for (_, done), value in zip(batch, results):
+            # Marks first, in a commit of their own: until a sent reply's mark is written, a
+            # crash would send it again.
+            marks = [item for item in batch if item[0] == self._write_marks]
+            for part in (marks, [item for item in batch if item[0] != self._write_marks]):
+                if part:
+                    await self._commit(part)
+
+    async def _commit(self, batch: list[tuple[Op, asyncio.Future[Any]]]) -> None:
+        results: list[Any] = []
+        started = time.monotonic()
+        try:
+            for op, _ in batch:
+                results.append(await op(self.conn))
+            await self.conn.commit()
+        except Exception as exc:
+            await self.conn.rollback()
+            log.error("delivery store: a write failed: %s", exc)
+            for _, done in batch:
                 if not done.done():
-                    done.set_result(value)
+                    done.set_exception(exc)
+            return
+        if time.monotonic() - started > SLOW_BATCH_S:
+            log.warning("delivery store: %d writes took %.0f ms", len(batch), (time.monotonic() - started) * 1000)
+        for (_, done), value in zip(batch, results):
+            if not done.done():
+                done.set_result(value)
 
     # ---- inbound -----------------------------------------------------------------------
     async def record_inbound(self, messages: list[InboundMessage]) -> list[int | None]:
@@ -148,23 +169,28 @@ class DeliveryStore:
         """Store a reply to send, and in the same commit mark the message it answers as done."""
         async def op(conn: aiosqlite.Connection) -> int:
             file = msg.file
-            cur = await conn.execute(
+            cur = await conn.execute(  # one statement: the trigger settles ``finishes`` with it
                 "INSERT INTO outbox (channel, chat_id, kind, content, reply_to, metadata, file_name, file_data, "
-                "photo, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "photo, created, finishes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (msg.channel, msg.chat_id, msg.kind, msg.content, msg.reply_to, _metadata_json(msg.metadata),
                  file.name if file else None, file.data if file else None, int(file.photo) if file else None,
-                 time.time()))
-            if finishes is not None:
-                await conn.execute("UPDATE inbound SET done = 1 WHERE id = ?", (finishes,))
+                 time.time(), finishes))
             return cur.lastrowid
 
         return await self.put(op)
 
     def mark_outbound(self, outbox_id: int, state: str, error: str | None = None) -> asyncio.Future[Any]:
-        """Queued at once, committed with the next batch (a lost mark means one resend, no more)."""
-        return self.submit(lambda conn: conn.execute(
-            "UPDATE outbox SET state = ?, error = ?, finished = ? WHERE id = ?",
-            (state, error, time.time(), outbox_id)))
+        """Queued at once; all marks waiting are written with one statement in the next batch.
+        Until then a crash sends that message again, so marks must not wait behind much."""
+        first = not self._marks
+        self._marks.append((state, error, time.time(), outbox_id))
+        if first:
+            self._marks_done = self.submit(self._write_marks)
+        return self._marks_done
+
+    async def _write_marks(self, conn: aiosqlite.Connection) -> None:
+        marks, self._marks = self._marks, []
+        await conn.executemany("UPDATE outbox SET state = ?, error = ?, finished = ? WHERE id = ?", marks)
 
     async def pending_outbound(self) -> list[OutboundMessage]:
         async with self.conn.execute("SELECT * FROM outbox WHERE state = 'pending' ORDER BY id") as cur:

@@ -249,7 +249,7 @@ class ChannelManager:
             except Exception as exc:  # an adapter's bug: trying again would fail the same way
                 log.exception("channel %s: sending to %s failed", channel.name, msg.chat_id)
                 return self.outbox.failed(msg, f"{type(exc).__name__}: {exc}")
-            return self.outbox.sent(msg)
+            return await self.outbox.sent(msg)
 
     def _gate(self, channel: str) -> SendGate:
         return self._gates.setdefault(channel, SendGate())
