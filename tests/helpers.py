@@ -12,6 +12,23 @@ if TYPE_CHECKING:
     from nanobot.gateway import Gateway
 
 
+def fast_channels(monkeypatch) -> None:
+    """The gateway builds adapters without arguments, so their speed knobs are set on the classes."""
+    from discord.gateway import DiscordWebSocket
+    from discord.http import Route
+
+    from channels.discord import DiscordChannel
+    from channels.telegram import TelegramChannel
+
+    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
+    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
+    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "guild_ready_timeout", 0.01)
+    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "retry_delays", (0.01,))
+    # discord.py keeps its URLs process-wide; the adapter rewrites them, put them back after.
+    monkeypatch.setattr(Route, "BASE", Route.BASE)
+    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+
+
 def config_for(llm_base_url: str, workspace: Path, *, mode: str = "tools", **defaults) -> Config:
     cfg = Config()
     cfg.agents.defaults.workspace = str(workspace)

@@ -9,12 +9,8 @@ from pathlib import Path
 from typing import AsyncIterator
 
 import pytest
-from discord.gateway import DiscordWebSocket
-from discord.http import Route
 from typer.testing import CliRunner
 
-from channels.discord import DiscordChannel
-from channels.telegram import TelegramChannel
 from channels.text import split_message, utf16_len
 from nanobot.cli import app
 from nanobot.config import Config
@@ -25,22 +21,15 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from nanobot.trust import chat_trust
-from tests.helpers import config_for, running_gateway
+from tests.helpers import config_for, fast_channels, running_gateway
 
 ALICE, BOB, MALLORY = 42, 77, 666  # Telegram private chats: chat id == user id
 DM, FRIEND, STRANGER, GUILD_CHANNEL = 5, 4242, 99, 7
 
 
 @pytest.fixture(autouse=True)
-def fast_channels(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The gateway builds adapters without arguments, so their speed knobs are set here."""
-    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
-    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
-    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "guild_ready_timeout", 0.01)
-    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "retry_delays", (0.01,))
-    # discord.py keeps its URLs process-wide; the adapter rewrites them, put them back after.
-    monkeypatch.setattr(Route, "BASE", Route.BASE)
-    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+def fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast_channels(monkeypatch)
 
 
 @pytest.fixture

@@ -11,17 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from discord.gateway import DiscordWebSocket
-from discord.http import Route
 
-from channels.discord import DiscordChannel
-from channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.media.images import with_images
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import running_gateway, telegram_gateway_config
+from tests.helpers import fast_channels, running_gateway, telegram_gateway_config
 from tests.media_files import docx, jpeg, pdf_with_text, png, scanned_pdf
 
 ALICE, BOB, GROUP = 42, 77, -100500
@@ -29,13 +25,8 @@ FRIEND, DM = 4242, 5
 
 
 @pytest.fixture(autouse=True)
-def fast_channels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
-    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
-    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "guild_ready_timeout", 0.01)
-    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "retry_delays", (0.01,))
-    monkeypatch.setattr(Route, "BASE", Route.BASE)
-    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+def fast(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast_channels(monkeypatch)
 
 
 @pytest.fixture
