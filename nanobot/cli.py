@@ -11,7 +11,7 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -250,6 +250,7 @@ async def _status(config: Config, path: Path) -> None:
     db = await open_db(nanobot_home() / "nanobot.db")
     try:
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
+        typer.echo(f"Delivery:  {await _delivery_line(db)}")
         totals = await (await UsageStore.create(db)).totals()
         if not totals:
             typer.echo("Usage:     none yet")
@@ -259,6 +260,19 @@ async def _status(config: Config, path: Path) -> None:
             typer.echo(line)
     finally:
         await db.close()
+
+
+async def _delivery_line(db: Any) -> str:
+    """What the durable intake and the outbox hold: messages not yet answered, replies not yet
+    taken by their platform, and replies refused in the last 3 days."""
+    from nanobot.delivery.store import DeliveryStore
+
+    store = await DeliveryStore.open(db)
+    try:
+        waiting, unsent, failed = await store.backlog()
+    finally:
+        await store.close()
+    return f"{waiting} message(s) not yet answered, {unsent} repl(ies) not yet sent, {failed} refused"
 
 
 def gateway_lines(config: Config) -> list[str]:

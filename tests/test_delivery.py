@@ -14,8 +14,10 @@ from nanobot.db import open_db
 from nanobot.bus import OutboundMessage
 from nanobot.gateway.dispatcher import RESUME_NOTICE
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
+from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import running_gateway, telegram_gateway_config
+from tests.helpers import fast_channels, running_gateway, telegram_gateway_config
+from tests.test_cli import nanobot
 
 ALICE, BOB = 42, 77
 
@@ -58,6 +60,24 @@ async def test_an_update_delivered_again_is_answered_once(config: Config, llm: F
     assert texts(tg, ALICE) == ["re: once"] and len(llm.chat_requests) == 1
 
 
+async def test_a_discord_message_dispatched_again_is_answered_once(config: Config, llm: FakeOpenAI,
+                                                                   dc: FakeDiscord, monkeypatch: pytest.MonkeyPatch,
+                                                                   home: Path) -> None:
+    fast_channels(monkeypatch)
+    d = config.channels.discord
+    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, ["9"]
+    d.streaming = config.channels.telegram.enabled = False
+    llm.fallback = echo
+    async with running_gateway(config):
+        message = await dc.push_message(5, 9, "hello", username="friend")
+        await dc.wait_sent(1)
+        await dc._dispatch("MESSAGE_CREATE", message)  # a replay, as after a RESUME
+        await dc.push_message(5, 9, "and then")
+        await dc.wait_sent(2)
+    assert [m["content"] for m in dc.sent] == ["re: hello", "re: and then"]
+    assert len(llm.chat_requests) == 2
+
+
 async def test_replies_wait_out_an_outage_longer_than_the_old_give_up(config: Config, llm: FakeOpenAI,
                                                                      tg: FakeTelegram) -> None:
     llm.fallback = echo
@@ -94,6 +114,8 @@ async def test_unanswered_messages_are_resumed_at_start_in_order(config: Config,
             tg.push_text(ALICE, ALICE, text)
         await llm.request_event.wait()  # "one" is with the model; "two" and "three" wait in the queue
     assert texts(tg, ALICE) == [RESUME_NOTICE]  # nothing answered; everything on record
+    code, out, _ = await nanobot("status", home=home)
+    assert code == 0 and "Delivery:  3 message(s) not yet answered, 0 repl(ies) not yet sent, 0 refused" in out
     llm.fallback = echo
     async with running_gateway(config):
         await tg.wait_until(lambda: len(texts(tg, ALICE)) == 4, timeout=15)

@@ -197,6 +197,16 @@ class DeliveryStore:
             rows = await cur.fetchall()
         return [_outbound_from(row) for row in rows]
 
+    async def backlog(self) -> tuple[int, int, int]:
+        """(messages not yet answered, replies not yet sent, replies refused) for ``status``."""
+        counts = []
+        for sql in ("SELECT count(*) FROM inbound WHERE done = 0",
+                    "SELECT count(*) FROM outbox WHERE state = 'pending'",
+                    "SELECT count(*) FROM outbox WHERE state = 'failed'"):
+            async with self.conn.execute(sql) as cur:
+                counts.append((await cur.fetchone())[0])
+        return counts[0], counts[1], counts[2]
+
     async def prune(self, now: float | None = None) -> None:
         """Forget what is long finished (the tables would otherwise grow for months)."""
         cutoff = (now or time.time()) - KEEP_DONE_S
