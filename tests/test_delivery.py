@@ -3,10 +3,12 @@ unfinished messages resumed at start. (Real crashes: tests/test_delivery_crash.p
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
+from channels.base import SendFailed
 from channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.delivery.outbox import SendGate
@@ -132,3 +134,31 @@ async def outbox_rows(home: Path) -> list[tuple[str, str]]:
             return [tuple(r) for r in await cur.fetchall()]
     finally:
         await conn.close()
+
+
+async def test_a_send_gate_probes_alone_while_down_and_lets_all_through_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(SendGate, "first", 0.2)
+    gate, calls, up = SendGate(), [], False
+    inflight, most = 0, 0
+
+    async def send(name: str) -> None:
+        nonlocal inflight, most
+        calls.append(name)
+        inflight += 1
+        most = max(most, inflight)
+        await asyncio.sleep(0.01)
+        inflight -= 1
+        if not up:
+            raise SendFailed("down", retry=True)
+
+    with pytest.raises(SendFailed):
+        await gate.attempt(lambda: send("first"))
+    assert gate.down
+    waiting = [asyncio.create_task(gate.attempt(lambda n=n: send(n))) for n in ("a", "b", "c")]
+    await asyncio.sleep(0.02)
+    assert calls == ["first"]  # nobody knocks before the probe's time
+    up = True
+    await asyncio.gather(*waiting)
+    assert calls[1] == "a" and sorted(calls[2:]) == ["b", "c"] and not gate.down
+    assert most == 2  # after the probe, b and c went together, not one behind the other

@@ -99,13 +99,12 @@ class SendGate:
         return self.delay > 0
 
     async def attempt(self, send: Callable[[], Awaitable[None]]) -> None:
-        if not self.down:
-            return await self._try(send)
-        async with self._probe:
-            wait = self._until - time.monotonic()
-            if self.down and wait > 0:
-                await asyncio.sleep(wait)
-            await self._try(send)
+        if self.down:
+            async with self._probe:
+                if self.down:  # this send is the probe; the others wait for its outcome
+                    await asyncio.sleep(max(0.0, self._until - time.monotonic()))
+                    return await self._try(send)
+        await self._try(send)  # healthy (again): no queueing behind the lock
 
     async def _try(self, send: Callable[[], Awaitable[None]]) -> None:
         try:
