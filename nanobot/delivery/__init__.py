@@ -1,7 +1,8 @@
 """Durable delivery: no message lost or answered twice across crashes and outages.
 
 - ``store``: the ``inbound`` and ``outbox`` tables, written by one task that commits in
-  batches with ``synchronous=FULL`` (durable even against power loss, cheap under load).
+  batches (cheap under load); incoming messages are also synced to disk before the platform
+  is told they arrived, so they survive a power cut too.
 - ``intake``: messages are recorded before the platform is told they arrived (Telegram's
   offset moves only past stored updates), repeats are dropped, and unfinished ones are queued
   again at start.
