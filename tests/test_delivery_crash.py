@@ -70,6 +70,18 @@ async def kill(proc: asyncio.subprocess.Process) -> None:
     await proc.wait()
 
 
+@asynccontextmanager
+async def killed_while_held(tg: FakeTelegram, proc: asyncio.subprocess.Process, method: str) -> AsyncIterator[None]:
+    """The stand-in does ``method``'s work but holds its answer; once the gateway waits on one,
+    it is killed, and the stand-in answers freely again."""
+    release = tg.hold(method)
+    yield  # the test sends what leads to the held call
+    await tg.wait_until(lambda: tg.holding.get(method, 0) >= 1, timeout=15)
+    await kill(proc)
+    del tg.held[method]
+    release.set()
+
+
 async def test_killed_mid_turn_the_message_is_resumed_and_answered_once(
         fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, workspace: Path, tmp_path: Path) -> None:
     llm, tg = fakes
@@ -98,12 +110,8 @@ async def test_killed_between_send_and_mark_at_most_that_reply_repeats(
     write_config(home, workspace, llm, tg)
     llm.fallback = echo
     async with gateway(home, tg, tmp_path / "gw.log") as proc:
-        release = tg.hold("sendMessage")  # Telegram takes the reply but its answer never comes back
-        tg.push_text(ALICE, ALICE, "one")
-        await tg.wait_until(lambda: tg.holding.get("sendMessage", 0) >= 1, timeout=15)
-        await kill(proc)
-    del tg.held["sendMessage"]
-    release.set()
+        async with killed_while_held(tg, proc, "sendMessage"):  # Telegram takes the reply; no answer comes
+            tg.push_text(ALICE, ALICE, "one")
     tg.push_text(ALICE, ALICE, "two")
     async with gateway(home, tg, tmp_path / "gw.log"):
         await tg.wait_until(lambda: "re: two" in texts(tg), timeout=20)
@@ -118,13 +126,9 @@ async def test_killed_during_intake_nothing_is_lost(
     write_config(home, workspace, llm, tg)
     llm.fallback = echo
     async with gateway(home, tg, tmp_path / "gw.log") as proc:
-        release = tg.hold("getFile")  # the attachment's download hangs: the batch is not stored yet
-        tg.push_document(ALICE, ALICE, b"meeting notes", "notes.txt", caption="read this")
-        tg.push_text(ALICE, ALICE, "and then this")
-        await tg.wait_until(lambda: tg.holding.get("getFile", 0) >= 1, timeout=15)
-        await kill(proc)
-    del tg.held["getFile"]
-    release.set()
+        async with killed_while_held(tg, proc, "getFile"):  # the download hangs: the batch is not stored yet
+            tg.push_document(ALICE, ALICE, b"meeting notes", "notes.txt", caption="read this")
+            tg.push_text(ALICE, ALICE, "and then this")
     async with gateway(home, tg, tmp_path / "gw.log"):
         await tg.wait_until(lambda: len(texts(tg)) == 2, timeout=20)
         await asyncio.sleep(0.3)
