@@ -11,6 +11,7 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot.agent.budget import drop_oldest_history, estimate_tokens, prompt_budget
@@ -116,10 +117,10 @@ class Turn:
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
                               provider=provider, fallbacks=[(f.provider, f.model) for f in self.settings.fallbacks],
                               on_text=self.stream.feed if streamed else None)
+        call = partial(metered_chat, self.deps, session_key=self.session.key, mode=self.mode.name, purpose=purpose)
         self.model_calls += 1
         try:
-            return await metered_chat(self.deps, request, session_key=self.session.key, mode=self.mode.name,
-                                      purpose=purpose)
+            return await call(request)
         except ProviderError as exc:
             if not (self.settings.vision == "auto" and sent_images(request.messages) and rejects_images(exc)):
                 raise
@@ -130,8 +131,7 @@ class Turn:
                             "I will not send it pictures again; pick a vision model with /model, or set "
                             'agents.defaults.vision to "off".)')
         self.model_calls += 1
-        return await metered_chat(self.deps, replace(request, messages=with_images(prompt, self.ctx.workspace, 0)),
-                                  session_key=self.session.key, mode=self.mode.name, purpose=purpose)
+        return await call(replace(request, messages=with_images(prompt, self.ctx.workspace, 0)))
 
     def images_shown(self, provider: str, model: str) -> int:
         """How many of the prompt's latest images go as pictures (``agents.defaults.vision``)."""

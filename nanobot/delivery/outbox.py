@@ -68,12 +68,8 @@ class Outbox:
         return time.time() - msg.metadata.get("outbox_created", time.time()) > GIVE_UP_S
 
     def _mark(self, msg: OutboundMessage, state: str, why: str | None = None) -> asyncio.Future[Any]:
-        outbox_id = msg.metadata.get("outbox_id")
-        if outbox_id is None:
-            done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
-        return self.store.mark_outbound(outbox_id, state, why)  # written with the marks of other chats
+        # Only recorded messages are marked: put() and resend_pending() gave each its outbox_id.
+        return self.store.mark_outbound(msg.metadata["outbox_id"], state, why)  # with other chats' marks
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

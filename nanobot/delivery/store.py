@@ -49,11 +49,10 @@ CREATE TABLE outbox (
     state TEXT NOT NULL DEFAULT 'pending',  -- pending, sent, failed
     error TEXT,
     created REAL NOT NULL,
-    finished REAL
+    finished REAL,
+    finishes INTEGER  -- the inbound message this reply settles
 );
 CREATE INDEX outbox_pending ON outbox (id) WHERE state = 'pending';
-""", """
-ALTER TABLE outbox ADD COLUMN finishes INTEGER;  -- the inbound message this reply settles
 -- In the same statement as the reply's INSERT, so no other commit on the connection can split them.
 CREATE TRIGGER outbox_finishes AFTER INSERT ON outbox WHEN NEW.finishes IS NOT NULL
 BEGIN
