@@ -29,6 +29,7 @@ from telegram.ext import Application, ApplicationBuilder
 
 from channels.base import BaseChannel, ChannelContext, SendFailed, Sender
 from channels.telegram_html import render_chunks
+from channels.telegram_http import AiohttpRequest
 from channels.text import split_message, utf16_len
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.media import PHOTO_LIMITS
@@ -37,7 +38,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://api.telegram.org"
 CAPTION_LIMIT = 1024  # characters of a photo's or document's caption
-CONNECTIONS = 8  # to the Bot API for sends: httpcore checks each pooled connection per request; Telegram takes ~30 msg/s
+CONNECTIONS = 8  # to the Bot API for sends (Telegram takes about 30 messages/s from a bot)
+POOL_TIMEOUT = 60.0  # seconds a send may wait for a free connection
 
 
 class TelegramChannel(BaseChannel):
@@ -71,14 +73,12 @@ class TelegramChannel(BaseChannel):
     # ---- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
         base = (self.config.api_base or DEFAULT_API_BASE).rstrip("/")
-        # A small pool: httpcore checks every pooled connection on each request, so PTB's
-        # default of 256 made each send cost more than the rest of its message's trip.
-        builder = (ApplicationBuilder().token(self.config.token).updater(None)
-                   .base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
-                   .connection_pool_size(CONNECTIONS).pool_timeout(60.0))
-        if self.config.proxy:
-            builder = builder.proxy(self.config.proxy).get_updates_proxy(self.config.proxy)
-        app = builder.build()
+        proxy = self.config.proxy
+        app = (ApplicationBuilder().token(self.config.token).updater(None)
+               .base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
+               .request(AiohttpRequest(CONNECTIONS, POOL_TIMEOUT, proxy))  # sends
+               .get_updates_request(AiohttpRequest(1, proxy=proxy))  # the long poll
+               .build())
         try:
             await app.initialize()  # getMe: a bad token or unreachable server fails here
             await app.bot.delete_webhook()  # getUpdates is refused while a webhook is set

@@ -58,6 +58,16 @@ def _check_timezone(name: str | None) -> str | None:
 Timezone = Annotated[str, AfterValidator(_check_timezone)]
 
 
+def _check_http_proxy(url: str | None) -> str | None:
+    """The Telegram adapter speaks to HTTP(S) proxies only (aiohttp has no SOCKS)."""
+    if url and not url.lower().startswith(("http://", "https://")):
+        raise ValueError(f"{url!r} is not an http:// or https:// proxy URL (SOCKS proxies are not supported)")
+    return url
+
+
+HttpProxy = Annotated[str, AfterValidator(_check_http_proxy)]
+
+
 class ModelChoice(Section):
     """A model on a provider: an entry of ``agents.models`` or ``fallbacks``."""
 
@@ -141,7 +151,7 @@ class TelegramConfig(Section):
     owners: list[str] = []
     api_base: str | None = None
     group_policy: Literal["mention", "open"] = "mention"
-    proxy: str | None = None
+    proxy: HttpProxy | None = None
     streaming: bool = True  # show the reply as it is written (one message, edited about once a second)
 
 

@@ -61,6 +61,7 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"agents": {"defaults": {"maxTokens": "lots"}}}, "invalid value for 'agents.defaults.maxTokens'"),
     ({"agents": {"defaults": {"executionMode": "magic"}}}, "invalid value for 'agents.defaults.executionMode'"),
     ({"channels": {"telegram": {"enabled": "maybe"}}}, "invalid value for 'channels.telegram.enabled'"),
+    ({"channels": {"telegram": {"proxy": "socks5://127.0.0.1:1080"}}}, "not an http:// or https:// proxy URL"),
     ('{"agents": {', "invalid JSON at line 1"),
     ("[1, 2]", "top level must be a JSON object"),
 ])

@@ -10,7 +10,7 @@ import pytest
 
 from nanobot.agent.loop import FailedReply
 from nanobot.runtime import Runtime
-from tests.fakes.openai_server import FakeOpenAI, Raw, delayed, error, reply, tool_call, truncated
+from tests.fakes.openai_server import HANG_UP, FakeOpenAI, Raw, delayed, error, reply, tool_call, truncated
 from tests.helpers import config_for
 from tests.test_cli import nanobot, write_config
 
@@ -53,6 +53,16 @@ async def test_busy_servers_are_retried(llm: FakeOpenAI, workspace: Path, status
     llm.script(error(status, retry_after=0.01), reply("after retry"))
     assert await ask(llm, workspace, "hi") == "after retry"
     assert len(llm.chat_requests) == 2
+
+
+async def test_a_dropped_connection_is_retried_and_is_not_called_a_timeout(llm: FakeOpenAI, workspace: Path) -> None:
+    """The SDK's aiohttp adapter calls every connection error a connect timeout; ours says what it was."""
+    llm.script(HANG_UP, reply("after the hang-up"))
+    assert await ask(llm, workspace, "hi") == "after the hang-up"
+    llm.script(*[HANG_UP] * 3)  # ask() sets maxRetries 2: three hang-ups give up
+    answer = await ask(llm, workspace, "hi")
+    assert isinstance(answer, FailedReply) and "in time" not in answer and "could not reach" in answer
+    assert len(llm.chat_requests) == 2 + 3
 
 
 async def test_a_timeout_is_not_sent_again_behind_itself(llm: FakeOpenAI, workspace: Path) -> None:

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 from pathlib import Path
 
 import pytest
+from telegram import Bot
+from telegram.error import NetworkError, TimedOut
 
 from channels.base import ChannelContext, SendFailed
 from channels.telegram import TelegramChannel
+from channels.telegram_http import AiohttpRequest
 from channels.telegram_html import markdown_to_html, render_chunks
 from channels.text import utf16_len
-from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import InboundMessage, MessageBus, OutboundMessage, OutgoingFile
 from nanobot.config import TelegramConfig
+from tests.fakes.http_proxy import ForwardProxy
 from tests.fakes.telegram_api import FakeTelegram
+from tests.media_files import png
 
 ALICE = 42  # allowed; in private chats chat id == user id
 MALLORY = 666  # unknown
@@ -191,6 +197,49 @@ async def test_start_fails_cleanly_on_bad_token(tg, bus, workspace):
     with pytest.raises(Exception):
         await ch.start()
     await ch.stop()  # harmless after a failed start
+
+
+# ---- HTTP: python-telegram-bot's requests over aiohttp (channels/telegram_http.py) ------
+async def test_every_call_goes_through_the_configured_proxy(tg, bus, workspace):
+    async with ForwardProxy() as proxy:
+        config = TelegramConfig(enabled=True, token=tg.token, api_base=tg.api_base, allow_from=[str(ALICE)],
+                                proxy=proxy.url)
+        ch = TelegramChannel(config, ChannelContext(bus=bus, access=StubGate(), workspace=workspace),
+                             poll_timeout=1, poll_interval=0.01)
+        await ch.start()
+        try:
+            tg.push_text(ALICE, ALICE, "via the proxy")
+            assert (await inbound(bus)).content == "via the proxy"
+            await ch.send(OutboundMessage("telegram", "42", "and back"))
+            await ch.send_file(OutboundMessage("telegram", "42", "a picture", kind="file",
+                                               file=OutgoingFile("pic.png", png(), photo=True)))
+        finally:
+            await ch.stop()
+    methods = [url.rsplit("/", 1)[1] for url in proxy.seen]
+    assert {"getMe", "getUpdates", "sendMessage", "sendPhoto"} <= set(methods)
+    assert [s["text"] for s in tg.sent] == ["and back"] and tg.files[0]["caption"] == "a picture"
+    assert all(url.startswith(tg.api_base) for url in proxy.seen)
+
+
+async def test_a_refused_connection_and_a_stalled_server_are_ptbs_own_errors(tg):
+    """PTB's retry and our SendFailed decide on NetworkError and TimedOut, so those must come out."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    refused = Bot(tg.token, base_url=f"http://127.0.0.1:{port}/bot", request=AiohttpRequest(1))
+    with pytest.raises(NetworkError, match="aiohttp.ClientConnectorError"):
+        await refused.initialize()
+    await refused.shutdown()
+
+    stalled = Bot(tg.token, base_url=f"{tg.api_base}/bot", request=AiohttpRequest(1))
+    await stalled.initialize()
+    release = tg.hold("sendMessage")
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(TimedOut):
+        await stalled.send_message(ALICE, "anyone?", read_timeout=0.2)
+    assert asyncio.get_running_loop().time() - started < 2
+    release.set()
+    await stalled.shutdown()
 
 
 # ---- conversion, no network -------------------------------------------------------------

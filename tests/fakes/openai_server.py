@@ -8,7 +8,8 @@ Usage::
         llm.requests   # every request body received, in order
 
 A script item is a response dict (``reply``/``tool_call``/``tool_calls``, optionally
-``truncated(...)``), an ``error(...)``, a ``Raw(body)`` non-JSON answer, a ``delayed(item, seconds)`` or a function ``f(request_body) -> item``. When the script is
+``truncated(...)``), an ``error(...)``, a ``Raw(body)`` non-JSON answer, ``HANG_UP`` (the connection is closed
+unanswered), a ``delayed(item, seconds)`` or a function ``f(request_body) -> item``. When the script is
 empty the server answers ``fallback`` (default: a plain "(script exhausted)" reply).
 """
 
@@ -72,6 +73,9 @@ class Raw:
     body: str
     content_type: str = "text/html"
     status: int = 200
+
+
+HANG_UP = "hang up"  # a script item: close the connection without an answer (a crashed or restarting server)
 
 
 def truncated(item: dict[str, Any]) -> dict[str, Any]:
@@ -198,6 +202,10 @@ class FakeOpenAI:
         if isinstance(item, Error):
             return web.json_response({"error": {"message": item.message, "type": "scripted"}},
                                      status=item.status, headers=item.headers)
+        if item == HANG_UP:
+            assert request.transport is not None
+            request.transport.close()
+            return web.Response(status=499)  # never reaches the client
         if body.get("stream"):
             try:
                 return await self._stream(request, body, item)
