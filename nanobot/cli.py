@@ -326,13 +326,14 @@ async def _count_cron_jobs(db) -> int:
 @app.command()
 def gateway(ctx: typer.Context) -> None:
     """Run the daemon: the enabled channels, cron and heartbeat, until SIGTERM or Ctrl-C."""
+    from nanobot import eventloop
     from nanobot.gateway import run_gateway
 
     config = get_config(ctx)
     check_writable(nanobot_home())
     logs.log_to_file(nanobot_home())
     try:
-        code = asyncio.run(run_gateway(config))
+        code = eventloop.run(run_gateway(config))
     except ConfigError as exc:
         fail(str(exc))
         raise  # unreachable

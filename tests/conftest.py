@@ -9,6 +9,7 @@ from typing import AsyncIterator
 
 import pytest
 
+from nanobot import eventloop
 from nanobot.config import Config
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
@@ -64,3 +65,9 @@ async def dc() -> AsyncIterator[FakeDiscord]:
     """The stand-in Discord gateway and REST API on loopback."""
     async with FakeDiscord() as fake:
         yield fake
+
+
+@pytest.fixture(scope="session")
+def event_loop_policy():
+    """The loop the gateway runs on (uvloop where installed), for the in-process tests too."""
+    return eventloop.policy()

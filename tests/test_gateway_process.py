@@ -4,6 +4,7 @@ protocol on a datagram socket bound here, SIGTERM for a clean exit. Production t
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -91,4 +92,6 @@ async def test_gateway_process_notifies_systemd_and_stops_cleanly(
         log.close()
     output = (tmp_path / "gateway.log").read_text()
     assert "Traceback" not in output, output
+    loop = "asyncio" if importlib.util.find_spec("uvloop") is None else "uvloop"  # nanobot/eventloop.py
+    assert f"event loop {loop}" in (home / "logs" / "nanobot.log").read_text()
     assert (home / "sessions" / f"telegram_{ALICE}.jsonl").exists()  # the history was flushed

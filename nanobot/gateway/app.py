@@ -107,7 +107,8 @@ class Gateway:
         for service in self.services:
             await service.start()
             self._started_services.append(service)
-        log.info("gateway ready: channels %s", ", ".join(self.channels.channels) or "none")
+        log.info("gateway ready: channels %s; event loop %s", ", ".join(self.channels.channels) or "none",
+                 type(asyncio.get_running_loop()).__module__.split(".")[0])  # uvloop, or asyncio
 
     def running_channels(self) -> list[str]:
         return list(self.channels.channels) if self.channels is not None else []
