@@ -26,12 +26,14 @@ import logging
 import os
 import re
 import shutil
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import yaml
 
+from nanobot.filecache import Stamp, StampedCache, stamp
 from nanobot.workspace_template import builtin_skills_dir
 from nanobot.tools.paths import resolve_in_workspace
 from nanobot.tools.registry import ToolContext, tool
@@ -109,24 +111,16 @@ def _strings(value: object, what: str) -> tuple[str, ...]:
 
 
 # The skills list is in every prompt; parsing YAML each turn cost ~3 ms, so a SKILL.md is
-# re-read only when its modification time or size changes.
-_parsed: dict[Path, tuple[tuple[int, int], dict]] = {}
-_listed: dict[tuple[str, str], tuple[tuple[int, ...], list[Skill]]] = {}  # (builtin, workspace) roots -> list
+# re-read only when it changes, and the list is kept while none of what it was read from did.
+_parsed = StampedCache(lambda path: parse_front_matter(Path(path).read_text(encoding="utf-8")))
+_listed: dict[tuple[str, str], tuple[tuple[str, ...], tuple[Stamp | None, ...], list[Skill]]] = {}
 
 
 def _front_matter(path: Path) -> dict:
     try:
-        st = path.stat()
-        stamp = (st.st_mtime_ns, st.st_size)
-        cached = _parsed.get(path)
-        if cached and cached[0] == stamp:
-            return cached[1]
-        text = path.read_text(encoding="utf-8")
+        return _parsed.get(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"cannot read {SKILL_FILE}: {exc}") from None
-    meta = parse_front_matter(text)
-    _parsed[path] = (stamp, meta)
-    return meta
 
 
 def load_skill(directory: Path, *, builtin: bool) -> Skill:
@@ -193,25 +187,16 @@ def list_skills(workspace: Path, builtin_dir: Path | None = None) -> list[Skill]
     roots = (builtin_dir or builtin_skills_dir(), workspace / "skills")
     key = (str(roots[0]), str(roots[1]))
     cached = _listed.get(key)
-    if cached is not None and cached[0] == _stamps(roots, cached[1]):
-        return cached[1]
+    if cached is not None and cached[1] == tuple(map(stamp, cached[0])):
+        return cached[2]
     skills = _scan(roots[0], builtin=True)
     for name, skill in _workspace_skills(workspace).items():
         skills[name] = replace(skill, shadows_builtin=name in skills)
     listed = [skills[name] for name in sorted(skills)]
-    _listed[key] = (_stamps(roots, listed), listed)
+    # What the list depends on: the two folders (a skill added or removed) and each SKILL.md.
+    paths = (*key, *(str(s.directory / SKILL_FILE) for s in listed))
+    _listed[key] = (paths, tuple(map(stamp, paths)), listed)
     return listed
-
-
-def _stamps(roots: tuple[Path, Path], skills: list[Skill]) -> tuple[int, ...]:
-    """What a cached list depends on: the folders' and the SKILL.md files' change times."""
-    stamps = []
-    for path in (*roots, *(s.directory / SKILL_FILE for s in skills)):
-        try:
-            stamps.append(path.stat().st_mtime_ns)
-        except OSError:
-            stamps.append(-1)
-    return tuple(stamps)
 
 
 def shadowing_skills(workspace: Path, builtin_dir: Path | None = None) -> list[str]:
@@ -250,14 +235,27 @@ def skill_line(skill: Skill, workspace: Path, *, code: bool = True) -> str:
 
 def skills_section(workspace: Path, builtin_dir: Path | None = None, *, code: bool = True) -> str:
     """The system prompt's skills section: a header and one line per skill ('' if none).
-    Without ``code`` (tools mode) nothing mentions helpers, which only programs can use."""
+    Without ``code`` (tools mode) nothing mentions helpers, which only programs can use.
+
+    Kept while the list and the skills' environment variables are unchanged, for up to
+    PROGRAMS_TTL_S: looking programs up on PATH for every turn cost more than the rest of the
+    section, and a program installed meanwhile shows as available that much later."""
     from nanobot.agent.context import render_prompt
 
     skills = list_skills(workspace, builtin_dir)
-    if not skills:
-        return ""
-    return render_prompt("skills.md", skills="\n".join(skill_line(s, workspace, code=code) for s in skills),
-                         helpers_note=HELPERS_NOTE if code else "").strip()
+    key, now = (str(workspace), str(builtin_dir), code), time.monotonic()
+    env = tuple(bool(os.environ.get(name)) for s in skills for name in s.env)
+    kept = _sections.get(key)
+    if kept is not None and kept[0] is skills and kept[1] == env and now < kept[2]:
+        return kept[3]
+    text = render_prompt("skills.md", skills="\n".join(skill_line(s, workspace, code=code) for s in skills),
+                         helpers_note=HELPERS_NOTE if code else "").strip() if skills else ""
+    _sections[key] = (skills, env, now + PROGRAMS_TTL_S, text)
+    return text
+
+
+PROGRAMS_TTL_S = 10.0
+_sections: dict[tuple[str, str, bool], tuple[list[Skill], tuple[bool, ...], float, str]] = {}
 
 
 # ---------------------------------------------------------------------------------- reading

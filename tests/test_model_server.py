@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.agent.loop import FailedReply
+from nanobot.providers.openai_provider import request_json
 from nanobot.runtime import Runtime
 from tests.fakes.openai_server import HANG_UP, FakeOpenAI, Raw, delayed, error, reply, tool_call, truncated
 from tests.helpers import config_for
@@ -82,6 +83,37 @@ async def test_an_html_page_is_a_clear_failure(llm: FakeOpenAI, workspace: Path)
     llm.script(Raw("<html><body>Welcome to nginx!</body></html>"))
     answer = await ask(llm, workspace, "hi")
     assert isinstance(answer, FailedReply) and "not JSON" in answer
+
+
+def test_request_json_keeps_each_schema_encoding_and_says_the_same() -> None:
+    schema = {"type": "function", "function": {"name": "f", "description": "Grüße ✓", "parameters": {}}}
+    body = {"model": "m", "messages": [{"role": "user", "content": "naïve"}], "tools": [schema, schema]}
+    for _ in range(2):  # the second time from the kept encoding
+        sent = request_json(dict(body))
+        assert json.loads(sent) == body and "Grüße ✓".encode() in sent and sent.startswith(b'{"model":"m",')
+    with pytest.raises(ValueError):
+        request_json({"temperature": float("nan")})
+
+
+def completion(**fields) -> Raw:
+    return Raw(json.dumps({"id": "x", "object": "chat.completion", **fields}), content_type="application/json")
+
+
+@pytest.mark.parametrize("body, expected", [
+    # What servers leave out or send as null counts as empty, as the SDK's own models read it.
+    ({"choices": [{"message": {"content": "plain"}}]}, "plain"),
+    ({"choices": [{"message": {"content": "hi", "tool_calls": None}, "finish_reason": None}], "usage": None,
+      "model": None}, "hi"),
+    ({"choices": [{"message": {"content": "ok", "tool_calls": [{"id": "c", "function": None}]}}]}, "ok"),
+    # No usable answer is a clear failure, never a traceback.
+    ({"choices": []}, "no choices"), ({"choices": "many"}, "no choices"), ({"choices": [None]}, "no choices"),
+    ({}, "no choices"),
+])
+async def test_odd_completions_are_read_leniently_or_fail_clearly(llm: FakeOpenAI, workspace: Path, body,
+                                                                  expected: str) -> None:
+    llm.script(completion(**body))
+    answer = await ask(llm, workspace, "hi")
+    assert expected in answer and (expected != "no choices" or isinstance(answer, FailedReply))
 
 
 async def test_a_failed_turn_takes_its_message_back(llm: FakeOpenAI, workspace: Path, home: Path) -> None:

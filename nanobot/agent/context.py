@@ -10,11 +10,21 @@ from pathlib import Path
 from string import Template
 from zoneinfo import ZoneInfo
 
+from nanobot.filecache import StampedCache
+
 # The assistant's steering files, from the workspace root: every chat gets who the assistant is;
 # only owner chats get USER.md (about the owner). Memory comes from the chat's own root.
 PERSONA_FILES = ("AGENTS.md", "SOUL.md", "TOOLS.md")
 OWNER_FILES = ("USER.md",)
 MEMORY_FILE = "memory/MEMORY.md"
+
+
+def _read_stripped(path: str) -> str:
+    with open(path, encoding="utf-8") as file:
+        return file.read().strip()
+
+
+_steering = StampedCache(_read_stripped)  # the files above, read again only when they change
 
 
 @lru_cache(maxsize=None)
@@ -34,7 +44,7 @@ def workspace_sections(workspace: Path, chat_root: Path | None = None, *, owner:
     parts = []
     for name, path in files:
         try:
-            text = path.read_text(encoding="utf-8").strip()
+            text = _steering.get(path)
         except (OSError, UnicodeDecodeError):
             continue
         if text:
