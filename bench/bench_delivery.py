@@ -7,7 +7,9 @@ OpenAI server (both in this process, answering at once). 200 chats; a burst of 1
 messages (5 per chat) is queued at once and timed from the moment it is queued to the last
 reply; then more waves of 1,000, so every chat's history grows (to 50 messages a chat after
 10 waves of the growing run). Reports messages/s, p50/p95 latency, the gateway's CPU-ms per
-message and its RSS. ``SLOTS=n`` sets gateway.maxConcurrentSessions (16; 4 made no difference
+message and its RSS, and a reference time for the machine at the start and the end (a fixed
+pure-Python loop: this machine is shared, and runs at different reference times differ by up
+to a third). ``SLOTS=n`` sets gateway.maxConcurrentSessions (16; 4 made no difference
 with an instant model); ``PROFILE=file`` runs the gateway under cProfile, ``PYSPY=path`` samples
 it with py-spy.
 """
@@ -108,12 +110,14 @@ async def main(waves: int) -> None:
                                                                "-o", "/tmp/gw.speedscope", "-f", "raw", "-r", "200",
                                                                stdout=asyncio.subprocess.DEVNULL,
                                                                stderr=asyncio.subprocess.DEVNULL)
-                print(f"gateway up, RSS {rss0:.0f} MB; {CHATS} chats, waves of {CHATS * PER_CHAT} messages")
+                print(f"gateway up, RSS {rss0:.0f} MB; {CHATS} chats, waves of {CHATS * PER_CHAT} messages; "
+                      f"machine reference {common.reference_ms():.1f} ms")
                 for n in range(1, waves + 1):
                     r = await wave(tg, proc.pid, f"w{n}")
                     print(f"wave {n:2d}: {r['rate']:6.0f} msg/s  p50 {r['p50']:7.0f} ms  p95 {r['p95']:7.0f} ms  "
                           f"{r['cpu_per_msg']:5.2f} CPU-ms/msg  RSS {r['rss']:.0f} MB  order kept: {r['order']}  "
                           f"(stand-ins: {r['standins']:.2f} CPU-ms/msg)")
+                print(f"machine reference at the end {common.reference_ms():.1f} ms")
                 threads = sorted(((cpu_ms(int(t.name), t), t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir()),
                                  reverse=True)
                 print("gateway CPU by thread (ms):", ", ".join(f"{ms:.0f}" for ms, _ in threads[:5]),

@@ -30,3 +30,18 @@ def token_counter():
 
     count.text = count_text  # type: ignore[attr-defined]
     return count
+
+
+def reference_ms() -> float:
+    """A fixed pure-Python workload's time (best of 5): how fast this shared machine is right
+    now. Figures from runs at different reference times are not comparable."""
+    import time
+
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        total = 0
+        for i in range(300_000):
+            total += i * i % 7
+        best = min(best, time.perf_counter() - start)
+    return best * 1000
