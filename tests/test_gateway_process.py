@@ -95,3 +95,15 @@ async def test_gateway_process_notifies_systemd_and_stops_cleanly(
     loop = "asyncio" if importlib.util.find_spec("uvloop") is None else "uvloop"  # nanobot/eventloop.py
     assert f"event loop {loop}" in (home / "logs" / "nanobot.log").read_text()
     assert (home / "sessions" / f"telegram_{ALICE}.jsonl").exists()  # the history was flushed
+
+
+def test_without_uvloop_the_gateway_loop_is_asyncios_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows, or `pip uninstall uvloop`: the same code runs on asyncio's loop."""
+    from nanobot import eventloop
+
+    async def loop_module() -> str:
+        return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+    monkeypatch.setattr(eventloop, "uvloop", None)
+    assert eventloop.run(loop_module()) == "asyncio"
+    assert isinstance(eventloop.policy(), asyncio.DefaultEventLoopPolicy)
