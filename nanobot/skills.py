@@ -238,8 +238,9 @@ def skills_section(workspace: Path, builtin_dir: Path | None = None, *, code: bo
     Without ``code`` (tools mode) nothing mentions helpers, which only programs can use.
 
     Kept while the list and the skills' environment variables are unchanged, for up to
-    PROGRAMS_TTL_S: looking programs up on PATH for every turn cost more than the rest of the
-    section, and a program installed meanwhile shows as available that much later."""
+    PROGRAMS_TTL_S: building the lines (a path resolved and programs looked up on PATH, per
+    skill) for every turn cost more than the rest of the prompt, and a program installed
+    meanwhile shows as available that much later."""
     from nanobot.agent.context import render_prompt
 
     skills = list_skills(workspace, builtin_dir)

@@ -89,7 +89,7 @@ def test_request_json_keeps_each_schema_encoding_and_says_the_same() -> None:
     schema = {"type": "function", "function": {"name": "f", "description": "Grüße ✓", "parameters": {}}}
     body = {"model": "m", "messages": [{"role": "user", "content": "naïve"}], "tools": [schema, schema]}
     for _ in range(2):  # the second time from the kept encoding
-        sent = request_json(dict(body))
+        sent = request_json(body)
         assert json.loads(sent) == body and "Grüße ✓".encode() in sent and sent.startswith(b'{"model":"m",')
     with pytest.raises(ValueError):
         request_json({"temperature": float("nan")})

@@ -147,8 +147,9 @@ def request_json(body: dict[str, Any]) -> bytes:
     """``body`` as the SDK would encode it (compact, UTF-8, no NaN). The tool schemas, three
     quarters of a tools-mode request, are the same objects turn after turn: each is encoded
     once and kept while it lives."""
-    tools = body.pop("tools", None)
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    tools = body.get("tools")
+    rest = {key: value for key, value in body.items() if key != "tools"}
+    text = json.dumps(rest, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     if tools:
         text = f'{text[:-1]},"tools":[{",".join(map(_schema_json, tools))}]}}'
     return text.encode()
