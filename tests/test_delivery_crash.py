@@ -12,7 +12,7 @@ import signal
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import pytest
 
@@ -24,8 +24,11 @@ ALICE, BOB = 42, 77
 
 
 @pytest.fixture
-async def fakes() -> AsyncIterator[tuple[FakeOpenAI, FakeTelegram]]:
+async def fakes(home: Path, workspace: Path) -> AsyncIterator[tuple[FakeOpenAI, FakeTelegram]]:
+    """The stand-ins, a gateway config pointing at them, and a model that echoes."""
     async with FakeOpenAI() as llm, FakeTelegram() as tg:
+        write_config(home, workspace, llm, tg)
+        llm.fallback = echo
         yield llm, tg
 
 
@@ -65,6 +68,13 @@ async def gateway(home: Path, tg: FakeTelegram, log: Path) -> AsyncIterator[asyn
             await kill(proc)
 
 
+async def restart_until(home: Path, tg: FakeTelegram, log: Path, done: Callable[[], bool]) -> None:
+    """A fresh gateway runs until ``done()``, then 0.3 s more, in which nothing else may come."""
+    async with gateway(home, tg, log):
+        await tg.wait_until(done, timeout=20)
+        await asyncio.sleep(0.3)
+
+
 async def kill(proc: asyncio.subprocess.Process) -> None:
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
@@ -83,9 +93,8 @@ async def killed_while_held(tg: FakeTelegram, proc: asyncio.subprocess.Process, 
 
 
 async def test_killed_mid_turn_the_message_is_resumed_and_answered_once(
-        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, workspace: Path, tmp_path: Path) -> None:
+        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, tmp_path: Path) -> None:
     llm, tg = fakes
-    write_config(home, workspace, llm, tg)
     llm.fallback = lambda body: delayed(echo(body), 60)  # the model is slow: the kill lands mid-turn
     tg.confirm_updates = False  # and Telegram will deliver the message again after the restart
     async with gateway(home, tg, tmp_path / "gw.log") as proc:
@@ -96,42 +105,32 @@ async def test_killed_mid_turn_the_message_is_resumed_and_answered_once(
     tg.push_text(BOB, BOB, "me too")
     tg.confirm_updates = True
     llm.fallback = echo
-    async with gateway(home, tg, tmp_path / "gw.log"):
-        await tg.wait_until(lambda: len(tg.sent) == 3, timeout=20)
-        await asyncio.sleep(0.3)  # nothing more comes
+    await restart_until(home, tg, tmp_path / "gw.log", lambda: len(tg.sent) == 3)
     assert texts(tg) == ["re: hello", "re: sent while it was down"] and texts(tg, BOB) == ["re: me too"]
     resumed = [r for r in llm.chat_requests if RESUMED_NOTE in r["messages"][-1]["content"]]
     assert len(resumed) == 1 and resumed[0]["messages"][-1]["content"].endswith("\nhello")
 
 
 async def test_killed_between_send_and_mark_at_most_that_reply_repeats(
-        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, workspace: Path, tmp_path: Path) -> None:
+        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, tmp_path: Path) -> None:
     llm, tg = fakes
-    write_config(home, workspace, llm, tg)
-    llm.fallback = echo
     async with gateway(home, tg, tmp_path / "gw.log") as proc:
         async with killed_while_held(tg, proc, "sendMessage"):  # Telegram takes the reply; no answer comes
             tg.push_text(ALICE, ALICE, "one")
     tg.push_text(ALICE, ALICE, "two")
-    async with gateway(home, tg, tmp_path / "gw.log"):
-        await tg.wait_until(lambda: "re: two" in texts(tg), timeout=20)
-        await asyncio.sleep(0.3)
+    await restart_until(home, tg, tmp_path / "gw.log", lambda: "re: two" in texts(tg))
     assert texts(tg) == ["re: one", "re: one", "re: two"]  # the one unmarked reply, once more; nothing else
     assert len(llm.chat_requests) == 2  # the turn itself did not run again
 
 
 async def test_killed_during_intake_nothing_is_lost(
-        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, workspace: Path, tmp_path: Path) -> None:
+        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, tmp_path: Path) -> None:
     llm, tg = fakes
-    write_config(home, workspace, llm, tg)
-    llm.fallback = echo
     async with gateway(home, tg, tmp_path / "gw.log") as proc:
         async with killed_while_held(tg, proc, "getFile"):  # the download hangs: the batch is not stored yet
             tg.push_document(ALICE, ALICE, b"meeting notes", "notes.txt", caption="read this")
             tg.push_text(ALICE, ALICE, "and then this")
-    async with gateway(home, tg, tmp_path / "gw.log"):
-        await tg.wait_until(lambda: len(texts(tg)) == 2, timeout=20)
-        await asyncio.sleep(0.3)
+    await restart_until(home, tg, tmp_path / "gw.log", lambda: len(texts(tg)) == 2)
     first, second = texts(tg)
     assert first.startswith("re: ") and "meeting notes" in llm.chat_requests[0]["messages"][-1]["content"]
     assert second == "re: and then this" and len(llm.chat_requests) == 2
