@@ -69,3 +69,34 @@ def docx(*paragraphs: str) -> bytes:
     out = io.BytesIO()
     document.save(out)
     return out.getvalue()
+
+
+def docx_inflating_to(megabytes: int, paragraph: str = "all work and no play makes jack a dull boy") -> bytes:
+    """A small DOCX whose document.xml inflates to ``megabytes`` of paragraphs (a zip bomb
+    when large; 140 MB packs into about 500 KB)."""
+    import zipfile
+
+    source = zipfile.ZipFile(io.BytesIO(docx("x")))
+    para = f"<w:p><w:r><w:t>{paragraph}</w:t></w:r></w:p>".encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for member in source.infolist():
+            data = source.read(member.filename)
+            if member.filename == "word/document.xml":
+                head, tail = data.split(b"<w:body>")
+                data = head + b"<w:body>" + para * (megabytes * 1024 * 1024 // len(para)) + tail
+            archive.writestr(member.filename, data)
+    return out.getvalue()
+
+
+def png_claiming(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` pixels (a decompression bomb's header)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+            + chunk(b"IEND", b""))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,8 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import fast_channels, running_gateway, telegram_gateway_config
-from tests.media_files import docx, jpeg, pdf_with_text, png, scanned_pdf
+from nanobot.media.isolation import ParseLimits, Unreadable, failure_marker, parse_file
+from tests.media_files import docx, docx_inflating_to, jpeg, pdf_with_text, png, png_claiming, scanned_pdf
 
 ALICE, BOB, GROUP = 42, 77, -100500
 FRIEND, DM = 4242, 5
@@ -152,14 +155,17 @@ async def test_a_model_that_rejects_images_gets_paths_and_is_remembered(config: 
     assert json.loads((home / "vision-off.json").read_text()) == ["openai/fake-model"]
 
 
-def test_images_shown_are_capped_and_unreadable_ones_become_paths(tmp_path: Path) -> None:
+async def test_images_shown_are_capped_and_unreadable_ones_become_paths(tmp_path: Path) -> None:
     (tmp_path / "a.png").write_bytes(png())
     (tmp_path / "broken.jpg").write_bytes(b"not an image")
-    messages = [{"role": "user", "content": "x", "images": ["a.png", "broken.jpg", "gone.jpg"]}]
-    [sent] = with_images(messages, tmp_path, keep=5)
+    (tmp_path / "bomb.png").write_bytes(png_claiming(100_000, 100_000))  # 10 gigapixels, 100 bytes
+    messages = [{"role": "user", "content": "x", "images": ["a.png", "broken.jpg", "gone.jpg", "bomb.png"]}]
+    [sent] = await with_images(messages, tmp_path, keep=5)
     assert [p["type"] for p in sent["content"]] == ["text", "image_url"]  # RGBA flattened to JPEG
-    assert "[image: broken.jpg]" in sent["content"][0]["text"] and "[image: gone.jpg]" in sent["content"][0]["text"]
-    assert with_images(messages, tmp_path, keep=0)[0]["content"].startswith("x\n[image: a.png]")
+    notes = sent["content"][0]["text"]
+    assert "[image: broken.jpg]" in notes and "[image: gone.jpg]" in notes and "[image: bomb.png]" in notes
+    assert "100000x100000 pixels" in failure_marker(tmp_path / "bomb.png").read_text()  # refused before decoding
+    assert (await with_images(messages, tmp_path, keep=0))[0]["content"].startswith("x\n[image: a.png]")
     assert "images" in messages[0]  # the history itself is not changed
 
 
@@ -195,6 +201,54 @@ async def test_a_scanned_pdf_says_so_and_a_docx_is_a_path_plus_preview(config: C
     assert "Minutes of the meeting" in minutes and "read_file('inbox/ufile2_minutes.docx.txt')" in minutes
     text = (workspace / "inbox" / "ufile2_minutes.docx.txt").read_text()
     assert "Action: ship it" in text and "total | 42" in text
+
+
+async def test_a_docx_bomb_from_a_member_is_refused_in_one_line_and_the_bot_answers_on(
+        config: Config, llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> None:
+    config.channels.telegram.group_policy = "open"
+    seen = []
+
+    def answer(body: dict[str, Any]) -> Any:
+        seen.append(user_message(body)["content"])
+        return reply("I could not read that file.")
+
+    llm.script(answer, reply("Hello Alice."))
+    async with running_gateway(config):
+        tg.push_document(GROUP, BOB, docx_inflating_to(40), "report.docx", chat_type="group", username="bob")
+        await tg.wait_sent(1, timeout=15)
+        tg.push_text(ALICE, ALICE, "hi")
+        await tg.wait_sent(2, timeout=15)
+    assert "could not be read: ufile1_report.docx would unpack to 41 MB of text and markup; I read documents up to 16 MB" in seen[0]
+    inbox = workspace / "chats" / f"telegram_{GROUP}" / "inbox"
+    assert "would unpack" in failure_marker(inbox / "ufile1_report.docx").read_text()  # not parsed again
+    assert [m["text"] for m in tg.sent] == ["I could not read that file.", "Hello Alice."]
+
+
+async def test_parsing_runs_in_a_child_with_cpu_memory_and_time_limits(tmp_path: Path) -> None:
+    heavy = tmp_path / "heavy.docx"
+    heavy.write_bytes(docx_inflating_to(12))  # under the caps, but seconds of CPU and ~300 MB to parse
+    for limits in (ParseLimits(cpu_seconds=1), ParseLimits(memory_bytes=120 << 20)):
+        failure_marker(heavy).unlink(missing_ok=True)
+        with pytest.raises(Unreadable, match="more memory or time to read than I allow"):
+            await parse_file("document", heavy, limits)
+    failure_marker(heavy).unlink()
+    with pytest.raises(Unreadable, match="took longer than 0.01 s"):
+        await parse_file("document", heavy, ParseLimits(wall_seconds=0.01))
+    small = tmp_path / "small.docx"
+    small.write_bytes(docx("fine"))
+    assert "fine" in (await parse_file("document", small))["text"]
+
+
+async def test_a_file_that_failed_is_not_parsed_again_until_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "minutes.docx"
+    path.write_bytes(docx("Minutes"))
+    with pytest.raises(Unreadable, match="took longer"):
+        await parse_file("document", path, ParseLimits(wall_seconds=0.001))
+    with pytest.raises(Unreadable, match="took longer"):  # recorded: no second try, even with room now
+        await parse_file("document", path)
+    path.write_bytes(docx("Minutes, corrected"))
+    os.utime(path, ns=(time.time_ns() + 10**9,) * 2)
+    assert "Minutes, corrected" in (await parse_file("document", path))["text"]
 
 
 # ---- files out ------------------------------------------------------------------------------

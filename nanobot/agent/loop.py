@@ -112,7 +112,7 @@ class Turn:
         if streamed:
             self.stream.begin()
         prompt = messages or self.messages
-        request = ChatRequest(messages=with_images(prompt, self.ctx.workspace, self.images_shown(provider, model)),
+        request = ChatRequest(messages=await with_images(prompt, self.ctx.workspace, self.images_shown(provider, model)),
                               model=model, tools=tools or None,
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
                               provider=provider, fallbacks=[(f.provider, f.model) for f in self.settings.fallbacks],
@@ -131,7 +131,7 @@ class Turn:
                             "I will not send it pictures again; pick a vision model with /model, or set "
                             'agents.defaults.vision to "off".)')
         self.model_calls += 1
-        return await call(replace(request, messages=with_images(prompt, self.ctx.workspace, 0)))
+        return await call(replace(request, messages=await with_images(prompt, self.ctx.workspace, 0)))
 
     def images_shown(self, provider: str, model: str) -> int:
         """How many of the prompt's latest images go as pictures (``agents.defaults.vision``)."""

@@ -11,6 +11,12 @@ from pathlib import Path
 
 MAX_CHARS = 400_000  # of extracted text per document (about 100 pages)
 MAX_PAGES = 500
+PARSED_SUFFIXES = {".pdf", ".docx"}  # parsed by a library (in a child process); the rest is read as text
+# A DOCX is a zip: what its members would inflate to is checked before any of it is parsed
+# (a 432 KB file can hold 140 MB of XML, which lxml turns into gigabytes: 30 MB of XML took
+# 11 s and 390 MB here). Pictures inside are kept as bytes, not parsed, so they get more room.
+MAX_UNZIPPED_XML = 16 * 1024 * 1024
+MAX_UNZIPPED_BYTES = 100 * 1024 * 1024
 
 
 class NoText(ValueError):
@@ -32,7 +38,8 @@ def extract_text(path: Path) -> DocumentText:
     elif suffix == ".docx":
         text, pages = _docx_text(path), None
     else:
-        text, pages = path.read_bytes()[: MAX_CHARS * 4].decode("utf-8", errors="replace"), None
+        with path.open("rb") as f:  # only what can be kept, not the whole file
+            text, pages = f.read(MAX_CHARS * 4).decode("utf-8", errors="replace"), None
     if not text.strip():
         if suffix == ".pdf":
             raise NoText(f"{path.name} has no text layer ({pages} page(s), probably scanned images); "
@@ -60,10 +67,29 @@ def _pdf_text(path: Path) -> tuple[str, int]:
         raise ValueError(f"{path.name} is not a PDF I can read ({exc})") from None
 
 
+def check_unzipped_size(path: Path) -> None:
+    """ValueError when the archive would inflate past the caps (sizes from its directory; one
+    that lies is still stopped by the parsing process's memory and CPU limits)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise ValueError(f"{path.name} is not a Word document I can read ({exc})") from None
+    xml = sum(m.file_size for m in members if not m.filename.startswith("word/media/"))
+    total = sum(m.file_size for m in members)
+    for size, limit, what in ((xml, MAX_UNZIPPED_XML, "text and markup"), (total, MAX_UNZIPPED_BYTES, "in all")):
+        if size > limit:
+            raise ValueError(f"{path.name} would unpack to {size / 1048576:,.0f} MB of {what}; "
+                             f"I read documents up to {limit // 1048576} MB")
+
+
 def _docx_text(path: Path) -> str:
     import docx
     from docx.opc.exceptions import PackageNotFoundError
 
+    check_unzipped_size(path)
     try:
         document = docx.Document(str(path))
     except (PackageNotFoundError, KeyError, ValueError, OSError) as exc:

@@ -10,42 +10,53 @@ photos does not grow its prompt without bound. Encodings are cached by path and 
 
 from __future__ import annotations
 
-import base64
 import io
 import logging
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+from nanobot.media.isolation import parse_file
+
 log = logging.getLogger(__name__)
 
 MAX_EDGE = 1568  # pixels on the longer side: what the major vision models use at full detail
 MAX_BYTES = 1_500_000  # per image, after encoding
+MAX_PIXELS = 64_000_000  # checked from the header, before decoding (a PNG can claim billions)
 RECENT_IMAGES = 5  # images of the prompt sent as pictures; older ones as a note
 _CACHE_SIZE = 16
 
 _cache: OrderedDict[tuple[str, int, int], str] = OrderedDict()
 
 
-def encode_image(path: Path) -> str:
-    """A ``data:`` URL of the resized image; ValueError if it is not an image Pillow can read."""
+async def encode_image(path: Path) -> str:
+    """A ``data:`` URL of the resized image, made in the parsing process (``isolation``);
+    ValueError if it is not an image that can be read within the limits."""
     st = path.stat()
     key = (str(path), st.st_mtime_ns, st.st_size)
     if key in _cache:
         _cache.move_to_end(key)
         return _cache[key]
-    url = "data:image/jpeg;base64," + base64.b64encode(_resized_jpeg(path)).decode("ascii")
+    url = "data:image/jpeg;base64," + (await parse_file("image", path))["jpeg"]
     _cache[key] = url
     while len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
     return url
 
 
-def _resized_jpeg(path: Path) -> bytes:
+def resized_jpeg(path: Path) -> bytes:
+    """The image at most MAX_EDGE on its longer side, as a JPEG under MAX_BYTES. Decodes
+    untrusted bytes: the daemon runs it only in the parsing process (``isolation``)."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
+    Image.MAX_IMAGE_PIXELS = None  # Pillow's own check (a warning up to 179 MP): ours below says why, once
     try:
-        with Image.open(path) as img:
+        with Image.open(path) as img:  # reads the header only
+            width, height = img.size
+            if width * height > MAX_PIXELS:
+                raise ValueError(f"{path.name} is {width}x{height} pixels; I read images up to "
+                                 f"{MAX_PIXELS // 1_000_000} megapixels")
+            img.draft("RGB", (MAX_EDGE, MAX_EDGE))  # a JPEG decodes at 1/2, 1/4 or 1/8 scale: less memory
             img = ImageOps.exif_transpose(img)  # phones store the rotation separately
             img.thumbnail((MAX_EDGE, MAX_EDGE))
             if img.mode != "RGB":
@@ -70,7 +81,7 @@ def _flatten(img: Any) -> Any:
     return background
 
 
-def with_images(messages: list[dict[str, Any]], root: Path, keep: int = RECENT_IMAGES) -> list[dict[str, Any]]:
+async def with_images(messages: list[dict[str, Any]], root: Path, keep: int = RECENT_IMAGES) -> list[dict[str, Any]]:
     """The prompt as sent: the last ``keep`` images as image parts, older (or unreadable)
     ones as a note with their path. Messages without images are passed through as they are."""
     if not any(m.get("images") for m in messages):
@@ -83,15 +94,15 @@ def with_images(messages: list[dict[str, Any]], root: Path, keep: int = RECENT_I
                 budget -= 1
             else:
                 recent[id(m)].discard(i)
-    return [_expand(m, root, recent[id(m)]) if m.get("images") else m for m in messages]
+    return [await _expand(m, root, recent[id(m)]) if m.get("images") else m for m in messages]
 
 
-def _expand(message: dict[str, Any], root: Path, shown: set[int]) -> dict[str, Any]:
+async def _expand(message: dict[str, Any], root: Path, shown: set[int]) -> dict[str, Any]:
     text = message.get("content") or ""
     parts: list[dict[str, Any]] = []
     notes = []
     for i, rel in enumerate(message["images"]):
-        url = _url(root, rel) if i in shown else None
+        url = await _url(root, rel) if i in shown else None
         if url is None:
             notes.append(f"[image: {rel}]")
         else:
@@ -103,9 +114,9 @@ def _expand(message: dict[str, Any], root: Path, shown: set[int]) -> dict[str, A
     return {**plain, "content": [{"type": "text", "text": body or "(a photo)"}, *parts]}
 
 
-def _url(root: Path, rel: str) -> str | None:
+async def _url(root: Path, rel: str) -> str | None:
     try:
-        return encode_image(root / rel)
+        return await encode_image(root / rel)
     except (OSError, ValueError) as exc:  # deleted since, or not an image after all
         log.info("image %s not sent: %s", rel, exc)
         return None

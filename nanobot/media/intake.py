@@ -16,7 +16,8 @@ from pathlib import Path
 
 from nanobot.config import Config
 from nanobot.media import kind_of
-from nanobot.media.documents import NoText, extract_text
+from nanobot.media.documents import PARSED_SUFFIXES, DocumentText, NoText, extract_text
+from nanobot.media.isolation import Unreadable, parse_file
 from nanobot.media.transcribe import TranscriptionError, check_limits, transcribe, transcription_enabled
 from nanobot.session import Session
 
@@ -112,17 +113,26 @@ def _unheard_reply(reasons: list[str], session: Session) -> str | None:
     return VOICE_OFF_HINT
 
 
+async def _document_text(path: Path) -> DocumentText:
+    """PDF and DOCX are parsed in a child process with limits; text is a bounded read here."""
+    if path.suffix.lower() not in PARSED_SUFFIXES:
+        try:
+            return await asyncio.to_thread(extract_text, path)
+        except NoText as exc:
+            raise Unreadable(str(exc), no_text=True) from None
+    parsed = await parse_file("document", path)
+    return DocumentText(parsed["text"], parsed["truncated"], parsed["pages"])
+
+
 async def _read_document(path: Path, rel: str, root: Path, found: Attachments) -> None:
     try:
-        doc = await asyncio.to_thread(extract_text, path)
-    except NoText as exc:
-        found.notes.append(f"[document {rel}: {exc}]")
-        return
-    except (ValueError, OSError) as exc:
-        found.notes.append(f"[document {rel}: could not be read: {exc}]")
+        doc = await _document_text(path)
+    except (ValueError, OSError) as exc:  # Unreadable is a ValueError
+        no_text = isinstance(exc, Unreadable) and exc.no_text
+        found.notes.append(f"[document {rel}: {exc}]" if no_text else f"[document {rel}: could not be read: {exc}]")
         return
     text_path = None
-    if path.suffix.lower() in {".pdf", ".docx"}:  # the file tools read text, not PDF
+    if path.suffix.lower() in PARSED_SUFFIXES:  # the file tools read text, not PDF
         text_file = path.with_name(path.name + ".txt")
         await asyncio.to_thread(text_file.write_text, doc.text, encoding="utf-8")
         text_path = text_file.relative_to(root).as_posix()

@@ -1,0 +1,102 @@
+"""Untrusted files are parsed in a child process with limits, never in the daemon.
+
+Any allowed user, a member chat included, can send a PDF, a DOCX or a picture built to take
+gigabytes or minutes to parse. In the daemon that stalls every chat or gets it killed for
+memory, and since the message is durable it comes back after the restart. So each parse runs
+in ``parse_child`` (CPU seconds, address space, wall time, confined where the kernel can), at
+most ``CONCURRENT`` at once, and its failure is one line for the chat. A failure is recorded
+beside the file (``.NAME.unreadable``), so a resumed turn does not parse it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ParseLimits:
+    cpu_seconds: int = 15
+    memory_bytes: int = 1 << 30  # address space: Python with lxml or Pillow loaded needs ~300 MB of it
+    wall_seconds: float = 20.0
+
+
+LIMITS = ParseLimits()
+CONCURRENT = 2  # parses at once: each may take up to LIMITS.memory_bytes
+_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+class Unreadable(ValueError):
+    """The file was refused or could not be parsed; the message is one line for the chat."""
+
+    def __init__(self, message: str, no_text: bool = False) -> None:
+        super().__init__(message)
+        self.no_text = no_text  # parsed, but there is no text in it (a scan, an empty file)
+
+
+def failure_marker(path: Path) -> Path:
+    return path.with_name(f".{path.name}.unreadable")
+
+
+async def parse_file(kind: str, path: Path, limits: ParseLimits = LIMITS) -> dict[str, Any]:
+    """What ``parse_child`` made of the file (``kind``: "document" or "image"); Unreadable
+    when it refused, failed, or failed before (the recorded reason, without parsing again)."""
+    marker = failure_marker(path)
+    previous = _recorded_failure(marker, path)
+    if previous is not None:
+        raise previous
+    slots = _slots.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(CONCURRENT))
+    async with slots:
+        result = await _run_child(kind, path, limits)
+    if "error" in result:
+        failure = Unreadable(result["error"], bool(result.get("no_text")))
+        _record_failure(marker, failure)
+        raise failure
+    return result
+
+
+async def _run_child(kind: str, path: Path, limits: ParseLimits) -> dict[str, Any]:
+    env = {"NANOBOT_PARSE_LIMITS": f"{limits.cpu_seconds},{limits.memory_bytes}"}  # no secret of the daemon's
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-I", "-m", "nanobot.media.parse_child", kind, str(path), env=env,
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(child.communicate(), limits.wall_seconds)
+    except asyncio.TimeoutError:
+        child.kill()
+        await child.wait()
+        return {"error": f"it took longer than {limits.wall_seconds:g} s to read; I stopped"}
+    except asyncio.CancelledError:  # /stop, or shutdown: the child goes too
+        child.kill()
+        raise
+    try:
+        return json.loads(out)
+    except ValueError:
+        log.warning("parsing %s ended with code %s: %s", path.name, child.returncode,
+                    err.decode(errors="replace")[-300:].strip())
+        return {"error": "it needs more memory or time to read than I allow for one file"}
+
+
+def _recorded_failure(marker: Path, path: Path) -> Unreadable | None:
+    try:
+        if marker.stat().st_mtime_ns < path.stat().st_mtime_ns:
+            return None  # the file was replaced since
+        record = json.loads(marker.read_text(encoding="utf-8"))
+        return Unreadable(str(record["error"]), bool(record.get("no_text")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _record_failure(marker: Path, failure: Unreadable) -> None:
+    try:
+        marker.write_text(json.dumps({"error": str(failure), "no_text": failure.no_text}), encoding="utf-8")
+    except OSError as exc:  # not recorded: a restart parses it again, within the same limits
+        log.warning("could not record that %s is unreadable: %s", marker.name, exc)
