@@ -39,6 +39,7 @@ class CodeRuntime(Section):
     max_tool_calls: int = Field(200, gt=0)
     max_llm_queries: int = Field(20, ge=0)
     max_output_chars: int = Field(20000, gt=0)
+    max_program_chars: int = Field(200_000, gt=0)  # longer programs are refused unparsed
     type_check: bool = False
     persist_state: bool = True
     large_input_chars: int = Field(8000, gt=0)

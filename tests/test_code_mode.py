@@ -233,3 +233,15 @@ async def test_code_shown_to_the_user_is_not_run(llm: FakeOpenAI, workspace: Pat
     assert reply_text == answer.replace("```python show\n", "```python\n")
     assert not (workspace / "ran.txt").exists() and len(llm.chat_requests) == 1
     assert "```python show" in llm.chat_requests[0]["messages"][0]["content"]  # documented in the prompt
+
+
+async def test_a_program_over_the_size_limit_is_refused_unrun_and_the_chat_goes_on(
+        llm: FakeOpenAI, workspace: Path) -> None:
+    huge = "I will run this program.\n```python\n" + 'write_file("ran.txt", "yes")\n' * 8_000 + "```"
+    llm.script(reply(huge), reply("That was too long; here is the short answer."), reply("Hi again."))
+    assert await ask(llm, workspace, "go", "hello") == ["That was too long; here is the short answer.", "Hi again."]
+    assert not (workspace / "ran.txt").exists()
+    second = llm.chat_requests[1]["messages"]
+    assert "programs may have up to 200,000 (codeRuntime.maxProgramChars). It was not run." in second[-1]["content"]
+    assert second[-2]["content"] == "I will run this program.\n[a program of 231,999 characters, not run]"
+    assert sum(len(str(m["content"])) for m in llm.chat_requests[2]["messages"]) < 20_000  # not carried on

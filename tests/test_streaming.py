@@ -144,3 +144,25 @@ async def test_the_terminal_prints_whole_lines_as_they_come_and_nothing_twice(ca
     assert capsys.readouterr().out == "First line\nSecond line\n"
     await channel.send(out("First line\nSecond line\nThird line.", kind="text"))
     assert capsys.readouterr().out == "Third line.\n"
+
+
+async def test_a_megabyte_reply_in_small_pieces_streams_in_linear_time() -> None:
+    """A model that streams a 1 MB program four characters at a time must not wedge the turn
+    (joining and re-scanning the whole text on every piece took minutes)."""
+    from nanobot.agent.streaming import ReplyStream
+
+    shown: list[str] = []
+
+    async def publish(text: str) -> None:
+        shown.append(text)
+
+    stream = ReplyStream(publish, interval=0.0)
+    text = "Sure, running it.\n```python\n" + "x = x + 1\n" * 100_000 + "```"
+
+    async def feed_all() -> None:
+        stream.begin()
+        for i in range(0, len(text), 4):
+            await stream.feed(text[i:i + 4])
+
+    await asyncio.wait_for(feed_all(), timeout=20)  # about 0.3 s here; minutes when quadratic
+    assert shown[-1] == "Sure, running it." and not any("x = x" in s for s in shown)

@@ -73,6 +73,8 @@ class CodeExecutor:
     async def run(self, code: str, ctx: ToolContext, *, limits: CodeRuntime, timezone: str, mode: str,
                   extras: dict[str, Extra] | None = None, inputs: dict[str, Any] | None = None) -> ExecutionResult:
         """Run ``code`` in the chat's Python state with every tool (and ``extras``) as functions."""
+        if len(code) > limits.max_program_chars:
+            return _too_long(code, limits)
         tools = self.deps.tools
         extras = {**(extras or {}), "use_skill": _use_skill(set(_USE_SKILL.findall(code)))}
 
@@ -174,6 +176,16 @@ class CodeExecutor:
         await db.commit()
 
 
+def _too_long(code: str, limits: CodeRuntime) -> ExecutionResult:
+    from nanobot.sandbox import ExecutionResult
+
+    return ExecutionResult(
+        error=(f"ValueError: this program is {len(code):,} characters long; programs may have up to "
+               f"{limits.max_program_chars:,} (codeRuntime.maxProgramChars). It was not run. Put data in a file "
+               "with write_file, or work in smaller steps, and keep the program short."),
+        error_type="ValueError")
+
+
 def _helpers(name: str, ctx: ToolContext) -> str:
     from nanobot.skills import skill_helpers_code
 
@@ -256,6 +268,8 @@ class CodeMode:
             reply = for_the_user(without_say(text))
             turn.add({"role": "assistant", "content": reply})
             return reply or "(done)"
+        if len(block.code) > turn.settings.code_runtime.max_program_chars:  # refused: keep the prompt small
+            text = f"{block.before}\n[a program of {len(block.code):,} characters, not run]".strip()
         turn.add({"role": "assistant", "content": text})
         turn.check_repeat("python", block.code)
         log.debug("[%s] running the model's program:\n%s", turn.session.key, block.code)

@@ -72,7 +72,7 @@ class OpenAIProvider:
         assert request.on_text is not None
         stream = await self._create(request, {**kwargs, "stream": True, "stream_options": {"include_usage": True}})
         text: list[str] = []
-        calls: dict[int, dict[str, str]] = {}
+        calls: dict[int, dict[str, Any]] = {}  # pieces in lists: += on a held string copies it each time
         finish, model, usage = None, "", Usage()
         async with stream:
             async for chunk in stream:
@@ -85,15 +85,16 @@ class OpenAIProvider:
                     if delta is None:
                         continue
                     for part in delta.tool_calls or []:
-                        call = calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
+                        call = calls.setdefault(part.index, {"id": "", "name": [], "arguments": []})
                         call["id"] = part.id or call["id"]
                         if part.function is not None:
-                            call["name"] += part.function.name or ""
-                            call["arguments"] += part.function.arguments or ""
+                            call["name"].append(part.function.name or "")
+                            call["arguments"].append(part.function.arguments or "")
                     if delta.content:
                         text.append(delta.content)
                         await request.on_text(delta.content)
-        tool_calls = [ToolCall(c["id"] or f"call_{i}", c["name"], c["arguments"]) for i, c in sorted(calls.items())]
+        tool_calls = [ToolCall(c["id"] or f"call_{i}", "".join(c["name"]), "".join(c["arguments"]))
+                      for i, c in sorted(calls.items())]
         return LLMResponse("".join(text) or None, tool_calls, usage, model, finish)
 
     async def _create(self, request: ChatRequest, extra: dict[str, Any]) -> Any:
