@@ -43,7 +43,7 @@ REQUESTS = iter(range(1, 10**9))
 
 def model(body: dict) -> object:
     """An echo that names the model call it came from: "re: m12 #345"."""
-    text = body["messages"][-1]["content"]
+    text = [m["content"] for m in body["messages"] if m["role"] == "user" and m["content"] != RESUMED_NOTE][-1]
     return delayed(reply(f"re: {text.split(chr(10))[-1]} #{next(REQUESTS)}"), random.uniform(0, 0.04))
 
 

@@ -11,6 +11,7 @@ import pytest
 from channels.base import SendFailed
 from channels.telegram import TelegramChannel
 from nanobot.config import Config
+from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.delivery.outbox import SendGate
 from nanobot.db import open_db
 from nanobot.bus import OutboundMessage
@@ -122,7 +123,9 @@ async def test_unanswered_messages_are_resumed_at_start_in_order(config: Config,
     async with running_gateway(config):
         await tg.wait_until(lambda: len(texts(tg, ALICE)) == 4, timeout=15)
     one, two, three = texts(tg, ALICE)[1:]
-    assert one.startswith("re: [nanobot was restarted while answering") and one.endswith("\none")
+    assert one == f"re: {RESUMED_NOTE}"
+    resumed = [r for r in llm.chat_requests if r["messages"][-1]["content"] == RESUMED_NOTE]
+    assert [m["content"] for m in resumed[0]["messages"] if m["role"] == "user"] == ["one", RESUMED_NOTE]
     assert (two, three) == ("re: two", "re: three")
     assert await outbox_rows(home) == [(str(ALICE), "sent")] * 3  # the notice is not kept
 

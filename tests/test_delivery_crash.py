@@ -33,7 +33,9 @@ async def fakes(home: Path, workspace: Path) -> AsyncIterator[tuple[FakeOpenAI, 
 
 
 def echo(body: dict) -> dict:
-    return reply("re: " + body["messages"][-1]["content"].split("\n")[-1])
+    """Answers the last message the user wrote (a resumed turn ends with a note, not a repeat)."""
+    asked = [m["content"] for m in body["messages"] if m["role"] == "user" and m["content"] != RESUMED_NOTE]
+    return reply("re: " + asked[-1].split("\n")[-1])
 
 
 def texts(tg: FakeTelegram, chat: int = ALICE) -> list[str]:
@@ -108,7 +110,12 @@ async def test_killed_mid_turn_the_message_is_resumed_and_answered_once(
     await restart_until(home, tg, tmp_path / "gw.log", lambda: len(tg.sent) == 3)
     assert texts(tg) == ["re: hello", "re: sent while it was down"] and texts(tg, BOB) == ["re: me too"]
     resumed = [r for r in llm.chat_requests if RESUMED_NOTE in r["messages"][-1]["content"]]
-    assert len(resumed) == 1 and resumed[0]["messages"][-1]["content"].endswith("\nhello")
+    assert len(resumed) == 1 and resumed[0]["messages"][-1]["content"] == RESUMED_NOTE
+    asked = [m["content"] for m in resumed[0]["messages"] if m["role"] == "user"]
+    assert asked == ["hello", RESUMED_NOTE]  # the recorded message, once, then the note
+    lines = [json.loads(line) for line in (home / "sessions" / f"telegram_{ALICE}.jsonl").read_text().splitlines()]
+    assert [m["content"] for m in lines if m.get("role") == "user"] == ["hello", RESUMED_NOTE,
+                                                                         "sent while it was down"]
 
 
 async def test_killed_between_send_and_mark_at_most_that_reply_repeats(

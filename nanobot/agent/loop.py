@@ -24,6 +24,7 @@ from nanobot.agent.streaming import ReplyStream
 from nanobot.agent.memory import Consolidator, prompt_history
 from nanobot.agent.modes import get_mode
 from nanobot.config import AgentSettings
+from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.media.images import RECENT_IMAGES, image_count, sent_images, with_images
 from nanobot.media.intake import Attachments, read_attachments
 from nanobot.media.vision import is_blind, rejects_images, remember_blind
@@ -159,7 +160,7 @@ class Turn:
         self.session.append({"role": "assistant", "content": reply})
         return reply
 
-    async def run(self, content: str, attachments: Attachments) -> str:
+    async def run(self, content: str, attachments: Attachments, *, resumed: bool = False) -> str:
         system = build_system_prompt(self.deps.config.workspace_path, self.settings.timezone,
                                      self.mode.prompt_section(self),
                                      "\n\n".join(extra(self.ctx) for extra in self.deps.system_extras),
@@ -170,6 +171,8 @@ class Turn:
         user: dict[str, Any] = {"role": "user", "content": self.mode.user_content(self, content, attachments)}
         if attachments.images:  # the paths only: the pictures are read again for each request
             user["images"] = attachments.images
+        if resumed:  # the message, and what the cut turn did, are in the history above: said once
+            user = {"role": "user", "content": RESUMED_NOTE}
         self.add(user)
         for _ in range(self.settings.max_iterations):
             self.fit_prompt()
@@ -208,8 +211,10 @@ class Agent:
 
     async def handle(self, session_key: str, content: str, *, media: list[str] | None = None,
                      progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None,
-                     stream: ReplyStream | None = None, durations: dict[str, float] | None = None) -> str:
-        """A chat message: a command's answer, or a full agent turn."""
+                     stream: ReplyStream | None = None, durations: dict[str, float] | None = None,
+                     resumed: bool = False) -> str:
+        """A chat message: a command's answer, or a full agent turn (``resumed``: one cut by a
+        restart, whose message is in the history already)."""
         content = clean_text(content)  # one bad character must not poison the chat's history
         if origin is not None and origin.private:
             remember_peer(self.session(session_key), origin)
@@ -217,11 +222,12 @@ class Agent:
         if answer is not None:
             return answer
         return await self.run_turn(session_key, content, media=media, progress=progress, mode=mode, origin=origin,
-                                   stream=stream, durations=durations)
+                                   stream=stream, durations=durations, resumed=resumed)
 
     async def run_turn(self, session_key: str, content: str, *, media: list[str] | None = None,
                        progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None,
-                       stream: ReplyStream | None = None, durations: dict[str, float] | None = None) -> str:
+                       stream: ReplyStream | None = None, durations: dict[str, float] | None = None,
+                       resumed: bool = False) -> str:
         """``durations``: seconds of recordings among ``media``, as the platform reported them."""
         session = self.session(session_key)
         if self.deps.services.mcp is not None:  # `nanobot agent`: the first turn starts them
@@ -239,7 +245,7 @@ class Agent:
             if attachments.reply is not None:  # a voice note nobody could hear: no model call
                 return attachments.reply
             content = attachments.text(content)
-            reply = await turn.run(content, attachments)
+            reply = await turn.run(content, attachments, resumed=resumed)
             outcome = turn.outcome
         except TurnEnded as ended:
             reply, outcome = ended.reply, ended.outcome

@@ -4,8 +4,9 @@ A message counts as finished when its reply is in the outbox (``Outbox.put(finis
 or it needs none (``/stop`` of it, an empty reply). At start every unfinished message is
 queued again in its chat's order. If its turn had begun before the crash (the chat's history
 says so: the dispatcher records the message's ``intake_id`` in the session's meta when the
-turn starts), the turn is run again with a note: what the first attempt did is in the
-history above, so the model can carry on instead of repeating side effects blindly.
+turn starts, and where in the history its message goes), the turn is run again on the
+message already recorded, followed by a note: what the first attempt did is in the history
+after it, so the model can carry on instead of repeating side effects blindly.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STARTED_META = "intake_started"  # session meta: the intake id of the chat's latest turn begun
-RESUMED_NOTE = ("[nanobot was restarted while answering the message below. Anything in the history after "
-                "that message already happened (messages sent, files written, commands run): do not redo it, "
-                "carry on from where it stopped.]")
+STARTED_AT_META = "intake_started_at"  # session meta: where in the history that turn's message went
+RESUMED_NOTE = ("[nanobot was restarted while answering my last message above. Anything in the history after "
+                "it already happened (messages sent, files written, commands run): do not redo it; carry on "
+                "from where it stopped and answer it.]")
 
 
 class DurableIntake:

@@ -20,7 +20,7 @@ from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin
 from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import EPHEMERAL, InboundMessage, MessageBus, OutboundMessage
-from nanobot.delivery.intake import RESUMED_NOTE, STARTED_META
+from nanobot.delivery.intake import STARTED_AT_META, STARTED_META
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -108,10 +108,11 @@ class SessionWorker:
                 try:
                     started = True
                     self.stream = d.reply_stream(msg)
-                    content = mark_started(d.agent.session(self.key), msg)
-                    return await d.agent.handle(self.key, content, media=msg.media, mode=msg.metadata.get("mode"),
+                    resumed = mark_started(d.agent.session(self.key), msg)
+                    return await d.agent.handle(self.key, msg.content, media=msg.media, mode=msg.metadata.get("mode"),
                                                 progress=lambda text: d.send(msg, text), origin=origin_of(msg),
-                                                stream=self.stream, durations=msg.metadata.get("durations"))
+                                                stream=self.stream, durations=msg.metadata.get("durations"),
+                                                resumed=resumed)
                 finally:
                     if typing is not None:
                         await _cancel(typing)
@@ -284,13 +285,18 @@ class Dispatcher:
 _REPLY_FUTURE = "reply_future"
 
 
-def mark_started(session: Session, msg: InboundMessage) -> str:
-    """Note in the chat's history that ``msg``'s turn begins (a crash from now on resumes it
-    with a note), and the text to run: with that note when this is such a resumption."""
+def mark_started(session: Session, msg: InboundMessage) -> bool:
+    """Note in the chat's history that ``msg``'s turn begins and where its message will go (a
+    crash from now on resumes it); whether this run resumes a turn whose message is recorded
+    already (it is then not written again: the model sees it once, then a note)."""
     intake_id = msg.metadata.get("intake_id")
+    at = session.meta.get(STARTED_AT_META)
+    if msg.metadata.get("resumed") and isinstance(at, int) and at < len(session.messages) \
+            and session.messages[at].get("role") == "user":
+        return True
     if intake_id is not None:
-        session.set_meta(**{STARTED_META: intake_id})
-    return f"{RESUMED_NOTE}\n{msg.content}" if msg.metadata.get("resumed") else msg.content
+        session.set_meta(**{STARTED_META: intake_id, STARTED_AT_META: len(session.messages)})
+    return False
 
 
 def origin_of(msg: InboundMessage) -> Origin:
