@@ -352,9 +352,23 @@ def test_cli_add_list_remove(home: Path, tmp_path: Path, owner_config: None):
     assert (home / "nanobot.db").exists()
 
 
-def test_cli_run_requests_a_run(home: Path, owner_config: None):
+def test_cli_run_without_a_gateway_refuses(home: Path, owner_config: None):
     job_id = invoke("add", "--every", "60", "--message", "hi").stdout.strip()
     result = invoke("run", job_id)
+    assert result.exit_code == 1 and "no gateway is running" in result.stderr and not result.stdout
+
+
+def test_cli_run_requests_a_run(home: Path, owner_config: None):
+    from nanobot.gateway.lock import GatewayLock
+
+    job_id = invoke("add", "--every", "60", "--message", "hi").stdout.strip()
+    lock = GatewayLock(home)  # what a running gateway holds (the CLI reads only this lock)
+    lock.acquire()
+    try:
+        result = invoke("run", job_id)
+        timed_out = invoke("run", job_id, "--wait", "0.3")
+    finally:
+        lock.release()
     assert result.exit_code == 0 and "requested" in result.stdout
 
     async def check() -> bool:
@@ -365,7 +379,6 @@ def test_cli_run_requests_a_run(home: Path, owner_config: None):
             await store.close()
 
     assert asyncio.run(check()) is True
-    timed_out = invoke("run", job_id, "--wait", "0.3")
     assert timed_out.exit_code == 1 and "is the gateway running" in timed_out.stderr
 
 

@@ -238,11 +238,16 @@ def run(
     """Ask the running gateway to run the job now, once, even if disabled; its schedule is unchanged.
 
     The request is stored in the database and the gateway picks it up within about a second.
-    If no gateway is running, the job runs when the gateway next starts.
+    With no gateway running nothing could run it (its output goes to a chat), so it is refused.
     """
 
     async def action(store: CronStore, config: Config) -> None:
         await _existing(store, job_id)
+        from nanobot.gateway.lock import running_gateway_pid  # not at the top: the gateway package is heavy
+
+        if running_gateway_pid(nanobot_home()) is None:
+            raise CliError(f"no gateway is running on {nanobot_home()}, so nothing would run job {job_id} or "
+                           "deliver its output; start it (nanobot gateway, or the systemd service) and try again", 1)
         previous = await store.runs(job_id, limit=1)
         await store.request_run(job_id)
         if wait <= 0:
