@@ -65,6 +65,15 @@ async def test_unreachable_model_is_a_clear_reply_not_a_traceback(home: Path, wo
     assert code == 1 and "could not reach the model server" in out and "Traceback" not in out + err
 
 
+@pytest.mark.parametrize("mode", ["tools", "code"])
+async def test_an_empty_answer_is_a_failure_not_done(home: Path, workspace: Path, mode: str) -> None:
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url, mode=mode)
+        llm.script(reply(""))
+        code, out, _ = await nanobot("agent", "-m", "hi", home=home)
+    assert code == 1 and "The model sent an empty answer" in out and "(done)" not in out
+
+
 async def test_onboard_then_status(home: Path, tmp_path: Path) -> None:
     code, out, _ = await nanobot("onboard", home=home)
     assert code == 0 and (home / "config.json").exists()

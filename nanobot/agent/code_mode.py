@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot.agent.context import render_prompt
-from nanobot.agent.markup import extract_code, for_the_user, say_notes, strip_think, without_say
+from nanobot.agent.markup import answer_or_failure, extract_code, for_the_user, say_notes, strip_think, without_say
 from nanobot.agent.modes import (LONG_MESSAGE_META, ToolsMode, attachments_note, keep_long_message,
                                  long_message_preview, run_tool_call)
 from nanobot.config import CodeRuntime, Config
@@ -267,7 +267,7 @@ class CodeMode:
         if block is None:
             reply = for_the_user(without_say(text))
             turn.add({"role": "assistant", "content": reply})
-            return reply or "(done)"
+            return answer_or_failure(reply)
         if len(block.code) > turn.settings.code_runtime.max_program_chars:  # refused: keep the prompt small
             text = f"{block.before}\n[a program of {len(block.code):,} characters, not run]".strip()
         turn.add({"role": "assistant", "content": text})

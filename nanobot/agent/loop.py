@@ -18,7 +18,7 @@ from nanobot.agent.budget import drop_oldest_history, estimate_tokens, prompt_bu
 from nanobot.agent.commands import handle_command
 from nanobot.agent.context import build_system_prompt
 from nanobot.agent.deps import AgentDeps
-from nanobot.agent.markup import strip_think
+from nanobot.agent.markup import FailedReply, strip_think
 from nanobot.agent.spend import BudgetSpent, metered_chat
 from nanobot.agent.streaming import ReplyStream
 from nanobot.agent.memory import Consolidator, prompt_history
@@ -42,10 +42,6 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], Awaitable[None]]
 
 REPEAT_LIMIT = 3  # the same call with the same arguments this often in one turn: the model is stuck
-
-
-class FailedReply(str):
-    """A reply that tells the user the turn failed (``nanobot agent -m`` exits 1 on it)."""
 
 
 class TurnEnded(Exception):

@@ -13,6 +13,18 @@ _FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
 _SHOW_FENCE = re.compile(r"```(python|py)[ \t]+show[ \t]*\n", re.IGNORECASE)
 
 
+class FailedReply(str):
+    """A reply that tells the user the turn failed (``nanobot agent -m`` exits 1 on it)."""
+
+
+EMPTY_ANSWER = "(The model sent an empty answer. Please ask again, or pick another model with /model.)"
+
+
+def answer_or_failure(reply: str) -> str:
+    """The reply to send: the model's text, or, when it is empty, a failure that says so."""
+    return reply if reply.strip() else FailedReply(EMPTY_ANSWER)
+
+
 def strip_think(text: str | None) -> str:
     """Remove reasoning blocks (closed, or left open at the end) that some models emit."""
     return _THINK.sub("", text or "").strip()

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nanobot.agent.context import render_prompt
-from nanobot.agent.markup import strip_think, text_tool_calls
+from nanobot.agent.markup import answer_or_failure, strip_think, text_tool_calls
 from nanobot.providers.base import LLMResponse, ToolCall, parse_arguments
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class ToolsMode:
         else:
             reply = strip_think(content)
             turn.add({"role": "assistant", "content": reply})
-            return reply or "(no reply)"
+            return answer_or_failure(reply)
         return turn.final
 
     async def run_call(self, turn: Turn, name: str, raw_arguments: str) -> str:
