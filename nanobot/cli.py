@@ -20,7 +20,7 @@ from nanobot.db import HomeError, check_writable
 from nanobot.workspace_template import copy_template
 from nanobot.config import Config, ConfigError, config_path, load_config, nanobot_home, private_dir, write_private
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="nanobot: a self-hosted AI assistant whose model can answer with code.")
 
 DEMO_RECORDING = Path(__file__).resolve().parent / "demo" / "demo.jsonl"
@@ -41,7 +41,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def main_options(ctx: typer.Context,
-                 config: Optional[Path] = typer.Option(None, "--config", help="config file (default $NANOBOT_HOME/config.json)"),
+                 config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="config file (default $NANOBOT_HOME/config.json)"),
                  verbose: bool = typer.Option(False, "--verbose", "-v", help="log what the agent does"),
                  version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                               help="print the version and exit")) -> None:
@@ -87,7 +87,10 @@ def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", hel
     private_dir(nanobot_home())
     copy_template(config.workspace_path)
     typer.echo(f"Workspace: {config.workspace_path}")
-    typer.echo("Next: set providers.openai.apiKey (and apiBase for other servers), then run: nanobot agent")
+    if config.provider_config().api_key or config.provider_config().api_base:
+        typer.echo("Next: nanobot agent")
+    else:
+        typer.echo("Next: set providers.openai.apiKey (and apiBase for other servers), then run: nanobot agent")
 
 
 def _keep_secrets(fresh: Config, old: Config) -> Config:
@@ -100,9 +103,9 @@ def _keep_secrets(fresh: Config, old: Config) -> Config:
 
 @app.command()
 def agent(ctx: typer.Context,
-          message: Optional[str] = typer.Option(None, "--message", "-m", help="one message; omit for a chat"),
-          session: str = typer.Option("cli:default", "--session", help="session key"),
-          mode: Optional[str] = typer.Option(None, "--mode", help="tools, code or hybrid"),
+          message: Optional[str] = typer.Option(None, "--message", "-m", metavar="TEXT", help="one message; omit for a chat"),
+          session: str = typer.Option("cli:default", "--session", metavar="KEY", help="session key"),
+          mode: Optional[str] = typer.Option(None, "--mode", metavar="MODE", help="tools, code or hybrid"),
           demo: bool = typer.Option(False, "--demo", help="offline, with a recorded model and a temporary workspace")) -> None:
     """Talk to the agent: one message with -m, or an interactive chat."""
     if mode is not None and mode not in ("tools", "code", "hybrid"):
@@ -306,7 +309,8 @@ def trust_lines(config: Config) -> list[str]:
 
     owners = [f"{name} {', '.join(owner_ids(channel_section(config, name))) or '(none)'}"
               for name in config.channels.enabled_names()]
-    lines = [f"Owners:    {'; '.join(owners) or 'the terminal only'} (owner chats: private chats with them, and cli)",
+    who = f"{'; '.join(owners)} in private chats, and the terminal" if owners else "the terminal only"
+    lines = [f"Owners:    {who}",
              f"Notices:   {owner_chat(config) or 'no owner chat yet: logged only'}",
              f"Shell:     {shell_status(config)}"]
     shadowing = shadowing_skills(config.workspace_path)
@@ -340,7 +344,7 @@ def gateway(ctx: typer.Context) -> None:
     sys.exit(code)
 
 
-pairing_app = typer.Typer(no_args_is_help=True,
+pairing_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                           help="Admit people who wrote to the bot: list codes, approve or deny one, revoke an approval.")
 app.add_typer(pairing_app, name="pairing")
 

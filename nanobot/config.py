@@ -11,12 +11,15 @@ import json
 import functools
 import os
 import re
+import types
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model,
+                      model_validator)
+from pydantic_settings.exceptions import SettingsError
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -67,6 +70,14 @@ def _check_http_proxy(url: str | None) -> str | None:
 
 
 HttpProxy = Annotated[str, AfterValidator(_check_http_proxy)]
+
+
+def _id_text(value: Any) -> Any:
+    """Ids written as JSON numbers (``"allowFrom": [111]``) are ids all the same."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+Id = Annotated[str, BeforeValidator(_id_text)]
 
 
 class ModelChoice(Section):
@@ -148,8 +159,8 @@ class ProviderConfig(Section):
 class TelegramConfig(Section):
     enabled: bool = False
     token: str = ""
-    allow_from: list[str] = []
-    owners: list[str] = []
+    allow_from: list[Id] = []
+    owners: list[Id] = []
     api_base: str | None = None
     group_policy: Literal["mention", "open"] = "mention"
     proxy: HttpProxy | None = None
@@ -159,8 +170,8 @@ class TelegramConfig(Section):
 class DiscordConfig(Section):
     enabled: bool = False
     token: str = ""
-    allow_from: list[str] = []
-    owners: list[str] = []
+    allow_from: list[Id] = []
+    owners: list[Id] = []
     api_base: str | None = None
     gateway_url: str | None = None
     group_policy: Literal["mention", "open"] = "mention"
@@ -310,13 +321,17 @@ def _snake(name: str) -> str:
 _USER_KEYED = ("overrides", "providers", "mcp_servers", "env", "headers", "models", "prices")
 
 
-def _snake_keys(value: Any, *, keep_keys: bool = False) -> Any:
-    """Rename camelCase keys to snake_case, except the user's own keys (see ``_USER_KEYED``)."""
+def _snake_keys(value: Any, *, keep_keys: bool = False, where: str = "") -> Any:
+    """Rename camelCase keys to snake_case, except the user's own keys (see ``_USER_KEYED``).
+    A snake_case key is refused: next to its camelCase twin one of them would silently win."""
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
+            if not keep_keys and "_" in key:
+                raise ConfigError(f"unknown key '{where}{key}' (keys are camelCase: {to_camel(key)})")
             new_key = key if keep_keys else _snake(key)
-            out[new_key] = _snake_keys(item, keep_keys=new_key in _USER_KEYED and not keep_keys)
+            out[new_key] = _snake_keys(item, keep_keys=new_key in _USER_KEYED and not keep_keys,
+                                       where=f"{where}{key}.")
         return out
     return value
 
@@ -356,20 +371,32 @@ class Config(BaseSettings):
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
         return (init_settings, env_settings, _JsonFileSource(settings_cls, _FILE_DATA.get()))
 
-    @model_validator(mode="after")
-    def _known_providers(self) -> Config:
-        """Every provider a model choice names exists (else the first failover would crash)."""
-        choices = [*self.agents.defaults.fallbacks, *self.agents.models.values(),
-                   *(c for o in self.agents.overrides.values() for c in (o.fallbacks or []))]
-        for choice in choices:
-            if choice.provider not in self.providers:
-                raise ValueError(f"model {choice.model!r} names provider {choice.provider!r}, which is not in "
-                                 f"providers ({', '.join(self.providers)})")
-        heard = self.tools.transcription.provider
-        if heard and heard not in self.providers:
-            raise ValueError(f"tools.transcription.provider names {heard!r}, which is not in "
-                             f"providers ({', '.join(self.providers)})")
-        return self
+    def problems(self) -> list[tuple[tuple[Any, ...], str]]:
+        """What refers to something that is not there, as (key path, why): a provider no entry
+        of ``providers`` defines (the first call or failover would fail), a channel switched
+        on without its token (it would retry forever)."""
+        found: list[tuple[tuple[Any, ...], str]] = []
+        known = ", ".join(self.providers) or "none"
+
+        def provider(loc: tuple[Any, ...], name: str | None) -> None:
+            if name and name not in self.providers:
+                found.append((loc, f"names provider {name!r}, which is not in providers ({known})"))
+
+        provider(("agents", "defaults", "provider"), self.agents.defaults.provider)
+        for i, choice in enumerate(self.agents.defaults.fallbacks):
+            provider(("agents", "defaults", "fallbacks", i, "provider"), choice.provider)
+        for key, choice in self.agents.models.items():
+            provider(("agents", "models", key, "provider"), choice.provider)
+        for key, override in self.agents.overrides.items():
+            provider(("agents", "overrides", key, "provider"), override.provider)
+            for i, choice in enumerate(override.fallbacks or []):
+                provider(("agents", "overrides", key, "fallbacks", i, "provider"), choice.provider)
+        provider(("tools", "transcription", "provider"), self.tools.transcription.provider)
+        for name in ("telegram", "discord"):
+            section = getattr(self.channels, name)
+            if section.enabled and not section.token.strip():
+                found.append((("channels", name, "token"), f"is empty while channels.{name}.enabled is true"))
+        return found
 
     # ---- derived values -------------------------------------------------------------
     @property
@@ -452,7 +479,10 @@ def _read_file(path: Path, required: bool) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a JSON object")
-    return _snake_keys(data)
+    try:
+        return _snake_keys(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:
@@ -470,19 +500,72 @@ def _env_source(loc: tuple[Any, ...]) -> str | None:
     return None
 
 
+# The file's own shape, validated strictly (``true`` is no temperature, ``"yes"`` no boolean);
+# environment variables are text by nature and go through Config's usual conversions.
+_FileShape = create_model("ConfigFile", __config__=ConfigDict(extra="forbid"),
+                          **{name: (field.annotation, field) for name, field in Config.model_fields.items()})
+
+
+def _bad_value(source: str, loc: tuple[Any, ...], message: str) -> ConfigError:
+    return ConfigError(f"{source}: invalid value for '{_key_path(loc)}': {message}")
+
+
+def _validation_error(exc: ValidationError, path: Path, *, from_file: bool) -> ConfigError:
+    err = exc.errors()[0]
+    source = str(path) if from_file else _env_source(err["loc"]) or str(path)
+    if err["type"] == "extra_forbidden":
+        return ConfigError(f"{source}: unknown key '{_key_path(err['loc'])}'")
+    return _bad_value(source, err["loc"], err["msg"].removeprefix("Value error, "))
+
+
+def _env_parse_error(exc: SettingsError) -> ConfigError:
+    """pydantic-settings names only the top-level field; find the variable that holds bad JSON
+    (a list, a map or a section is read as JSON; a plain value never is)."""
+    for name, value in sorted(os.environ.items()):
+        parts = name.upper().removeprefix("NANOBOT_").lower().split("__")
+        if not name.upper().startswith("NANOBOT_") or not _is_structured(Config, parts):
+            continue
+        try:
+            json.loads(value)
+        except ValueError as bad:
+            return ConfigError(f"environment variable {name}: invalid JSON ({bad.msg} at column {bad.colno}); "
+                               """lists and objects are written as JSON, e.g. '["111"]'""")
+    return ConfigError(f"environment: {exc}")
+
+
+def _is_structured(annotation: Any, parts: list[str]) -> bool:
+    """Whether the setting at ``parts`` under ``annotation`` is a list, a map or a section."""
+    while get_origin(annotation) in (Union, types.UnionType):  # Optional[X], X | None
+        annotation = next(a for a in get_args(annotation) if a is not type(None))
+    if not parts:
+        return get_origin(annotation) in (list, dict) or isinstance(annotation, type) and issubclass(annotation,
+                                                                                                     BaseModel)
+    if get_origin(annotation) is dict:
+        return _is_structured(get_args(annotation)[1], parts[1:])
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) and parts[0] in annotation.model_fields:
+        return _is_structured(annotation.model_fields[parts[0]].annotation, parts[1:])
+    return False
+
+
 def load_config(explicit: str | Path | None = None) -> tuple[Config, Path]:
-    """Load and validate; every problem becomes one ConfigError line naming the key and file."""
+    """Load and validate; every problem becomes one ConfigError line naming the key and file
+    (or environment variable)."""
     path, required = config_path(explicit)
-    token = _FILE_DATA.set(_read_file(path, required))
+    data = _read_file(path, required)
     try:
-        return Config(), path
+        _FileShape.model_validate(data, strict=True)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        key = _key_path(err["loc"])
-        source = _env_source(err["loc"]) or str(path)
-        if err["type"] == "extra_forbidden":
-            raise ConfigError(f"{source}: unknown key '{key}'") from None
-        message = err["msg"].removeprefix("Value error, ")
-        raise ConfigError(f"{source}: invalid value for '{key}': {message}") from None
+        raise _validation_error(exc, path, from_file=True) from None
+    token = _FILE_DATA.set(data)
+    try:
+        config = Config()
+    except ValidationError as exc:
+        raise _validation_error(exc, path, from_file=False) from None
+    except SettingsError as exc:
+        raise _env_parse_error(exc) from None
     finally:
         _FILE_DATA.reset(token)
+    for loc, message in config.problems():
+        raise _bad_value(_env_source(loc) or str(path), loc, message)
+    return config, path
+

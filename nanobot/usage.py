@@ -55,8 +55,13 @@ class ModeTotals:
     def summary(self) -> str:
         failed_calls = f" ({self.failed_calls} failed)" if self.failed_calls else ""
         cost = f", ${self.cost_usd:.4f}" if self.cost_usd else ""
-        return (f"{self.model_calls} model calls{failed_calls}, {self.prompt_tokens} prompt + {self.completion_tokens} "
-                f"completion tokens{cost}, {self.executions} executions, {self.failures} failed")
+        return (f"{plural(self.model_calls, 'model call')}{failed_calls}, {self.prompt_tokens} prompt + "
+                f"{self.completion_tokens} completion tokens{cost}, {plural(self.executions, 'execution')}, "
+                f"{self.failures} failed")
+
+
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 class UsageStore:

@@ -74,6 +74,13 @@ async def test_an_empty_answer_is_a_failure_not_done(home: Path, workspace: Path
     assert code == 1 and "The model sent an empty answer" in out and "(done)" not in out
 
 
+@pytest.mark.parametrize("command", [["agent"], ["cron", "add"], ["mcp", "call"], ["pairing", "list"], ["gateway"]])
+async def test_help_shows_no_type_placeholders(home: Path, command: list[str]) -> None:
+    code, out, _ = await nanobot(*command, "--help", home=home)
+    assert code == 0 and "nanobot" in out.split("\n")[0] and "<bool>" not in out
+    assert "<str>" not in out.split("Options:")[1]  # options name their value: TEXT, KEY, PATH
+
+
 async def test_onboard_then_status(home: Path, tmp_path: Path) -> None:
     code, out, _ = await nanobot("onboard", home=home)
     assert code == 0 and (home / "config.json").exists()

@@ -197,7 +197,7 @@ async def test_status_command_shows_usage_per_mode(llm: FakeOpenAI, workspace: P
     llm.script(reply("```python\nfinal_answer('hi')\n```"))
     [_, status] = await ask(llm, workspace, "hello", "/status", session="telegram:8")
     assert status.startswith("Session telegram:8: 4 messages, mode code, model fake-model.")
-    assert "code: 1 model calls, 10 prompt + 5 completion tokens, 1 executions, 0 failed" in status
+    assert "code: 1 model call, 10 prompt + 5 completion tokens, 1 execution, 0 failed" in status
 
 
 async def test_use_skill_defines_helpers_in_the_session(llm: FakeOpenAI, workspace: Path) -> None:

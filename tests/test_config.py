@@ -25,7 +25,8 @@ def test_defaults_work_without_a_file(home: Path) -> None:
 
 
 def test_camel_case_file_is_read(tmp_path: Path) -> None:
-    path = write(tmp_path / "c.json", {"agents": {"defaults": {"maxTokens": 77, "codeRuntime": {"maxToolCalls": 3}},
+    path = write(tmp_path / "c.json", {"agents": {"defaults": {"maxTokens": 77, "codeRuntime": {"maxToolCalls": 3},
+                                                               "provider": "local"},
                                                   "overrides": {"telegram:1": {"executionMode": "tools"}}},
                                        "providers": {"local": {"apiBase": "http://127.0.0.1:1/v1"}}})
     config, _ = load_config(path)
@@ -61,6 +62,16 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"agents": {"defaults": {"maxTokens": "lots"}}}, "invalid value for 'agents.defaults.maxTokens'"),
     ({"agents": {"defaults": {"executionMode": "magic"}}}, "invalid value for 'agents.defaults.executionMode'"),
     ({"channels": {"telegram": {"enabled": "maybe"}}}, "invalid value for 'channels.telegram.enabled'"),
+    ({"channels": {"telegram": {"enabled": "yes"}}}, "invalid value for 'channels.telegram.enabled'"),
+    ({"agents": {"defaults": {"temperature": True}}}, "invalid value for 'agents.defaults.temperature'"),
+    ({"channels": {"telegram": {"allowFrom": ["1"], "allow_from": ["2"]}}},
+     "unknown key 'channels.telegram.allow_from' (keys are camelCase: allowFrom)"),
+    ({"agents": {"defaults": {"provider": "nope"}}},
+     "invalid value for 'agents.defaults.provider': names provider 'nope', which is not in providers (openai)"),
+    ({"agents": {"defaults": {"fallbacks": [{"provider": "x", "model": "m"}]}}},
+     "invalid value for 'agents.defaults.fallbacks.0.provider': names provider 'x'"),
+    ({"channels": {"telegram": {"enabled": True, "token": ""}}},
+     "invalid value for 'channels.telegram.token': is empty while channels.telegram.enabled is true"),
     ({"channels": {"telegram": {"proxy": "socks5://127.0.0.1:1080"}}}, "not an http:// or https:// proxy URL"),
     ('{"agents": {', "invalid JSON at line 1"),
     ("[1, 2]", "top level must be a JSON object"),
@@ -104,3 +115,32 @@ def test_example_config_loads_and_shows_every_key() -> None:
     documented = set(_key_paths(json.loads(example.read_text())))
     assert set(_key_paths(json.loads(Config().to_json()))) <= documented
     assert config.agents.overrides
+
+
+def test_ids_written_as_numbers_are_ids(tmp_path: Path) -> None:
+    path = write(tmp_path / "c.json", {"channels": {"telegram": {"allowFrom": [111, "bob"], "owners": [111]}}})
+    config, _ = load_config(path)
+    assert config.channels.telegram.allow_from == ["111", "bob"] and config.channels.telegram.owners == ["111"]
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("NANOBOT_AGENTS__DEFAULTS__FALLBACKS", "x", "environment variable NANOBOT_AGENTS__DEFAULTS__FALLBACKS: invalid JSON"),
+    ("NANOBOT_TOOLS__MCP_SERVERS", "{bad", "environment variable NANOBOT_TOOLS__MCP_SERVERS: invalid JSON"),
+    ("NANOBOT_AGENTS__DEFAULTS__PROVIDER", "nope",
+     "environment variable NANOBOT_AGENTS__DEFAULTS__PROVIDER: invalid value for 'agents.defaults.provider'"),
+])
+def test_a_bad_environment_variable_is_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         name: str, value: str, expected: str) -> None:
+    path = write(tmp_path / "c.json", {"agents": {"defaults": {"model": "m"}}})
+    monkeypatch.setenv("NANOBOT_AGENTS__DEFAULTS__MODEL", "plain-text-is-fine")
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value).startswith(expected) and "\n" not in str(err.value) and str(path) not in str(err.value)
+
+
+def test_environment_values_are_converted_and_lists_are_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NANOBOT_AGENTS__DEFAULTS__TEMPERATURE", "0.5")
+    monkeypatch.setenv("NANOBOT_CHANNELS__TELEGRAM__ALLOW_FROM", '["111", 222]')
+    config, _ = load_config(write(tmp_path / "c.json", {}))
+    assert config.agents.defaults.temperature == 0.5 and config.channels.telegram.allow_from == ["111", "222"]

@@ -345,7 +345,7 @@ def test_cli_add_list_remove(home: Path, tmp_path: Path, owner_config: None):
         assert cell in weekly
     next_run = datetime.strptime(re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", weekly)[0], "%Y-%m-%d %H:%M")
     assert next_run.strftime("%a %H:%M") == "Sun 09:00"  # shown in the job's zone
-    assert any("every 60s" in row and "telegram:42" in row and "prompt" in row for row in rows)  # the owner's chat
+    assert any("every 1m" in row and "telegram:42" in row and "prompt" in row for row in rows)  # the owner's chat
 
     assert invoke("remove", job_id).exit_code == 0
     assert job_id not in invoke("list").stdout
@@ -409,7 +409,7 @@ def test_cli_without_an_owner_chat_needs_to(home: Path):
 
 def test_cli_every_takes_durations_and_runs_shows_history(home: Path, owner_config: None):
     job_id = invoke("add", "--every", "1h30m", "--message", "x").stdout.strip()
-    assert "every 5400s" in invoke("list").stdout
+    assert "every 1h30m" in invoke("list").stdout
 
     async def record() -> None:
         store = await CronStore.open(home / "nanobot.db")
@@ -465,3 +465,11 @@ async def test_a_missed_interval_run_is_caught_up_within_the_grace(store, make_s
     await store.update_next_run(job.id, utcnow() - timedelta(seconds=30))
     await make_service(runner, grace_seconds=60)
     await asyncio.wait_for(ran.wait(), 5)
+
+
+def test_schedules_are_described_with_units() -> None:
+    from nanobot.cron.schedule import describe
+
+    assert [describe("every", s) for s in ("60", "90", "5400", "86400")] == \
+        ["every 1m", "every 1m30s", "every 1h30m", "every 1d"]
+    assert describe("cron", "0 9 * * 1-5") == "cron 0 9 * * 1-5"

@@ -19,6 +19,13 @@ def test_unit_is_a_notify_service_with_a_watchdog() -> None:
     assert any(line.startswith("WatchdogSec=") for line in text.splitlines())
 
 
+def test_unit_sets_only_the_home_so_config_json_is_obeyed() -> None:
+    """Environment variables beat config.json: the unit must not set anything the user configures."""
+    settings = [line.split("=", 1)[1].split("=")[0] for line in UNIT.read_text().splitlines()
+                if line.startswith("Environment=NANOBOT_")]
+    assert settings == ["NANOBOT_HOME"]
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
 def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     # The venv path does not exist on a test machine; everything else is checked as is.

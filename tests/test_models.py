@@ -121,10 +121,10 @@ async def test_the_daily_budget_stops_model_calls_and_resets_at_midnight(
     config.channels.telegram.enabled, config.channels.telegram.allow_from = True, ["1"]  # the owner chat for notices
     llm.script(reply("a"), reply("b"), reply("after midnight"))
     async with Runtime(config, bus=MessageBus()) as rt:
-        assert await rt.agent.handle("cli:b", "one") == "a"
-        assert await rt.agent.handle("cli:b", "two") == "b"  # $0.02 spent: still under $0.03
-        spent = await rt.agent.handle("cli:b", "three")
-        again = await rt.agent.handle("cli:b", "four")
+        assert await rt.agent.handle("telegram:1", "one") == "a"
+        assert await rt.agent.handle("telegram:1", "two") == "b"  # $0.02 spent: still under $0.03
+        spent = await rt.agent.handle("telegram:1", "three")
+        again = await rt.agent.handle("telegram:1", "four")
         notices = [rt.bus.outbound.get_nowait().content for _ in range(rt.bus.outbound.qsize())]
         assert isinstance(spent, FailedReply) and spent.startswith("Today's model budget is spent ($0.04 of $0.03)")
         assert "after midnight (Pacific/Auckland)" in spent and again == spent
@@ -134,5 +134,17 @@ async def test_the_daily_budget_stops_model_calls_and_resets_at_midnight(
 
         await rt.db.execute("UPDATE model_calls SET ts = ?", (start_of_today("Pacific/Auckland") - 60,))
         await rt.db.commit()  # the calls were yesterday, local time
-        assert await rt.agent.handle("cli:b", "five") == "after midnight"
+        assert await rt.agent.handle("telegram:1", "five") == "after midnight"
     assert len(llm.chat_requests) == 3
+
+
+async def test_the_terminal_is_told_in_its_reply_without_a_notice_per_run(llm: FakeOpenAI, workspace: Path) -> None:
+    from nanobot.bus import MessageBus
+
+    config = priced(config_for(llm.base_url, workspace), budget=0.01)
+    config.channels.telegram.enabled, config.channels.telegram.allow_from = True, ["1"]
+    llm.script(reply("a"))
+    async with Runtime(config, bus=MessageBus()) as rt:
+        assert await rt.agent.handle("cli:default", "one") == "a"
+        spent = await rt.agent.handle("cli:default", "two")
+        assert spent.startswith("Today's model budget is spent") and rt.bus.outbound.qsize() == 0

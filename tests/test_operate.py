@@ -139,6 +139,7 @@ async def test_version_and_onboard_force_keeps_secrets(home: Path) -> None:
                                                   "agents": {"defaults": {"model": "old-model"}}}))
     code, out, err = await nanobot("onboard", "--force", home=home)
     assert code == 0, err
+    assert "Next: nanobot agent" in out and "set providers.openai.apiKey" not in out  # the key was kept
     config = json.loads((home / "config.json").read_text())
     assert config["providers"]["openai"]["apiKey"] == "sk-keep-me"
     assert config["channels"]["telegram"]["token"] == "123:keep"

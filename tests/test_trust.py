@@ -211,7 +211,8 @@ def test_status_names_owners_and_the_shell(config: Config, tmp_path: Path) -> No
     from nanobot.cli import trust_lines
 
     lines = "\n".join(trust_lines(config))
-    assert f"telegram {OWNER}" in lines and f"Notices:   telegram:{OWNER}" in lines
+    assert f"Owners:    telegram {OWNER} in private chats, and the terminal" in lines
+    assert f"Notices:   telegram:{OWNER}" in lines
     assert "Shell:     confined (Landlock" in lines if confine.probe().ok else "Shell:     REFUSED" in lines
     config.tools.exec.sandbox = "off"
     assert "Shell:     UNCONFINED" in "\n".join(trust_lines(config))

@@ -33,7 +33,10 @@ def call_cost(config: Config, response: LLMResponse) -> float:
     return (response.usage.prompt_tokens * price.input + response.usage.completion_tokens * price.output) / 1e6
 
 
-async def check_budget(deps: AgentDeps) -> None:
+async def check_budget(deps: AgentDeps, session_key: str) -> None:
+    """BudgetSpent once today's cost reaches the budget; the owner is told once a day, unless
+    the one asking is the owner at the terminal (the reply says it, and a notice per
+    ``nanobot agent`` run would repeat in the log)."""
     settings = deps.config.agents.defaults
     budget = settings.daily_budget_usd
     if budget is None or deps.usage is None:
@@ -42,7 +45,7 @@ async def check_budget(deps: AgentDeps) -> None:
     if spent < budget:
         return
     today = datetime.now(ZoneInfo(settings.timezone)).date().isoformat()
-    if deps.usage.budget_notice_day != today:
+    if deps.usage.budget_notice_day != today and not session_key.startswith("cli:"):
         deps.usage.budget_notice_day = today
         if deps.services.announce is not None:
             await deps.services.announce(f"Today's model budget is spent (${spent:.2f} of ${budget:.2f}, "
@@ -54,7 +57,7 @@ async def check_budget(deps: AgentDeps) -> None:
 async def metered_chat(deps: AgentDeps, request: ChatRequest, *, session_key: str, mode: str,
                        purpose: str) -> LLMResponse:
     """``deps.provider.chat`` within the budget, recorded in usage whether it worked or not."""
-    await check_budget(deps)
+    await check_budget(deps, session_key)
     usage = deps.usage
     try:
         response = await deps.provider.chat(request)

@@ -24,7 +24,7 @@ import typer
 from nanobot.config import Config, ConfigError, load_config, nanobot_home
 from nanobot.cron.store import CronJob, CronStore
 
-cron_app = typer.Typer(name="cron", no_args_is_help=True,
+cron_app = typer.Typer(name="cron", no_args_is_help=True, rich_markup_mode=None,
                        help="Scheduled jobs. Changes reach a running gateway within about a second.")
 
 CLI_SESSION = "cli:default"
@@ -120,7 +120,7 @@ def _one_of(options: dict[str, Any]) -> tuple[str, Any]:
 @cron_app.command("add")
 def add(
     ctx: typer.Context,
-    name: Optional[str] = typer.Option(None, "--name", help="A label for listings (default: from the payload)."),
+    name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="A label for listings (default: from the payload)."),
     cron: Optional[str] = typer.Option(None, "--cron", metavar="EXPR",
                                        help="Crontab expression, 5 fields; weekday 0 and 7 = Sunday."),
     tz: Optional[str] = typer.Option(None, "--tz", metavar="ZONE",
@@ -169,7 +169,7 @@ def add(
 # ---- runs -------------------------------------------------------------------------
 @cron_app.command("runs")
 def runs(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID"),
-         limit: int = typer.Option(20, "--limit", min=1, help="How many of the latest runs.")) -> None:
+         limit: int = typer.Option(20, "--limit", min=1, metavar="N", help="How many of the latest runs.")) -> None:
     """The job's latest runs, newest first: when, how long, status, and the output or error."""
 
     async def action(store: CronStore, config: Config) -> None:

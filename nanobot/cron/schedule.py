@@ -185,5 +185,15 @@ def next_fire(kind: str, expression: str, timezone: str, after: datetime) -> dat
 
 
 def describe(kind: str, expression: str) -> str:
-    """A short human form for listings: 'cron 0 9 * * 1-5', 'every 60s', 'at 2026-...'."""
-    return f"every {expression}s" if kind == "every" else f"{kind} {expression}"
+    """A short human form for listings: 'cron 0 9 * * 1-5', 'every 1h30m', 'at 2026-...'."""
+    return f"every {duration(int(expression))}" if kind == "every" else f"{kind} {expression}"
+
+
+def duration(seconds: int) -> str:
+    """5400 -> '1h30m', 90 -> '1m30s', 86400 -> '1d' (the form ``--every`` accepts)."""
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(p for p in parts if not p.startswith("0")) or "0s"

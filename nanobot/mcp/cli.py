@@ -16,7 +16,7 @@ import typer
 
 from nanobot.config import Config, load_config, nanobot_home
 
-mcp_app = typer.Typer(name="mcp", no_args_is_help=True, help="MCP servers: their state, functions, and a test call.")
+mcp_app = typer.Typer(name="mcp", no_args_is_help=True, rich_markup_mode=None, help="MCP servers: their state, functions, and a test call.")
 
 
 def _config(ctx: typer.Context) -> Config:

@@ -64,6 +64,7 @@ async def schedule_cron(
     """Schedule code (or a message turn) in this chat's timezone; returns the job id. Output goes to
     this chat (from the terminal: to the owner's chat); run_cron(id) tries it once now."""
     from nanobot.cron.delivery import resolve_target
+    from nanobot.cron.schedule import describe
     from nanobot.cron.service import create_job
 
     if bool(code.strip()) == bool(message):
@@ -82,15 +83,17 @@ async def schedule_cron(
                            timezone=ctx.config.agent_for(ctx.session_key).timezone,
                            payload_kind="prompt" if message else "code", payload=message or code, name=name,
                            deliver_to=deliver_to, validate_code=await _validator(ctx))
-    await ctx.announce(f"New scheduled job {job.id} ({kind} {expr}) made by {ctx.session_key}: {job.name}")
+    await ctx.announce(f"New scheduled job {job.id} ({describe(kind, expr)}) made by {ctx.session_key}: {job.name}")
     return job.id
 
 
 @tool
 async def list_cron(ctx: ToolContext) -> list[dict]:
     """This chat's scheduled jobs: id, name, schedule, next run, last status."""
+    from nanobot.cron.schedule import describe
+
     jobs = await (await _store(ctx)).list(owner_session=ctx.session_key)
-    return [{"id": j.id, "name": j.name, "schedule": f"{j.schedule_kind} {j.expression}", "timezone": j.timezone,
+    return [{"id": j.id, "name": j.name, "schedule": describe(j.schedule_kind, j.expression), "timezone": j.timezone,
              "kind": j.payload_kind, "enabled": j.enabled, "delivers_to": j.target,
              "next_run": j.next_run_at.isoformat() if j.next_run_at else None, "last_status": j.last_status}
             for j in jobs]
