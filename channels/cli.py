@@ -23,6 +23,52 @@ from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 PROMPT = "you> "
 
 
+class TerminalStream:
+    """A reply printed word by word as it is written, then finished by the final text.
+
+    ``write`` puts text on the terminal without a newline (a plain stream), or, under an
+    input prompt, shows whole lines above it and keeps the line being written in the prompt
+    area (``partial``): prompt_toolkit redraws its prompt after every write, so a partial
+    line printed above it would be cut in two.
+    """
+
+    def __init__(self, write: Callable[[str], None], *, whole_lines: bool = False) -> None:
+        self.write = write
+        self.whole_lines = whole_lines
+        self.printed = ""  # what the terminal shows of the reply so far
+        self.partial = ""  # under a prompt: the line being written, not yet printed
+
+    def feed(self, text: str) -> None:
+        """The visible reply so far; only what extends what is printed is written."""
+        shown = self.printed + self.partial
+        if not text.startswith(shown) or len(text) == len(shown):
+            return  # a new model call rewrote the text: the final reply shows it
+        if not self.whole_lines:
+            self.write(text[len(self.printed):])
+            self.printed = text
+            return
+        done = text[:text.rfind("\n") + 1]
+        if len(done) > len(self.printed):
+            self.write(done[len(self.printed):])
+            self.printed = done
+        self.partial = text[len(done):]
+
+    def finish(self, reply: str) -> None:
+        """The final reply: the rest of it when it continues what was printed, else all of it."""
+        self.partial = ""
+        if self.printed and reply.startswith(self.printed):
+            rest = reply[len(self.printed):]
+        else:
+            rest = ("\n" if self.printed and not self.printed.endswith("\n") else "") + reply
+        self.write(rest + "\n" if not rest.endswith("\n") else rest)
+        self.printed = ""
+
+
+def write_stdout(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
 class CliChannel(BaseChannel):
     name = "cli"
     max_message_len = 1_000_000
@@ -38,7 +84,8 @@ class CliChannel(BaseChannel):
         self.closed = asyncio.Event()  # set when the user ends input (EOF, Ctrl-D, Ctrl-C when idle, "exit")
         self._reader: asyncio.Task[None] | None = None
         self._tty = sys.stdin.isatty() and sys.stdout.isatty()
-        self._streamed: dict[Any, str] = {}  # stream_id -> the lines of it printed so far
+        self._streams: dict[Any, TerminalStream] = {}  # stream_id -> what is printed of it
+        self._prompt: Any = None  # the prompt_toolkit session, to redraw the line being written
 
     async def start(self) -> None:
         self._reader = asyncio.create_task(self._read(), name="terminal input")
@@ -52,24 +99,29 @@ class CliChannel(BaseChannel):
         if msg.kind == "stream":
             return await self.send_stream(msg)
         if msg.kind == "text" and msg.content:
-            printed = self._streamed.pop(msg.metadata.get("stream_id"), None)
-            if printed is not None and msg.content.startswith(printed):
-                rest = msg.content[len(printed):].lstrip("\n")
-                if rest:
-                    print(rest, flush=True)
-                return
-            print(msg.content, flush=True)  # on a terminal, patch_stdout puts it above the prompt line
+            stream = self._streams.pop(msg.metadata.get("stream_id"), None)
+            if stream is None:
+                print(msg.content, flush=True)  # on a terminal, patch_stdout puts it above the prompt line
+            else:
+                stream.finish(msg.content)
+                self._redraw()
 
     async def send_stream(self, msg: OutboundMessage) -> None:
-        """Whole lines of the reply as they are written (a terminal's prompt line needs whole lines)."""
+        """The reply as it is written: word by word (under the prompt, in the prompt area)."""
         stream_id = msg.metadata.get("stream_id")
-        printed = self._streamed.get(stream_id, "")
-        if not msg.content.startswith(printed):
-            return  # a new model call rewrote the text: the final reply shows it
-        done = msg.content[:msg.content.rfind("\n") + 1] if "\n" in msg.content else ""
-        if len(done) > len(printed):
-            print(done[len(printed):].rstrip("\n"), flush=True)
-            self._streamed[stream_id] = done
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            stream = self._streams[stream_id] = TerminalStream(write_stdout, whole_lines=self._tty)
+        stream.feed(msg.content)
+        self._redraw()
+
+    def _prompt_message(self) -> str:
+        partial = next((s.partial for s in self._streams.values() if s.partial), "")
+        return f"{partial}\n{PROMPT}" if partial else PROMPT
+
+    def _redraw(self) -> None:
+        if self._prompt is not None and self._prompt.app.is_running:
+            self._prompt.app.invalidate()
 
     async def send_typing(self, chat_id: str) -> None:
         return None  # the prompt line already shows that the bot is working
@@ -94,10 +146,11 @@ class CliChannel(BaseChannel):
 
         history = FileHistory(str(self.history_file)) if self.history_file else InMemoryHistory()
         session: PromptSession[str] = PromptSession(history=history)
+        self._prompt = session
         with patch_stdout(raw=True):
             while True:
                 try:
-                    yield await session.prompt_async(PROMPT)
+                    yield await session.prompt_async(self._prompt_message)
                 except KeyboardInterrupt:
                     if not self.on_interrupt():
                         return

@@ -132,14 +132,32 @@ async def _run_agent(config: Config, message: str | None, session: str, mode: st
             if message is not None:
                 from nanobot.agent.loop import FailedReply
 
-                reply = await rt.agent.handle(session, message, mode=mode, progress=_print_progress)
-                typer.echo(reply)
+                reply, printed = await _one_message(rt, session, message, mode)
+                printed.finish(reply)
                 return 1 if isinstance(reply, FailedReply) else 0
             await _chat(rt, session, mode)
             return 0
     except ConfigError as exc:
         fail(str(exc))
     return 1
+
+
+TERMINAL_STREAM_INTERVAL = 0.05  # seconds between the terminal's looks at a reply being written
+
+
+async def _one_message(rt, session: str, message: str, mode: str | None):
+    """``agent -m``: the reply printed as it is written; the caller prints the rest of it."""
+    from channels.cli import TerminalStream, write_stdout
+    from nanobot.agent.streaming import ReplyStream
+
+    printed = TerminalStream(write_stdout)
+
+    async def show(text: str) -> None:
+        printed.feed(text)
+
+    stream = ReplyStream(show, TERMINAL_STREAM_INTERVAL)
+    reply = await rt.agent.handle(session, message, mode=mode, progress=_print_progress, stream=stream)
+    return reply, printed
 
 
 async def _chat(rt, session: str, mode: str | None) -> None:
@@ -151,7 +169,8 @@ async def _chat(rt, session: str, mode: str | None) -> None:
 
     typer.echo(f"nanobot chat ({session}). /help for commands; Ctrl-C cancels a turn, Ctrl-C or Ctrl-D "
                "at the prompt leaves.")
-    dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway, streams=rt.config.channels.streams)
+    dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway, streams=rt.config.channels.streams,
+                            stream_interval=TERMINAL_STREAM_INTERVAL)
     asked: list[asyncio.Task[str]] = []
 
     def interrupt() -> bool:

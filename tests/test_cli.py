@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,26 @@ async def test_help_shows_no_type_placeholders(home: Path, command: list[str]) -
     code, out, _ = await nanobot(*command, "--help", home=home)
     assert code == 0 and "nanobot" in out.split("\n")[0] and "<bool>" not in out
     assert "<str>" not in out.split("Options:")[1]  # options name their value: TEXT, KEY, PATH
+
+
+async def test_agent_message_prints_the_reply_as_it_is_written(home: Path, workspace: Path) -> None:
+    text = "Here is a reply of a good many words that the model writes one small piece at a time. " * 3
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        llm.stream_interval = 0.03  # ~60 pieces: about two seconds of writing
+        llm.script(reply(text.strip()))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "nanobot", "agent", "-m", "hi", stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "NANOBOT_HOME": str(home)})
+        await asyncio.wait_for(llm.request_event.wait(), 30)
+        asked = time.monotonic()
+        first = await asyncio.wait_for(proc.stdout.read(10), 30)
+        waited = time.monotonic() - asked
+        rest = await asyncio.wait_for(proc.stdout.read(), 30)
+        await proc.wait()
+    assert waited < 1.2 and text.startswith(first.decode())  # the first words, long before the ~2 s reply is done
+    assert (first + rest).decode() == text.strip() + "\n" and proc.returncode == 0  # nothing twice
+    assert llm.chat_requests[0]["stream"] is True
 
 
 async def test_onboard_then_status(home: Path, tmp_path: Path) -> None:

@@ -130,7 +130,7 @@ async def test_hybrid_exec_python_streamed(config: Config, tg: FakeTelegram, llm
     assert tg.sent[0]["text"] == "45"
 
 
-async def test_the_terminal_prints_whole_lines_as_they_come_and_nothing_twice(capsys) -> None:
+async def test_the_terminal_prints_words_as_they_come_and_nothing_twice(capsys) -> None:
     from channels.cli import CliChannel
     from nanobot.bus import MessageBus, OutboundMessage
 
@@ -139,11 +139,26 @@ async def test_the_terminal_prints_whole_lines_as_they_come_and_nothing_twice(ca
     def out(text: str, kind: str = "stream") -> OutboundMessage:
         return OutboundMessage("cli", "s", text, kind=kind, metadata={"stream_id": 7})
 
+    await channel.send(out("First"))
+    assert capsys.readouterr().out == "First"  # a one-line reply shows before it is done
     for partial in ("First li", "First line\nSecond", "First line\nSecond line\nThi"):
         await channel.send(out(partial))
-    assert capsys.readouterr().out == "First line\nSecond line\n"
+    assert capsys.readouterr().out == " line\nSecond line\nThi"
     await channel.send(out("First line\nSecond line\nThird line.", kind="text"))
-    assert capsys.readouterr().out == "Third line.\n"
+    assert capsys.readouterr().out == "rd line.\n"
+
+
+def test_under_a_prompt_whole_lines_go_above_and_the_line_being_written_stays_in_the_prompt() -> None:
+    from channels.cli import TerminalStream
+
+    written: list[str] = []
+    stream = TerminalStream(written.append, whole_lines=True)
+    stream.feed("Hello")
+    assert written == [] and stream.partial == "Hello"
+    stream.feed("Hello there\nSecond")
+    assert written == ["Hello there\n"] and stream.partial == "Second"
+    stream.finish("Hello there\nSecond line.")
+    assert written == ["Hello there\n", "Second line.\n"] and stream.partial == ""
 
 
 async def test_a_megabyte_reply_in_small_pieces_streams_in_linear_time() -> None:
