@@ -90,17 +90,19 @@ class UsageStore:
             (time.time(), session_key, mode, duration_ms, function_calls, outcome))
         await self.conn.commit()
 
-    async def totals(self) -> dict[str, ModeTotals]:
+    async def totals(self, session_key: str | None = None) -> dict[str, ModeTotals]:
+        """Per execution mode: for the whole bot, or for one chat (what a member chat may see)."""
+        where, args = ("WHERE session_key = ?", (session_key,)) if session_key else ("", ())
         result: dict[str, ModeTotals] = {}
         async with self.conn.execute(
                 "SELECT mode, count(*), sum(prompt_tokens), sum(completion_tokens), sum(outcome != 'ok'), "
-                "sum(cost_usd) FROM model_calls GROUP BY mode") as cur:
+                f"sum(cost_usd) FROM model_calls {where} GROUP BY mode", args) as cur:
             async for mode, calls, prompt, completion, failed, cost in cur:
                 result.setdefault(mode, ModeTotals()).__dict__.update(
                     model_calls=calls, prompt_tokens=prompt or 0, completion_tokens=completion or 0,
                     failed_calls=failed or 0, cost_usd=cost or 0.0)
         async with self.conn.execute(
-                "SELECT mode, count(*), sum(outcome != 'ok') FROM executions GROUP BY mode") as cur:
+                f"SELECT mode, count(*), sum(outcome != 'ok') FROM executions {where} GROUP BY mode", args) as cur:
             async for mode, runs, failures in cur:
                 totals = result.setdefault(mode, ModeTotals())
                 totals.executions, totals.failures = runs, failures or 0
@@ -110,22 +112,38 @@ class UsageStore:
         async with self.conn.execute("SELECT sum(cost_usd) FROM model_calls WHERE ts >= ?", (since,)) as cur:
             return (await cur.fetchone())[0] or 0.0
 
-    async def cost_by_model(self, since: float = 0.0) -> dict[str, float]:
-        """USD per "provider/model" since ``since`` (0: ever), only models that cost something."""
+    async def by_model(self, since: float = 0.0) -> dict[str, ModelTotals]:
+        """Per "provider/model" since ``since`` (0: ever): fallbacks show up as models of their own."""
         async with self.conn.execute(
-                "SELECT provider, model, sum(cost_usd) FROM model_calls WHERE ts >= ? GROUP BY provider, model "
-                "HAVING sum(cost_usd) > 0 ORDER BY 3 DESC", (since,)) as cur:
-            return {f"{p}/{m}" if p else m: c async for p, m, c in cur}
+                "SELECT provider, model, count(*), sum(outcome != 'ok'), sum(prompt_tokens), sum(completion_tokens), "
+                "sum(cost_usd) FROM model_calls WHERE ts >= ? GROUP BY provider, model ORDER BY 3 DESC",
+                (since,)) as cur:
+            return {f"{p}/{m}" if p else m: ModelTotals(calls, failed or 0, prompt or 0, completion or 0, cost or 0.0)
+                    async for p, m, calls, failed, prompt, completion, cost in cur}
 
     async def cost_lines(self, timezone: str) -> list[str]:
-        """For status and /status: cost today and in total, per model."""
+        """For status and /status: cost today and in total, and each model's calls, tokens and cost."""
         today_start = start_of_today(timezone)
-        total, today = await self.cost_since(0.0), await self.cost_since(today_start)
-        if not total:
+        per_model = await self.by_model()
+        if not per_model:
             return []
-        per_model = await self.cost_by_model()
-        today_models = await self.cost_by_model(today_start)
-        lines = [f"Cost: ${today:.4f} today, ${total:.4f} in total"]
-        lines += [f"  {name}: ${today_models.get(name, 0.0):.4f} today, ${cost:.4f} in total"
-                  for name, cost in per_model.items()]
+        today_models = await self.by_model(today_start)
+        total, today = await self.cost_since(0.0), await self.cost_since(today_start)
+        lines = [f"Cost: ${today:.4f} today, ${total:.4f} in total" if total else "Models:"]
+        lines += [f"  {name}: today {today_models.get(name, ModelTotals()).summary()}; in total {t.summary()}"
+                  for name, t in per_model.items()]
         return lines
+
+
+@dataclass
+class ModelTotals:
+    calls: int = 0
+    failed: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def summary(self) -> str:
+        failed = f" ({self.failed} failed)" if self.failed else ""
+        cost = f", ${self.cost_usd:.4f}" if self.cost_usd else ""
+        return f"{plural(self.calls, 'call')}{failed}, {self.prompt_tokens}+{self.completion_tokens} tokens{cost}"

@@ -40,7 +40,10 @@ async def test_a_failing_model_falls_back_and_cools_down(llm: FakeOpenAI, backup
         assert await rt.agent.handle("cli:f", "hi") == "from the backup"
         assert await rt.agent.handle("cli:f", "and again") == "backup again"  # primary cooling down: not asked
         assert "openai" in rt.provider.cooling_down()
-        assert "Cooling down: openai" in await rt.agent.handle("cli:f", "/status")
+        status = await rt.agent.handle("cli:f", "/status")
+        assert "Cooling down: openai" in status
+        assert "  local/llama: today 2 calls, 20+10 tokens;" in status  # the fallback's use is visible
+        assert "  openai/fake-model: today 1 call (1 failed), 0+0 tokens;" in status
         async with rt.db.execute("SELECT provider, model, outcome FROM model_calls ORDER BY id") as cur:
             rows = [tuple(r) for r in await cur.fetchall()]
     assert len(llm.chat_requests) == 1 and backup.chat_requests[0]["model"] == "llama"
@@ -106,11 +109,13 @@ async def test_cost_is_shown_per_model_today_and_in_total(llm: FakeOpenAI, works
         await rt.agent.handle("cli:c", "one")
         await rt.agent.handle("cli:c", "two")
         status = await rt.agent.handle("cli:c", "/status")
-    assert "Cost: $0.0400 today, $0.0400 in total" in status and "openai/fake-model: $0.0400 today" in status
+    assert "Cost: $0.0400 today, $0.0400 in total" in status
+    assert ("  openai/fake-model: today 2 calls, 20+10 tokens, $0.0400; in total 2 calls, 20+10 tokens, $0.0400"
+            in status)
     (home / "config.json").write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace)}}}))
     code, out, _ = await nanobot("status", home=home)
     assert "Usage [tools]: 2 model calls, 20 prompt + 10 completion tokens, $0.0400" in out
-    assert "Cost: $0.0400 today, $0.0400 in total" in out
+    assert "Cost: $0.0400 today, $0.0400 in total" in out and "  openai/fake-model: today 2 calls, 20+10 tokens" in out
 
 
 async def test_the_daily_budget_stops_model_calls_and_resets_at_midnight(
@@ -148,3 +153,18 @@ async def test_the_terminal_is_told_in_its_reply_without_a_notice_per_run(llm: F
         assert await rt.agent.handle("cli:default", "one") == "a"
         spent = await rt.agent.handle("cli:default", "two")
         assert spent.startswith("Today's model budget is spent") and rt.bus.outbound.qsize() == 0
+
+
+async def test_a_member_chat_sees_only_its_own_figures(llm: FakeOpenAI, workspace: Path) -> None:
+    config = priced(config_for(llm.base_url, workspace))
+    config.providers["openai"].max_retries = 0
+    llm.script(reply("a"), reply("b"), error(503))
+    async with Runtime(config) as rt:
+        await rt.agent.handle("cli:c", "one")
+        await rt.agent.handle("cli:c", "two")
+        await rt.agent.handle("telegram:-100", "three")  # a group: a member chat; the server fails
+        member = await rt.agent.handle("telegram:-100", "/status")
+        owner = await rt.agent.handle("cli:c", "/status")
+    assert "a member chat" in member and "tools: 1 model call (1 failed)" in member
+    assert "Cost" not in member and "fake-model:" not in member and "Cooling" not in member
+    assert "tools: 3 model calls (1 failed)" in owner and "Cost: $0.0400 today" in owner

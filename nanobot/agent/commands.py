@@ -103,12 +103,12 @@ async def status_text(agent: Agent, session_key: str) -> str:
     lines = [f"Session {session_key}: {len(session.messages)} messages, mode {agent.mode_name(session)}, "
              f"model {model}.",
              f"This is {'an owner' if owner else 'a member'} chat: it works in {where}."]
-    if agent.deps.usage:
-        for mode, t in sorted((await agent.deps.usage.totals()).items()):
-            lines.append(f"{mode}: {t.summary()}")
-        if owner:  # what the assistant costs is the owner's business
+    if agent.deps.usage:  # a member chat sees its own figures; the bot's use and cost are the owner's business
+        totals = await agent.deps.usage.totals(None if owner else session_key)
+        lines += [f"{mode}: {t.summary()}" for mode, t in sorted(totals.items())]
+        if owner:
             lines += await agent.deps.usage.cost_lines(settings.timezone)
-    cooling = getattr(agent.deps.provider, "cooling_down", dict)()
+    cooling = getattr(agent.deps.provider, "cooling_down", dict)() if owner else {}
     if cooling:
         lines.append("Cooling down: " + ", ".join(f"{p} ({s:.0f} s)" for p, s in cooling.items()))
     return "\n".join(lines)
