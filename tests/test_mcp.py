@@ -175,7 +175,7 @@ async def test_servers_that_never_start_leave_the_rest_working(llm: FakeOpenAI, 
         summary = "\n".join(rt.deps.services.mcp.summary())
     assert "notes (stdio): running, 10 tools" in summary
     assert "missing (stdio):" in summary and "FileNotFoundError" in summary
-    assert "hangs (stdio): failed: no answer within startTimeout (0.5 s)" in summary
+    assert "hangs (stdio): down: no answer within startTimeout (0.5 s)" in summary
     assert "away (streamable-http):" in summary and "0 tools" in summary
 
 
@@ -317,6 +317,19 @@ async def test_cli_list_tools_and_call(home: Path) -> None:
     assert code == 2 and "JSON object" in err
     code, out, err = await nanobot("status", home=home)
     assert "MCP:       notes (gateway not running); missing (gateway not running); off (disabled)" in out
+
+
+async def test_cli_says_a_dead_server_is_down_and_where_its_log_is(home: Path) -> None:
+    from tests.test_cli import nanobot
+
+    dying = {"command": sys.executable, "args": ["-c", "import sys; sys.stderr.write('boom: bad key\\n'); sys.exit(3)"]}
+    write_mcp_config(home, {"dying": dying})
+    log_file = home / "logs" / "mcp-dying.log"
+    code, out, _ = await nanobot("mcp", "list", home=home)
+    assert code == 0 and "dying (stdio): down: " in out and f"its log: {log_file}" in out
+    code, _, err = await nanobot("mcp", "call", "dying", "search", home=home)
+    assert code == 1 and "MCP server 'dying' is down" in err and str(log_file) in err and "no tool" not in err
+    assert "boom: bad key" in log_file.read_text()
 
 
 @pytest.mark.parametrize("entry, message", [

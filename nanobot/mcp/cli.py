@@ -100,6 +100,9 @@ def call(ctx: typer.Context, server: str = typer.Argument(...), tool: str = type
     async def run() -> int:
         async with _servers(config, server) as servers:
             connection = servers.connections[server]
+            if not connection.running:
+                typer.echo(f"nanobot: MCP server {server!r} is down: {connection.down_reason()}", err=True)
+                return 1
             spec = next((t for t in connection.tools if t.name == tool), None)
             if spec is None:
                 names = ", ".join(t.name for t in connection.tools) or connection.state

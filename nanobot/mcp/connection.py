@@ -52,6 +52,20 @@ class McpConnection:
     def running(self) -> bool:
         return self._client is not None
 
+    @property
+    def log_file(self) -> Path | None:
+        """Where a stdio server's stderr goes (what it said before it died is there)."""
+        if self.config.transport != "stdio" or self.log_dir is None:
+            return None
+        return self.log_dir / f"mcp-{self.name}.log"
+
+    def down_reason(self) -> str:
+        """Why the server cannot be used, for a person: its state, and its log when it has one."""
+        why = self.error or self.state
+        if "connection closed" in why.lower():
+            why = f"it exited or closed the connection ({why})"
+        return f"{why}; its log: {self.log_file}" if self.log_file else why
+
     async def start(self) -> bool:
         """Connect and list the tools, within ``startTimeout``; False (and why, in ``error``) if not."""
         self._holder = asyncio.create_task(self._hold(), name=f"mcp {self.name}")
@@ -71,7 +85,7 @@ class McpConnection:
 
         client = self._client
         if client is None:
-            raise ServerUnavailable(self.name, self.error or self.state)
+            raise ServerUnavailable(self.name, self.down_reason())
         try:
             async with asyncio.timeout(self.config.tool_timeout):
                 return await client.call_tool(tool, arguments)
@@ -161,7 +175,7 @@ class McpConnection:
             if self.log_dir is None:
                 return sys.stderr
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            self._errlog = open(self.log_dir / f"mcp-{self.name}.log", "a", encoding="utf-8")
+            self._errlog = open(self.log_file or self.log_dir / f"mcp-{self.name}.log", "a", encoding="utf-8")
         return self._errlog
 
     def _connection_lost(self, why: str) -> None:

@@ -76,7 +76,8 @@ class McpServers:
         """One line per server: state and tool count (``nanobot mcp list``, ``status``)."""
         lines = []
         for name, c in self.connections.items():
-            line = f"{name} ({c.config.transport}): {c.state}, {self.tool_count(name)} tools"
+            state = c.state if c.running else f"down: {c.down_reason()}"
+            line = f"{name} ({c.config.transport}): {state}, {self.tool_count(name)} tools"
             if self.clashes.get(name):
                 line += f"; refused: {', '.join(self.clashes[name])}"
             lines.append(line)
