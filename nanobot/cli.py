@@ -45,6 +45,9 @@ def main_options(ctx: typer.Context,
                  verbose: bool = typer.Option(False, "--verbose", "-v", help="log what the agent does"),
                  version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                               help="print the version and exit")) -> None:
+    # Everything nanobot creates is its owner's alone (0600 files, 0700 folders): the home,
+    # the logs, the terminal history, and the workspace, which may live outside the home.
+    os.umask(0o077)
     ctx.obj = {"config": config, "validate_code": partial(_validate_job_code, config_file=config)}
     logs.setup(verbose)
 

@@ -203,3 +203,17 @@ async def test_parallel_cron_adds_on_a_fresh_database_all_succeed(home: Path, tm
     assert all(code == 0 for code, _, _ in results), results
     code, out, _ = await nanobot("cron", "list", home=home)
     assert code == 0 and sum(f"job {i}" in out for i in range(6)) == 6
+
+
+async def test_what_nanobot_creates_is_private_even_outside_the_home(home: Path, tmp_path: Path) -> None:
+    """umask 077 for every command: a workspace elsewhere, its files, MCP logs, the terminal history."""
+    workspace = tmp_path / "shared" / "workspace"
+    (home / "config.json").write_text(json.dumps({
+        "agents": {"defaults": {"workspace": str(workspace)}},
+        "tools": {"mcpServers": {"dying": {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]}}}}))
+    code, _, err = await nanobot("onboard", home=home)
+    assert code == 0, err
+    await nanobot("mcp", "list", home=home)
+    made = [workspace, workspace / "AGENTS.md", workspace / "memory", home / "logs" / "mcp-dying.log"]
+    assert {p.name: oct(p.stat().st_mode & 0o777) for p in made} == {
+        "workspace": "0o700", "AGENTS.md": "0o600", "memory": "0o700", "mcp-dying.log": "0o600"}
