@@ -155,7 +155,7 @@ class TelegramChannel(BaseChannel):
         if not self._addressed(is_private, mentioned):
             return None  # not for us; also spares a download nobody asked for
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
-        allowed = await self._may_download(str(user_id), username)
+        allowed = message.effective_attachment is not None and await self._may_download(str(user_id), username)
         sender = Sender(self.name, str(message.chat_id), str(user_id), username, is_private)
         media, notes, durations = await self._download_media(message, *self.inbox(sender)) if allowed else ([], [], {})
         content = "\n".join(part for part in (text, *notes) if part)

@@ -16,6 +16,7 @@ import logging
 import secrets
 import sqlite3
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
@@ -72,6 +73,9 @@ class PairingPolicy:
     # must not silence every real newcomer for an hour (a dropped one gets a new code next time).
     max_pending: int = 20
     sweep_interval: float = 60.0  # expired codes are deleted at most this often (each sweep commits)
+    # New codes per minute across all strangers: past it a stranger's message costs one lookup
+    # and nothing else (no write, no log line, no reply), so a flood of them stays cheap.
+    codes_per_minute: int = 10
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,7 @@ class AccessGate:
         # Strangers answered recently, until when: their next messages cost one lookup (were they
         # approved meanwhile?) and no write, no log line. Strangers can send thousands.
         self._quiet_until: dict[tuple[str, str], float] = {}
+        self._codes: deque[float] = deque()  # when pairing work was last done, for codes_per_minute
 
     async def is_allowed(self, channel: str, sender_id: str, sender_name: str | None, allow_from: list[str]) -> bool:
         """Admitted already (listed or paired)? Side-effect free: no code is issued."""
@@ -294,7 +299,7 @@ class AccessGate:
         if not is_private:
             return False, None
         now = self.store.clock()
-        if self._quiet_until.get((channel, sender_id), 0.0) > now:
+        if self._quiet_until.get((channel, sender_id), 0.0) > now or self._pairing_busy(now):
             return False, None
         if len(self._quiet_until) > 10_000:
             self._quiet_until = {k: t for k, t in self._quiet_until.items() if t > now}
@@ -305,6 +310,15 @@ class AccessGate:
             await self._tell_owner(f"{channel} user {sender_id} ({sender_name or '?'}) asked to talk to me. "
                                    f"Approve: nanobot pairing approve {code} (or: nanobot pairing deny {code})")
         return False, pairing_message(code, self.store.policy.code_ttl) if code else None
+
+    def _pairing_busy(self, now: float) -> bool:
+        """Whether this minute's pairing work is used up; if not, take one unit of it."""
+        while self._codes and now - self._codes[0] >= 60:
+            self._codes.popleft()
+        if len(self._codes) >= self.store.policy.codes_per_minute:
+            return True
+        self._codes.append(now)
+        return False
 
     async def _tell_owner(self, text: str) -> None:
         """At most ``OWNER_NOTICES_PER_HOUR``: a crowd of strangers must not flood the owner."""

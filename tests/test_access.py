@@ -133,3 +133,12 @@ async def test_cli_lists_and_approves(db, home: Path) -> None:
 async def nanobot_cli(*args: str):
     """The CLI runs its own event loop, so from an async test it runs in a thread."""
     return await asyncio.to_thread(CliRunner().invoke, app, list(args))
+
+
+async def test_pairing_work_is_rate_limited_across_strangers(db, clock) -> None:
+    gate = AccessGate(await PairingStore.open(db, PairingPolicy(codes_per_minute=2, max_pending=10), clock))
+    replies = [(await gate.check("telegram", str(uid), None, [], True))[1] for uid in range(1, 6)]
+    assert [bool(r) for r in replies] == [True, True, False, False, False]
+    assert len(await gate.store.pending()) == 2  # no row for the strangers past the rate
+    clock.now += 60
+    assert (await gate.check("telegram", "5", None, [], True))[1]  # a minute on: pairing works again

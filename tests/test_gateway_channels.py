@@ -111,6 +111,23 @@ async def test_unknown_sender_is_paired_before_reaching_the_model(
         assert len(llm.chat_requests) == 3  # Mallory's message reached no model
 
 
+async def test_a_flood_of_strangers_costs_no_writes_past_the_pairing_rate(
+        config: Config, tg: FakeTelegram, llm: FakeOpenAI, home: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from nanobot.access import PairingPolicy
+
+    llm.script(reply("pong"))
+    async with running_gateway(config) as gateway:
+        for uid in range(10_000, 10_300):
+            tg.push_text(uid, uid, "let me in", username=None)
+        tg.push_text(ALICE, ALICE, "ping")  # behind 300 strangers in Telegram's queue
+        await tg.wait_until(lambda: "pong" in texts(tg, ALICE), timeout=15)
+        store = gateway.runtime.deps.services.pairing
+        pending = len(await store.pending())
+    codes = [m for m in tg.sent if m["chat_id"] >= 10_000]
+    assert len(codes) == PairingPolicy().codes_per_minute == 10  # the rest: no code, no database row
+    assert pending == 10 and not [r for r in caplog.records if "10299" in r.getMessage()]
+
+
 async def test_a_denied_stranger_gets_no_new_code(config: Config, tg: FakeTelegram, llm: FakeOpenAI,
                                                   home: Path) -> None:
     from nanobot.access import PairingPolicy
