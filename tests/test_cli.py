@@ -102,6 +102,29 @@ async def test_agent_message_prints_the_reply_as_it_is_written(home: Path, works
     assert llm.chat_requests[0]["stream"] is True
 
 
+async def test_send_message_to_another_chat_from_the_terminal_says_what_holds_the_chats(
+        home: Path, workspace: Path) -> None:
+    from nanobot.gateway.lock import GatewayLock
+
+    async def ask() -> str:
+        async with FakeOpenAI() as llm:
+            write_config(home, workspace, llm.base_url)
+            config = json.loads((home / "config.json").read_text())
+            (home / "config.json").write_text(json.dumps({**config, "channels": {"telegram": {"allowFrom": ["111"]}}}))
+            llm.script(tool_call("send_message", {"content": "hi", "to": "telegram:111"}), reply("ok"))
+            await nanobot("agent", "-m", "tell 111 hi", home=home)
+            return llm.chat_requests[1]["messages"][-1]["content"]
+
+    assert "no gateway is running" in await ask()
+    lock = GatewayLock(home)  # what a running gateway holds
+    lock.acquire()
+    try:
+        result = await ask()
+    finally:
+        lock.release()
+    assert f"the gateway running on this home (PID {os.getpid()}) holds the chat connections" in result
+
+
 async def test_onboard_then_status(home: Path, tmp_path: Path) -> None:
     code, out, _ = await nanobot("onboard", home=home)
     assert code == 0 and (home / "config.json").exists()

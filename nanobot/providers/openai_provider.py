@@ -73,13 +73,14 @@ class OpenAIProvider:
         stream = await self._create(request, {**kwargs, "stream": True, "stream_options": {"include_usage": True}})
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}  # pieces in lists: += on a held string copies it each time
-        finish, model, usage = None, "", Usage()
+        finish, model, usage, answered = None, "", Usage(), False
         async with stream:
             async for chunk in stream:
                 model = chunk.model or model
                 if chunk.usage:
                     usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
                 for choice in chunk.choices or []:
+                    answered = True
                     finish = choice.finish_reason or finish
                     delta = choice.delta
                     if delta is None:
@@ -93,6 +94,8 @@ class OpenAIProvider:
                     if delta.content:
                         text.append(delta.content)
                         await request.on_text(delta.content)
+        if not answered:  # an HTML error page from a proxy, or a stream without a single choice
+            raise ProviderError("the model server returned no choices (its stream held no answer)")
         tool_calls = [ToolCall(c["id"] or f"call_{i}", "".join(c["name"]), "".join(c["arguments"]))
                       for i, c in sorted(calls.items())]
         return LLMResponse("".join(text) or None, tool_calls, usage, model, finish)

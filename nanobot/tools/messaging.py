@@ -85,8 +85,17 @@ async def _checked_target(ctx: ToolContext, to: str | None, what: str) -> tuple[
 
 
 def _no_channels() -> RuntimeError:
-    return RuntimeError("no chat channels in this process: messages to other chats go out only "
-                        "from the running gateway (nanobot gateway)")
+    """Why this process (``nanobot agent``) cannot send to another chat, and what can."""
+    from nanobot.config import nanobot_home
+    from nanobot.gateway.lock import running_gateway_pid  # an error path: the gateway package is heavy
+
+    pid = running_gateway_pid(nanobot_home())
+    if pid is None:
+        return RuntimeError("this terminal session has no chat channels and no gateway is running: messages to "
+                            "other chats go out only from the gateway (nanobot gateway)")
+    return RuntimeError(f"this terminal session cannot send to other chats: the gateway running on this home "
+                        f"(PID {pid}) holds the chat connections, and the terminal cannot hand it messages yet. "
+                        "Ask for it in a chat with the bot, or schedule it (schedule_cron) so the gateway sends it")
 
 
 def count_message(ctx: ToolContext) -> None:
