@@ -275,6 +275,7 @@ async def _status(config: Config, path: Path) -> None:
     db = await open_db(nanobot_home() / "nanobot.db")
     try:
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
+        typer.echo(f"Disk:      {_disk_line(nanobot_home())}")
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
         totals = await (await UsageStore.create(db)).totals()
         if not totals:
@@ -285,6 +286,19 @@ async def _status(config: Config, path: Path) -> None:
             typer.echo(line)
     finally:
         await db.close()
+
+
+DISK_LOW_BYTES = 16 * 1024 * 1024  # below this the database and histories cannot be relied on to grow
+
+
+def _disk_line(home: Path) -> str:
+    import shutil
+
+    free = shutil.disk_usage(home).free
+    if free < DISK_LOW_BYTES:
+        return (f"FULL ({free / 1048576:.1f} MB free on {home}): new messages cannot be stored; they wait "
+                "with the platform and are answered once there is room")
+    return f"{free / 1073741824:.1f} GB free on {home}"
 
 
 async def _delivery_line(db: Any) -> str:

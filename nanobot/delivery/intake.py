@@ -11,11 +11,14 @@ after it, so the model can carry on instead of repeating side effects blindly.
 
 from __future__ import annotations
 
+import errno
 import logging
+import sqlite3
+import time
 import uuid
 from typing import TYPE_CHECKING
 
-from nanobot.bus import InboundMessage, MessageBus
+from nanobot.bus import EPHEMERAL, InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
     from nanobot.delivery.store import DeliveryStore
@@ -30,6 +33,19 @@ RESUMED_NOTE = ("[nanobot was restarted while answering my last message above. A
                 "from where it stopped and answer it.]")
 
 
+DISK_FULL_REPLY = "I cannot store messages right now: the disk is full. I will answer once there is room again."
+DISK_FULL_EVERY = 60.0  # seconds: at most one such reply per chat
+
+
+class StorageFull(Exception):
+    """Messages could not be recorded for lack of room; the platform must not be told they arrived."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    return (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)) or \
+        (isinstance(exc, sqlite3.OperationalError) and "full" in str(exc).lower())
+
+
 class DurableIntake:
     """What channels hand admitted messages to (``ChannelContext.intake``) in the gateway."""
 
@@ -37,13 +53,20 @@ class DurableIntake:
         self.store = store
         self.bus = bus
         self.repeats = 0  # dropped because they were stored before (for tests and the log)
+        self._told_full: dict[tuple[str, str], float] = {}  # chat -> when it was told the disk is full
 
     async def accept(self, messages: list[InboundMessage]) -> None:
         if not messages:
             return
         for msg in messages:  # a plugin channel may have no id of its own: then no repeat can be caught
             msg.metadata.setdefault("delivery_key", uuid.uuid4().hex)
-        ids = await self.store.record_inbound(messages)
+        try:
+            ids = await self.store.record_inbound(messages)
+        except (OSError, sqlite3.Error) as exc:
+            if not is_disk_full(exc):
+                raise
+            self._tell_disk_full(messages)
+            raise StorageFull(f"the disk holding the database is full ({exc})") from None
         for msg, intake_id in zip(messages, ids):
             if intake_id is None:
                 self.repeats += 1
@@ -51,6 +74,16 @@ class DurableIntake:
                 continue
             msg.metadata["intake_id"] = intake_id
             await self.bus.publish_inbound(msg)
+
+    def _tell_disk_full(self, messages: list[InboundMessage]) -> None:
+        """One short reply per chat a minute, sent without the outbox (which cannot record either)."""
+        now = time.monotonic()
+        for msg in messages:
+            chat = (msg.channel, msg.chat_id)
+            if now - self._told_full.get(chat, float("-inf")) >= DISK_FULL_EVERY:
+                self._told_full[chat] = now
+                self.bus.outbound.put_nowait(OutboundMessage(msg.channel, msg.chat_id, DISK_FULL_REPLY,
+                                                             metadata={EPHEMERAL: True}))
 
     async def resume(self, sessions: SessionStore) -> int:
         """Queue the messages a crash or a restart left unanswered, in order; how many."""
