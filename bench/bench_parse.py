@@ -1,0 +1,57 @@
+"""What parsing a sent file in a child process costs, against parsing it in the daemon.
+
+    python bench/bench_parse.py
+
+Untrusted files (PDF, DOCX, pictures) are parsed in ``nanobot.media.parse_child`` under
+limits; this times that (p50 of 7) beside the same parse in this process, for a small DOCX,
+a one-page PDF and a 3000x2000 photo, and a DOCX zip bomb (140 MB of XML in 0.5 MB), which
+is refused before parsing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import common  # noqa: F401  (puts the repo on sys.path)
+
+from nanobot.media.documents import extract_text
+from nanobot.media.images import resized_jpeg
+from nanobot.media.isolation import Unreadable, failure_marker, parse_file
+from tests.media_files import docx, docx_inflating_to, jpeg, pdf_with_text
+
+
+async def main() -> None:
+    folder = Path(tempfile.mkdtemp())
+    files = {"docx": ("a.docx", docx("hello world")), "pdf": ("a.pdf", pdf_with_text("hello")),
+             "photo 3000x2000": ("a.jpg", jpeg())}
+    for label, (name, data) in files.items():
+        path = folder / name
+        path.write_bytes(data)
+        kind = "image" if name.endswith(".jpg") else "document"
+        here, child = [], []
+        for _ in range(7):
+            start = time.perf_counter()
+            resized_jpeg(path) if kind == "image" else extract_text(path)
+            here.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            await parse_file(kind, path)
+            child.append(time.perf_counter() - start)
+        print(f"{label}: in the daemon {statistics.median(here) * 1000:.0f} ms, "
+              f"in the child {statistics.median(child) * 1000:.0f} ms")
+    bomb = folder / "bomb.docx"
+    bomb.write_bytes(docx_inflating_to(140))
+    start = time.perf_counter()
+    try:
+        await parse_file("document", bomb)
+    except Unreadable as exc:
+        print(f"zip bomb ({bomb.stat().st_size // 1024} KB): refused in {(time.perf_counter() - start) * 1000:.0f} ms: "
+              f"{exc}")
+    failure_marker(bomb).unlink()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
