@@ -43,21 +43,29 @@ def start_of_today(timezone: str) -> float:
 
 
 @dataclass
-class ModeTotals:
+class CallTotals:
+    """Model calls of one kind (a mode, a model): how many, how many failed, tokens, cost."""
+
     model_calls: int = 0
+    failed_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    executions: int = 0
-    failures: int = 0
-    failed_calls: int = 0
     cost_usd: float = 0.0
 
-    def summary(self) -> str:
+    def summary(self, noun: str = "model call") -> str:
         failed_calls = f" ({self.failed_calls} failed)" if self.failed_calls else ""
         cost = f", ${self.cost_usd:.4f}" if self.cost_usd else ""
-        return (f"{plural(self.model_calls, 'model call')}{failed_calls}, {self.prompt_tokens} prompt + "
-                f"{self.completion_tokens} completion tokens{cost}, {plural(self.executions, 'execution')}, "
-                f"{self.failures} failed")
+        return (f"{plural(self.model_calls, noun)}{failed_calls}, {self.prompt_tokens} prompt + "
+                f"{self.completion_tokens} completion tokens{cost}")
+
+
+@dataclass
+class ModeTotals(CallTotals):
+    executions: int = 0
+    failures: int = 0
+
+    def summary(self, noun: str = "model call") -> str:
+        return f"{super().summary(noun)}, {plural(self.executions, 'execution')}, {self.failures} failed"
 
 
 def plural(count: int, noun: str) -> str:
@@ -112,13 +120,13 @@ class UsageStore:
         async with self.conn.execute("SELECT sum(cost_usd) FROM model_calls WHERE ts >= ?", (since,)) as cur:
             return (await cur.fetchone())[0] or 0.0
 
-    async def by_model(self, since: float = 0.0) -> dict[str, ModelTotals]:
+    async def by_model(self, since: float = 0.0) -> dict[str, CallTotals]:
         """Per "provider/model" since ``since`` (0: ever): fallbacks show up as models of their own."""
         async with self.conn.execute(
                 "SELECT provider, model, count(*), sum(outcome != 'ok'), sum(prompt_tokens), sum(completion_tokens), "
                 "sum(cost_usd) FROM model_calls WHERE ts >= ? GROUP BY provider, model ORDER BY 3 DESC",
                 (since,)) as cur:
-            return {f"{p}/{m}" if p else m: ModelTotals(calls, failed or 0, prompt or 0, completion or 0, cost or 0.0)
+            return {f"{p}/{m}" if p else m: CallTotals(calls, failed or 0, prompt or 0, completion or 0, cost or 0.0)
                     async for p, m, calls, failed, prompt, completion, cost in cur}
 
     async def cost_lines(self, timezone: str) -> list[str]:
@@ -130,20 +138,7 @@ class UsageStore:
         today_models = await self.by_model(today_start)
         total, today = await self.cost_since(0.0), await self.cost_since(today_start)
         lines = [f"Cost: ${today:.4f} today, ${total:.4f} in total" if total else "Models:"]
-        lines += [f"  {name}: today {today_models.get(name, ModelTotals()).summary()}; in total {t.summary()}"
+        lines += [f"  {name}: today {today_models.get(name, CallTotals()).summary('call')}; "
+                  f"in total {t.summary('call')}"
                   for name, t in per_model.items()]
         return lines
-
-
-@dataclass
-class ModelTotals:
-    calls: int = 0
-    failed: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-
-    def summary(self) -> str:
-        failed = f" ({self.failed} failed)" if self.failed else ""
-        cost = f", ${self.cost_usd:.4f}" if self.cost_usd else ""
-        return f"{plural(self.calls, 'call')}{failed}, {self.prompt_tokens}+{self.completion_tokens} tokens{cost}"

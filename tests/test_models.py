@@ -42,8 +42,8 @@ async def test_a_failing_model_falls_back_and_cools_down(llm: FakeOpenAI, backup
         assert "openai" in rt.provider.cooling_down()
         status = await rt.agent.handle("cli:f", "/status")
         assert "Cooling down: openai" in status
-        assert "  local/llama: today 2 calls, 20+10 tokens;" in status  # the fallback's use is visible
-        assert "  openai/fake-model: today 1 call (1 failed), 0+0 tokens;" in status
+        assert "  local/llama: today 2 calls, 20 prompt + 10 completion tokens;" in status  # the fallback's use is visible
+        assert "  openai/fake-model: today 1 call (1 failed), 0 prompt + 0 completion tokens;" in status
         async with rt.db.execute("SELECT provider, model, outcome FROM model_calls ORDER BY id") as cur:
             rows = [tuple(r) for r in await cur.fetchall()]
     assert len(llm.chat_requests) == 1 and backup.chat_requests[0]["model"] == "llama"
@@ -110,12 +110,12 @@ async def test_cost_is_shown_per_model_today_and_in_total(llm: FakeOpenAI, works
         await rt.agent.handle("cli:c", "two")
         status = await rt.agent.handle("cli:c", "/status")
     assert "Cost: $0.0400 today, $0.0400 in total" in status
-    assert ("  openai/fake-model: today 2 calls, 20+10 tokens, $0.0400; in total 2 calls, 20+10 tokens, $0.0400"
+    assert ("  openai/fake-model: today 2 calls, 20 prompt + 10 completion tokens, $0.0400; in total 2 calls, 20 prompt + 10 completion tokens, $0.0400"
             in status)
     (home / "config.json").write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace)}}}))
     code, out, _ = await nanobot("status", home=home)
     assert "Usage [tools]: 2 model calls, 20 prompt + 10 completion tokens, $0.0400" in out
-    assert "Cost: $0.0400 today, $0.0400 in total" in out and "  openai/fake-model: today 2 calls, 20+10 tokens" in out
+    assert "Cost: $0.0400 today, $0.0400 in total" in out and "  openai/fake-model: today 2 calls, 20 prompt + 10 completion tokens" in out
 
 
 async def test_the_daily_budget_stops_model_calls_and_resets_at_midnight(
