@@ -245,3 +245,15 @@ async def test_a_program_over_the_size_limit_is_refused_unrun_and_the_chat_goes_
     assert "programs may have up to 200,000 (codeRuntime.maxProgramChars). It was not run." in second[-1]["content"]
     assert second[-2]["content"] == "I will run this program.\n[a program of 231,999 characters, not run]"
     assert sum(len(str(m["content"])) for m in llm.chat_requests[2]["messages"]) < 20_000  # not carried on
+
+
+def test_no_stub_comment_stops_mid_sentence() -> None:
+    from nanobot.agent.code_mode import code_stubs
+    from nanobot.config import Config
+    from nanobot.tools.builtin import default_registry
+
+    stubs = code_stubs(default_registry(Config()), header=False)
+    for line in stubs.strip().splitlines():
+        assert line.split("  # ", 1)[1].endswith((".", ")", "?", '"', "`")), line
+    assert "run_cron(id) tries it once now." in stubs and 'folders end with "/".' in stubs
+    assert '{"status": "ok" or "error", "output": ...}' in stubs and 'out.endswith("[exit code 0]")' in stubs

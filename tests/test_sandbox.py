@@ -13,6 +13,7 @@ import pytest
 import pytest_asyncio
 
 from nanobot.config import CodeRuntime
+from nanobot.sandbox import offers
 from nanobot.sandbox import MontyPool, Sandbox, StopProgram, render_stubs
 from nanobot.tools.registry import ToolContext, tool
 
@@ -72,8 +73,9 @@ async def test_statement_has_no_value_and_empty_run_says_so(sandbox, key):
 async def test_output_is_capped_with_a_note(sandbox, key):
     result = await run(sandbox, "for i in range(1000):\n    print('x' * 9)", key)
     assert result.ok
-    assert len(result.output) < LIMITS.max_output_chars + 100
-    assert "[output truncated: 8000 more characters not shown]" in result.output
+    assert len(result.output) < LIMITS.max_output_chars + 200  # the note says how to get the rest
+    assert "[output truncated: 8,000 more characters not shown; print a slice" in result.output
+    assert "write the whole to a file with write_file]" in result.output
 
 
 async def test_inputs_are_globals_and_output_survives_an_error(sandbox, key):
@@ -398,3 +400,23 @@ async def test_check_code_without_running(sandbox):
     problem = await sandbox.check_code("list_dir(3)", stubs=stubs, type_check=True)
     assert problem and "list_dir" in problem
     assert await sandbox.check_code("list_dir(3)", stubs=stubs, type_check=False) is None
+
+
+@pytest.mark.parametrize("module", [m.split()[0] for m in offers.MODULES])
+async def test_every_module_the_prompt_offers_imports(sandbox, key, module):
+    result = await run(sandbox, f"import {module}\nprint('ok')", key)
+    assert result.ok and result.output == "ok\n", result.error
+
+
+@pytest.mark.parametrize("module", list(offers.MISSING_MODULES))
+async def test_a_missing_module_says_which_and_what_to_use_instead(sandbox, key, module):
+    result = await run(sandbox, f"import {module}", key)
+    assert result.error_type == "ModuleNotFoundError"
+    assert f"No module named '{module}' in the sandbox; {offers.MISSING_MODULES[module]}" in result.error
+
+
+async def test_a_missing_builtin_says_what_to_do_instead(sandbox, key):
+    result = await run(sandbox, "try:\n    dir()\nexcept NameError as e:\n    print(e)\n__import__('json')", key)
+    assert "dir() is not available in the sandbox; print the names you want to look at" in result.output
+    assert result.error_type == "NameError" and "__import__() is not available in the sandbox; write `import name`" \
+        in result.error

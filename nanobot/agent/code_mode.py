@@ -241,6 +241,12 @@ async def run_program(turn: Turn, code: str) -> str:
     return result.to_model_text()
 
 
+def _imports_line() -> str:
+    from nanobot.sandbox.offers import prompt_line  # the sandbox package loads Monty: only when code runs
+
+    return prompt_line()
+
+
 def prompt_stubs(turn: Turn) -> str:
     return code_stubs(turn.deps.tools, header=False, ctx=turn.ctx, budgeted=True).strip()
 
@@ -250,7 +256,7 @@ class CodeMode:
 
     def prompt_section(self, turn: Turn) -> str:
         rt = turn.settings.code_runtime
-        return render_prompt("code_mode.md", stubs=prompt_stubs(turn),
+        return render_prompt("code_mode.md", stubs=prompt_stubs(turn), imports=_imports_line(),
                              max_seconds=rt.max_execution_ms / 1000, max_calls=rt.max_tool_calls)
 
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
@@ -328,7 +334,7 @@ class HybridMode(ToolsMode):
     name = "hybrid"
 
     def prompt_section(self, turn: Turn) -> str:
-        return render_prompt("hybrid_mode.md", stubs=prompt_stubs(turn))
+        return render_prompt("hybrid_mode.md", stubs=prompt_stubs(turn), imports=_imports_line())
 
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
         return [*turn.deps.tools.openai_schemas(turn.ctx), EXEC_PYTHON_SCHEMA]

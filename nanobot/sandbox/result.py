@@ -73,7 +73,8 @@ class OutputBuffer:
     def text(self) -> str:
         out = "".join(self._parts)
         if self.dropped:
-            out = out.rstrip("\n") + f"\n[output truncated: {self.dropped} more characters not shown]\n"
+            out = out.rstrip("\n") + (f"\n[output truncated: {self.dropped:,} more characters not shown; print a "
+                                      f"slice (text[{self.limit}:{2 * self.limit}]) or write the whole to a file with write_file]\n")
         return out
 
 

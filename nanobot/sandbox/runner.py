@@ -28,6 +28,7 @@ from pydantic_monty import (
 )
 
 from nanobot.config import CodeRuntime
+from nanobot.sandbox.offers import MISSING_BUILTINS, builtin_refusal, import_refusal
 from nanobot.sandbox.result import (
     AWAIT_HINT,
     ExecutionResult,
@@ -86,7 +87,7 @@ class _Run:
     async def _lookup(self, snap: AsyncNameLookupSnapshot) -> Any:
         """A tool named without being called (``f = read_file``) becomes a callable; else NameError."""
         name = snap.variable_name
-        if name in self.function_names:
+        if name in self.function_names or name in MISSING_BUILTINS:  # the latter answer with a hint
             return await snap.resume(value=_host_function(name))
         return await snap.resume()
 
@@ -96,7 +97,8 @@ class _Run:
         if snap.is_os_function:
             return await self._os_call(name, snap.args)
         if name not in self.function_names:
-            return {"exception": NameError(f"name '{name}' is not defined")}
+            refusal = builtin_refusal(name) if name in MISSING_BUILTINS else NameError(f"name '{name}' is not defined")
+            return {"exception": refusal}
         if self._is_awaited(snap):
             return {"exception": TypeError(
                 f"{name}() is a plain function here, not a coroutine: call it without `await`, "
@@ -126,6 +128,8 @@ class _Run:
             self.sleep_budget -= seconds
             await asyncio.sleep(seconds)
             return {"return_value": None}
+        if name == "import" and args:
+            return {"exception": import_refusal(str(args[0]))}
         return {"exception": PermissionError(
             f"{name}: the sandbox has no direct file, network or OS access; use the provided functions")}
 

@@ -115,8 +115,13 @@ class Tool:
 
     def stub(self) -> str:
         """A one-function Python stub for the code-mode prompt and the type checker."""
-        summary = self.description.strip().splitlines()[0]
-        return f"def {self.name}{_format_signature(self.signature)}: ...  # {summary}"
+        return f"def {self.name}{_format_signature(self.signature)}: ...  # {self.summary}"
+
+    @property
+    def summary(self) -> str:
+        """The description's first paragraph on one line: what the stub comment says. Not its
+        first line, which can stop mid-sentence (and drop where output goes, or what comes back)."""
+        return " ".join(self.description.strip().split("\n\n")[0].split())
 
     def bind(self, args: tuple | list, kwargs: dict[str, Any]) -> dict[str, Any]:
         """Map a Python call's positional and keyword arguments onto parameter names."""

@@ -248,7 +248,9 @@ async def exec_command(
     command: str,
     timeout: Annotated[int | None, Field(description="Seconds; default from config")] = None,
 ) -> str:
-    """Run a shell command in the workspace; returns its output (stdout+stderr) and exit code."""
+    """Run a shell command in the workspace. Returns one string: its output (stdout and stderr together), then a
+    last line "[exit code N]" ("[killed by signal NAME]" when it was killed): check success with
+    out.endswith("[exit code 0]"), and leave that line out of what you show the user."""
     settings = ctx.config.tools.exec
     if not settings.enabled:
         raise PermissionError("exec_command is disabled in this nanobot's config (tools.exec.enabled is false)")
