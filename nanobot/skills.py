@@ -306,8 +306,10 @@ async def read_skill(ctx: ToolContext, name: str, file: str = SKILL_FILE) -> str
     return text
 
 
-TOOLS_MODE_NOTE = ("[You act with tool calls in this chat, not programs: where this skill shows Python, make the "
-                   "same calls as tools, one by one; use_skill, llm_query and final_answer do not exist here.]\n\n")
+TOOLS_MODE_NOTE = ("[You act with tool calls in this chat, not programs: where this skill shows Python for you to run, "
+                   "make the same calls as tools, one by one (use_skill, llm_query and final_answer do not exist "
+                   "here). Python that is stored or sent as text stays Python: a scheduled job's program goes, as it "
+                   "is, in schedule_cron's `code` argument.]\n\n")
 
 
 # ---------------------------------------------------------------------------------- wiring

@@ -170,6 +170,7 @@ async def test_prompt_lists_skills_and_read_skill_reads_builtin_and_workspace(ll
     assert "read_skill" in {t["function"]["name"] for t in llm.chat_requests[0]["tools"]}
     results = [r["messages"][-1]["content"] for r in llm.chat_requests[1:]]
     assert results[0].startswith("[You act with tool calls") and "\n\n---\nname: weather" in results[0]
+    assert "a scheduled job's program goes, as it is, in schedule_cron's `code` argument" in results[0]
     assert "Use notes/." in results[1]
     assert "def parse_wttr(" in results[2]
     assert results[3].startswith("Error: PermissionError") and "outside the skill" in results[3]

@@ -17,8 +17,10 @@ if TYPE_CHECKING:
     from nanobot.config import Config
 
 
-def resolve_target(config: Config, owner_session: str, deliver_to: str | None) -> str | None:
-    """The ``deliver_to`` to store (None: the owning chat itself); ValueError when it is nowhere."""
+def resolve_target(config: Config, owner_session: str, deliver_to: str | None,
+                   naming: str = "--to CHANNEL:CHAT_ID") -> str | None:
+    """The ``deliver_to`` to store (None: the owning chat itself); ValueError when it is nowhere
+    (``naming``: how the caller names a chat, a CLI flag or a function's argument)."""
     target = deliver_to or owner_session
     channel, _ = split_target(target)
     if channel == "cli":
@@ -28,7 +30,7 @@ def resolve_target(config: Config, owner_session: str, deliver_to: str | None) -
         owner = owner_chat(config)
         if owner is None:
             raise ValueError("a job made in the terminal delivers to the owner's chat, and there is none: set "
-                             "channels.<name>.owners (or allowFrom), or name the chat with --to CHANNEL:CHAT_ID")
+                             f"channels.<name>.owners (or allowFrom), or name the chat with {naming}")
         return owner
     if deliver_to is None:
         return None  # the chat the job was made in: a message came from it, so its channel runs

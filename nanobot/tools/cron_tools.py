@@ -12,6 +12,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from nanobot.tools.messaging import allowed_target
 from nanobot.tools.registry import ToolContext, tool
 
 MIN_EVERY_SECONDS = 60  # for jobs made from a chat (the CLI may go lower)
@@ -60,9 +61,11 @@ async def schedule_cron(
                                            "its printed output or last value is sent to this chat")] = "",
     name: str | None = None,
     message: Annotated[str | None, Field(description="instead of code: a request run as a chat turn")] = None,
+    to: Annotated[str | None, Field(description='the chat its output goes to, "channel:chat_id" (send_message\'s '
+                                                'rules); default this chat')] = None,
 ) -> str:
     """Schedule code (or a message turn) in this chat's timezone; returns the job id. Output goes to
-    this chat (from the terminal: to the owner's chat); run_cron(id) tries it once now."""
+    this chat, or to `to` (from the terminal: to the owner's chat); run_cron(id) tries it once now."""
     from nanobot.cron.delivery import resolve_target
     from nanobot.cron.schedule import describe
     from nanobot.cron.service import create_job
@@ -78,7 +81,9 @@ async def schedule_cron(
     if len(await store.list(owner_session=ctx.session_key)) >= limit:
         raise PermissionError(f"this chat has {limit} scheduled jobs already (gateway.maxCronJobsPerChat); "
                               "remove one with remove_cron first")
-    deliver_to = resolve_target(ctx.config, ctx.session_key, None)  # the terminal: the owner's chat
+    if to:
+        to = (await allowed_target(ctx, to, "schedule_cron"))[2]
+    deliver_to = resolve_target(ctx.config, ctx.session_key, to, naming='to="channel:chat_id"')
     job = await create_job(store, owner_session=ctx.session_key, schedule_kind=kind, expression=expr,
                            timezone=ctx.config.agent_for(ctx.session_key).timezone,
                            payload_kind="prompt" if message else "code", payload=message or code, name=name,

@@ -71,6 +71,16 @@ async def send_file(ctx: ToolContext, path: str, caption: str | None = None, to:
 
 async def _checked_target(ctx: ToolContext, to: str | None, what: str) -> tuple[str, str, str]:
     """(channel, chat_id, target) of a chat this turn may write to, counted against the turn's limit."""
+    channel, chat_id, target = await allowed_target(ctx, to, what)
+    if target != ctx.session_key and ctx.bus is not None and not _section(ctx, channel).get("enabled"):
+        raise RuntimeError(f"{what}: channel {channel!r} is not enabled (channels.{channel}.enabled)")
+    count_message(ctx)
+    return channel, chat_id, target
+
+
+async def allowed_target(ctx: ToolContext, to: str | None, what: str) -> tuple[str, str, str]:
+    """(channel, chat_id, target): this chat, or another one an owner chat may write to (it
+    may talk to the bot) in an untainted turn (``send_message``'s rules; ``schedule_cron`` too)."""
     target = to.strip() if to else ctx.session_key
     channel, chat_id = split_target(target)
     if target != ctx.session_key:
@@ -78,15 +88,11 @@ async def _checked_target(ctx: ToolContext, to: str | None, what: str) -> tuple[
             raise PermissionError(f"{what}: this chat may only send messages to itself")
         ctx.turn.require_clean(f"{what} to {target}")
         await _check_allowed(ctx, channel, chat_id, what)
-        if ctx.bus is not None and not _section(ctx, channel).get("enabled"):
-            raise RuntimeError(f"{what}: channel {channel!r} is not enabled (channels.{channel}.enabled)")
-    count_message(ctx)
     return channel, chat_id, target
 
 
 def _no_channels() -> RuntimeError:
     """Why this process (``nanobot agent``) cannot send to another chat, and what can."""
-    from nanobot.config import nanobot_home
     from nanobot.gateway.lock import running_gateway_pid  # an error path: the gateway package is heavy
 
     pid = running_gateway_pid(nanobot_home())
