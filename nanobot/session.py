@@ -51,7 +51,8 @@ class Session:
                 break
         else:
             recent = []
-        return _complete_tool_exchanges([{k: v for k, v in m.items() if k != "ts"} for m in recent])
+        return _merge_assistant_runs(_complete_tool_exchanges([{k: v for k, v in m.items() if k != "ts"}
+                                                               for m in recent]))
 
     # ---- writing ---------------------------------------------------------------------
     def append(self, message: dict[str, Any]) -> None:
@@ -131,6 +132,20 @@ def _complete_tool_exchanges(messages: list[dict[str, Any]]) -> list[dict[str, A
         elif m.get("role") == "tool" and m.get("tool_call_id") not in asked:
             continue
         out.append(m)
+    return out
+
+
+def _merge_assistant_runs(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two plain assistant messages in a row become one (a program and the final_answer it
+    gave, a reply and a stop note): chat templates of local servers insist that roles alternate."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        last = out[-1] if out else None
+        if last and last.get("role") == message.get("role") == "assistant" \
+                and not last.get("tool_calls") and not message.get("tool_calls"):
+            out[-1] = {**last, "content": "\n\n".join(filter(None, [last.get("content"), message.get("content")]))}
+        else:
+            out.append(message)
     return out
 
 

@@ -196,7 +196,7 @@ async def test_unknown_commands_are_answered_here_and_paths_are_not_commands(llm
 async def test_status_command_shows_usage_per_mode(llm: FakeOpenAI, workspace: Path) -> None:
     llm.script(reply("```python\nfinal_answer('hi')\n```"))
     [_, status] = await ask(llm, workspace, "hello", "/status", session="telegram:8")
-    assert status.startswith("Session telegram:8: 4 messages, mode code, model fake-model.")
+    assert status.startswith("Session telegram:8: 3 messages, mode code, model fake-model.")  # no empty result
     assert "code: 1 model call, 10 prompt + 5 completion tokens, 1 execution, 0 failed" in status
 
 
@@ -257,3 +257,13 @@ def test_no_stub_comment_stops_mid_sentence() -> None:
         assert line.split("  # ", 1)[1].endswith((".", ")", "?", '"', "`")), line
     assert "run_cron(id) tries it once now." in stubs and 'folders end with "/".' in stubs
     assert '{"status": "ok" or "error", "output": ...}' in stubs and 'out.endswith("[exit code 0]")' in stubs
+
+
+async def test_after_final_answer_no_empty_result_is_kept(llm: FakeOpenAI, workspace: Path) -> None:
+    program = "```python\nfinal_answer('hi')\n```"
+    llm.script(reply(program), reply("```python\nprint(2)\nfinal_answer('two')\n```"), reply("ok"))
+    assert await ask(llm, workspace, "hello", "again", "and?") == ["hi", "two", "ok"]
+    later = [(m["role"], m["content"]) for m in llm.chat_requests[2]["messages"][1:]]
+    assert later[:2] == [("user", "hello"), ("assistant", f"{program}\n\nhi")]  # one message: roles alternate
+    assert ("user", "<python_result>\n2\n</python_result>") in later  # a result that says something stays
+    assert not any("(no output)" in str(c) for _, c in later)

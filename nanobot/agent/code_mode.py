@@ -241,6 +241,9 @@ async def run_program(turn: Turn, code: str) -> str:
     return result.to_model_text()
 
 
+NO_OUTPUT = "(no output)"  # ExecutionResult.to_model_text of a quiet program
+
+
 def _imports_line() -> str:
     from nanobot.sandbox.offers import prompt_line  # the sandbox package loads Monty: only when code runs
 
@@ -280,7 +283,8 @@ class CodeMode:
         turn.check_repeat("python", block.code)
         log.debug("[%s] running the model's program:\n%s", turn.session.key, block.code)
         output = await run_program(turn, block.code)
-        turn.add({"role": "user", "content": f"<python_result>\n{output}\n</python_result>"})
+        if turn.final is None or output != NO_OUTPUT:  # an empty result before the answer says nothing
+            turn.add({"role": "user", "content": f"<python_result>\n{output}\n</python_result>"})
         if turn.final is not None:
             turn.session.append({"role": "assistant", "content": turn.final})
         return turn.final

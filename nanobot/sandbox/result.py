@@ -43,7 +43,7 @@ class ExecutionResult:
         if self.error:
             parts.append(self.error.rstrip("\n"))
         parts.extend(f"Note: {n}" for n in self.notices)
-        return "\n".join(parts) if parts else "(no output)"
+        return "\n".join(parts) if parts else "(no output)"  # code_mode.NO_OUTPUT
 
 
 class OutputBuffer:
