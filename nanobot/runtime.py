@@ -74,10 +74,8 @@ class Runtime:
         self.code = services.code = CodeExecutor(self.deps)  # the sandbox starts on first use
         if self.config.tools.mcp_servers:  # started by the gateway, or by the first turn
             from nanobot.mcp.servers import McpServers
-            from nanobot.mcp.tools import tool_help
 
             services.mcp = McpServers(self.config, self.tools, self.home / "logs")
-            self.tools.register(tool_help)
         install_skills(self.deps)  # read_skill and the skills list in the prompt
         self.agent = Agent(self.deps)
         return self

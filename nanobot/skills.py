@@ -217,7 +217,7 @@ def find_skill(name: str, workspace: Path, builtin_dir: Path | None = None) -> S
 # ---------------------------------------------------------------------------------- prompt
 
 
-HELPERS_NOTE = 'Skills marked "helpers" ship Python functions: in code, use_skill(name) defines them in your session.'
+HELPERS_NOTE = ' "helpers": use_skill(name) defines its Python functions in your session.'
 
 
 def skill_line(skill: Skill, workspace: Path, *, code: bool = True) -> str:
@@ -295,7 +295,7 @@ def skill_helpers_code(name: str, workspace: Path, builtin_dir: Path | None = No
 
 @tool
 async def read_skill(ctx: ToolContext, name: str, file: str = SKILL_FILE) -> str:
-    """Read a skill's instructions (its SKILL.md) by skill name, or another file of the skill.
+    """Read a skill's SKILL.md, or another file of the skill.
 
     Works for built-in skills, which lie outside the workspace, and for the workspace's own.
     """

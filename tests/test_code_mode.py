@@ -255,8 +255,8 @@ def test_no_stub_comment_stops_mid_sentence() -> None:
     stubs = code_stubs(default_registry(Config()), header=False)
     for line in stubs.strip().splitlines():
         assert line.split("  # ", 1)[1].endswith((".", ")", "?", '"', "`")), line
-    assert "run_cron(id) tries it once now." in stubs and 'folders end with "/".' in stubs
-    assert '{"status": "ok" or "error", "output": ...}' in stubs and 'out.endswith("[exit code 0]")' in stubs
+    assert "returns the job id. Output goes to this chat, or to `to`." in stubs and 'folders end with "/".' in stubs
+    assert '{"status": "ok" or "error", "output": ...}' in stubs and 'a last line "[exit code N]".' in stubs
 
 
 async def test_after_final_answer_no_empty_result_is_kept(llm: FakeOpenAI, workspace: Path) -> None:

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 CODE_ONLY_STUBS = '''def final_answer(value: Any) -> None: ...  # End the turn now; str(value) is the reply to the user.
 def llm_query(prompt: str) -> str: ...  # Ask the model a self-contained question (e.g. about a chunk of text).
 def use_skill(name: str) -> str: ...  # Define a skill's helper functions in this session.
+def tool_help(name: str) -> str: ...  # A function's full stub: its parameters and its result.
 '''
 
 # use_skill("name") with a literal name: its helpers are loaded before the program runs, so
@@ -215,7 +216,7 @@ def executor(turn: Turn) -> CodeExecutor:
 
 
 def turn_functions(turn: Turn) -> dict[str, Extra]:
-    """``final_answer`` and ``llm_query``, bound to this turn."""
+    """``final_answer``, ``llm_query`` and ``tool_help``, bound to this turn."""
     from nanobot.sandbox import StopProgram
 
     async def final_answer(value: Any = "") -> None:
@@ -230,7 +231,13 @@ def turn_functions(turn: Turn) -> dict[str, Extra]:
         response = await turn.ask_model(messages=[{"role": "user", "content": str(prompt)}], purpose="llm_query")
         return strip_think(response.content)
 
-    return {"final_answer": final_answer, "llm_query": llm_query}
+    async def tool_help(name: str) -> str:
+        found = turn.deps.tools.get(name)
+        if found is None or found.code_only or not found.available(turn.ctx):
+            raise ValueError(f"no function {name!r}")
+        return found.stub()
+
+    return {"final_answer": final_answer, "llm_query": llm_query, "tool_help": tool_help}
 
 
 async def run_program(turn: Turn, code: str) -> str:

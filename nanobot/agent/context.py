@@ -3,6 +3,7 @@ its chosen execution mode works. Prompt text lives in ``nanobot/prompts/``, not 
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from functools import lru_cache
 from importlib import resources
@@ -19,9 +20,16 @@ OWNER_FILES = ("USER.md",)
 MEMORY_FILE = "memory/MEMORY.md"
 
 
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+
+
 def _read_stripped(path: str) -> str:
+    """The file's text for the prompt: without ``<!-- -->`` notes to the human, and empty when
+    nothing but headings is left (an untouched template costs no prompt)."""
     with open(path, encoding="utf-8") as file:
-        return file.read().strip()
+        text = _COMMENT.sub("", file.read()).strip()
+    has_content = any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines())
+    return text if has_content else ""
 
 
 _steering = StampedCache(_read_stripped)  # the files above, read again only when they change

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from nanobot.mcp.schema import Param, ToolFailed, identifier, params, render_stub, to_value
-from nanobot.tools.registry import Tool, ToolContext, tool
+from nanobot.tools.registry import Tool, ToolContext
 from nanobot.trust import OWNER
 
 if TYPE_CHECKING:
@@ -92,12 +92,3 @@ def make_tool(connection: McpConnection, spec: Any) -> McpTool:
     return McpTool(name, description, call, _AnyArgs, signature, untrusted=True, server=connection.name,
                    tool_name=spec.name, input_schema=dict(spec.input_schema or {}), output_schema=output_schema,
                    params=plist)
-
-
-@tool
-async def tool_help(ctx: ToolContext, name: str) -> str:
-    """The full Python stub of a function: its parameters (with descriptions) and its result."""
-    found = ctx.services.mcp.registry.get(name) if ctx.services.mcp is not None else None
-    if found is None or not found.available(ctx):
-        raise ValueError(f"no function {name!r}")
-    return found.stub()

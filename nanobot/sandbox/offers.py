@@ -58,6 +58,4 @@ def builtin_refusal(name: str) -> NameError:
 
 def prompt_line() -> str:
     """The code-mode prompt's line on imports."""
-    missing = ", ".join(MISSING_MODULES)
-    return (f"Importable: {', '.join(MODULES)}. Not available (an import says what to use instead): {missing}, "
-            "and third-party packages.")
+    return f"Imports: {', '.join(MODULES)}; no others (an import error says what to use instead)."

@@ -64,8 +64,10 @@ async def schedule_cron(
     to: Annotated[str | None, Field(description='the chat its output goes to, "channel:chat_id" (send_message\'s '
                                                 'rules); default this chat')] = None,
 ) -> str:
-    """Schedule code (or a message turn) in this chat's timezone; returns the job id. Output goes to
-    this chat, or to `to` (from the terminal: to the owner's chat); run_cron(id) tries it once now."""
+    """Schedule code (or a message turn) in this chat's timezone; returns the job id. Output goes to this chat,
+    or to `to`.
+
+    From the terminal it goes to the owner's chat unless `to` names one. run_cron(id) tries a job once now."""
     from nanobot.cron.delivery import resolve_target
     from nanobot.cron.schedule import describe
     from nanobot.cron.service import create_job
@@ -92,9 +94,9 @@ async def schedule_cron(
     return job.id
 
 
-@tool
+@tool(brief=True)
 async def list_cron(ctx: ToolContext) -> list[dict]:
-    """This chat's scheduled jobs: id, name, schedule, next run, last status."""
+    """This chat's jobs: id, name, schedule, next run, last status."""
     from nanobot.cron.schedule import describe
 
     jobs = await (await _store(ctx)).list(owner_session=ctx.session_key)
@@ -104,7 +106,7 @@ async def list_cron(ctx: ToolContext) -> list[dict]:
             for j in jobs]
 
 
-@tool
+@tool(brief=True)
 async def remove_cron(ctx: ToolContext, job_id: str) -> str:
     """Delete one of this chat's scheduled jobs."""
     ctx.turn.require_clean("remove_cron")
@@ -116,10 +118,9 @@ async def remove_cron(ctx: ToolContext, job_id: str) -> str:
     return f"removed {job_id}"
 
 
-@tool
+@tool(brief=True)
 async def run_cron(ctx: ToolContext, job_id: str) -> dict:
-    """Run one of this chat's jobs once now (its schedule is unchanged) and return how it went:
-    {"status": "ok" or "error", "output": ...}. Use it to test a job right after scheduling it."""
+    """Run a job once now; returns {"status": "ok" or "error", "output": ...}."""
     store = await _store(ctx)
     job = await store.get(job_id)
     if job is None or job.owner_session != ctx.session_key:

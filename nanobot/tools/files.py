@@ -121,7 +121,7 @@ async def read_file(ctx: ToolContext, path: str) -> str:
 
 @tool
 async def write_file(ctx: ToolContext, path: str, content: str) -> str:
-    """Create or overwrite a file (parent directories are created)."""
+    """Create or overwrite a file (and its folders)."""
     data = content.encode("utf-8")
     shown = await _write_checked(ctx, path, data, "write_file")
     return f"Wrote {len(data):,} bytes to {shown}"
@@ -129,7 +129,7 @@ async def write_file(ctx: ToolContext, path: str, content: str) -> str:
 
 @tool
 async def edit_file(ctx: ToolContext, path: str, old: str, new: str) -> str:
-    """Replace the one exact occurrence of `old` in a file with `new`."""
+    """Replace the one exact occurrence of `old` with `new` in a file."""
     if not old:
         raise ValueError("old must not be empty; use write_file to replace a whole file")
     raw, shown = _read_bytes(ctx, path)
@@ -148,7 +148,7 @@ async def edit_file(ctx: ToolContext, path: str, old: str, new: str) -> str:
 
 @tool
 async def list_dir(ctx: ToolContext, path: str = ".") -> list[str]:
-    """List a directory: sorted names, directories end with "/"."""
+    """A directory's names, sorted; folders end with "/"."""
     with pinned_parent(ctx, path) as pin:
         fd = open_pinned(pin, os.O_RDONLY | os.O_NONBLOCK)
         try:
@@ -161,9 +161,9 @@ async def list_dir(ctx: ToolContext, path: str = ".") -> list[str]:
     return sorted(names)
 
 
-@tool
+@tool(brief=True)
 async def move_file(ctx: ToolContext, src: str, dst: str) -> str:
-    """Move or rename a file or folder; refuses to replace an existing `dst`."""
+    """Move or rename a file or folder (never over an existing `dst`)."""
     names = [n for n in (steering_target(ctx, resolve_in_workspace(ctx, p)) for p in (src, dst)) if n]
     for name in names:
         check_change(ctx, name)
@@ -181,7 +181,7 @@ async def move_file(ctx: ToolContext, src: str, dst: str) -> str:
     return f"Moved {shown[0]} to {shown[1]}"
 
 
-@tool
+@tool(brief=True)
 async def delete_file(ctx: ToolContext, path: str) -> str:
     """Delete a file (or an empty folder)."""
     name = steering_target(ctx, resolve_in_workspace(ctx, path))
@@ -212,8 +212,7 @@ MAX_GLOB_RESULTS = 2000
 
 @tool
 async def glob(ctx: ToolContext, pattern: str) -> list[str]:
-    """Paths matching a pattern, recursively with "**": glob("**/*.py"), glob("notes/*.md").
-    Sorted, relative to the workspace; folders end with "/"."""
+    """Paths matching a pattern ("**/*.py": any depth), sorted; folders end with "/"."""
     if not pattern or "\x00" in pattern or pattern.startswith("/") or ".." in pattern.split("/"):
         raise ValueError("give a pattern relative to the workspace, e.g. '**/*.py' (no '..', no leading '/')")
     root = resolve_in_workspace(ctx, ".")

@@ -31,10 +31,10 @@ from nanobot.trust import OWNER
 
 @tool
 async def send_message(ctx: ToolContext, content: str, to: str | None = None) -> str:
-    """Send a message to this chat now, or to another chat given as "channel:chat_id" (e.g. "telegram:123456").
+    """Send a message now: to this chat, or to another as "channel:chat_id".
 
-    Only chats that may talk to the bot can be addressed. Use it for progress updates, for
-    results of scheduled jobs, or to notify someone; the turn's reply is sent anyway.
+    Only chats that may talk to the bot can be addressed. For progress notes or to notify
+    someone: the turn's reply is sent anyway.
     """
     if not content.strip():
         raise ValueError("send_message: the content is empty")
@@ -48,12 +48,11 @@ async def send_message(ctx: ToolContext, content: str, to: str | None = None) ->
     return f"Message sent to {target}."
 
 
-@tool
+@tool(brief=True)
 async def send_file(ctx: ToolContext, path: str, caption: str | None = None, to: str | None = None) -> str:
-    """Send a workspace file to this chat, or to another chat given as "channel:chat_id".
+    """Send a file (pictures as photos): to this chat, or to another as "channel:chat_id".
 
-    Pictures (.png, .jpg, ...) arrive as photos, anything else as a document. The same chats
-    as for send_message can be addressed. Make the file first (write_file, exec_command).
+    The same chats as for send_message can be addressed. Make the file first.
     """
     channel, chat_id, target = await _checked_target(ctx, to, "send_file")
     limit = upload_limit(channel)

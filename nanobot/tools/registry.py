@@ -95,6 +95,9 @@ class Tool:
     signature: inspect.Signature  # without the ctx parameter
     code_only: bool = False  # e.g. final_answer: a function in code, never a native tool
     untrusted: bool = False  # returns text written by strangers (web pages): marked as such for the model
+    # Seldom needed: prompts name it in one short line (code) or offer it through find_tools
+    # (tools mode, when the schemas would be large); its full stub or schema comes on request.
+    brief: bool = False
 
     @cached_property  # a schema never changes; building it costs ~0.5 ms, on every turn otherwise
     def parameters(self) -> dict[str, Any]:
@@ -116,6 +119,12 @@ class Tool:
     def stub(self) -> str:
         """A one-function Python stub for the code-mode prompt and the type checker."""
         return f"def {self.name}{_format_signature(self.signature)}: ...  # {self.summary}"
+
+    def call_form(self) -> str:
+        """``name(a, b=None)``: how to call it, for a brief listing."""
+        params = [p.name if p.default is inspect.Parameter.empty else f"{p.name}={p.default!r}"
+                  for p in self.signature.parameters.values()]
+        return f"{self.name}({', '.join(params)})"
 
     @property
     def summary(self) -> str:
@@ -175,7 +184,7 @@ def _format_signature(sig: inspect.Signature) -> str:
 
 
 def tool(func: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None, code_only: bool = False,
-         untrusted: bool = False):
+         untrusted: bool = False, brief: bool = False):
     """Turn ``async def f(ctx, ...)`` into a Tool. Usable bare (``@tool``) or with options."""
 
     def build(fn: Callable[..., Awaitable[Any]]) -> Tool:
@@ -194,7 +203,7 @@ def tool(func: Callable[..., Awaitable[Any]] | None = None, *, name: str | None 
             return_annotation=hints.get("return", sig.return_annotation),
         )
         return Tool(tool_name, inspect.cleandoc(fn.__doc__ or tool_name), fn, args_model, public_sig, code_only,
-                    untrusted)
+                    untrusted, brief)
 
     return build(func) if func is not None else build
 

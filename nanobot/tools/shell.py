@@ -248,9 +248,10 @@ async def exec_command(
     command: str,
     timeout: Annotated[int | None, Field(description="Seconds; default from config")] = None,
 ) -> str:
-    """Run a shell command in the workspace. Returns one string: its output (stdout and stderr together), then a
-    last line "[exit code N]" ("[killed by signal NAME]" when it was killed): check success with
-    out.endswith("[exit code 0]"), and leave that line out of what you show the user."""
+    """Run a shell command in the workspace; returns one string: its output, then a last line "[exit code N]".
+
+    stdout and stderr come together; a killed command ends "[killed by signal NAME]". Check success
+    with out.endswith("[exit code 0]"), and leave that line out of what you show the user."""
     settings = ctx.config.tools.exec
     if not settings.enabled:
         raise PermissionError("exec_command is disabled in this nanobot's config (tools.exec.enabled is false)")

@@ -35,7 +35,7 @@ async def web_search(
     query: Annotated[str, Field(description="What to search for")],
     count: Annotated[int, Field(description="How many results to return (the server may cap it)")] = 5,
 ) -> list[dict]:
-    """Search the web; returns a list of {title, url, snippet}."""
+    """Search the web: a list of {title, url, snippet}."""
     query = query.strip()
     if not query:
         raise ValueError("web_search: the query is empty")
@@ -112,7 +112,7 @@ async def web_fetch(
     ctx: ToolContext,
     url: Annotated[str, Field(description="An http:// or https:// URL on the public internet")],
 ) -> str:
-    """Fetch a web page and return its main content as Markdown (text and JSON as they are)."""
+    """A web page's main content as Markdown (text and JSON as they are)."""
     from nanobot.tools.http_fetch import download  # aiohttp loads only when a page is fetched
     from nanobot.tools.ssrf import BlockedAddressError
 

@@ -1,0 +1,75 @@
+"""What each mode sends the model: the system prompt and tool schemas of a one-call answer,
+and the prompt characters of a scripted six-call task.
+
+    python bench/bench_prompts.py
+
+The workspace is the onboarded template (AGENTS.md, SOUL.md, ... and the built-in skills);
+the model is the scripted server. "Schemas" is the JSON of the ``tools`` field. With
+``--mcp 3`` three MCP servers of 30 tools each are configured (``tests/fakes/mcp_many.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import common  # noqa: F401  (puts the repo on sys.path)
+
+from nanobot.runtime import Runtime
+from nanobot.workspace_template import copy_template
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.helpers import config_for
+
+SIX_CALLS = {  # the same task: read three files, write a summary, list the folder, answer
+    "tools": [tool_call("read_file", {"path": "a.txt"}), tool_call("read_file", {"path": "b.txt"}),
+              tool_call("read_file", {"path": "c.txt"}), tool_call("write_file", {"path": "sum.txt", "content": "3"}),
+              tool_call("list_dir", {"path": "."}), reply("done")],
+    "code": [reply("```python\nparts = [read_file(n) for n in ('a.txt', 'b.txt', 'c.txt')]\nprint(len(parts))\n```"),
+             reply("```python\nwrite_file('sum.txt', '3')\nprint(list_dir('.'))\n```"), reply("done")],
+}
+SIX_CALLS["hybrid"] = SIX_CALLS["tools"]
+
+
+def mcp_servers(count: int) -> dict:
+    return {f"srv{i}": {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_many"], "cwd": str(common.ROOT)}
+            for i in range(count)}
+
+
+async def measure(mode: str, mcp: int) -> tuple[int, int, int]:
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["NANOBOT_HOME"] = tmp  # fresh histories and database for every measure
+        workspace = Path(tmp) / "workspace"
+        copy_template(workspace)
+        for name in ("a.txt", "b.txt", "c.txt"):
+            (workspace / name).write_text("some text\n" * 20)
+        async with FakeOpenAI() as llm:
+            config = config_for(llm.base_url, workspace, mode=mode, memory_window=1000)  # no consolidation call
+            config.tools.mcp_servers = mcp_servers(mcp)
+            llm.script(reply("hello"), *SIX_CALLS[mode])
+            async with Runtime(config) as rt:
+                await rt.agent.handle("cli:a", "hi")
+                await rt.agent.handle("cli:b", "summarize a, b and c into sum.txt")
+        first = llm.chat_requests[0]
+        system = len(first["messages"][0]["content"])
+        schemas = len(json.dumps(first.get("tools", []))) if first.get("tools") else 0
+        task = sum(len(json.dumps(r["messages"])) + len(json.dumps(r.get("tools", []))) for r in llm.chat_requests[1:])
+        return system, schemas, task
+
+
+async def main(mcp: int) -> None:
+    print(f"MCP servers: {mcp} (30 tools each)" if mcp else "MCP servers: none")
+    print("mode    system  schemas  one-call total  six-call task (prompt chars, all requests)")
+    for mode in ("code", "tools", "hybrid"):
+        system, schemas, task = await measure(mode, mcp)
+        print(f"{mode:7s} {system:6,d}  {schemas:7,d}  {system + schemas:14,d}  {task:,d}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mcp", type=int, default=0)
+    asyncio.run(main(parser.parse_args().mcp))
