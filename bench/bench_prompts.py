@@ -4,8 +4,8 @@ and the prompt characters of a scripted six-call task.
     python bench/bench_prompts.py
 
 The workspace is the onboarded template (AGENTS.md, SOUL.md, ... and the built-in skills);
-the model is the scripted server. "Schemas" is the JSON of the ``tools`` field. With
-``--mcp 3`` three MCP servers of 30 tools each are configured (``tests/fakes/mcp_many.py``).
+the model is the scripted server. "Schemas" is the JSON of the ``tools`` field as sent (compact). With
+``--mcp 3`` three MCP servers of 30 tools each are configured (``tests/fakes/mcp_notes.py --many 20``).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import common  # noqa: F401  (puts the repo on sys.path)
 
+from nanobot.config import McpServer
 from nanobot.runtime import Runtime
 from nanobot.workspace_template import copy_template
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
@@ -35,9 +36,14 @@ SIX_CALLS = {  # the same task: read three files, write a summary, list the fold
 SIX_CALLS["hybrid"] = SIX_CALLS["tools"]
 
 
+def compact(value: object) -> str:
+    """JSON as the provider sends it (no spaces after separators)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def mcp_servers(count: int) -> dict:
-    return {f"srv{i}": {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_many"], "cwd": str(common.ROOT)}
-            for i in range(count)}
+    return {name: McpServer(command=sys.executable, args=["-m", "tests.fakes.mcp_notes", "--many", "20"],
+                            cwd=str(common.ROOT)) for name in ("tracker", "mail", "calendar")[:count]}
 
 
 async def measure(mode: str, mcp: int) -> tuple[int, int, int]:
@@ -56,8 +62,8 @@ async def measure(mode: str, mcp: int) -> tuple[int, int, int]:
                 await rt.agent.handle("cli:b", "summarize a, b and c into sum.txt")
         first = llm.chat_requests[0]
         system = len(first["messages"][0]["content"])
-        schemas = len(json.dumps(first.get("tools", []))) if first.get("tools") else 0
-        task = sum(len(json.dumps(r["messages"])) + len(json.dumps(r.get("tools", []))) for r in llm.chat_requests[1:])
+        schemas = len(compact(first.get("tools", []))) if first.get("tools") else 0
+        task = sum(len(compact(r["messages"])) + len(compact(r.get("tools", []))) for r in llm.chat_requests[1:])
         return system, schemas, task
 
 

@@ -153,6 +153,9 @@ class ProviderConfig(Section):
     timeout: float = Field(120.0, gt=0)
     max_retries: int = Field(3, ge=0)
     cooldown_seconds: float = Field(60.0, ge=0)  # after a failure, fallbacks are tried first for this long
+    # Tools mode: tell the model the <tool_call>{...}</tool_call> text form (servers without native
+    # tool calling); such blocks are accepted from any model either way.
+    text_tool_calls: bool = False
     prices: dict[str, Price] = {}  # model name -> price
 
 

@@ -295,10 +295,7 @@ def skill_helpers_code(name: str, workspace: Path, builtin_dir: Path | None = No
 
 @tool
 async def read_skill(ctx: ToolContext, name: str, file: str = SKILL_FILE) -> str:
-    """Read a skill's SKILL.md, or another file of the skill.
-
-    Works for built-in skills, which lie outside the workspace, and for the workspace's own.
-    """
+    """Read a skill's SKILL.md, or another file of the skill (built-in skills too)."""
     skill = find_skill(name, ctx.workspace)
     text = _skill_file(skill, file, ctx.workspace).read_text(encoding="utf-8", errors="replace")
     if not ctx.runs_code and file == SKILL_FILE:

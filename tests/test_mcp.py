@@ -109,16 +109,22 @@ final_answer(out)
 async def test_tools_mode_makes_one_model_call_per_mcp_call_and_marks_results(
         llm: FakeOpenAI, workspace: Path) -> None:
     calls = [tool_call("notes_add_note", {"title": f"n{i}"}) for i in range(30)]
-    llm.script(*calls, reply("added 30"))
+    llm.script(tool_call("find_tools", {"query": "add note, search notes"}), *calls, reply("added 30"))
     config = with_servers(llm, workspace, {"notes": stdio_server()}, mode="tools", max_iterations=40)
     async with Runtime(config) as rt:
         assert await rt.agent.handle("cli:t", "add 30 notes") == "added 30"
-    assert len(llm.chat_requests) == 31
-    names = {t["function"]["name"] for t in llm.chat_requests[0]["tools"]}
+    assert len(llm.chat_requests) == 32
+    first = {t["function"]["name"]: t["function"] for t in llm.chat_requests[0]["tools"]}
+    # Past the schema budget, MCP tools wait behind find_tools, whose description counts them
+    assert "read_file" in first and "notes_add_note" not in first
+    assert "tools of the notes server" in first["find_tools"]["description"]
+    found = llm.chat_requests[1]["messages"][-1]["content"]
+    assert "notes_add_note" in found and "notes_search" in found
+    names = {t["function"]["name"] for t in llm.chat_requests[1]["tools"]}
     assert {"notes_add_note", "notes_search", "read_file"} <= names
-    schema = next(t for t in llm.chat_requests[0]["tools"] if t["function"]["name"] == "notes_search")
+    schema = next(t for t in llm.chat_requests[1]["tools"] if t["function"]["name"] == "notes_search")
     assert schema["function"]["parameters"]["properties"]["field"]["enum"] == ["title", "body", "any"]
-    result = llm.chat_requests[1]["messages"][-1]["content"]
+    result = llm.chat_requests[2]["messages"][-1]["content"]
     assert "untrusted" in result.lower() and '"title": "n0"' in result
 
 

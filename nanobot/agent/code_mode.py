@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot.agent.context import render_prompt
+from nanobot.agent.tool_offer import native_schemas
 from nanobot.agent.markup import answer_or_failure, extract_code, for_the_user, say_notes, strip_think, without_say
 from nanobot.agent.modes import (LONG_MESSAGE_META, ToolsMode, attachments_note, keep_long_message,
                                  long_message_preview, run_tool_call)
@@ -267,7 +268,7 @@ class CodeMode:
     def prompt_section(self, turn: Turn) -> str:
         rt = turn.settings.code_runtime
         return render_prompt("code_mode.md", stubs=prompt_stubs(turn), imports=_imports_line(),
-                             max_seconds=rt.max_execution_ms / 1000, max_calls=rt.max_tool_calls)
+                             max_seconds=f"{rt.max_execution_ms / 1000:g}", max_calls=rt.max_tool_calls)
 
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
         return None  # the functions are described as Python stubs in the prompt instead
@@ -348,7 +349,7 @@ class HybridMode(ToolsMode):
         return render_prompt("hybrid_mode.md", stubs=prompt_stubs(turn), imports=_imports_line())
 
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
-        return [*turn.deps.tools.openai_schemas(turn.ctx), EXEC_PYTHON_SCHEMA]
+        return [*native_schemas(turn), EXEC_PYTHON_SCHEMA]
 
     def user_content(self, turn: Turn, content: str, attachments: Attachments) -> str:
         return large_inputs(turn, content, attachments)

@@ -13,7 +13,8 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nanobot.agent.context import render_prompt
-from nanobot.agent.markup import answer_or_failure, strip_think, text_tool_calls
+from nanobot.agent.markup import answer_or_failure, strip_think, text_tool_calls as text_calls_in
+from nanobot.agent.tool_offer import FIND_TOOLS, find_tools, native_schemas
 from nanobot.providers.base import LLMResponse, ToolCall, parse_arguments
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ def long_message_preview(content: str) -> str:
 
 async def run_tool_call(turn: Turn, name: str, raw_arguments: str) -> str:
     """Run one tool call for the model; every failure becomes an error text it can act on."""
+    if name == FIND_TOOLS:
+        return find_tools(turn, raw_arguments)
     try:
         arguments = parse_arguments(raw_arguments)
     except ValueError as exc:
@@ -92,14 +95,28 @@ async def run_tool_call(turn: Turn, name: str, raw_arguments: str) -> str:
     return result
 
 
+TEXT_CALLS_NOTE = ('\nIf your model cannot call tools natively, write one call per block as:\n'
+                   '<tool_call>{"name": "read_file", "arguments": {"path": "notes.txt"}}</tool_call>')
+
+
+def text_tool_calls(turn: Turn) -> bool:
+    """Whether the chat's model needs to be told the ``<tool_call>`` text form
+    (``providers.<name>.textToolCalls``: models served without native tool calling)."""
+    from nanobot.agent.loop import chat_model
+
+    provider, _ = chat_model(turn.deps.config, turn.session)
+    settings = turn.deps.config.providers.get(provider)
+    return bool(settings and settings.text_tool_calls)
+
+
 class ToolsMode:
     name = "tools"
 
     def prompt_section(self, turn: Turn) -> str:
-        return render_prompt("tools_mode.md")
+        return render_prompt("tools_mode.md", text_calls=TEXT_CALLS_NOTE if text_tool_calls(turn) else "")
 
     def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None:
-        return turn.deps.tools.openai_schemas(turn.ctx)
+        return native_schemas(turn)
 
     def user_content(self, turn: Turn, content: str, attachments: Attachments) -> str:
         saved = keep_long_message(turn, content)
@@ -112,7 +129,7 @@ class ToolsMode:
         content = response.content or ""
         if response.tool_calls:
             await self._native_calls(turn, content, response.tool_calls)
-        elif payloads := text_tool_calls(content):
+        elif payloads := text_calls_in(content):
             await self._text_calls(turn, content, payloads)
         else:
             reply = strip_think(content)

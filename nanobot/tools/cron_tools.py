@@ -53,7 +53,7 @@ async def _validator(ctx: ToolContext):
     return validate
 
 
-@tool
+@tool(brief=True)
 async def schedule_cron(
     ctx: ToolContext,
     expression: Annotated[str, Field(description='crontab "0 9 * * 1-5" (0 and 7 = Sunday), "every 30m", or "at 2026-12-01T09:00"')],

@@ -33,8 +33,7 @@ from nanobot.trust import OWNER
 async def send_message(ctx: ToolContext, content: str, to: str | None = None) -> str:
     """Send a message now: to this chat, or to another as "channel:chat_id".
 
-    Only chats that may talk to the bot can be addressed. For progress notes or to notify
-    someone: the turn's reply is sent anyway.
+    Only chats that may talk to the bot; the turn's reply is sent anyway.
     """
     if not content.strip():
         raise ValueError("send_message: the content is empty")

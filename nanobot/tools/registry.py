@@ -105,12 +105,19 @@ class Tool:
         _drop_titles(schema)
         schema.pop("additionalProperties", None)
         schema.setdefault("properties", {})
+        for name, prop in schema["properties"].items():
+            schema["properties"][name] = _plain_optional(prop)
         return schema
 
     @cached_property
     def openai_schema(self) -> dict[str, Any]:
         return {"type": "function",
                 "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
+
+    @cached_property
+    def schema_size(self) -> int:
+        """Characters its schema adds to every native-tools request."""
+        return len(json.dumps(self.openai_schema, ensure_ascii=False, separators=(",", ":")))  # as sent
 
     def available(self, ctx: ToolContext) -> bool:
         """Whether this chat may see and call the tool (MCP tools: not every member chat)."""
@@ -151,6 +158,17 @@ class Tool:
 
 def _required(model: type[BaseModel]) -> set[str]:
     return {name for name, f in model.model_fields.items() if f.is_required()}
+
+
+def _plain_optional(prop: dict[str, Any]) -> dict[str, Any]:
+    """``{"anyOf": [X, {"type": "null"}], "default": null}`` -> X: a parameter left out is None
+    anyway, and the short form is what every model reads (and half the size)."""
+    variants = prop.get("anyOf")
+    if prop.get("default", 0) is not None or not isinstance(variants, list) or len(variants) != 2 \
+            or {"type": "null"} not in variants:
+        return prop
+    rest = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
+    return {**next(v for v in variants if v != {"type": "null"}), **rest}
 
 
 def _drop_titles(node: Any) -> None:

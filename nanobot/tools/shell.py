@@ -250,8 +250,8 @@ async def exec_command(
 ) -> str:
     """Run a shell command in the workspace; returns one string: its output, then a last line "[exit code N]".
 
-    stdout and stderr come together; a killed command ends "[killed by signal NAME]". Check success
-    with out.endswith("[exit code 0]"), and leave that line out of what you show the user."""
+    stdout and stderr together; a killed command ends "[killed by signal NAME]". Success:
+    out.endswith("[exit code 0]"); leave that line out of what you show the user."""
     settings = ctx.config.tools.exec
     if not settings.enabled:
         raise PermissionError("exec_command is disabled in this nanobot's config (tools.exec.enabled is false)")
