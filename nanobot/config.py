@@ -416,6 +416,15 @@ class Config(BaseSettings):
         return self.agents.defaults.model_copy(update=override.model_dump(exclude_none=True,
                                                                             exclude={"trust", "mcp_servers"}))
 
+    def chat_model(self, session_key: str, choice: str | None = None) -> tuple[str, str]:
+        """(provider, model) for a chat: its /model ``choice`` (a name in agents.models), else
+        agents.overrides, else agents.defaults."""
+        chosen = self.agents.models.get(choice or "")
+        if chosen is not None:
+            return chosen.provider, chosen.model
+        settings = self.agent_for(session_key)
+        return settings.provider, settings.model
+
     def provider_config(self, name: str | None = None) -> ProviderConfig:
         name = name or self.agents.defaults.provider
         try:

@@ -69,13 +69,11 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
 
 def model_command(agent: Agent, session_key: str, arg: str) -> str:
     """``/model``: the chat's model and the choices; ``/model NAME`` picks one (kept in the session)."""
-    from nanobot.agent.loop import chat_model
-
     session = agent.session(session_key)
     config = agent.deps.config
     choices = ", ".join(config.agents.models) or "none configured (agents.models)"
     if not arg:
-        provider, model = chat_model(config, session)
+        provider, model = config.chat_model(session_key, session.meta.get("model"))
         picked = session.meta.get("model")
         return f"Model: {provider}/{model}{f' ({picked})' if picked in config.agents.models else ''}. " \
                f"Choices: {choices}; /model default goes back to the configured one."
@@ -86,20 +84,18 @@ def model_command(agent: Agent, session_key: str, arg: str) -> str:
     else:
         return f"Unknown model {arg!r}: choose one of {choices}, or default."
     session.sync()
-    provider, model = chat_model(config, session)
+    provider, model = config.chat_model(session_key, session.meta.get("model"))
     return f"Model set to {provider}/{model} for this chat."
 
 
 async def status_text(agent: Agent, session_key: str) -> str:
-    from nanobot.agent.loop import chat_model
-
     session = agent.session(session_key)
     settings = agent.deps.config.agent_for(session_key)
     ctx = agent.deps.chat_context(session_key)
     owner = ctx.trust == OWNER
     where = "the whole workspace" if owner else \
         f"its own folder {ctx.workspace.relative_to(agent.deps.config.workspace_path).as_posix()}/"
-    provider, model = chat_model(agent.deps.config, session)
+    provider, model = agent.deps.config.chat_model(session_key, session.meta.get("model"))
     lines = [f"Session {session_key}: {len(session.messages)} messages, mode {agent.mode_name(session)}, "
              f"model {model}.",
              f"This is {'an owner' if owner else 'a member'} chat: it works in {where}."]

@@ -22,7 +22,7 @@ from nanobot.agent.markup import FailedReply, strip_think
 from nanobot.agent.spend import BudgetSpent, metered_chat
 from nanobot.agent.streaming import ReplyStream
 from nanobot.agent.memory import Consolidator, prompt_history
-from nanobot.agent.modes import get_mode
+from nanobot.agent.all_modes import get_mode
 from nanobot.config import AgentSettings
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.media.images import RECENT_IMAGES, image_count, sent_images, with_images
@@ -105,7 +105,7 @@ class Turn:
 
     async def ask_model(self, *, tools: list[dict[str, Any]] | None = None,
                         messages: list[dict[str, Any]] | None = None, purpose: str = "turn") -> LLMResponse:
-        provider, model = chat_model(self.deps.config, self.session)
+        provider, model = self.deps.config.chat_model(self.session.key, self.session.meta.get("model"))
         streamed = self.stream is not None and purpose == "turn"  # side questions (llm_query) are not shown
         if streamed:
             self.stream.begin()
@@ -285,15 +285,6 @@ def settle_failed_turn(session: Session, added: int, reply: str) -> None:
         session.drop_last(added)
     else:
         session.append({"role": "assistant", "content": f"({reply})"})
-
-
-def chat_model(config: Config, session: Session) -> tuple[str, str]:
-    """(provider, model) for a chat: its /model choice, else agents.overrides, else agents.defaults."""
-    choice = config.agents.models.get(session.meta.get("model") or "")
-    if choice is not None:
-        return choice.provider, choice.model
-    settings = config.agent_for(session.key)
-    return settings.provider, settings.model
 
 
 def remember_peer(session: Session, origin: Origin) -> None:

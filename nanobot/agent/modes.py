@@ -102,9 +102,7 @@ TEXT_CALLS_NOTE = ('\nIf your model cannot call tools natively, write one call p
 def text_tool_calls(turn: Turn) -> bool:
     """Whether the chat's model needs to be told the ``<tool_call>`` text form
     (``providers.<name>.textToolCalls``: models served without native tool calling)."""
-    from nanobot.agent.loop import chat_model
-
-    provider, _ = chat_model(turn.deps.config, turn.session)
+    provider, _ = turn.deps.config.chat_model(turn.session.key, turn.session.meta.get("model"))
     settings = turn.deps.config.providers.get(provider)
     return bool(settings and settings.text_tool_calls)
 
@@ -170,17 +168,3 @@ def _split_text_call(payload: str) -> tuple[str, str]:
         return "", 'a <tool_call> block must be {"name": ..., "arguments": {...}}; nothing was run.'
     arguments = data.get("arguments", {})
     return data["name"], arguments if isinstance(arguments, str) else json.dumps(arguments)
-
-
-def get_mode(name: str) -> Mode:
-    if name == "tools":
-        return ToolsMode()
-    if name == "code":
-        from nanobot.agent.code_mode import CodeMode
-
-        return CodeMode()
-    if name == "hybrid":
-        from nanobot.agent.code_mode import HybridMode
-
-        return HybridMode()
-    raise ValueError(f"unknown execution mode {name!r} (tools, code or hybrid)")
