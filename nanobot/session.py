@@ -15,9 +15,9 @@ import logging
 import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, get_args, get_origin, get_type_hints
 
 from nanobot.config import private_dir
 from nanobot.utf8 import clean_text
@@ -30,10 +30,59 @@ def _now() -> str:
 
 
 @dataclass
+class ChatState:
+    """What a chat remembers besides its messages: the ``_meta`` lines of its history file,
+    each field under its own name (so histories written before this class read the same)."""
+
+    created: str | None = None
+    mode: str | None = None  # the /mode choice; None: agents.overrides / agents.defaults decide
+    model: str | None = None  # the /model choice, a name in agents.models
+    peer: list[str] | None = None  # [sender id, sender name] of a private chat: its trust is decided from it
+    long_message: str | None = None  # the chat file holding the latest long message (code mode's `context`)
+    voice_hint_sent: bool = False  # the how-to-enable-transcription reply went out once
+    consolidated_upto: int | None = None  # messages since /new that memory consolidation has covered
+    consolidated_ts: str | None = None  # the "ts" of the last of them: a marker from before /new fails it
+    intake_started: int | None = None  # the intake id of the latest turn begun (a crash resumes it)
+    intake_started_at: int | None = None  # where in the history that turn's message went
+
+    def check(self, values: dict[str, Any]) -> None:
+        """Raise for a name that is not a field or a value of the wrong type (a typo in code)."""
+        for name, value in values.items():
+            if name not in _STATE_TYPES:
+                raise AttributeError(f"a chat has no setting {name!r}")
+            if not _fits(value, _STATE_TYPES[name]):
+                raise TypeError(f"chat setting {name!r} cannot be {value!r}")
+
+    def merge(self, record: dict[str, Any]) -> None:
+        """Take a ``_meta`` line's known fields of the right type; anything else (the file's
+        ``key``, settings of older versions, a hand-edited value) is left out."""
+        for name, value in record.items():
+            if name in _STATE_TYPES and _fits(value, _STATE_TYPES[name]):
+                setattr(self, name, value)
+
+    def record(self) -> dict[str, Any]:
+        """The fields that differ from a new chat's, as the first ``_meta`` line stores them."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
+
+
+_STATE_TYPES = get_type_hints(ChatState)
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    for option in get_args(hint) or (hint,):
+        if option is type(None):
+            if value is None:
+                return True
+        elif isinstance(value, get_origin(option) or option) and not (option is int and isinstance(value, bool)):
+            return True
+    return False
+
+
+@dataclass
 class Session:
     key: str
     path: Path
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: ChatState = field(default_factory=ChatState)
     messages: list[dict[str, Any]] = field(default_factory=list)  # since the last /new
     _file: TextIO | None = None
 
@@ -62,7 +111,10 @@ class Session:
         self._write(record)
 
     def set_meta(self, **values: Any) -> None:
-        self.meta.update(values)
+        """Change fields of the chat's ``ChatState`` and record the change."""
+        self.meta.check(values)
+        for name, value in values.items():
+            setattr(self.meta, name, value)
         self._write({"_meta": values})
 
     def drop_last(self, count: int) -> None:
@@ -104,8 +156,8 @@ class Session:
             private_dir(self.path.parent)
             self._file = open(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")
             if new:
-                self.meta.setdefault("created", _now())
-                self._file.write(json.dumps({"_meta": {"key": self.key, **self.meta}}, ensure_ascii=False) + "\n")
+                self.meta.created = self.meta.created or _now()
+                self._file.write(json.dumps({"_meta": {"key": self.key, **self.meta.record()}}, ensure_ascii=False) + "\n")
             elif not _ends_with_newline(self.path):
                 self._file.write("\n")  # seal a torn last line so the next record stands alone
         self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -193,13 +245,12 @@ def load_session(key: str, path: Path) -> Session:
             except ValueError:
                 log.warning("%s: skipped unreadable line %d", path, number)
                 continue
-            if "_meta" in record:
-                session.meta.update(record["_meta"])
+            if "_meta" in record and isinstance(record["_meta"], dict):
+                session.meta.merge(record["_meta"])
             elif "_reset" in record:
                 session.messages = []
             elif "_drop" in record and isinstance(record["_drop"], int) and record["_drop"] > 0:
                 del session.messages[-record["_drop"]:]
             elif "role" in record:
                 session.messages.append(record)
-    session.meta.pop("key", None)
     return session

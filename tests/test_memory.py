@@ -74,8 +74,9 @@ def test_marker_from_before_new_is_ignored(tmp_path: Path) -> None:
     for i in range(6):
         s.messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"n{i}", "ts": f"later {i}"})
     assert consolidated_upto(s) == 0 and len(prompt_history(s, 10)) == 6
-    s.set_meta(consolidated_upto="4")
-    assert consolidated_upto(s) == 0
+    with s.path.open("a") as f:  # a hand-edited marker of the wrong type is not taken
+        f.write('{"_meta": {"consolidated_upto": "4"}}\n')
+    assert consolidated_upto(load_session("cli:x", s.path)) == 0
 
 
 @pytest.mark.parametrize("text", [

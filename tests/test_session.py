@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from nanobot.session import SessionStore, load_session
 
 
@@ -19,7 +21,7 @@ def test_round_trip_with_metadata_first(tmp_path: Path) -> None:
     assert json.loads(lines[0])["_meta"]["key"] == "telegram:42"
     again = SessionStore(tmp_path).get("telegram:42")
     assert [m["content"] for m in again.messages] == ["hi", "hello"]
-    assert again.meta["mode"] == "tools" and "created" in again.meta
+    assert again.meta.mode == "tools" and again.meta.created
 
 
 def test_torn_last_line_and_corrupt_line_are_skipped(tmp_path: Path) -> None:
@@ -69,3 +71,24 @@ def test_history_window_starts_at_a_user_message_and_drops_unanswered_calls(tmp_
     assert not any(m.get("tool_calls") for m in history)
     full = s.history(window=50)
     assert [m["role"] for m in full] == ["user", "assistant", "tool", "assistant", "user"]
+
+
+def test_chat_state_is_typed_and_reads_old_histories(tmp_path: Path) -> None:
+    """What a chat remembers has named fields: a misspelt or mistyped setting fails in code
+    at once instead of becoming silent, permanent state; old files read as before."""
+    path = tmp_path / "telegram_7.jsonl"
+    path.write_text('{"_meta": {"key": "telegram:7", "created": "2025-01-01T00:00:00+0000", "mode": "code"}}\n'
+                    '{"role": "user", "content": "hi", "ts": "x"}\n'
+                    '{"_meta": {"model": "fast", "peer": ["7", "Ann"], "retired_setting": 1}}\n'
+                    '{"_meta": {"intake_started": "not a number", "consolidated_upto": true}}\n')
+    s = load_session("telegram:7", path)
+    assert (s.meta.mode, s.meta.model, s.meta.peer) == ("code", "fast", ["7", "Ann"])
+    assert s.meta.intake_started is None and s.meta.consolidated_upto is None
+    with pytest.raises(AttributeError, match="modle"):
+        s.set_meta(modle="fast")
+    with pytest.raises(TypeError, match="intake_started"):
+        s.set_meta(intake_started="12")
+    s.set_meta(mode=None, voice_hint_sent=True)
+    s.close()
+    again = load_session("telegram:7", path)
+    assert again.meta.mode is None and again.meta.voice_hint_sent and again.meta.model == "fast"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from nanobot.agent.context import render_prompt
 from nanobot.agent.tool_offer import native_schemas
 from nanobot.agent.markup import answer_or_failure, extract_code, for_the_user, say_notes, strip_think, without_say
-from nanobot.agent.modes import (LONG_MESSAGE_META, ToolsMode, attachments_note, keep_long_message,
+from nanobot.agent.modes import (ToolsMode, attachments_note, keep_long_message,
                                  long_message_preview, run_tool_call)
 from nanobot.config import CodeRuntime, Config
 from nanobot.db import migrate
@@ -331,8 +331,8 @@ def large_inputs(turn: Turn, content: str, attachments: Attachments) -> str:
 
 
 def _earlier_long_message(turn: Turn) -> str | None:
-    name = turn.session.meta.get(LONG_MESSAGE_META)
-    if not isinstance(name, str):
+    name = turn.session.meta.long_message
+    if name is None:
         return None
     try:
         return (turn.ctx.workspace / name).read_text(encoding="utf-8")

@@ -73,8 +73,8 @@ def model_command(agent: Agent, session_key: str, arg: str) -> str:
     config = agent.deps.config
     choices = ", ".join(config.agents.models) or "none configured (agents.models)"
     if not arg:
-        provider, model = config.chat_model(session_key, session.meta.get("model"))
-        picked = session.meta.get("model")
+        provider, model = config.chat_model(session_key, session.meta.model)
+        picked = session.meta.model
         return f"Model: {provider}/{model}{f' ({picked})' if picked in config.agents.models else ''}. " \
                f"Choices: {choices}; /model default goes back to the configured one."
     if arg.lower() == "default":
@@ -84,7 +84,7 @@ def model_command(agent: Agent, session_key: str, arg: str) -> str:
     else:
         return f"Unknown model {arg!r}: choose one of {choices}, or default."
     session.sync()
-    provider, model = config.chat_model(session_key, session.meta.get("model"))
+    provider, model = config.chat_model(session_key, session.meta.model)
     return f"Model set to {provider}/{model} for this chat."
 
 
@@ -95,7 +95,7 @@ async def status_text(agent: Agent, session_key: str) -> str:
     owner = ctx.trust == OWNER
     where = "the whole workspace" if owner else \
         f"its own folder {ctx.workspace.relative_to(agent.deps.config.workspace_path).as_posix()}/"
-    provider, model = agent.deps.config.chat_model(session_key, session.meta.get("model"))
+    provider, model = agent.deps.config.chat_model(session_key, session.meta.model)
     lines = [f"Session {session_key}: {len(session.messages)} messages, mode {agent.mode_name(session)}, "
              f"model {model}.",
              f"This is {'an owner' if owner else 'a member'} chat: it works in {where}."]

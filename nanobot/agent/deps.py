@@ -38,7 +38,7 @@ class AgentDeps:
 
     def chat_context(self, session_key: str) -> ToolContext:
         """A fresh tool context for one turn (or cron run) of this chat: its trust and folder."""
-        trust, root = chat_scope(self.config, session_key, self.sessions.get(session_key).meta.get("peer"))
+        trust, root = chat_scope(self.config, session_key, self.sessions.get(session_key).meta.peer)
         if trust == MEMBER:
             root.mkdir(parents=True, exist_ok=True)
         return ToolContext(config=self.config, workspace=root, session_key=session_key, bus=self.bus,

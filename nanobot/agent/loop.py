@@ -105,7 +105,7 @@ class Turn:
 
     async def ask_model(self, *, tools: list[dict[str, Any]] | None = None,
                         messages: list[dict[str, Any]] | None = None, purpose: str = "turn") -> LLMResponse:
-        provider, model = self.deps.config.chat_model(self.session.key, self.session.meta.get("model"))
+        provider, model = self.deps.config.chat_model(self.session.key, self.session.meta.model)
         streamed = self.stream is not None and purpose == "turn"  # side questions (llm_query) are not shown
         if streamed:
             self.stream.begin()
@@ -199,7 +199,7 @@ class Agent:
 
     def mode_name(self, session: Session) -> str:
         """The chat's /mode setting beats agents.overrides[key], which beats agents.defaults."""
-        return session.meta.get("mode") or self.deps.config.agent_for(session.key).execution_mode
+        return session.meta.mode or self.deps.config.agent_for(session.key).execution_mode
 
     async def reset_state(self, session_key: str) -> None:
         """Forget the session's Python state too (``/new``)."""
@@ -290,5 +290,5 @@ def settle_failed_turn(session: Session, added: int, reply: str) -> None:
 def remember_peer(session: Session, origin: Origin) -> None:
     """Record who a private chat is with (trust is decided from it); only when it changes."""
     peer = [origin.sender_id, origin.sender_name]
-    if session.meta.get("peer") != peer:
+    if session.meta.peer != peer:
         session.set_meta(peer=peer)

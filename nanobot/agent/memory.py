@@ -51,7 +51,6 @@ log = logging.getLogger(__name__)
 
 MEMORY_FILE = "memory/MEMORY.md"
 HISTORY_FILE = "memory/HISTORY.md"
-UPTO, UPTO_TS = "consolidated_upto", "consolidated_ts"
 MAX_MESSAGE_CHARS = 2000  # per message in the transcript given to the consolidation call
 MAX_TOOL_RESULT_CHARS = 500
 SHUTDOWN_GRACE_S = 30.0
@@ -66,10 +65,10 @@ def consolidated_upto(session: Session) -> int:
     A marker from before a ``/new`` (or otherwise out of step) fails the timestamp check and
     counts as 0, so nothing is hidden from the prompt by mistake.
     """
-    upto = session.meta.get(UPTO)
-    if not isinstance(upto, int) or isinstance(upto, bool) or not 0 < upto <= len(session.messages):
+    upto = session.meta.consolidated_upto
+    if upto is None or not 0 < upto <= len(session.messages):
         return 0
-    if session.messages[upto - 1].get("ts") != session.meta.get(UPTO_TS):
+    if session.messages[upto - 1].get("ts") != session.meta.consolidated_ts:
         return 0
     return upto
 
@@ -260,7 +259,7 @@ class Consolidator:
             return False
         part = session.messages[start:cut]
         first, last = session.messages[0], part[-1]
-        _, root = chat_scope(self.deps.config, session.key, session.meta.get("peer"))  # a member chat: its own
+        _, root = chat_scope(self.deps.config, session.key, session.meta.peer)  # a member chat: its own
         files = MemoryFiles(root)
         async with self._file_lock:
             for _ in range(2):
@@ -279,7 +278,7 @@ class Consolidator:
             when = _local(part[0].get("ts"), settings.timezone)
             files.append_history(f"[{when:%Y-%m-%d %H:%M}] {session.key}: {result.history}")
         if session.messages and session.messages[0] is first and cut <= len(session.messages):
-            session.set_meta(**{UPTO: cut, UPTO_TS: last.get("ts")})
+            session.set_meta(consolidated_upto=cut, consolidated_ts=last.get("ts"))
             session.sync()
         else:  # /new while we worked: the facts are saved, but the old marker means nothing now
             log.info("%s: history reset during memory consolidation", session.key)

@@ -52,7 +52,6 @@ def documents_note(attachments: Attachments) -> str:
     return "\n".join(parts)
 
 
-LONG_MESSAGE_META = "long_message"  # session meta: the chat file holding the latest long message
 PREVIEW_CHARS = 500
 
 
@@ -65,7 +64,7 @@ def keep_long_message(turn: Turn, content: str) -> str | None:
     path = turn.ctx.workspace / name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(content, encoding="utf-8", errors="replace")
-    turn.session.set_meta(**{LONG_MESSAGE_META: name})
+    turn.session.set_meta(long_message=name)
     return name
 
 
@@ -102,7 +101,7 @@ TEXT_CALLS_NOTE = ('\nIf your model cannot call tools natively, write one call p
 def text_tool_calls(turn: Turn) -> bool:
     """Whether the chat's model needs to be told the ``<tool_call>`` text form
     (``providers.<name>.textToolCalls``: models served without native tool calling)."""
-    provider, _ = turn.deps.config.chat_model(turn.session.key, turn.session.meta.get("model"))
+    provider, _ = turn.deps.config.chat_model(turn.session.key, turn.session.meta.model)
     settings = turn.deps.config.providers.get(provider)
     return bool(settings and settings.text_tool_calls)
 

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-STARTED_META = "intake_started"  # session meta: the intake id of the chat's latest turn begun
-STARTED_AT_META = "intake_started_at"  # session meta: where in the history that turn's message went
 RESUMED_NOTE = ("[nanobot was restarted while answering my last message above. Anything in the history after "
                 "it already happened (messages sent, files written, commands run): do not redo it; carry on "
                 "from where it stopped and answer it.]")
@@ -89,8 +87,8 @@ class DurableIntake:
         """Queue the messages a crash or a restart left unanswered, in order; how many."""
         unfinished = await self.store.unfinished_inbound()
         for msg in unfinished:
-            started = sessions.get(msg.session_key).meta.get(STARTED_META)
-            if isinstance(started, int) and started >= msg.metadata["intake_id"]:
+            started = sessions.get(msg.session_key).meta.intake_started
+            if started is not None and started >= msg.metadata["intake_id"]:
                 msg.metadata["resumed"] = True
             await self.bus.publish_inbound(msg)
         if unfinished:

@@ -20,7 +20,6 @@ from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin
 from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import EPHEMERAL, InboundMessage, MessageBus, OutboundMessage
-from nanobot.delivery.intake import STARTED_AT_META, STARTED_META
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -290,12 +289,12 @@ def mark_started(session: Session, msg: InboundMessage) -> bool:
     crash from now on resumes it); whether this run resumes a turn whose message is recorded
     already (it is then not written again: the model sees it once, then a note)."""
     intake_id = msg.metadata.get("intake_id")
-    at = session.meta.get(STARTED_AT_META)
-    if msg.metadata.get("resumed") and isinstance(at, int) and at < len(session.messages) \
+    at = session.meta.intake_started_at
+    if msg.metadata.get("resumed") and at is not None and at < len(session.messages) \
             and session.messages[at].get("role") == "user":
         return True
     if intake_id is not None:
-        session.set_meta(**{STARTED_META: intake_id, STARTED_AT_META: len(session.messages)})
+        session.set_meta(intake_started=intake_id, intake_started_at=len(session.messages))
     return False
 
 

@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 600
 
-VOICE_HINT_META = "voice_hint_sent"  # session meta: the how-to-enable reply went out once
 VOICE_OFF_HINT = (
     "I got a voice note, but voice transcription is not set up, so I cannot listen to it. "
     "To turn it on, add to config.json: "
@@ -107,9 +106,9 @@ def _unheard_reply(reasons: list[str], session: Session) -> str | None:
     problem = next((r for r in reasons if r), None)
     if problem:
         return f"I could not transcribe your voice note: {problem}. Please try again or type it."
-    if session.meta.get(VOICE_HINT_META):
+    if session.meta.voice_hint_sent:
         return None  # said once in this chat; from now on the model answers (it sees the note)
-    session.set_meta(**{VOICE_HINT_META: True})
+    session.set_meta(voice_hint_sent=True)
     return VOICE_OFF_HINT
 
 
