@@ -15,6 +15,7 @@ from typing import Any, Callable, ClassVar, Protocol
 import logging
 
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.config import ChannelSection
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,10 @@ class ChannelContext:
 class BaseChannel(ABC):
     name: ClassVar[str]
     max_message_len: ClassVar[int]
+    # A third-party adapter's own section class (a PluginChannelConfig subclass), if it has one
+    config_model: ClassVar[type[ChannelSection] | None] = None
 
-    def __init__(self, config: Any, ctx: ChannelContext) -> None:
+    def __init__(self, config: ChannelSection, ctx: ChannelContext) -> None:
         self.config = config  # this channel's section of the config (TelegramConfig, ...)
         self.ctx = ctx
 

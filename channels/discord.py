@@ -68,6 +68,7 @@ class DiscordChannel(BaseChannel):
         retries those itself). ``reidentify_delay``: pause before a fresh IDENTIFY after an
         invalidated session (RESUMEs are immediate). Tests shrink all three."""
         super().__init__(config, ctx)
+        self.config: DiscordConfig = config
         self.ready_timeout = ready_timeout
         self.guild_ready_timeout = guild_ready_timeout
         self.retry_delays = tuple(retry_delays)

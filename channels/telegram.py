@@ -32,6 +32,7 @@ from channels.telegram_html import render_chunks
 from channels.telegram_http import AiohttpRequest
 from channels.text import split_message, utf16_len
 from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.config import TelegramConfig
 from nanobot.media import PHOTO_LIMITS
 
 log = logging.getLogger(__name__)
@@ -53,8 +54,9 @@ class TelegramChannel(BaseChannel):
     send_retries: int = 5  # 429s waited out per API call before the send counts as failed
     max_retry_after: float = 60.0  # honour Telegram's 429 wait, but never longer than this
 
-    def __init__(self, config: Any, ctx: ChannelContext, **knobs: float) -> None:
+    def __init__(self, config: TelegramConfig, ctx: ChannelContext, **knobs: float) -> None:
         super().__init__(config, ctx)
+        self.config: TelegramConfig = config
         for key, value in knobs.items():
             if not hasattr(type(self), key):
                 raise TypeError(f"unknown TelegramChannel option {key!r}")

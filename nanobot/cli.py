@@ -99,8 +99,8 @@ def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", hel
 def _keep_secrets(fresh: Config, old: Config) -> Config:
     """``onboard --force``: defaults everywhere, but the user's providers and channel tokens stay."""
     fresh.providers = old.providers
-    for name in ("telegram", "discord"):
-        getattr(fresh.channels, name).token = getattr(old.channels, name).token
+    fresh.channels.telegram.token = old.channels.telegram.token
+    fresh.channels.discord.token = old.channels.discord.token
     return fresh
 
 
@@ -341,9 +341,9 @@ def trust_lines(config: Config) -> list[str]:
     """Who the owner is, where the shell stands, and what steers the assistant unexpectedly."""
     from nanobot.skills import shadowing_skills
     from nanobot.tools.shell import shell_status
-    from nanobot.trust import channel_section, owner_chat, owner_ids
+    from nanobot.trust import owner_chat, owner_ids
 
-    owners = [f"{name} {', '.join(owner_ids(channel_section(config, name))) or '(none)'}"
+    owners = [f"{name} {', '.join(owner_ids(config.channels.section(name))) or '(none)'}"
               for name in config.channels.enabled_names()]
     who = f"{'; '.join(owners)} in private chats, and the terminal" if owners else "the terminal only"
     lines = [f"Owners:    {who}",

@@ -159,33 +159,48 @@ class ProviderConfig(Section):
     prices: dict[str, Price] = {}  # model name -> price
 
 
-class TelegramConfig(Section):
+class ChannelSection(Section):
+    """What every channel's section (``channels.<name>``) has; trust, messaging and the gateway
+    read only these fields."""
+
     enabled: bool = False
-    token: str = ""
     allow_from: list[Id] = []
     owners: list[Id] = []
-    api_base: str | None = None
     group_policy: Literal["mention", "open"] = "mention"
-    proxy: HttpProxy | None = None
-    streaming: bool = True  # show the reply as it is written (one message, edited about once a second)
+    streaming: bool = False  # show the reply as it is written (one message, edited as it grows)
 
 
-class DiscordConfig(Section):
-    enabled: bool = False
+class BotChannel(ChannelSection):
+    """A built-in chat platform reached with a bot token."""
+
     token: str = ""
-    allow_from: list[Id] = []
-    owners: list[Id] = []
     api_base: str | None = None
-    gateway_url: str | None = None
-    group_policy: Literal["mention", "open"] = "mention"
     streaming: bool = True
 
 
-class Channels(Section):
-    # Other keys are sections of third-party channels (entry points "nanobot.channels"); the
-    # gateway validates them with the adapter's own model. A key no installed adapter claims
-    # is rejected as unknown, so a typo still fails here.
+class TelegramConfig(BotChannel):
+    proxy: HttpProxy | None = None
+
+
+class DiscordConfig(BotChannel):
+    gateway_url: str | None = None
+
+
+class PluginChannelConfig(ChannelSection):
+    """The section of a third-party channel: the shared fields, plus the adapter's own keys
+    (kept as they are; an adapter with a ``config_model`` validates them in the gateway)."""
+
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+
+BUILTIN_CHANNELS = ("telegram", "discord")
+
+
+class Channels(Section):
+    # Other keys are sections of third-party channels (entry points "nanobot.channels"). A key
+    # no installed adapter claims is rejected as unknown, so a typo still fails here.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    __pydantic_extra__: dict[str, PluginChannelConfig] = Field(init=False)
 
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
@@ -206,23 +221,19 @@ class Channels(Section):
                     {"type": "extra_forbidden", "loc": (key,), "input": extra[key]} for key in unknown])
         return channels
 
+    def section(self, name: str) -> ChannelSection | None:
+        """``channels.<name>``, built-in or third-party; None when the config has none."""
+        builtin: dict[str, ChannelSection] = {"telegram": self.telegram, "discord": self.discord}
+        return builtin.get(name) or (self.model_extra or {}).get(name)
+
     def streams(self, name: str) -> bool:
         """Whether replies in this channel are shown as they are written (the terminal: always)."""
-        if name == "cli":
-            return True
-        section = getattr(self, name, None)
-        return bool(section.get("streaming", False) if isinstance(section, dict) else getattr(section, "streaming", False))
+        section = self.section(name)
+        return name == "cli" or bool(section and section.streaming)
 
     def enabled_names(self) -> list[str]:
         """Names of the channels switched on (``channels.<name>.enabled``), third-party ones included."""
-        names = [*type(self).model_fields, *(self.model_extra or {})]
-        return [n for n in names if _is_enabled(getattr(self, n, None))]
-
-
-def _is_enabled(section: Any) -> bool:
-    if isinstance(section, dict):  # a third-party section, validated later by its adapter
-        return bool(section.get("enabled"))
-    return bool(getattr(section, "enabled", False))
+        return [n for n in [*BUILTIN_CHANNELS, *(self.model_extra or {})] if (s := self.section(n)) and s.enabled]
 
 
 class ExecTool(Section):
@@ -395,9 +406,9 @@ class Config(BaseSettings):
             for i, choice in enumerate(override.fallbacks or []):
                 provider(("agents", "overrides", key, "fallbacks", i, "provider"), choice.provider)
         provider(("tools", "transcription", "provider"), self.tools.transcription.provider)
-        for name in ("telegram", "discord"):
-            section = getattr(self.channels, name)
-            if section.enabled and not section.token.strip():
+        for name in BUILTIN_CHANNELS:
+            section = self.channels.section(name)
+            if isinstance(section, BotChannel) and section.enabled and not section.token.strip():
                 found.append((("channels", name, "token"), f"is empty while channels.{name}.enabled is true"))
         return found
 

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from nanobot.access import listed
 
 if TYPE_CHECKING:
-    from nanobot.config import Config
+    from nanobot.config import ChannelSection, Config
 
 Trust = Literal["owner", "member"]
 OWNER: Trust = "owner"
@@ -40,17 +40,12 @@ OWNER_ONLY_CHANNELS = ("cli", "heartbeat")  # the terminal and the heartbeat act
 TAINTED = "this turn read external content ({source}); ask the user to confirm in a new message"
 
 
-def owner_ids(section: Any) -> list[str]:
+def owner_ids(section: ChannelSection | None) -> list[str]:
     """A channel's owners: ``owners``, or when empty the named entries of ``allowFrom``."""
-    get = section.get if isinstance(section, dict) else lambda key, default=None: getattr(section, key, default)
-    owners = [o for o in (get("owners") or []) if str(o).strip()]
-    if owners:
-        return [str(o) for o in owners]
-    return [str(a) for a in (get("allow_from") or []) if str(a).strip() not in ("", "*")]
-
-
-def channel_section(config: Config, channel: str) -> Any:
-    return getattr(config.channels, channel, None) or (config.channels.model_extra or {}).get(channel)
+    if section is None:
+        return []
+    owners = [str(o) for o in section.owners if str(o).strip()]
+    return owners or [str(a) for a in section.allow_from if str(a).strip() not in ("", "*")]
 
 
 def chat_trust(config: Config, session_key: str, peer: list[str] | None = None) -> Trust:
@@ -61,7 +56,7 @@ def chat_trust(config: Config, session_key: str, peer: list[str] | None = None) 
     channel, _, chat_id = session_key.partition(":")
     if channel in OWNER_ONLY_CHANNELS:
         return OWNER
-    section = channel_section(config, channel)
+    section = config.channels.section(channel)
     if section is None:
         return MEMBER
     owners = owner_ids(section)
@@ -93,7 +88,7 @@ def owner_chat(config: Config) -> str | None:
     if config.gateway.heartbeat.to:
         return config.gateway.heartbeat.to
     for channel in config.channels.enabled_names():
-        owners = [o for o in owner_ids(channel_section(config, channel)) if o.lstrip("-").isdigit()]
+        owners = [o for o in owner_ids(config.channels.section(channel)) if o.lstrip("-").isdigit()]
         if owners:
             return f"{channel}:{owners[0]}"
     return None

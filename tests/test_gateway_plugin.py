@@ -13,6 +13,7 @@ from nanobot.bus import MessageBus
 from nanobot.config import ConfigError, load_config
 from nanobot.gateway import Gateway
 from nanobot.runtime import Runtime
+from nanobot.trust import MEMBER, OWNER, chat_trust
 from tests.fakes.openai_server import FakeOpenAI, reply
 
 PLUGIN = '''
@@ -97,3 +98,18 @@ def test_a_section_no_installed_channel_claims_is_rejected(home: Path) -> None:
     write_config(home, {"channels": {"telgram": {"enabled": True}}})
     with pytest.raises(ConfigError, match="unknown key 'channels.telgram'"):
         load_config()
+
+
+def test_a_plugin_section_is_typed_at_load_and_trust_reads_it(plugin, home: Path) -> None:
+    """A third-party section has the shared fields typed like the built-in ones: a bad value is
+    one line naming the key, and owners work without a dict-or-model branch anywhere."""
+    write_config(home, {"channels": {"echo": {"enabled": "maybe"}}})
+    with pytest.raises(ConfigError, match="'channels.echo.enabled'"):
+        load_config()
+    write_config(home, {"channels": {"echo": {"enabled": True, "owners": [7], "greeting": "hi"}}})
+    config, _ = load_config()
+    section = config.channels.section("echo")
+    assert section is not None and section.owners == ["7"] and section.model_extra == {"greeting": "hi"}
+    assert config.channels.enabled_names() == ["echo"] and not config.channels.streams("echo")
+    assert chat_trust(config, "echo:7") == OWNER and chat_trust(config, "echo:8") == MEMBER
+    assert config.channels.section("nowhere") is None

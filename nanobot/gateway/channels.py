@@ -4,8 +4,8 @@ from ``bus.outbound``.
 Adapters register under the entry-point group ``nanobot.channels`` (name -> BaseChannel
 subclass), so a third-party package adds a channel by being installed. Its config section is
 ``channels.<name>``: built-in channels have typed sections in ``nanobot.config``; any other
-is validated with the adapter's ``config_model`` class attribute (a pydantic model), or
-with ``PluginChannelConfig`` (enabled, allowFrom, groupPolicy, plus the adapter's own keys).
+is a ``PluginChannelConfig`` (enabled, allowFrom, owners, groupPolicy, streaming, plus the
+adapter's own keys), validated again with the adapter's ``config_model`` if it has one.
 
 A channel that fails to start (a network outage, a Bot API that is down) is retried with
 backoff, from ``RETRY_FIRST_S`` doubling to ``RETRY_MAX_S``, for as long as the gateway runs;
@@ -25,14 +25,13 @@ import logging
 from collections import OrderedDict
 from functools import partial
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic.alias_generators import to_camel
+from pydantic import ValidationError
 
 from channels.base import BaseChannel, ChannelContext, SendFailed
 from nanobot.bus import EPHEMERAL, MessageBus, OutboundMessage
-from nanobot.config import Config
+from nanobot.config import ChannelSection, Config, PluginChannelConfig
 from nanobot.delivery.outbox import Outbox, SendGate
 
 log = logging.getLogger(__name__)
@@ -41,16 +40,6 @@ ENTRY_POINT_GROUP = "nanobot.channels"
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
 DURABLE_KINDS = ("text", "file")  # recorded in the outbox; typing and stream previews are not
-
-
-class PluginChannelConfig(BaseModel):
-    """The section of a third-party channel that declares no ``config_model`` of its own."""
-
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
-
-    enabled: bool = False
-    allow_from: list[str] = []
-    group_policy: Literal["mention", "open"] = "mention"
 
 
 def _is_library_error(exc: Exception) -> bool:
@@ -138,11 +127,10 @@ class ChannelManager:
         if self.on_state is not None:
             self.on_state()
 
-    def _section(self, name: str, cls: type[BaseChannel]) -> Any:
-        section = getattr(self.config.channels, name)
-        if isinstance(section, dict):
-            model = getattr(cls, "config_model", None) or PluginChannelConfig
-            section = model.model_validate(section)
+    def _section(self, name: str, cls: type[BaseChannel]) -> ChannelSection:
+        section = self.config.channels.section(name) or PluginChannelConfig()
+        if cls.config_model is not None and not isinstance(section, cls.config_model):
+            section = cls.config_model.model_validate(section.model_dump())  # the adapter's own keys, typed
         return section
 
     async def stop_retrying(self) -> None:

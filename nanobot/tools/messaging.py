@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel
 
 from nanobot.access import listed
 from nanobot.bus import OutboundMessage, OutgoingFile, split_target
@@ -70,7 +67,7 @@ async def send_file(ctx: ToolContext, path: str, caption: str | None = None, to:
 async def _checked_target(ctx: ToolContext, to: str | None, what: str) -> tuple[str, str, str]:
     """(channel, chat_id, target) of a chat this turn may write to, counted against the turn's limit."""
     channel, chat_id, target = await allowed_target(ctx, to, what)
-    if target != ctx.session_key and ctx.bus is not None and not _section(ctx, channel).get("enabled"):
+    if target != ctx.session_key and ctx.bus is not None and not _enabled(ctx, channel):
         raise RuntimeError(f"{what}: channel {channel!r} is not enabled (channels.{channel}.enabled)")
     count_message(ctx)
     return channel, chat_id, target
@@ -112,7 +109,8 @@ def count_message(ctx: ToolContext) -> None:
 
 
 async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str, what: str) -> None:
-    if listed(_section(ctx, channel).get("allow_from") or [], chat_id, None):
+    section = ctx.config.channels.section(channel)
+    if section and listed([str(a) for a in section.allow_from], chat_id, None):
         return
     if await _paired(ctx, channel, chat_id) or _has_talked(ctx, f"{channel}:{chat_id}"):
         return
@@ -121,12 +119,9 @@ async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str, what: str
         f"channels.{channel}.allowFrom, not a paired user, and has never talked to me)")
 
 
-def _section(ctx: ToolContext, channel: str) -> dict[str, Any]:
-    """``channels.<channel>`` as a dict, {} if there is none (a third-party section is a dict already)."""
-    section = getattr(ctx.config.channels, channel, None)
-    if isinstance(section, BaseModel):
-        return section.model_dump()
-    return section if isinstance(section, dict) else {}
+def _enabled(ctx: ToolContext, channel: str) -> bool:
+    section = ctx.config.channels.section(channel)
+    return bool(section and section.enabled)
 
 
 async def _paired(ctx: ToolContext, channel: str, chat_id: str) -> bool:
