@@ -87,7 +87,7 @@ def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", hel
             typer.echo(f"Backed up the old config to {backup} (API keys and tokens carried over)")
         write_private(path, config.to_json())
         typer.echo(f"Wrote {path}")
-    private_dir(nanobot_home())
+    private_dir(config.home)
     copy_template(config.workspace_path)
     typer.echo(f"Workspace: {config.workspace_path}")
     if config.provider_config().api_key or config.provider_config().api_base:
@@ -259,11 +259,11 @@ async def _status(config: Config, path: Path) -> None:
     from nanobot.db import open_db
     from nanobot.usage import UsageStore
 
-    check_writable(nanobot_home())
+    check_writable(config.home)
     settings = config.agents.defaults
     provider = config.providers.get(settings.provider)
     typer.echo(f"Config:    {path}{'' if path.exists() else ' (missing: defaults in use; run nanobot onboard)'}")
-    typer.echo(f"Home:      {nanobot_home()}")
+    typer.echo(f"Home:      {config.home}")
     typer.echo(f"Workspace: {config.workspace_path}")
     typer.echo(f"Provider:  {settings.provider} ({provider.api_base if provider and provider.api_base else 'default base'}"
                f", key {'set' if provider and provider.api_key else 'not set'}), model {settings.model}, "
@@ -272,10 +272,10 @@ async def _status(config: Config, path: Path) -> None:
         typer.echo(line)
     for line in trust_lines(config):
         typer.echo(line)
-    db = await open_db(nanobot_home() / "nanobot.db")
+    db = await open_db(config.home / "nanobot.db")
     try:
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
-        typer.echo(f"Disk:      {_disk_line(nanobot_home())}")
+        typer.echo(f"Disk:      {_disk_line(config.home)}")
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
         totals = await (await UsageStore.create(db)).totals()
         if not totals:
@@ -318,9 +318,9 @@ def gateway_lines(config: Config) -> list[str]:
     """Whether a gateway runs on this home, and each enabled channel's state in it."""
     from nanobot.gateway.lock import gateway_states, running_gateway_pid
 
-    pid = running_gateway_pid(nanobot_home())
-    states = gateway_states(nanobot_home(), pid, "channels") if pid else {}
-    mcp = gateway_states(nanobot_home(), pid, "mcp") if pid else {}
+    pid = running_gateway_pid(config.home)
+    states = gateway_states(config.home, pid, "channels") if pid else {}
+    mcp = gateway_states(config.home, pid, "mcp") if pid else {}
     channels = [f"{name} ({states.get(name, 'not running' if pid else 'gateway not running')})"
                 for name in config.channels.enabled_names()]
     servers = [f"{name} ({mcp.get(name, 'gateway not running' if not pid else 'not started')})"
@@ -330,7 +330,7 @@ def gateway_lines(config: Config) -> list[str]:
     if servers:
         lines.append(f"MCP:       {'; '.join(servers)}")
     cooling = {name: until - time.time() for name, until in
-               (gateway_states(nanobot_home(), pid, "cooling_until") if pid else {}).items() if until > time.time()}
+               (gateway_states(config.home, pid, "cooling_until") if pid else {}).items() if until > time.time()}
     if cooling:
         lines.append("Cooldown:  " + ", ".join(f"{name} ({left:.0f} s left, fallbacks first)"
                                                for name, left in cooling.items()))
@@ -370,8 +370,8 @@ def gateway(ctx: typer.Context) -> None:
     from nanobot.gateway import run_gateway
 
     config = get_config(ctx)
-    check_writable(nanobot_home())
-    logs.log_to_file(nanobot_home())
+    check_writable(config.home)
+    logs.log_to_file(config.home)
     try:
         code = eventloop.run(run_gateway(config))
     except ConfigError as exc:

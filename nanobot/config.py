@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError,
+                      create_model,
                       model_validator)
 from pydantic_settings.exceptions import SettingsError
 from pydantic.alias_generators import to_camel
@@ -378,6 +379,9 @@ class Config(BaseSettings):
     agents: Agents = Agents()
     providers: dict[str, ProviderConfig] = {"openai": ProviderConfig()}
     channels: Channels = Channels()
+    # NANOBOT_HOME as it was when the config was made (the CLI's entry), or the Runtime's home:
+    # everything below reads it here, so a runtime built with another home guards that one.
+    _home: Path = PrivateAttr(default_factory=lambda: nanobot_home())
     tools: Tools = Tools()
     gateway: Gateway = Gateway()
 
@@ -417,7 +421,15 @@ class Config(BaseSettings):
     def workspace_path(self) -> Path:
         """The workspace; a path under ``~/.nanobot`` follows NANOBOT_HOME when that is set, and a
         relative path is relative to NANOBOT_HOME (not to wherever the command was started)."""
-        return _resolve_workspace(self.agents.defaults.workspace, os.environ.get("NANOBOT_HOME", ""))
+        return _resolve_workspace(self.agents.defaults.workspace, self._home)
+
+    @property
+    def home(self) -> Path:
+        """The nanobot home (config, database, histories): never reachable by the agent's tools."""
+        return self._home
+
+    def use_home(self, home: Path) -> None:
+        self._home = home
 
     def agent_for(self, session_key: str) -> AgentSettings:
         """The agent settings for one session: defaults with that session's override applied."""
@@ -453,12 +465,11 @@ _FILE_DATA: ContextVar[dict[str, Any]] = ContextVar("nanobot_config_file_data", 
 
 
 @functools.lru_cache(maxsize=64)
-def _resolve_workspace(raw: str, home_setting: str) -> Path:
-    """Cached: every turn asks, and resolving walks the path on disk (``home_setting`` is the
-    NANOBOT_HOME the answer depends on)."""
+def _resolve_workspace(raw: str, home: Path) -> Path:
+    """Cached: every turn asks, and resolving walks the path on disk."""
     if raw == "~/.nanobot" or raw.startswith("~/.nanobot/"):
-        return (nanobot_home() / raw[len("~/.nanobot"):].lstrip("/")).resolve()
-    return (nanobot_home() / Path(raw).expanduser()).resolve()
+        return (home / raw[len("~/.nanobot"):].lstrip("/")).resolve()
+    return (home / Path(raw).expanduser()).resolve()
 
 
 def nanobot_home() -> Path:

@@ -12,7 +12,7 @@ from nanobot.agent.code_mode import CodeExecutor
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
-from nanobot.config import Config, ConfigError, nanobot_home
+from nanobot.config import Config, ConfigError
 from nanobot.db import HomeError, check_writable, open_db
 from nanobot.providers.base import Provider
 from nanobot.session import SessionStore
@@ -48,8 +48,10 @@ def workspace_ready(config: Config) -> None:
 class Runtime:
     def __init__(self, config: Config, *, provider: Provider | None = None, bus: MessageBus | None = None,
                  home: Path | None = None) -> None:
+        if home is not None:
+            config.use_home(home)  # the workspace default and the tools' guards follow it
         self.config = config
-        self.home = home or nanobot_home()
+        self.home = config.home
         self.bus = bus
         self._provider = provider
 

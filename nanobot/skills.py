@@ -35,7 +35,7 @@ import yaml
 
 from nanobot.filecache import Stamp, StampedCache, stamp
 from nanobot.workspace_template import builtin_skills_dir
-from nanobot.tools.paths import resolve_in_workspace
+from nanobot.tools.paths import FileScope, file_scope, resolve_in_workspace
 from nanobot.tools.registry import ToolContext, tool
 
 if TYPE_CHECKING:
@@ -262,7 +262,7 @@ _sections: dict[tuple[str, str, bool], tuple[list[Skill], tuple[bool, ...], floa
 # ---------------------------------------------------------------------------------- reading
 
 
-def _skill_file(skill: Skill, file: str, workspace: Path) -> Path:
+def _skill_file(skill: Skill, file: str, scope: FileScope) -> Path:
     """The real path of ``file`` inside the skill's folder, or PermissionError / FileNotFoundError."""
     if not file or "\x00" in file or Path(file).is_absolute():
         raise PermissionError(f"{file!r}: give a file name inside the skill's folder, e.g. {SKILL_FILE!r}")
@@ -270,7 +270,7 @@ def _skill_file(skill: Skill, file: str, workspace: Path) -> Path:
     if not real.is_relative_to(skill.directory):
         raise PermissionError(f"{file!r} is outside the skill {skill.name!r}")
     if not skill.builtin:  # the file tools' own guard: inside the workspace, never in NANOBOT_HOME
-        resolve_in_workspace(workspace, str(real))
+        resolve_in_workspace(scope, str(real))
     if not real.is_file():
         files = sorted(p.relative_to(skill.directory).as_posix() for p in skill.directory.rglob("*")
                        if p.is_file() and "__pycache__" not in p.parts)
@@ -278,7 +278,7 @@ def _skill_file(skill: Skill, file: str, workspace: Path) -> Path:
     return real
 
 
-def skill_helpers_code(name: str, workspace: Path, builtin_dir: Path | None = None) -> str:
+def skill_helpers_code(name: str, scope: FileScope, builtin_dir: Path | None = None) -> str:
     """The source of skill ``name``'s ``helpers.py``, for code mode's ``use_skill(name)``.
 
     The caller runs the returned source in the chat's Python session, which defines the
@@ -286,10 +286,10 @@ def skill_helpers_code(name: str, workspace: Path, builtin_dir: Path | None = No
     functions (see the skill-creator skill). ValueError if there is no such skill, or it
     has no helpers.
     """
-    skill = find_skill(name, workspace, builtin_dir)
+    skill = find_skill(name, scope.workspace, builtin_dir)
     if not skill.has_helpers:
         raise ValueError(f"skill {skill.name!r} has no {HELPERS_FILE}; read its instructions with read_skill")
-    path = _skill_file(skill, HELPERS_FILE, workspace)
+    path = _skill_file(skill, HELPERS_FILE, scope)
     return path.read_text(encoding="utf-8")
 
 
@@ -297,7 +297,7 @@ def skill_helpers_code(name: str, workspace: Path, builtin_dir: Path | None = No
 async def read_skill(ctx: ToolContext, name: str, file: str = SKILL_FILE) -> str:
     """Read a skill's SKILL.md, or another file of the skill (built-in skills too)."""
     skill = find_skill(name, ctx.workspace)
-    text = _skill_file(skill, file, ctx.workspace).read_text(encoding="utf-8", errors="replace")
+    text = _skill_file(skill, file, file_scope(ctx)).read_text(encoding="utf-8", errors="replace")
     if not ctx.runs_code and file == SKILL_FILE:
         text = TOOLS_MODE_NOTE + text
     return text

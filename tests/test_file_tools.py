@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from nanobot.config import Config
+from nanobot.runtime import Runtime
 from nanobot.tools.files import FILE_TOOLS, MAX_READ_BYTES
-from nanobot.tools.paths import open_pinned, pinned_parent, resolve_in_workspace
+from nanobot.tools.paths import FileScope, open_pinned, pinned_parent, resolve_in_workspace
 from nanobot.tools.registry import ToolContext, ToolRegistry
 from nanobot.tools.shell import SHELL_TOOLS
+from tests.helpers import config_for
 
 registry = ToolRegistry(FILE_TOOLS + SHELL_TOOLS)
 
@@ -165,23 +167,39 @@ async def test_home_inside_workspace_is_refused(config, tmp_path, monkeypatch):
     home = ws / ".nanobot"
     home.mkdir(parents=True)
     (home / "config.json").write_text("{}")
-    monkeypatch.setenv("NANOBOT_HOME", str(home))
+    config.use_home(home)
     ctx = ToolContext(config=config, workspace=ws)
     with pytest.raises(PermissionError, match="NANOBOT_HOME"):
         await call(ctx, "read_file", path=".nanobot/config.json")
     assert await call(ctx, "list_dir") == [".nanobot/"]
 
 
+async def test_a_runtime_given_its_own_home_guards_that_home(llm, tmp_path):
+    """The guards follow the home the runtime was given, not whatever NANOBOT_HOME says."""
+    other = tmp_path / "other-home"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    config = config_for(llm.base_url, ws)
+    config.tools.restrict_to_workspace = False  # only the home rule stands between the tools and it
+    async with Runtime(config, home=other) as rt:
+        (other / "config.json").write_text('{"apiKey": "CANARY-other-home"}')
+        ctx = rt.deps.chat_context("cli:x")
+        with pytest.raises(PermissionError, match="NANOBOT_HOME"):
+            await rt.tools.call("read_file", {"path": str(other / "config.json")}, ctx)
+        assert rt.config.workspace_path == ws.resolve() and (other / "nanobot.db").exists()
+
+
 # --- allowed paths ---------------------------------------------------------------------------
 
 
-async def test_nested_relative_and_absolute_inside(ctx, workspace):
+async def test_nested_relative_and_absolute_inside(ctx, workspace, home):
     await call(ctx, "write_file", path="a/b/c.txt", content="deep")
     assert await call(ctx, "read_file", path="a/b/c.txt") == "deep"
     assert await call(ctx, "read_file", path=str(workspace / "a" / "b" / "c.txt")) == "deep"
     assert await call(ctx, "read_file", path="a/../a/./b/c.txt") == "deep"
-    assert resolve_in_workspace(workspace, "a/b/c.txt") == (workspace / "a/b/c.txt").resolve()
-    assert resolve_in_workspace(workspace, ".") == workspace.resolve()
+    scope = FileScope(workspace, home)
+    assert resolve_in_workspace(scope, "a/b/c.txt") == (workspace / "a/b/c.txt").resolve()
+    assert resolve_in_workspace(scope, ".") == workspace.resolve()
 
 
 async def test_symlink_inside_workspace_is_followed(ctx, workspace):
@@ -201,9 +219,9 @@ async def test_workspace_reached_through_a_symlink(config, tmp_path, workspace):
     assert await call(ctx, "read_file", path=str(link / "x.txt")) == "ok"
 
 
-def test_last_component_swapped_for_symlink_is_refused(workspace, outside):
+def test_last_component_swapped_for_symlink_is_refused(workspace, outside, home):
     (workspace / "f.txt").write_text("mine")
-    with pinned_parent(workspace, "f.txt") as pin:
+    with pinned_parent(FileScope(workspace, home), "f.txt") as pin:
         (workspace / "f.txt").unlink()
         (workspace / "f.txt").symlink_to(outside / "secret.txt")
         with pytest.raises(PermissionError, match="symlink"):

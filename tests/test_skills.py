@@ -14,6 +14,7 @@ from nanobot.config import CodeRuntime
 from nanobot.runtime import Runtime
 from nanobot.sandbox import Sandbox
 from nanobot.skills import builtin_skills_dir, find_skill, list_skills, skill_helpers_code, skills_section
+from nanobot.tools.paths import FileScope
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for
 
@@ -138,15 +139,16 @@ def test_workspace_skill_symlinked_outside_is_ignored(builtin: Path, workspace: 
 # ---------------------------------------------------------------------------------- helpers code
 
 
-def test_skill_helpers_code(workspace: Path, builtin: Path) -> None:
-    assert "def weather(" in skill_helpers_code("weather", workspace)
-    assert "def chunk_text(" in skill_helpers_code("summarize", workspace)
+def test_skill_helpers_code(workspace: Path, builtin: Path, home: Path) -> None:
+    scope = FileScope(workspace, home)
+    assert "def weather(" in skill_helpers_code("weather", scope)
+    assert "def chunk_text(" in skill_helpers_code("summarize", scope)
     with pytest.raises(ValueError, match="no helpers.py"):
-        skill_helpers_code("cron", workspace)
+        skill_helpers_code("cron", scope)
     with pytest.raises(ValueError, match="no skill named 'nope'.*weather"):
-        skill_helpers_code("nope", workspace)
+        skill_helpers_code("nope", scope)
     write_skill(workspace / "skills", "alpha", "name: alpha\ndescription: mine", helpers="X = 1\n")
-    assert skill_helpers_code("alpha", workspace, builtin) == "X = 1\n"
+    assert skill_helpers_code("alpha", scope, builtin) == "X = 1\n"
 
 
 # ---------------------------------------------------------------------------------- read_skill, end to end
@@ -229,7 +231,7 @@ async def run_with_helpers(box: Sandbox, skill: str, host: Host, *programs: str)
     limits = CodeRuntime(max_execution_ms=5000)
     key = f"test:{skill}"
     names = set(host.functions)
-    loaded = await box.run(skill_helpers_code(skill, Path("/nonexistent")), session_key=key, call=host.call,
+    loaded = await box.run(skill_helpers_code(skill, FileScope(Path("/nonexistent"), Path("/nonexistent-home"))), session_key=key, call=host.call,
                            function_names=names, limits=limits)
     assert loaded.ok, loaded.error
     results = []

@@ -190,8 +190,9 @@ def _too_long(code: str, limits: CodeRuntime) -> ExecutionResult:
 
 def _helpers(name: str, ctx: ToolContext) -> str:
     from nanobot.skills import skill_helpers_code
+    from nanobot.tools.paths import file_scope
 
-    return skill_helpers_code(name, ctx.workspace)
+    return skill_helpers_code(name, file_scope(ctx))
 
 
 def _use_skill(loaded: set[str]) -> Extra:

@@ -123,7 +123,7 @@ class Turn:
             if not (self.settings.vision == "auto" and sent_images(request.messages) and rejects_images(exc)):
                 raise
         # The server refused the pictures: this model is blind. Say so once, and carry on with paths.
-        remember_blind(provider, model)
+        remember_blind(self.deps.config.home, provider, model)
         log.warning("%s/%s rejected image input; sending file paths instead from now on", provider, model)
         self.notices.append(f"(The model {model} does not accept images, so it saw only the photo's file name. "
                             "I will not send it pictures again; pick a vision model with /model, or set "
@@ -134,7 +134,7 @@ class Turn:
     def images_shown(self, provider: str, model: str) -> int:
         """How many of the prompt's latest images go as pictures (``agents.defaults.vision``)."""
         vision = self.settings.vision
-        if vision == "off" or (vision == "auto" and image_count(self.messages) and is_blind(provider, model)):
+        if vision == "off" or (vision == "auto" and image_count(self.messages) and is_blind(self.deps.config.home, provider, model)):
             return 0
         return RECENT_IMAGES
 

@@ -27,7 +27,7 @@ from channels.base import ChannelContext, Sender
 from nanobot import sdnotify
 from nanobot.access import AccessGate, PairingStore
 from nanobot.bus import MessageBus
-from nanobot.config import Config, nanobot_home
+from nanobot.config import Config
 from nanobot.db import check_writable
 from nanobot.delivery.intake import DurableIntake
 from nanobot.delivery.outbox import Outbox
@@ -179,7 +179,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: the ter
 
 async def run_gateway(config: Config, *, stop: asyncio.Event | None = None) -> int:
     """``nanobot gateway``: run until SIGTERM/SIGINT/SIGHUP (or ``stop`` is set); the exit code."""
-    home = nanobot_home()
+    home = config.home
     check_writable(home)
     lock = GatewayLock(home)
     try:

@@ -14,7 +14,7 @@ from typing import AsyncIterator, Optional
 
 import typer
 
-from nanobot.config import Config, load_config, nanobot_home
+from nanobot.config import Config, load_config
 
 mcp_app = typer.Typer(name="mcp", no_args_is_help=True, rich_markup_mode=None, help="MCP servers: their state, functions, and a test call.")
 
@@ -36,7 +36,7 @@ async def _servers(config: Config, only: str | None = None) -> AsyncIterator[obj
     if only is not None:
         config = config.model_copy(deep=True)
         config.tools.mcp_servers = {only: config.tools.mcp_servers[only]}
-    servers = McpServers(config, default_registry(config), nanobot_home() / "logs")
+    servers = McpServers(config, default_registry(config), config.home / "logs")
     try:
         await servers.ensure_started()
         yield servers

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
-from nanobot.config import nanobot_home, write_private
+from nanobot.config import write_private
 from nanobot.providers.base import ProviderError
 
 log = logging.getLogger(__name__)
@@ -17,21 +18,21 @@ log = logging.getLogger(__name__)
 FILE_NAME = "vision-off.json"
 
 
-def _load() -> set[str]:
+def _load(home: Path) -> set[str]:
     try:
-        return set(json.loads((nanobot_home() / FILE_NAME).read_text(encoding="utf-8")))
+        return set(json.loads((home / FILE_NAME).read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError):
         return set()
 
 
-def is_blind(provider: str, model: str) -> bool:
-    return f"{provider}/{model}" in _load()
+def is_blind(home: Path, provider: str, model: str) -> bool:
+    return f"{provider}/{model}" in _load(home)
 
 
-def remember_blind(provider: str, model: str) -> None:
-    blind = _load() | {f"{provider}/{model}"}
+def remember_blind(home: Path, provider: str, model: str) -> None:
+    blind = _load(home) | {f"{provider}/{model}"}
     try:
-        write_private(nanobot_home() / FILE_NAME, json.dumps(sorted(blind)))
+        write_private(home / FILE_NAME, json.dumps(sorted(blind)))
     except OSError as exc:  # a read-only home: it is asked again after a restart, no more
         log.warning("could not record that %s/%s takes no images: %s", provider, model, exc)
 

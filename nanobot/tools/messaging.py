@@ -19,7 +19,6 @@ from pathlib import Path
 from nanobot.access import listed
 from nanobot.bus import OutboundMessage, OutgoingFile, split_target
 from nanobot.media import MB, kind_of, upload_limit
-from nanobot.config import nanobot_home
 from nanobot.session import session_filename
 from nanobot.tools.files import read_checked_bytes
 from nanobot.tools.registry import ToolContext, tool
@@ -39,7 +38,7 @@ async def send_message(ctx: ToolContext, content: str, to: str | None = None) ->
         if target == ctx.session_key:  # `nanobot agent`: the user is reading this terminal
             print(content, flush=True)
             return "Shown to the user (no chat channels in this process)."
-        raise _no_channels()
+        raise _no_channels(ctx)
     await ctx.bus.publish_outbound(OutboundMessage(channel, chat_id, content))
     return f"Message sent to {target}."
 
@@ -57,7 +56,7 @@ async def send_file(ctx: ToolContext, path: str, caption: str | None = None, to:
         if target == ctx.session_key:
             print(f"[file: {shown}]" + (f" {caption}" if caption else ""), flush=True)
             return f"Shown to the user as a path ({shown}); no chat channels in this process."
-        raise _no_channels()
+        raise _no_channels(ctx)
     photo = kind_of(shown) == "image"
     await ctx.bus.publish_outbound(OutboundMessage(channel, chat_id, caption or "", kind="file",
                                                    file=OutgoingFile(Path(shown).name, data, photo)))
@@ -86,11 +85,11 @@ async def allowed_target(ctx: ToolContext, to: str | None, what: str) -> tuple[s
     return channel, chat_id, target
 
 
-def _no_channels() -> RuntimeError:
+def _no_channels(ctx: ToolContext) -> RuntimeError:
     """Why this process (``nanobot agent``) cannot send to another chat, and what can."""
     from nanobot.gateway.lock import running_gateway_pid  # an error path: the gateway package is heavy
 
-    pid = running_gateway_pid(nanobot_home())
+    pid = running_gateway_pid(ctx.config.home)
     if pid is None:
         return RuntimeError("this terminal session has no chat channels and no gateway is running: messages to "
                             "other chats go out only from the gateway (nanobot gateway)")
@@ -138,7 +137,7 @@ def _has_talked(ctx: ToolContext, target: str) -> bool:
     if not re.fullmatch(r"[\w.-]+:[\w.-]+", target):
         return False
     sessions = ctx.services.sessions
-    directory: Path = sessions.directory if sessions is not None else nanobot_home() / "sessions"
+    directory: Path = sessions.directory if sessions is not None else ctx.config.home / "sessions"
     return (directory / session_filename(target)).exists()
 
 

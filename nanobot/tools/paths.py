@@ -27,27 +27,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from nanobot.config import nanobot_home
 from nanobot.trust import OWNER
 
 if TYPE_CHECKING:
     from nanobot.tools.registry import ToolContext
 
-__all__ = ["resolve_in_workspace", "display_path", "pinned_parent", "open_pinned", "Pinned"]
+__all__ = ["FileScope", "resolve_in_workspace", "display_path", "pinned_parent", "open_pinned", "Pinned"]
 
 
-def _settings(ctx_or_workspace: ToolContext | Path | str) -> tuple[Path, bool]:
-    """(workspace, restrict): a bare workspace path means the default, restricted. A member
-    chat is always restricted to its own folder, whatever ``restrictToWorkspace`` says."""
-    if isinstance(ctx_or_workspace, (str, os.PathLike)):
-        return Path(ctx_or_workspace).expanduser(), True
-    ctx = ctx_or_workspace
-    root = Path(ctx.workspace).expanduser()
-    if ctx.trust == OWNER:
-        return root, ctx.config.tools.restrict_to_workspace
-    if not _inside(root.resolve(), ctx.config.workspace_path.resolve()):
+@dataclass(frozen=True)
+class FileScope:
+    """Where file access may go: the chat's root, whether it fences paths in, and the nanobot
+    home, which is out of reach whatever the fence."""
+
+    workspace: Path
+    home: Path
+    restrict: bool = True
+
+
+def file_scope(where: ToolContext | FileScope) -> FileScope:
+    """A tool context's scope. A member chat is always restricted to its own folder, whatever
+    ``restrictToWorkspace`` says."""
+    if isinstance(where, FileScope):
+        return where
+    root = Path(where.workspace).expanduser()
+    if where.trust == OWNER:
+        return FileScope(root, where.config.home, where.config.tools.restrict_to_workspace)
+    if not _inside(root.resolve(), where.config.workspace_path.resolve()):
         raise PermissionError("this chat's folder is not inside the workspace any more; refusing file access")
-    return root, True
+    return FileScope(root, where.config.home)
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -63,13 +71,14 @@ def display_path(path: Path, workspace: Path) -> str:
     return str(path)
 
 
-def _check(real: Path, ws: Path, restrict: bool, shown: str) -> None:
+def _check(real: Path, ws: Path, scope: FileScope, shown: str) -> None:
     """Raise PermissionError unless the real path ``real`` may be used (``ws`` is real too)."""
+    restrict = scope.restrict
     if restrict and not _inside(real, ws):
         raise PermissionError(
             f"{shown!r} is outside the workspace ({ws}); use a path relative to the workspace"
         )
-    home = nanobot_home().resolve()
+    home = scope.home.expanduser().resolve()
     if _inside(real, home):
         workspace_in_home = ws != home and ws.is_relative_to(home)
         if not (workspace_in_home and _inside(real, ws)):
@@ -80,13 +89,14 @@ def _check(real: Path, ws: Path, restrict: bool, shown: str) -> None:
             )
 
 
-def resolve_in_workspace(ctx_or_workspace: ToolContext | Path | str, path: str, *, must_exist: bool = False) -> Path:
+def resolve_in_workspace(where: ToolContext | FileScope, path: str, *, must_exist: bool = False) -> Path:
     """The real absolute path for ``path``, or PermissionError if it leaves the allowed area.
 
-    Relative paths are relative to the workspace; ``~`` is expanded. Accepts a ToolContext
-    (honours ``tools.restrict_to_workspace``) or a bare workspace path (always restricted).
+    Relative paths are relative to the workspace; ``~`` is expanded. A ToolContext honours
+    ``tools.restrict_to_workspace``; a FileScope says itself.
     """
-    workspace, restrict = _settings(ctx_or_workspace)
+    scope = file_scope(where)
+    workspace = scope.workspace
     if "\x00" in path:
         raise ValueError("path contains a NUL byte")
     try:
@@ -95,7 +105,7 @@ def resolve_in_workspace(ctx_or_workspace: ToolContext | Path | str, path: str, 
         raise ValueError(f"cannot expand {path!r}") from None
     ws = workspace.resolve()
     real = (ws / candidate).resolve(strict=False)  # joining an absolute path keeps it as is
-    _check(real, ws, restrict, path)
+    _check(real, ws, scope, path)
     if must_exist and not real.exists():
         raise FileNotFoundError(f"{display_path(real, ws)}: no such file or directory")
     return real
@@ -153,15 +163,15 @@ def _is_link(name: str, dir_fd: int) -> bool:
 
 
 @contextlib.contextmanager
-def pinned_parent(ctx_or_workspace: ToolContext | Path | str, path: str, *, create_parents: bool = False) -> Iterator[Pinned]:
+def pinned_parent(where: ToolContext | FileScope, path: str, *, create_parents: bool = False) -> Iterator[Pinned]:
     """Check ``path``, then open its parent directory without following any symlink on the way.
 
     Callers then ``os.open(pinned.name, flags | os.O_NOFOLLOW, dir_fd=pinned.dir_fd)``: a
     directory swapped for a symlink between check and open is refused here, a last component
     swapped for a symlink fails the open with ELOOP.
     """
-    workspace, _ = _settings(ctx_or_workspace)
-    real = resolve_in_workspace(ctx_or_workspace, path)
+    workspace = file_scope(where).workspace
+    real = resolve_in_workspace(where, path)
     shown = display_path(real, workspace)
     parent, name = (real.parent, real.name) if real.parent != real else (real, ".")
     ws = workspace.resolve()

@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
-from nanobot.config import nanobot_home
 from nanobot.tools import confine
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.tools.steering import Snapshot, refusal, settle
@@ -163,7 +162,7 @@ def launch_argv(ctx: ToolContext, root: Path, command: str, seconds: int) -> lis
     if not probe.ok:
         raise PermissionError(f"exec_command refused: the shell cannot be confined on this machine "
                               f"({probe.detail}); {OPT_OUT}")
-    home = nanobot_home().resolve()
+    home = ctx.config.home.resolve()
     for path in (str(root), *settings.read_paths):
         if home.is_relative_to(Path(path).expanduser().resolve()):
             raise PermissionError(f"exec_command refused: {path} contains NANOBOT_HOME ({home}), which holds "
