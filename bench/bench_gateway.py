@@ -33,14 +33,14 @@ sys.path.insert(0, str(ROOT))  # for tests.fakes
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage  # noqa: E402
 from nanobot.config import Config  # noqa: E402
 from nanobot.gateway import Dispatcher, Gateway  # noqa: E402
-from nanobot.providers.base import ChatRequest, LLMResponse  # noqa: E402
+from nanobot.providers.base import ChatRequest, LLMResponse, Provider  # noqa: E402
 from nanobot.runtime import Runtime  # noqa: E402
 from tests.fakes.discord_api import FakeDiscord  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, reply  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegram  # noqa: E402
 
 
-class InstantModel:
+class InstantModel(Provider):
     """A Provider that answers at once, echoing the user's message."""
 
     name = "instant"

@@ -48,8 +48,8 @@ def q(samples: list[float], pct: int) -> float:
 async def call_overhead(label: str, server: McpServer, workspace: Path, llm: FakeOpenAI) -> None:
     """Raw SDK calls (the server's own time plus transport) vs the same call from a program."""
     async with Runtime(config_for(llm.base_url, workspace, {"notes": server})) as rt:
-        await rt.deps.services.mcp.ensure_started()
-        connection = rt.deps.services.mcp.connections["notes"]
+        await rt.mcp.ensure_started()
+        connection = rt.mcp.connections["notes"]
         await connection.call("add_note", {"title": "x"})
         raw = []
         for _ in range(RAW_CALLS):
@@ -75,12 +75,12 @@ async def call_overhead(label: str, server: McpServer, workspace: Path, llm: Fak
 
 
 async def prompt_tokens(workspace: Path, llm: FakeOpenAI) -> None:
-    from nanobot.agent.code_mode import code_stubs
+    from nanobot.sandbox.executor import code_stubs
 
     count = token_counter().text
     servers = {name: stdio("--many", "20") for name in ("tracker", "mail", "calendar")}  # 3 x 30 tools
     async with Runtime(config_for(llm.base_url, workspace, servers)) as rt:
-        await rt.deps.services.mcp.ensure_started()
+        await rt.mcp.ensure_started()
         ctx = rt.deps.chat_context("cli:bench")
         builtin = count(code_stubs(rt.tools, header=False, ctx=ctx, budgeted=False).split("\ndef tracker_")[0])
         full = count(code_stubs(rt.tools, header=False, ctx=ctx)) - builtin

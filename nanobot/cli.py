@@ -54,7 +54,7 @@ def main_options(ctx: typer.Context,
 
 async def _validate_job_code(code: str, *, config_file: Path | None) -> str | None:
     """Refuse a broken cron program when it is added, not when it first fires (typeCheck as configured)."""
-    from nanobot.agent.code_mode import validate_code
+    from nanobot.sandbox.executor import validate_code
 
     return await validate_code(code, load_config(config_file)[0])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import functools
+import ipaddress
 import os
 import re
 import types
@@ -79,6 +80,27 @@ def _id_text(value: Any) -> Any:
 
 
 Id = Annotated[str, BeforeValidator(_id_text)]
+
+
+def address_and_port(entry: str) -> tuple[str, int]:
+    """``"192.168.1.10:8123"`` or ``"[fd00::5]:80"`` as (address, port); ValueError otherwise."""
+    host, sep, port = entry.strip().rpartition(":")
+    try:
+        address = str(ipaddress.ip_address(host.strip("[]")))
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"{entry!r} is not ADDRESS:PORT (an IP address, e.g. \"192.168.1.10:8123\")") from None
+    if not sep or not 0 < number < 65536:
+        raise ValueError(f"{entry!r} needs a port from 1 to 65535, e.g. \"192.168.1.10:8123\"")
+    return address, number
+
+
+def _check_address_and_port(entry: str) -> str:
+    address_and_port(entry)
+    return entry
+
+
+AddressAndPort = Annotated[str, AfterValidator(_check_address_and_port)]
 
 
 class ModelChoice(Section):
@@ -259,6 +281,12 @@ class WebFetch(Section):
     max_chars: int = Field(50000, gt=0)
     max_bytes: int = Field(5_000_000, gt=0)
     timeout: float = Field(20.0, gt=0)
+    # Private addresses web_fetch may reach all the same, each as "ADDRESS:PORT" (a service on
+    # your LAN): that address and port only, so a redirect to any other private one is refused.
+    allow_private: list[AddressAndPort] = []
+
+    def allowed_private(self) -> frozenset[tuple[str, int]]:
+        return frozenset(address_and_port(entry) for entry in self.allow_private)
 
 
 class Web(Section):

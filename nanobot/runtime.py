@@ -7,20 +7,26 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nanobot.agent.code_mode import CodeExecutor
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
 from nanobot.config import Config, ConfigError
+from nanobot.access import PairingStore
 from nanobot.db import HomeError, check_writable, open_db
 from nanobot.providers.base import Provider
 from nanobot.session import SessionStore
 from nanobot.skills import install_skills
 from nanobot.tools.builtin import default_registry
-from nanobot.tools.registry import Services
+from nanobot.sandbox.executor import CodeExecutor
+from nanobot.tools.services import Services
 from nanobot.trust import owner_chat
 from nanobot.usage import UsageStore
+
+if TYPE_CHECKING:
+    from nanobot.cron.service import CronService, RunOutcome
+    from nanobot.mcp.servers import McpServers
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +49,19 @@ def workspace_ready(config: Config) -> None:
         workspace.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise HomeError(f"workspace {workspace} cannot be created: {exc.strerror or exc}") from None
+
+
+class SchedulerLink:
+    """``run_cron``'s way to the cron scheduler, which only the gateway runs (it attaches it)."""
+
+    def __init__(self) -> None:
+        self.service: CronService | None = None
+
+    async def run_now(self, job_id: str) -> RunOutcome:
+        if self.service is None:
+            raise RuntimeError("jobs run in the gateway (nanobot gateway), not in this terminal chat; to test a "
+                               "code job here, run its code directly")
+        return await self.service.run_now(job_id)
 
 
 class Runtime:
@@ -70,14 +89,17 @@ class Runtime:
             raise
         self.sessions = SessionStore(self.home / "sessions")
         self.tools = default_registry(self.config)
-        services = Services(db=self.db, sessions=self.sessions, announce=self.announce)
-        self.deps = AgentDeps(config=self.config, provider=self.provider, tools=self.tools,
-                              sessions=self.sessions, usage=self.usage, bus=self.bus, services=services)
-        self.code = services.code = CodeExecutor(self.deps)  # the sandbox starts on first use
+        self.code = CodeExecutor(self.tools, self.db, self.usage)  # the sandbox starts on first use
+        self.scheduler = SchedulerLink()
+        self.mcp: McpServers | None = None
         if self.config.tools.mcp_servers:  # started by the gateway, or by the first turn
             from nanobot.mcp.servers import McpServers
 
-            services.mcp = McpServers(self.config, self.tools, self.home / "logs")
+            self.mcp = McpServers(self.config, self.tools, self.home / "logs")
+        services = Services(db=self.db, sessions=self.sessions, pairing=await PairingStore.open(self.db),
+                            programs=self.code, scheduler=self.scheduler, announce=self.announce)
+        self.deps = AgentDeps(config=self.config, provider=self.provider, tools=self.tools, sessions=self.sessions,
+                              services=services, code=self.code, usage=self.usage, bus=self.bus, mcp=self.mcp)
         install_skills(self.deps)  # read_skill and the skills list in the prompt
         self.agent = Agent(self.deps)
         return self
@@ -93,8 +115,8 @@ class Runtime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.agent.close()  # memory consolidation still needs the provider and sessions
-        if self.deps.services.mcp is not None:
-            await self.deps.services.mcp.close()
+        if self.mcp is not None:
+            await self.mcp.close()
         self.sessions.close()
         await self.code.close()
         await self.provider.close()

@@ -22,8 +22,8 @@ def fast_channels(monkeypatch) -> None:
 
     monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
     monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
-    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "guild_ready_timeout", 0.01)
-    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "retry_delays", (0.01,))
+    monkeypatch.setattr(DiscordChannel, "guild_ready_timeout", 0.01)
+    monkeypatch.setattr(DiscordChannel, "retry_delays", (0.01,))
     # discord.py keeps its URLs process-wide; the adapter rewrites them, put them back after.
     monkeypatch.setattr(Route, "BASE", Route.BASE)
     monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)

@@ -248,7 +248,7 @@ async def test_a_program_over_the_size_limit_is_refused_unrun_and_the_chat_goes_
 
 
 def test_no_stub_comment_stops_mid_sentence() -> None:
-    from nanobot.agent.code_mode import code_stubs
+    from nanobot.sandbox.executor import code_stubs
     from nanobot.config import Config
     from nanobot.tools.builtin import default_registry
 

@@ -62,7 +62,7 @@ async def test_a_code_job_sends_a_file_with_no_model_call(config: Config, llm: F
                                                           workspace: Path) -> None:
     (workspace / "report.csv").write_text("day,total\nmon,3\n")
     async with running_gateway(config, with_services=True) as gateway:
-        job = await gateway.runtime.deps.services.cron.add_job(
+        job = await gateway.runtime.scheduler.service.add_job(
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="3600", payload_kind="code",
             payload='send_file("report.csv", caption="the daily report")', name="report")
         await CronStore(gateway.runtime.db).request_run(job.id)
@@ -76,7 +76,7 @@ async def test_a_code_job_sends_a_file_with_no_model_call(config: Config, llm: F
 async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     async with running_gateway(config, with_services=True) as gateway:
         store = CronStore(gateway.runtime.db)
-        await gateway.runtime.deps.services.cron.add_job(
+        await gateway.runtime.scheduler.service.add_job(
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="code",
             payload="read_file('missing.txt')", name="broken")
         sent = await tg.wait_sent(3, timeout=10)
@@ -91,7 +91,7 @@ async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: 
 async def test_prompt_job_is_a_turn_in_the_owning_chat(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     llm.script(reply("Time to stretch!"))
     async with running_gateway(config, with_services=True) as gateway:
-        await gateway.runtime.deps.services.cron.add_job(
+        await gateway.runtime.scheduler.service.add_job(
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="prompt",
             payload="remind me to stretch")
         [sent] = await tg.wait_sent(1, timeout=10)
@@ -121,7 +121,7 @@ async def test_heartbeat_speaks_only_when_there_is_something_to_say(config: Conf
 
 async def test_output_for_a_chat_that_cannot_be_reached_is_a_failed_run(config: Config, tg: FakeTelegram) -> None:
     async with running_gateway(config, with_services=True) as gateway:
-        cron = gateway.runtime.deps.services.cron
+        cron = gateway.runtime.scheduler.service
         store = CronStore(gateway.runtime.db)
         for target in ("discord:5", "cli:default"):  # discord is not running; the gateway cannot print
             job = await cron.add_job(owner_session=target, schedule_kind="every", expression="3600",

@@ -14,7 +14,7 @@ from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import Config
 from nanobot.agent.loop import TURN_CRASHED as APOLOGY
 from nanobot.gateway.dispatcher import RESTART_NOTICE, SHUTDOWN_NOTE, STOPPED_NOTE, Dispatcher
-from nanobot.providers.base import ChatRequest, LLMResponse
+from nanobot.providers.base import ChatRequest, LLMResponse, Provider
 from nanobot.runtime import Runtime
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.helpers import config_for
@@ -130,7 +130,7 @@ async def test_stop_cancels_the_running_turn_and_keeps_the_queue(h: Harness, llm
     assert (await h.replies(1))[0].content == "Nothing is running."
 
 
-class FailsOnce:
+class FailsOnce(Provider):
     """A provider whose first call hits a bug (not a ProviderError): the turn crashes."""
 
     name = "flaky"

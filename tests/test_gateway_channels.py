@@ -79,7 +79,7 @@ async def test_discord_end_to_end(gateway: Gateway, dc: FakeDiscord, llm: FakeOp
 
 async def test_unknown_sender_is_paired_before_reaching_the_model(
         config: Config, tg: FakeTelegram, llm: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(PairingWelcome.__init__.__kwdefaults__, "interval", 0.05)
+    monkeypatch.setattr(PairingWelcome, "every_seconds", 0.05)
     config.gateway.heartbeat.enabled = False
     async with running_gateway(config, with_services=True):
         tg.push_text(MALLORY, MALLORY, "let me in", username="mallory")

@@ -58,7 +58,7 @@ def with_servers(llm: FakeOpenAI, workspace: Path, servers: dict[str, McpServer]
 @pytest.fixture
 async def rt(llm: FakeOpenAI, workspace: Path) -> AsyncIterator[Runtime]:
     async with Runtime(with_servers(llm, workspace, {"notes": stdio_server(tool_timeout=2)}, mode="code")) as runtime:
-        await runtime.deps.services.mcp.ensure_started()
+        await runtime.mcp.ensure_started()
         yield runtime
 
 
@@ -160,13 +160,13 @@ async def test_member_chats_reach_no_server_unless_allowed(llm: FakeOpenAI, work
 
 async def test_a_crashed_server_is_unavailable_then_restarted(rt: Runtime, llm: FakeOpenAI) -> None:
     ctx = rt.deps.chat_context("cli:mcp")
-    rt.deps.services.mcp.connections["notes"].restart_first_s = 0.05
+    rt.mcp.connections["notes"].restart_first_s = 0.05
     with pytest.raises(RuntimeError, match="MCP server 'notes' is not available"):
         await rt.tools.call("notes_crash", {}, ctx)
     with pytest.raises(RuntimeError, match="not available"):
         await rt.tools.call("notes_list_notes", {}, ctx)
     async with asyncio.timeout(20):
-        while not rt.deps.services.mcp.connections["notes"].running:
+        while not rt.mcp.connections["notes"].running:
             await asyncio.sleep(0.05)
     assert await rt.tools.call("notes_list_notes", {}, ctx) == []  # a fresh process
 
@@ -178,7 +178,7 @@ async def test_servers_that_never_start_leave_the_rest_working(llm: FakeOpenAI, 
     llm.script(reply("```python\nfinal_answer(notes_add_note(title='x')['id'])\n```"))
     async with Runtime(with_servers(llm, workspace, servers, mode="code")) as rt:
         assert await rt.agent.handle("cli:x", "go") == "1"
-        summary = "\n".join(rt.deps.services.mcp.summary())
+        summary = "\n".join(rt.mcp.summary())
     assert "notes (stdio): running, 10 tools" in summary
     assert "missing (stdio):" in summary and "FileNotFoundError" in summary
     assert "hangs (stdio): down: no answer within startTimeout (0.5 s)" in summary
@@ -188,8 +188,8 @@ async def test_servers_that_never_start_leave_the_rest_working(llm: FakeOpenAI, 
 async def test_name_clashes_are_refused(llm: FakeOpenAI, workspace: Path) -> None:
     servers = {"my.notes": stdio_server(), "my-notes": stdio_server()}  # both become my_notes_<tool>
     async with Runtime(with_servers(llm, workspace, servers)) as rt:
-        await rt.deps.services.mcp.ensure_started()
-        summary = rt.deps.services.mcp.summary()
+        await rt.mcp.ensure_started()
+        summary = rt.mcp.summary()
     assert summary[0] == "my.notes (stdio): running, 10 tools"
     assert summary[1].startswith("my-notes (stdio): running, 0 tools; refused: add_note (clashes with MCP server "
                                  "'my.notes' my_notes_add_note)")
@@ -240,7 +240,7 @@ async def test_a_cron_code_job_calls_mcp_with_no_model_call(llm: FakeOpenAI, wor
     config = with_servers(llm, workspace, {"notes": stdio_server()})
     config.channels.telegram.allow_from = ["1"]  # telegram:1 is the owner's private chat
     async with Runtime(config, bus=MessageBus()) as rt:
-        await rt.deps.services.mcp.ensure_started()
+        await rt.mcp.ensure_started()
         store = CronStore(rt.db)
         await store.migrate()
         job = await create_job(store, owner_session="telegram:1", schedule_kind="every", expression="3600",
@@ -268,7 +268,7 @@ async def test_shutdown_leaves_no_child_process(llm: FakeOpenAI, workspace: Path
     tag = uuid.uuid4().hex
     servers = {f"s{i}": stdio_server("--tag", tag) for i in range(3)}
     async with Runtime(with_servers(llm, workspace, servers)) as rt:
-        await rt.deps.services.mcp.ensure_started()
+        await rt.mcp.ensure_started()
         assert len(mcp_children(tag)) == 3
     async with asyncio.timeout(10):
         while mcp_children(tag):

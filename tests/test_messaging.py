@@ -10,10 +10,9 @@ import pytest
 from nanobot.access import AccessGate, PairingStore
 from nanobot.bus import MessageBus
 from nanobot.config import Config
-from nanobot.db import open_db
-from nanobot.session import SessionStore
 from nanobot.tools.builtin import default_registry
-from nanobot.tools.registry import Services, ToolContext
+from nanobot.runtime import Runtime
+from nanobot.tools.registry import ToolContext
 
 CURRENT = "telegram:42"
 
@@ -28,11 +27,10 @@ def config(workspace: Path) -> Config:
 
 
 @pytest.fixture
-async def ctx(config: Config, workspace: Path, home: Path) -> AsyncIterator[ToolContext]:
-    db = await open_db(home / "nanobot.db")
-    services = Services(db=db, pairing=await PairingStore.open(db), sessions=SessionStore(home / "sessions"))
-    yield ToolContext(config=config, workspace=workspace, session_key=CURRENT, bus=MessageBus(), services=services)
-    await db.close()
+async def ctx(config: Config, workspace: Path) -> AsyncIterator[ToolContext]:
+    config.providers["openai"].api_key = "unused"  # no model is called here
+    async with Runtime(config, bus=MessageBus()) as rt:
+        yield rt.deps.chat_context(CURRENT)
 
 
 async def send(ctx: ToolContext, **args: str) -> str:

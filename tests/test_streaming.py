@@ -29,7 +29,7 @@ LONG = ("Here is a longer answer that arrives in many small pieces, so the chat 
 def fast(monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAI) -> None:
     monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
     monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
-    monkeypatch.setitem(DiscordChannel.__init__.__kwdefaults__, "guild_ready_timeout", 0.01)
+    monkeypatch.setattr(DiscordChannel, "guild_ready_timeout", 0.01)
     monkeypatch.setattr(Route, "BASE", Route.BASE)
     monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
     monkeypatch.setattr("nanobot.gateway.dispatcher.STREAM_INTERVAL", 0.05)

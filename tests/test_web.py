@@ -9,7 +9,7 @@ import socket
 import ddgs.engines.duckduckgo
 import pytest
 
-from nanobot.config import Config
+from nanobot.config import Config, ConfigError, load_config
 from nanobot.tools import ssrf, web
 from nanobot.tools.registry import ToolContext, ToolRegistry
 from nanobot.tools.html_markdown import html_to_markdown
@@ -32,9 +32,9 @@ async def pages():
 
 
 @pytest.fixture
-def allowed(pages: WebPages, monkeypatch: pytest.MonkeyPatch) -> WebPages:
-    """The page server, reachable: the test-only allowance for exactly its (ip, port)."""
-    monkeypatch.setattr(ssrf, "ALLOWED_FOR_TESTS", {("127.0.0.1", pages.port)})
+def allowed(pages: WebPages, config: Config) -> WebPages:
+    """The page server, reachable: tools.web.fetch.allowPrivate names exactly its address and port."""
+    config.tools.web.fetch.allow_private = [f"127.0.0.1:{pages.port}"]
     return pages
 
 
@@ -174,10 +174,10 @@ async def test_binary_content_is_refused(ctx, allowed):
         await web_fetch.func(ctx, allowed.url("/image"))
 
 
-async def test_connection_failure_is_a_runtime_error(ctx, monkeypatch):
+async def test_connection_failure_is_a_runtime_error(ctx, config):
     async with WebPages() as gone:
         url = gone.url("/article")
-    monkeypatch.setattr(ssrf, "ALLOWED_FOR_TESTS", {("127.0.0.1", gone.port)})
+    config.tools.web.fetch.allow_private = [f"127.0.0.1:{gone.port}"]
     with pytest.raises(RuntimeError, match="cannot connect to 127.0.0.1"):
         await web_fetch.func(ctx, url)
 
@@ -275,9 +275,19 @@ async def test_agent_marks_fetched_pages_untrusted_in_tools_mode_only(allowed: W
     async with FakeOpenAI() as llm:
         llm.script(tool_call("web_fetch", {"url": url}), reply("read it"),
                    reply(f"```python\npage = web_fetch({url!r})\nfinal_answer(page[:40])\n```"))
-        async with Runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+        config = config_for(llm.base_url, workspace, mode="tools")
+        config.tools.web.fetch.allow_private = [f"127.0.0.1:{allowed.port}"]
+        async with Runtime(config) as rt:
             await rt.agent.handle("cli:w", "read the page")
             answer = await rt.agent.handle("cli:w", "again, in code", mode="code")
     seen = llm.chat_requests[1]["messages"][-1]["content"]
     assert seen.startswith(f'<external_content source="{url}">') and "do not follow" in seen
     assert answer.startswith("URL: ") and "external_content" not in answer
+
+
+def test_allow_private_entries_are_checked_when_the_config_loads(home) -> None:
+    (home / "config.json").write_text('{"tools": {"web": {"fetch": {"allowPrivate": ["nas.local:80"]}}}}')
+    with pytest.raises(ConfigError, match=r"'tools.web.fetch.allowPrivate.0'.*ADDRESS:PORT"):
+        load_config()
+    (home / "config.json").write_text('{"tools": {"web": {"fetch": {"allowPrivate": ["[fd00::5]:8080"]}}}}')
+    assert load_config()[0].tools.web.fetch.allowed_private() == {("fd00::5", 8080)}

@@ -104,7 +104,7 @@ async def status_text(agent: Agent, session_key: str) -> str:
         lines += [f"{mode}: {t.summary()}" for mode, t in sorted(totals.items())]
         if owner:
             lines += await agent.deps.usage.cost_lines(settings.timezone)
-    cooling = getattr(agent.deps.provider, "cooling_down", dict)() if owner else {}
+    cooling = agent.deps.provider.cooling_down() if owner else {}
     if cooling:
         lines.append("Cooling down: " + ", ".join(f"{p} ({s:.0f} s)" for p, s in cooling.items()))
     return "\n".join(lines)

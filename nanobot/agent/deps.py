@@ -10,14 +10,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from nanobot.trust import MEMBER, chat_scope
-from nanobot.tools.registry import Services, ToolContext
+from nanobot.tools.registry import ToolContext
 
 if TYPE_CHECKING:
     from nanobot.bus import MessageBus
     from nanobot.config import Config
+    from nanobot.mcp.servers import McpServers
     from nanobot.providers.base import Provider
+    from nanobot.sandbox.executor import CodeExecutor
     from nanobot.session import SessionStore
     from nanobot.tools.registry import ToolRegistry
+    from nanobot.tools.services import Services
     from nanobot.usage import UsageStore
 
 PromptSection = Callable[[ToolContext], str]  # an extra system-prompt section, for one chat
@@ -31,9 +34,11 @@ class AgentDeps:
     provider: Provider
     tools: ToolRegistry
     sessions: SessionStore
+    services: Services
+    code: CodeExecutor  # runs the chat's programs (code and hybrid mode)
     usage: UsageStore | None = None
-    bus: MessageBus | None = None
-    services: Services = field(default_factory=Services)
+    bus: MessageBus | None = None  # None: the terminal (`nanobot agent`) has no chat channels
+    mcp: McpServers | None = None  # the configured MCP servers, if any (their tools are in the registry)
     system_extras: list[PromptSection] = field(default_factory=list)
 
     def chat_context(self, session_key: str) -> ToolContext:

@@ -203,8 +203,7 @@ class Agent:
 
     async def reset_state(self, session_key: str) -> None:
         """Forget the session's Python state too (``/new``)."""
-        if self.deps.services.code is not None:
-            await self.deps.services.code.reset(session_key)
+        await self.deps.code.reset(session_key)
 
     async def handle(self, session_key: str, content: str, *, media: list[str] | None = None,
                      progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None,
@@ -227,8 +226,8 @@ class Agent:
                        resumed: bool = False) -> str:
         """``durations``: seconds of recordings among ``media``, as the platform reported them."""
         session = self.session(session_key)
-        if self.deps.services.mcp is not None:  # `nanobot agent`: the first turn starts them
-            await self.deps.services.mcp.ensure_started()
+        if self.deps.mcp is not None:  # `nanobot agent`: the first turn starts them
+            await self.deps.mcp.ensure_started()
         turn = Turn(self.deps, session, get_mode(mode or self.mode_name(session)), progress, stream)
         if media:  # documents, photos, voice: someone else's content
             turn.ctx.turn.taint("an attached file")

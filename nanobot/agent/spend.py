@@ -47,9 +47,8 @@ async def check_budget(deps: AgentDeps, session_key: str) -> None:
     today = datetime.now(ZoneInfo(settings.timezone)).date().isoformat()
     if deps.usage.budget_notice_day != today and not session_key.startswith("cli:"):
         deps.usage.budget_notice_day = today
-        if deps.services.announce is not None:
-            await deps.services.announce(f"Today's model budget is spent (${spent:.2f} of ${budget:.2f}, "
-                                         "agents.defaults.dailyBudgetUsd): no model calls until midnight.")
+        await deps.services.announce(f"Today's model budget is spent (${spent:.2f} of ${budget:.2f}, "
+                                     "agents.defaults.dailyBudgetUsd): no model calls until midnight.")
     raise BudgetSpent(f"Today's model budget is spent (${spent:.2f} of ${budget:.2f}). I can answer again after "
                       f"midnight ({settings.timezone}); scheduled code jobs keep running.")
 

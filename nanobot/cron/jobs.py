@@ -117,7 +117,7 @@ class CronJobs:
                                    grace_seconds=rt.config.gateway.cron_grace_seconds,
                                    poll_interval=self.poll_interval, on_notice=self.runner.notice,
                                    validate_code=lambda code: rt.code.check(code, limits))
-        rt.deps.services.cron = self.service
+        rt.scheduler.service = self.service
         await self.service.start()
 
     async def stop(self) -> None:

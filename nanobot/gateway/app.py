@@ -25,7 +25,7 @@ from pathlib import Path
 
 from channels.base import ChannelContext, Sender
 from nanobot import sdnotify
-from nanobot.access import AccessGate, PairingStore
+from nanobot.access import AccessGate
 from nanobot.bus import MessageBus
 from nanobot.config import Config
 from nanobot.db import check_writable
@@ -75,9 +75,7 @@ class Gateway:
 
     async def start(self) -> None:
         rt = self.runtime
-        store = await PairingStore.open(rt.db)
-        # For tools (send_message) that decide which chats may be written to.
-        rt.deps.services.pairing = store
+        store = rt.deps.services.pairing
         self.delivery = await DeliveryStore.open(rt.db)
         intake, outbox = DurableIntake(self.delivery, self.bus), Outbox(self.delivery)
         ctx = ChannelContext(bus=self.bus, access=AccessGate(store, notify_owner=rt.announce),
@@ -91,11 +89,10 @@ class Gateway:
         await outbox.resend_pending()  # they wait for their channel to start
         await intake.resume(rt.sessions)  # queued before anything new arrives: each chat keeps its order
         self.channels.on_state = self._write_state
-        if hasattr(rt.provider, "on_change"):  # the model router: a provider went into cooldown
-            rt.provider.on_change = self._write_state
-        if rt.deps.services.mcp is not None:  # their functions exist before the first message
-            rt.deps.services.mcp.watch(self._write_state)
-            await rt.deps.services.mcp.ensure_started()
+        rt.provider.watch_cooldowns(self._write_state)  # the model router: a provider went into cooldown
+        if rt.mcp is not None:  # their functions exist before the first message
+            rt.mcp.watch(self._write_state)
+            await rt.mcp.ensure_started()
         await self.channels.start()
         if self.channels.failed:  # retried with backoff: the daemon stays up for cron and the others
             log.warning("channels not running yet (retrying): %s", "; ".join(
@@ -121,8 +118,8 @@ class Gateway:
     def _write_state(self) -> None:
         """Where each channel stands, for ``nanobot status`` (a file in the home)."""
         assert self.channels is not None
-        mcp = self.runtime.deps.services.mcp
-        cooling = getattr(self.runtime.provider, "cooling_down", dict)()
+        mcp = self.runtime.mcp
+        cooling = self.runtime.provider.cooling_down()
         write_gateway_state(self.runtime.home, self.channels.state, mcp.states() if mcp else {}, cooling)
 
     async def stop(self) -> None:
@@ -167,7 +164,7 @@ def add_services(gateway: Gateway) -> None:
     from nanobot.heartbeat import Heartbeat
 
     gateway.add_service(CronJobs(gateway.runtime, lambda: gateway.dispatcher, gateway.running_channels))
-    gateway.add_service(PairingWelcome(lambda: gateway.runtime.deps.services.pairing, gateway.bus,
+    gateway.add_service(PairingWelcome(gateway.runtime.deps.services.pairing, gateway.bus,
                                        gateway.running_channels))
     heartbeat = gateway.config.gateway.heartbeat
     if heartbeat.enabled:

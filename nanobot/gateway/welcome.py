@@ -17,19 +17,16 @@ log = logging.getLogger(__name__)
 class PairingWelcome(Periodic):
     name = "pairing welcome"
     tick_first = True
+    every_seconds = 2.0  # how soon an approval (by `nanobot pairing approve`, another process) is noticed
 
-    def __init__(self, store: Callable[[], PairingStore | None], bus: MessageBus,
-                 running_channels: Callable[[], Collection[str]], *, interval: float = 2.0) -> None:
-        super().__init__(interval)
+    def __init__(self, store: PairingStore, bus: MessageBus, running_channels: Callable[[], Collection[str]]) -> None:
+        super().__init__(self.every_seconds)
         self.store, self.bus, self.running_channels = store, bus, running_channels
 
     async def tick(self) -> None:
-        store = self.store()
-        if store is None:
-            return
-        for user in await store.unwelcomed():
+        for user in await self.store.unwelcomed():
             if user.channel not in self.running_channels():
                 continue  # told once the channel runs again
             await self.bus.publish_outbound(OutboundMessage(user.channel, user.chat_id or user.sender_id, WELCOME))
-            await store.mark_welcomed(user)
+            await self.store.mark_welcomed(user)
             log.info("pairing: told %s user %s they were approved", user.channel, user.sender_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable
 
 
 class ProviderError(Exception):
@@ -74,9 +74,20 @@ class ChatRequest:
     on_text: Callable[[str], Awaitable[None]] | None = None
 
 
-class Provider(Protocol):
-    name: str
+class Provider:
+    """A model endpoint: one server's client, or the router that picks among them."""
 
-    async def chat(self, request: ChatRequest) -> LLMResponse: ...
+    name: str = "provider"
 
-    async def close(self) -> None: ...
+    async def chat(self, request: ChatRequest) -> LLMResponse:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None
+
+    def cooling_down(self) -> dict[str, float]:
+        """Providers skipped after a failure, and for how many more seconds (the router's)."""
+        return {}
+
+    def watch_cooldowns(self, on_change: Callable[[], None]) -> None:
+        """Have ``on_change`` called when ``cooling_down`` changes (for ``nanobot status``)."""

@@ -23,7 +23,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from nanobot.config import ProviderConfig
 from nanobot.utf8 import clean_text
-from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError, ToolCall, Usage
+from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError, ToolCall, Usage
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ RETRY_STATUSES = {429, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
 
 
-class OpenAIProvider:
+class OpenAIProvider(Provider):
     def __init__(self, name: str, config: ProviderConfig) -> None:
         self.name = name
         self.max_retries = config.max_retries

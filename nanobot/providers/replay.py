@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from nanobot.providers.base import ChatRequest, LLMResponse, ToolCall, Usage
+from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ToolCall, Usage
 
 
-class ReplayProvider:
+class ReplayProvider(Provider):
     name = "replay"
 
     def __init__(self, path: Path) -> None:

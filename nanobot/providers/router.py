@@ -22,7 +22,7 @@ from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderE
 log = logging.getLogger(__name__)
 
 
-class ModelRouter:
+class ModelRouter(Provider):
     name = "router"
 
     def __init__(self, config: Config, make: Callable[[str], Provider], clock: Callable[[], float] = time.monotonic):
@@ -31,7 +31,7 @@ class ModelRouter:
         self.clock = clock
         self._providers: dict[str, Provider] = {}
         self._cooldown_until: dict[str, float] = {}
-        self.on_change: Callable[[], None] | None = None  # cooldowns changed (for status)
+        self._on_change: Callable[[], None] | None = None  # cooldowns changed (for status)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -42,6 +42,9 @@ class ModelRouter:
         """Providers being skipped, and for how many more seconds."""
         now = self.clock()
         return {name: until - now for name, until in self._cooldown_until.items() if until > now}
+
+    def watch_cooldowns(self, on_change: Callable[[], None]) -> None:
+        self._on_change = on_change
 
     async def chat(self, request: ChatRequest) -> LLMResponse:
         targets = [(request.provider or self.config.agents.defaults.provider, request.model), *request.fallbacks]
@@ -71,8 +74,8 @@ class ModelRouter:
         seconds = self.config.provider_config(name).cooldown_seconds
         if seconds > 0:
             self._cooldown_until[name] = self.clock() + seconds
-            if self.on_change is not None:
-                self.on_change()
+            if self._on_change is not None:
+                self._on_change()
 
     async def transcribe(self, provider: str, path: Path, model: str, language: str | None, timeout: float) -> str:
         """Speech to text with the named provider's client (no fallbacks: the next provider

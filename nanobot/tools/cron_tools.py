@@ -33,22 +33,19 @@ def parse_expression(expression: str) -> tuple[str, str]:
 async def _store(ctx: ToolContext):
     from nanobot.cron.store import CronStore
 
-    db = ctx.services.db
-    if db is None:
-        raise RuntimeError("cron is not available here (no database)")
-    store = CronStore(db)
+    store = CronStore(ctx.needs_services("cron").db)
     await store.migrate()
     return store
 
 
 async def _validator(ctx: ToolContext):
-    code = ctx.services.code
-    if code is None:
+    if ctx.services is None:
         return None
+    programs = ctx.services.programs
     limits = ctx.config.agent_for(ctx.session_key).code_runtime
 
     async def validate(program: str) -> str | None:
-        return await code.check(program, limits)
+        return await programs.check(program, limits)
 
     return validate
 
@@ -127,10 +124,7 @@ async def run_cron(ctx: ToolContext, job_id: str) -> dict:
         raise ValueError(f"no job {job_id!r} in this chat; list_cron() shows them")
     if job.payload_kind != "code":  # its turn would queue behind this one, which waits for it
         raise ValueError("only code jobs can be run from a chat; a message job runs as a turn at its time")
-    if ctx.services.cron is None:
-        raise RuntimeError("jobs run in the gateway (nanobot gateway), not in this terminal chat; to test a code "
-                           "job here, run its code directly")
-    outcome = await ctx.services.cron.run_now(job_id)
+    outcome = await ctx.needs_services("run_cron").scheduler.run_now(job_id)
     return {"status": outcome.status, "output": outcome.output}
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import aiohttp
 from yarl import URL
 
-from nanobot.tools.ssrf import BlockedAddressError, GuardedResolver, check_url
+from nanobot.tools.ssrf import NONE_ALLOWED, Allowed, BlockedAddressError, GuardedResolver, check_url
 
 MAX_REDIRECTS = 5
 USER_AGENT = "Mozilla/5.0 (compatible; nanobot/0.1)"
@@ -23,28 +23,29 @@ class Page:
     truncated: bool
 
 
-async def download(url: str, max_bytes: int) -> Page:
-    target = check_url(url)
+async def download(url: str, max_bytes: int, allowed: Allowed = NONE_ALLOWED) -> Page:
+    """``allowed``: private (address, port) pairs that may be fetched all the same."""
+    target = check_url(url, allowed)
     # The guarded resolver vets every address at connect time; no env proxy may do the
     # resolving for us (trust_env=False), and redirects are followed here, hop by hop.
-    connector = aiohttp.TCPConnector(resolver=GuardedResolver(), use_dns_cache=False)
+    connector = aiohttp.TCPConnector(resolver=GuardedResolver(allowed), use_dns_cache=False)
     headers = {"User-Agent": USER_AGENT, "Accept": "text/html,text/plain,application/json;q=0.9,*/*;q=0.5"}
     async with aiohttp.ClientSession(connector=connector, trust_env=False, headers=headers) as session:
         for _ in range(MAX_REDIRECTS + 1):
-            result = await _hop(session, target, max_bytes)
+            result = await _hop(session, target, max_bytes, allowed)
             if isinstance(result, Page):
                 return result
             target = result
     raise RuntimeError(f"web_fetch: too many redirects (more than {MAX_REDIRECTS}) starting at {url}")
 
 
-async def _hop(session: aiohttp.ClientSession, target: URL, max_bytes: int) -> Page | URL:
+async def _hop(session: aiohttp.ClientSession, target: URL, max_bytes: int, allowed: Allowed) -> Page | URL:
     """One request: the page, or the vetted URL it redirects to."""
     try:
         async with session.get(target, allow_redirects=False) as resp:
             location = resp.headers.get("Location")
             if resp.status in _REDIRECTS and location:
-                return check_url(target.join(URL(location)))
+                return check_url(target.join(URL(location)), allowed)
             if resp.status >= 400:
                 hint = ", rate limited, try again later" if resp.status == 429 else ""
                 raise RuntimeError(f"web_fetch: HTTP {resp.status} {resp.reason or ''}{hint} from {target}")

@@ -124,20 +124,14 @@ def _enabled(ctx: ToolContext, channel: str) -> bool:
 
 
 async def _paired(ctx: ToolContext, channel: str, chat_id: str) -> bool:
-    store = ctx.services.pairing
-    if store is None and ctx.services.db is not None:
-        from nanobot.access import PairingStore
-
-        store = await PairingStore.open(ctx.services.db)
-    return store is not None and await store.is_paired(channel, chat_id)
+    return ctx.services is not None and await ctx.services.pairing.is_paired(channel, chat_id)
 
 
 def _has_talked(ctx: ToolContext, target: str) -> bool:
     # Only plain ids: session file names replace odd characters, and "a/b" must not pass for "a_b".
     if not re.fullmatch(r"[\w.-]+:[\w.-]+", target):
         return False
-    sessions = ctx.services.sessions
-    directory: Path = sessions.directory if sessions is not None else ctx.config.home / "sessions"
+    directory = ctx.services.sessions.directory if ctx.services is not None else ctx.config.home / "sessions"
     return (directory / session_filename(target)).exists()
 
 

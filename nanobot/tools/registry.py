@@ -24,36 +24,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from nanobot.trust import OWNER, Trust, TurnState
 
 if TYPE_CHECKING:
-    import aiosqlite
-
-    from nanobot.access import PairingStore
-    from nanobot.agent.code_mode import CodeExecutor
     from nanobot.bus import MessageBus
     from nanobot.config import Config
-    from nanobot.cron.service import CronService
-    from nanobot.mcp.servers import McpServers
-    from nanobot.session import SessionStore
+    from nanobot.tools.services import Services
 
 # The exception types a tool may raise as-is; anything else is wrapped in RuntimeError.
 TOOL_ERRORS = (FileNotFoundError, PermissionError, ValueError, TimeoutError, RuntimeError, IsADirectoryError,
                NotADirectoryError, FileExistsError)
-
-
-Announce = Callable[[str], Awaitable[None]]
-
-
-@dataclass
-class Services:
-    """The process's shared parts that tools use; each is None where this process has none
-    (a bare test context, ``nanobot agent`` has no pairing store, only the gateway has cron)."""
-
-    db: aiosqlite.Connection | None = None
-    sessions: SessionStore | None = None
-    code: CodeExecutor | None = None
-    pairing: PairingStore | None = None
-    cron: CronService | None = None
-    mcp: McpServers | None = None  # the configured MCP servers (their tools are in the registry)
-    announce: Announce | None = None  # one short line to the owner chat(s)
 
 
 @dataclass
@@ -64,14 +41,20 @@ class ToolContext:
     workspace: Path  # the chat's root: the whole workspace for owner chats, its own folder for members
     session_key: str = "cli:default"
     bus: MessageBus | None = None
-    services: Services = field(default_factory=Services)
+    services: Services | None = None  # None in a bare context (tests of single tools)
     trust: Trust = OWNER
     turn: TurnState = field(default_factory=TurnState)
     runs_code: bool = True  # the model can write programs this turn (code, hybrid): code-only hints apply
 
     async def announce(self, text: str) -> None:
-        if self.services.announce is not None:
+        if self.services is not None:
             await self.services.announce(text)
+
+    def needs_services(self, what: str) -> Services:
+        """The process's services, or a RuntimeError naming ``what`` cannot work without them."""
+        if self.services is None:
+            raise RuntimeError(f"{what} is not available here (no database)")
+        return self.services
 
     @property
     def channel(self) -> str:

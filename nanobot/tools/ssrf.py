@@ -20,11 +20,10 @@ from yarl import URL
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# TEST-ONLY escape hatch: exact (ip, port) pairs that may be fetched although they are not
-# public, so tests can reach their own loopback page server. Nothing reads it from config or
-# the environment; only in-process Python code (a test's monkeypatch) can add to it, and an
-# entry allows that one port only, so a redirect to any other local port is still refused.
-ALLOWED_FOR_TESTS: set[tuple[str, int]] = set()
+# Exact (address, port) pairs that may be fetched although not public: the owner's
+# ``tools.web.fetch.allowPrivate`` (a LAN service). One port each, so a redirect elsewhere fails.
+Allowed = frozenset[tuple[str, int]]
+NONE_ALLOWED: Allowed = frozenset()
 
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d form
@@ -50,10 +49,10 @@ def is_public(ip: IPAddress) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def check_address(ip: IPAddress | str, port: int, host: str) -> None:
-    """Raise BlockedAddressError unless ``ip`` is public (or allowed for tests)."""
+def check_address(ip: IPAddress | str, port: int, host: str, allowed: Allowed = NONE_ALLOWED) -> None:
+    """Raise BlockedAddressError unless ``ip`` is public (or ``allowed`` with this port)."""
     ip = ipaddress.ip_address(ip)
-    if (str(ip), port) in ALLOWED_FOR_TESTS or is_public(ip):
+    if (str(ip), port) in allowed or is_public(ip):
         return
     shown = host if host == str(ip) else f"{host} ({ip})"
     raise BlockedAddressError(f"refusing to fetch {shown}: not a public internet address")
@@ -71,7 +70,7 @@ def literal_ip(host: str) -> IPAddress | None:
         return None
 
 
-def check_url(url: str | URL) -> URL:
+def check_url(url: str | URL, allowed: Allowed = NONE_ALLOWED) -> URL:
     """Parse and vet a URL before any connection: http(s) only, no non-public IP literal."""
     try:
         parsed = URL(url) if isinstance(url, str) else url
@@ -83,7 +82,7 @@ def check_url(url: str | URL) -> URL:
     if not host:
         raise ValueError(f"URL has no host: {url!s}")
     if (ip := literal_ip(host)) is not None:
-        check_address(ip, parsed.port or 0, host)
+        check_address(ip, parsed.port or 0, host, allowed)
         if isinstance(ip, ipaddress.IPv4Address) and host != str(ip):
             # aiohttp refuses these spellings anyway; say plainly why.
             raise ValueError(f"unusual IPv4 spelling {host!r}; write it as {ip}")
@@ -96,14 +95,15 @@ class GuardedResolver(AbstractResolver):
     aiohttp connects only to the addresses this returns, so what was checked is what is used.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, allowed: Allowed = NONE_ALLOWED) -> None:
         self._inner = ThreadedResolver()
+        self._allowed = allowed
 
     async def resolve(self, host: str, port: int = 0,
                       family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
         results = await self._inner.resolve(host, port, family)
         for result in results:
-            check_address(result["host"], port, host)
+            check_address(result["host"], port, host, self._allowed)
         return results
 
     async def close(self) -> None:

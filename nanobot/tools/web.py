@@ -119,7 +119,7 @@ async def web_fetch(
     settings = ctx.config.tools.web.fetch
     try:
         async with asyncio.timeout(settings.timeout):  # one budget for every hop and the body
-            page = await download(url.strip(), settings.max_bytes)
+            page = await download(url.strip(), settings.max_bytes, settings.allowed_private())
     except TimeoutError:
         raise TimeoutError(f"web_fetch: {url} took longer than {settings.timeout:g}s") from None
     except BlockedAddressError as exc:  # callers see the plain built-in type

@@ -7,8 +7,8 @@ Usage::
         ...
         pages.requests                  # (path, query or form dict, headers) of every request
 
-web_fetch refuses loopback, so a test must also allow this server's (ip, port) through
-``nanobot.tools.ssrf.ALLOWED_FOR_TESTS``.
+web_fetch refuses loopback, so a test must also allow this server's address and port with
+``tools.web.fetch.allowPrivate`` (``"127.0.0.1:PORT"``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,219 @@
+"""Runs a chat's programs: the sandbox, the tools as host functions, skill helpers, the
+chat's Python state kept in the database between processes, and telemetry.
+
+Code mode and hybrid mode (agent/code_mode.py) hand it programs the model wrote; cron jobs hand
+it stored code; ``validate_code`` checks a program without running it (``nanobot cron add``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from nanobot.config import CodeRuntime, Config
+from nanobot.db import migrate
+from nanobot.sandbox.stubs import render_stubs
+from nanobot.skills import skill_helpers_code
+from nanobot.tools.paths import file_scope
+
+if TYPE_CHECKING:  # sandbox.py and result.py load Monty: imported where a program runs
+    import aiosqlite
+
+    from nanobot.sandbox.result import ExecutionResult
+    from nanobot.sandbox.sandbox import Sandbox
+    from nanobot.tools.registry import ToolContext, ToolRegistry
+    from nanobot.usage import UsageStore
+
+log = logging.getLogger(__name__)
+
+# Functions that exist only inside programs; the host implements them per run.
+CODE_ONLY_STUBS = '''def final_answer(value: Any) -> None: ...  # End the turn now; str(value) is the reply to the user.
+def llm_query(prompt: str) -> str: ...  # Ask the model a self-contained question (e.g. about a chunk of text).
+def use_skill(name: str) -> str: ...  # Define a skill's helper functions in this session.
+def tool_help(name: str) -> str: ...  # A function's full stub: its parameters and its result.
+'''
+
+# use_skill("name") with a literal name: its helpers are loaded before the program runs, so
+# they exist by the time the call is reached (a running program cannot define more code).
+_USE_SKILL = re.compile(r"""\buse_skill\(\s*["']([\w.-]+)["']\s*\)""")
+
+STATE_MIGRATIONS = ["CREATE TABLE code_state (session_key TEXT PRIMARY KEY, state BLOB NOT NULL, updated REAL NOT NULL);"]
+
+Extra = Callable[..., Awaitable[Any]]
+
+
+def code_stubs(tools: ToolRegistry, *, header: bool = True, ctx: ToolContext | None = None,
+               budgeted: bool = False) -> str:
+    """The functions' stubs (for the type checker: all; for a chat's prompt: ``ctx``, ``budgeted``)."""
+    return render_stubs(tools.tools(ctx=ctx), header=header, budgeted=budgeted) + CODE_ONLY_STUBS
+
+
+class CodeExecutor:
+    """Runs programs for chats: the sandbox, host functions, saved Python state, telemetry."""
+
+    def __init__(self, tools: ToolRegistry, db: aiosqlite.Connection | None = None,
+                 usage: UsageStore | None = None) -> None:
+        self.tools = tools
+        self.db = db  # where each chat's Python state is kept between processes; None: not kept
+        self.usage = usage
+        self._sandbox: Sandbox | None = None
+        self._restored: set[str] = set()
+        self._migrated = False
+
+    @property
+    def sandbox(self) -> Sandbox:
+        if self._sandbox is None:  # started on first use: a tools-mode process never pays for it
+            from nanobot.sandbox.sandbox import Sandbox
+
+            self._sandbox = Sandbox()
+        return self._sandbox
+
+    async def run(self, code: str, ctx: ToolContext, *, limits: CodeRuntime, timezone: str, mode: str,
+                  extras: dict[str, Extra] | None = None, inputs: dict[str, Any] | None = None) -> ExecutionResult:
+        """Run ``code`` in the chat's Python state with every tool (and ``extras``) as functions."""
+        if len(code) > limits.max_program_chars:
+            return _too_long(code, limits)
+        tools = self.tools
+        extras = {**(extras or {}), "use_skill": _use_skill(set(_USE_SKILL.findall(code)))}
+
+        async def call(name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+            if name in extras:
+                return await extras[name](*args, **kwargs)
+            tool = tools.get(name)
+            log.info("[%s] %s(%s)", ctx.session_key, name, _short_args(args, kwargs))
+            return await tools.call(name, tool.bind(args, kwargs), ctx)
+
+        async def feed(program: str) -> ExecutionResult:
+            return await self.sandbox.run(
+                program, session_key=ctx.session_key, call=call, function_names=[*tools.names(), *extras],
+                limits=limits, stubs=code_stubs(tools) if limits.type_check else None, inputs=inputs,
+                save_state=limits.persist_state, timezone=timezone)
+
+        if limits.persist_state:
+            await self._restore(ctx.session_key)
+        result = await self._run_with_skills(code, ctx, limits.persist_state, feed)
+        if limits.persist_state:
+            await self._save(ctx.session_key, result.state)
+        if self.usage:
+            await self.usage.record_execution(ctx.session_key, mode, result.duration_ms, result.function_calls,
+                                                   "ok" if result.ok else (result.error_type or "error"))
+        return result
+
+    @staticmethod
+    async def _run_with_skills(code: str, ctx: ToolContext, stateful: bool,
+                               feed: Callable[[str], Awaitable[ExecutionResult]]) -> ExecutionResult:
+        """Define the helpers of the skills the program names, then run it.
+
+        In a chat's lasting state the helpers are fed first, on their own, so the program's
+        traceback line numbers stay its own; a stateless run (a cron job) gets them prepended.
+        """
+        from nanobot.sandbox.result import ExecutionResult
+
+        try:
+            prelude = "\n\n".join(_helpers(name, ctx) for name in dict.fromkeys(_USE_SKILL.findall(code)))
+        except ValueError as exc:
+            return ExecutionResult(error=f"ValueError: use_skill: {exc}", error_type="ValueError")
+        if not prelude:
+            return await feed(code)
+        if not stateful:
+            return await feed(prelude + "\n\n" + code)
+        loaded = await feed(prelude)
+        if not loaded.ok:
+            loaded.error = f"while loading skill helpers:\n{loaded.error}"
+            return loaded
+        return await feed(code)
+
+    async def check(self, code: str, limits: CodeRuntime) -> str | None:
+        """Syntax (and, with typeCheck, types) of a program, without running it."""
+        return await self.sandbox.check_code(code, stubs=code_stubs(self.tools), type_check=limits.type_check)
+
+    async def reset(self, session_key: str) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.reset(session_key)
+        self._restored.discard(session_key)
+        db = await self._db()
+        if db is not None:
+            await db.execute("DELETE FROM code_state WHERE session_key = ?", (session_key,))
+            await db.commit()
+
+    async def close(self) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.close()
+            self._sandbox = None
+
+    async def _db(self) -> aiosqlite.Connection | None:
+        db = self.db
+        if db is not None and not self._migrated:
+            await migrate(db, "code_state", STATE_MIGRATIONS)
+            self._migrated = True
+        return db
+
+    async def _restore(self, key: str) -> None:
+        """Seed the chat's state from the last process's dump, once per process."""
+        if key in self._restored:
+            return
+        self._restored.add(key)
+        db = await self._db()
+        if db is None or self.sandbox.has_state(key):
+            return
+        async with db.execute("SELECT state FROM code_state WHERE session_key = ?", (key,)) as cur:
+            row = await cur.fetchone()
+        if row:
+            self.sandbox.restore(key, bytes(row[0]))
+
+    async def _save(self, key: str, state: bytes | None) -> None:
+        db = await self._db()
+        if db is None:
+            return
+        if state is None:  # too large to keep (the result carries the notice) or lost
+            await db.execute("DELETE FROM code_state WHERE session_key = ?", (key,))
+        else:
+            await db.execute("INSERT INTO code_state (session_key, state, updated) VALUES (?, ?, ?) "
+                             "ON CONFLICT(session_key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
+                             (key, state, time.time()))
+        await db.commit()
+
+
+def _too_long(code: str, limits: CodeRuntime) -> ExecutionResult:
+    from nanobot.sandbox.result import ExecutionResult
+
+    return ExecutionResult(
+        error=(f"ValueError: this program is {len(code):,} characters long; programs may have up to "
+               f"{limits.max_program_chars:,} (codeRuntime.maxProgramChars). It was not run. Put data in a file "
+               "with write_file, or work in smaller steps, and keep the program short."),
+        error_type="ValueError")
+
+
+def _helpers(name: str, ctx: ToolContext) -> str:
+    return skill_helpers_code(name, file_scope(ctx))
+
+
+def _use_skill(loaded: set[str]) -> Extra:
+    async def use_skill(name: str) -> str:
+        """Reached after the named helpers were loaded (see _USE_SKILL); a computed name was not."""
+        if name in loaded:
+            return f"skill {name!r}: helpers defined"
+        raise ValueError(f"use_skill needs the skill's name as a literal string, e.g. use_skill('weather'); "
+                         f"got a computed name ({name!r})")
+
+    return use_skill
+
+
+def _short_args(args: tuple, kwargs: dict[str, Any]) -> str:
+    text = ", ".join([*(repr(a) for a in args), *(f"{k}={v!r}" for k, v in kwargs.items())])
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+async def validate_code(code: str, config: Config) -> str | None:
+    """Check a program without running it, in a throwaway sandbox (for the CLI's ``cron add``)."""
+    from nanobot.sandbox.sandbox import Sandbox
+    from nanobot.tools.builtin import default_registry
+
+    sandbox = Sandbox(max_live_sessions=1, spare_workers=1)
+    try:
+        return await sandbox.check_code(code, stubs=code_stubs(default_registry(config)),
+                                        type_check=config.agents.defaults.code_runtime.type_check)
+    finally:
+        await sandbox.close()

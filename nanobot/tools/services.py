@@ -1,0 +1,40 @@
+"""The process's shared parts that tools use, built once by the Runtime.
+
+The tools layer owns these small interfaces, so it names nothing above it: the code executor
+(sandbox package) and the cron scheduler (gateway) satisfy them without tools importing them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
+
+if TYPE_CHECKING:
+    import aiosqlite
+
+    from nanobot.access import PairingStore
+    from nanobot.config import CodeRuntime
+    from nanobot.cron.service import RunOutcome
+    from nanobot.session import SessionStore
+
+Announce = Callable[[str], Awaitable[None]]
+
+
+class ProgramChecker(Protocol):
+    async def check(self, code: str, limits: CodeRuntime) -> str | None:
+        """Why the program would not run (syntax, and types with typeCheck), or None."""
+
+
+class Scheduler(Protocol):
+    async def run_now(self, job_id: str) -> RunOutcome:
+        """Run a cron job once now, as the scheduler would; RuntimeError where none runs."""
+
+
+@dataclass(frozen=True)
+class Services:
+    db: aiosqlite.Connection
+    sessions: SessionStore
+    pairing: PairingStore
+    programs: ProgramChecker  # checks a cron job's code when it is scheduled
+    scheduler: Scheduler  # run_cron's way to the scheduler (only the gateway runs one)
+    announce: Announce  # one short line to the owner chat(s), always logged
