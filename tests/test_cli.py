@@ -142,6 +142,7 @@ async def test_demo_runs_offline_and_says_so(home: Path) -> None:
     code, out, err = await nanobot("agent", "--demo", home=home)
     assert code == 0, err
     assert "recording" in out and "3 Python files, 31 lines" in out and "model calls: 1" in out
+    assert not (home / "nanobot.db").exists() and not (home / "sessions").exists()  # a throwaway home, not yours
 
 
 @pytest.mark.parametrize("args", [["agent", "--mode", "fast", "-m", "x"], ["--config", "/nonexistent.json", "status"]])

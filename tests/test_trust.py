@@ -208,7 +208,7 @@ async def test_a_member_shell_cannot_plant_its_own_memory(config: Config, llm: F
 
 
 def test_status_names_owners_and_the_shell(config: Config, tmp_path: Path) -> None:
-    from nanobot.cli import trust_lines
+    from nanobot.cli.status import trust_lines
 
     lines = "\n".join(trust_lines(config))
     assert f"Owners:    telegram {OWNER} in private chats, and the terminal" in lines

@@ -35,7 +35,6 @@ from nanobot.trust import OWNER
 
 if TYPE_CHECKING:
     from nanobot.agent.modes import Mode
-    from nanobot.config import Config
 
 log = logging.getLogger(__name__)
 

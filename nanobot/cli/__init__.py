@@ -1,0 +1,133 @@
+"""The ``nanobot`` command. Heavy libraries (channels, scheduler, web) are imported inside the
+commands that need them, so a one-shot ``nanobot agent -m`` starts fast. Each command group
+has its module: agent.py, status.py, pairing.py here, cron/cli.py and mcp/cli.py."""
+
+from __future__ import annotations
+
+import os
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nanobot import logs
+from nanobot.cli.agent import agent
+from nanobot.cli.common import fail, get_config
+from nanobot.cli.pairing import pairing_app
+from nanobot.cli.status import status
+from nanobot.config import Config, ConfigError, config_path, load_config, private_dir, write_private
+from nanobot.db import HomeError, check_writable
+from nanobot.workspace_template import copy_template
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+                  help="nanobot: a self-hosted AI assistant whose model can answer with code.")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from nanobot import __version__
+
+        typer.echo(f"nanobot {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(ctx: typer.Context,
+                 config: Optional[Path] = typer.Option(None, "--config", metavar="PATH", help="config file (default $NANOBOT_HOME/config.json)"),
+                 verbose: bool = typer.Option(False, "--verbose", "-v", help="log what the agent does"),
+                 version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                              help="print the version and exit")) -> None:
+    # Everything nanobot creates is its owner's alone (0600 files, 0700 folders): the home,
+    # the logs, the terminal history, and the workspace, which may live outside the home.
+    os.umask(0o077)
+    ctx.obj = {"config": config, "validate_code": partial(_validate_job_code, config_file=config)}
+    logs.setup(verbose)
+
+
+async def _validate_job_code(code: str, *, config_file: Path | None) -> str | None:
+    """Refuse a broken cron program when it is added, not when it first fires (typeCheck as configured)."""
+    from nanobot.sandbox.executor import validate_code
+
+    return await validate_code(code, load_config(config_file)[0])
+
+
+def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", help="rewrite the config with defaults "
+                                                           "(keys and tokens kept, the old file backed up)")) -> None:
+    """Create the config file (if missing) and the workspace from the template."""
+    path, _ = config_path(ctx.obj.get("config"))
+    if path.exists() and not force:
+        typer.echo(f"Config exists: {path} (use --force to overwrite)")
+        config = get_config(ctx)
+    else:
+        config = Config()
+        private_dir(path.parent)
+        if path.exists():
+            config = _keep_secrets(config, get_config(ctx))
+            backup = path.with_name(path.name + ".bak")
+            write_private(backup, path.read_text(encoding="utf-8"))
+            typer.echo(f"Backed up the old config to {backup} (API keys and tokens carried over)")
+        write_private(path, config.to_json())
+        typer.echo(f"Wrote {path}")
+    private_dir(config.home)
+    copy_template(config.workspace_path)
+    typer.echo(f"Workspace: {config.workspace_path}")
+    if config.provider_config().api_key or config.provider_config().api_base:
+        typer.echo("Next: nanobot agent")
+    else:
+        typer.echo("Next: set providers.openai.apiKey (and apiBase for other servers), then run: nanobot agent")
+
+
+def _keep_secrets(fresh: Config, old: Config) -> Config:
+    """``onboard --force``: defaults everywhere, but the user's providers and channel tokens stay."""
+    fresh.providers = old.providers
+    fresh.channels.telegram.token = old.channels.telegram.token
+    fresh.channels.discord.token = old.channels.discord.token
+    return fresh
+
+
+def gateway(ctx: typer.Context) -> None:
+    """Run the daemon: the enabled channels, cron and heartbeat, until SIGTERM or Ctrl-C."""
+    from nanobot import eventloop
+    from nanobot.gateway import run_gateway
+
+    config = get_config(ctx)
+    check_writable(config.home)
+    logs.log_to_file(config.home)
+    try:
+        code = eventloop.run(run_gateway(config))
+    except ConfigError as exc:
+        fail(str(exc))
+        raise  # unreachable
+    sys.exit(code)
+
+
+for command in (onboard, agent, status, gateway):  # in this order in --help
+    app.command()(command)
+app.add_typer(pairing_app, name="pairing")
+
+
+def _mount_subcommands() -> None:
+    from nanobot.cron.cli import cron_app
+    from nanobot.mcp.cli import mcp_app
+
+    app.add_typer(cron_app, name="cron")
+    app.add_typer(mcp_app, name="mcp")
+
+
+_mount_subcommands()
+
+
+def main() -> None:
+    try:
+        app()
+    except ConfigError as exc:
+        typer.echo(f"nanobot: {exc}", err=True)
+        sys.exit(2)
+    except HomeError as exc:
+        typer.echo(f"nanobot: {exc}", err=True)
+        sys.exit(1)
+    except OSError as exc:  # a file we could not write or read: one line, not a traceback
+        typer.echo(f"nanobot: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+        sys.exit(1)

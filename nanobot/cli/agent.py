@@ -1,0 +1,160 @@
+"""``nanobot agent``: one message, an interactive terminal chat, or the offline demo."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nanobot.cli.common import fail, get_config
+from nanobot.config import Config, ConfigError
+from nanobot.workspace_template import copy_template
+
+DEMO_RECORDING = Path(__file__).resolve().parent.parent / "demo" / "demo.jsonl"
+
+
+def agent(ctx: typer.Context,
+          message: Optional[str] = typer.Option(None, "--message", "-m", metavar="TEXT", help="one message; omit for a chat"),
+          session: str = typer.Option("cli:default", "--session", metavar="KEY", help="session key"),
+          mode: Optional[str] = typer.Option(None, "--mode", metavar="MODE", help="tools, code or hybrid"),
+          demo: bool = typer.Option(False, "--demo", help="offline, with a recorded model and a temporary workspace")) -> None:
+    """Talk to the agent: one message with -m, or an interactive chat."""
+    if mode is not None and mode not in ("tools", "code", "hybrid"):
+        fail(f"--mode must be tools, code or hybrid, not {mode!r}")
+    if demo:
+        sys.exit(asyncio.run(_run_demo(message)))
+    config = get_config(ctx)
+    sys.exit(asyncio.run(_run_agent(config, message, session, mode)))
+
+
+async def _print_progress(text: str) -> None:
+    typer.echo(f"… {text}")
+
+
+async def _run_agent(config: Config, message: str | None, session: str, mode: str | None,
+                     provider=None) -> int:
+    from nanobot.bus import MessageBus
+    from nanobot.runtime import Runtime
+
+    try:
+        # One message needs no bus: send_message to this chat prints. A chat runs on the
+        # gateway's machinery (a bus, a dispatcher, the terminal as a channel).
+        async with Runtime(config, provider=provider, bus=None if message is not None else MessageBus()) as rt:
+            if message is not None:
+                from nanobot.agent.loop import FailedReply
+
+                reply, printed = await _one_message(rt, session, message, mode)
+                printed.finish(reply)
+                return 1 if isinstance(reply, FailedReply) else 0
+            await _chat(rt, session, mode)
+            return 0
+    except ConfigError as exc:
+        fail(str(exc))
+    return 1
+
+
+TERMINAL_STREAM_INTERVAL = 0.05  # seconds between the terminal's looks at a reply being written
+
+
+async def _one_message(rt, session: str, message: str, mode: str | None):
+    """``agent -m``: the reply printed as it is written; the caller prints the rest of it."""
+    from channels.cli import TerminalStream, write_stdout
+    from nanobot.agent.streaming import ReplyStream
+
+    printed = TerminalStream(write_stdout)
+
+    async def show(text: str) -> None:
+        printed.feed(text)
+
+    stream = ReplyStream(show, TERMINAL_STREAM_INTERVAL)
+    reply = await rt.agent.handle(session, message, mode=mode, progress=_print_progress, stream=stream)
+    return reply, printed
+
+
+async def _chat(rt, session: str, mode: str | None) -> None:
+    """The terminal chat: lines go through the same dispatcher as the gateway's chats, so
+    ``/stop`` typed during a turn cancels it. At end of input, what was asked is finished."""
+    from channels.cli import CliChannel
+    from nanobot.bus import InboundMessage
+    from nanobot.gateway.dispatcher import Dispatcher, is_stop
+
+    typer.echo(f"nanobot chat ({session}). /help for commands; Ctrl-C cancels a turn, Ctrl-C or Ctrl-D "
+               "at the prompt leaves.")
+    dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway, streams=rt.config.channels.streams,
+                            stream_interval=TERMINAL_STREAM_INTERVAL)
+    asked: list[asyncio.Task[str]] = []
+
+    def interrupt() -> bool:
+        """Ctrl-C: cancel the running turn (True), or leave when nothing runs (False)."""
+        worker = dispatcher.workers.get(session)
+        if worker is None or worker.turn is None or worker.turn.done():
+            return False
+        channel_name, _, chat_id = session.partition(":")
+        dispatcher.submit(InboundMessage(channel_name, chat_id, "owner", "/stop"))
+        return True
+
+    channel = CliChannel(session, rt.bus, metadata={"mode": mode} if mode else {},
+                         history_file=rt.home / "cli_history", on_interrupt=interrupt)
+
+    async def intake() -> None:
+        while True:
+            msg = await rt.bus.inbound.get()
+            if is_stop(msg.content):
+                dispatcher.submit(msg)
+            else:
+                asked.append(asyncio.create_task(dispatcher.ask(msg)))
+
+    async def route() -> None:
+        while True:
+            await channel.send(await rt.bus.outbound.get())
+
+    tasks = [asyncio.create_task(intake()), asyncio.create_task(route())]
+    await channel.start()
+    try:
+        await channel.closed.wait()
+        while not rt.bus.inbound.empty():  # lines typed just before the end are still asked
+            await asyncio.sleep(0)
+        await asyncio.gather(*asked, return_exceptions=True)
+        while not rt.bus.outbound.empty():
+            await channel.send(rt.bus.outbound.get_nowait())
+    finally:
+        await channel.stop()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await dispatcher.shutdown(0)
+
+
+async def _run_demo(message: str | None) -> int:
+    """Replays a bundled recording against a throwaway home and workspace, with the real tools."""
+    from nanobot.providers.replay import ReplayProvider
+
+    provider = ReplayProvider(DEMO_RECORDING)
+    setup = provider.setup
+    root = Path(tempfile.mkdtemp(prefix="nanobot-demo-"))
+    config = Config()
+    config.agents.defaults.workspace = str(root / "workspace")
+    config.agents.defaults.execution_mode = setup.get("mode", "code")  # the mode it was recorded in
+    copy_template(config.workspace_path)
+    for name, text in setup.get("files", {}).items():
+        (config.workspace_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (config.workspace_path / name).write_text(text, encoding="utf-8")
+    message = message or setup.get("message", "hello")
+    typer.echo("DEMO: the model is a recording replayed offline, not a live model; the tools are real.")
+    typer.echo(f"Workspace: {config.workspace_path}")
+    typer.echo(f"you> {message}")
+    config.use_home(root / "home")
+    show = logging.StreamHandler(sys.stdout)  # let the viewer watch the program and its calls
+    show.setFormatter(logging.Formatter("  %(message)s"))
+    agent_log = logging.getLogger("nanobot.agent")
+    agent_log.setLevel(logging.DEBUG)  # the program itself is logged at DEBUG
+    agent_log.addHandler(show)
+    agent_log.propagate = False
+    code = await _run_agent(config, message, "cli:demo", None, provider=provider)
+    typer.echo(f"(model calls: {provider.calls}, replayed; the files are in {config.workspace_path})")
+    return code

@@ -1,0 +1,129 @@
+"""``nanobot status``: where everything is, what runs, who the owner is, and usage so far."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from nanobot.cli.common import get_config
+from nanobot.config import Config, config_path
+from nanobot.db import check_writable
+
+
+def status(ctx: typer.Context) -> None:
+    """Config path, workspace, provider, channels, cron jobs and usage so far."""
+    config = get_config(ctx)
+    path, _ = config_path(ctx.obj.get("config"))
+    asyncio.run(_status(config, path))
+
+
+async def _status(config: Config, path: Path) -> None:
+    from nanobot.db import open_db
+    from nanobot.usage import UsageStore
+
+    check_writable(config.home)
+    settings = config.agents.defaults
+    provider = config.providers.get(settings.provider)
+    typer.echo(f"Config:    {path}{'' if path.exists() else ' (missing: defaults in use; run nanobot onboard)'}")
+    typer.echo(f"Home:      {config.home}")
+    typer.echo(f"Workspace: {config.workspace_path}")
+    typer.echo(f"Provider:  {settings.provider} ({provider.api_base if provider and provider.api_base else 'default base'}"
+               f", key {'set' if provider and provider.api_key else 'not set'}), model {settings.model}, "
+               f"mode {settings.execution_mode}")
+    for line in gateway_lines(config):
+        typer.echo(line)
+    for line in trust_lines(config):
+        typer.echo(line)
+    db = await open_db(config.home / "nanobot.db")
+    try:
+        typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
+        typer.echo(f"Disk:      {_disk_line(config.home)}")
+        typer.echo(f"Delivery:  {await _delivery_line(db)}")
+        totals = await (await UsageStore.create(db)).totals()
+        if not totals:
+            typer.echo("Usage:     none yet")
+        for mode, t in sorted(totals.items()):
+            typer.echo(f"Usage [{mode}]: {t.summary()}")
+        for line in await (await UsageStore.create(db)).cost_lines(settings.timezone):
+            typer.echo(line)
+    finally:
+        await db.close()
+
+
+DISK_LOW_BYTES = 16 * 1024 * 1024  # below this the database and histories cannot be relied on to grow
+
+
+def _disk_line(home: Path) -> str:
+    import shutil
+
+    free = shutil.disk_usage(home).free
+    if free < DISK_LOW_BYTES:
+        return (f"FULL ({free / 1048576:.1f} MB free on {home}): new messages cannot be stored; they wait "
+                "with the platform and are answered once there is room")
+    return f"{free / 1073741824:.1f} GB free on {home}"
+
+
+async def _delivery_line(db: Any) -> str:
+    """What the durable intake and the outbox hold: messages not yet answered, replies not yet
+    taken by their platform, and replies refused in the last 3 days."""
+    from nanobot.delivery.store import DeliveryStore
+
+    store = await DeliveryStore.open(db)
+    try:
+        waiting, unsent, failed = await store.backlog()
+    finally:
+        await store.close()
+    return f"{waiting} message(s) not yet answered, {unsent} repl(ies) not yet sent, {failed} refused"
+
+
+def gateway_lines(config: Config) -> list[str]:
+    """Whether a gateway runs on this home, and each enabled channel's state in it."""
+    from nanobot.gateway.lock import gateway_states, running_gateway_pid
+
+    pid = running_gateway_pid(config.home)
+    states = gateway_states(config.home, pid, "channels") if pid else {}
+    mcp = gateway_states(config.home, pid, "mcp") if pid else {}
+    channels = [f"{name} ({states.get(name, 'not running' if pid else 'gateway not running')})"
+                for name in config.channels.enabled_names()]
+    servers = [f"{name} ({mcp.get(name, 'gateway not running' if not pid else 'not started')})"
+               if s.enabled else f"{name} (disabled)" for name, s in config.tools.mcp_servers.items()]
+    lines = [f"Gateway:   {f'running (PID {pid})' if pid else 'not running'}",
+             f"Channels:  {', '.join(channels) or 'none enabled'}"]
+    if servers:
+        lines.append(f"MCP:       {'; '.join(servers)}")
+    cooling = {name: until - time.time() for name, until in
+               (gateway_states(config.home, pid, "cooling_until") if pid else {}).items() if until > time.time()}
+    if cooling:
+        lines.append("Cooldown:  " + ", ".join(f"{name} ({left:.0f} s left, fallbacks first)"
+                                               for name, left in cooling.items()))
+    return lines
+
+
+def trust_lines(config: Config) -> list[str]:
+    """Who the owner is, where the shell stands, and what steers the assistant unexpectedly."""
+    from nanobot.skills import shadowing_skills
+    from nanobot.tools.shell import shell_status
+    from nanobot.trust import owner_chat, owner_ids
+
+    owners = [f"{name} {', '.join(owner_ids(config.channels.section(name))) or '(none)'}"
+              for name in config.channels.enabled_names()]
+    who = f"{'; '.join(owners)} in private chats, and the terminal" if owners else "the terminal only"
+    lines = [f"Owners:    {who}",
+             f"Notices:   {owner_chat(config) or 'no owner chat yet: logged only'}",
+             f"Shell:     {shell_status(config)}"]
+    shadowing = shadowing_skills(config.workspace_path)
+    if shadowing:
+        lines.append(f"Skills:    workspace skills REPLACE built-ins: {', '.join(shadowing)}")
+    return lines
+
+
+async def _count_cron_jobs(db) -> int:
+    try:
+        async with db.execute("SELECT count(*) FROM cron_jobs") as cur:
+            return (await cur.fetchone())[0]
+    except Exception:  # no cron table yet: nothing was ever scheduled
+        return 0
