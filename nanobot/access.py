@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import logging
 import secrets
-import sqlite3
 import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
-import aiosqlite
 
-from nanobot.db import migrate
+from nanobot.database import Database, Migrations
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +28,7 @@ log = logging.getLogger(__name__)
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 8
 
-MIGRATIONS = ["""
+SQLITE_MIGRATIONS = ["""
 CREATE TABLE pairing_requests (
     channel TEXT NOT NULL,
     sender_id TEXT NOT NULL,
@@ -59,6 +57,34 @@ CREATE TABLE denied_users (
     PRIMARY KEY (channel, sender_id)
 );
 """]
+MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
+CREATE TABLE pairing_requests (
+    channel TEXT NOT NULL,
+    sender_id TEXT NOT NULL,
+    sender_name TEXT,
+    code TEXT NOT NULL UNIQUE,
+    created_at DOUBLE PRECISION NOT NULL,
+    expires_at DOUBLE PRECISION NOT NULL,
+    notified_at DOUBLE PRECISION NOT NULL,
+    chat_id TEXT,
+    PRIMARY KEY (channel, sender_id)
+);
+CREATE TABLE paired_users (
+    channel TEXT NOT NULL,
+    sender_id TEXT NOT NULL,
+    sender_name TEXT,
+    approved_at DOUBLE PRECISION NOT NULL,
+    chat_id TEXT,
+    welcomed INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (channel, sender_id)
+);
+CREATE TABLE denied_users (
+    channel TEXT NOT NULL,
+    sender_id TEXT NOT NULL,
+    denied_at DOUBLE PRECISION NOT NULL,
+    PRIMARY KEY (channel, sender_id)
+);
+"""]}
 
 WELCOME = "You're approved: I'll answer your messages from now on."
 
@@ -111,10 +137,10 @@ def new_code() -> str:
 
 
 class PairingStore:
-    """Pending codes and approved users, in ``nanobot.db``. Times are wall-clock seconds,
+    """Pending codes and approved users, in the database. Times are wall-clock seconds,
     because the gateway and the CLI (two processes) compare them."""
 
-    def __init__(self, db: aiosqlite.Connection, policy: PairingPolicy = PairingPolicy(),
+    def __init__(self, db: Database, policy: PairingPolicy = PairingPolicy(),
                  clock: Callable[[], float] = time.time) -> None:
         self.db = db
         self.policy = policy
@@ -122,15 +148,14 @@ class PairingStore:
         self._swept_at = float("-inf")
 
     @classmethod
-    async def open(cls, db: aiosqlite.Connection, policy: PairingPolicy = PairingPolicy(),
+    async def open(cls, db: Database, policy: PairingPolicy = PairingPolicy(),
                    clock: Callable[[], float] = time.time) -> PairingStore:
-        await migrate(db, "pairing", MIGRATIONS)
+        await db.migrate("pairing", MIGRATIONS)
         return cls(db, policy, clock)
 
     async def is_paired(self, channel: str, sender_id: str) -> bool:
-        async with self.db.execute("SELECT 1 FROM paired_users WHERE channel = ? AND sender_id = ?",
-                                   (channel, sender_id)) as cur:
-            return await cur.fetchone() is not None
+        return await self.db.fetchrow("SELECT 1 FROM paired_users WHERE channel = $1 AND sender_id = $2",
+                                      channel, sender_id) is not None
 
     async def request(self, channel: str, sender_id: str, sender_name: str | None,
                       chat_id: str | None = None) -> str | None:
@@ -140,18 +165,16 @@ class PairingStore:
             return None
         now = self.clock()
         await self._drop_expired(now)
-        async with self.db.execute("SELECT code, notified_at, expires_at FROM pairing_requests "
-                                   "WHERE channel = ? AND sender_id = ?", (channel, sender_id)) as cur:
-            row = await cur.fetchone()
+        row = await self.db.fetchrow("SELECT code, notified_at, expires_at FROM pairing_requests "
+                                     "WHERE channel = $1 AND sender_id = $2", channel, sender_id)
         if row is not None and row["expires_at"] <= now:  # expired, not swept yet
-            await self.db.execute("DELETE FROM pairing_requests WHERE code = ?", (row["code"],))
+            await self.db.execute("DELETE FROM pairing_requests WHERE code = $1", row["code"])
             row = None
         if row is not None:
             if now - row["notified_at"] < self.policy.resend_interval:
                 return None
-            await self.db.execute("UPDATE pairing_requests SET notified_at = ? WHERE channel = ? AND sender_id = ?",
-                                  (now, channel, sender_id))
-            await self.db.commit()
+            await self.db.execute("UPDATE pairing_requests SET notified_at = $1 WHERE channel = $2 AND sender_id = $3",
+                                  now, channel, sender_id)
             return row["code"]
         await self._make_room()
         return await self._insert(channel, sender_id, sender_name, now, chat_id or sender_id)
@@ -161,23 +184,23 @@ class PairingStore:
         excess = len(pending) - self.policy.max_pending + 1
         if excess > 0:
             log.warning("pairing: %d codes pending; dropping the %d oldest", len(pending), excess)
-            await self.db.executemany("DELETE FROM pairing_requests WHERE code = ?",
+            await self.db.executemany("DELETE FROM pairing_requests WHERE code = $1",
                                       [(r.code,) for r in pending[:excess]])
 
     async def _insert(self, channel: str, sender_id: str, sender_name: str | None, now: float,
                       chat_id: str) -> str | None:
         for _ in range(5):  # a clash among 31^8 codes is unlikely; retry rather than fail
             code = new_code()
-            try:
-                cur = await self.db.execute(
-                    f"INSERT INTO pairing_requests ({_REQUEST_COLUMNS}, notified_at, chat_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-                    " ON CONFLICT(channel, sender_id) DO NOTHING",
-                    (channel, sender_id, sender_name, code, now, now + self.policy.code_ttl, now, chat_id))
-            except sqlite3.IntegrityError:  # the code is taken
-                continue
-            await self.db.commit()
-            # rowcount 0: a concurrent message from the same user inserted first; that one replies.
-            return code if cur.rowcount else None
+            if await self.db.execute(
+                    f"INSERT INTO pairing_requests ({_REQUEST_COLUMNS}, notified_at, chat_id) "
+                    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
+                    channel, sender_id, sender_name, code, now, now + self.policy.code_ttl, now, chat_id):
+                return code
+            # Nothing inserted: a concurrent message from the same user inserted first (that one
+            # replies), or the code is taken (try another).
+            if await self.db.fetchrow("SELECT 1 FROM pairing_requests WHERE channel = $1 AND sender_id = $2",
+                                      channel, sender_id) is not None:
+                return None
         return None
 
     async def approve(self, code: str) -> PairedUser:
@@ -185,70 +208,64 @@ class PairingStore:
         gateway tells them (``unwelcomed``)."""
         row = await self._pending_row(code)
         user = PairedUser(row["channel"], row["sender_id"], row["sender_name"], self.clock(), row["chat_id"])
-        await self.db.execute(f"INSERT OR REPLACE INTO paired_users ({_USER_COLUMNS}, welcomed) VALUES (?, ?, ?, ?, ?, 0)",
-                              (user.channel, user.sender_id, user.sender_name, user.approved_at, user.chat_id))
-        await self.db.execute("DELETE FROM pairing_requests WHERE code = ?", (row["code"],))
-        await self.db.commit()
+        async with self.db.transaction() as tx:
+            await tx.execute(f"INSERT INTO paired_users ({_USER_COLUMNS}, welcomed) VALUES ($1, $2, $3, $4, $5, 0) "
+                             "ON CONFLICT (channel, sender_id) DO UPDATE SET sender_name = excluded.sender_name, "
+                             "approved_at = excluded.approved_at, chat_id = excluded.chat_id, welcomed = 0",
+                             user.channel, user.sender_id, user.sender_name, user.approved_at, user.chat_id)
+            await tx.execute("DELETE FROM pairing_requests WHERE code = $1", row["code"])
         return user
 
     async def deny(self, code: str) -> PairingRequest:
         """Refuse the user behind ``code``: the code is gone and they get no new one."""
         row = await self._pending_row(code)
-        await self.db.execute("INSERT OR REPLACE INTO denied_users VALUES (?, ?, ?)",
-                              (row["channel"], row["sender_id"], self.clock()))
-        await self.db.execute("DELETE FROM pairing_requests WHERE code = ?", (row["code"],))
-        await self.db.commit()
+        async with self.db.transaction() as tx:
+            await tx.execute("INSERT INTO denied_users (channel, sender_id, denied_at) VALUES ($1, $2, $3) "
+                             "ON CONFLICT (channel, sender_id) DO UPDATE SET denied_at = excluded.denied_at",
+                             row["channel"], row["sender_id"], self.clock())
+            await tx.execute("DELETE FROM pairing_requests WHERE code = $1", row["code"])
         return PairingRequest(*(row[k] for k in _REQUEST_COLUMNS.split(", ")))
 
     async def revoke(self, channel: str, sender_id: str) -> bool:
         """Take back an approval (they may ask again); False if they were not approved."""
-        cur = await self.db.execute("DELETE FROM paired_users WHERE channel = ? AND sender_id = ?", (channel, sender_id))
-        await self.db.commit()
-        return cur.rowcount > 0
+        return await self.db.execute("DELETE FROM paired_users WHERE channel = $1 AND sender_id = $2",
+                                     channel, sender_id) > 0
 
     async def unwelcomed(self) -> list[PairedUser]:
-        async with self.db.execute(f"SELECT {_USER_COLUMNS} FROM paired_users WHERE welcomed = 0") as cur:
-            return [PairedUser(*row) for row in await cur.fetchall()]
+        return [PairedUser(*row) for row in await self.db.fetch(
+            f"SELECT {_USER_COLUMNS} FROM paired_users WHERE welcomed = 0")]
 
     async def mark_welcomed(self, user: PairedUser) -> None:
-        await self.db.execute("UPDATE paired_users SET welcomed = 1 WHERE channel = ? AND sender_id = ?",
-                              (user.channel, user.sender_id))
-        await self.db.commit()
+        await self.db.execute("UPDATE paired_users SET welcomed = 1 WHERE channel = $1 AND sender_id = $2",
+                              user.channel, user.sender_id)
 
     async def _pending_row(self, code: str):
         now = self.clock()
         await self._drop_expired(now)
-        async with self.db.execute("SELECT * FROM pairing_requests WHERE code = ? AND expires_at > ?",
-                                   (normalize_code(code), now)) as cur:
-            row = await cur.fetchone()
+        row = await self.db.fetchrow("SELECT * FROM pairing_requests WHERE code = $1 AND expires_at > $2",
+                                     normalize_code(code), now)
         if row is None:
             raise ValueError(f"no pending pairing code {code!r} (codes expire after "
                              f"{self.policy.code_ttl / 60:g} minutes; see: nanobot pairing list)")
         return row
 
     async def _denied(self, channel: str, sender_id: str) -> bool:
-        async with self.db.execute("SELECT 1 FROM denied_users WHERE channel = ? AND sender_id = ?",
-                                   (channel, sender_id)) as cur:
-            return await cur.fetchone() is not None
+        return await self.db.fetchrow("SELECT 1 FROM denied_users WHERE channel = $1 AND sender_id = $2",
+                                      channel, sender_id) is not None
 
     async def pending(self) -> list[PairingRequest]:
-        async with self.db.execute(
-                f"SELECT {_REQUEST_COLUMNS} FROM pairing_requests WHERE expires_at > ? ORDER BY created_at",
-                (self.clock(),)) as cur:
-            return [PairingRequest(*row) for row in await cur.fetchall()]
+        return [PairingRequest(*row) for row in await self.db.fetch(
+            f"SELECT {_REQUEST_COLUMNS} FROM pairing_requests WHERE expires_at > $1 ORDER BY created_at", self.clock())]
 
     async def paired(self) -> list[PairedUser]:
-        async with self.db.execute(f"SELECT {_USER_COLUMNS} FROM paired_users ORDER BY approved_at") as cur:
-            return [PairedUser(*row) for row in await cur.fetchall()]
+        return [PairedUser(*row) for row in await self.db.fetch(
+            f"SELECT {_USER_COLUMNS} FROM paired_users ORDER BY approved_at")]
 
     async def _drop_expired(self, now: float) -> None:
         if now - self._swept_at < self.policy.sweep_interval:
             return  # pending() and approve() compare expires_at themselves
         self._swept_at = now
-        await self.db.execute("DELETE FROM pairing_requests WHERE expires_at <= ?", (now,))
-        # Always commit: the DELETE opened a transaction even if it removed nothing, and an
-        # open transaction would lock the CLI out of the database (``pairing approve``).
-        await self.db.commit()
+        await self.db.execute("DELETE FROM pairing_requests WHERE expires_at <= $1", now)
 
 
 def listed(allow_from: list[str], sender_id: str, sender_name: str | None) -> bool:

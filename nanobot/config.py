@@ -15,6 +15,7 @@ import re
 import types
 from contextvars import ContextVar
 from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -356,6 +357,43 @@ class Gateway(Section):
     max_cron_jobs_per_chat: int = Field(20, gt=0)
 
 
+def url_password(url: str) -> str:
+    """The password in ``scheme://user:password@host/...``, or ""."""
+    credentials = urlsplit(url).netloc.rpartition("@")[0] if "://" in url else ""
+    return unquote(credentials.partition(":")[2])
+
+
+def url_without_password(url: str) -> str:
+    """The URL as it may be shown or logged: a password becomes ``***``."""
+    password = url_password(url)
+    if not password:
+        return url
+    parts = urlsplit(url)
+    user, _, _ = parts.netloc.rpartition("@")[0].partition(":")
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{parts.netloc.rpartition('@')[2]}"))
+
+
+def _check_database_url(url: str) -> str:
+    url = url.strip()
+    if url in ("", "sqlite") or urlsplit(url).scheme in ("postgresql", "postgres"):
+        return url
+    raise ValueError(f"{url_without_password(url)!r} is not a database this nanobot knows: use \"sqlite\" "
+                     "(the default) or postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
+
+
+DatabaseUrl = Annotated[str, AfterValidator(_check_database_url)]
+
+
+class Database(Section):
+    # "" or "sqlite": nanobot.db and JSONL histories in the home (the default). A PostgreSQL URL
+    # (any libpq URI; a Unix socket directory as ?host=/path) is for several workers (issue 21).
+    url: DatabaseUrl = ""
+
+    @property
+    def engine(self) -> Literal["sqlite", "postgresql"]:
+        return "sqlite" if self.url in ("", "sqlite") else "postgresql"
+
+
 def _snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
@@ -412,6 +450,7 @@ class Config(BaseSettings):
     _home: Path = PrivateAttr(default_factory=lambda: nanobot_home())
     tools: Tools = Tools()
     gateway: Gateway = Gateway()
+    database: Database = Database()
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):

@@ -23,6 +23,12 @@ class HomeError(Exception):
     """The home or the database cannot be used (not writable, say): one line for the user, exit 1."""
 
 
+def schema_too_new(component: str, found: int, known: int) -> HomeError:
+    """A database written by a newer nanobot: refused, since this one would misread it."""
+    return HomeError(f"the database's {component} tables are schema version {found}, newer than this "
+                     f"nanobot knows ({known}); upgrade nanobot (or point it at another database)")
+
+
 def check_writable(directory: Path, what: str = "NANOBOT_HOME") -> None:
     """Fail early, in one line, on a directory we cannot write (instead of a traceback, or a hang)."""
     try:
@@ -92,7 +98,7 @@ async def _migrate(conn: aiosqlite.Connection, component: str, migrations: list[
         row = await cur.fetchone()
     current = row[0] if row else 0
     if current > len(migrations):
-        raise RuntimeError(f"{component}: database schema v{current} is newer than this nanobot (v{len(migrations)})")
+        raise schema_too_new(component, current, len(migrations))
     if not component.isidentifier():
         raise ValueError(f"bad component name {component!r}")
     for version, script in enumerate(migrations[current:], start=current + 1):

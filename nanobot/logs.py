@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nanobot.config import url_password
+
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_FILE = "logs/nanobot.log"
 MAX_BYTES = 5 * 1024 * 1024
@@ -47,6 +49,8 @@ def _secret_values(value: Any, key: str = "") -> list[str]:
         return [s for v in value for s in _secret_values(v, key)]
     if isinstance(value, str) and len(value) >= 6 and _SECRET_KEY.search(key):
         return [value]
+    if isinstance(value, str) and "://" in value and (password := url_password(value)):
+        return [password]  # database.url, a proxy: the password inside a URL
     return []
 
 

@@ -14,7 +14,8 @@ from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
 from nanobot.config import Config, ConfigError
 from nanobot.access import PairingStore
-from nanobot.db import HomeError, check_writable, open_db
+from nanobot.database import open_database
+from nanobot.db import HomeError, check_writable
 from nanobot.providers.base import Provider
 from nanobot.session import SessionStore
 from nanobot.skills import install_skills
@@ -81,9 +82,10 @@ class Runtime:
         self.provider = self._provider or make_provider(self.config)  # a config problem shows before any I/O
         check_writable(self.home, "NANOBOT_HOME")
         workspace_ready(self.config)
-        self.db = await open_db(self.home / "nanobot.db")
+        self.db = await open_database(self.config)
         try:
             self.usage = await UsageStore.create(self.db)
+            pairing = await PairingStore.open(self.db)
         except BaseException:
             await self.db.close()  # aiosqlite's thread would otherwise keep the process alive
             raise
@@ -96,7 +98,7 @@ class Runtime:
             from nanobot.mcp.servers import McpServers
 
             self.mcp = McpServers(self.config, self.tools, self.home / "logs")
-        services = Services(db=self.db, sessions=self.sessions, pairing=await PairingStore.open(self.db),
+        services = Services(db=self.db, sessions=self.sessions, pairing=pairing,
                             programs=self.code, scheduler=self.scheduler, announce=self.announce)
         self.deps = AgentDeps(config=self.config, provider=self.provider, tools=self.tools, sessions=self.sessions,
                               services=services, code=self.code, usage=self.usage, bus=self.bus, mcp=self.mcp)

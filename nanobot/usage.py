@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from datetime import datetime, time as day_time
 from zoneinfo import ZoneInfo
 
-import aiosqlite
+from nanobot.database import Database, Migrations
 
-from nanobot.db import migrate
+FAILED = "sum(CASE WHEN outcome != 'ok' THEN 1 ELSE 0 END)"
 
-MIGRATIONS = [
+SQLITE_MIGRATIONS = [
     """
     CREATE TABLE model_calls (
         id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, session_key TEXT NOT NULL,
@@ -34,6 +34,18 @@ MIGRATIONS = [
     CREATE INDEX model_calls_ts ON model_calls (ts);
     """,
 ]
+MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
+    CREATE TABLE model_calls (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
+        session_key TEXT NOT NULL, mode TEXT NOT NULL, purpose TEXT NOT NULL, model TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL, outcome TEXT NOT NULL DEFAULT 'ok',
+        provider TEXT NOT NULL DEFAULT '', cost_usd DOUBLE PRECISION NOT NULL DEFAULT 0);
+    CREATE INDEX model_calls_ts ON model_calls (ts);
+    CREATE TABLE executions (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
+        session_key TEXT NOT NULL, mode TEXT NOT NULL, duration_ms DOUBLE PRECISION NOT NULL,
+        function_calls INTEGER NOT NULL, outcome TEXT NOT NULL);
+    """]}
 
 
 def start_of_today(timezone: str) -> float:
@@ -73,61 +85,57 @@ def plural(count: int, noun: str) -> str:
 
 
 class UsageStore:
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self.conn = conn
+    def __init__(self, db: Database) -> None:
+        self.db = db
         self.budget_notice_day: str | None = None  # the day the owner was told the budget is spent
 
     @classmethod
-    async def create(cls, conn: aiosqlite.Connection) -> "UsageStore":
-        await migrate(conn, "usage", MIGRATIONS)
-        return cls(conn)
+    async def create(cls, db: Database) -> "UsageStore":
+        await db.migrate("usage", MIGRATIONS)
+        return cls(db)
 
     async def record_call(self, session_key: str, mode: str, model: str, prompt_tokens: int,
                           completion_tokens: int, purpose: str = "turn", *, outcome: str = "ok", provider: str = "",
                           cost: float = 0.0) -> None:
-        await self.conn.execute(
+        await self.db.execute(
             "INSERT INTO model_calls (ts, session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, "
-            "provider, cost_usd) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (time.time(), session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, provider, cost))
-        await self.conn.commit()
+            "provider, cost_usd) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            time.time(), session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, provider,
+            float(cost))
 
     async def record_execution(self, session_key: str, mode: str, duration_ms: float, function_calls: int,
                                outcome: str) -> None:
-        await self.conn.execute(
-            "INSERT INTO executions (ts, session_key, mode, duration_ms, function_calls, outcome) VALUES (?, ?, ?, ?, ?, ?)",
-            (time.time(), session_key, mode, duration_ms, function_calls, outcome))
-        await self.conn.commit()
+        await self.db.execute(
+            "INSERT INTO executions (ts, session_key, mode, duration_ms, function_calls, outcome) "
+            "VALUES ($1, $2, $3, $4, $5, $6)", time.time(), session_key, mode, float(duration_ms), function_calls, outcome)
 
     async def totals(self, session_key: str | None = None) -> dict[str, ModeTotals]:
         """Per execution mode: for the whole bot, or for one chat (what a member chat may see)."""
-        where, args = ("WHERE session_key = ?", (session_key,)) if session_key else ("", ())
+        where, args = ("WHERE session_key = $1", (session_key,)) if session_key else ("", ())
         result: dict[str, ModeTotals] = {}
-        async with self.conn.execute(
-                "SELECT mode, count(*), sum(prompt_tokens), sum(completion_tokens), sum(outcome != 'ok'), "
-                f"sum(cost_usd) FROM model_calls {where} GROUP BY mode", args) as cur:
-            async for mode, calls, prompt, completion, failed, cost in cur:
-                result.setdefault(mode, ModeTotals()).__dict__.update(
-                    model_calls=calls, prompt_tokens=prompt or 0, completion_tokens=completion or 0,
-                    failed_calls=failed or 0, cost_usd=cost or 0.0)
-        async with self.conn.execute(
-                f"SELECT mode, count(*), sum(outcome != 'ok') FROM executions {where} GROUP BY mode", args) as cur:
-            async for mode, runs, failures in cur:
-                totals = result.setdefault(mode, ModeTotals())
-                totals.executions, totals.failures = runs, failures or 0
+        for mode, calls, prompt, completion, failed, cost in await self.db.fetch(
+                f"SELECT mode, count(*), sum(prompt_tokens), sum(completion_tokens), {FAILED}, sum(cost_usd) "
+                f"FROM model_calls {where} GROUP BY mode", *args):
+            result.setdefault(mode, ModeTotals()).__dict__.update(
+                model_calls=calls, prompt_tokens=int(prompt or 0), completion_tokens=int(completion or 0),
+                failed_calls=int(failed or 0), cost_usd=float(cost or 0.0))
+        for mode, runs, failures in await self.db.fetch(
+                f"SELECT mode, count(*), {FAILED} FROM executions {where} GROUP BY mode", *args):
+            totals = result.setdefault(mode, ModeTotals())
+            totals.executions, totals.failures = runs, int(failures or 0)
         return result
 
     async def cost_since(self, since: float) -> float:
-        async with self.conn.execute("SELECT sum(cost_usd) FROM model_calls WHERE ts >= ?", (since,)) as cur:
-            return (await cur.fetchone())[0] or 0.0
+        return float(await self.db.fetchval("SELECT sum(cost_usd) FROM model_calls WHERE ts >= $1", float(since)) or 0.0)
 
     async def by_model(self, since: float = 0.0) -> dict[str, CallTotals]:
         """Per "provider/model" since ``since`` (0: ever): fallbacks show up as models of their own."""
-        async with self.conn.execute(
-                "SELECT provider, model, count(*), sum(outcome != 'ok'), sum(prompt_tokens), sum(completion_tokens), "
-                "sum(cost_usd) FROM model_calls WHERE ts >= ? GROUP BY provider, model ORDER BY 3 DESC",
-                (since,)) as cur:
-            return {f"{p}/{m}" if p else m: CallTotals(calls, failed or 0, prompt or 0, completion or 0, cost or 0.0)
-                    async for p, m, calls, failed, prompt, completion, cost in cur}
+        rows = await self.db.fetch(
+            f"SELECT provider, model, count(*), {FAILED}, sum(prompt_tokens), sum(completion_tokens), sum(cost_usd) "
+            "FROM model_calls WHERE ts >= $1 GROUP BY provider, model ORDER BY 3 DESC", float(since))
+        return {f"{p}/{m}" if p else m: CallTotals(calls, int(failed or 0), int(prompt or 0), int(completion or 0),
+                                                    float(cost or 0.0))
+                for p, m, calls, failed, prompt, completion, cost in rows}
 
     async def cost_lines(self, timezone: str) -> list[str]:
         """For status and /status: cost today and in total, and each model's calls, tokens and cost."""

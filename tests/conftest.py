@@ -13,6 +13,7 @@ from nanobot import eventloop
 from nanobot.config import Config
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
+from tests.fakes.postgres import pg_server, pg_url  # noqa: F401  (fixtures)
 from tests.fakes.telegram_api import FakeTelegram
 
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from nanobot.access import CODE_ALPHABET, AccessGate, PairingPolicy, PairingStore, listed
 from nanobot.cli import app
-from nanobot.db import open_db
+from nanobot.database import SqliteDatabase
 
 
 class Clock:
@@ -24,9 +24,9 @@ class Clock:
 
 @pytest.fixture
 async def db(home: Path):
-    conn = await open_db(home / "nanobot.db")
-    yield conn
-    await conn.close()
+    db = await SqliteDatabase.open(home / "nanobot.db")
+    yield db
+    await db.close()
 
 
 @pytest.fixture
@@ -92,10 +92,10 @@ async def test_pending_codes_are_capped_without_silencing_newcomers(gate: Access
 async def test_a_strangers_repeats_cost_no_write(gate: AccessGate, db) -> None:
     await gate.check("telegram", "666", "mallory", [], True)
     statements: list[str] = []
-    await db.set_trace_callback(statements.append)
+    await db.conn.set_trace_callback(statements.append)
     for _ in range(50):
         assert await gate.check("telegram", "666", "mallory", [], True) == (False, None)
-    await db.set_trace_callback(None)
+    await db.conn.set_trace_callback(None)
     writes = [s for s in statements if not s.lstrip().upper().startswith("SELECT")]
     assert writes == [] and len(statements) <= 50  # one lookup each (approved meanwhile?), nothing else
 

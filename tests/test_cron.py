@@ -88,8 +88,8 @@ async def add(store: CronStore, kind: str, expression: str, payload: str = "prin
 
 # ---- store ----------------------------------------------------------------------------
 async def test_store_round_trip_and_schema_version(store: CronStore):
-    async with store.conn.execute("SELECT version FROM schema_versions WHERE component = 'cron'") as cur:
-        assert (await cur.fetchone())[0] == len(MIGRATIONS)
+    version = await store.db.fetchval("SELECT version FROM schema_versions WHERE component = 'cron'")
+    assert version == len(MIGRATIONS["sqlite"])
     token = await store.change_token()
     job = await add(store, "cron", "0  9 * * 1-5", name="standup", deliver_to="discord:7")
     assert len(job.id) == 8 and int(job.id, 16) >= 0

@@ -172,8 +172,8 @@ async def test_consolidation_end_to_end(llm: FakeOpenAI, workspace: Path, memory
         assert "Name: Ada; project: orbit-sim" in prompt[0]["content"]  # new memory in the system prompt
         assert [m["content"] for m in prompt[1:]] == ["three", "answer 3", "four"]  # only the recent window
 
-        async with rt.db.execute("SELECT purpose, count(*), sum(prompt_tokens) FROM model_calls GROUP BY purpose") as c:
-            usage = {row[0]: (row[1], row[2]) for row in await c.fetchall()}
+        rows = await rt.db.fetch("SELECT purpose, count(*), sum(prompt_tokens) FROM model_calls GROUP BY purpose")
+        usage = {row[0]: (row[1], row[2]) for row in rows}
         assert usage["memory"] == (1, 300) and usage["turn"][0] == 4
 
     session = load_session("cli:m", home / "sessions" / session_filename("cli:m"))

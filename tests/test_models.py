@@ -44,8 +44,7 @@ async def test_a_failing_model_falls_back_and_cools_down(llm: FakeOpenAI, backup
         assert "Cooling down: openai" in status
         assert "  local/llama: today 2 calls, 20 prompt + 10 completion tokens;" in status  # the fallback's use is visible
         assert "  openai/fake-model: today 1 call (1 failed), 0 prompt + 0 completion tokens;" in status
-        async with rt.db.execute("SELECT provider, model, outcome FROM model_calls ORDER BY id") as cur:
-            rows = [tuple(r) for r in await cur.fetchall()]
+        rows = [tuple(r) for r in await rt.db.fetch("SELECT provider, model, outcome FROM model_calls ORDER BY id")]
     assert len(llm.chat_requests) == 1 and backup.chat_requests[0]["model"] == "llama"
     assert rows[0][:2] == ("openai", "fake-model") and rows[0][2] != "ok"
     assert rows[1:] == [("local", "llama", "ok"), ("local", "llama", "ok")]  # which model answered
@@ -137,8 +136,8 @@ async def test_the_daily_budget_stops_model_calls_and_resets_at_midnight(
                            "no model calls until midnight."]  # once, not per refused message
         from nanobot.usage import start_of_today
 
-        await rt.db.execute("UPDATE model_calls SET ts = ?", (start_of_today("Pacific/Auckland") - 60,))
-        await rt.db.commit()  # the calls were yesterday, local time
+        # the calls were yesterday, local time
+        await rt.db.execute("UPDATE model_calls SET ts = $1", start_of_today("Pacific/Auckland") - 60)
         assert await rt.agent.handle("telegram:1", "five") == "after midnight"
     assert len(llm.chat_requests) == 3
 

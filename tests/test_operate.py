@@ -169,7 +169,7 @@ async def test_two_connections_migrating_a_fresh_database_at_once(tmp_path: Path
 
     first, second = await open_db(tmp_path / "x.db"), await open_db(tmp_path / "x.db")
     try:  # both would read version 0, and the second fail on "table cron_jobs already exists"
-        await asyncio.gather(migrate(first, "cron", MIGRATIONS), migrate(second, "cron", MIGRATIONS))
+        await asyncio.gather(migrate(first, "cron", MIGRATIONS["sqlite"]), migrate(second, "cron", MIGRATIONS["sqlite"]))
     finally:
         await first.close()
         await second.close()

@@ -7,32 +7,34 @@ import sys
 
 import typer
 
-from nanobot.config import nanobot_home
+from nanobot.cli.common import get_config
+from nanobot.config import Config
 
 pairing_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                           help="Admit people who wrote to the bot: list codes, approve or deny one, revoke an approval.")
 
 
 @pairing_app.command("list")
-def pairing_list() -> None:
+def pairing_list(ctx: typer.Context) -> None:
     """Pending pairing codes and approved users."""
-    asyncio.run(_pairing_list())
+    asyncio.run(_pairing_list(get_config(ctx)))
 
 
 @pairing_app.command("approve")
-def pairing_approve(code: str = typer.Argument(..., help="the code the user was sent")) -> None:
+def pairing_approve(ctx: typer.Context, code: str = typer.Argument(..., help="the code the user was sent")) -> None:
     """Let the user behind CODE talk to the bot; a running gateway admits them at once."""
-    sys.exit(asyncio.run(_pairing_approve(code)))
+    sys.exit(asyncio.run(_pairing_approve(get_config(ctx), code)))
 
 
 @pairing_app.command("deny")
-def pairing_deny(code: str = typer.Argument(..., help="the code the user was sent")) -> None:
+def pairing_deny(ctx: typer.Context, code: str = typer.Argument(..., help="the code the user was sent")) -> None:
     """Refuse the user behind CODE: the code is dropped and they get no new one."""
-    sys.exit(asyncio.run(_with_pairing(lambda store: store.deny(code), "Denied {channel} user {sender_id}.")))
+    sys.exit(asyncio.run(_with_pairing(get_config(ctx), lambda store: store.deny(code),
+                                       "Denied {channel} user {sender_id}.")))
 
 
 @pairing_app.command("revoke")
-def pairing_revoke(channel: str = typer.Argument(..., help="telegram, discord, ..."),
+def pairing_revoke(ctx: typer.Context, channel: str = typer.Argument(..., help="telegram, discord, ..."),
                    user_id: str = typer.Argument(..., help="the user's id, as `pairing list` shows it")) -> None:
     """Take back an approval; the user no longer reaches the bot (they may ask again)."""
 
@@ -41,14 +43,14 @@ def pairing_revoke(channel: str = typer.Argument(..., help="telegram, discord, .
             raise ValueError(f"{channel} user {user_id} is not an approved user (see: nanobot pairing list)")
         return {"channel": channel, "sender_id": user_id}
 
-    sys.exit(asyncio.run(_with_pairing(revoke, "Revoked {channel} user {sender_id}.")))
+    sys.exit(asyncio.run(_with_pairing(get_config(ctx), revoke, "Revoked {channel} user {sender_id}.")))
 
 
-async def _with_pairing(action, done: str) -> int:
+async def _with_pairing(config: Config, action, done: str) -> int:
     from nanobot.access import PairingStore
-    from nanobot.db import open_db
+    from nanobot.database import open_database
 
-    db = await open_db(nanobot_home() / "nanobot.db")
+    db = await open_database(config)
     try:
         result = await action(await PairingStore.open(db))
     except ValueError as exc:
@@ -61,13 +63,13 @@ async def _with_pairing(action, done: str) -> int:
     return 0
 
 
-async def _pairing_list() -> None:
+async def _pairing_list(config: Config) -> None:
     import time
 
     from nanobot.access import PairingStore
-    from nanobot.db import open_db
+    from nanobot.database import open_database
 
-    db = await open_db(nanobot_home() / "nanobot.db")
+    db = await open_database(config)
     try:
         store = await PairingStore.open(db)
         pending, paired = await store.pending(), await store.paired()
@@ -83,6 +85,6 @@ async def _pairing_list() -> None:
         typer.echo(f"  {u.channel} {u.sender_id} ({u.sender_name or '?'}), since {since}")
 
 
-async def _pairing_approve(code: str) -> int:
-    return await _with_pairing(lambda store: store.approve(code),
+async def _pairing_approve(config: Config, code: str) -> int:
+    return await _with_pairing(config, lambda store: store.approve(code),
                                "Approved {channel} user {sender_id} ({sender_name}); a running gateway tells them.")

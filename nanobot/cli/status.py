@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from nanobot.cli.common import get_config
 from nanobot.config import Config, config_path
 from nanobot.db import check_writable
+
+if TYPE_CHECKING:
+    from nanobot.database import Database
 
 
 def status(ctx: typer.Context) -> None:
@@ -22,7 +25,8 @@ def status(ctx: typer.Context) -> None:
 
 
 async def _status(config: Config, path: Path) -> None:
-    from nanobot.db import open_db
+    from nanobot.database import open_database
+    from nanobot.postgres import where
     from nanobot.usage import UsageStore
 
     check_writable(config.home)
@@ -38,7 +42,9 @@ async def _status(config: Config, path: Path) -> None:
         typer.echo(line)
     for line in trust_lines(config):
         typer.echo(line)
-    db = await open_db(config.home / "nanobot.db")
+    sqlite = config.database.engine == "sqlite"
+    typer.echo(f"Database:  {'SQLite, ' + str(config.home / 'nanobot.db') if sqlite else 'PostgreSQL at ' + where(config.database.url)}")
+    db = await open_database(config)
     try:
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
         typer.echo(f"Disk:      {_disk_line(config.home)}")
@@ -67,7 +73,7 @@ def _disk_line(home: Path) -> str:
     return f"{free / 1073741824:.1f} GB free on {home}"
 
 
-async def _delivery_line(db: Any) -> str:
+async def _delivery_line(db: Database) -> str:
     """What the durable intake and the outbox hold: messages not yet answered, replies not yet
     taken by their platform, and replies refused in the last 3 days."""
     from nanobot.delivery.store import DeliveryStore
@@ -121,9 +127,8 @@ def trust_lines(config: Config) -> list[str]:
     return lines
 
 
-async def _count_cron_jobs(db) -> int:
+async def _count_cron_jobs(db: Database) -> int:
     try:
-        async with db.execute("SELECT count(*) FROM cron_jobs") as cur:
-            return (await cur.fetchone())[0]
+        return int(await db.fetchval("SELECT count(*) FROM cron_jobs"))
     except Exception:  # no cron table yet: nothing was ever scheduled
         return 0

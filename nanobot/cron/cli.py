@@ -23,6 +23,8 @@ import typer
 
 from nanobot.config import Config, ConfigError, load_config, nanobot_home
 from nanobot.cron.store import CronJob, CronStore
+from nanobot.database import open_database
+from nanobot.db import HomeError
 
 cron_app = typer.Typer(name="cron", no_args_is_help=True, rich_markup_mode=None,
                        help="Scheduled jobs. Changes reach a running gateway within about a second.")
@@ -55,11 +57,11 @@ def _run(ctx: typer.Context, action: Callable[[CronStore, Config], Awaitable[Non
         raise _fail(str(exc), 2) from None
 
     async def main() -> None:
-        store = await CronStore.open(nanobot_home() / "nanobot.db")
+        db = await open_database(config)
         try:
-            await action(store, config)
+            await action(await CronStore.open(db), config)
         finally:
-            await store.close()
+            await db.close()
 
     try:
         asyncio.run(main())
@@ -67,8 +69,10 @@ def _run(ctx: typer.Context, action: Callable[[CronStore, Config], Awaitable[Non
         raise _fail(str(exc), exc.code) from None
     except ValueError as exc:  # create_job's validation: a bad expression, zone, target or code
         raise _fail(str(exc), 2) from None
+    except HomeError as exc:
+        raise _fail(str(exc), 1) from None
     except (sqlite3.Error, OSError) as exc:
-        raise _fail(f"database {nanobot_home() / 'nanobot.db'}: {exc}", 1) from None
+        raise _fail(f"database {config.home / 'nanobot.db'}: {exc}", 1) from None
 
 
 # ---- list -------------------------------------------------------------------------

@@ -9,22 +9,20 @@ Timestamps are stored as UTC ISO 8601 text with microseconds, so they also sort 
 from __future__ import annotations
 
 import secrets
-import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from typing import Any, Literal, Mapping
+
 from pathlib import Path
-from typing import Literal
 
-import aiosqlite
-
-from nanobot.db import migrate, open_db
+from nanobot.database import Database, Migrations, Queries, SqliteDatabase
 
 PayloadKind = Literal["code", "prompt"]
 RunStatus = Literal["ok", "error", "missed"]
 RUN_RETENTION_DAYS = 30  # run records older than this are pruned
 OUTPUT_EXCERPT_CHARS = 2000
 
-MIGRATIONS = [
+SQLITE_MIGRATIONS = [
     """
     CREATE TABLE cron_jobs (
         id TEXT PRIMARY KEY,
@@ -60,6 +58,40 @@ MIGRATIONS = [
     """,
     "CREATE INDEX cron_runs_by_start ON cron_runs (started_at);",  # for pruning old run records
 ]
+MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
+    CREATE TABLE cron_jobs (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        owner_session TEXT NOT NULL,
+        schedule_kind TEXT NOT NULL CHECK (schedule_kind IN ('cron', 'every', 'at')),
+        expression TEXT NOT NULL,
+        timezone TEXT NOT NULL,
+        payload_kind TEXT NOT NULL CHECK (payload_kind IN ('code', 'prompt')),
+        payload TEXT NOT NULL,
+        deliver_to TEXT,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        last_run_at TEXT,
+        next_run_at TEXT,
+        last_status TEXT CHECK (last_status IN ('ok', 'error', 'missed')),
+        consecutive_failures INTEGER NOT NULL DEFAULT 0,
+        run_requested INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE cron_runs (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        duration_ms INTEGER NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('ok', 'error', 'missed')),
+        output_excerpt TEXT NOT NULL DEFAULT '',
+        function_calls INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX cron_runs_by_job ON cron_runs (job_id, id);
+    CREATE INDEX cron_runs_by_start ON cron_runs (started_at);
+    CREATE TABLE cron_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL);
+    INSERT INTO cron_meta (key, value) VALUES ('change_token', 0);
+    """]}
 
 
 def utcnow() -> datetime:
@@ -100,7 +132,7 @@ class CronJob:
         return self.deliver_to or self.owner_session
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row) -> CronJob:
+    def from_row(cls, row: Mapping[str, Any]) -> CronJob:
         data = dict(row)
         for key in ("created_at", "updated_at", "last_run_at", "next_run_at"):
             data[key] = _from_text(data[key])
@@ -120,26 +152,26 @@ class CronRun:
     function_calls: int
 
     @classmethod
-    def from_row(cls, row: sqlite3.Row) -> CronRun:
+    def from_row(cls, row: Mapping[str, Any]) -> CronRun:
         data = dict(row)
         data["started_at"] = _from_text(data["started_at"])
         return cls(**data)
 
 
 class CronStore:
-    """Async access to ``cron_jobs`` / ``cron_runs``. Every write commits at once.
+    """Async access to ``cron_jobs`` / ``cron_runs``. Every write commits at once: another
+    process (the CLI, another worker) sees only committed rows."""
 
-    Committing each write matters twice over: another process only sees committed rows, and
-    an open implicit transaction would pin this connection's reads to an old snapshot.
-    """
-
-    def __init__(self, conn: aiosqlite.Connection):
-        self.conn = conn
+    def __init__(self, db: Database, *, owns_db: bool = False):
+        self.db = db
+        self._owns_db = owns_db  # opened from a path: close() closes it
 
     @classmethod
-    async def open(cls, path: Path | str) -> CronStore:
-        """Open the database, apply migrations; the store then owns the connection (close())."""
-        store = cls(await open_db(path))
+    async def open(cls, where: Database | Path | str) -> CronStore:
+        """The store on a database, or on the SQLite file at a path (then the store owns it);
+        its tables migrated."""
+        owned = isinstance(where, (str, Path))
+        store = cls(await SqliteDatabase.open(where) if owned else where, owns_db=owned)  # type: ignore[arg-type]
         try:
             await store.migrate()
         except BaseException:
@@ -148,44 +180,43 @@ class CronStore:
         return store
 
     async def migrate(self) -> None:
-        await migrate(self.conn, "cron", MIGRATIONS)
+        await self.db.migrate("cron", MIGRATIONS)
 
     async def close(self) -> None:
-        await self.conn.close()
+        if self._owns_db:
+            await self.db.close()
 
     # ---- reads ----------------------------------------------------------------------
     async def get(self, job_id: str) -> CronJob | None:
-        async with self.conn.execute("SELECT * FROM cron_jobs WHERE id = ?", (job_id,)) as cur:
-            row = await cur.fetchone()
+        row = await self.db.fetchrow("SELECT * FROM cron_jobs WHERE id = $1", job_id)
         return CronJob.from_row(row) if row else None
 
     async def list(self, owner_session: str | None = None) -> list[CronJob]:
         sql, args = "SELECT * FROM cron_jobs", ()
         if owner_session is not None:
-            sql, args = sql + " WHERE owner_session = ?", (owner_session,)
-        async with self.conn.execute(sql + " ORDER BY created_at, id", args) as cur:
-            return [CronJob.from_row(row) for row in await cur.fetchall()]
+            sql, args = sql + " WHERE owner_session = $1", (owner_session,)
+        return [CronJob.from_row(row) for row in await self.db.fetch(sql + " ORDER BY created_at, id", *args)]
 
     async def runs(self, job_id: str, limit: int = 20) -> list[CronRun]:
         """The job's most recent runs, newest first."""
-        sql = "SELECT * FROM cron_runs WHERE job_id = ? ORDER BY id DESC LIMIT ?"
-        async with self.conn.execute(sql, (job_id, limit)) as cur:
-            return [CronRun.from_row(row) for row in await cur.fetchall()]
+        rows = await self.db.fetch("SELECT * FROM cron_runs WHERE job_id = $1 ORDER BY id DESC LIMIT $2", job_id, limit)
+        return [CronRun.from_row(row) for row in rows]
 
     async def change_token(self) -> int:
         """A counter that grows whenever a scheduler has something new to act on."""
-        async with self.conn.execute("SELECT value FROM cron_meta WHERE key = 'change_token'") as cur:
-            row = await cur.fetchone()
-        return int(row[0])
+        return int(await self.db.fetchval("SELECT value FROM cron_meta WHERE key = 'change_token'"))
 
     # ---- writes ---------------------------------------------------------------------
-    async def _write(self, sql: str, args: tuple = (), *, notify: bool = True) -> int:
-        """Run one statement (plus the change-token bump) and commit; returns rows changed."""
-        cur = await self.conn.execute(sql, args)
-        changed = cur.rowcount
+    async def _write(self, sql: str, *args: Any, notify: bool = True) -> int:
+        """Run one statement (plus the change-token bump, in the same commit); rows changed."""
+        async with self.db.transaction() as tx:
+            return await self._changed(tx, sql, args, notify)
+
+    @staticmethod
+    async def _changed(tx: Queries, sql: str, args: tuple[Any, ...], notify: bool) -> int:
+        changed = await tx.execute(sql, *args)
         if notify and changed:
-            await self.conn.execute("UPDATE cron_meta SET value = value + 1 WHERE key = 'change_token'")
-        await self.conn.commit()
+            await tx.execute("UPDATE cron_meta SET value = value + 1 WHERE key = 'change_token'")
         return changed
 
     async def add(self, *, name: str, owner_session: str, schedule_kind: str, expression: str, timezone: str,
@@ -195,35 +226,33 @@ class CronStore:
         now = _to_text(utcnow())
         for _ in range(5):  # 2**32 ids: a collision is rare, a retry cheap
             job_id = secrets.token_hex(4)
-            try:
-                await self._write(
+            if await self._write(
                     "INSERT INTO cron_jobs (id, name, owner_session, schedule_kind, expression, timezone, payload_kind,"
-                    " payload, deliver_to, created_at, updated_at, next_run_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (job_id, name, owner_session, schedule_kind, expression, timezone, payload_kind, payload,
-                     deliver_to, now, now, _to_text(next_run_at)))
-            except sqlite3.IntegrityError:  # only the failed statement is undone; just retry
-                continue
-            job = await self.get(job_id)
-            assert job is not None
-            return job
+                    " payload, deliver_to, created_at, updated_at, next_run_at)"
+                    " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING",
+                    job_id, name, owner_session, schedule_kind, expression, timezone, payload_kind, payload,
+                    deliver_to, now, now, _to_text(next_run_at)):
+                job = await self.get(job_id)
+                assert job is not None
+                return job
         raise RuntimeError("could not allocate a cron job id")
 
     async def remove(self, job_id: str) -> bool:
         """Delete the job (its run history stays); False if there was no such job."""
-        return await self._write("DELETE FROM cron_jobs WHERE id = ?", (job_id,)) > 0
+        return await self._write("DELETE FROM cron_jobs WHERE id = $1", job_id) > 0
 
     async def set_enabled(self, job_id: str, enabled: bool) -> bool:
         """Pause or resume. Clears next_run_at: the scheduler sets it again when it registers
         the job, and a stale time must not read as a run missed while paused."""
         return await self._write(
-            "UPDATE cron_jobs SET enabled = ?, next_run_at = NULL, consecutive_failures = "
-            "CASE WHEN ? THEN 0 ELSE consecutive_failures END, updated_at = ? WHERE id = ?",
-            (int(enabled), int(enabled), _to_text(utcnow()), job_id)) > 0
+            "UPDATE cron_jobs SET enabled = $1, next_run_at = NULL, consecutive_failures = "
+            "CASE WHEN $1 = 1 THEN 0 ELSE consecutive_failures END, updated_at = $2 WHERE id = $3",
+            int(enabled), _to_text(utcnow()), job_id) > 0
 
     async def request_run(self, job_id: str, requested: bool = True) -> bool:
         """Ask a running scheduler (maybe in another process) to run the job now, or clear the ask."""
-        return await self._write("UPDATE cron_jobs SET run_requested = ? WHERE id = ?",
-                                 (int(requested), job_id), notify=requested) > 0
+        return await self._write("UPDATE cron_jobs SET run_requested = $1 WHERE id = $2",
+                                 int(requested), job_id, notify=requested) > 0
 
     async def record_run(self, job_id: str, started: datetime, duration_ms: int, status: RunStatus,
                          output: str = "", function_calls: int = 0) -> CronJob | None:
@@ -231,25 +260,25 @@ class CronStore:
 
         'ok' resets the failure streak, 'error' extends it, 'missed' leaves it alone.
         """
-        await self.conn.execute(
-            "INSERT INTO cron_runs (job_id, started_at, duration_ms, status, output_excerpt, function_calls)"
-            " VALUES (?,?,?,?,?,?)",
-            (job_id, _to_text(started), duration_ms, status, output[:OUTPUT_EXCERPT_CHARS], function_calls))
-        # A job every minute for months must not grow the database without bound.
-        await self.conn.execute("DELETE FROM cron_runs WHERE started_at < ?",
-                                (_to_text(started - timedelta(days=RUN_RETENTION_DAYS)),))
-        await self._write(
-            "UPDATE cron_jobs SET last_run_at = ?, last_status = ?, consecutive_failures = CASE ?"
-            " WHEN 'ok' THEN 0 WHEN 'error' THEN consecutive_failures + 1 ELSE consecutive_failures END"
-            " WHERE id = ?", (_to_text(started), status, status, job_id), notify=False)
+        async with self.db.transaction() as tx:
+            await tx.execute(
+                "INSERT INTO cron_runs (job_id, started_at, duration_ms, status, output_excerpt, function_calls)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                job_id, _to_text(started), int(duration_ms), status, output[:OUTPUT_EXCERPT_CHARS], function_calls)
+            # A job every minute for months must not grow the database without bound.
+            await tx.execute("DELETE FROM cron_runs WHERE started_at < $1",
+                             _to_text(started - timedelta(days=RUN_RETENTION_DAYS)))
+            await tx.execute(
+                "UPDATE cron_jobs SET last_run_at = $1, last_status = $2, consecutive_failures = CASE $2"
+                " WHEN 'ok' THEN 0 WHEN 'error' THEN consecutive_failures + 1 ELSE consecutive_failures END"
+                " WHERE id = $3", _to_text(started), status, job_id)
         return await self.get(job_id)
 
     async def update_next_run(self, job_id: str, next_run_at: datetime | None) -> None:
-        await self._write("UPDATE cron_jobs SET next_run_at = ? WHERE id = ?",
-                          (_to_text(next_run_at), job_id), notify=False)
+        await self._write("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2",
+                          _to_text(next_run_at), job_id, notify=False)
 
     async def update_next_runs(self, pairs: list[tuple[str, datetime | None]]) -> None:
         """Many next_run_at updates in one transaction (1,000 jobs at start: one commit)."""
-        await self.conn.executemany("UPDATE cron_jobs SET next_run_at = ? WHERE id = ?",
-                                    [(_to_text(moment), job_id) for job_id, moment in pairs])
-        await self.conn.commit()
+        await self.db.executemany("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2",
+                                  [(_to_text(moment), job_id) for job_id, moment in pairs])

@@ -13,14 +13,12 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot.config import CodeRuntime, Config
-from nanobot.db import migrate
+from nanobot.database import Database, Migrations
 from nanobot.sandbox.stubs import render_stubs
 from nanobot.skills import skill_helpers_code
 from nanobot.tools.paths import file_scope
 
 if TYPE_CHECKING:  # sandbox.py and result.py load Monty: imported where a program runs
-    import aiosqlite
-
     from nanobot.sandbox.result import ExecutionResult
     from nanobot.sandbox.sandbox import Sandbox
     from nanobot.tools.registry import ToolContext, ToolRegistry
@@ -39,7 +37,10 @@ def tool_help(name: str) -> str: ...  # A function's full stub: its parameters a
 # they exist by the time the call is reached (a running program cannot define more code).
 _USE_SKILL = re.compile(r"""\buse_skill\(\s*["']([\w.-]+)["']\s*\)""")
 
-STATE_MIGRATIONS = ["CREATE TABLE code_state (session_key TEXT PRIMARY KEY, state BLOB NOT NULL, updated REAL NOT NULL);"]
+STATE_MIGRATIONS: Migrations = {
+    "sqlite": ["CREATE TABLE code_state (session_key TEXT PRIMARY KEY, state BLOB NOT NULL, updated REAL NOT NULL);"],
+    "postgresql": ["CREATE TABLE code_state (session_key TEXT PRIMARY KEY, state BYTEA NOT NULL, "
+                   "updated DOUBLE PRECISION NOT NULL);"]}
 
 Extra = Callable[..., Awaitable[Any]]
 
@@ -53,7 +54,7 @@ def code_stubs(tools: ToolRegistry, *, header: bool = True, ctx: ToolContext | N
 class CodeExecutor:
     """Runs programs for chats: the sandbox, host functions, saved Python state, telemetry."""
 
-    def __init__(self, tools: ToolRegistry, db: aiosqlite.Connection | None = None,
+    def __init__(self, tools: ToolRegistry, db: Database | None = None,
                  usage: UsageStore | None = None) -> None:
         self.tools = tools
         self.db = db  # where each chat's Python state is kept between processes; None: not kept
@@ -135,18 +136,17 @@ class CodeExecutor:
         self._restored.discard(session_key)
         db = await self._db()
         if db is not None:
-            await db.execute("DELETE FROM code_state WHERE session_key = ?", (session_key,))
-            await db.commit()
+            await db.execute("DELETE FROM code_state WHERE session_key = $1", session_key)
 
     async def close(self) -> None:
         if self._sandbox is not None:
             await self._sandbox.close()
             self._sandbox = None
 
-    async def _db(self) -> aiosqlite.Connection | None:
+    async def _db(self) -> Database | None:
         db = self.db
         if db is not None and not self._migrated:
-            await migrate(db, "code_state", STATE_MIGRATIONS)
+            await db.migrate("code_state", STATE_MIGRATIONS)
             self._migrated = True
         return db
 
@@ -158,22 +158,20 @@ class CodeExecutor:
         db = await self._db()
         if db is None or self.sandbox.has_state(key):
             return
-        async with db.execute("SELECT state FROM code_state WHERE session_key = ?", (key,)) as cur:
-            row = await cur.fetchone()
-        if row:
-            self.sandbox.restore(key, bytes(row[0]))
+        state = await db.fetchval("SELECT state FROM code_state WHERE session_key = $1", key)
+        if state is not None:
+            self.sandbox.restore(key, bytes(state))
 
     async def _save(self, key: str, state: bytes | None) -> None:
         db = await self._db()
         if db is None:
             return
         if state is None:  # too large to keep (the result carries the notice) or lost
-            await db.execute("DELETE FROM code_state WHERE session_key = ?", (key,))
+            await db.execute("DELETE FROM code_state WHERE session_key = $1", key)
         else:
-            await db.execute("INSERT INTO code_state (session_key, state, updated) VALUES (?, ?, ?) "
-                             "ON CONFLICT(session_key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
-                             (key, state, time.time()))
-        await db.commit()
+            await db.execute("INSERT INTO code_state (session_key, state, updated) VALUES ($1, $2, $3) "
+                             "ON CONFLICT (session_key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
+                             key, state, time.time())
 
 
 def _too_long(code: str, limits: CodeRuntime) -> ExecutionResult:

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 if TYPE_CHECKING:
-    import aiosqlite
-
     from nanobot.access import PairingStore
     from nanobot.config import CodeRuntime
     from nanobot.cron.service import RunOutcome
+    from nanobot.database import Database
     from nanobot.session import SessionStore
 
 Announce = Callable[[str], Awaitable[None]]
@@ -32,7 +31,7 @@ class Scheduler(Protocol):
 
 @dataclass(frozen=True)
 class Services:
-    db: aiosqlite.Connection
+    db: Database
     sessions: SessionStore
     pairing: PairingStore
     programs: ProgramChecker  # checks a cron job's code when it is scheduled

