@@ -68,6 +68,7 @@ class _SqliteQueries:
 
     async def _run(self, sql: str, args: Sequence[Any]) -> int:
         cursor = await self.conn.execute(sql, _named(args))
+        await cursor.close()
         return cursor.rowcount
 
     async def execute(self, sql: str, *args: Any) -> int:
@@ -76,13 +77,14 @@ class _SqliteQueries:
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         await self.conn.executemany(sql, [_named(row) for row in rows])
 
+    # Executed and read in one step on the connection's thread: a statement left half-read
+    # across an await would make another task's COMMIT fail ("SQL statements in progress").
     async def fetch(self, sql: str, *args: Any) -> list[Row]:
-        async with self.conn.execute(sql, _named(args)) as cursor:
-            return list(await cursor.fetchall())
+        return list(await self.conn.execute_fetchall(sql, _named(args)))
 
     async def fetchrow(self, sql: str, *args: Any) -> Row | None:
-        async with self.conn.execute(sql, _named(args)) as cursor:
-            return await cursor.fetchone()
+        rows = await self.conn.execute_fetchall(sql, _named(args))
+        return next(iter(rows), None)
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
         row = await self.fetchrow(sql, *args)
@@ -125,7 +127,8 @@ class SqliteDatabase(_SqliteQueries):
                 raise
 
     async def migrate(self, component: str, migrations: Migrations) -> None:
-        await migrate(self.conn, component, migrations["sqlite"])
+        async with self._writing:  # its own BEGIN ... COMMIT must not meet another's transaction
+            await migrate(self.conn, component, migrations["sqlite"])
 
     async def make_durable(self) -> None:
         await asyncio.to_thread(_sync_wal, self.path)

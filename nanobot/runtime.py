@@ -17,7 +17,8 @@ from nanobot.access import PairingStore
 from nanobot.database import open_database
 from nanobot.db import HomeError, check_writable
 from nanobot.providers.base import Provider
-from nanobot.session import SessionStore
+from nanobot.session import Histories, SessionStore
+from nanobot.session_db import DatabaseSessionStore
 from nanobot.skills import install_skills
 from nanobot.tools.builtin import default_registry
 from nanobot.sandbox.executor import CodeExecutor
@@ -89,7 +90,9 @@ class Runtime:
         except BaseException:
             await self.db.close()  # aiosqlite's thread would otherwise keep the process alive
             raise
-        self.sessions = SessionStore(self.home / "sessions")
+        self.sessions: Histories = SessionStore(self.home / "sessions")
+        if self.db.engine == "postgresql":  # every piece of state in the one database
+            self.sessions = await DatabaseSessionStore.create(self.db)
         self.tools = default_registry(self.config)
         self.code = CodeExecutor(self.tools, self.db, self.usage)  # the sandbox starts on first use
         self.scheduler = SchedulerLink()
@@ -119,6 +122,7 @@ class Runtime:
         await self.agent.close()  # memory consolidation still needs the provider and sessions
         if self.mcp is not None:
             await self.mcp.close()
+        await self.sessions.flush()  # the database journal writes behind: wait for it
         self.sessions.close()
         await self.code.close()
         await self.provider.close()

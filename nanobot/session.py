@@ -1,10 +1,14 @@
-"""Chat histories: one append-only JSONL file per session under ``$NANOBOT_HOME/sessions/``.
+"""Chat histories: an append-only journal of JSON records per session.
 
-The first line is metadata (created, settings). Every later change is appended, never
-rewritten: messages as they happen, ``{"_meta": {...}}`` lines for settings such as the
-execution mode, a ``{"_reset": ...}`` line for ``/new`` and ``{"_drop": n}`` when a failed turn
-takes back its messages. So a crash can at worst tear the
-last line, which loading skips (as it skips any corrupt line) without losing the rest.
+The first record is metadata (key, created, settings). Every later change is appended, never
+rewritten: messages as they happen, ``{"_meta": {...}}`` records for settings such as the
+execution mode, a ``{"_reset": ...}`` record for ``/new`` and ``{"_drop": n}`` when a failed turn
+takes back its messages. Loading replays them.
+
+Two journals hold them: a JSONL file per session under ``$NANOBOT_HOME/sessions/`` (the
+default), where a crash can at worst tear the last line, which loading skips (as it skips any
+corrupt line) without losing the rest; or one database row per record (``database.url``
+PostgreSQL), the same JSON as a JSONL line.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import re
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, TextIO, get_args, get_origin, get_type_hints
+from typing import Any, Iterable, Protocol, TextIO, get_args, get_origin, get_type_hints
 
 from nanobot.config import private_dir
 from nanobot.utf8 import clean_text
@@ -78,13 +82,32 @@ def _fits(value: Any, hint: Any) -> bool:
     return False
 
 
+class Journal(Protocol):
+    """Where a session's records go, in order."""
+
+    @property
+    def empty(self) -> bool:
+        """Nothing recorded yet (the next record is the first)."""
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Record at once, in order (handed to the OS, or queued for the database)."""
+
+    def sync(self) -> None:
+        """Make what was written durable (the JSONL file: fsync now)."""
+
+    async def sync_soon(self) -> None:
+        """``sync`` without holding up the event loop; returns once it is durable."""
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Session:
     key: str
-    path: Path
+    journal: Journal
     meta: ChatState = field(default_factory=ChatState)
     messages: list[dict[str, Any]] = field(default_factory=list)  # since the last /new
-    _file: TextIO | None = None
+    _started: bool = False
 
     # ---- reading ---------------------------------------------------------------------
     def history(self, window: int) -> list[dict[str, Any]]:
@@ -130,13 +153,52 @@ class Session:
         self._write({"_reset": _now()})
 
     def sync(self) -> None:
+        self.journal.sync()
+
+    async def sync_soon(self) -> None:
+        """``sync`` off the event loop: on a busy disk an fsync can take long, and every other
+        chat (and the marks of sent replies) must not wait for it."""
+        await self.journal.sync_soon()
+
+    def close(self) -> None:
+        self.journal.close()
+
+    def _write(self, record: dict[str, Any]) -> None:
+        if not self._started:
+            self._started = True
+            if self.journal.empty:  # a new history begins with the chat's key and settings
+                self.meta.created = self.meta.created or _now()
+                self.journal.write({"_meta": {"key": self.key, **self.meta.record()}})
+        self.journal.write(record)
+
+
+class JsonlJournal:
+    """A session's records as lines of one file (0600), appended and flushed at once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: TextIO | None = None
+
+    @property
+    def empty(self) -> bool:
+        return not self.path.exists() or self.path.stat().st_size == 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self._file is None:
+            torn = not self.empty and not _ends_with_newline(self.path)
+            private_dir(self.path.parent)
+            self._file = open(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")
+            if torn:
+                self._file.write("\n")  # seal a torn last line so the next record stands alone
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def sync(self) -> None:
         if self._file:
             self._file.flush()
             os.fsync(self._file.fileno())
 
     async def sync_soon(self) -> None:
-        """``sync`` with the fsync in a thread: on a busy disk one can take long, and the event
-        loop (every other chat, and the marks of sent replies) must not wait for it."""
         if self._file:
             self._file.flush()
             try:
@@ -149,19 +211,6 @@ class Session:
             self.sync()
             self._file.close()
             self._file = None
-
-    def _write(self, record: dict[str, Any]) -> None:
-        if self._file is None:
-            new = not self.path.exists() or self.path.stat().st_size == 0
-            private_dir(self.path.parent)
-            self._file = open(os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600), "a", encoding="utf-8")
-            if new:
-                self.meta.created = self.meta.created or _now()
-                self._file.write(json.dumps({"_meta": {"key": self.key, **self.meta.record()}}, ensure_ascii=False) + "\n")
-            elif not _ends_with_newline(self.path):
-                self._file.write("\n")  # seal a torn last line so the next record stands alone
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._file.flush()
 
 
 def _complete_tool_exchanges(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -211,7 +260,28 @@ def session_filename(key: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", key) + ".jsonl"
 
 
+class Histories(Protocol):
+    """Where every chat's history lives: JSONL files (SessionStore) or a database table."""
+
+    def get(self, key: str) -> Session:
+        """The chat's session; the database store needs ``open`` first."""
+
+    async def open(self, key: str) -> Session:
+        """The chat's session, loaded if it was not."""
+
+    async def exists(self, key: str) -> bool: ...
+
+    async def records(self, key: str) -> list[dict[str, Any]]: ...
+
+    async def flush(self) -> None:
+        """Wait until what every open session wrote is durable."""
+
+    def close(self, key: str | None = None) -> None: ...
+
+
 class SessionStore:
+    """The default: one JSONL file per session in ``directory``."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._open: dict[str, Session] = {}
@@ -222,6 +292,29 @@ class SessionStore:
             session = self._open[key] = load_session(key, self.directory / session_filename(key))
         return session
 
+    async def open(self, key: str) -> Session:
+        return self.get(key)
+
+    async def exists(self, key: str) -> bool:
+        """Whether this chat has a history (it has talked to the bot)."""
+        return key in self._open or (self.directory / session_filename(key)).exists()
+
+    async def records(self, key: str) -> list[dict[str, Any]]:
+        """Every record of the chat's history, in order (``nanobot history export``)."""
+        return list(_read_records(self.directory / session_filename(key)))
+
+    def keys(self) -> list[str]:
+        """The chats with a history (``nanobot db migrate``): from each file's first record."""
+        found = []
+        for path in sorted(self.directory.glob("*.jsonl")):
+            first = next(iter(_read_records(path)), {})
+            key = first.get("_meta", {}).get("key") if isinstance(first.get("_meta"), dict) else None
+            found.append(key if isinstance(key, str) else path.stem)
+        return found
+
+    async def flush(self) -> None:
+        await asyncio.gather(*(session.sync_soon() for session in self._open.values()))
+
     def close(self, key: str | None = None) -> None:
         keys = [key] if key else list(self._open)
         for k in keys:
@@ -231,9 +324,14 @@ class SessionStore:
 
 
 def load_session(key: str, path: Path) -> Session:
-    session = Session(key, path)
+    session = Session(key, JsonlJournal(path))
+    replay(session, _read_records(path))
+    return session
+
+
+def _read_records(path: Path) -> Iterable[dict[str, Any]]:
     if not path.exists():
-        return session
+        return
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, start=1):
             if not line.strip():
@@ -245,12 +343,17 @@ def load_session(key: str, path: Path) -> Session:
             except ValueError:
                 log.warning("%s: skipped unreadable line %d", path, number)
                 continue
-            if "_meta" in record and isinstance(record["_meta"], dict):
-                session.meta.merge(record["_meta"])
-            elif "_reset" in record:
-                session.messages = []
-            elif "_drop" in record and isinstance(record["_drop"], int) and record["_drop"] > 0:
-                del session.messages[-record["_drop"]:]
-            elif "role" in record:
-                session.messages.append(record)
-    return session
+            yield record
+
+
+def replay(session: Session, records: Iterable[dict[str, Any]]) -> None:
+    """Rebuild a session's state from its records, in order."""
+    for record in records:
+        if "_meta" in record and isinstance(record["_meta"], dict):
+            session.meta.merge(record["_meta"])
+        elif "_reset" in record:
+            session.messages = []
+        elif "_drop" in record and isinstance(record["_drop"], int) and record["_drop"] > 0:
+            del session.messages[-record["_drop"]:]
+        elif "role" in record:
+            session.messages.append(record)

@@ -47,7 +47,7 @@ def test_plan_cut_keeps_half_a_window_and_starts_it_at_a_user_message() -> None:
 
 
 def session_with(tmp_path: Path, n: int) -> Session:
-    s = Session("cli:x", tmp_path / "s.jsonl")
+    s = load_session("cli:x", tmp_path / "s.jsonl")
     for i in range(n):
         s.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"})
     return s
@@ -61,7 +61,7 @@ def test_prompt_history_skips_what_is_consolidated(tmp_path: Path) -> None:
     assert [m["content"] for m in prompt_history(s, 4)] == ["m4", "m5"]
     s.set_meta(consolidated_upto=6, consolidated_ts=s.messages[5]["ts"])
     assert prompt_history(s, 4) == []
-    reloaded = load_session("cli:x", s.path)
+    reloaded = load_session("cli:x", s.journal.path)
     assert consolidated_upto(reloaded) == 6
 
 
@@ -74,9 +74,9 @@ def test_marker_from_before_new_is_ignored(tmp_path: Path) -> None:
     for i in range(6):
         s.messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"n{i}", "ts": f"later {i}"})
     assert consolidated_upto(s) == 0 and len(prompt_history(s, 10)) == 6
-    with s.path.open("a") as f:  # a hand-edited marker of the wrong type is not taken
+    with s.journal.path.open("a") as f:  # a hand-edited marker of the wrong type is not taken
         f.write('{"_meta": {"consolidated_upto": "4"}}\n')
-    assert consolidated_upto(load_session("cli:x", s.path)) == 0
+    assert consolidated_upto(load_session("cli:x", s.journal.path)) == 0
 
 
 @pytest.mark.parametrize("text", [

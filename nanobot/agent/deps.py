@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from nanobot.mcp.servers import McpServers
     from nanobot.providers.base import Provider
     from nanobot.sandbox.executor import CodeExecutor
-    from nanobot.session import SessionStore
+    from nanobot.session import Histories
     from nanobot.tools.registry import ToolRegistry
     from nanobot.tools.services import Services
     from nanobot.usage import UsageStore
@@ -33,7 +33,7 @@ class AgentDeps:
     config: Config
     provider: Provider
     tools: ToolRegistry
-    sessions: SessionStore
+    sessions: Histories
     services: Services
     code: CodeExecutor  # runs the chat's programs (code and hybrid mode)
     usage: UsageStore | None = None

@@ -211,6 +211,7 @@ class Agent:
         """A chat message: a command's answer, or a full agent turn (``resumed``: one cut by a
         restart, whose message is in the history already)."""
         content = clean_text(content)  # one bad character must not poison the chat's history
+        await self.deps.sessions.open(session_key)  # loaded before anything reads it
         if origin is not None and origin.private:
             remember_peer(self.session(session_key), origin)
         answer = await handle_command(self, session_key, content)
@@ -224,7 +225,7 @@ class Agent:
                        stream: ReplyStream | None = None, durations: dict[str, float] | None = None,
                        resumed: bool = False) -> str:
         """``durations``: seconds of recordings among ``media``, as the platform reported them."""
-        session = self.session(session_key)
+        session = await self.deps.sessions.open(session_key)
         if self.deps.mcp is not None:  # `nanobot agent`: the first turn starts them
             await self.deps.mcp.ensure_started()
         turn = Turn(self.deps, session, get_mode(mode or self.mode_name(session)), progress, stream)

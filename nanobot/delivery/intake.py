@@ -22,7 +22,7 @@ from nanobot.bus import EPHEMERAL, InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
     from nanobot.delivery.store import DeliveryStore
-    from nanobot.session import SessionStore
+    from nanobot.session import Histories
 
 log = logging.getLogger(__name__)
 
@@ -83,11 +83,11 @@ class DurableIntake:
                 self.bus.outbound.put_nowait(OutboundMessage(msg.channel, msg.chat_id, DISK_FULL_REPLY,
                                                              metadata={EPHEMERAL: True}))
 
-    async def resume(self, sessions: SessionStore) -> int:
+    async def resume(self, sessions: Histories) -> int:
         """Queue the messages a crash or a restart left unanswered, in order; how many."""
         unfinished = await self.store.unfinished_inbound()
         for msg in unfinished:
-            started = sessions.get(msg.session_key).meta.intake_started
+            started = (await sessions.open(msg.session_key)).meta.intake_started
             if started is not None and started >= msg.metadata["intake_id"]:
                 msg.metadata["resumed"] = True
             await self.bus.publish_inbound(msg)

@@ -107,7 +107,7 @@ class SessionWorker:
                 try:
                     started = True
                     self.stream = d.reply_stream(msg)
-                    resumed = mark_started(d.agent.session(self.key), msg)
+                    resumed = mark_started(await d.agent.deps.sessions.open(self.key), msg)
                     return await d.agent.handle(self.key, msg.content, media=msg.media, mode=msg.metadata.get("mode"),
                                                 progress=lambda text: d.send(msg, text), origin=origin_of(msg),
                                                 stream=self.stream, durations=msg.metadata.get("durations"),

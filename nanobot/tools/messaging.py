@@ -111,7 +111,7 @@ async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str, what: str
     section = ctx.config.channels.section(channel)
     if section and listed([str(a) for a in section.allow_from], chat_id, None):
         return
-    if await _paired(ctx, channel, chat_id) or _has_talked(ctx, f"{channel}:{chat_id}"):
+    if await _paired(ctx, channel, chat_id) or await _has_talked(ctx, f"{channel}:{chat_id}"):
         return
     raise PermissionError(
         f"{what}: {channel}:{chat_id} is not a chat I may write to (it is not this chat, not in "
@@ -127,12 +127,13 @@ async def _paired(ctx: ToolContext, channel: str, chat_id: str) -> bool:
     return ctx.services is not None and await ctx.services.pairing.is_paired(channel, chat_id)
 
 
-def _has_talked(ctx: ToolContext, target: str) -> bool:
+async def _has_talked(ctx: ToolContext, target: str) -> bool:
     # Only plain ids: session file names replace odd characters, and "a/b" must not pass for "a_b".
     if not re.fullmatch(r"[\w.-]+:[\w.-]+", target):
         return False
-    directory = ctx.services.sessions.directory if ctx.services is not None else ctx.config.home / "sessions"
-    return (directory / session_filename(target)).exists()
+    if ctx.services is not None:
+        return await ctx.services.sessions.exists(target)
+    return (ctx.config.home / "sessions" / session_filename(target)).exists()
 
 
 MESSAGING_TOOLS = [send_message, send_file]

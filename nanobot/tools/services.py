@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from nanobot.config import CodeRuntime
     from nanobot.cron.service import RunOutcome
     from nanobot.database import Database
-    from nanobot.session import SessionStore
+    from nanobot.session import Histories
 
 Announce = Callable[[str], Awaitable[None]]
 
@@ -32,7 +32,7 @@ class Scheduler(Protocol):
 @dataclass(frozen=True)
 class Services:
     db: Database
-    sessions: SessionStore
+    sessions: Histories
     pairing: PairingStore
     programs: ProgramChecker  # checks a cron job's code when it is scheduled
     scheduler: Scheduler  # run_cron's way to the scheduler (only the gateway runs one)

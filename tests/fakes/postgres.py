@@ -34,16 +34,29 @@ def pg_server() -> Iterator[str]:
 @pytest.fixture
 async def pg_url(pg_server: str) -> AsyncIterator[str]:
     """A fresh, empty database on the session's server, dropped after the test."""
+    url = await create_database(pg_server)
+    yield url
+    await drop_database(pg_server, url)
+
+
+async def create_database(server: str) -> str:
+    """A new empty database on ``server`` (its admin URL); its URL."""
     import asyncpg
 
     name = f"nanobot_test_{next(_numbers)}"
-    admin = await asyncpg.connect(pg_server)
+    admin = await asyncpg.connect(server)
     try:
         await admin.execute(f"CREATE DATABASE {name}")
     finally:
         await admin.close()
-    yield pg_server.replace("/postgres?", f"/{name}?", 1)
-    admin = await asyncpg.connect(pg_server)
+    return server.replace("/postgres?", f"/{name}?", 1)
+
+
+async def drop_database(server: str, url: str) -> None:
+    import asyncpg
+
+    name = url.split("/")[-1].split("?")[0]
+    admin = await asyncpg.connect(server)
     try:
         await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
     finally:
