@@ -279,12 +279,29 @@ class Histories(Protocol):
     def close(self, key: str | None = None) -> None: ...
 
 
-class SessionStore:
+class OpenSessions:
+    """The sessions a store has loaded, kept until closed (the base of both stores)."""
+
+    def __init__(self) -> None:
+        self._open: dict[str, Session] = {}
+
+    async def flush(self) -> None:
+        await asyncio.gather(*(session.sync_soon() for session in self._open.values()))
+
+    def close(self, key: str | None = None) -> None:
+        keys = [key] if key else list(self._open)
+        for k in keys:
+            session = self._open.pop(k, None)
+            if session:
+                session.close()
+
+
+class SessionStore(OpenSessions):
     """The default: one JSONL file per session in ``directory``."""
 
     def __init__(self, directory: Path) -> None:
+        super().__init__()
         self.directory = directory
-        self._open: dict[str, Session] = {}
 
     def get(self, key: str) -> Session:
         session = self._open.get(key)
@@ -311,16 +328,6 @@ class SessionStore:
             key = first.get("_meta", {}).get("key") if isinstance(first.get("_meta"), dict) else None
             found.append(key if isinstance(key, str) else path.stem)
         return found
-
-    async def flush(self) -> None:
-        await asyncio.gather(*(session.sync_soon() for session in self._open.values()))
-
-    def close(self, key: str | None = None) -> None:
-        keys = [key] if key else list(self._open)
-        for k in keys:
-            session = self._open.pop(k, None)
-            if session:
-                session.close()
 
 
 def load_session(key: str, path: Path) -> Session:

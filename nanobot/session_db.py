@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from nanobot.database import Database, Migrations
-from nanobot.session import Session, replay
+from nanobot.session import OpenSessions, Session, replay
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +80,12 @@ class DatabaseJournal:
             delay = RETRY_FIRST_S
 
 
-class DatabaseSessionStore:
+class DatabaseSessionStore(OpenSessions):
     """Histories as rows of the ``history`` table; sessions are loaded with ``open`` (async)."""
 
     def __init__(self, db: Database) -> None:
+        super().__init__()
         self.db = db
-        self._open: dict[str, Session] = {}
 
     @classmethod
     async def create(cls, db: Database) -> DatabaseSessionStore:
@@ -114,14 +114,3 @@ class DatabaseSessionStore:
     async def records(self, key: str) -> list[dict[str, Any]]:
         rows = await self.db.fetch("SELECT record FROM history WHERE session_key = $1 ORDER BY id", key)
         return [json.loads(row[0]) for row in rows]
-
-    async def flush(self) -> None:
-        """Wait until every open session's records are committed (at shutdown)."""
-        await asyncio.gather(*(session.sync_soon() for session in self._open.values()))
-
-    def close(self, key: str | None = None) -> None:
-        keys = [key] if key else list(self._open)
-        for k in keys:
-            session = self._open.pop(k, None)
-            if session:
-                session.close()
