@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
 
 from nanobot import logs
 from nanobot.config import ConfigError, load_config
+from nanobot.cron.store import CronStore
 from nanobot.db import HomeError
 from nanobot.postgres import PostgresDatabase, migrate, open_pool
 from nanobot.runtime import Runtime
+from nanobot.usage import UsageStore
 from tests.fakes.openai_server import reply
 from tests.helpers import config_for, running_gateway, telegram_gateway_config
+from tests.test_cli import nanobot, write_config
 
 STEPS = ["CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);",
          "ALTER TABLE notes ADD COLUMN created DOUBLE PRECISION;"]
@@ -114,5 +118,75 @@ async def test_the_gateway_runs_on_postgresql_end_to_end(pg_url: str, llm, tg, w
     try:
         assert await db.fetchval("SELECT count(*) FROM inbound WHERE done = 1") == 3
         assert [r[0] for r in await db.fetch("SELECT state FROM outbox ORDER BY id")] == ["sent"] * 3
+    finally:
+        await db.close()
+
+
+# ------------------------------------------------------------------ a home moved into it
+
+async def test_a_home_moves_into_postgresql_and_the_chat_goes_on(pg_url: str, llm, workspace: Path,
+                                                                  home: Path) -> None:
+    write_config(home, workspace, llm.base_url)
+    llm.script(reply("noted: tea"), reply("```python\nx = 41\nprint('kept')\n```"), reply("done"),
+               reply("tea, and x is 42"))
+    async with Runtime(load_config()[0]) as rt:  # a week of use in the embedded store
+        await rt.agent.handle("telegram:5", "I like tea")
+        await rt.agent.handle("telegram:5", "remember x", mode="code")
+        await rt.deps.services.pairing.request("discord", "77", "zed")
+        await (await CronStore.open(rt.db)).add(name="n", owner_session="telegram:5", schedule_kind="every", expression="3600",
+                                   timezone="UTC", payload_kind="code", payload="print(1)")
+    code, out, err = await nanobot("db", "migrate", "--to", pg_url, home=home)
+    assert code == 0, err
+    for line in ("model_calls: 3 in the home, 3 in PostgreSQL", "cron_jobs: 1 in the home, 1 in PostgreSQL",
+                 "code_state: 1 in the home, 1 in PostgreSQL", "pairing_requests: 1 in the home, 1 in PostgreSQL"):
+        assert line in out, out
+    again = await nanobot("db", "migrate", "--to", pg_url, home=home)  # harmless: nothing copied twice
+    assert again[0] == 0 and "history (records): " in again[1]
+    exported_home = await nanobot("history", "export", "telegram:5", home=home)
+    config = load_config()[0]
+    config.database.url = pg_url
+    async with Runtime(config) as rt:
+        records = await rt.sessions.records("telegram:5")
+        assert [j.name for j in await CronStore(rt.db).list()] == ["n"]
+        assert [r.sender_id for r in await rt.deps.services.pairing.pending()] == ["77"]
+        assert await rt.agent.handle("telegram:5", "what do I like? and x+1?", mode="code") == "tea, and x is 42"
+    assert exported_home[1].splitlines() == [json.dumps(r, ensure_ascii=False) for r in records]
+    asked = [m["content"] for m in llm.chat_requests[-1]["messages"] if m["role"] == "user"]
+    assert asked[0] == "I like tea"  # the history came along
+    db = await PostgresDatabase.open(pg_url)
+    try:  # and the chat's Python state (x = 41), as the sandbox dumped it
+        assert await db.fetchval("SELECT length(state) FROM code_state WHERE session_key = 'telegram:5'") > 0
+    finally:
+        await db.close()
+
+
+async def test_history_export_from_postgresql(pg_url: str, llm, workspace: Path, home: Path, tmp_path: Path) -> None:
+    write_config(home, workspace, llm.base_url)
+    config = load_config()[0]
+    config.database.url = pg_url
+    llm.script(reply("hi"))
+    async with Runtime(config) as rt:
+        await rt.agent.handle("telegram:8", "hello")
+    env = {"NANOBOT_DATABASE__URL": pg_url}
+    code, _, err = await nanobot("history", "export", "telegram:8", "--out", str(tmp_path / "h.jsonl"), home=home, env=env)
+    assert code == 0 and "Wrote 3 records" in err
+    lines = [json.loads(line) for line in (tmp_path / "h.jsonl").read_text().splitlines()]
+    assert [m.get("content") for m in lines[1:]] == ["hello", "hi"]
+    assert (await nanobot("history", "export", "telegram:9", home=home, env=env))[0] == 1
+
+
+async def test_a_count_that_does_not_match_copies_nothing(pg_url: str, llm, workspace: Path, home: Path) -> None:
+    write_config(home, workspace, llm.base_url)
+    llm.script(reply("hi"))
+    async with Runtime(load_config()[0]) as rt:
+        await rt.agent.handle("telegram:5", "hello")
+    db = await PostgresDatabase.open(pg_url)
+    try:
+        usage = await UsageStore.create(db)  # the target already holds calls the home does not know
+        for _ in range(2):
+            await usage.record_call("telegram:9", "tools", "m", 1, 1)
+        code, _, err = await nanobot("db", "migrate", "--to", pg_url, home=home)
+        assert code == 1 and "model_calls: 1 in the home, 2 in PostgreSQL" in err
+        assert await db.fetchval("SELECT count(*) FROM history") == 0  # nothing left half-done
     finally:
         await db.close()

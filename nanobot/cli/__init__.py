@@ -15,6 +15,7 @@ import typer
 from nanobot import logs
 from nanobot.cli.agent import agent
 from nanobot.cli.common import fail, get_config
+from nanobot.cli.data import db_app, history_app
 from nanobot.cli.pairing import pairing_app
 from nanobot.cli.status import status
 from nanobot.config import Config, ConfigError, config_path, load_config, private_dir, write_private
@@ -106,6 +107,8 @@ def gateway(ctx: typer.Context) -> None:
 for command in (onboard, agent, status, gateway):  # in this order in --help
     app.command()(command)
 app.add_typer(pairing_app, name="pairing")
+app.add_typer(history_app, name="history")
+app.add_typer(db_app, name="db")
 
 
 def _mount_subcommands() -> None:

@@ -1,0 +1,85 @@
+"""``nanobot db migrate --to URL`` (a home into PostgreSQL) and ``nanobot history export KEY``
+(a chat's history as JSONL, from either store)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from nanobot.cli.common import fail, get_config
+from nanobot.config import Config, url_without_password
+
+db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The store: copy a home into PostgreSQL.")
+history_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Chat histories.")
+
+
+@db_app.command("migrate")
+def db_migrate(ctx: typer.Context,
+               to: str = typer.Option(..., "--to", metavar="URL", help="postgresql://USER:PASSWORD@HOST:PORT/DATABASE")) -> None:
+    """Copy this home's nanobot.db and JSONL histories into PostgreSQL and compare the counts
+    (exit 1 on a mismatch, nothing left half-done; running it again copies nothing twice)."""
+    config = get_config(ctx)
+    if not to.startswith(("postgresql://", "postgres://")):
+        fail(f"--to must be a postgresql:// URL, not {url_without_password(to)!r}")
+    sys.exit(asyncio.run(_migrate(config, to)))
+
+
+async def _migrate(config: Config, url: str) -> int:
+    from nanobot.database import SqliteDatabase
+    from nanobot.home_copy import CountMismatch, copy_home
+    from nanobot.postgres import PostgresDatabase, where
+    from nanobot.session import SessionStore
+
+    started = time.monotonic()
+    sqlite = await SqliteDatabase.open(config.home / "nanobot.db")
+    try:
+        target = await PostgresDatabase.open(url)
+        try:
+            report = await copy_home(sqlite, SessionStore(config.home / "sessions"), target)
+        except CountMismatch as exc:
+            typer.echo(f"nanobot: the counts differ, nothing was copied: {exc}", err=True)
+            return 1
+        finally:
+            await target.close()
+    finally:
+        await sqlite.close()
+    for line in report.lines():
+        typer.echo(line)
+    typer.echo(f"Copied {config.home} into PostgreSQL at {where(url)} in {time.monotonic() - started:.1f} s. "
+               "Set database.url to it to use it.")
+    return 0
+
+
+@history_app.command("export")
+def history_export(ctx: typer.Context, key: str = typer.Argument(..., help="the chat, e.g. telegram:123456"),
+                   out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="write here, not to stdout")) -> None:
+    """A chat's history as JSONL (every record, in order), from the configured store."""
+    records = asyncio.run(_records(get_config(ctx), key))
+    if not records:
+        fail(f"no history for {key!r}", 1)
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        out.write_text(text, encoding="utf-8")
+        typer.echo(f"Wrote {len(records)} records to {out}", err=True)
+
+
+async def _records(config: Config, key: str) -> list[dict]:
+    from nanobot.database import open_database
+    from nanobot.session import SessionStore
+    from nanobot.session_db import DatabaseSessionStore
+
+    if config.database.engine == "sqlite":
+        return await SessionStore(config.home / "sessions").records(key)
+    db = await open_database(config)
+    try:
+        return await (await DatabaseSessionStore.create(db)).records(key)
+    finally:
+        await db.close()
