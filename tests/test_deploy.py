@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from nanobot.config import Config
 
 UNIT = Path(__file__).resolve().parent.parent / "deploy" / "nanobot.service"
 
@@ -33,3 +36,24 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
     unit.write_text(UNIT.read_text().replace("ExecStart=/opt/nanobot/venv/bin/nanobot", "ExecStart=/bin/true"))
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+def test_the_container_runs_the_wheel_as_a_user_and_compose_adds_postgresql() -> None:
+    """No Docker engine runs where the tests run, so the files are checked for what matters:
+    the wheel installed, a non-root user, the home on a volume; compose wires PostgreSQL in
+    through database.url with the password from the environment, never in the file."""
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    docker = (root / "Dockerfile").read_text()
+    assert "pip wheel" in docker and "pip install --no-cache-dir /wheels/*.whl" in docker
+    assert re.search(r"^USER nanobot$", docker, re.M) and "ENV NANOBOT_HOME=/var/lib/nanobot" in docker
+    assert 'ENTRYPOINT ["nanobot"]' in docker and 'CMD ["gateway"]' in docker
+    compose = yaml.safe_load((root / "compose.yaml").read_text())
+    gateway, postgres = compose["services"]["gateway"], compose["services"]["postgres"]
+    url = gateway["environment"]["NANOBOT_DATABASE__URL"]
+    assert url.startswith("postgresql://nanobot:${NANOBOT_DB_PASSWORD}@postgres:5432/")
+    assert gateway["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert "nanobot-home:/var/lib/nanobot" in " ".join(gateway["volumes"])
+    assert postgres["environment"]["POSTGRES_PASSWORD"].startswith("${NANOBOT_DB_PASSWORD:?")
+    assert Config(database={"url": url.replace("${NANOBOT_DB_PASSWORD}", "x")}).database.engine == "postgresql"

@@ -190,3 +190,25 @@ async def test_a_count_that_does_not_match_copies_nothing(pg_url: str, llm, work
         assert await db.fetchval("SELECT count(*) FROM history") == 0  # nothing left half-done
     finally:
         await db.close()
+
+
+async def test_one_gateway_per_database_until_workers_share_it(pg_url: str, tmp_path: Path, home: Path) -> None:
+    """Two gateways on one database would both poll Telegram and both fire every cron job: the
+    second refuses to start (exit 1, one line) while the first holds the database."""
+    first = await PostgresDatabase.open(pg_url)
+    try:
+        assert await first.try_hold("gateway")
+        other_home = tmp_path / "other-home"
+        other_home.mkdir()
+        (other_home / "config.json").write_text(json.dumps({
+            "database": {"url": pg_url}, "gateway": {"heartbeat": {"enabled": False}},
+            "providers": {"openai": {"apiKey": "k", "apiBase": "http://127.0.0.1:9/v1"}}}))
+        code, _, err = await nanobot("gateway", home=other_home)
+        assert code == 1 and "another nanobot gateway already runs on this database" in err, err
+    finally:
+        await first.close()
+    second = await PostgresDatabase.open(pg_url)
+    try:
+        assert await second.try_hold("gateway")  # released with the first
+    finally:
+        await second.close()

@@ -208,6 +208,10 @@ def _stop_on(sig: signal.Signals, stop: asyncio.Event) -> Any:
 async def _serve(config: Config, stop: asyncio.Event) -> int:
     watchdog: asyncio.Task[None] | None = None
     async with Runtime(config, bus=MessageBus()) as runtime:
+        if not await runtime.db.try_hold("gateway"):
+            log.error("another nanobot gateway already runs on this database (database.url); until gateway "
+                      "workers can share one, run one gateway per database")
+            return 1
         gateway = Gateway(runtime)
         add_services(gateway)
         try:
