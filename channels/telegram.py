@@ -33,6 +33,7 @@ from channels.telegram_http import AiohttpRequest
 from channels.text import split_message, utf16_len
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
+from nanobot.db import StoreUnavailable
 from nanobot.media import PHOTO_LIMITS
 
 log = logging.getLogger(__name__)
@@ -142,6 +143,8 @@ class TelegramChannel(BaseChannel):
             return None
         try:
             return await self._intake(message, user.id, user.username, update.update_id)
+        except StoreUnavailable:  # the batch waits, unconfirmed, until the database is back
+            raise
         except Exception:  # one bad update must not block the ones behind it
             log.exception("telegram: failed to handle message %s", message.message_id)
             return None

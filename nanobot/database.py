@@ -19,12 +19,15 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Literal, Mapping
 
 import aiosqlite
 
-from nanobot.db import migrate, open_db
+from nanobot.db import StoreUnavailable, migrate, open_db
+
+__all__ = ["Database", "Migrations", "Queries", "SqliteDatabase", "StoreUnavailable", "open_database"]
 
 if TYPE_CHECKING:
     from nanobot.config import Config
 
 Engine = Literal["sqlite", "postgresql"]
+
 Migrations = Mapping[Engine, list[str]]  # per engine: SQL scripts, applied in order, each once
 Row = Mapping[str, Any]  # aiosqlite.Row and asyncpg.Record both index by column name and number
 

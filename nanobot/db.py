@@ -23,6 +23,11 @@ class HomeError(Exception):
     """The home or the database cannot be used (not writable, say): one line for the user, exit 1."""
 
 
+class StoreUnavailable(Exception):
+    """The database cannot be reached now (a server down or restarting); the same write will
+    work once it is back. Writers that must not lose anything wait and retry."""
+
+
 def schema_too_new(component: str, found: int, known: int) -> HomeError:
     """A database written by a newer nanobot: refused, since this one would misread it."""
     return HomeError(f"the database's {component} tables are schema version {found}, newer than this "

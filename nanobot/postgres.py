@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 
-from nanobot.db import HomeError, schema_too_new
+from nanobot.db import HomeError, StoreUnavailable, schema_too_new
 
 SCHEMA_VERSIONS = ("CREATE TABLE IF NOT EXISTS schema_versions "
                    "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)")
@@ -69,28 +69,54 @@ def _lock_key(name: str) -> int:
     return zlib.crc32(f"nanobot {name}".encode()) | (1 << 40)
 
 
+# Failures of the connection, not of the statement: the server is down, restarting, or gone.
+_CONNECTION_LOST = (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+                    asyncpg.AdminShutdownError, asyncpg.CannotConnectNowError)
+
+
+def _unavailable(exc: BaseException) -> StoreUnavailable:
+    return StoreUnavailable(f"PostgreSQL cannot be reached: {_reason(exc)}")
+
+
 class _PostgresQueries:
-    """The Queries of database.py on a pool (each statement commits) or on one connection."""
+    """The Queries of database.py on a pool (each statement commits) or on one connection. A
+    lost connection, or one that cannot be had, is StoreUnavailable: callers wait and retry."""
 
     def __init__(self, target: asyncpg.Pool | asyncpg.Connection) -> None:
         self.target = target
 
+    async def _run(self, method: str, *args: Any) -> Any:
+        try:
+            return await getattr(self.target, method)(*args)
+        except _CONNECTION_LOST as exc:
+            raise _unavailable(exc) from None
+        except asyncpg.PostgresError as exc:
+            if isinstance(self.target, asyncpg.Pool) and _refused_at_connect(exc):
+                raise _unavailable(exc) from None
+            raise
+
     async def execute(self, sql: str, *args: Any) -> int:
-        status = await self.target.execute(sql, *args)  # e.g. "UPDATE 3", "INSERT 0 1"
+        status = await self._run("execute", sql, *args)  # e.g. "UPDATE 3", "INSERT 0 1"
         count = status.rsplit(" ", 1)[-1]
         return int(count) if count.isdigit() else 0
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        await self.target.executemany(sql, list(rows))
+        await self._run("executemany", sql, list(rows))
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
-        return list(await self.target.fetch(sql, *args))
+        return list(await self._run("fetch", sql, *args))
 
     async def fetchrow(self, sql: str, *args: Any) -> Any:
-        return await self.target.fetchrow(sql, *args)
+        return await self._run("fetchrow", sql, *args)
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
-        return await self.target.fetchval(sql, *args)
+        return await self._run("fetchval", sql, *args)
+
+
+def _refused_at_connect(exc: asyncpg.PostgresError) -> bool:
+    """The server refused a new connection (the database does not accept connections now, too
+    many clients): a statement never ran."""
+    return exc.sqlstate in ("55000", "53300", "57P03", "3D000", "28000")
 
 
 class PostgresDatabase(_PostgresQueries):
@@ -109,8 +135,17 @@ class PostgresDatabase(_PostgresQueries):
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[_PostgresQueries]:
-        async with self.pool.acquire() as conn, conn.transaction():
-            yield _PostgresQueries(conn)
+        try:
+            conn = await self.pool.acquire()
+        except (*_CONNECTION_LOST, asyncpg.PostgresError) as exc:
+            raise _unavailable(exc) from None
+        try:
+            async with conn.transaction():
+                yield _PostgresQueries(conn)
+        except _CONNECTION_LOST as exc:  # at BEGIN or COMMIT
+            raise _unavailable(exc) from None
+        finally:
+            await self.pool.release(conn)
 
     async def migrate(self, component: str, migrations: Mapping[str, list[str]]) -> None:
         await migrate(self.pool, component, migrations["postgresql"])

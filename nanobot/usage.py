@@ -5,12 +5,15 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, time as day_time
 from zoneinfo import ZoneInfo
 
-from nanobot.database import Database, Migrations
+from nanobot.database import Database, Migrations, StoreUnavailable
+
+log = logging.getLogger(__name__)
 
 FAILED = "sum(CASE WHEN outcome != 'ok' THEN 1 ELSE 0 END)"
 
@@ -97,7 +100,7 @@ class UsageStore:
     async def record_call(self, session_key: str, mode: str, model: str, prompt_tokens: int,
                           completion_tokens: int, purpose: str = "turn", *, outcome: str = "ok", provider: str = "",
                           cost: float = 0.0) -> None:
-        await self.db.execute(
+        await self._record(
             "INSERT INTO model_calls (ts, session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, "
             "provider, cost_usd) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             time.time(), session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, provider,
@@ -105,9 +108,16 @@ class UsageStore:
 
     async def record_execution(self, session_key: str, mode: str, duration_ms: float, function_calls: int,
                                outcome: str) -> None:
-        await self.db.execute(
+        await self._record(
             "INSERT INTO executions (ts, session_key, mode, duration_ms, function_calls, outcome) "
             "VALUES ($1, $2, $3, $4, $5, $6)", time.time(), session_key, mode, float(duration_ms), function_calls, outcome)
+
+    async def _record(self, sql: str, *args: object) -> None:
+        """A usage row; while the database is away it is skipped (logged): the turn goes on."""
+        try:
+            await self.db.execute(sql, *args)
+        except StoreUnavailable as exc:
+            log.warning("usage not recorded: %s", exc)
 
     async def totals(self, session_key: str | None = None) -> dict[str, ModeTotals]:
         """Per execution mode: for the whole bot, or for one chat (what a member chat may see)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import asyncio
 import json
 from pathlib import Path
@@ -212,3 +214,47 @@ async def test_one_gateway_per_database_until_workers_share_it(pg_url: str, tmp_
         assert await second.try_hold("gateway")  # released with the first
     finally:
         await second.close()
+
+
+async def _outage(server: str, url: str, *, away: bool) -> None:
+    """The database refuses connections and drops the ones it has (a server restarting, say)."""
+    import asyncpg
+
+    name = urlsplit(url).path.lstrip("/")
+    admin = await asyncpg.connect(server)
+    try:
+        await admin.execute(f"ALTER DATABASE {name} WITH ALLOW_CONNECTIONS {'false' if away else 'true'}")
+        if away:
+            await admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", name)
+    finally:
+        await admin.close()
+
+
+async def test_a_database_that_goes_away_loses_nothing(pg_server: str, pg_url: str, llm, tg, workspace: Path,
+                                                       home: Path) -> None:
+    """While PostgreSQL is away a message waits unconfirmed at Telegram and nothing is
+    answered; once it is back the message is recorded, answered, and the chat goes on."""
+    config = telegram_gateway_config(llm.base_url, workspace, tg, 42)
+    config.channels.telegram.streaming = False
+    config.database.url = pg_url
+    llm.fallback = lambda body: reply("re: " + body["messages"][-1]["content"])
+    async with running_gateway(config):
+        tg.push_text(42, 42, "before")
+        await tg.wait_sent(1)
+        await _outage(pg_server, pg_url, away=True)
+        tg.push_text(42, 42, "during")
+        # status, in another process, meanwhile (the gateway has the message in hand by then)
+        code, out, _ = await nanobot("status", home=home, env={"NANOBOT_DATABASE__URL": pg_url})
+        assert code == 1 and "UNREACHABLE" in out
+        assert len(llm.chat_requests) == 1 and len(tg.sent) == 1
+        await _outage(pg_server, pg_url, away=False)
+        await tg.wait_sent(2)
+        tg.push_text(42, 42, "after")
+        await tg.wait_sent(3)
+    assert [m["text"] for m in tg.sent] == ["re: before", "re: during", "re: after"]
+    db = await PostgresDatabase.open(pg_url)
+    try:
+        records = [json.loads(r[0]) for r in await db.fetch("SELECT record FROM history ORDER BY id")]
+        assert [r["content"] for r in records if r.get("role") == "user"] == ["before", "during", "after"]
+    finally:
+        await db.close()

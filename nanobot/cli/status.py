@@ -11,7 +11,7 @@ import typer
 
 from nanobot.cli.common import get_config
 from nanobot.config import Config, config_path
-from nanobot.db import check_writable
+from nanobot.db import HomeError, check_writable
 
 if TYPE_CHECKING:
     from nanobot.database import Database
@@ -44,10 +44,16 @@ async def _status(config: Config, path: Path) -> None:
         typer.echo(line)
     sqlite = config.database.engine == "sqlite"
     typer.echo(f"Database:  {'SQLite, ' + str(config.home / 'nanobot.db') if sqlite else 'PostgreSQL at ' + where(config.database.url)}")
-    db = await open_database(config)
+    typer.echo(f"Disk:      {_disk_line(config.home)}")
+    try:
+        db = await open_database(config)
+    except HomeError as exc:  # what needs the database waits for it: say so, after what could be said
+        typer.echo("           UNREACHABLE now: a running gateway keeps messages and replies waiting until it "
+                   "is back")
+        typer.echo(f"nanobot: {exc}", err=True)
+        raise typer.Exit(1) from None
     try:
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
-        typer.echo(f"Disk:      {_disk_line(config.home)}")
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
         totals = await (await UsageStore.create(db)).totals()
         if not totals:

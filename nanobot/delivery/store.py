@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any, Awaitable, Callable
 
 from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
-from nanobot.database import Database, Migrations, Queries
+from nanobot.database import Database, Migrations, Queries, StoreUnavailable
 from nanobot.periodic import Periodic
 
 log = logging.getLogger(__name__)
@@ -94,6 +94,7 @@ CREATE TRIGGER outbox_finishes AFTER INSERT ON outbox FOR EACH ROW WHEN (NEW.fin
     EXECUTE FUNCTION outbox_finishes();
 """]}
 
+RETRY_FIRST_S, RETRY_MAX_S = 0.25, 5.0  # while the database is away
 SLOW_BATCH_S = 0.25  # a batch slower than this is logged: replies wait for their marks meanwhile
 KEEP_DONE_S = 3 * 86400  # Telegram keeps unconfirmed updates for 24 h: repeats are caught well past that
 
@@ -105,6 +106,8 @@ class DeliveryStore:
         self.db = db
         self._queue: asyncio.Queue[tuple[Op, asyncio.Future[Any]]] = asyncio.Queue()
         self._marks: list[tuple[str, str | None, float, int]] = []  # outbox marks not yet written
+        self._marks_taken: list[tuple[str, str | None, float, int]] = []  # in a batch not yet committed
+        self.unavailable_since: float | None = None  # when the database went away (for status)
         self._marks_done: asyncio.Future[Any] | None = None
         self._writer = asyncio.create_task(self._write_loop(), name="delivery writer")
 
@@ -148,18 +151,30 @@ class DeliveryStore:
                     await self._commit(part)
 
     async def _commit(self, batch: list[tuple[Op, asyncio.Future[Any]]]) -> None:
-        results: list[Any] = []
-        started = time.monotonic()
-        try:
-            async with self.db.transaction() as tx:
-                for op, _ in batch:
-                    results.append(await op(tx))
-        except Exception as exc:
-            log.error("delivery store: a write failed: %s", exc)
-            for _, done in batch:
-                if not done.done():
-                    done.set_exception(exc)
-            return
+        started, delay = time.monotonic(), RETRY_FIRST_S
+        while True:
+            results: list[Any] = []
+            try:
+                async with self.db.transaction() as tx:
+                    for op, _ in batch:
+                        results.append(await op(tx))
+                break
+            except StoreUnavailable as exc:  # the database is away: this batch waits for it, and all behind it
+                if self.unavailable_since is None:
+                    self.unavailable_since = time.time()
+                    log.error("delivery store: %s; messages and replies wait until it is back", exc)
+                await asyncio.sleep(delay)
+                delay = min(RETRY_MAX_S, delay * 2)
+            except Exception as exc:
+                log.error("delivery store: a write failed: %s", exc)
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                return
+        if self.unavailable_since is not None:
+            log.warning("delivery store: the database is back after %.0f s", time.time() - self.unavailable_since)
+            self.unavailable_since = None
+        self._marks_taken = []  # written (if this batch had them; none are taken between batches)
         if time.monotonic() - started > SLOW_BATCH_S:
             log.warning("delivery store: %d writes took %.0f ms", len(batch), (time.monotonic() - started) * 1000)
         for (_, done), value in zip(batch, results):
@@ -212,8 +227,10 @@ class DeliveryStore:
         return self._marks_done
 
     async def _write_marks(self, tx: Queries) -> None:
-        marks, self._marks = self._marks, []
-        await tx.executemany("UPDATE outbox SET state = $1, error = $2, finished = $3 WHERE id = $4", marks)
+        # Taken marks stay until their batch commits: a batch retried after an outage writes them again.
+        self._marks_taken, self._marks = self._marks_taken + self._marks, []
+        await tx.executemany("UPDATE outbox SET state = $1, error = $2, finished = $3 WHERE id = $4",
+                             self._marks_taken)
 
     async def pending_outbound(self) -> list[OutboundMessage]:
         rows = await self.db.fetch("SELECT * FROM outbox WHERE state = 'pending' ORDER BY id")

@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot.config import CodeRuntime, Config
-from nanobot.database import Database, Migrations
+from nanobot.database import Database, Migrations, StoreUnavailable
 from nanobot.sandbox.stubs import render_stubs
 from nanobot.skills import skill_helpers_code
 from nanobot.tools.paths import file_scope
@@ -92,10 +92,10 @@ class CodeExecutor:
                 limits=limits, stubs=code_stubs(tools) if limits.type_check else None, inputs=inputs,
                 save_state=limits.persist_state, timezone=timezone)
 
-        if limits.persist_state:
-            await self._restore(ctx.session_key)
+        # A state that could not be read (the database away) is not overwritten by this run's.
+        seeded = limits.persist_state and await self._restore(ctx.session_key)
         result = await self._run_with_skills(code, ctx, limits.persist_state, feed)
-        if limits.persist_state:
+        if seeded:
             await self._save(ctx.session_key, result.state)
         if self.usage:
             await self.usage.record_execution(ctx.session_key, mode, result.duration_ms, result.function_calls,
@@ -150,28 +150,36 @@ class CodeExecutor:
             self._migrated = True
         return db
 
-    async def _restore(self, key: str) -> None:
-        """Seed the chat's state from the last process's dump, once per process."""
+    async def _restore(self, key: str) -> bool:
+        """Seed the chat's state from the last process's dump, once per process; False while
+        the database cannot be read (then it is tried again next run)."""
         if key in self._restored:
-            return
+            return True
+        try:
+            db = await self._db()
+            state = None if db is None or self.sandbox.has_state(key) else \
+                await db.fetchval("SELECT state FROM code_state WHERE session_key = $1", key)
+        except StoreUnavailable as exc:
+            log.warning("[%s] Python state not restored: %s", key, exc)
+            return False
         self._restored.add(key)
-        db = await self._db()
-        if db is None or self.sandbox.has_state(key):
-            return
-        state = await db.fetchval("SELECT state FROM code_state WHERE session_key = $1", key)
         if state is not None:
             self.sandbox.restore(key, bytes(state))
+        return True
 
     async def _save(self, key: str, state: bytes | None) -> None:
-        db = await self._db()
-        if db is None:
-            return
-        if state is None:  # too large to keep (the result carries the notice) or lost
-            await db.execute("DELETE FROM code_state WHERE session_key = $1", key)
-        else:
-            await db.execute("INSERT INTO code_state (session_key, state, updated) VALUES ($1, $2, $3) "
-                             "ON CONFLICT (session_key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
-                             key, state, time.time())
+        try:
+            db = await self._db()
+            if db is None:
+                return
+            if state is None:  # too large to keep (the result carries the notice) or lost
+                await db.execute("DELETE FROM code_state WHERE session_key = $1", key)
+            else:
+                await db.execute("INSERT INTO code_state (session_key, state, updated) VALUES ($1, $2, $3) ON CONFLICT "
+                                 "(session_key) DO UPDATE SET state = excluded.state, updated = excluded.updated",
+                                 key, state, time.time())
+        except StoreUnavailable as exc:  # kept in the sandbox; the next run saves it
+            log.warning("[%s] Python state not saved: %s", key, exc)
 
 
 def _too_long(code: str, limits: CodeRuntime) -> ExecutionResult:

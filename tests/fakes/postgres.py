@@ -5,6 +5,8 @@ started once per test session on a Unix socket in a temporary folder; each test 
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 import itertools
 import tempfile
 import warnings
@@ -55,7 +57,7 @@ async def create_database(server: str) -> str:
 async def drop_database(server: str, url: str) -> None:
     import asyncpg
 
-    name = url.split("/")[-1].split("?")[0]
+    name = urlsplit(url).path.lstrip("/")
     admin = await asyncpg.connect(server)
     try:
         await admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
