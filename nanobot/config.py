@@ -251,9 +251,10 @@ class Channels(Section):
         return builtin.get(name) or (self.model_extra or {}).get(name)
 
     def streams(self, name: str) -> bool:
-        """Whether replies in this channel are shown as they are written (the terminal: always)."""
+        """Whether replies in this channel are shown as they are written (the terminal and the
+        API: always; the API sends them only to clients that ask for a stream)."""
         section = self.section(name)
-        return name == "cli" or bool(section and section.streaming)
+        return name in ("cli", "api") or bool(section and section.streaming)
 
     def enabled_names(self) -> list[str]:
         """Names of the channels switched on (``channels.<name>.enabled``), third-party ones included."""
@@ -347,8 +348,30 @@ class Heartbeat(Section):
     to: str | None = Field(None, pattern=r"^[^:\s]+:\S+$")  # "channel:chat_id"; default: the first owner chat
 
 
+def _check_listen(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. \"127.0.0.1:8765\")")
+    return value
+
+
+class Api(Section):
+    """The OpenAI-compatible API and the web page on the gateway (nanobot/api/)."""
+
+    enabled: bool = False
+    listen: Annotated[str, AfterValidator(_check_listen)] = "127.0.0.1:8765"  # beyond loopback: a key first
+    max_body_kb: int = Field(1024, gt=0)
+    requests_per_minute: int = Field(60, gt=0)  # per key
+    concurrent_turns: int = Field(4, gt=0)  # per key
+
+    def address(self) -> tuple[str, int]:
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]") or "127.0.0.1", int(port)
+
+
 class Gateway(Section):
     heartbeat: Heartbeat = Heartbeat()
+    api: Api = Api()
     max_concurrent_sessions: int = Field(16, gt=0)
     idle_worker_seconds: float = Field(300.0, gt=0)
     shutdown_grace_seconds: float = Field(10.0, ge=0)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Collection, Literal
 
 from nanobot.access import listed
 
@@ -36,6 +36,7 @@ CHATS_DIR = "chats"
 STEERING_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "HEARTBEAT.md")
 STEERING_DIRS = ("memory", "skills")
 OWNER_ONLY_CHANNELS = ("cli", "heartbeat")  # the terminal and the heartbeat act for the owner
+API_CHANNEL = "api"  # chats of API keys: api:NAME, or api:NAME:SESSION
 
 TAINTED = "this turn read external content ({source}); ask the user to confirm in a new message"
 
@@ -48,14 +49,18 @@ def owner_ids(section: ChannelSection | None) -> list[str]:
     return owners or [str(a) for a in section.allow_from if str(a).strip() not in ("", "*")]
 
 
-def chat_trust(config: Config, session_key: str, peer: list[str] | None = None) -> Trust:
-    """Owner or member, from the config and the chat's remembered private peer ``[id, name]``."""
+def chat_trust(config: Config, session_key: str, peer: list[str] | None = None,
+               api_owners: Collection[str] = ()) -> Trust:
+    """Owner or member, from the config and the chat's remembered private peer ``[id, name]``;
+    an API chat (``api:NAME[:S]``) is the owner's when NAME is an owner key (``api_owners``)."""
     override = config.agents.overrides.get(session_key)
     if override is not None and override.trust is not None:
         return override.trust
     channel, _, chat_id = session_key.partition(":")
     if channel in OWNER_ONLY_CHANNELS:
         return OWNER
+    if channel == API_CHANNEL:
+        return OWNER if chat_id.partition(":")[0] in api_owners else MEMBER
     section = config.channels.section(channel)
     if section is None:
         return MEMBER
@@ -68,9 +73,10 @@ def chat_trust(config: Config, session_key: str, peer: list[str] | None = None) 
     return MEMBER
 
 
-def chat_scope(config: Config, session_key: str, peer: list[str] | None = None) -> tuple[Trust, Path]:
+def chat_scope(config: Config, session_key: str, peer: list[str] | None = None,
+               api_owners: Collection[str] = ()) -> tuple[Trust, Path]:
     """A chat's trust and root: the whole workspace for owner chats, its own folder for members."""
-    trust = chat_trust(config, session_key, peer)
+    trust = chat_trust(config, session_key, peer, api_owners)
     root = config.workspace_path
     return trust, root if trust == OWNER else chat_folder(root, session_key)
 

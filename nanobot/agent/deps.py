@@ -39,11 +39,12 @@ class AgentDeps:
     usage: UsageStore | None = None
     bus: MessageBus | None = None  # None: the terminal (`nanobot agent`) has no chat channels
     mcp: McpServers | None = None  # the configured MCP servers, if any (their tools are in the registry)
+    api_owners: set[str] = field(default_factory=set)  # owner API keys' names, kept current by the API
     system_extras: list[PromptSection] = field(default_factory=list)
 
     def chat_context(self, session_key: str) -> ToolContext:
         """A fresh tool context for one turn (or cron run) of this chat: its trust and folder."""
-        trust, root = chat_scope(self.config, session_key, self.sessions.get(session_key).meta.peer)
+        trust, root = chat_scope(self.config, session_key, self.sessions.get(session_key).meta.peer, self.api_owners)
         if trust == MEMBER:
             root.mkdir(parents=True, exist_ok=True)
         return ToolContext(config=self.config, workspace=root, session_key=session_key, bus=self.bus,

@@ -259,7 +259,8 @@ class Consolidator:
             return False
         part = session.messages[start:cut]
         first, last = session.messages[0], part[-1]
-        _, root = chat_scope(self.deps.config, session.key, session.meta.peer)  # a member chat: its own
+        # a member chat: its own folder
+        _, root = chat_scope(self.deps.config, session.key, session.meta.peer, self.deps.api_owners)
         files = MemoryFiles(root)
         async with self._file_lock:
             for _ in range(2):

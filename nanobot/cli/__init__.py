@@ -14,6 +14,7 @@ import typer
 
 from nanobot import logs
 from nanobot.cli.agent import agent
+from nanobot.cli.api import api_app
 from nanobot.cli.common import fail, get_config
 from nanobot.cli.data import db_app, history_app
 from nanobot.cli.pairing import pairing_app
@@ -109,6 +110,7 @@ for command in (onboard, agent, status, gateway):  # in this order in --help
 app.add_typer(pairing_app, name="pairing")
 app.add_typer(history_app, name="history")
 app.add_typer(db_app, name="db")
+app.add_typer(api_app, name="api")
 
 
 def _mount_subcommands() -> None:

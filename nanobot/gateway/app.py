@@ -164,6 +164,10 @@ def add_services(gateway: Gateway) -> None:
     from nanobot.heartbeat import Heartbeat
 
     gateway.add_service(CronJobs(gateway.runtime, lambda: gateway.dispatcher, gateway.running_channels))
+    if gateway.config.gateway.api.enabled:
+        from nanobot.api.server import ApiServer
+
+        gateway.add_service(ApiServer(gateway))
     gateway.add_service(PairingWelcome(gateway.runtime.deps.services.pairing, gateway.bus,
                                        gateway.running_channels))
     heartbeat = gateway.config.gateway.heartbeat

@@ -72,14 +72,21 @@ class ChannelManager:
         self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
         self._last_kind: dict[str, str] = {}
         self._inflight: set[asyncio.Task[None]] = set()
+        self._internal: list[str] = []  # channels of the gateway itself (the API), not of the config
 
     @property
     def bus(self) -> MessageBus:
         return self.ctx.bus
 
     def enabled(self) -> list[str]:
-        """Names of the channels the config enables (``channels.<name>.enabled``)."""
-        return self.config.channels.enabled_names()
+        """Names of the channels the config enables (``channels.<name>.enabled``), and the gateway's own."""
+        return [*self.config.channels.enabled_names(), *self._internal]
+
+    def add_internal(self, channel: BaseChannel) -> None:
+        """A channel the gateway runs itself (the API): started already, never retried."""
+        self.channels[channel.name] = channel
+        self._internal.append(channel.name)
+        self._up.setdefault(channel.name, asyncio.Event()).set()
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:

@@ -1,0 +1,99 @@
+"""The API as a channel of the gateway: a request's message goes through the durable intake and
+the dispatcher like a Telegram message (per-chat order, slots, history, /commands, /stop),
+and what the dispatcher sends to the chat comes back here to the waiting request.
+
+Turns of one chat run one after another, so the chat's waiting requests form a queue: stream
+updates and notes belong to its head, and the final reply (recorded in the outbox) ends it. A
+request whose client went away leaves the queue at once; its turn still runs and its reply
+stays in the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+
+from channels.base import BaseChannel
+from nanobot.bus import InboundMessage, OutboundMessage
+
+FINAL = None  # what Reply.pieces carries after the last piece
+
+
+@dataclass(eq=False)
+class Reply:
+    """One request's view of its turn: text pieces as they are shown, then the final text."""
+
+    pieces: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+    shown: str = ""  # what was handed out so far (streams resend the whole text each time)
+    final: str = ""
+
+    def show(self, text: str) -> None:
+        """A stream update carries the whole text so far: hand out only what is new."""
+        if text.startswith(self.shown) and len(text) > len(self.shown):
+            self.pieces.put_nowait(text[len(self.shown):])
+            self.shown = text
+
+    def finish(self, text: str) -> None:
+        self.final = text
+        self.show(text)
+        if not text.startswith(self.shown):  # the final text differs from what was streamed
+            self.pieces.put_nowait("\n" + text)
+        self.pieces.put_nowait(FINAL)
+
+
+class ApiChannel(BaseChannel):
+    name = "api"
+    max_message_len = 1_000_000
+
+    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
+        from nanobot.config import PluginChannelConfig
+
+        super().__init__(PluginChannelConfig(enabled=True), ctx)
+        self._waiting: dict[str, deque[Reply]] = {}
+
+    async def ask(self, key_name: str, chat_id: str, content: str, request_id: str) -> Reply:
+        """Hand the message to the gateway; the Reply fills as the turn runs."""
+        reply = Reply()
+        self._waiting.setdefault(chat_id, deque()).append(reply)
+        msg = InboundMessage(self.name, chat_id, key_name, content, metadata={"delivery_key": request_id})
+        try:
+            await self.ctx.accept([msg])
+        except BaseException:
+            self.forget(chat_id, reply)
+            raise
+        return reply
+
+    def forget(self, chat_id: str, reply: Reply) -> None:
+        """The client went away: later replies of the chat go to the requests behind it."""
+        queue = self._waiting.get(chat_id)
+        if queue and reply in queue:
+            queue.remove(reply)
+            if not queue:
+                del self._waiting[chat_id]
+
+    async def send(self, msg: OutboundMessage) -> None:
+        queue = self._waiting.get(msg.chat_id)
+        if not queue or msg.kind == "typing":
+            return
+        head = queue[0]
+        if msg.kind == "stream":
+            head.show(msg.content)
+        elif "outbox_id" in msg.metadata:  # the turn's reply (notes and notices are not recorded)
+            queue.popleft()
+            if not queue:
+                del self._waiting[msg.chat_id]
+            head.finish(msg.content)
+        # Progress notes (<say>) and notices are not part of the completion: the reply is.
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        for queue in self._waiting.values():
+            for reply in queue:
+                reply.pieces.put_nowait(FINAL)
+        self._waiting.clear()
+
+    async def send_typing(self, chat_id: str) -> None:
+        return None

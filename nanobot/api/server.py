@@ -1,0 +1,246 @@
+"""``gateway.api``: the OpenAI-compatible HTTP API, a service of the gateway.
+
+``GET /v1/models`` and ``POST /v1/chat/completions`` (plain, or ``stream: true`` as server-sent
+events), with ``Authorization: Bearer KEY``. The last user message of ``messages`` is the new
+message: the server keeps the chat's history, so earlier messages in the body are not read
+again. A key's chat is ``api:NAME`` (``X-Nanobot-Session: S`` selects ``api:NAME:S``); it is a
+member chat unless the key was made with ``--owner``. Errors have OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import re
+import time
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from nanobot.api.channel import FINAL, ApiChannel, Reply
+from nanobot.api.keys import ApiKeys, KeyCheck
+
+if TYPE_CHECKING:
+    from nanobot.gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+MODEL = "nanobot"
+SESSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, code: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.code, self.kind = status, code, kind
+
+    def response(self) -> web.Response:
+        return web.json_response({"error": {"message": str(self), "type": self.kind, "param": None,
+                                            "code": self.code}}, status=self.status)
+
+
+class ApiServer:
+    """Starts after the channels (a gateway service); its turns go through the dispatcher."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.settings = gateway.config.gateway.api
+        self.channel: ApiChannel | None = None
+        self.check: KeyCheck | None = None
+        self._runner: web.AppRunner | None = None
+        self._calls: dict[str, deque[float]] = {}  # key name -> its requests' times in the last minute
+        self._running: dict[str, int] = {}  # key name -> its turns running now
+
+    async def start(self) -> None:
+        rt = self.gateway.runtime
+        self.check = KeyCheck(await ApiKeys.open(rt.db), rt.deps.api_owners)
+        await self.check.refresh()
+        host, port = self.settings.address()
+        if not _loopback(host) and not await self.check.keys.active():
+            raise RuntimeError(f"gateway.api.listen is {self.settings.listen}, reachable from other machines, and "
+                               "no API key exists: make one first (nanobot api keys add NAME)")
+        assert self.gateway.channels is not None
+        self.channel = ApiChannel(self.gateway.channels.ctx)
+        self.gateway.channels.add_internal(self.channel)
+        app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[_errors])
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_post("/v1/chat/completions", self.completions)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, host, port).start()
+        log.info("API listening on http://%s:%d/v1", host, port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ---- endpoints ----------------------------------------------------------------------
+    async def models(self, request: web.Request) -> web.Response:
+        await self._key(request)
+        return web.json_response({"object": "list", "data": [
+            {"id": MODEL, "object": "model", "created": 0, "owned_by": "nanobot"}]})
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        name, _ = await self._key(request)
+        self._count_request(name)
+        body = await _body(request, self.settings.max_body_kb)
+        if body.get("model", MODEL) != MODEL:
+            raise ApiError(404, f"The model {body.get('model')!r} does not exist; this server offers {MODEL!r}",
+                           "model_not_found")
+        text = _last_user_text(body.get("messages"))
+        chat_id = _chat_id(name, request.headers.get("X-Nanobot-Session"))
+        await self._within_budget()
+        dispatcher = self.gateway.dispatcher
+        if dispatcher is None or dispatcher.closing:
+            raise ApiError(503, "the gateway is shutting down; try again shortly", "service_unavailable", "server_error")
+        if self._running.get(name, 0) >= self.settings.concurrent_turns:
+            raise ApiError(429, f"this key has {self.settings.concurrent_turns} turns running already "
+                           "(gateway.api.concurrentTurns)", "rate_limit_exceeded", "requests")
+        assert self.channel is not None
+        started = time.time()
+        self._running[name] = self._running.get(name, 0) + 1
+        try:
+            reply = await self.channel.ask(name, chat_id, text, f"api-{uuid.uuid4().hex}")
+            if body.get("stream"):
+                return await self._stream(request, chat_id, reply)
+            try:
+                while await reply.pieces.get() is not FINAL:
+                    pass
+            finally:
+                self.channel.forget(chat_id, reply)
+            return web.json_response(_completion(reply.final, await self._usage(chat_id, started)))
+        finally:
+            self._running[name] -= 1
+
+    async def _stream(self, request: web.Request, chat_id: str, reply: Reply) -> web.StreamResponse:
+        assert self.channel is not None
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        try:
+            await _event(response, _chunk(ident, created, {"role": "assistant", "content": ""}))
+            while (piece := await reply.pieces.get()) is not FINAL:
+                await _event(response, _chunk(ident, created, {"content": piece}))
+            await _event(response, _chunk(ident, created, {}, finish="stop"))
+            await response.write(b"data: [DONE]\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            # The client left: the turn goes on and its reply stays in the history.
+            self.channel.forget(chat_id, reply)
+            raise
+        await response.write_eof()
+        return response
+
+    # ---- checks -------------------------------------------------------------------------
+    async def _key(self, request: web.Request) -> tuple[str, bool]:
+        scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+        assert self.check is not None
+        found = await self.check.find(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
+        if found is None:
+            raise ApiError(401, "Incorrect API key provided (Authorization: Bearer KEY; keys are made with "
+                           "nanobot api keys add NAME)", "invalid_api_key")
+        return found
+
+    def _count_request(self, name: str) -> None:
+        now = time.monotonic()
+        calls = self._calls.setdefault(name, deque())
+        while calls and now - calls[0] > 60:
+            calls.popleft()
+        if len(calls) >= self.settings.requests_per_minute:
+            raise ApiError(429, f"Rate limit reached: {self.settings.requests_per_minute} requests per minute for "
+                           "this key (gateway.api.requestsPerMinute)", "rate_limit_exceeded", "requests")
+        calls.append(now)
+
+    async def _within_budget(self) -> None:
+        from nanobot.usage import start_of_today
+
+        rt = self.gateway.runtime
+        settings = rt.config.agents.defaults
+        if settings.daily_budget_usd is None or rt.usage is None:
+            return
+        spent = await rt.usage.cost_since(start_of_today(settings.timezone))
+        if spent >= settings.daily_budget_usd:
+            raise ApiError(429, f"Today's model budget is spent (${spent:.2f} of ${settings.daily_budget_usd:.2f}); "
+                           "try again after midnight", "insufficient_quota", "insufficient_quota")
+
+    async def _usage(self, chat_id: str, since: float) -> dict[str, int]:
+        rt = self.gateway.runtime
+        row = await rt.db.fetchrow("SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0) "
+                                   "FROM model_calls WHERE session_key = $1 AND ts >= $2", f"api:{chat_id}", since)
+        prompt, completion = (int(row[0]), int(row[1])) if row else (0, 0)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return exc.response()
+    except web.HTTPRequestEntityTooLarge:
+        return ApiError(413, "Request body too large (gateway.api.maxBodyKb)", "request_too_large").response()
+    except web.HTTPException as exc:  # 404, 405: in OpenAI's shape too
+        return ApiError(exc.status, exc.reason, "not_found" if exc.status == 404 else "invalid_request").response()
+
+
+async def _body(request: web.Request, max_kb: int) -> dict[str, Any]:
+    if request.content_length is not None and request.content_length > max_kb * 1024:
+        raise ApiError(413, f"Request body too large: over {max_kb} KB (gateway.api.maxBodyKb)", "request_too_large")
+    try:
+        body = json.loads(await request.read())
+    except web.HTTPRequestEntityTooLarge:
+        raise ApiError(413, f"Request body too large: over {max_kb} KB (gateway.api.maxBodyKb)",
+                       "request_too_large") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"The body is not valid JSON: {exc}", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "The body must be a JSON object", "invalid_request")
+    return body
+
+
+def _last_user_text(messages: Any) -> str:
+    """The new message: the last one with role "user" (content as text, or text parts)."""
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list", "invalid_messages")
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):
+                content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+            if isinstance(content, str) and content.strip():
+                return content
+            break
+    raise ApiError(400, "'messages' must end with a user message that has text", "invalid_messages")
+
+
+def _chat_id(name: str, session: str | None) -> str:
+    if session is None:
+        return name
+    if not SESSION.fullmatch(session):
+        raise ApiError(400, "X-Nanobot-Session must be 1 to 64 letters, digits, '.', '_' or '-'", "invalid_session")
+    return f"{name}:{session}"
+
+
+def _completion(text: str, usage: dict[str, int]) -> dict[str, Any]:
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+            "model": MODEL, "usage": usage,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+
+
+def _chunk(ident: str, created: int, delta: dict[str, str], *, finish: str | None = None) -> dict[str, Any]:
+    return {"id": ident, "object": "chat.completion.chunk", "created": created, "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+async def _event(response: web.StreamResponse, data: dict[str, Any]) -> None:
+    await response.write(f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode())
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"

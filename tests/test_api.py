@@ -1,0 +1,172 @@
+"""The OpenAI-compatible API on a running gateway: the real ``openai`` client for the happy
+paths, raw HTTP for the errors, canary files for what a member key must not reach."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+from typing import AsyncIterator
+
+import aiohttp
+import openai
+import pytest
+
+from nanobot.api import keys as api_keys
+from nanobot.api.keys import ApiKeys
+from nanobot.config import Config
+from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
+from tests.helpers import config_for, running_gateway
+from tests.test_cli import nanobot
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def config(llm: FakeOpenAI, workspace: Path) -> Config:
+    cfg = config_for(llm.base_url, workspace, mode="tools")
+    cfg.gateway.heartbeat.enabled = False
+    cfg.gateway.api.enabled = True
+    cfg.gateway.api.listen = f"127.0.0.1:{free_port()}"
+    return cfg
+
+
+@pytest.fixture
+async def api(config: Config, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[dict[str, str]]:
+    """A running gateway with the API, an owner key and a member key."""
+    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)  # a revoked key stops working at once
+    async with running_gateway(config, with_services=True) as gateway:
+        keys = ApiKeys(gateway.runtime.db)
+        yield {"base": f"http://{config.gateway.api.listen}/v1", "owner": await keys.add("ada", owner=True),
+               "member": await keys.add("bob"), "gateway": gateway}  # type: ignore[dict-item]
+
+
+def client(api: dict, key: str, **headers: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=api["base"], api_key=key, default_headers=headers or None, max_retries=0)
+
+
+async def post(api: dict, body: bytes | dict, key: str | None = "owner", **headers: str) -> tuple[int, dict]:
+    auth = {"Authorization": f"Bearer {api[key] if key in api else key}"} if key else {}
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    async with aiohttp.ClientSession() as http:
+        async with http.post(api["base"] + "/chat/completions", data=data,
+                             headers={**auth, **headers, "Content-Type": "application/json"}) as resp:
+            return resp.status, await resp.json()
+
+
+async def test_the_openai_client_chats_plain_and_streamed(api: dict, llm: FakeOpenAI) -> None:
+    llm.script(reply("Hello Ada."), reply("You said hello, and I answered."))
+    ai = client(api, api["owner"])
+    assert [m.id for m in (await ai.models.list()).data] == ["nanobot"]
+    first = await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "hello"}])
+    assert first.choices[0].message.content == "Hello Ada." and first.usage.total_tokens > 0
+    stream = await ai.chat.completions.create(model="nanobot", stream=True, messages=[
+        {"role": "user", "content": "ignored: the server keeps the history"},
+        {"role": "user", "content": "what did I say?"}])
+    pieces = [chunk.choices[0].delta.content async for chunk in stream if chunk.choices[0].delta.content]
+    assert "".join(pieces) == "You said hello, and I answered."
+    sent = [m["content"] for m in llm.chat_requests[1]["messages"] if m["role"] == "user"]
+    assert sent == ["hello", "what did I say?"]  # the history is the server's
+
+
+async def test_each_session_header_is_its_own_chat(api: dict, llm: FakeOpenAI) -> None:
+    llm.fallback = lambda body: reply(f"{len(body['messages'])} messages")
+    one = client(api, api["member"], **{"X-Nanobot-Session": "one"})
+    two = client(api, api["member"], **{"X-Nanobot-Session": "two"})
+    for ai in (one, one, two):
+        await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "hi"}])
+    history = api["gateway"].runtime.sessions
+    assert len((await history.open("api:bob:one")).messages) == 4 and len((await history.open("api:bob:two")).messages) == 2
+
+
+async def test_a_member_key_is_a_member_chat(api: dict, llm: FakeOpenAI, workspace: Path) -> None:
+    """A member key's chat works in its own folder: the owner's files are out of its reach."""
+    (workspace / "secret.txt").write_text("CANARY-owner-file")
+    llm.script(tool_call("read_file", {"path": "secret.txt"}), lambda body: reply(body["messages"][-1]["content"]),
+               tool_call("read_file", {"path": "secret.txt"}), lambda body: reply(body["messages"][-1]["content"]))
+    member = await client(api, api["member"]).chat.completions.create(
+        model="nanobot", messages=[{"role": "user", "content": "read secret.txt"}])
+    assert "CANARY" not in member.choices[0].message.content
+    owner = await client(api, api["owner"]).chat.completions.create(
+        model="nanobot", messages=[{"role": "user", "content": "read secret.txt"}])
+    assert "CANARY-owner-file" in owner.choices[0].message.content
+
+
+async def test_errors_have_openais_shape(api: dict, config: Config) -> None:
+    ok = {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]}
+    assert (await post(api, ok, key=None))[0] == 401
+    status, body = await post(api, ok, key="nb-not-a-key")
+    assert status == 401 and body["error"]["code"] == "invalid_api_key" and body["error"]["type"]
+    assert (await post(api, b"{not json"))[0] == 400
+    assert (await post(api, {"model": "nanobot", "messages": []}))[0] == 400
+    assert (await post(api, {**ok, "model": "gpt-9"}))[0] == 404
+    status, body = await post(api, {**ok, "messages": [{"role": "user", "content": "x" * 2_000_000}]})
+    assert status == 413 and body["error"]["code"] == "request_too_large"
+    assert (await post(api, ok, **{"X-Nanobot-Session": "../etc"}))[0] == 400
+    with pytest.raises(openai.AuthenticationError):
+        await client(api, "nb-wrong").models.list()
+
+
+async def test_a_revoked_key_stops_at_once(api: dict, llm: FakeOpenAI, home: Path) -> None:
+    llm.fallback = lambda body: reply("ok")
+    ok = {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]}
+    assert (await post(api, ok, key="member"))[0] == 200
+    assert await ApiKeys(api["gateway"].runtime.db).revoke("bob")
+    assert (await post(api, ok, key="member"))[0] == 401
+
+
+async def test_rate_and_budget_limits_answer_429(api: dict, llm: FakeOpenAI, config: Config) -> None:
+    llm.fallback = lambda body: reply("ok")
+    config.gateway.api.requests_per_minute = 2
+    ok = {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]}
+    assert [(await post(api, ok, key="member"))[0] for _ in range(3)] == [200, 200, 429]
+    config.agents.defaults.daily_budget_usd = 0.0
+    status, body = await post(api, ok)
+    assert status == 429 and body["error"]["code"] == "insufficient_quota"
+
+
+async def test_a_client_that_leaves_mid_stream_does_not_lose_the_reply(api: dict, llm: FakeOpenAI) -> None:
+    llm.script(delayed(reply("a long answer, finished anyway"), 0.5), reply("next"))
+    ai = client(api, api["owner"])
+    task = asyncio.create_task(ai.chat.completions.create(model="nanobot", stream=True,
+                                                         messages=[{"role": "user", "content": "go"}]))
+    await asyncio.wait_for(llm.request_event.wait(), 5)
+    task.cancel()  # the client hangs up while the model works
+    await asyncio.gather(task, return_exceptions=True)
+    await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "and?"}])
+    session = await api["gateway"].runtime.sessions.open("api:ada")
+    assert [m["content"] for m in session.messages if m["role"] == "assistant"] == [
+        "a long answer, finished anyway", "next"]
+
+
+async def test_the_keys_cli(home: Path) -> None:
+    code, out, err = await nanobot("api", "keys", "add", "phone", "--owner", home=home)
+    assert code == 0 and out.startswith("nb-") and "not shown again" in err
+    key = out.strip()
+    code, out, _ = await nanobot("api", "keys", "list", home=home)
+    assert "phone  owner" in out and "active" in out and key not in out
+    assert (await nanobot("api", "keys", "add", "phone", home=home))[0] == 2  # taken
+    assert (await nanobot("api", "keys", "revoke", "phone", home=home))[0] == 0
+    assert "revoked" in (await nanobot("api", "keys", "list", home=home))[1]
+    assert (await nanobot("api", "keys", "revoke", "phone", home=home))[0] == 1
+
+
+async def test_listening_beyond_loopback_needs_a_key(config: Config) -> None:
+    config.gateway.api.listen = f"0.0.0.0:{free_port()}"
+    from nanobot.bus import MessageBus
+    from nanobot.gateway import Gateway, add_services
+    from nanobot.runtime import Runtime
+
+    async with Runtime(config, bus=MessageBus()) as rt:
+        gateway = Gateway(rt)
+        add_services(gateway)
+        try:
+            with pytest.raises(RuntimeError, match="no API key exists: make one first"):
+                await gateway.start()
+        finally:
+            await gateway.stop()
