@@ -3,8 +3,9 @@ model server answering at once (so what is timed is nanobot, not a model).
 
     python bench/bench_api.py [--requests 200]
 
-Reports request -> first streamed byte (p50, p90), request -> whole plain reply, and requests
-per second for short turns from 8 clients at once (each its own session).
+Reports request -> first streamed byte (p50, p90), request -> whole plain reply, requests per
+second for short turns from 8 clients at once (each its own session), and ``nanobot agent -m``
+with the gateway running (over api.sock) and without (in-process): spawn to reply, peak RSS.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ async def main(requests: int) -> None:
 
                     await asyncio.gather(*(client(c) for c in range(8)))
                     rate = (requests // 8 * 8) / (time.perf_counter() - started)
+                via_socket = await agent_runs(env, 5)
+                in_process = await agent_runs(env, 3, "--local")
             finally:
                 proc.terminate()
                 await proc.wait()
@@ -99,7 +102,23 @@ async def main(requests: int) -> None:
           f"(goal p50 < 20 ms); whole streamed reply p50 {statistics.median(wholes):.1f} ms")
     print(f"plain request -> whole reply: p50 {statistics.median(plains):.1f} ms, p90 {q(plains, 0.9):.1f} ms")
     print(f"short turns, 8 clients at once: {rate:.0f} requests/s; machine reference {common.reference_ms():.1f} ms")
+    print(f"nanobot agent -m hi, gateway running (api.sock): spawn -> reply p50 {statistics.median(via_socket[0]):.0f} ms, "
+          f"peak RSS {via_socket[1]:.1f} MiB (goals < 300 ms, < 30 MiB); in-process (--local): "
+          f"{statistics.median(in_process[0]):.0f} ms, {in_process[1]:.0f} MiB")
 
+
+async def agent_runs(env: dict[str, str], runs: int, *extra: str) -> tuple[list[float], float]:
+    """Wall time of ``nanobot agent -m hi`` and its largest peak RSS (each run's own, from wait4)."""
+    def one() -> tuple[float, float]:
+        # Through /usr/bin/time: Linux keeps a child's peak RSS across exec, so a child spawned
+        # straight from this (large) process would report this process's size.
+        start = time.perf_counter()
+        done = subprocess.run(["/usr/bin/time", "-f", "%M", sys.executable, "-m", "nanobot", "agent", *extra,
+                               "-m", "hi"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        return (time.perf_counter() - start) * 1000, int(done.stderr.strip().splitlines()[-1]) / 1024
+
+    results = [await asyncio.to_thread(one) for _ in range(runs)]
+    return [t for t, _ in results], max(r for _, r in results)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

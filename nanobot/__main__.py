@@ -1,3 +1,3 @@
-from nanobot.cli import main
+from nanobot.entry import main
 
 main()

@@ -170,3 +170,26 @@ async def test_listening_beyond_loopback_needs_a_key(config: Config) -> None:
                 await gateway.start()
         finally:
             await gateway.stop()
+
+
+async def test_the_terminal_reaches_a_running_gateway_without_the_model_sdk(
+        config: Config, llm: FakeOpenAI, home: Path) -> None:
+    """``nanobot agent -m`` goes to the running gateway over $NANOBOT_HOME/api.sock (0600):
+    the turn is the gateway's (its history, its loaded model client); the client imports no
+    model SDK. ``--local`` runs in-process as before."""
+    config.gateway.api.enabled = False  # the socket is there without the HTTP API
+    llm.script(reply("from the gateway"), reply("in-process"))
+    async with running_gateway(config, with_services=True) as gateway:
+        sock = home / "api.sock"
+        assert sock.exists() and sock.stat().st_mode & 0o777 == 0o600
+        code, out, err = await nanobot("agent", "-m", "hi", home=home, env={"PYTHONPROFILEIMPORTTIME": "1"})
+        assert code == 0 and out == "from the gateway\n", err
+        assert "openai" not in err and "pydantic" not in err  # the import log of the client process
+        assert [m["content"] for m in (await gateway.runtime.sessions.open("cli:default")).messages] == [
+            "hi", "from the gateway"]
+        (home / "config.json").write_text(json.dumps({
+            "agents": {"defaults": {"workspace": str(config.workspace_path), "model": "m", "executionMode": "tools"}},
+            "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}}}))
+        code, out, err = await nanobot("agent", "--local", "-m", "again", home=home)
+        assert code == 0 and out.strip() == "in-process", err
+    assert not (home / "api.sock").exists()

@@ -14,8 +14,9 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from channels.base import BaseChannel
+from channels.base import BaseChannel, ChannelContext
 from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.config import PluginChannelConfig
 
 FINAL = None  # what Reply.pieces carries after the last piece
 
@@ -46,17 +47,17 @@ class ApiChannel(BaseChannel):
     name = "api"
     max_message_len = 1_000_000
 
-    def __init__(self, ctx) -> None:  # type: ignore[no-untyped-def]
-        from nanobot.config import PluginChannelConfig
-
+    def __init__(self, ctx: ChannelContext, name: str = "api") -> None:
         super().__init__(PluginChannelConfig(enabled=True), ctx)
+        self.name = name  # type: ignore[misc]  # "api", or "cli" for the terminal's socket
         self._waiting: dict[str, deque[Reply]] = {}
 
-    async def ask(self, key_name: str, chat_id: str, content: str, request_id: str) -> Reply:
+    async def ask(self, sender: str, chat_id: str, content: str, request_id: str, *, mode: str | None = None) -> Reply:
         """Hand the message to the gateway; the Reply fills as the turn runs."""
         reply = Reply()
         self._waiting.setdefault(chat_id, deque()).append(reply)
-        msg = InboundMessage(self.name, chat_id, key_name, content, metadata={"delivery_key": request_id})
+        metadata: dict[str, str] = {"delivery_key": request_id, **({"mode": mode} if mode else {})}
+        msg = InboundMessage(self.name, chat_id, sender, content, metadata=metadata)
         try:
             await self.ctx.accept([msg])
         except BaseException:

@@ -17,7 +17,7 @@ import re
 import time
 import uuid
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
 
@@ -66,7 +66,7 @@ class ApiServer:
         assert self.gateway.channels is not None
         self.channel = ApiChannel(self.gateway.channels.ctx)
         self.gateway.channels.add_internal(self.channel)
-        app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[_errors])
+        app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.completions)
         self._runner = web.AppRunner(app, access_log=None)
@@ -87,11 +87,11 @@ class ApiServer:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         name, _ = await self._key(request)
         self._count_request(name)
-        body = await _body(request, self.settings.max_body_kb)
+        body = await read_body(request, self.settings.max_body_kb)
         if body.get("model", MODEL) != MODEL:
             raise ApiError(404, f"The model {body.get('model')!r} does not exist; this server offers {MODEL!r}",
                            "model_not_found")
-        text = _last_user_text(body.get("messages"))
+        text = last_user_text(body.get("messages"))
         chat_id = _chat_id(name, request.headers.get("X-Nanobot-Session"))
         await self._within_budget()
         dispatcher = self.gateway.dispatcher
@@ -101,38 +101,12 @@ class ApiServer:
             raise ApiError(429, f"this key has {self.settings.concurrent_turns} turns running already "
                            "(gateway.api.concurrentTurns)", "rate_limit_exceeded", "requests")
         assert self.channel is not None
-        started = time.time()
         self._running[name] = self._running.get(name, 0) + 1
         try:
-            reply = await self.channel.ask(name, chat_id, text, f"api-{uuid.uuid4().hex}")
-            if body.get("stream"):
-                return await self._stream(request, chat_id, reply)
-            try:
-                while await reply.pieces.get() is not FINAL:
-                    pass
-            finally:
-                self.channel.forget(chat_id, reply)
-            return web.json_response(_completion(reply.final, await self._usage(chat_id, started)))
+            return await answer(request, self.channel, name, chat_id, text, stream=bool(body.get("stream")),
+                                usage=self._usage)
         finally:
             self._running[name] -= 1
-
-    async def _stream(self, request: web.Request, chat_id: str, reply: Reply) -> web.StreamResponse:
-        assert self.channel is not None
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-        try:
-            await _event(response, _chunk(ident, created, {"role": "assistant", "content": ""}))
-            while (piece := await reply.pieces.get()) is not FINAL:
-                await _event(response, _chunk(ident, created, {"content": piece}))
-            await _event(response, _chunk(ident, created, {}, finish="stop"))
-            await response.write(b"data: [DONE]\n\n")
-        except (ConnectionResetError, asyncio.CancelledError):
-            # The client left: the turn goes on and its reply stays in the history.
-            self.channel.forget(chat_id, reply)
-            raise
-        await response.write_eof()
-        return response
 
     # ---- checks -------------------------------------------------------------------------
     async def _key(self, request: web.Request) -> tuple[str, bool]:
@@ -166,16 +140,50 @@ class ApiServer:
             raise ApiError(429, f"Today's model budget is spent (${spent:.2f} of ${settings.daily_budget_usd:.2f}); "
                            "try again after midnight", "insufficient_quota", "insufficient_quota")
 
-    async def _usage(self, chat_id: str, since: float) -> dict[str, int]:
+    async def _usage(self, session_key: str, since: float) -> dict[str, int]:
         rt = self.gateway.runtime
         row = await rt.db.fetchrow("SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0) "
-                                   "FROM model_calls WHERE session_key = $1 AND ts >= $2", f"api:{chat_id}", since)
+                                   "FROM model_calls WHERE session_key = $1 AND ts >= $2", session_key, since)
         prompt, completion = (int(row[0]), int(row[1])) if row else (0, 0)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
+async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id: str, text: str, *,
+                 stream: bool, usage: Callable[[str, float], Awaitable[dict[str, int]]],
+                 mode: str | None = None) -> web.StreamResponse:
+    """Run ``text`` as a message of the chat and answer with its reply, whole or streamed."""
+    started = time.time()
+    reply = await channel.ask(sender, chat_id, text, f"{channel.name}-{uuid.uuid4().hex}", mode=mode)
+    if stream:
+        return await _stream(request, channel, chat_id, reply)
+    try:
+        while await reply.pieces.get() is not FINAL:
+            pass
+    finally:
+        channel.forget(chat_id, reply)
+    return web.json_response(_completion(reply.final, await usage(f"{channel.name}:{chat_id}", started)))
+
+
+async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply: Reply) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+    try:
+        await _event(response, _chunk(ident, created, {"role": "assistant", "content": ""}))
+        while (piece := await reply.pieces.get()) is not FINAL:
+            await _event(response, _chunk(ident, created, {"content": piece}))
+        await _event(response, _chunk(ident, created, {}, finish="stop"))
+        await response.write(b"data: [DONE]\n\n")
+    except (ConnectionResetError, asyncio.CancelledError):
+        # The client left: the turn goes on and its reply stays in the history.
+        channel.forget(chat_id, reply)
+        raise
+    await response.write_eof()
+    return response
+
+
 @web.middleware
-async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
+async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
     try:
         return await handler(request)
     except ApiError as exc:
@@ -186,7 +194,7 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return ApiError(exc.status, exc.reason, "not_found" if exc.status == 404 else "invalid_request").response()
 
 
-async def _body(request: web.Request, max_kb: int) -> dict[str, Any]:
+async def read_body(request: web.Request, max_kb: int) -> dict[str, Any]:
     if request.content_length is not None and request.content_length > max_kb * 1024:
         raise ApiError(413, f"Request body too large: over {max_kb} KB (gateway.api.maxBodyKb)", "request_too_large")
     try:
@@ -201,7 +209,7 @@ async def _body(request: web.Request, max_kb: int) -> dict[str, Any]:
     return body
 
 
-def _last_user_text(messages: Any) -> str:
+def last_user_text(messages: Any) -> str:
     """The new message: the last one with role "user" (content as text, or text parts)."""
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list", "invalid_messages")

@@ -22,7 +22,8 @@ def agent(ctx: typer.Context,
           message: Optional[str] = typer.Option(None, "--message", "-m", metavar="TEXT", help="one message; omit for a chat"),
           session: str = typer.Option("cli:default", "--session", metavar="KEY", help="session key"),
           mode: Optional[str] = typer.Option(None, "--mode", metavar="MODE", help="tools, code or hybrid"),
-          demo: bool = typer.Option(False, "--demo", help="offline, with a recorded model and a temporary workspace")) -> None:
+          demo: bool = typer.Option(False, "--demo", help="offline, with a recorded model and a temporary workspace"),
+          local: bool = typer.Option(False, "--local", help="run in this process even when a gateway runs")) -> None:
     """Talk to the agent: one message with -m, or an interactive chat."""
     if mode is not None and mode not in ("tools", "code", "hybrid"):
         fail(f"--mode must be tools, code or hybrid, not {mode!r}")

@@ -108,7 +108,9 @@ class Gateway:
                  type(asyncio.get_running_loop()).__module__.split(".")[0])  # uvloop, or asyncio
 
     def running_channels(self) -> list[str]:
-        return list(self.channels.channels) if self.channels is not None else []
+        """Channels that can carry a message nobody asked for (cron output, notices): not the
+        API's and the terminal's, which only answer the requests they are waiting on."""
+        return self.channels.outgoing() if self.channels is not None else []
 
     def _chat_root(self, sender: Sender) -> Path:
         """Where a chat's downloads go: the workspace for owner chats, its own folder for members."""
@@ -164,6 +166,9 @@ def add_services(gateway: Gateway) -> None:
     from nanobot.heartbeat import Heartbeat
 
     gateway.add_service(CronJobs(gateway.runtime, lambda: gateway.dispatcher, gateway.running_channels))
+    from nanobot.api.terminal import TerminalSocket
+
+    gateway.add_service(TerminalSocket(gateway))  # nanobot agent reaches this gateway through it
     if gateway.config.gateway.api.enabled:
         from nanobot.api.server import ApiServer
 

@@ -82,6 +82,10 @@ class ChannelManager:
         """Names of the channels the config enables (``channels.<name>.enabled``), and the gateway's own."""
         return [*self.config.channels.enabled_names(), *self._internal]
 
+    def outgoing(self) -> list[str]:
+        """The running channels of the config (the gateway's own ones reach no one unasked)."""
+        return [name for name in self.channels if name not in self._internal]
+
     def add_internal(self, channel: BaseChannel) -> None:
         """A channel the gateway runs itself (the API): started already, never retried."""
         self.channels[channel.name] = channel

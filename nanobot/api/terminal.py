@@ -1,0 +1,79 @@
+"""``$NANOBOT_HOME/api.sock``: how ``nanobot agent`` reaches a running gateway of its home.
+
+The socket is 0600 in the 0700 home, so whoever can open it is the owner: its turns are the
+terminal's chats (``cli:SESSION``), run by the gateway's dispatcher with everything already
+loaded, so a one-shot ``nanobot agent -m`` needs no model SDK or sandbox of its own. The
+requests are the API's (``/v1/chat/completions``), without a key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from nanobot.api.channel import ApiChannel
+from nanobot.api.server import answer, errors, last_user_text, read_body, ApiError
+
+if TYPE_CHECKING:
+    from nanobot.gateway.app import Gateway
+
+log = logging.getLogger(__name__)
+
+SOCKET = "api.sock"
+SESSION = re.compile(r"[A-Za-z0-9_.:-]{1,80}")
+MODES = ("tools", "code", "hybrid")
+
+
+def socket_path(home: Path) -> Path:
+    return home / SOCKET
+
+
+class TerminalSocket:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.path = socket_path(gateway.runtime.home)
+        self.channel: ApiChannel | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        assert self.gateway.channels is not None
+        self.channel = ApiChannel(self.gateway.channels.ctx, name="cli")
+        self.gateway.channels.add_internal(self.channel)
+        app = web.Application(middlewares=[errors])
+        app.router.add_post("/v1/chat/completions", self.completions)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        self.path.unlink(missing_ok=True)  # left by a gateway that was killed (the home lock says it is gone)
+        old = os.umask(0o177)
+        try:
+            await web.UnixSite(self._runner, str(self.path)).start()
+        finally:
+            os.umask(old)
+        os.chmod(self.path, 0o600)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.path.unlink(missing_ok=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        body = await read_body(request, 1024)
+        session = request.headers.get("X-Nanobot-Session", "cli:default")
+        if not SESSION.fullmatch(session) or not session.startswith("cli:"):
+            raise ApiError(400, "X-Nanobot-Session must be a terminal session, cli:NAME", "invalid_session")
+        mode = request.headers.get("X-Nanobot-Mode") or None
+        if mode is not None and mode not in MODES:
+            raise ApiError(400, "X-Nanobot-Mode must be tools, code or hybrid", "invalid_mode")
+        assert self.channel is not None
+        return await answer(request, self.channel, "owner", session.partition(":")[2],
+                            last_user_text(body.get("messages")), stream=bool(body.get("stream")),
+                            usage=_no_usage, mode=mode)
+
+
+async def _no_usage(session_key: str, since: float) -> dict[str, int]:
+    return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}

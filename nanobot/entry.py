@@ -1,0 +1,18 @@
+"""The ``nanobot`` command's entry: a one-shot message goes to a running gateway over its
+socket when there is one (terminal_client.py, standard library only); everything else is the
+full CLI (nanobot/cli/)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main() -> None:
+    from nanobot.terminal_client import try_gateway
+
+    code = try_gateway(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+    from nanobot.cli import main as full_cli
+
+    full_cli()
