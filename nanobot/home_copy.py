@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from nanobot.access import MIGRATIONS as PAIRING
+from nanobot.api.keys import MIGRATIONS as API_KEYS
 from nanobot.cron.store import MIGRATIONS as CRON
 from nanobot.database import Migrations, Queries, SqliteDatabase
 from nanobot.delivery.store import MIGRATIONS as DELIVERY
@@ -29,6 +30,7 @@ COMPONENTS: dict[str, tuple[Migrations, list[str]]] = {
     "cron": (CRON, ["cron_jobs", "cron_runs", "cron_meta"]),
     "delivery": (DELIVERY, ["inbound", "outbox"]),
     "code_state": (CODE_STATE, ["code_state"]),
+    "api_keys": (API_KEYS, ["api_keys"]),
 }
 _CONVERT: dict[str, Callable[[Any], Any]] = {"double precision": float, "integer": int, "bigint": int, "text": str}
 

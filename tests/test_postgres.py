@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nanobot import logs
+from nanobot.api.keys import ApiKeys
 from nanobot.config import ConfigError, load_config
 from nanobot.cron.store import CronStore
 from nanobot.db import HomeError
@@ -135,12 +136,14 @@ async def test_a_home_moves_into_postgresql_and_the_chat_goes_on(pg_url: str, ll
         await rt.agent.handle("telegram:5", "I like tea")
         await rt.agent.handle("telegram:5", "remember x", mode="code")
         await rt.deps.services.pairing.request("discord", "77", "zed")
+        await (await ApiKeys.open(rt.db)).add("phone")
         await (await CronStore.open(rt.db)).add(name="n", owner_session="telegram:5", schedule_kind="every", expression="3600",
                                    timezone="UTC", payload_kind="code", payload="print(1)")
     code, out, err = await nanobot("db", "migrate", "--to", pg_url, home=home)
     assert code == 0, err
     for line in ("model_calls: 3 in the home, 3 in PostgreSQL", "cron_jobs: 1 in the home, 1 in PostgreSQL",
-                 "code_state: 1 in the home, 1 in PostgreSQL", "pairing_requests: 1 in the home, 1 in PostgreSQL"):
+                 "code_state: 1 in the home, 1 in PostgreSQL", "pairing_requests: 1 in the home, 1 in PostgreSQL",
+                 "api_keys: 1 in the home, 1 in PostgreSQL"):
         assert line in out, out
     again = await nanobot("db", "migrate", "--to", pg_url, home=home)  # harmless: nothing copied twice
     assert again[0] == 0 and "history (records): " in again[1]
