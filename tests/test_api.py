@@ -193,3 +193,17 @@ async def test_the_terminal_reaches_a_running_gateway_without_the_model_sdk(
         code, out, err = await nanobot("agent", "--local", "-m", "again", home=home)
         assert code == 0 and out.strip() == "in-process", err
     assert not (home / "api.sock").exists()
+
+
+async def test_stop_over_the_api_ends_the_running_turn(api: dict, llm: FakeOpenAI) -> None:
+    """/stop is a chat command here too: the running request ends with the stop note, the
+    /stop request with "Stopped."; nothing waits for ever."""
+    llm.script(delayed(reply("too late"), 30))
+    ai = client(api, api["owner"])
+    running = asyncio.create_task(ai.chat.completions.create(model="nanobot",
+                                                             messages=[{"role": "user", "content": "slow"}]))
+    await asyncio.wait_for(llm.request_event.wait(), 5)
+    stop = await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "/stop"}])
+    assert stop.choices[0].message.content == "Stopped."
+    stopped = await asyncio.wait_for(running, 5)
+    assert "stopped" in stopped.choices[0].message.content.lower()

@@ -2,10 +2,11 @@
 the dispatcher like a Telegram message (per-chat order, slots, history, /commands, /stop),
 and what the dispatcher sends to the chat comes back here to the waiting request.
 
-Turns of one chat run one after another, so the chat's waiting requests form a queue: stream
-updates and notes belong to its head, and the final reply (recorded in the outbox) ends it. A
-request whose client went away leaves the queue at once; its turn still runs and its reply
-stays in the history.
+Each request waits on its message's own reply (the dispatcher answers it, as for
+``Dispatcher.ask``: the reply, "Stopped." for ``/stop``, the stop note for a stopped turn).
+Turns of one chat run one after another, so stream updates belong to the first request of the
+chat still waiting. A request whose client went away stops waiting at once; its turn still
+runs and its reply stays in the history.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from channels.base import BaseChannel, ChannelContext
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import PluginChannelConfig
+from nanobot.gateway.dispatcher import REPLY_FUTURE
 
 FINAL = None  # what Reply.pieces carries after the last piece
 
@@ -56,7 +58,10 @@ class ApiChannel(BaseChannel):
         """Hand the message to the gateway; the Reply fills as the turn runs."""
         reply = Reply()
         self._waiting.setdefault(chat_id, deque()).append(reply)
-        metadata: dict[str, str] = {"delivery_key": request_id, **({"mode": mode} if mode else {})}
+        answered: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        answered.add_done_callback(lambda done: self._answered(chat_id, reply, done))
+        metadata: dict[str, object] = {"delivery_key": request_id, REPLY_FUTURE: answered,
+                                       **({"mode": mode} if mode else {})}
         msg = InboundMessage(self.name, chat_id, sender, content, metadata=metadata)
         try:
             await self.ctx.accept([msg])
@@ -64,6 +69,10 @@ class ApiChannel(BaseChannel):
             self.forget(chat_id, reply)
             raise
         return reply
+
+    def _answered(self, chat_id: str, reply: Reply, done: asyncio.Future[str]) -> None:
+        self.forget(chat_id, reply)
+        reply.finish("" if done.cancelled() else done.result())
 
     def forget(self, chat_id: str, reply: Reply) -> None:
         """The client went away: later replies of the chat go to the requests behind it."""
@@ -74,18 +83,11 @@ class ApiChannel(BaseChannel):
                 del self._waiting[chat_id]
 
     async def send(self, msg: OutboundMessage) -> None:
+        """Stream updates go to the chat's running request; the reply itself comes through the
+        request's future, and notes and notices (<say>) are not part of a completion."""
         queue = self._waiting.get(msg.chat_id)
-        if not queue or msg.kind == "typing":
-            return
-        head = queue[0]
-        if msg.kind == "stream":
-            head.show(msg.content)
-        elif "outbox_id" in msg.metadata:  # the turn's reply (notes and notices are not recorded)
-            queue.popleft()
-            if not queue:
-                del self._waiting[msg.chat_id]
-            head.finish(msg.content)
-        # Progress notes (<say>) and notices are not part of the completion: the reply is.
+        if queue and msg.kind == "stream":
+            queue[0].show(msg.content)
 
     async def start(self) -> None:
         return None

@@ -12,7 +12,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Awaitable, Callable
 
 from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
@@ -274,9 +274,10 @@ async def _nothing(tx: Queries) -> None:
 
 
 def _inbound_json(msg: InboundMessage) -> str:
-    data = asdict(msg)
+    # Only what JSON can hold is kept (not a waiting caller's future): filtered before asdict,
+    # which would deep-copy it.
+    data = asdict(replace(msg, metadata={k: v for k, v in msg.metadata.items() if _jsonable(v)}))
     data.pop("received_at")
-    data["metadata"] = {k: v for k, v in msg.metadata.items() if _jsonable(v)}
     return json.dumps(data)
 
 

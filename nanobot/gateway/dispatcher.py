@@ -180,7 +180,7 @@ class Dispatcher:
         if self.closing:
             raise RuntimeError("the gateway is shutting down")
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        msg.metadata[_REPLY_FUTURE] = done
+        msg.metadata[REPLY_FUTURE] = done
         self.submit(msg)
         return await done
 
@@ -190,7 +190,9 @@ class Dispatcher:
         if stopped:
             self.agent.session(msg.session_key).sync()
             log.info("%s: turn stopped by the user", msg.session_key)
-        await self.finish(msg, "Stopped." if stopped else "Nothing is running.")
+        answer = "Stopped." if stopped else "Nothing is running."
+        _answer_caller(msg, answer)
+        await self.finish(msg, answer)
 
     async def send(self, msg: InboundMessage, text: str) -> None:
         """A message to the chat ``msg`` came from (a progress note)."""
@@ -281,7 +283,8 @@ class Dispatcher:
         task.add_done_callback(self._tasks.discard)
 
 
-_REPLY_FUTURE = "reply_future"
+# The future a caller waits on for a message's reply (Dispatcher.ask, the API); not stored.
+REPLY_FUTURE = "reply_future"
 
 
 def mark_started(session: Session, msg: InboundMessage) -> bool:
@@ -304,8 +307,8 @@ def origin_of(msg: InboundMessage) -> Origin:
 
 
 def _answer_caller(msg: InboundMessage, reply: str) -> None:
-    """Hand the reply to whoever is waiting on this message via ``Dispatcher.ask``."""
-    done = msg.metadata.get(_REPLY_FUTURE)
+    """Hand the reply to whoever is waiting on this message (``Dispatcher.ask``, the API)."""
+    done = msg.metadata.get(REPLY_FUTURE)
     if done is not None and not done.done():
         done.set_result(reply)
 
