@@ -207,3 +207,10 @@ async def test_stop_over_the_api_ends_the_running_turn(api: dict, llm: FakeOpenA
     assert stop.choices[0].message.content == "Stopped."
     stopped = await asyncio.wait_for(running, 5)
     assert "stopped" in stopped.choices[0].message.content.lower()
+
+
+async def test_status_shows_the_api(home: Path) -> None:
+    await nanobot("api", "keys", "add", "ada", "--owner", home=home)
+    (home / "config.json").write_text(json.dumps({"gateway": {"api": {"enabled": True}}}))
+    code, out, _ = await nanobot("status", home=home)
+    assert "API:       http://127.0.0.1:8765/v1 when the gateway runs; 1 active key(s), 1 of them owner keys" in out

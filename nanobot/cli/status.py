@@ -55,6 +55,7 @@ async def _status(config: Config, path: Path) -> None:
     try:
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
+        typer.echo(f"API:       {await _api_line(config, db)}")
         totals = await (await UsageStore.create(db)).totals()
         if not totals:
             typer.echo("Usage:     none yet")
@@ -77,6 +78,17 @@ def _disk_line(home: Path) -> str:
         return (f"FULL ({free / 1048576:.1f} MB free on {home}): new messages cannot be stored; they wait "
                 "with the platform and are answered once there is room")
     return f"{free / 1073741824:.1f} GB free on {home}"
+
+
+async def _api_line(config: Config, db: Database) -> str:
+    from nanobot.api.keys import ApiKeys
+
+    keys = await (await ApiKeys.open(db)).active()
+    owners = sum(1 for _, _, owner in keys if owner)
+    counted = f"{len(keys)} active key(s), {owners} of them owner keys"
+    api = config.gateway.api
+    return f"http://{api.listen}/v1 when the gateway runs; {counted}" if api.enabled else \
+        f"off (gateway.api.enabled); {counted}"
 
 
 async def _delivery_line(db: Database) -> str:
