@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
+from tests.helpers import config_for, running_gateway
 from tests.test_cli import write_config
 
 
@@ -69,4 +70,40 @@ async def test_arrows_edit_the_line_and_ctrl_c_cancels_then_leaves(home: Path, w
             os.close(term.slave)
     assert "\x1b[D" not in llm.chat_requests[0]["messages"][-1]["content"]
     assert "hello" in (home / "cli_history").read_text()
+    assert "Traceback" not in term.screen
+
+
+async def test_the_chat_goes_through_a_running_gateway(home: Path, workspace: Path) -> None:
+    """With a gateway on the home, the terminal chat is its front end: the gateway runs the
+    turns and writes the history (one writer), Ctrl-C still stops a turn and then leaves."""
+    term = Terminal()
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        config = config_for(llm.base_url, workspace)
+        config.gateway.heartbeat.enabled = False
+        llm.script(reply("hi there"), delayed(reply("too slow"), 30))
+        async with running_gateway(config, with_services=True) as gateway:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "nanobot", "agent", stdin=term.slave, stdout=term.slave, stderr=term.slave,
+                env={**os.environ, "NANOBOT_HOME": str(home), "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"})
+            try:
+                await term.wait_for("through the running gateway")
+                await term.wait_for("you>")
+                term.type("hello\r")
+                await term.wait_for("hi there")
+                term.type("slow one\r")
+                async with asyncio.timeout(10):
+                    while len(llm.chat_requests) < 2:
+                        await asyncio.sleep(0.02)
+                term.type("\x03")  # Ctrl-C during a turn: the gateway stops it
+                await term.wait_for("Stopped.")
+                term.type("\x03")  # Ctrl-C at an idle prompt: leave
+                assert await asyncio.wait_for(proc.wait(), 15) == 0
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+                os.close(term.slave)
+            said = [m["content"] for m in (await gateway.runtime.sessions.open("cli:default")).messages]
+    assert said[:2] == ["hello", "hi there"] and "slow one" in said
     assert "Traceback" not in term.screen
