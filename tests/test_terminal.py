@@ -41,6 +41,19 @@ class Terminal:
                     await asyncio.sleep(0.02)
 
 
+async def stop_a_slow_turn_then_leave(term: Terminal, llm: FakeOpenAI, proc: asyncio.subprocess.Process) -> None:
+    """Ask something slow (the model's second answer), Ctrl-C it, then Ctrl-C at the idle prompt."""
+    term.type("slow one\r")
+    async with asyncio.timeout(10):
+        while len(llm.chat_requests) < 2:
+            await asyncio.sleep(0.02)
+    term.type("\x03")  # Ctrl-C during a turn: cancel it, stay in the chat
+    await term.wait_for("Stopped.")
+    assert proc.returncode is None
+    term.type("\x03")  # Ctrl-C at an idle prompt: leave
+    assert await asyncio.wait_for(proc.wait(), 15) == 0
+
+
 async def test_arrows_edit_the_line_and_ctrl_c_cancels_then_leaves(home: Path, workspace: Path) -> None:
     term = Terminal()
     async with FakeOpenAI() as llm:
@@ -54,15 +67,7 @@ async def test_arrows_edit_the_line_and_ctrl_c_cancels_then_leaves(home: Path, w
             term.type("helo\x1b[Dl\r")  # left arrow, then the missing "l": "hello"
             await term.wait_for("hi there")
             assert llm.chat_requests[0]["messages"][-1]["content"] == "hello"
-            term.type("slow one\r")
-            async with asyncio.timeout(10):
-                while len(llm.chat_requests) < 2:
-                    await asyncio.sleep(0.02)
-            term.type("\x03")  # Ctrl-C during a turn: cancel it, stay in the chat
-            await term.wait_for("Stopped.")
-            assert proc.returncode is None
-            term.type("\x03")  # Ctrl-C at an idle prompt: leave
-            assert await asyncio.wait_for(proc.wait(), 15) == 0
+            await stop_a_slow_turn_then_leave(term, llm, proc)
         finally:
             if proc.returncode is None:
                 proc.kill()
@@ -91,14 +96,7 @@ async def test_the_chat_goes_through_a_running_gateway(home: Path, workspace: Pa
                 await term.wait_for("you>")
                 term.type("hello\r")
                 await term.wait_for("hi there")
-                term.type("slow one\r")
-                async with asyncio.timeout(10):
-                    while len(llm.chat_requests) < 2:
-                        await asyncio.sleep(0.02)
-                term.type("\x03")  # Ctrl-C during a turn: the gateway stops it
-                await term.wait_for("Stopped.")
-                term.type("\x03")  # Ctrl-C at an idle prompt: leave
-                assert await asyncio.wait_for(proc.wait(), 15) == 0
+                await stop_a_slow_turn_then_leave(term, llm, proc)
             finally:
                 if proc.returncode is None:
                     proc.kill()
