@@ -6,7 +6,9 @@ import asyncio
 import os
 import pty
 import sys
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import AsyncIterator
 
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.helpers import config_for, running_gateway
@@ -41,6 +43,21 @@ class Terminal:
                     await asyncio.sleep(0.02)
 
 
+@asynccontextmanager
+async def chat_on(term: Terminal, home: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``nanobot agent`` on the pty; killed on the way out if it is still running."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "nanobot", "agent", stdin=term.slave, stdout=term.slave, stderr=term.slave,
+        env={**os.environ, "NANOBOT_HOME": str(home), "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"})
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        os.close(term.slave)
+
+
 async def stop_a_slow_turn_then_leave(term: Terminal, llm: FakeOpenAI, proc: asyncio.subprocess.Process) -> None:
     """Ask something slow (the model's second answer), Ctrl-C it, then Ctrl-C at the idle prompt."""
     term.type("slow one\r")
@@ -59,20 +76,12 @@ async def test_arrows_edit_the_line_and_ctrl_c_cancels_then_leaves(home: Path, w
     async with FakeOpenAI() as llm:
         write_config(home, workspace, llm.base_url)
         llm.script(reply("hi there"), delayed(reply("too slow"), 30))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "nanobot", "agent", stdin=term.slave, stdout=term.slave, stderr=term.slave,
-            env={**os.environ, "NANOBOT_HOME": str(home), "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"})
-        try:
+        async with chat_on(term, home) as proc:
             await term.wait_for("you>")
             term.type("helo\x1b[Dl\r")  # left arrow, then the missing "l": "hello"
             await term.wait_for("hi there")
             assert llm.chat_requests[0]["messages"][-1]["content"] == "hello"
             await stop_a_slow_turn_then_leave(term, llm, proc)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-            os.close(term.slave)
     assert "\x1b[D" not in llm.chat_requests[0]["messages"][-1]["content"]
     assert "hello" in (home / "cli_history").read_text()
     assert "Traceback" not in term.screen
@@ -88,20 +97,12 @@ async def test_the_chat_goes_through_a_running_gateway(home: Path, workspace: Pa
         config.gateway.heartbeat.enabled = False
         llm.script(reply("hi there"), delayed(reply("too slow"), 30))
         async with running_gateway(config, with_services=True) as gateway:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "nanobot", "agent", stdin=term.slave, stdout=term.slave, stderr=term.slave,
-                env={**os.environ, "NANOBOT_HOME": str(home), "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"})
-            try:
+            async with chat_on(term, home) as proc:
                 await term.wait_for("through the running gateway")
                 await term.wait_for("you>")
                 term.type("hello\r")
                 await term.wait_for("hi there")
                 await stop_a_slow_turn_then_leave(term, llm, proc)
-            finally:
-                if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
-                os.close(term.slave)
             said = [m["content"] for m in (await gateway.runtime.sessions.open("cli:default")).messages]
     assert said[:2] == ["hello", "hi there"] and "slow one" in said
     assert "Traceback" not in term.screen
