@@ -17,12 +17,14 @@ import re
 import time
 import uuid
 from collections import deque
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
 
 from nanobot.api.channel import FINAL, ApiChannel, Reply
 from nanobot.api.keys import ApiKeys, KeyCheck
+from nanobot.trust import API_CHANNEL
 
 if TYPE_CHECKING:
     from nanobot.gateway.app import Gateway
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MODEL = "nanobot"
+WEB = Path(__file__).resolve().parent / "web"
+PAGE_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
+              "style.css": "text/css; charset=utf-8"}
 SESSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -69,6 +74,10 @@ class ApiServer:
         app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_get("/v1/nanobot/history", self.history)
+        app.router.add_get("/v1/nanobot/status", self.status)
+        app.router.add_get("/", self.page)
+        app.router.add_get("/static/{name}", self.page)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         await web.TCPSite(self._runner, host, port).start()
@@ -107,6 +116,40 @@ class ApiServer:
                                 usage=self._usage)
         finally:
             self._running[name] -= 1
+
+    async def history(self, request: web.Request) -> web.Response:
+        """The key's chat as the page shows it: the user's messages and the replies."""
+        name, _ = await self._key(request)
+        chat = f"{API_CHANNEL}:{_chat_id(name, request.headers.get('X-Nanobot-Session'))}"
+        session = await self.gateway.runtime.sessions.open(chat)
+        shown = [{"role": m["role"], "content": m["content"]} for m in session.messages
+                 if m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str) and m["content"]
+                 and not m.get("tool_calls")]
+        return web.json_response({"chat": chat, "messages": shown[-200:]})
+
+    async def status(self, request: web.Request) -> web.Response:
+        """Channels, MCP servers and the shell: the owner's business."""
+        _, owner = await self._key(request)
+        if not owner:
+            raise ApiError(403, "only an owner key sees the status", "forbidden", "permission_error")
+        from nanobot.tools.shell import shell_status
+
+        rt, channels = self.gateway.runtime, self.gateway.channels
+        states = channels.state if channels is not None else {}
+        lines = [f"Channels: {', '.join(f'{n} ({s})' for n, s in states.items()) or 'none enabled'}",
+                 f"MCP:      {'; '.join(rt.mcp.summary()) if rt.mcp else 'none configured'}",
+                 f"Shell:    {shell_status(rt.config)}",
+                 f"Database: {rt.db.engine}"]
+        return web.json_response({"lines": lines})
+
+    async def page(self, request: web.Request) -> web.StreamResponse:
+        """The web page: three files shipped in the wheel, no build step, no CDN."""
+        name = request.match_info.get("name", "index.html")
+        if name not in PAGE_FILES:
+            raise web.HTTPNotFound()
+        return web.FileResponse(WEB / name, headers={
+            "Content-Type": PAGE_FILES[name], "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
+            "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'", "Referrer-Policy": "no-referrer"})
 
     # ---- checks -------------------------------------------------------------------------
     async def _key(self, request: web.Request) -> tuple[str, bool]:

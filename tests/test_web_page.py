@@ -1,0 +1,106 @@
+"""The web page in a real browser: Playwright driving Debian's chromium (Playwright's own
+browser download is not used). Without chromium these tests skip, saying how to get it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.test_api import api, config  # noqa: F401  (fixtures: a gateway with the API and two keys)
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="the web page tests need a browser: apt-get install chromium")
+
+
+async def browser_page():  # type: ignore[no-untyped-def]
+    from playwright.async_api import async_playwright
+
+    playwright = await async_playwright().start()
+    browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    # The page's Content-Security-Policy forbids eval, which Playwright's waits use; the
+    # header itself is checked in test_the_page_is_small_and_locked_down.
+    context = await browser.new_context(bypass_csp=True)
+    return playwright, browser, await context.new_page()
+
+
+async def sign_in(page, root: str, key: str) -> None:  # type: ignore[no-untyped-def]
+    await page.goto(root)
+    await page.fill("#key", key)
+    await page.press("#key", "Enter")
+
+
+@needs_browser
+async def test_sign_in_chat_streamed_history_and_status(api: dict, llm: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
+    root = api["base"].removesuffix("/v1") + "/"
+    llm.script(reply("Hello <script>window.pwned = 1</script><b>there</b>"))
+    playwright, browser, page = await browser_page()
+    try:
+        await sign_in(page, root, "nb-not-a-key")
+        await page.wait_for_function("document.querySelector('#sign-in-error').textContent.includes('does not work')")
+        await sign_in(page, root, api["owner"])
+        await page.wait_for_selector("#chat:not([hidden])")
+        assert await page.locator("#sign-in").is_hidden() and await page.locator("#chat").is_visible()
+        await page.fill("#text", "hi")
+        await page.press("#text", "Enter")
+        await page.wait_for_function("[...document.querySelectorAll('#messages li.assistant')]"
+                                     ".some(li => li.textContent.includes('</b>'))")
+        assert await page.evaluate("window.pwned") is None  # shown as text, never run
+        assert await page.locator("#messages b").count() == 0
+        await page.screenshot(path=str(tmp_path / "page-chat.png"))
+        await page.reload()  # the history comes from the server
+        await page.wait_for_function("document.querySelectorAll('#messages li').length === 2")
+        await page.click("#nav-status")
+        await page.wait_for_function("document.querySelector('#status-text').textContent.includes('Shell:')")
+        await page.screenshot(path=str(tmp_path / "page-status.png"))
+    finally:
+        await browser.close()
+        await playwright.stop()
+    assert (tmp_path / "page-chat.png").stat().st_size > 0
+
+
+@needs_browser
+async def test_a_member_key_sees_its_own_chat_and_no_status(api: dict, llm: FakeOpenAI) -> None:  # noqa: F811
+    root = api["base"].removesuffix("/v1") + "/"
+    llm.script(reply("the owner's secret plan"), reply("hello member"))
+    await _owner_says_something(api)
+    playwright, browser, page = await browser_page()
+    try:
+        await sign_in(page, root, api["member"])
+        await page.wait_for_selector("#chat:not([hidden])")
+        await page.fill("#text", "hi")
+        await page.press("#text", "Enter")
+        await page.wait_for_function("document.querySelector('#messages').textContent.includes('hello member')")
+        assert "secret plan" not in await page.locator("#messages").inner_text()
+        await page.click("#nav-status")
+        await page.wait_for_function("document.querySelector('#status-text').textContent.includes('owner key')")
+    finally:
+        await browser.close()
+        await playwright.stop()
+
+
+async def _owner_says_something(api: dict) -> None:
+    import openai
+
+    ai = openai.AsyncOpenAI(base_url=api["base"], api_key=api["owner"], max_retries=0)
+    await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "plan"}])
+
+
+async def test_the_page_is_small_and_locked_down(api: dict) -> None:  # noqa: F811
+    """Three files, no CDN, under 100 KB, served with a policy that allows only its own script."""
+    import aiohttp
+
+    root = api["base"].removesuffix("/v1")
+    async with aiohttp.ClientSession() as http:
+        sizes = []
+        for path in ("/", "/static/app.js", "/static/style.css"):
+            async with http.get(root + path) as resp:
+                body = await resp.read()
+                assert resp.status == 200 and "default-src 'self'" in resp.headers["Content-Security-Policy"]
+                assert b"http://" not in body and b"https://" not in body  # nothing from elsewhere
+                sizes.append(len(body))
+        async with http.get(root + "/static/../keys.py") as resp:
+            assert resp.status == 404
+    assert sum(sizes) < 100_000
