@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
 
+from nanobot.api.admin import AdminRoutes
 from nanobot.api.channel import FINAL, ApiChannel, Reply
 from nanobot.api.keys import ApiKeys, KeyCheck
 from nanobot.trust import API_CHANNEL
@@ -76,6 +77,7 @@ class ApiServer:
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_get("/v1/nanobot/history", self.history)
         app.router.add_get("/v1/nanobot/status", self.status)
+        AdminRoutes(self.gateway, self._owner_only).add_to(app)
         app.router.add_get("/", self.page)
         app.router.add_get("/static/{name}", self.page)
         self._runner = web.AppRunner(app, access_log=None)
@@ -129,9 +131,7 @@ class ApiServer:
 
     async def status(self, request: web.Request) -> web.Response:
         """Channels, MCP servers and the shell: the owner's business."""
-        _, owner = await self._key(request)
-        if not owner:
-            raise ApiError(403, "only an owner key sees the status", "forbidden", "permission_error")
+        await self._owner_only(request)
         from nanobot.tools.shell import shell_status
 
         rt, channels = self.gateway.runtime, self.gateway.channels
@@ -160,6 +160,11 @@ class ApiServer:
             raise ApiError(401, "Incorrect API key provided (Authorization: Bearer KEY; keys are made with "
                            "nanobot api keys add NAME)", "invalid_api_key")
         return found
+
+    async def _owner_only(self, request: web.Request) -> None:
+        _, owner = await self._key(request)
+        if not owner:
+            raise ApiError(403, "only an owner key sees this", "forbidden", "permission_error")
 
     def _count_request(self, name: str) -> None:
         now = time.monotonic()

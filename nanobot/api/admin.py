@@ -1,0 +1,109 @@
+"""The owner's pages' data: cron jobs (enable, disable, run now, recent runs), pairing
+requests (approve, deny) and usage per day. Owner keys only; a change is a POST with the key
+in the Authorization header, which another site cannot make a browser send.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from zoneinfo import ZoneInfo
+
+from aiohttp import web
+
+from nanobot.cron.schedule import describe
+from nanobot.cron.store import CronStore
+
+if TYPE_CHECKING:
+    from nanobot.gateway.app import Gateway
+
+DAYS = 30
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class AdminRoutes:
+    def __init__(self, gateway: Gateway, owner_only: Callable[[web.Request], Awaitable[None]]) -> None:
+        self.gateway = gateway
+        self.owner_only = owner_only  # raises the API's 401/403 unless the request has an owner key
+
+    def add_to(self, app: web.Application) -> None:
+        for method, path, handler in (
+                ("GET", "/v1/nanobot/cron", self.cron), ("POST", "/v1/nanobot/cron/{job}/{action}", self.cron_action),
+                ("GET", "/v1/nanobot/pairing", self.pairing),
+                ("POST", "/v1/nanobot/pairing/{action}", self.pairing_action),
+                ("GET", "/v1/nanobot/usage", self.usage)):
+            app.router.add_route(method, path, self._guarded(handler))
+
+    def _guarded(self, handler: Handler) -> Handler:
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            await self.owner_only(request)
+            return await handler(request)
+
+        return guarded
+
+    # ---- cron ---------------------------------------------------------------------------
+    async def cron(self, request: web.Request) -> web.Response:
+        store = await CronStore.open(self.gateway.runtime.db)
+        jobs = []
+        for job in await store.list():
+            runs = await store.runs(job.id, limit=5)
+            jobs.append({"id": job.id, "name": job.name, "schedule": describe(job.schedule_kind, job.expression),
+                         "enabled": job.enabled, "target": job.target, "last_status": job.last_status,
+                         "next_run": job.next_run_at.isoformat() if job.next_run_at else None,
+                         "runs": [{"started": r.started_at.isoformat(timespec="seconds"), "status": r.status,
+                                   "output": r.output_excerpt} for r in runs]})
+        return web.json_response({"jobs": jobs})
+
+    async def cron_action(self, request: web.Request) -> web.Response:
+        job_id, action = request.match_info["job"], request.match_info["action"]
+        store = await CronStore.open(self.gateway.runtime.db)
+        if await store.get(job_id) is None:
+            raise web.HTTPNotFound()
+        if action in ("enable", "disable"):
+            await store.set_enabled(job_id, action == "enable")
+            return web.json_response({"ok": True})
+        if action == "run":
+            outcome = await self.gateway.runtime.scheduler.run_now(job_id)
+            return web.json_response({"status": outcome.status, "output": outcome.output})
+        raise web.HTTPNotFound()
+
+    # ---- pairing ------------------------------------------------------------------------
+    async def pairing(self, request: web.Request) -> web.Response:
+        store = self.gateway.runtime.deps.services.pairing
+        return web.json_response({
+            "pending": [{"code": r.code, "channel": r.channel, "sender_id": r.sender_id, "sender_name": r.sender_name}
+                        for r in await store.pending()],
+            "paired": [{"channel": u.channel, "sender_id": u.sender_id, "sender_name": u.sender_name}
+                       for u in await store.paired()]})
+
+    async def pairing_action(self, request: web.Request) -> web.Response:
+        action = request.match_info["action"]
+        code = str((await request.json()).get("code", "")) if request.can_read_body else ""
+        store = self.gateway.runtime.deps.services.pairing
+        if action not in ("approve", "deny"):
+            raise web.HTTPNotFound()
+        try:
+            await (store.approve(code) if action == "approve" else store.deny(code))
+        except ValueError as exc:
+            return web.json_response({"error": {"message": str(exc), "type": "invalid_request_error",
+                                                "param": None, "code": "no_such_code"}}, status=404)
+        return web.json_response({"ok": True})
+
+    # ---- usage --------------------------------------------------------------------------
+    async def usage(self, request: web.Request) -> web.Response:
+        """Calls, tokens and cost per day for the last 30 days, in the configured time zone."""
+        rt = self.gateway.runtime
+        zone = ZoneInfo(rt.config.agents.defaults.timezone)
+        today = datetime.now(zone).date()
+        days: dict[str, dict[str, Any]] = {
+            (today - timedelta(days=n)).isoformat(): {"calls": 0, "tokens": 0, "cost": 0.0} for n in range(DAYS)}
+        since = time.time() - (DAYS + 1) * 86400
+        for ts, prompt, completion, cost in await rt.db.fetch(
+                "SELECT ts, prompt_tokens, completion_tokens, cost_usd FROM model_calls WHERE ts >= $1", since):
+            day = days.get(datetime.fromtimestamp(ts, zone).date().isoformat())
+            if day is not None:
+                day["calls"] += 1
+                day["tokens"] += prompt + completion
+                day["cost"] += cost
+        return web.json_response({"days": [{"day": d, **v} for d, v in sorted(days.items())]})
