@@ -214,3 +214,21 @@ async def test_status_shows_the_api(home: Path) -> None:
     (home / "config.json").write_text(json.dumps({"gateway": {"api": {"enabled": True}}}))
     code, out, _ = await nanobot("status", home=home)
     assert "API:       http://127.0.0.1:8765/v1 when the gateway runs; 1 active key(s), 1 of them owner keys" in out
+
+
+async def test_a_member_key_reaches_no_owner_page_and_no_other_chat(api: dict, llm: FakeOpenAI) -> None:
+    llm.script(reply("the owner's plan"))
+    await client(api, api["owner"]).chat.completions.create(model="nanobot",
+                                                            messages=[{"role": "user", "content": "plan"}])
+    root = api["base"]
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {api['member']}"}) as http:
+        for method, path in (("GET", "/nanobot/status"), ("GET", "/nanobot/cron"), ("GET", "/nanobot/pairing"),
+                             ("GET", "/nanobot/usage"), ("POST", "/nanobot/pairing/approve"),
+                             ("POST", "/nanobot/cron/x/run")):
+            async with http.request(method, root + path, json={}) as resp:
+                assert resp.status == 403, path
+        async with http.get(root + "/nanobot/history", headers={"X-Nanobot-Session": "../ada"}) as resp:
+            assert resp.status == 400
+        async with http.get(root + "/nanobot/history") as resp:
+            history = await resp.json()
+    assert history["chat"] == "api:bob" and "plan" not in json.dumps(history)
