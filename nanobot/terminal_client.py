@@ -15,6 +15,19 @@ from pathlib import Path
 from typing import BinaryIO
 
 LEAN_OPTIONS = {"--session": "session", "--mode": "mode"}
+SOCKET = "api.sock"  # in $NANOBOT_HOME; the gateway serves it (nanobot/api/terminal.py)
+
+
+def gateway_listens(path: Path) -> bool:
+    """Whether a gateway answers on the socket (one left by a killed gateway does not)."""
+    if not path.exists():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+    return True
 
 
 def parse(argv: list[str]) -> dict[str, str] | None:
@@ -39,7 +52,7 @@ def parse(argv: list[str]) -> dict[str, str] | None:
 def try_gateway(argv: list[str]) -> int | None:
     options = parse(argv)
     home = Path(os.environ.get("NANOBOT_HOME", "~/.nanobot")).expanduser()
-    path = home / "api.sock"
+    path = home / SOCKET
     if options is None or not path.exists() or os.environ.get("NANOBOT_CONFIG"):
         return None
     headers = {"X-Nanobot-Session": options.get("session", "cli:default")}

@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, time as day_time
+from typing import Any
+from datetime import datetime, time as day_time, timedelta
 from zoneinfo import ZoneInfo
 
 from nanobot.database import Database, Migrations, StoreUnavailable
@@ -134,6 +135,28 @@ class UsageStore:
             totals = result.setdefault(mode, ModeTotals())
             totals.executions, totals.failures = runs, int(failures or 0)
         return result
+
+    async def tokens_since(self, session_key: str, since: float) -> tuple[int, int]:
+        """(prompt, completion) tokens of one chat's calls since ``since`` (an API reply's usage)."""
+        row = await self.db.fetchrow("SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0) "
+                                     "FROM model_calls WHERE session_key = $1 AND ts >= $2", session_key, since)
+        return (int(row[0]), int(row[1])) if row else (0, 0)
+
+    async def per_day(self, timezone: str, days: int) -> list[dict[str, Any]]:
+        """Calls, tokens and cost per local day for the last ``days`` days, oldest first."""
+        zone = ZoneInfo(timezone)
+        today = datetime.now(zone).date()
+        totals: dict[str, dict[str, Any]] = {
+            (today - timedelta(days=n)).isoformat(): {"calls": 0, "tokens": 0, "cost": 0.0} for n in range(days)}
+        for ts, prompt, completion, cost in await self.db.fetch(
+                "SELECT ts, prompt_tokens, completion_tokens, cost_usd FROM model_calls WHERE ts >= $1",
+                time.time() - (days + 1) * 86400):
+            day = totals.get(datetime.fromtimestamp(ts, zone).date().isoformat())
+            if day is not None:
+                day["calls"] += 1
+                day["tokens"] += prompt + completion
+                day["cost"] += cost
+        return [{"day": day, **values} for day, values in sorted(totals.items())]
 
     async def cost_since(self, since: float) -> float:
         return float(await self.db.fetchval("SELECT sum(cost_usd) FROM model_calls WHERE ts >= $1", float(since)) or 0.0)

@@ -5,10 +5,7 @@ in the Authorization header, which another site cannot make a browser send.
 
 from __future__ import annotations
 
-import time
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
-from zoneinfo import ZoneInfo
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from aiohttp import web
 
@@ -26,6 +23,13 @@ class AdminRoutes:
     def __init__(self, gateway: Gateway, owner_only: Callable[[web.Request], Awaitable[None]]) -> None:
         self.gateway = gateway
         self.owner_only = owner_only  # raises the API's 401/403 unless the request has an owner key
+        self._cron: CronStore | None = None
+
+    async def cron_store(self) -> CronStore:
+        """Opened (and its tables checked) on first use, then kept."""
+        if self._cron is None:
+            self._cron = await CronStore.open(self.gateway.runtime.db)
+        return self._cron
 
     def add_to(self, app: web.Application) -> None:
         for method, path, handler in (
@@ -44,7 +48,7 @@ class AdminRoutes:
 
     # ---- cron ---------------------------------------------------------------------------
     async def cron(self, request: web.Request) -> web.Response:
-        store = await CronStore.open(self.gateway.runtime.db)
+        store = await self.cron_store()
         jobs = []
         for job in await store.list():
             runs = await store.runs(job.id, limit=5)
@@ -57,7 +61,7 @@ class AdminRoutes:
 
     async def cron_action(self, request: web.Request) -> web.Response:
         job_id, action = request.match_info["job"], request.match_info["action"]
-        store = await CronStore.open(self.gateway.runtime.db)
+        store = await self.cron_store()
         if await store.get(job_id) is None:
             raise web.HTTPNotFound()
         if action in ("enable", "disable"):
@@ -94,16 +98,5 @@ class AdminRoutes:
     async def usage(self, request: web.Request) -> web.Response:
         """Calls, tokens and cost per day for the last 30 days, in the configured time zone."""
         rt = self.gateway.runtime
-        zone = ZoneInfo(rt.config.agents.defaults.timezone)
-        today = datetime.now(zone).date()
-        days: dict[str, dict[str, Any]] = {
-            (today - timedelta(days=n)).isoformat(): {"calls": 0, "tokens": 0, "cost": 0.0} for n in range(DAYS)}
-        since = time.time() - (DAYS + 1) * 86400
-        for ts, prompt, completion, cost in await rt.db.fetch(
-                "SELECT ts, prompt_tokens, completion_tokens, cost_usd FROM model_calls WHERE ts >= $1", since):
-            day = days.get(datetime.fromtimestamp(ts, zone).date().isoformat())
-            if day is not None:
-                day["calls"] += 1
-                day["tokens"] += prompt + completion
-                day["cost"] += cost
-        return web.json_response({"days": [{"day": d, **v} for d, v in sorted(days.items())]})
+        days = await rt.usage.per_day(rt.config.agents.defaults.timezone, DAYS) if rt.usage else []
+        return web.json_response({"days": days})

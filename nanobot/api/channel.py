@@ -19,6 +19,7 @@ from channels.base import BaseChannel, ChannelContext
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import PluginChannelConfig
 from nanobot.gateway.dispatcher import REPLY_FUTURE
+from nanobot.trust import API_CHANNEL
 
 FINAL = None  # what Reply.pieces carries after the last piece
 
@@ -49,7 +50,7 @@ class ApiChannel(BaseChannel):
     name = "api"
     max_message_len = 1_000_000
 
-    def __init__(self, ctx: ChannelContext, name: str = "api") -> None:
+    def __init__(self, ctx: ChannelContext, name: str = API_CHANNEL) -> None:
         super().__init__(PluginChannelConfig(enabled=True), ctx)
         self.name = name  # type: ignore[misc]  # "api", or "cli" for the terminal's socket
         self._waiting: dict[str, deque[Reply]] = {}

@@ -88,6 +88,11 @@ class KeyCheck:
         self.owners.clear()
         self.owners.update(name for name, _, owner in self._active if owner)
 
+    @property
+    def any_active(self) -> bool:
+        """Whether a key existed at the last read."""
+        return bool(self._active)
+
     async def find(self, key: str) -> tuple[str, bool] | None:
         """(name, owner) of the key, or None; every active hash is compared, in constant time."""
         if time.monotonic() - self._read_at > REFRESH_S:

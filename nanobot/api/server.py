@@ -18,7 +18,7 @@ import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -29,6 +29,7 @@ from nanobot.trust import API_CHANNEL
 
 if TYPE_CHECKING:
     from nanobot.gateway.app import Gateway
+    from nanobot.usage import UsageStore
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class ApiServer:
         self.check = KeyCheck(await ApiKeys.open(rt.db), rt.deps.api_owners)
         await self.check.refresh()
         host, port = self.settings.address()
-        if not _loopback(host) and not await self.check.keys.active():
+        if not _loopback(host) and not self.check.any_active:
             raise RuntimeError(f"gateway.api.listen is {self.settings.listen}, reachable from other machines, and "
                                "no API key exists: make one first (nanobot api keys add NAME)")
         assert self.gateway.channels is not None
@@ -115,7 +116,7 @@ class ApiServer:
         self._running[name] = self._running.get(name, 0) + 1
         try:
             return await answer(request, self.channel, name, chat_id, text, stream=bool(body.get("stream")),
-                                usage=self._usage)
+                                usage=self.gateway.runtime.usage)
         finally:
             self._running[name] -= 1
 
@@ -188,17 +189,9 @@ class ApiServer:
             raise ApiError(429, f"Today's model budget is spent (${spent:.2f} of ${settings.daily_budget_usd:.2f}); "
                            "try again after midnight", "insufficient_quota", "insufficient_quota")
 
-    async def _usage(self, session_key: str, since: float) -> dict[str, int]:
-        rt = self.gateway.runtime
-        row = await rt.db.fetchrow("SELECT coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0) "
-                                   "FROM model_calls WHERE session_key = $1 AND ts >= $2", session_key, since)
-        prompt, completion = (int(row[0]), int(row[1])) if row else (0, 0)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
 
 async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id: str, text: str, *,
-                 stream: bool, usage: Callable[[str, float], Awaitable[dict[str, int]]],
-                 mode: str | None = None) -> web.StreamResponse:
+                 stream: bool, usage: UsageStore | None, mode: str | None = None) -> web.StreamResponse:
     """Run ``text`` as a message of the chat and answer with its reply, whole or streamed."""
     started = time.time()
     reply = await channel.ask(sender, chat_id, text, f"{channel.name}-{uuid.uuid4().hex}", mode=mode)
@@ -209,7 +202,9 @@ async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id
             pass
     finally:
         channel.forget(chat_id, reply)
-    return web.json_response(_completion(reply.final, await usage(f"{channel.name}:{chat_id}", started)))
+    prompt, completion = await usage.tokens_since(f"{channel.name}:{chat_id}", started) if usage else (0, 0)
+    return web.json_response(_completion(reply.final, {"prompt_tokens": prompt, "completion_tokens": completion,
+                                                       "total_tokens": prompt + completion}))
 
 
 async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply: Reply) -> web.StreamResponse:

@@ -11,32 +11,27 @@ from __future__ import annotations
 import logging
 import os
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from nanobot.api.channel import ApiChannel
-from nanobot.api.server import answer, errors, last_user_text, read_body, ApiError
+from nanobot.agent.commands import MODES
+from nanobot.api.server import ApiError, answer, errors, last_user_text, read_body
+from nanobot.terminal_client import SOCKET
 
 if TYPE_CHECKING:
     from nanobot.gateway.app import Gateway
 
 log = logging.getLogger(__name__)
 
-SOCKET = "api.sock"
 SESSION = re.compile(r"[A-Za-z0-9_.:-]{1,80}")
-MODES = ("tools", "code", "hybrid")
-
-
-def socket_path(home: Path) -> Path:
-    return home / SOCKET
 
 
 class TerminalSocket:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        self.path = socket_path(gateway.runtime.home)
+        self.path = gateway.runtime.home / SOCKET
         self.channel: ApiChannel | None = None
         self._runner: web.AppRunner | None = None
 
@@ -72,8 +67,4 @@ class TerminalSocket:
         assert self.channel is not None
         return await answer(request, self.channel, "owner", session.partition(":")[2],
                             last_user_text(body.get("messages")), stream=bool(body.get("stream")),
-                            usage=_no_usage, mode=mode)
-
-
-async def _no_usage(session_key: str, since: float) -> dict[str, int]:
-    return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+                            usage=self.gateway.runtime.usage, mode=mode)

@@ -13,6 +13,7 @@ import typer
 
 from nanobot.cli.common import fail, get_config
 from nanobot.config import Config, ConfigError
+from nanobot.terminal_client import SOCKET, gateway_listens
 from nanobot.workspace_template import copy_template
 
 DEMO_RECORDING = Path(__file__).resolve().parent.parent / "demo" / "demo.jsonl"
@@ -30,28 +31,14 @@ def agent(ctx: typer.Context,
     if demo:
         sys.exit(asyncio.run(_run_demo(message)))
     config = get_config(ctx)
-    sock = config.home / "api.sock"
-    if message is None and not local and session.startswith("cli:") and _answers(sock):
+    sock = config.home / SOCKET
+    if message is None and not local and session.startswith("cli:") and gateway_listens(sock):
         from nanobot.cli.remote_chat import chat_via_gateway
 
         typer.echo(f"nanobot chat ({session}) through the running gateway. /help for commands; Ctrl-C cancels a "
                    "turn, Ctrl-C or Ctrl-D at the prompt leaves.")
         sys.exit(asyncio.run(chat_via_gateway(sock, config.home, session, mode)))
     sys.exit(asyncio.run(_run_agent(config, message, session, mode)))
-
-
-def _answers(sock: Path) -> bool:
-    """Whether a gateway listens on the home's socket (one left by a killed gateway does not)."""
-    import socket
-
-    if not sock.exists():
-        return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(sock))
-        except OSError:
-            return False
-    return True
 
 
 async def _print_progress(text: str) -> None:

