@@ -1,6 +1,7 @@
 """The ``nanobot`` command. Heavy libraries (channels, scheduler, web) are imported inside the
 commands that need them, so a one-shot ``nanobot agent -m`` starts fast. Each command group
-has its module: agent.py, status.py, pairing.py here, cron/cli.py and mcp/cli.py."""
+has its module: agent.py (+ remote_chat.py), status.py, pairing.py, data.py, api.py here,
+cron/cli.py and mcp/cli.py."""
 
 from __future__ import annotations
 
