@@ -26,16 +26,21 @@ from tests.helpers import config_for
 RUNS = 30
 
 
+async def _no_turns(msg):  # code jobs only: no prompt job asks for a turn
+    raise RuntimeError("no turns in this bench")
+
+
 async def main() -> None:
     os.environ["NANOBOT_HOME"] = tempfile.mkdtemp(prefix="nanobot-bench-home-")
     from nanobot.bus import MessageBus
+    from nanobot.coordination import Alone
     from nanobot.cron.jobs import CronJobs
     from nanobot.runtime import Runtime
 
     async with FakeOpenAI() as llm:
         config = config_for(llm.base_url, Path(tempfile.mkdtemp(prefix="nanobot-bench-ws-")), mode="code")
         async with Runtime(config, bus=MessageBus()) as rt:
-            jobs = CronJobs(rt, dispatcher=lambda: None)
+            jobs = CronJobs(rt, ask=_no_turns, running_channels=lambda: ["telegram"], singletons=Alone)
             await jobs.start()
             await rt.code.run("1", _ctx(rt), limits=config.agents.defaults.code_runtime.model_copy(
                 update={"persist_state": False}), timezone="UTC", mode="warmup")  # a warm worker, as in a daemon

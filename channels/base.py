@@ -8,7 +8,7 @@ adapter can forget it: nothing from an unknown sender reaches the bus, let alone
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Protocol
 
@@ -16,6 +16,7 @@ import logging
 
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import ChannelSection
+from nanobot.coordination import Alone, Singletons
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ class ChannelContext:
     chat_root: Callable[[Sender], Path] | None = None
     # Where admitted messages go: the gateway's durable intake; without one, straight to the bus.
     intake: Intake | None = None
+    # Work one process at a time may do (Telegram polling, a Discord connection); alone, always ours.
+    singletons: Singletons = field(default_factory=Alone)
 
     async def accept(self, messages: list[InboundMessage]) -> None:
         if self.intake is not None:

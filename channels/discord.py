@@ -28,11 +28,13 @@ from channels.base import BaseChannel, ChannelContext, SendFailed, Sender
 from channels.text import split_message
 from nanobot.bus import OutboundMessage
 from nanobot.config import DiscordConfig
+from nanobot.coordination import Held
 
 log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://discord.com/api/v10"
 DEFAULT_GATEWAY = "wss://gateway.discord.gg"
+SHARD = "discord shard 0"  # the singleton: one worker holds the gateway connection at a time
 
 
 class _Client(discord.Client):
@@ -100,8 +102,17 @@ class DiscordChannel(BaseChannel):
             self, intents=intents, guild_ready_timeout=self.guild_ready_timeout,
             # Model output must not ping @everyone or roles; users and reply pings are fine.
             allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True))
-        self._task = asyncio.create_task(self._client.start(self.config.token), name="discord-client")
+        try:
+            await self._client.login(self.config.token)  # REST: every worker sends
+        except Exception as exc:
+            await self.stop()
+            raise RuntimeError(f"discord: could not log in at {Route.BASE} ({type(exc).__name__}: {exc})") from exc
+        held = await self.ctx.singletons.try_hold(SHARD)
+        self._task = asyncio.create_task(self._connect_while_held(held), name="discord-client")
         self._task.add_done_callback(_log_client_exit)
+        if held is None:
+            log.info("discord: another worker holds the connection; this one sends, and takes over if it stops")
+            return
         ready = asyncio.ensure_future(self._ready.wait())
         done, _ = await asyncio.wait({ready, self._task}, timeout=self.ready_timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
@@ -112,6 +123,30 @@ class DiscordChannel(BaseChannel):
         await self.stop()
         reason = f"{type(cause).__name__}: {cause}" if cause else f"no READY within {self.ready_timeout:g} s"
         raise RuntimeError(f"discord: could not connect to {Route.BASE} ({reason})") from cause
+
+    async def _connect_while_held(self, held: Held | None) -> None:
+        """The gateway connection (what receives messages), on one worker at a time."""
+        client, singletons = self._client, self.ctx.singletons
+        assert client is not None
+        while not client.is_closed():
+            if held is None:
+                held = await singletons.hold(SHARD)
+                log.info("discord: this worker now holds the connection")
+            connect = asyncio.create_task(client.connect())
+            lost = asyncio.create_task(held.lost.wait())
+            try:
+                await asyncio.wait({connect, lost}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (connect, lost):
+                    task.cancel()
+                await asyncio.gather(connect, lost, return_exceptions=True)
+                if client.ws is not None and not client.is_closed():  # the next holder's must be the only one
+                    await client.ws.close(code=1000)
+                if not held.lost.is_set():
+                    await asyncio.shield(singletons.release(held))
+            if connect.done() and not connect.cancelled() and connect.exception() is not None:
+                raise connect.exception()  # fatal (a bad token, a missing intent): logged by _log_client_exit
+            held = None
 
     async def stop(self) -> None:
         client, task, self._client, self._task = self._client, self._task, None, None
@@ -200,7 +235,7 @@ class DiscordChannel(BaseChannel):
         if preview is not None and await self._edit(preview, chunks[0]):
             chunks, reference = chunks[1:], None  # the streamed message now holds the first chunk
         for i, chunk in enumerate(chunks):
-            await self._send_chunk(channel, chunk, reference if i == 0 else None)
+            await self._send_chunk(channel, chunk, reference if i == 0 else None, _nonce(msg, i))
 
     def _check_target(self, msg: OutboundMessage) -> None:
         if not msg.chat_id.isdigit():
@@ -242,15 +277,16 @@ class DiscordChannel(BaseChannel):
         channel = self._client.get_partial_messageable(int(msg.chat_id))
         chunks = split_message(msg.content, self.max_message_len) if msg.content.strip() else [None]
         def attach() -> dict[str, Any]:
-            return {"content": chunks[0], "file": discord.File(io.BytesIO(file.data), filename=file.name)}
+            return {"content": chunks[0], "file": discord.File(io.BytesIO(file.data), filename=file.name),
+                    "nonce": _nonce(msg, 0)}
 
         await self._post(channel, attach)
-        for chunk in chunks[1:]:
-            await self._send_chunk(channel, chunk, None)
+        for i, chunk in enumerate(chunks[1:], start=1):
+            await self._send_chunk(channel, chunk, None, _nonce(msg, i))
 
     async def _send_chunk(self, channel: discord.PartialMessageable, chunk: str,
-                          reference: discord.MessageReference | None) -> None:
-        await self._post(channel, lambda: {"content": chunk, "reference": reference})
+                          reference: discord.MessageReference | None, nonce: str | None) -> None:
+        await self._post(channel, lambda: {"content": chunk, "reference": reference, "nonce": nonce})
 
     async def _post(self, channel: discord.PartialMessageable, message: Callable[[], dict[str, Any]]) -> None:
         """Send, retrying a few times what may pass soon; ``message`` makes the arguments afresh
@@ -273,6 +309,13 @@ class DiscordChannel(BaseChannel):
             await self._client.get_partial_messageable(int(chat_id)).typing()  # one POST .../typing
         except Exception as exc:
             log.debug("discord: typing in %s failed: %r", chat_id, exc)
+
+
+def _nonce(msg: OutboundMessage, chunk: int) -> str | None:
+    """The same for every attempt at one chunk of one recorded reply: sent with
+    ``enforce_nonce``, so Discord shows it once even if a crash makes us send it again."""
+    outbox_id = msg.metadata.get("outbox_id")
+    return f"nb{outbox_id}.{chunk}" if outbox_id is not None else None  # Discord allows 25 characters
 
 
 def _addresses(message: discord.Message, bot_id: int) -> bool:

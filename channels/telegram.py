@@ -8,6 +8,11 @@ and the update_id (the message's ``delivery_key``) lets the intake drop the repe
 errors back off from ``poll_interval`` to ``poll_backoff_max`` (2 s): after an outage the
 first message is read within seconds of recovery.
 
+Among workers one polls at a time (the ``telegram polling`` singleton; the others send, and
+one takes over within a second when the poller dies or stops). With
+``channels.telegram.webhook`` nobody polls: every worker serves the webhook
+(``telegram_webhook.py``).
+
 Who may talk is decided by ``BaseChannel._admit`` and what a command means is the agent's
 business, so every message, ``/new`` included, is passed on as plain text.
 """
@@ -20,7 +25,7 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, Awaitable, Callable, ClassVar
 
 from telegram import Bot, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
@@ -30,9 +35,11 @@ from telegram.ext import Application, ApplicationBuilder
 from channels.base import BaseChannel, ChannelContext, SendFailed, Sender
 from channels.telegram_html import render_chunks
 from channels.telegram_http import AiohttpRequest
+from channels.telegram_webhook import WebhookServer
 from channels.text import split_message, utf16_len
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
+from nanobot.coordination import Held
 from nanobot.db import StoreUnavailable
 from nanobot.media import PHOTO_LIMITS
 
@@ -42,6 +49,7 @@ DEFAULT_API_BASE = "https://api.telegram.org"
 CAPTION_LIMIT = 1024  # characters of a photo's or document's caption
 CONNECTIONS = 8  # to the Bot API for sends (Telegram takes about 30 messages/s from a bot)
 POOL_TIMEOUT = 60.0  # seconds a send may wait for a free connection
+POLLING = "telegram polling"  # the singleton: one worker long-polls at a time
 
 
 class TelegramChannel(BaseChannel):
@@ -64,6 +72,7 @@ class TelegramChannel(BaseChannel):
             setattr(self, key, value)
         self._app: Application | None = None
         self._poller: asyncio.Task[None] | None = None
+        self._webhook: WebhookServer | None = None
         self._username = ""  # the bot's own @username, known after start()
         self._previews: dict[Any, _Preview] = {}  # stream_id -> the message a reply streams into
 
@@ -84,20 +93,49 @@ class TelegramChannel(BaseChannel):
                .build())
         try:
             await app.initialize()  # getMe: a bad token or unreachable server fails here
-            await app.bot.delete_webhook()  # getUpdates is refused while a webhook is set
+            self._app, self._username = app, app.bot.username or ""
+            await (self._start_webhook() if self.config.webhook else self._start_polling())
         except BaseException:
+            self._app = None
             await self._shutdown(app)
             raise
-        self._app, self._username = app, app.bot.username or ""
-        self._poller = asyncio.create_task(self._poll(), name="telegram polling")
-        log.info("telegram: polling as @%s", self._username)
+
+    async def _start_polling(self) -> None:
+        """Poll if no other worker does; else wait in the background to take over."""
+        held = await self.ctx.singletons.try_hold(POLLING)
+        if held is not None:
+            await self._bot.delete_webhook()  # getUpdates is refused while a webhook is set
+            log.info("telegram: polling as @%s", self._username)
+        else:
+            log.info("telegram: @%s is polled by another worker; this one sends, and takes over if it stops",
+                     self._username)
+        self._poller = asyncio.create_task(self._receive(held), name="telegram polling")
+
+    async def _start_webhook(self) -> None:
+        """Tell Telegram where to post updates (every worker says the same), and serve that path.
+        The webhook is not deleted at stop: another worker may still be serving it."""
+        webhook = self.config.webhook
+        assert webhook is not None
+        self._webhook = WebhookServer(webhook, self._on_webhook)
+        await self._webhook.start()
+        await self._bot.set_webhook(webhook.url, secret_token=webhook.secret_token, allowed_updates=["message"])
+        log.info("telegram: webhook for @%s at %s, served on %s", self._username, webhook.url, webhook.listen)
+
+    async def _on_webhook(self, data: dict[str, Any]) -> None:
+        msg = await self._from_update(Update.de_json(data, self._bot))
+        if msg is not None:
+            await self.ctx.accept([msg])
 
     async def stop_receiving(self) -> None:
-        """Stop polling at shutdown: later messages wait on Telegram's server for the next start."""
+        """Stop polling at shutdown: later messages wait on Telegram's server for the next start
+        (or another worker's poll: polling is handed over at once)."""
         poller, self._poller = self._poller, None
         if poller is not None:
             poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
+        webhook, self._webhook = self._webhook, None
+        if webhook is not None:
+            await webhook.stop()
 
     async def stop(self) -> None:
         await self.stop_receiving()
@@ -117,11 +155,35 @@ class TelegramChannel(BaseChannel):
             log.exception("telegram: error during shutdown")
 
     # ---- incoming -------------------------------------------------------------------
-    async def _poll(self) -> None:
+    async def _receive(self, held: Held | None) -> None:
+        """Poll while this worker holds the polling; two pollers would both get 409 Conflict."""
+        singletons = self.ctx.singletons
+        while True:
+            first = None
+            if held is None:
+                held = await singletons.hold(POLLING)
+                log.info("telegram: this worker now polls @%s", self._username)
+                first = self._bot.delete_webhook
+            poll = asyncio.create_task(self._poll(first))
+            lost = asyncio.create_task(held.lost.wait())
+            try:
+                await asyncio.wait({poll, lost}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (poll, lost):
+                    task.cancel()
+                await asyncio.gather(poll, lost, return_exceptions=True)
+                if not held.lost.is_set():  # a normal stop: another worker polls from now on
+                    await asyncio.shield(singletons.release(held))
+            held = None
+
+    async def _poll(self, first: Callable[[], Awaitable[Any]] | None = None) -> None:
         offset: int | None = None  # None: everything Telegram still holds for us (unconfirmed)
         delay = 0.0
         while True:
             try:
+                if first is not None:  # once, before the first poll (retried with it)
+                    await first()
+                    first = None
                 updates = await self._bot.get_updates(offset=offset, timeout=int(self.poll_timeout) or 1,
                                                       allowed_updates=["message"],
                                                       read_timeout=self.poll_timeout + 10)

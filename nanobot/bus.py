@@ -30,6 +30,9 @@ class InboundMessage:
 
 
 EPHEMERAL = "ephemeral"  # OutboundMessage.metadata key: best effort, not kept in the outbox
+# InboundMessage.metadata key: the future a caller waits on for the reply (Dispatcher.ask, the
+# API); never stored.
+REPLY_FUTURE = "reply_future"
 
 
 @dataclass(frozen=True)

@@ -202,8 +202,46 @@ class BotChannel(ChannelSection):
     streaming: bool = True
 
 
+def _check_listen(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. \"127.0.0.1:8765\")")
+    return value
+
+
+def listen_address(listen: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` (``[::1]:80`` too) as (host, port)."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def _check_webhook_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ValueError("must be the https:// URL Telegram posts updates to")
+    return url
+
+
+class TelegramWebhook(Section):
+    """``channels.telegram.webhook``: Telegram posts updates to ``url``; we serve its path on
+    ``listen`` and refuse requests without ``secretToken`` in their header."""
+
+    url: Annotated[str, AfterValidator(_check_webhook_url)]
+    listen: Annotated[str, AfterValidator(_check_listen)] = "0.0.0.0:8443"
+    # Telegram allows 1-256 of A-Z, a-z, 0-9, _ and -; fewer than 16 is guessable.
+    secret_token: str = Field(min_length=16, max_length=256, pattern=r"^[A-Za-z0-9_-]+$")
+
+    def address(self) -> tuple[str, int]:
+        return listen_address(self.listen)
+
+    @property
+    def path(self) -> str:
+        return urlsplit(self.url).path or "/"
+
+
 class TelegramConfig(BotChannel):
     proxy: HttpProxy | None = None
+    webhook: TelegramWebhook | None = None  # absent: one worker long-polls
 
 
 class DiscordConfig(BotChannel):
@@ -348,13 +386,6 @@ class Heartbeat(Section):
     to: str | None = Field(None, pattern=r"^[^:\s]+:\S+$")  # "channel:chat_id"; default: the first owner chat
 
 
-def _check_listen(value: str) -> str:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{value!r} is not HOST:PORT (e.g. \"127.0.0.1:8765\")")
-    return value
-
-
 class Api(Section):
     """The OpenAI-compatible API and the web page on the gateway (nanobot/api/)."""
 
@@ -365,8 +396,7 @@ class Api(Section):
     concurrent_turns: int = Field(4, gt=0)  # per key
 
     def address(self) -> tuple[str, int]:
-        host, _, port = self.listen.rpartition(":")
-        return host.strip("[]") or "127.0.0.1", int(port)
+        return listen_address(self.listen)
 
 
 class Gateway(Section):
@@ -378,6 +408,10 @@ class Gateway(Section):
     cron_grace_seconds: int = Field(3600, ge=0)
     max_messages_per_turn: int = Field(20, gt=0)
     max_cron_jobs_per_chat: int = Field(20, gt=0)
+    # Workers on one PostgreSQL (database.url): who this one is, and how soon the others take
+    # over what a dead one held.
+    worker_id: str = Field("", max_length=100)  # "": HOST:PID
+    failover_seconds: float = Field(10.0, ge=1.0, le=300.0)
 
 
 def url_password(url: str) -> str:

@@ -16,9 +16,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from channels.base import BaseChannel, ChannelContext
-from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.bus import REPLY_FUTURE, InboundMessage, OutboundMessage
 from nanobot.config import PluginChannelConfig
-from nanobot.gateway.dispatcher import REPLY_FUTURE
 from nanobot.trust import API_CHANNEL
 
 FINAL = None  # what Reply.pieces carries after the last piece

@@ -11,20 +11,24 @@ Failures come back as an error outcome; the service records them, tells the owne
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Collection
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection
 
 from nanobot.bus import InboundMessage, OutboundMessage, split_target
+from nanobot.coordination import Held
 from nanobot.cron.service import CronService, RunOutcome
 from nanobot.cron.store import CronStore
 
 if TYPE_CHECKING:
     from nanobot.cron.store import CronJob
-    from nanobot.gateway.dispatcher import Dispatcher
+    from nanobot.coordination import Singletons
     from nanobot.runtime import Runtime
 
 log = logging.getLogger(__name__)
+
+Ask = Callable[[InboundMessage], Awaitable[str]]
 
 
 class Undeliverable(Exception):
@@ -32,10 +36,9 @@ class Undeliverable(Exception):
 
 
 class JobRunner:
-    def __init__(self, runtime: Runtime, dispatcher: Callable[[], Dispatcher],
-                 running_channels: Callable[[], Collection[str]]) -> None:
+    def __init__(self, runtime: Runtime, ask: Ask, running_channels: Callable[[], Collection[str]]) -> None:
         self.runtime = runtime
-        self.dispatcher = dispatcher  # the gateway builds its dispatcher at start, after us
+        self.ask = ask  # a turn in the job's chat, its reply back (Gateway.ask)
         self.running_channels = running_channels
 
     def check_delivery(self, target: str) -> None:
@@ -94,20 +97,29 @@ class JobRunner:
 
     async def run_prompt(self, job: CronJob) -> RunOutcome:
         channel, chat_id = split_target(job.target)
-        reply = await self.dispatcher().ask(InboundMessage(channel, chat_id, sender_id=f"cron:{job.id}",
-                                                           content=job.payload, metadata={"cron_job": job.id}))
+        reply = await self.ask(InboundMessage(channel, chat_id, sender_id=f"cron:{job.id}",
+                                              content=job.payload, metadata={"cron_job": job.id}))
         return RunOutcome("ok", reply)
 
 
 class CronJobs:
-    """The cron service as a gateway service: the store, the scheduler and the runner together."""
+    """The cron service as a gateway service: the store, the scheduler and the runner together.
 
-    def __init__(self, runtime: Runtime, dispatcher: Callable[[], Dispatcher],
-                 running_channels: Callable[[], Collection[str]], *, poll_interval: float = 1.0) -> None:
+    Jobs can be added, listed and run now on every worker; only the holder of the cron clock
+    (one worker at a time, see nanobot.coordination) fires them on schedule. When the holder
+    dies another takes the clock and catches up on what came due meanwhile, once.
+    """
+
+    CLOCK = "cron clock"
+
+    def __init__(self, runtime: Runtime, ask: Ask, running_channels: Callable[[], Collection[str]],
+                 singletons: Callable[[], Singletons], *, poll_interval: float = 1.0) -> None:
         self.runtime = runtime
-        self.runner = JobRunner(runtime, dispatcher, running_channels)
+        self.runner = JobRunner(runtime, ask, running_channels)
+        self.singletons = singletons  # the gateway's, known once it started
         self.poll_interval = poll_interval
         self.service: CronService | None = None
+        self._clock: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         rt = self.runtime
@@ -119,8 +131,25 @@ class CronJobs:
                                    poll_interval=self.poll_interval, on_notice=self.runner.notice,
                                    validate_code=lambda code: rt.code.check(code, limits))
         rt.scheduler.service = self.service
-        await self.service.start()
+        held = await self.singletons().try_hold(self.CLOCK)
+        if held is not None:  # alone, or the first worker: fire from the start
+            await self.service.start()
+        self._clock = asyncio.create_task(self._keep_clock(held), name="cron clock")
+
+    async def _keep_clock(self, held: Held | None) -> None:
+        """Fire jobs while we hold the clock; wait for it while another worker does."""
+        assert self.service is not None
+        while True:
+            if held is None:
+                held = await self.singletons().hold(self.CLOCK)
+                await self.service.start()
+            await held.lost.wait()
+            await self.service.stop()
+            held = None
 
     async def stop(self) -> None:
+        if self._clock is not None:
+            self._clock.cancel()
+            await asyncio.gather(self._clock, return_exceptions=True)
         if self.service is not None:
             await self.service.stop()

@@ -16,7 +16,7 @@ import logging
 import sqlite3
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from nanobot.bus import EPHEMERAL, InboundMessage, MessageBus, OutboundMessage
 
@@ -44,12 +44,38 @@ def is_disk_full(exc: BaseException) -> bool:
         (isinstance(exc, sqlite3.OperationalError) and "full" in str(exc).lower())
 
 
+class Route(Protocol):
+    """Where recorded messages go: this gateway's dispatcher, or (workers) their chat's holder."""
+
+    def expect(self, messages: list[InboundMessage]) -> None:
+        """About to record these (their objects carry what a record cannot: a waiting caller)."""
+
+    async def arrived(self, messages: list[InboundMessage]) -> None:
+        """Recorded: each new one has its ``intake_id``; repeats have none."""
+
+
+class LocalRoute:
+    """One gateway: straight to its dispatcher."""
+
+    def __init__(self, bus: MessageBus) -> None:
+        self.bus = bus
+
+    def expect(self, messages: list[InboundMessage]) -> None:
+        return None
+
+    async def arrived(self, messages: list[InboundMessage]) -> None:
+        for msg in messages:
+            if "intake_id" in msg.metadata:
+                await self.bus.publish_inbound(msg)
+
+
 class DurableIntake:
     """What channels hand admitted messages to (``ChannelContext.intake``) in the gateway."""
 
-    def __init__(self, store: DeliveryStore, bus: MessageBus) -> None:
+    def __init__(self, store: DeliveryStore, bus: MessageBus, route: Route | None = None) -> None:
         self.store = store
         self.bus = bus
+        self.route: Route = route or LocalRoute(bus)
         self.repeats = 0  # dropped because they were stored before (for tests and the log)
         self._told_full: dict[tuple[str, str], float] = {}  # chat -> when it was told the disk is full
 
@@ -58,6 +84,7 @@ class DurableIntake:
             return
         for msg in messages:  # a plugin channel may have no id of its own: then no repeat can be caught
             msg.metadata.setdefault("delivery_key", uuid.uuid4().hex)
+        self.route.expect(messages)
         try:
             ids = await self.store.record_inbound(messages)
         except (OSError, sqlite3.Error) as exc:
@@ -69,9 +96,9 @@ class DurableIntake:
             if intake_id is None:
                 self.repeats += 1
                 log.info("%s: dropped a repeat of message %s", msg.channel, msg.metadata["delivery_key"])
-                continue
-            msg.metadata["intake_id"] = intake_id
-            await self.bus.publish_inbound(msg)
+            else:
+                msg.metadata["intake_id"] = intake_id
+        await self.route.arrived(messages)
 
     def _tell_disk_full(self, messages: list[InboundMessage]) -> None:
         """One short reply per chat a minute, sent without the outbox (which cannot record either)."""
@@ -87,11 +114,17 @@ class DurableIntake:
         """Queue the messages a crash or a restart left unanswered, in order; how many."""
         unfinished = await self.store.unfinished_inbound()
         for msg in unfinished:
-            started = (await sessions.open(msg.session_key)).meta.intake_started
-            if started is not None and started >= msg.metadata["intake_id"]:
-                msg.metadata["resumed"] = True
+            await mark_if_resumed(msg, sessions)
             await self.bus.publish_inbound(msg)
         if unfinished:
             log.warning("resuming %d message(s) left unanswered by the last run (%d cut mid-turn)",
                         len(unfinished), sum(1 for m in unfinished if m.metadata.get("resumed")))
         return len(unfinished)
+
+
+async def mark_if_resumed(msg: InboundMessage, sessions: Histories) -> None:
+    """A recorded message whose turn had begun (the chat's history says so) is run again on the
+    message already recorded, with a note (see the module's docstring)."""
+    started = (await sessions.open(msg.session_key)).meta.intake_started
+    if started is not None and started >= msg.metadata["intake_id"]:
+        msg.metadata["resumed"] = True

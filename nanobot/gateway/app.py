@@ -19,14 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pathlib import Path
 
 from channels.base import ChannelContext, Sender
 from nanobot import sdnotify
 from nanobot.access import AccessGate
-from nanobot.bus import MessageBus
+from nanobot.bus import REPLY_FUTURE, InboundMessage, MessageBus
+from nanobot.cluster.registry import WorkerIdInUse
+from nanobot.coordination import Alone, Singletons
 from nanobot.config import Config
 from nanobot.db import check_writable
 from nanobot.delivery.intake import DurableIntake
@@ -36,6 +38,9 @@ from nanobot.gateway.channels import ChannelManager
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.gateway.lock import GatewayLock, GatewayRunning, write_gateway_state
 from nanobot.runtime import Runtime
+
+if TYPE_CHECKING:
+    from nanobot.cluster.worker import ClusterWorker
 from nanobot.trust import chat_scope
 
 log = logging.getLogger(__name__)
@@ -68,6 +73,9 @@ class Gateway:
         self._router: asyncio.Task[None] | None = None
         self._started_services: list[Service] = []
         self.delivery: DeliveryStore | None = None
+        self.intake: DurableIntake | None = None
+        self.cluster: ClusterWorker | None = None  # on PostgreSQL: this gateway is a worker of several
+        self.singletons: Singletons = Alone()  # Telegram polling, Discord, the cron clock
 
     def add_service(self, service: Service) -> None:
         """Start ``service`` after the channels are up and stop it at shutdown (before start())."""
@@ -76,18 +84,30 @@ class Gateway:
     async def start(self) -> None:
         rt = self.runtime
         store = rt.deps.services.pairing
-        self.delivery = await DeliveryStore.open(rt.db)
-        intake, outbox = DurableIntake(self.delivery, self.bus), Outbox(self.delivery)
+        shared = rt.db.engine == "postgresql"  # then this gateway is one worker of several (nanobot.cluster)
+        if shared:
+            from nanobot.cluster.worker import ClusterWorker, worker_id
+        self.delivery = await DeliveryStore.open(rt.db, worker_id(self.config.gateway) if shared else None)
+        outbox = Outbox(self.delivery)
+        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval,
+                                     streams=self.config.channels.streams, outbox=outbox)
+        if shared:
+            self.cluster = ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions,
+                                         lambda msg: outbox.sender(msg) if outbox.sender else None)
+            self.singletons = self.cluster.singletons
+            self.dispatcher.handover(self.cluster.router)
+        self.intake = DurableIntake(self.delivery, self.bus, self.cluster.router if self.cluster else None)
         ctx = ChannelContext(bus=self.bus, access=AccessGate(store, notify_owner=rt.announce),
                              workspace=self.config.workspace_path,
                              max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
-                             chat_root=self._chat_root, intake=intake)
+                             chat_root=self._chat_root, intake=self.intake, singletons=self.singletons)
         self.channels = ChannelManager(self.config, ctx, outbox)
-        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval,
-                                     streams=self.config.channels.streams, outbox=outbox)
         self.services.insert(0, Pruner(self.delivery))  # prunes at once, then every 6 hours
-        await outbox.resend_pending()  # they wait for their channel to start
-        await intake.resume(rt.sessions)  # queued before anything new arrives: each chat keeps its order
+        if self.cluster is not None:  # takes over what dead workers (or our last run) left
+            await self.cluster.start()
+        else:
+            await outbox.resend_pending()  # they wait for their channel to start
+            await self.intake.resume(rt.sessions)  # queued before anything new arrives: each chat keeps its order
         self.channels.on_state = self._write_state
         rt.provider.watch_cooldowns(self._write_state)  # the model router: a provider went into cooldown
         if rt.mcp is not None:  # their functions exist before the first message
@@ -106,6 +126,18 @@ class Gateway:
             self._started_services.append(service)
         log.info("gateway ready: channels %s; event loop %s", ", ".join(self.channels.channels) or "none",
                  type(asyncio.get_running_loop()).__module__.split(".")[0])  # uvloop, or asyncio
+
+    async def ask(self, msg: InboundMessage) -> str:
+        """Run ``msg`` as a turn of its chat and return the reply (cron prompt jobs); the reply
+        is sent to the chat as well. Among workers it is recorded and runs where its chat is held."""
+        if self.dispatcher is None or self.dispatcher.closing:
+            raise RuntimeError("the gateway is shutting down")
+        if self.intake is None or self.cluster is None:
+            return await self.dispatcher.ask(msg)
+        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        msg.metadata[REPLY_FUTURE] = done
+        await self.intake.accept([msg])
+        return await done
 
     def running_channels(self) -> list[str]:
         """Channels that can carry a message nobody asked for (cron output, notices): not the
@@ -139,6 +171,9 @@ class Gateway:
         await _cancel(self._router)
         if self.channels is not None:
             await self.channels.drain(DRAIN_SECONDS)
+        if self.cluster is not None:  # after our last replies went out: the others take over from here
+            await self.cluster.stop()
+        if self.channels is not None:
             await self.channels.stop()
         if self.delivery is not None:
             await self.delivery.close()
@@ -165,7 +200,7 @@ def add_services(gateway: Gateway) -> None:
     from nanobot.gateway.welcome import PairingWelcome
     from nanobot.heartbeat import Heartbeat
 
-    gateway.add_service(CronJobs(gateway.runtime, lambda: gateway.dispatcher, gateway.running_channels))
+    gateway.add_service(CronJobs(gateway.runtime, gateway.ask, gateway.running_channels, lambda: gateway.singletons))
     from nanobot.api.terminal import TerminalSocket
 
     gateway.add_service(TerminalSocket(gateway))  # nanobot agent reaches this gateway through it
@@ -217,10 +252,6 @@ def _stop_on(sig: signal.Signals, stop: asyncio.Event) -> Any:
 async def _serve(config: Config, stop: asyncio.Event) -> int:
     watchdog: asyncio.Task[None] | None = None
     async with Runtime(config, bus=MessageBus()) as runtime:
-        if not await runtime.db.try_hold("gateway"):
-            log.error("another nanobot gateway already runs on this database (database.url); until gateway "
-                      "workers can share one, run one gateway per database")
-            return 1
         gateway = Gateway(runtime)
         add_services(gateway)
         try:
@@ -231,6 +262,9 @@ async def _serve(config: Config, stop: asyncio.Event) -> int:
                 watchdog = asyncio.create_task(sdnotify.watchdog(interval), name="watchdog")
             await stop.wait()
             log.info("gateway stopping")
+        except WorkerIdInUse as exc:
+            log.error("%s", exc)
+            return 2
         except Exception:  # a service that failed to start, say: exit 1 for systemd to retry
             log.exception("the gateway failed")
             return 1

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Protocol
 
 from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin
 from nanobot.agent.streaming import ReplyStream
-from nanobot.bus import EPHEMERAL, InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import EPHEMERAL, REPLY_FUTURE, InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -39,6 +39,11 @@ RESUME_NOTICE = "I am restarting; I will answer that as soon as I am back."
 STOP_WAIT = 10.0  # how long /stop waits for a cancelled turn to unwind before answering
 STOPPED_NOTE = "(stopped by the user)"
 SHUTDOWN_NOTE = "(interrupted: the assistant was shut down before finishing)"
+
+
+class ChatHolder(Protocol):
+    async def release(self, key: str) -> None:
+        """The chat went quiet on this worker: any worker may take its next message."""
 
 
 def is_stop(text: str) -> bool:
@@ -68,6 +73,7 @@ class SessionWorker:
                         msg = await self.queue.get()
                 except TimeoutError:
                     if self.queue.empty():
+                        d.went_quiet(self.key)
                         return  # idle: the finally below forgets us in the same step, so no message is lost
                     continue
                 await self._run(msg)
@@ -154,6 +160,16 @@ class Dispatcher:
         self.closing = False
         self._tasks: set[asyncio.Task[Any]] = set()  # /stop handlers in flight
         self._told: set[str] = set()  # chats told about the restart
+        self._holder: ChatHolder | None = None  # among workers: gives quiet chats back
+
+    def handover(self, holder: ChatHolder) -> None:
+        """Among workers: a chat that goes quiet here is given back, and at shutdown the
+        others answer what is queued (its chats are told nothing)."""
+        self._holder = holder
+
+    def went_quiet(self, key: str) -> None:
+        if self._holder is not None:
+            self._spawn(self._holder.release(key))
 
     async def run(self) -> None:
         """Take messages off the bus until cancelled."""
@@ -271,6 +287,8 @@ class Dispatcher:
     def tell_restarting(self, msg: InboundMessage) -> None:
         """Sent before the channels close (they drain the outbound queue at shutdown). A recorded
         message is answered after the restart; an unrecorded one (no outbox) is lost."""
+        if self._holder is not None and "intake_id" in msg.metadata:
+            return  # recorded: another worker answers it in a moment
         if not msg.sender_id.startswith("cron:") and not is_stop(msg.content) and msg.session_key not in self._told:
             self._told.add(msg.session_key)  # once per chat
             notice = RESUME_NOTICE if "intake_id" in msg.metadata else RESTART_NOTICE
@@ -281,10 +299,6 @@ class Dispatcher:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-
-# The future a caller waits on for a message's reply (Dispatcher.ask, the API); not stored.
-REPLY_FUTURE = "reply_future"
 
 
 def mark_started(session: Session, msg: InboundMessage) -> bool:

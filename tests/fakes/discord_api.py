@@ -90,6 +90,9 @@ class FakeDiscord:
         self.send_attempts = 0
         self.typing: list[str] = []
         self.identifies = self.resumes = 0
+        self.connections = 0  # gateway connections open now
+        self.most_connections = 0  # the most ever open at once (one bot, one shard: should be 1)
+        self._nonces: dict[str, dict[str, Any]] = {}  # enforce_nonce: a repeat gets the first message back
         self.intents: int | None = None
         self._sent_changed = asyncio.Condition()
         self._connected = asyncio.Event()
@@ -188,18 +191,23 @@ class FakeDiscord:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         self._ws = ws
-        await ws.send_json({"op": 10, "d": {"heartbeat_interval": self.heartbeat_ms}})
-        async for frame in ws:
-            if frame.type is not WSMsgType.TEXT:
-                break
-            payload = json.loads(frame.data)
-            op, data = payload.get("op"), payload.get("d")
-            if op == 1:
-                await ws.send_json({"op": 11})
-            elif op == 2:
-                await self._identify(ws, data)
-            elif op == 6:
-                await self._resume(ws, data)
+        self.connections += 1
+        self.most_connections = max(self.most_connections, self.connections)
+        try:
+            await ws.send_json({"op": 10, "d": {"heartbeat_interval": self.heartbeat_ms}})
+            async for frame in ws:
+                if frame.type is not WSMsgType.TEXT:
+                    break
+                payload = json.loads(frame.data)
+                op, data = payload.get("op"), payload.get("d")
+                if op == 1:
+                    await ws.send_json({"op": 11})
+                elif op == 2:
+                    await self._identify(ws, data)
+                elif op == 6:
+                    await self._resume(ws, data)
+        finally:
+            self.connections -= 1
         if self._ws is ws:
             self._ws = None
             self._connected.clear()
@@ -263,7 +271,13 @@ class FakeDiscord:
                 return _json({"message": "You are being rate limited.", "retry_after": retry_after,
                                           "global": False}, status=429, headers={"Via": "1.1 google"})
             return _json({"message": "scripted failure", "code": 0}, status=status)
+        nonce = body.get("nonce") if body.get("enforce_nonce") else None
+        if nonce is not None and nonce in self._nonces:  # as Discord: the message sent before, not a new one
+            return _json(self._nonces[nonce])
         msg = self._message(request.match_info["cid"], self.bot_user, body.get("content", ""))
+        if nonce is not None:
+            msg["nonce"] = nonce
+            self._nonces[nonce] = msg
         if body.get("message_reference"):
             msg["message_reference"] = body["message_reference"]
         for name, data in uploads:

@@ -16,7 +16,9 @@ Trouble: ``fail_sends(2, retry_after=1)`` (the next two sendMessage calls answer
 ends it). Like Telegram, sendMessage answers 400 to badly nested HTML ("can't parse
 entities") and to text over 4096 UTF-16 units after parsing.
 Recorded: ``sent`` (sendMessage params plus ``message_id``), ``edits``, ``actions``
-(sendChatAction), ``calls`` (every method name, in order), ``failed`` (502s answered).
+(sendChatAction), ``calls`` (every method name, in order), ``failed`` (502s answered),
+``conflicts`` (a getUpdates while another was open: 409, as Telegram), ``webhook``
+(setWebhook's parameters; getUpdates is refused while one is set).
 Waiting, event-driven: ``wait_sent(n)``, ``wait_calls(method, n)``, ``wait_until(predicate)``.
 Parameters arrive form-encoded (PTB JSON-encodes non-string values) or as JSON; both are
 decoded to Python values.
@@ -50,6 +52,9 @@ class FakeTelegram:
         self.holding: dict[str, int] = {}  # method -> answers held so far
         self.actions: list[dict[str, Any]] = []
         self.calls: list[str] = []
+        self.polling = 0  # getUpdates calls open now
+        self.conflicts = 0  # getUpdates while another was open: real Telegram answers 409 Conflict
+        self.webhook: dict[str, Any] | None = None  # setWebhook's parameters (url, secret_token, ...)
         self._updates: list[dict[str, Any]] = []
         self._next_update_id = 1
         self._next_message_id = 1000
@@ -74,7 +79,8 @@ class FakeTelegram:
         app = web.Application()
         app.router.add_post("/bot{token}/{method}", self._api)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5)
+        # A client that hangs up (a killed poller) ends its long poll here too, as at Telegram.
+        self._runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -217,9 +223,27 @@ class FakeTelegram:
                     "supports_inline_queries": False})
 
     async def _m_deleteWebhook(self, p: dict) -> web.Response:
+        self.webhook = None
+        return _ok(True)
+
+    async def _m_setWebhook(self, p: dict) -> web.Response:
+        self.webhook = p
         return _ok(True)
 
     async def _m_getUpdates(self, p: dict) -> web.Response:
+        if self.webhook is not None:
+            return _error(409, "Conflict: can't use getUpdates method while webhook is active")
+        if self.polling:
+            self.conflicts += 1
+            return _error(409, "Conflict: terminated by other getUpdates request; make sure that only one bot "
+                               "instance is running")
+        self.polling += 1
+        try:
+            return await self._long_poll(p)
+        finally:
+            self.polling -= 1
+
+    async def _long_poll(self, p: dict) -> web.Response:
         offset = int(p.get("offset") or 0)
         if self.confirm_updates:  # off: as if every confirmation were lost, so everything comes again
             self._updates = [u for u in self._updates if u["update_id"] >= offset]  # offset confirms

@@ -1,0 +1,71 @@
+"""Telegram's webhook: Telegram posts each update to ``channels.telegram.webhook.url``; any
+worker behind a load balancer may receive it.
+
+A request without the secret (``X-Telegram-Bot-Api-Secret-Token``, compared in constant time)
+is refused with 401 and logged at info: the internet knocks on every open port, which is not
+an error of ours. An update is answered 200 only once it is recorded, so a crash or a database
+outage (503) makes Telegram deliver it again; its update_id drops the repeat.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from nanobot.config import TelegramWebhook
+from nanobot.db import StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+MAX_UPDATE_BYTES = 1024 * 1024  # an update is a few KB; files are fetched separately
+
+
+class WebhookServer:
+    def __init__(self, config: TelegramWebhook, handle: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        self.config = config
+        self.handle = handle  # records the update (raises StoreUnavailable when it cannot)
+        self._runner: web.AppRunner | None = None
+        self.port = 0  # the bound port (listen may say 0)
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=MAX_UPDATE_BYTES)
+        app.router.add_post(self.config.path, self._update)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        host, port = self.config.address()
+        try:
+            site = web.TCPSite(runner, host, port)
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise RuntimeError(f"channels.telegram.webhook.listen: cannot listen on {self.config.listen}: "
+                               f"{exc.strerror or exc}") from None
+        self._runner = runner
+        self.port = runner.addresses[0][1]
+
+    async def _update(self, request: web.Request) -> web.Response:
+        secret = request.headers.get(SECRET_HEADER, "")
+        if not hmac.compare_digest(secret.encode(), self.config.secret_token.encode()):
+            log.info("telegram webhook: refused a request from %s without the secret", request.remote)
+            return web.Response(status=401, text="unauthorized")
+        try:
+            update = await request.json()
+        except ValueError:
+            return web.Response(status=400, text="not JSON")
+        if not isinstance(update, dict):
+            return web.Response(status=400, text="not an update")
+        try:
+            await self.handle(update)
+        except StoreUnavailable as exc:  # not recorded: Telegram sends it again later
+            log.warning("telegram webhook: update not recorded (%s); Telegram will retry it", exc)
+            return web.Response(status=503, text="try again")
+        return web.Response(text="ok")
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()

@@ -1,0 +1,64 @@
+"""Chat leases: a chat's turns run on one worker at a time, the one whose row holds it.
+
+A lease is claimed with an upsert that succeeds only where there is none or its holder is
+dead (not in ``live_workers``); two workers claiming at once are ordered by the primary key,
+so exactly one wins. Leases of dead workers are taken over in bulk with ``FOR UPDATE SKIP
+LOCKED``: workers sweeping at the same moment split them instead of queueing on each other.
+A holder gives a chat back when it goes quiet, so chats spread over the workers over time.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nanobot.postgres import PostgresDatabase
+
+# A reply row whose sender is gone: it is sent by the chat's next holder.
+DEAD_WRITER = "worker IS NULL OR worker NOT IN (SELECT id FROM live_workers)"
+
+SWEEP_LIMIT = 200  # chats taken over per sweep (the next sweep takes more)
+
+
+class ChatLeases:
+    def __init__(self, db: PostgresDatabase, worker_id: str) -> None:
+        self.db, self.id = db, worker_id
+
+    async def claim(self, chat: str) -> bool:
+        """Hold ``chat`` if nobody alive does (or we do already)."""
+        return await self.db.fetchval(
+            "INSERT INTO chat_leases AS l (chat, worker, since) VALUES ($1, $2, nanobot_now()) "
+            "ON CONFLICT (chat) DO UPDATE SET worker = excluded.worker, since = excluded.since "
+            "WHERE l.worker = excluded.worker OR l.worker NOT IN (SELECT id FROM live_workers) RETURNING chat",
+            chat, self.id) is not None
+
+    async def release(self, chat: str) -> None:
+        """Give the chat up; the other workers hear it is free (``nanobot_free``)."""
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM chat_leases WHERE chat = $1 AND worker = $2", chat, self.id)
+            await tx.execute("SELECT pg_notify('nanobot_free', $1)", chat)
+
+    async def orphaned(self) -> list[str]:
+        """Chats with work nobody alive holds: unanswered messages, or replies whose sender
+        died; and chats we hold where a dead worker left replies unsent."""
+        rows = await self.db.fetch(
+            "WITH work AS (SELECT chat FROM inbound WHERE done = 0 "
+            f"  UNION SELECT channel || ':' || chat_id FROM outbox WHERE state = 'pending' AND ({DEAD_WRITER})) "
+            "SELECT DISTINCT work.chat FROM work LEFT JOIN chat_leases l ON l.chat = work.chat "
+            "WHERE l.chat IS NULL OR l.worker = $1 AND EXISTS (SELECT 1 FROM outbox WHERE state = 'pending' "
+            f"  AND channel || ':' || chat_id = work.chat AND ({DEAD_WRITER})) "
+            "OR l.worker NOT IN (SELECT id FROM live_workers) LIMIT $2", self.id, SWEEP_LIMIT)
+        return [row["chat"] for row in rows]
+
+    async def take_over(self, chats: list[str]) -> list[str]:
+        """Of ``chats``, those we now hold: unleased ones, and dead workers' leases."""
+        async with self.db.transaction() as tx:
+            taken = await tx.fetch(
+                "WITH lapsed AS (SELECT chat FROM chat_leases WHERE chat = ANY($1::text[]) "
+                "  AND worker NOT IN (SELECT id FROM live_workers) FOR UPDATE SKIP LOCKED) "
+                "UPDATE chat_leases l SET worker = $2, since = nanobot_now() FROM lapsed "
+                "WHERE l.chat = lapsed.chat RETURNING l.chat", chats, self.id)
+            fresh = await tx.fetch(
+                "INSERT INTO chat_leases (chat, worker, since) SELECT c, $2, nanobot_now() FROM unnest($1::text[]) c "
+                "ON CONFLICT (chat) DO NOTHING RETURNING chat", chats, self.id)
+        return [row["chat"] for row in (*taken, *fresh)]

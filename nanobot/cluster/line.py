@@ -1,0 +1,77 @@
+"""A worker's own connection to PostgreSQL, outside the pool.
+
+It carries what must live exactly as long as the worker does: the advisory locks of the
+singletons it holds, its ``LISTEN``, and its liveness: the other workers consider it alive
+while this connection's backend exists (``pg_stat_activity``), so a killed process is seen as
+dead at once, not after a timeout. TCP keepalives make the server drop the backend within
+about 8 s when the worker's host vanishes without closing the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime
+from typing import Callable
+
+import asyncpg
+
+from nanobot.postgres import CONNECT_TIMEOUT_S, _lock_key
+
+log = logging.getLogger(__name__)
+
+LISTEN = ("nanobot_work", "nanobot_done", "nanobot_free")  # see nanobot.cluster.router
+KEEPALIVE = {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "3"}
+
+Notified = Callable[[str, str], None]  # (channel, payload)
+
+
+class WorkerLine:
+    def __init__(self, url: str, on_notify: Notified) -> None:
+        self.url = url
+        self.on_notify = on_notify
+        self.lost = asyncio.Event()  # set when the connection is gone: every lock on it is gone too
+        self.backend: tuple[int, datetime] | None = None  # (pid, start) of its server process
+        self._conn: asyncpg.Connection | None = None
+        self._busy = asyncio.Lock()  # one statement at a time on one connection
+
+    async def open(self) -> None:
+        conn = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S,
+                                     server_settings={"application_name": "nanobot worker", **KEEPALIVE})
+        self.lost = asyncio.Event()
+        conn.add_termination_listener(lambda _conn: self.lost.set())
+        for channel in LISTEN:
+            await conn.add_listener(channel, self._notified)
+        row = await conn.fetchrow("SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+        self.backend = (row["pid"], row["backend_start"])
+        self._conn = conn
+
+    def _notified(self, _conn: object, _pid: int, channel: str, payload: str) -> None:
+        self.on_notify(channel, payload)
+
+    async def try_lock(self, name: str, timeout: float) -> bool:
+        """Take the advisory lock ``name`` if free. A line that does not answer within
+        ``timeout`` counts as lost (a half-open connection would otherwise hang forever)."""
+        return bool(await self._query("SELECT pg_try_advisory_lock($1)", _lock_key(name), timeout=timeout))
+
+    async def unlock(self, name: str, timeout: float) -> None:
+        await self._query("SELECT pg_advisory_unlock($1)", _lock_key(name), timeout=timeout)
+
+    async def _query(self, sql: str, *args: object, timeout: float) -> object:
+        if self._conn is None or self.lost.is_set():
+            raise ConnectionError("the worker's database connection is lost")
+        try:
+            async with self._busy, asyncio.timeout(timeout):
+                return await self._conn.fetchval(sql, *args)
+        except (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as exc:
+            self.lost.set()
+            raise ConnectionError(f"the worker's database connection is lost: {exc or type(exc).__name__}") from None
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await asyncio.wait_for(conn.close(), timeout=5)
+            except Exception:
+                conn.terminate()
+        self.lost.set()

@@ -1,0 +1,114 @@
+"""Who the workers are: one row each, renewed by a heartbeat, and the chats they lease.
+
+A worker is alive while its line's backend exists (``pg_stat_activity``: a killed worker is
+dead at once) and its heartbeat is fresh (``expires``: a worker that cannot reach the database
+is dead after ``gateway.failoverSeconds``). The view ``live_workers`` says which are; every
+takeover decision reads it, inside PostgreSQL, with the server's clock (hosts' clocks may
+differ). A chat lease is valid while its holder is alive, so one heartbeat renews them all.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nanobot.postgres import PostgresDatabase
+
+MIGRATIONS = ["""
+CREATE FUNCTION nanobot_now() RETURNS DOUBLE PRECISION LANGUAGE sql VOLATILE
+    AS $$ SELECT extract(epoch FROM clock_timestamp())::double precision $$;
+CREATE TABLE workers (
+    id TEXT PRIMARY KEY,  -- gateway.workerId, HOST:PID by default
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    backend_pid INTEGER NOT NULL,  -- its line's server process: gone = the worker is gone
+    backend_start TIMESTAMPTZ NOT NULL,
+    started DOUBLE PRECISION NOT NULL,
+    heartbeat DOUBLE PRECISION NOT NULL,
+    expires DOUBLE PRECISION NOT NULL,  -- heartbeat + its failoverSeconds
+    holds TEXT NOT NULL DEFAULT ''  -- the singletons it holds, for status
+);
+CREATE VIEW live_workers AS
+    SELECT w.* FROM workers w JOIN pg_stat_activity a ON a.pid = w.backend_pid AND a.backend_start = w.backend_start
+    WHERE w.expires > nanobot_now();
+CREATE TABLE chat_leases (
+    chat TEXT PRIMARY KEY,  -- the session key
+    worker TEXT NOT NULL,
+    since DOUBLE PRECISION NOT NULL
+);
+CREATE INDEX chat_leases_worker ON chat_leases (worker);
+"""]
+
+FORGET_DEAD_AFTER_S = 86400  # a dead worker's row stays this long, for status
+
+
+class WorkerIdInUse(Exception):
+    """Another live worker registered under the same gateway.workerId."""
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    id: str
+    host: str
+    pid: int
+    alive: bool
+    heartbeat: float
+    now: float
+    holds: str
+    chats: int
+
+
+class Registry:
+    def __init__(self, db: PostgresDatabase, worker_id: str, failover: float) -> None:
+        self.db, self.id, self.failover = db, worker_id, failover
+
+    async def register(self, backend: tuple[int, datetime], pid: int, started: float) -> None:
+        """Join (or rejoin after a lost line); WorkerIdInUse if a live worker has our id."""
+        joined = await self.db.fetchval(
+            "INSERT INTO workers AS w (id, host, pid, backend_pid, backend_start, started, heartbeat, expires) "
+            "VALUES ($1, $2, $3, $4, $5, $6, nanobot_now(), nanobot_now() + $7) "
+            "ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
+            "backend_pid = excluded.backend_pid, backend_start = excluded.backend_start, started = excluded.started, "
+            "heartbeat = excluded.heartbeat, expires = excluded.expires, holds = '' "
+            "WHERE w.id NOT IN (SELECT id FROM live_workers) OR w.backend_pid = excluded.backend_pid RETURNING id",
+            self.id, socket.gethostname(), pid, backend[0], backend[1], started, self.failover)
+        if joined is None:
+            row = await self.db.fetchrow("SELECT host, pid FROM workers WHERE id = $1", self.id)
+            raise WorkerIdInUse(f"gateway.workerId: {self.id!r} is the id of a running worker "
+                                f"(host {row['host']}, pid {row['pid']}); give each worker its own")
+
+    async def forget_previous_run(self) -> None:
+        """What a previous process with our id left: its leases go, its unsent replies become
+        anyone's (they are sent by the chat's next holder)."""
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM chat_leases WHERE worker = $1", self.id)
+            await tx.execute("UPDATE outbox SET worker = NULL WHERE worker = $1 AND state = 'pending'", self.id)
+
+    async def heartbeat(self, backend: tuple[int, datetime], holds: list[str]) -> bool:
+        """Renew our row (and so our leases); False if it is no longer ours (we were taken for dead)."""
+        return bool(await self.db.execute(
+            "UPDATE workers SET heartbeat = nanobot_now(), expires = nanobot_now() + $2, holds = $3 "
+            "WHERE id = $1 AND backend_pid = $4", self.id, self.failover, ", ".join(sorted(holds)), backend[0]))
+
+    async def leave(self) -> None:
+        """A normal stop: our chats are free at once, not after a timeout."""
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM chat_leases WHERE worker = $1", self.id)
+            await tx.execute("UPDATE workers SET expires = nanobot_now(), holds = '' WHERE id = $1", self.id)
+
+    async def prune(self) -> None:
+        await self.db.execute("DELETE FROM workers WHERE expires < nanobot_now() - $1", FORGET_DEAD_AFTER_S)
+
+
+async def list_workers(db: Any) -> list[WorkerRow]:
+    """Every worker seen in the last day, live ones first (``nanobot status``, the page)."""
+    rows = await db.fetch(
+        "SELECT w.id, w.host, w.pid, w.heartbeat, w.holds, nanobot_now() AS now, "
+        "w.id IN (SELECT id FROM live_workers) AS alive, "
+        "(SELECT count(*) FROM chat_leases l WHERE l.worker = w.id) AS chats "
+        "FROM workers w ORDER BY alive DESC, w.started")
+    return [WorkerRow(r["id"], r["host"], r["pid"], bool(r["alive"]), r["heartbeat"], r["now"],
+                      r["holds"] if r["alive"] else "", int(r["chats"]) if r["alive"] else 0) for r in rows]

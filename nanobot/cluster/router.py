@@ -1,0 +1,183 @@
+"""Which worker runs a chat's turns, and how its messages reach it.
+
+Every message is recorded first (any worker may receive it: the Telegram poller, a webhook
+behind a load balancer, the API). The insert notifies ``nanobot_work`` with the chat; every
+worker hears it. The chat's holder reads the chat's unanswered messages past the last one it
+queued and hands them to its dispatcher, in id order, so a chat keeps its order whoever
+received what. A chat nobody holds is claimed by whichever worker asks first (a busier one
+waits a moment, so chats spread); the new holder first sends what a dead holder left unsent,
+then runs what it left unanswered (resumed mid-turn as after a restart).
+
+A waiting caller (an API request, a cron prompt job) waits where it arrived: its message is
+claimed there when possible, so the reply streams to it; if another worker holds the chat, the
+caller gets the reply when that worker settles the message (``nanobot_done``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Callable
+
+from nanobot.bus import REPLY_FUTURE, InboundMessage, MessageBus, OutboundMessage
+from nanobot.cluster.leases import DEAD_WRITER, ChatLeases
+from nanobot.delivery.intake import mark_if_resumed
+
+if TYPE_CHECKING:
+    from nanobot.delivery.store import DeliveryStore
+    from nanobot.session import Histories
+
+log = logging.getLogger(__name__)
+
+CLAIM_DELAY_PER_CHAT_S = 0.001  # a worker busy with n chats waits n ms (at most MAX) before claiming
+MAX_CLAIM_DELAY_S = 0.02
+
+
+class ChatRouter:
+    def __init__(self, leases: ChatLeases, delivery: DeliveryStore, bus: MessageBus, sessions: Histories,
+                 resend: Callable[[OutboundMessage], None]) -> None:
+        self.leases, self.delivery, self.bus, self.sessions = leases, delivery, bus, sessions
+        self.resend = resend  # hands a recorded reply to the channels (Outbox.sender)
+        self.held: set[str] = set()
+        self.queued: dict[str, int] = {}  # per held chat: the last intake id handed to the dispatcher
+        self.busy: Callable[[], int] = lambda: len(self.held)  # how loaded this worker is
+        self._local: dict[tuple[str, str], InboundMessage] = {}  # received here, not yet queued
+        self._awaiting: dict[int, asyncio.Future[str]] = {}  # intake id -> a caller here, the chat elsewhere
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        # Chats a claim found held by another worker: not tried again on each of their messages,
+        # until that worker frees the chat (``nanobot_free``) or the next sweep (dead holders).
+        self._elsewhere: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # ---- messages received here -------------------------------------------------------
+    def expect(self, messages: list[InboundMessage]) -> None:
+        for msg in messages:
+            self._local[_key(msg)] = msg
+
+    async def arrived(self, messages: list[InboundMessage]) -> None:
+        chats = {msg.session_key for msg in messages if "intake_id" in msg.metadata}
+        for chat in chats:
+            waiting = any(REPLY_FUTURE in m.metadata for m in messages if m.session_key == chat)
+            if chat in self.held or waiting:  # a waiting caller is best served where it waits
+                await self.pull(chat, claim=waiting)
+        for msg in messages:  # the rest run wherever their chat is held
+            if self._local.pop(_key(msg), None) is not None and REPLY_FUTURE in msg.metadata \
+                    and "intake_id" in msg.metadata:
+                self._awaiting[msg.metadata["intake_id"]] = msg.metadata[REPLY_FUTURE]
+
+    # ---- wake-ups ----------------------------------------------------------------------
+    def notified(self, channel: str, payload: str) -> None:
+        if channel == "nanobot_work":
+            if payload in self.held or payload not in self._elsewhere:
+                self._spawn(self.pull(payload, claim=True, polite=True))
+        elif channel == "nanobot_free":
+            self._elsewhere.discard(payload)
+        elif channel == "nanobot_done" and payload.isdigit() and int(payload) in self._awaiting:
+            self._spawn(self._answer(int(payload)))
+
+    async def _answer(self, intake_id: int) -> None:
+        done = self._awaiting.pop(intake_id, None)
+        if done is not None and not done.done():
+            done.set_result(await self.delivery.reply_to(intake_id))
+
+    async def pull(self, chat: str, *, claim: bool, polite: bool = False) -> None:
+        """Queue the chat's unanswered messages we have not queued yet, claiming the chat first
+        if ``claim`` and nobody alive holds it."""
+        if polite and chat not in self.held:
+            await asyncio.sleep(min(MAX_CLAIM_DELAY_S, CLAIM_DELAY_PER_CHAT_S * self.busy()))
+        async with self._locks[chat]:
+            if chat not in self.held:
+                if not claim:
+                    return
+                if not await self.leases.claim(chat):
+                    self._elsewhere.add(chat)
+                    return
+                await self._taken(chat)
+            for msg in await self.delivery.unfinished_in(chat, self.queued.get(chat, 0)):
+                original = self._local.pop(_key(msg), None)
+                if original is not None:
+                    original.metadata["intake_id"] = msg.metadata["intake_id"]
+                    msg = original
+                elif self.queued[chat] == 0:  # left by the chat's previous holder
+                    await mark_if_resumed(msg, self.sessions)
+                self.queued[chat] = msg.metadata["intake_id"]
+                await self.bus.publish_inbound(msg)
+
+    async def _taken(self, chat: str) -> None:
+        """Ours now: read its history afresh (another worker wrote it since), and send what a
+        dead holder recorded but did not get out, before anything new."""
+        self.held.add(chat)
+        self._elsewhere.discard(chat)
+        self.queued[chat] = 0
+        self.sessions.close(chat)
+        for reply in await self.delivery.adopt_pending(chat, DEAD_WRITER):
+            self.resend(reply)
+
+    # ---- the sweep ---------------------------------------------------------------------
+    async def sweep(self) -> None:
+        """Take over what dead workers left, and what no wake-up reached (about once a second)."""
+        self._elsewhere.clear()
+        orphaned = await self.leases.orphaned()
+        mine = [chat for chat in orphaned if chat in self.held]
+        for chat in mine:  # a dead worker's replies into a chat we hold
+            async with self._locks[chat]:
+                for reply in await self.delivery.adopt_pending(chat, DEAD_WRITER):
+                    self.resend(reply)
+        others = [chat for chat in orphaned if chat not in self.held]
+        if others:
+            taken = await self.leases.take_over(others)
+            if taken:
+                log.info("took over %d chat(s) nobody alive held", len(taken))
+            for chat in taken:
+                await self._pull_taken(chat)
+
+    async def _pull_taken(self, chat: str) -> None:
+        async with self._locks[chat]:
+            await self._taken(chat)
+        await self.pull(chat, claim=False)
+
+    # ---- giving chats back -------------------------------------------------------------
+    async def release(self, chat: str) -> None:
+        """The chat went quiet here: let any worker take its next message."""
+        async with self._locks[chat]:
+            if chat not in self.held:
+                return
+            if await self.delivery.unfinished_in(chat, self.queued.get(chat, 0)):
+                return  # a message is on its way to us: keep it
+            session = await self.sessions.open(chat)
+            await session.sync_soon()  # its history is in the database before anyone else reads it
+            self.held.discard(chat)
+            self.queued.pop(chat, None)
+            self.sessions.close(chat)
+            await self.leases.release(chat)
+        self._locks.pop(chat, None)
+
+    def forget_all(self) -> None:
+        """We were taken for dead (the line broke): our chats are someone else's now."""
+        if self.held:
+            log.warning("gave up %d chat(s): this worker lost its database connection", len(self.held))
+        self.held.clear()
+        self.queued.clear()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a wake-up failed (the sweep retries it): %s", task.exception())
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for done in self._awaiting.values():
+            if not done.done():
+                done.cancel()
+
+
+def _key(msg: InboundMessage) -> tuple[str, str]:
+    return msg.channel, str(msg.metadata.get("delivery_key"))

@@ -1,0 +1,66 @@
+"""Singletons over the worker's line: session advisory locks, so a holder that dies (or whose
+line breaks) frees them at once, and a waiting worker takes one within a second."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Callable
+
+from nanobot.cluster.line import WorkerLine
+from nanobot.coordination import Held
+
+log = logging.getLogger(__name__)
+
+TRY_EVERY_S = 1.0  # how often a waiting worker tries a singleton (no loop faster than this)
+
+
+class AdvisorySingletons:
+    def __init__(self, line: WorkerLine, timeout: float) -> None:
+        self.line = line  # replaced by the worker when it reconnects
+        self.timeout = timeout  # a line slower than this to answer counts as lost
+        self.held: dict[str, Held] = {}
+        self.on_change: Callable[[], None] | None = None  # ``held`` changed (for status)
+
+    async def try_hold(self, name: str) -> Held | None:
+        if name in self.held:
+            return self.held[name]
+        try:
+            if not await self.line.try_lock(name, self.timeout):
+                return None
+        except ConnectionError:
+            return None
+        held = self.held[name] = Held(name)
+        log.info("this worker now holds %s", name)
+        self._changed()
+        return held
+
+    async def hold(self, name: str) -> Held:
+        while True:
+            held = await self.try_hold(name)
+            if held is not None:
+                return held
+            await asyncio.sleep(TRY_EVERY_S)
+
+    async def release(self, held: Held) -> None:
+        if self.held.get(held.name) is not held:
+            return
+        del self.held[held.name]
+        self._changed()
+        try:
+            await self.line.unlock(held.name, self.timeout)
+        except ConnectionError:
+            pass  # the lock went with the connection
+
+    def lose_all(self) -> None:
+        """The line is gone, and the locks with it: tell every holder."""
+        held, self.held = list(self.held.values()), {}
+        for h in held:
+            log.warning("this worker lost %s (its database connection broke)", h.name)
+            h.lost.set()
+        if held:
+            self._changed()
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()

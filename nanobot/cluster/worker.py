@@ -1,0 +1,137 @@
+"""This gateway as one worker of several on one PostgreSQL database.
+
+It joins the registry, keeps its heartbeat (every third of ``gateway.failoverSeconds``),
+sweeps for what dead workers left (every second), and watches its line: if the line breaks
+the others take it for dead, so it gives up its chats and singletons at once, then reconnects
+and joins again. On a normal stop it leaves: its chats are free for the others at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+from nanobot.bus import MessageBus, OutboundMessage
+from nanobot.cluster.leases import ChatLeases
+from nanobot.cluster.line import WorkerLine
+from nanobot.cluster.registry import MIGRATIONS, Registry
+from nanobot.cluster.router import ChatRouter
+from nanobot.cluster.singletons import AdvisorySingletons
+from nanobot.postgres import migrate
+
+if TYPE_CHECKING:
+    from nanobot.config import Gateway as GatewaySettings
+    from nanobot.delivery.store import DeliveryStore
+    from nanobot.postgres import PostgresDatabase
+    from nanobot.session import Histories
+
+log = logging.getLogger(__name__)
+
+SWEEP_EVERY_S = 1.0
+RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.5, 5.0
+
+
+def worker_id(settings: GatewaySettings) -> str:
+    return settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
+
+
+class ClusterWorker:
+    def __init__(self, db: PostgresDatabase, settings: GatewaySettings, delivery: DeliveryStore, bus: MessageBus,
+                 sessions: Histories, resend: Callable[[OutboundMessage], None]) -> None:
+        self.id = worker_id(settings)
+        self.db, self.failover = db, settings.failover_seconds
+        self.registry = Registry(db, self.id, self.failover)
+        self.router = ChatRouter(ChatLeases(db, self.id), delivery, bus, sessions, resend)
+        self.line = WorkerLine(db.url, self.router.notified)
+        self.singletons = AdvisorySingletons(self.line, timeout=self.failover / 2)
+        self.singletons.on_change = self._beat_soon
+        self._started = time.time()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._beat_now = asyncio.Event()
+
+    async def start(self) -> None:
+        """Join (WorkerIdInUse if our id is taken by a live worker), then take what is orphaned."""
+        await migrate(self.db.pool, "workers", MIGRATIONS)
+        await self._join()
+        await self.registry.forget_previous_run()
+        await self.router.sweep()
+        self._tasks = [asyncio.create_task(self._heartbeat(), name="worker heartbeat"),
+                       asyncio.create_task(self._sweep(), name="worker sweep"),
+                       asyncio.create_task(self._watch_line(), name="worker line")]
+        log.info("worker %s joined", self.id)
+
+    async def _join(self) -> None:
+        await self.line.open()
+        assert self.line.backend is not None
+        try:
+            await self.registry.register(self.line.backend, os.getpid(), self._started)
+        except BaseException:
+            await self.line.close()
+            raise
+
+    async def _heartbeat(self) -> None:
+        while True:
+            try:
+                async with asyncio.timeout(self.failover / 3):
+                    await self._beat_now.wait()
+            except TimeoutError:
+                pass
+            self._beat_now.clear()
+            try:
+                assert self.line.backend is not None
+                if not await self.registry.heartbeat(self.line.backend, list(self.singletons.held)):
+                    log.error("worker %s: the others took this worker for dead; rejoining", self.id)
+                    await self.line.close()  # _watch_line rejoins
+            except Exception as exc:
+                log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
+
+    def _beat_soon(self) -> None:
+        self._beat_now.set()  # status shows a new singleton holder at once
+
+    async def _sweep(self) -> None:
+        beats = 0
+        while True:
+            await asyncio.sleep(SWEEP_EVERY_S)
+            try:
+                await self.router.sweep()
+                beats += 1
+                if beats % 3600 == 0:
+                    await self.registry.prune()
+            except Exception as exc:  # the database is away: the next sweep tries again
+                log.warning("worker %s: sweep failed (%s)", self.id, exc)
+
+    async def _watch_line(self) -> None:
+        while True:
+            await self.line.lost.wait()
+            self.singletons.lose_all()
+            self.router.forget_all()
+            await self.line.close()
+            delay = RECONNECT_FIRST_S
+            while True:
+                try:
+                    await self._join()
+                    log.warning("worker %s: rejoined after its database connection broke", self.id)
+                    break
+                except Exception as exc:
+                    log.warning("worker %s: cannot rejoin yet (%s); retrying in %g s", self.id, exc, delay)
+                    await asyncio.sleep(delay)
+                    delay = min(RECONNECT_MAX_S, delay * 2)
+
+    async def stop(self) -> None:
+        """After the dispatcher stopped: free our chats and singletons for the others."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.router.close()
+        for held in list(self.singletons.held.values()):
+            await self.singletons.release(held)
+        try:
+            await self.registry.leave()
+        except Exception as exc:
+            log.warning("worker %s: could not sign off (%s); the others take over after %g s",
+                        self.id, exc, self.failover)
+        await self.line.close()

@@ -1,0 +1,47 @@
+"""What a gateway asks of the other workers on its database, if there are any.
+
+Some work must be done by one process at a time for the whole assistant: long-polling
+Telegram (a second poller gets 409 Conflict), a Discord shard's connection, the cron clock.
+Each such *singleton* is held under a name. Alone (SQLite, or no other worker) a gateway holds
+every singleton at once and never loses one; on PostgreSQL the workers hold them with advisory
+locks (``nanobot.cluster``), and a holder that dies or loses the database loses them, which
+``Held.lost`` tells its user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(eq=False)
+class Held:
+    """A singleton this worker holds until ``lost`` is set (or it releases it)."""
+
+    name: str
+    lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Singletons(Protocol):
+    async def try_hold(self, name: str) -> Held | None:
+        """Hold ``name`` now if no other worker does; None if one does."""
+
+    async def hold(self, name: str) -> Held:
+        """Wait until this worker holds ``name`` (a holder that dies frees it)."""
+
+    async def release(self, held: Held) -> None:
+        """Let another worker have it (a normal stop)."""
+
+
+class Alone:
+    """The only gateway on its store: every singleton is ours, for good."""
+
+    async def try_hold(self, name: str) -> Held | None:
+        return Held(name)
+
+    async def hold(self, name: str) -> Held:
+        return Held(name)
+
+    async def release(self, held: Held) -> None:
+        return None

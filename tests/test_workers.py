@@ -1,0 +1,160 @@
+"""Several gateways on one PostgreSQL act as one assistant (nanobot.cluster): in-process
+workers here, each with its own home and the shared workspace and database; the kill -9
+cases with real processes are in test_workers_failover.py."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator
+
+import aiohttp
+import pytest
+
+from nanobot.cluster.registry import list_workers
+from nanobot.config import Config, TelegramWebhook
+from nanobot.postgres import PostgresDatabase
+from tests.fakes.openai_server import reply
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import fast_channels, running_gateway, telegram_gateway_config
+
+CHATS = (41, 42, 43)
+
+
+@pytest.fixture
+def fast(monkeypatch) -> None:
+    fast_channels(monkeypatch)
+
+
+def echo(body: dict) -> dict:
+    return reply("re: " + [m for m in body["messages"] if m["role"] == "user"][-1]["content"])
+
+
+def worker_config(llm, workspace: Path, tg: FakeTelegram, pg_url: str, name: str, tmp_path: Path) -> Config:
+    config = telegram_gateway_config(llm.base_url, workspace, tg, *CHATS)
+    config.database.url = pg_url
+    config.gateway.worker_id = name
+    config.channels.telegram.streaming = False
+    home = tmp_path / f"home-{name}"
+    home.mkdir()
+    config.use_home(home)
+    return config
+
+
+@asynccontextmanager
+async def workers(configs: list[Config], *, with_services: bool = False) -> AsyncIterator[dict]:
+    """Gateways started one after another; ``{worker id: gateway}``; each is stopped on the
+    way out unless the test stopped it (``stop(gateways, id)``)."""
+    async with AsyncExitStack() as stack:
+        gateways = {}
+        for config in configs:
+            gateways[config.gateway.worker_id] = await stack.enter_async_context(
+                running_gateway(config, with_services=with_services))
+        yield gateways
+
+
+def holder(gateways: dict, singleton: str) -> list[str]:
+    return [name for name, gw in gateways.items() if gw.cluster and singleton in gw.cluster.singletons.held]
+
+
+def texts(tg: FakeTelegram, chat: int) -> list[str]:
+    return [m["text"] for m in tg.sent if m["chat_id"] == chat]
+
+
+async def test_three_workers_answer_every_message_once_in_order(llm, tg, pg_url: str, workspace: Path,
+                                                                 tmp_path: Path, fast) -> None:
+    llm.fallback = echo
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2, 3)]
+    async with workers(configs) as gateways:
+        assert len(holder(gateways, "telegram polling")) == 1
+        for n in range(5):
+            for chat in CHATS:
+                tg.push_text(chat, chat, f"{chat}-{n}")
+        await tg.wait_sent(15, timeout=20)
+        await asyncio.sleep(0.3)  # nothing more may come
+        for chat in CHATS:
+            assert texts(tg, chat) == [f"re: {chat}-{n}" for n in range(5)]
+        assert tg.conflicts == 0
+        db = await PostgresDatabase.open(pg_url)
+        try:
+            rows = await list_workers(db)
+        finally:
+            await db.close()
+        assert {r.id for r in rows if r.alive} == {"w1", "w2", "w3"}
+        assert sum(r.chats for r in rows) == 3 and sum("telegram polling" in r.holds for r in rows) == 1
+
+
+async def test_the_next_worker_polls_within_seconds_when_the_poller_stops(llm, tg, pg_url: str, workspace: Path,
+                                                                          tmp_path: Path, fast) -> None:
+    llm.fallback = echo
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    async with workers(configs[:1]) as first, workers(configs[1:]) as second:
+        assert holder(first, "telegram polling") == ["w1"] and holder(second, "telegram polling") == []
+        tg.push_text(41, 41, "before")
+        await tg.wait_sent(1, timeout=10)
+        await first["w1"].stop()  # a normal stop hands polling over at once
+        tg.push_text(41, 41, "after")
+        await tg.wait_sent(2, timeout=10)
+        assert holder(second, "telegram polling") == ["w2"]
+        assert texts(tg, 41) == ["re: before", "re: after"] and tg.conflicts == 0
+
+
+async def test_a_cron_job_fires_once_per_tick_across_workers(llm, tg, pg_url: str, workspace: Path,
+                                                             tmp_path: Path, fast) -> None:
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2, 3)]
+    async with workers(configs, with_services=True) as gateways:
+        clock = holder(gateways, "cron clock")
+        assert len(clock) == 1
+        service = gateways["w2"].runtime.scheduler.service  # any worker may add a job
+        await service.add_job(owner_session="telegram:41", schedule_kind="every", expression="1",
+                              payload_kind="code", payload="print('tick')")
+        await tg.wait_sent(3, timeout=10)
+        await gateways[clock[0]].stop()  # the clock moves to another worker
+        await tg.wait_sent(6, timeout=15)
+        runs = await service.store.runs((await service.list_jobs())[0].id, limit=100)
+        started = sorted(r.started_at.timestamp() for r in runs)
+        # once per tick: no two runs of the one job within the same second
+        assert all(b - a > 0.5 for a, b in zip(started, started[1:])), started
+        assert set(texts(tg, 41)) == {"tick"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_webhook_workers_record_before_answering_and_refuse_without_the_secret(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast, caplog) -> None:
+    llm.fallback = echo
+    secret = "s3cret-token-for-tests"
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    ports = [free_port(), free_port()]
+    for config, port in zip(configs, ports):
+        config.channels.telegram.webhook = TelegramWebhook(url="https://bot.example.org/tg",
+                                                           listen=f"127.0.0.1:{port}", secret_token=secret)
+    async with workers(configs), aiohttp.ClientSession() as http:
+        assert tg.webhook and tg.webhook["url"] == "https://bot.example.org/tg" and \
+            tg.webhook["secret_token"] == secret
+        assert "getUpdates" not in tg.calls and "deleteWebhook" not in tg.calls
+        update = tg.push_text(41, 41, "via the webhook")
+        async with http.post(f"http://127.0.0.1:{ports[0]}/tg", json=update) as refused:
+            assert refused.status == 401
+        async with http.post(f"http://127.0.0.1:{ports[0]}/tg", json=update,
+                             headers={"X-Telegram-Bot-Api-Secret-Token": "wrong" * 4}) as refused:
+            assert refused.status == 401
+        for n, port in enumerate([*ports, *ports]):  # behind a load balancer: any worker gets any update
+            update = tg.push_text(42, 42, f"m{n}")
+            async with http.post(f"http://127.0.0.1:{port}/tg", json=update,
+                                 headers={"X-Telegram-Bot-Api-Secret-Token": secret}) as accepted:
+                assert accepted.status == 200
+            async with http.post(f"http://127.0.0.1:{port}/tg", json=update,  # Telegram retrying: dropped
+                                 headers={"X-Telegram-Bot-Api-Secret-Token": secret}) as again:
+                assert again.status == 200
+        await tg.wait_sent(4, timeout=10)
+        await asyncio.sleep(0.3)
+        assert texts(tg, 42) == [f"re: m{n}" for n in range(4)] and texts(tg, 41) == []
+    assert tg.webhook is not None  # not deleted at stop: other workers may still serve it
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
