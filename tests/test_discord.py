@@ -169,3 +169,16 @@ async def test_bad_token_fails_start_clearly(fake: FakeDiscord, bus: MessageBus,
     with pytest.raises(RuntimeError, match="LoginFailure"):
         await ch.start()
     await ch.stop()  # idempotent
+
+
+async def test_a_recorded_reply_sent_again_after_a_crash_is_shown_once(channel: DiscordChannel,
+                                                                       fake: FakeDiscord) -> None:
+    """Each chunk of a recorded reply carries a nonce made from its outbox id, with
+    enforce_nonce: Discord answers a repeat with the message it already has."""
+    reply = OutboundMessage("discord", str(DM), "x" * 2500, metadata={"outbox_id": 7})
+    await channel.send(reply)
+    await channel.send(reply)  # the crash came between the send and its mark: sent again at start
+    assert "".join(m["content"] for m in fake.sent).replace("\n", "") == "x" * 2500
+    assert [m["nonce"] for m in fake.sent] == ["nb7.0", "nb7.1"]  # two chunks, each shown once
+    await channel.send(OutboundMessage("discord", str(DM), "unrecorded"))  # no outbox id: discord.py's own nonce
+    assert len(fake.sent) == 3 and not str(fake.sent[-1].get("nonce", "")).startswith("nb")

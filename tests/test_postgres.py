@@ -197,26 +197,24 @@ async def test_a_count_that_does_not_match_copies_nothing(pg_url: str, llm, work
         await db.close()
 
 
-async def test_one_gateway_per_database_until_workers_share_it(pg_url: str, tmp_path: Path, home: Path) -> None:
-    """Two gateways on one database would both poll Telegram and both fire every cron job: the
-    second refuses to start (exit 1, one line) while the first holds the database."""
-    first = await PostgresDatabase.open(pg_url)
-    try:
-        assert await first.try_hold("gateway")
+async def test_a_second_worker_with_the_same_id_is_refused_and_status_lists_the_workers(
+        pg_url: str, tmp_path: Path, home: Path, llm, workspace: Path) -> None:
+    """Every gateway on one database is a worker; two with one gateway.workerId would take
+    each other's chats, so the second refuses in one line (exit 2). Status lists the workers."""
+    config = config_for(llm.base_url, workspace)
+    config.database.url, config.gateway.worker_id = pg_url, "w1"
+    config.gateway.heartbeat.enabled = False
+    async with running_gateway(config, with_services=True):
         other_home = tmp_path / "other-home"
         other_home.mkdir()
         (other_home / "config.json").write_text(json.dumps({
-            "database": {"url": pg_url}, "gateway": {"heartbeat": {"enabled": False}},
+            "database": {"url": pg_url}, "gateway": {"heartbeat": {"enabled": False}, "workerId": "w1"},
             "providers": {"openai": {"apiKey": "k", "apiBase": "http://127.0.0.1:9/v1"}}}))
         code, _, err = await nanobot("gateway", home=other_home)
-        assert code == 1 and "another nanobot gateway already runs on this database" in err, err
-    finally:
-        await first.close()
-    second = await PostgresDatabase.open(pg_url)
-    try:
-        assert await second.try_hold("gateway")  # released with the first
-    finally:
-        await second.close()
+        assert code == 2 and "gateway.workerId: 'w1' is the id of a running worker" in err, err
+        code, out, _ = await nanobot("status", home=other_home)
+        assert code == 0 and "Workers:   1 alive" in out, out
+        assert "  w1 (host " in out and "holds cron clock; heartbeat " in out, out
 
 
 async def _outage(server: str, url: str, *, away: bool) -> None:

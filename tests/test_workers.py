@@ -158,3 +158,30 @@ async def test_webhook_workers_record_before_answering_and_refuse_without_the_se
         assert texts(tg, 42) == [f"re: m{n}" for n in range(4)] and texts(tg, 41) == []
     assert tg.webhook is not None  # not deleted at stop: other workers may still serve it
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+async def test_one_worker_holds_the_discord_connection_and_another_takes_it(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    from tests.fakes.discord_api import FakeDiscord
+
+    llm.fallback = echo
+    async with FakeDiscord() as dc:
+        configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+        for config in configs:
+            d = config.channels.discord
+            d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, \
+                dc.gateway_url, ["7"]
+            d.streaming = False
+        async with workers(configs[:1]) as first, workers(configs[1:]) as second:
+            assert holder(first, "discord shard 0") == ["w1"] and holder(second, "discord shard 0") == []
+            await dc.push_message(5, 7, "one", username="friend")
+            await dc.wait_sent(1)
+            await first["w1"].stop()
+            async with asyncio.timeout(10):  # w2 connects once w1 let go
+                while dc.identifies < 2:
+                    await asyncio.sleep(0.02)
+            await dc.wait_connected(timeout=10)
+            await dc.push_message(5, 7, "two", username="friend")
+            await dc.wait_sent(2)
+            assert [m["content"] for m in dc.sent] == ["re: one", "re: two"]
+            assert holder(second, "discord shard 0") == ["w2"] and dc.most_connections == 1

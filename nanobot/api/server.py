@@ -141,6 +141,10 @@ class ApiServer:
                  f"MCP:      {'; '.join(rt.mcp.summary()) if rt.mcp else 'none configured'}",
                  f"Shell:    {shell_status(rt.config)}",
                  f"Database: {rt.db.engine}"]
+        if self.gateway.cluster is not None:
+            from nanobot.cluster.registry import worker_lines
+
+            lines += await worker_lines(rt.db)
         return web.json_response({"lines": lines})
 
     async def page(self, request: web.Request) -> web.StreamResponse:

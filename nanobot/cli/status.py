@@ -55,6 +55,9 @@ async def _status(config: Config, path: Path) -> None:
     try:
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
+        if not sqlite:
+            for line in await _worker_lines(db):
+                typer.echo(line)
         typer.echo(f"API:       {await _api_line(config, db)}")
         totals = await (await UsageStore.create(db)).totals()
         if not totals:
@@ -102,6 +105,14 @@ async def _delivery_line(db: Database) -> str:
     finally:
         await store.close()
     return f"{waiting} message(s) not yet answered, {unsent} repl(ies) not yet sent, {failed} refused"
+
+
+async def _worker_lines(db: Database) -> list[str]:
+    from nanobot.cluster.registry import worker_lines
+
+    if await db.fetchval("SELECT to_regclass('workers')") is None:
+        return ["Workers:   none has run on this database yet"]
+    return await worker_lines(db)
 
 
 def gateway_lines(config: Config) -> list[str]:

@@ -93,11 +93,13 @@ class Registry:
             "UPDATE workers SET heartbeat = nanobot_now(), expires = nanobot_now() + $2, holds = $3 "
             "WHERE id = $1 AND backend_pid = $4", self.id, self.failover, ", ".join(sorted(holds)), backend[0]))
 
-    async def leave(self) -> None:
-        """A normal stop: our chats are free at once, not after a timeout."""
+    async def leave(self, backend: tuple[int, datetime]) -> None:
+        """A normal stop: our chats are free at once, not after a timeout. Only if the row is
+        still ours (not if our id was taken over, or we never joined)."""
         async with self.db.transaction() as tx:
-            await tx.execute("DELETE FROM chat_leases WHERE worker = $1", self.id)
-            await tx.execute("UPDATE workers SET expires = nanobot_now(), holds = '' WHERE id = $1", self.id)
+            if await tx.execute("UPDATE workers SET expires = nanobot_now(), holds = '' WHERE id = $1 "
+                                "AND backend_pid = $2", self.id, backend[0]):
+                await tx.execute("DELETE FROM chat_leases WHERE worker = $1", self.id)
 
     async def prune(self) -> None:
         await self.db.execute("DELETE FROM workers WHERE expires < nanobot_now() - $1", FORGET_DEAD_AFTER_S)
@@ -112,3 +114,19 @@ async def list_workers(db: Any) -> list[WorkerRow]:
         "FROM workers w ORDER BY alive DESC, w.started")
     return [WorkerRow(r["id"], r["host"], r["pid"], bool(r["alive"]), r["heartbeat"], r["now"],
                       r["holds"] if r["alive"] else "", int(r["chats"]) if r["alive"] else 0) for r in rows]
+
+
+async def worker_lines(db: Any) -> list[str]:
+    """``Workers:`` and one line per worker, as ``nanobot status`` and the page show them."""
+    rows = await list_workers(db)
+    alive = [r for r in rows if r.alive]
+    lines = [f"Workers:   {len(alive)} alive" + (f", {len(rows) - len(alive)} gone in the last day"
+                                                   if len(rows) > len(alive) else "")]
+    for r in rows:
+        ago = f"{max(0.0, r.now - r.heartbeat):.0f} s ago"
+        if r.alive:
+            lines.append(f"  {r.id} (host {r.host}, pid {r.pid}): {r.chats} chat(s); "
+                         f"holds {r.holds or 'no singleton'}; heartbeat {ago}")
+        else:
+            lines.append(f"  {r.id} (host {r.host}, pid {r.pid}): gone; last heartbeat {ago}")
+    return lines

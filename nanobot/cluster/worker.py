@@ -71,6 +71,7 @@ class ClusterWorker:
             await self.registry.register(self.line.backend, os.getpid(), self._started)
         except BaseException:
             await self.line.close()
+            self.line.backend = None  # not a worker: nothing to leave at stop
             raise
 
     async def _heartbeat(self) -> None:
@@ -130,7 +131,8 @@ class ClusterWorker:
         for held in list(self.singletons.held.values()):
             await self.singletons.release(held)
         try:
-            await self.registry.leave()
+            if self.line.backend is not None:
+                await self.registry.leave(self.line.backend)
         except Exception as exc:
             log.warning("worker %s: could not sign off (%s); the others take over after %g s",
                         self.id, exc, self.failover)
