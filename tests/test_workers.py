@@ -185,3 +185,60 @@ async def test_one_worker_holds_the_discord_connection_and_another_takes_it(
             await dc.wait_sent(2)
             assert [m["content"] for m in dc.sent] == ["re: one", "re: two"]
             assert holder(second, "discord shard 0") == ["w2"] and dc.most_connections == 1
+
+
+async def test_an_api_request_on_another_worker_than_its_chat_gets_the_reply(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast, monkeypatch) -> None:
+    """Behind a load balancer a conversation's requests land on any worker: the one holding
+    the chat runs the turn, the one holding the request answers it (streamed or not)."""
+    import openai
+
+    from nanobot.api import keys as api_keys
+    from nanobot.api.keys import ApiKeys
+    from tests.fakes.openai_server import delayed
+
+    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)
+    llm.fallback = lambda body: delayed(echo(body), 0.3)
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    for config in configs:
+        config.gateway.api.enabled, config.gateway.api.listen = True, f"127.0.0.1:{free_port()}"
+    async with workers(configs, with_services=True) as gateways:
+        key = await ApiKeys(gateways["w1"].runtime.db).add("ada", owner=True)
+        clients = [openai.AsyncOpenAI(base_url=f"http://{c.gateway.api.listen}/v1", api_key=key, max_retries=0,
+                                      default_headers={"X-Nanobot-Session": "s1"}) for c in configs]
+        first = asyncio.create_task(clients[0].chat.completions.create(
+            model="nanobot", messages=[{"role": "user", "content": "one"}]))
+        await asyncio.wait_for(llm.request_event.wait(), 10)  # w1 holds the chat and runs its turn
+        second = await clients[1].chat.completions.create(model="nanobot",
+                                                          messages=[{"role": "user", "content": "two"}])
+        assert (await first).choices[0].message.content == "re: one"
+        assert second.choices[0].message.content == "re: two"
+        stream = await clients[1].chat.completions.create(
+            model="nanobot", messages=[{"role": "user", "content": "three"}], stream=True)
+        assert "".join([c.choices[0].delta.content or "" async for c in stream]) == "re: three"
+        assert gateways["w1"].cluster.router.held == {"api:ada:s1"}
+        assert not gateways["w2"].cluster.router.held
+
+
+async def test_a_cron_prompt_job_runs_in_its_chat_wherever_that_is_held(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    llm.fallback = echo
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    async with workers(configs, with_services=True) as gateways:
+        [clock] = holder(gateways, "cron clock")
+        [other] = set(gateways) - {clock}
+        tg.push_text(41, 41, "hello")
+        await tg.wait_sent(1, timeout=10)
+        chat = "telegram:41"
+        if chat in gateways[clock].cluster.router.held:  # the chat must be held by the other worker
+            await gateways[clock].cluster.router.release(chat)
+            assert await gateways[other].cluster.router.leases.claim(chat)
+            gateways[other].cluster.router.held.add(chat)
+            gateways[other].cluster.router.queued[chat] = 10**9
+        service = gateways[clock].runtime.scheduler.service
+        job = await service.add_job(owner_session=chat, schedule_kind="every", expression="3600",
+                                    payload_kind="prompt", payload="report please")
+        outcome = await service.run_now(job.id)
+        assert outcome.status == "ok" and outcome.output == "re: report please"
+        await tg.wait_sent(2, timeout=10)
+        assert texts(tg, 41) == ["re: hello", "re: report please"]

@@ -51,16 +51,19 @@ class ChatRouter:
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # ---- messages received here -------------------------------------------------------
-    def expect(self, messages: list[InboundMessage]) -> None:
+    async def expect(self, messages: list[InboundMessage]) -> None:
+        """Before they are recorded: a waiting caller is best served where it waits, so its
+        chat is claimed here first if nobody holds it (the others then find it taken)."""
         for msg in messages:
             self._local[_key(msg)] = msg
+        for chat in {msg.session_key for msg in messages if REPLY_FUTURE in msg.metadata} - self.held:
+            async with self._locks[chat]:
+                if chat not in self.held and await self.leases.claim(chat):
+                    await self._taken(chat)
 
     async def arrived(self, messages: list[InboundMessage]) -> None:
-        chats = {msg.session_key for msg in messages if "intake_id" in msg.metadata}
-        for chat in chats:
-            waiting = any(REPLY_FUTURE in m.metadata for m in messages if m.session_key == chat)
-            if chat in self.held or waiting:  # a waiting caller is best served where it waits
-                await self.pull(chat, claim=waiting)
+        for chat in {msg.session_key for msg in messages if "intake_id" in msg.metadata} & self.held:
+            await self.pull(chat, claim=False)
         for msg in messages:  # the rest run wherever their chat is held
             if self._local.pop(_key(msg), None) is not None and REPLY_FUTURE in msg.metadata \
                     and "intake_id" in msg.metadata:

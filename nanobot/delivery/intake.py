@@ -47,7 +47,7 @@ def is_disk_full(exc: BaseException) -> bool:
 class Route(Protocol):
     """Where recorded messages go: this gateway's dispatcher, or (workers) their chat's holder."""
 
-    def expect(self, messages: list[InboundMessage]) -> None:
+    async def expect(self, messages: list[InboundMessage]) -> None:
         """About to record these (their objects carry what a record cannot: a waiting caller)."""
 
     async def arrived(self, messages: list[InboundMessage]) -> None:
@@ -60,7 +60,7 @@ class LocalRoute:
     def __init__(self, bus: MessageBus) -> None:
         self.bus = bus
 
-    def expect(self, messages: list[InboundMessage]) -> None:
+    async def expect(self, messages: list[InboundMessage]) -> None:
         return None
 
     async def arrived(self, messages: list[InboundMessage]) -> None:
@@ -84,7 +84,7 @@ class DurableIntake:
             return
         for msg in messages:  # a plugin channel may have no id of its own: then no repeat can be caught
             msg.metadata.setdefault("delivery_key", uuid.uuid4().hex)
-        self.route.expect(messages)
+        await self.route.expect(messages)
         try:
             ids = await self.store.record_inbound(messages)
         except (OSError, sqlite3.Error) as exc:
