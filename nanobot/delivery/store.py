@@ -88,7 +88,7 @@ CREATE INDEX inbound_chat_open ON inbound (chat, id) WHERE done = 0;
 CREATE FUNCTION inbound_notify() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
-        PERFORM pg_notify('nanobot_work', NEW.chat);
+        PERFORM pg_notify('nanobot_work', NEW.id || ' ' || NEW.chat);  -- "17 telegram:42"
     ELSE
         PERFORM pg_notify('nanobot_done', NEW.id::text);
     END IF;
