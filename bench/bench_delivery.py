@@ -213,6 +213,14 @@ async def run_workers(root: Path, waves: int, pg: PostgresServer | None, count: 
                       f"workers {r['workers']} CPU-ms/msg  order kept: {r['order']}  "
                       f"(stand-ins: {r['standins']:.2f} CPU-ms/msg){r.get('pg', '')}")
             print(f"machine reference at the end {common.reference_ms():.1f} ms")
+            import asyncpg
+
+            conn = await asyncpg.connect(pg.url)
+            held = await conn.fetch("SELECT worker, count(*) AS chats, (SELECT holds FROM workers w WHERE w.id = "
+                                    "l.worker) AS holds FROM chat_leases l GROUP BY worker ORDER BY worker")
+            await conn.close()
+            print("chats held:", ", ".join(f"{r['worker']} {r['chats']} ({r['holds'] or 'no singleton'})"
+                                           for r in held))
         finally:
             for proc in procs:
                 proc.terminate()
