@@ -13,7 +13,7 @@ RUN pip wheel --no-cache-dir --no-deps -w /wheels .
 
 FROM python:3.11-slim
 RUN useradd --system --uid 10001 --home-dir /var/lib/nanobot --shell /usr/sbin/nologin nanobot \
-    && install -d -o nanobot -g nanobot -m 700 /var/lib/nanobot
+    && install -d -o nanobot -g nanobot -m 700 /var/lib/nanobot /etc/nanobot /srv/nanobot/workspace
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 ENV NANOBOT_HOME=/var/lib/nanobot PYTHONUNBUFFERED=1

@@ -12,6 +12,7 @@ import pytest
 from nanobot.config import Config
 
 UNIT = Path(__file__).resolve().parent.parent / "deploy" / "nanobot.service"
+WORKERS_UNIT = UNIT.with_name("nanobot@.service")
 
 
 def test_unit_is_a_notify_service_with_a_watchdog() -> None:
@@ -29,11 +30,28 @@ def test_unit_sets_only_the_home_so_config_json_is_obeyed() -> None:
     assert settings == ["NANOBOT_HOME"]
 
 
+def test_the_workers_template_gives_each_instance_its_home_and_shares_config_and_workspace() -> None:
+    lines = WORKERS_UNIT.read_text().splitlines()
+    assert "Environment=NANOBOT_HOME=/var/lib/nanobot/%i" in lines
+    assert "Environment=NANOBOT_CONFIG=/etc/nanobot/config.json" in lines
+    assert "Environment=NANOBOT_GATEWAY__WORKER_ID=%H:%i" in lines  # who it is, not how it behaves
+    assert "StateDirectory=nanobot/%i nanobot/workspace" in lines
+    settings = [line.split("=", 1)[1].split("=")[0] for line in lines if line.startswith("Environment=NANOBOT_")]
+    assert settings == ["NANOBOT_HOME", "NANOBOT_CONFIG", "NANOBOT_GATEWAY__WORKER_ID"]
+    # the same service and sandbox as the single unit, line for line, below [Service]'s paths
+    single = {line for line in UNIT.read_text().splitlines() if "=" in line and not line.startswith("#")}
+    shared = {line for line in lines if "=" in line and not line.startswith("#")}
+    assert {line for line in single - shared if not line.startswith(("StateDirectory=", "WorkingDirectory=",
+                                                                      "Environment=NANOBOT_HOME", "Description="))} \
+        == set()
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
-def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("source, name", [(UNIT, "nanobot.service"), (WORKERS_UNIT, "nanobot@2.service")])
+def test_systemd_analyze_verify_accepts_the_unit(tmp_path: Path, source: Path, name: str) -> None:
     # The venv path does not exist on a test machine; everything else is checked as is.
-    unit = tmp_path / "nanobot.service"
-    unit.write_text(UNIT.read_text().replace("ExecStart=/opt/nanobot/venv/bin/nanobot", "ExecStart=/bin/true"))
+    unit = tmp_path / name
+    unit.write_text(source.read_text().replace("ExecStart=/opt/nanobot/venv/bin/nanobot", "ExecStart=/bin/true"))
     result = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
 
@@ -55,5 +73,14 @@ def test_the_container_runs_the_wheel_as_a_user_and_compose_adds_postgresql() ->
     assert url.startswith("postgresql://nanobot:${NANOBOT_DB_PASSWORD}@postgres:5432/")
     assert gateway["depends_on"]["postgres"]["condition"] == "service_healthy"
     assert "nanobot-home:/var/lib/nanobot" in " ".join(gateway["volumes"])
+    # two workers: one database, config and workspace; a home and a worker id each
+    second = compose["services"]["gateway-2"]
+    assert second["environment"]["NANOBOT_DATABASE__URL"] == url and second["build"] == gateway["build"]
+    assert {gateway["environment"]["NANOBOT_GATEWAY__WORKER_ID"], second["environment"]["NANOBOT_GATEWAY__WORKER_ID"]} \
+        == {"gateway-1", "gateway-2"}
+    shared = {"nanobot-config:/etc/nanobot", "nanobot-workspace:/srv/nanobot/workspace"}
+    assert shared <= set(gateway["volumes"]) and shared <= set(second["volumes"])
+    assert "nanobot-home-2:/var/lib/nanobot" in second["volumes"]
+    assert "/etc/nanobot /srv/nanobot/workspace" in docker  # the volumes start owned by the user
     assert postgres["environment"]["POSTGRES_PASSWORD"].startswith("${NANOBOT_DB_PASSWORD:?")
     assert Config(database={"url": url.replace("${NANOBOT_DB_PASSWORD}", "x")}).database.engine == "postgresql"
