@@ -218,6 +218,12 @@ async def test_an_api_request_on_another_worker_than_its_chat_gets_the_reply(
         assert "".join([c.choices[0].delta.content or "" async for c in stream]) == "re: three"
         assert gateways["w1"].cluster.router.held == {"api:ada:s1"}
         assert not gateways["w2"].cluster.router.held
+        async with aiohttp.ClientSession() as http:  # the page's status view lists the workers
+            async with http.get(f"http://{configs[1].gateway.api.listen}/v1/nanobot/status",
+                                headers={"Authorization": f"Bearer {key}"}) as status:
+                lines = (await status.json())["lines"]
+        assert "Workers:   2 alive" in lines and any(line.startswith("  w1 (host ") and "1 chat(s)" in line
+                                                      for line in lines), lines
 
 
 async def test_a_cron_prompt_job_runs_in_its_chat_wherever_that_is_held(
@@ -242,3 +248,25 @@ async def test_a_cron_prompt_job_runs_in_its_chat_wherever_that_is_held(
         assert outcome.status == "ok" and outcome.output == "re: report please"
         await tg.wait_sent(2, timeout=10)
         assert texts(tg, 41) == ["re: hello", "re: report please"]
+
+
+async def test_the_webhook_serves_one_gateway_on_sqlite_too(llm, tg, workspace: Path, fast) -> None:
+    from tests.helpers import telegram_gateway_config
+
+    llm.fallback = echo
+    config = telegram_gateway_config(llm.base_url, workspace, tg, 41)
+    config.channels.telegram.streaming = False
+    port = free_port()
+    config.channels.telegram.webhook = TelegramWebhook(url="https://bot.example.org/hook/x",
+                                                       listen=f"127.0.0.1:{port}", secret_token="x" * 16)
+    async with running_gateway(config), aiohttp.ClientSession() as http:
+        update = tg.push_text(41, 41, "hi")
+        async with http.post(f"http://127.0.0.1:{port}/hook/x", json=update) as refused:
+            assert refused.status == 401
+        async with http.post(f"http://127.0.0.1:{port}/hook/x", json=update,
+                             headers={"X-Telegram-Bot-Api-Secret-Token": "x" * 16}) as accepted:
+            assert accepted.status == 200
+        assert await tg.wait_sent(1) and texts(tg, 41) == ["re: hi"]
+        async with http.post(f"http://127.0.0.1:{port}/hook/x", data=b"{not json",
+                             headers={"X-Telegram-Bot-Api-Secret-Token": "x" * 16}) as bad:
+            assert bad.status == 400
