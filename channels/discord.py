@@ -28,7 +28,7 @@ from channels.base import BaseChannel, ChannelContext, SendFailed, Sender
 from channels.text import split_message
 from nanobot.bus import OutboundMessage
 from nanobot.config import DiscordConfig
-from nanobot.coordination import Held
+from nanobot.coordination import Held, run_while_held
 
 log = logging.getLogger(__name__)
 
@@ -132,19 +132,13 @@ class DiscordChannel(BaseChannel):
             if held is None:
                 held = await singletons.hold(SHARD)
                 log.info("discord: this worker now holds the connection")
-            connect = asyncio.create_task(client.connect())
-            lost = asyncio.create_task(held.lost.wait())
-            try:
-                await asyncio.wait({connect, lost}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (connect, lost):
-                    task.cancel()
-                await asyncio.gather(connect, lost, return_exceptions=True)
-                if client.ws is not None and not client.is_closed():  # the next holder's must be the only one
+
+            async def disconnect() -> None:  # the next holder's connection must be the only one
+                if client.ws is not None and not client.is_closed():
                     await client.ws.close(code=1000)
-                if not held.lost.is_set():
-                    await asyncio.shield(singletons.release(held))
-            if connect.done() and not connect.cancelled() and connect.exception() is not None:
+
+            connect = await run_while_held(singletons, held, client.connect(), after=disconnect)
+            if not connect.cancelled() and connect.exception() is not None:
                 raise connect.exception()  # fatal (a bad token, a missing intent): logged by _log_client_exit
             held = None
 

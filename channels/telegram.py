@@ -39,7 +39,7 @@ from channels.telegram_webhook import WebhookServer
 from channels.text import split_message, utf16_len
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
-from nanobot.coordination import Held
+from nanobot.coordination import Held, run_while_held
 from nanobot.db import StoreUnavailable
 from nanobot.media import PHOTO_LIMITS
 
@@ -164,16 +164,7 @@ class TelegramChannel(BaseChannel):
                 held = await singletons.hold(POLLING)
                 log.info("telegram: this worker now polls @%s", self._username)
                 first = self._bot.delete_webhook
-            poll = asyncio.create_task(self._poll(first))
-            lost = asyncio.create_task(held.lost.wait())
-            try:
-                await asyncio.wait({poll, lost}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (poll, lost):
-                    task.cancel()
-                await asyncio.gather(poll, lost, return_exceptions=True)
-                if not held.lost.is_set():  # a normal stop: another worker polls from now on
-                    await asyncio.shield(singletons.release(held))
+            await run_while_held(singletons, held, self._poll(first))  # polls until lost or stopped
             held = None
 
     async def _poll(self, first: Callable[[], Awaitable[Any]] | None = None) -> None:

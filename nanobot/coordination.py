@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 
 @dataclass(eq=False)
@@ -45,3 +45,22 @@ class Alone:
 
     async def release(self, held: Held) -> None:
         return None
+
+
+async def run_while_held(singletons: Singletons, held: Held, work: Awaitable[Any], *,
+                         after: Callable[[], Awaitable[None]] | None = None) -> asyncio.Future[Any]:
+    """Run ``work`` until it ends or ``held`` is lost, then stop it and run ``after`` (say, close
+    a connection the next holder must not share). Unless it was lost, the singleton is then
+    released for another worker, also when this is cancelled (a normal stop). The finished work."""
+    task, lost = asyncio.ensure_future(work), asyncio.ensure_future(held.lost.wait())
+    try:
+        await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in (task, lost):
+            waiting.cancel()
+        await asyncio.gather(task, lost, return_exceptions=True)
+        if after is not None:
+            await after()
+        if not held.lost.is_set():
+            await asyncio.shield(singletons.release(held))
+    return task

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection
 
 from nanobot.bus import InboundMessage, OutboundMessage, split_target
-from nanobot.coordination import Held
+from nanobot.coordination import Held, run_while_held
 from nanobot.cron.service import CronService, RunOutcome
 from nanobot.cron.store import CronStore
 
@@ -143,8 +143,7 @@ class CronJobs:
             if held is None:
                 held = await self.singletons().hold(self.CLOCK)
                 await self.service.start()
-            await held.lost.wait()
-            await self.service.stop()
+            await run_while_held(self.singletons(), held, asyncio.Event().wait(), after=self.service.stop)
             held = None
 
     async def stop(self) -> None:
