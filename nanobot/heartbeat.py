@@ -40,6 +40,7 @@ def active_tasks(path: Path) -> list[str]:
 
 class Heartbeat(Periodic):
     name = "heartbeat"
+    once_across_workers = True
 
     def __init__(self, runtime: Runtime, interval_seconds: float) -> None:
         super().__init__(interval_seconds)
@@ -59,6 +60,7 @@ class Heartbeat(Periodic):
             log.info("heartbeat: %d task(s) but no owner chat to report to (gateway.heartbeat.to)", len(tasks))
             return None
         prompt = render_prompt("heartbeat.md", tasks="\n".join(f"- {t}" for t in tasks), quiet=QUIET)
+        rt.sessions.close(SESSION_KEY)  # read afresh: among workers, another may have run the last beat
         reply = (await rt.agent.handle(SESSION_KEY, prompt)).strip()
         if not reply or QUIET in reply:
             return None

@@ -5,19 +5,26 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from nanobot.coordination import Alone, Singletons
+
 log = logging.getLogger(__name__)
 
 
 class Periodic:
     """Calls ``tick()`` every ``interval`` seconds (the first time after one interval, or at
     once with ``tick_first``). A failing tick is logged and the next one runs anyway: one bad
-    moment must not end the service for the months the daemon lives."""
+    moment must not end the service for the months the daemon lives. With
+    ``once_across_workers`` only the worker holding the service's singleton ticks; if it
+    dies, another one takes the singleton at its next tick."""
 
     name = "periodic"
     tick_first = False
+    # Among workers (nanobot.coordination), tick on one of them only: the one holding ``name``.
+    once_across_workers = False
 
     def __init__(self, interval: float) -> None:
         self.interval = interval
+        self.singletons: Singletons = Alone()  # the gateway's, set before start()
         self._task: asyncio.Task[None] | None = None
 
     async def tick(self) -> object:
@@ -36,7 +43,8 @@ class Periodic:
             await asyncio.sleep(self.interval)
         while True:
             try:
-                await self.tick()
+                if not self.once_across_workers or await self.singletons.try_hold(self.name) is not None:
+                    await self.tick()
             except Exception:
                 log.exception("%s failed", self.name)
             await asyncio.sleep(self.interval)

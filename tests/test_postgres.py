@@ -214,7 +214,8 @@ async def test_a_second_worker_with_the_same_id_is_refused_and_status_lists_the_
         assert code == 2 and "gateway.workerId: 'w1' is the id of a running worker" in err, err
         code, out, _ = await nanobot("status", home=other_home)
         assert code == 0 and "Workers:   1 alive" in out, out
-        assert "  w1 (host " in out and "holds cron clock; heartbeat " in out, out
+        [line] = [line for line in out.splitlines() if line.startswith("  w1 (host ")]
+        assert "0 chat(s); holds cron clock, delivery pruner, pairing welcome; heartbeat " in line, out
 
 
 async def _outage(server: str, url: str, *, away: bool) -> None:

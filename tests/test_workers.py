@@ -15,6 +15,7 @@ import pytest
 
 from nanobot.cluster.registry import list_workers
 from nanobot.config import Config, TelegramWebhook
+from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.postgres import PostgresDatabase
 from tests.fakes.openai_server import reply
 from tests.fakes.telegram_api import FakeTelegram
@@ -29,7 +30,9 @@ def fast(monkeypatch) -> None:
 
 
 def echo(body: dict) -> dict:
-    return reply("re: " + [m for m in body["messages"] if m["role"] == "user"][-1]["content"])
+    """Answers the last message the user wrote (a resumed turn ends with a note, not a repeat)."""
+    asked = [m["content"] for m in body["messages"] if m["role"] == "user" and m["content"] != RESUMED_NOTE]
+    return reply("re: " + asked[-1])
 
 
 def worker_config(llm, workspace: Path, tg: FakeTelegram, pg_url: str, name: str, tmp_path: Path) -> Config:
@@ -220,12 +223,24 @@ async def test_an_api_request_on_another_worker_than_its_chat_gets_the_reply(
         assert "".join([c.choices[0].delta.content or "" async for c in stream]) == "re: three"
         assert gateways["w1"].cluster.router.held == {"api:ada:s1"}
         assert not gateways["w2"].cluster.router.held
+        on_w2 = {"Authorization": f"Bearer {key}", "X-Nanobot-Session": "s1"}
         async with aiohttp.ClientSession() as http:  # the page's status view lists the workers
             async with http.get(f"http://{configs[1].gateway.api.listen}/v1/nanobot/status",
-                                headers={"Authorization": f"Bearer {key}"}) as status:
+                                headers=on_w2) as status:
                 lines = (await status.json())["lines"]
-        assert "Workers:   2 alive" in lines and any(line.startswith("  w1 (host ") and "1 chat(s)" in line
-                                                      for line in lines), lines
+            assert "Workers:   2 alive" in lines and any(line.startswith("  w1 (host ") and "1 chat(s)" in line
+                                                          for line in lines), lines
+
+            async def history_on_w2() -> list[str]:
+                async with http.get(f"http://{configs[1].gateway.api.listen}/v1/nanobot/history",
+                                    headers=on_w2) as response:
+                    return [m["content"] for m in (await response.json())["messages"]]
+
+            await gateways["w1"].runtime.sessions.flush()
+            assert (await history_on_w2())[-2:] == ["three", "re: three"]
+            await clients[0].chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "four"}])
+            await gateways["w1"].runtime.sessions.flush()  # written behind: committed now
+            assert (await history_on_w2())[-2:] == ["four", "re: four"]  # read afresh, not w2's old copy
 
 
 async def test_a_cron_prompt_job_runs_in_its_chat_wherever_that_is_held(
@@ -265,3 +280,53 @@ async def test_the_webhook_serves_one_gateway_on_sqlite_too(llm, tg, workspace: 
         assert await post_update(http, port, "/hook/x", update, "x" * 16) == 200
         assert await tg.wait_sent(1) and texts(tg, 41) == ["re: hi"]
         assert await post_update(http, port, "/hook/x", b"{not json", "x" * 16) == 400
+
+
+async def test_an_approved_user_is_welcomed_once_whatever_the_number_of_workers(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast, monkeypatch) -> None:
+    """Periodic services (approval notices, the heartbeat, pruning) tick on one worker only."""
+    from nanobot.access import WELCOME
+    from nanobot.gateway.welcome import PairingWelcome
+
+    monkeypatch.setattr(PairingWelcome, "every_seconds", 0.05)
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2, 3)]
+    async with workers(configs, with_services=True) as gateways:
+        pairing = gateways["w3"].runtime.deps.services.pairing
+        code = await pairing.request("telegram", "77", "mallory", "77")
+        await pairing.approve(code)
+        await tg.wait_sent(1, timeout=10)
+        await asyncio.sleep(0.5)  # ten more ticks on each worker
+        assert texts(tg, 77) == [WELCOME]
+        assert len(holder(gateways, "pairing welcome")) == 1
+
+
+async def test_a_worker_cut_off_from_the_database_stops_its_turns_and_another_answers(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """A worker whose line breaks is taken for dead at once: it must not finish a turn the
+    new holder runs again (the user would get two answers)."""
+    from tests.fakes.openai_server import delayed
+
+    first_call = asyncio.Event()
+
+    def model(body: dict) -> dict:
+        if not first_call.is_set():  # the first attempt hangs on w1
+            first_call.set()
+            return delayed(echo(body), 3)
+        return echo(body)
+
+    llm.fallback = model
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    async with workers(configs) as gateways:
+        tg.push_text(41, 41, "question")
+        await asyncio.wait_for(first_call.wait(), 10)
+        [cut] = [name for name, gw in gateways.items() if "telegram:41" in gw.cluster.router.held]
+        [other] = set(gateways) - {cut}
+        db = await PostgresDatabase.open(pg_url)
+        try:
+            await db.execute("SELECT pg_terminate_backend($1)", gateways[cut].cluster.line.backend[0])
+        finally:
+            await db.close()
+        await tg.wait_sent(1, timeout=10)
+        await asyncio.sleep(3.5)  # past the moment the cut-off worker's hung model call returns
+        assert texts(tg, 41) == ["re: question"]
+        assert [name for name, gw in gateways.items() if "telegram:41" in gw.cluster.router.held] in ([other], [cut])

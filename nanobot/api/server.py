@@ -124,6 +124,8 @@ class ApiServer:
         """The key's chat as the page shows it: the user's messages and the replies."""
         name, _ = await self._key(request)
         chat = f"{API_CHANNEL}:{_chat_id(name, request.headers.get('X-Nanobot-Session'))}"
+        if self.gateway.cluster is not None:
+            self.gateway.cluster.router.fresh(chat)
         session = await self.gateway.runtime.sessions.open(chat)
         shown = [{"role": m["role"], "content": m["content"]} for m in session.messages
                  if m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str) and m["content"]

@@ -38,6 +38,12 @@ class ChatLeases:
             await tx.execute("DELETE FROM chat_leases WHERE chat = $1 AND worker = $2", chat, self.id)
             await tx.execute("SELECT pg_notify('nanobot_free', $1)", chat)
 
+    async def release_all(self) -> None:
+        """Give up every chat we held (we rejoined after a broken line: they are not ours)."""
+        async with self.db.transaction() as tx:
+            await tx.execute("DELETE FROM chat_leases WHERE worker = $1", self.id)
+            await tx.execute("SELECT pg_notify('nanobot_free', '*')")
+
     async def live_workers(self) -> list[str]:
         return [row["id"] for row in await self.db.fetch("SELECT id FROM live_workers ORDER BY id")]
 

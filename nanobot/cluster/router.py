@@ -42,6 +42,7 @@ class ChatRouter:
         self.held: set[str] = set()
         self.queued: dict[str, int] = {}  # per held chat: the last intake id handed to the dispatcher
         self.busy: Callable[[], int] = lambda: len(self.held)  # how loaded this worker is
+        self.on_lost: Callable[[list[str]], None] | None = None  # chats no longer ours: stop their turns
         self._local: dict[tuple[str, str], InboundMessage] = {}  # received here, not yet queued
         self._awaiting: dict[int, asyncio.Future[str]] = {}  # intake id -> a caller here, the chat elsewhere
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
@@ -166,12 +167,22 @@ class ChatRouter:
             await self.leases.release(chat)
         self._locks.pop(chat, None)
 
+    def fresh(self, chat: str) -> None:
+        """Before reading a chat we do not hold: drop our copy of it (its holder may have
+        written it since we loaded it)."""
+        if chat not in self.held:
+            self.sessions.close(chat)
+
     def forget_all(self) -> None:
-        """We were taken for dead (the line broke): our chats are someone else's now."""
+        """We were taken for dead (the line broke): our chats are someone else's now, so their
+        turns here stop (``on_lost``: the dispatcher's) and the new holders run them again."""
         if self.held:
             log.warning("gave up %d chat(s): this worker lost its database connection", len(self.held))
+        chats = list(self.held)
         self.held.clear()
         self.queued.clear()
+        if self.on_lost is not None:
+            self.on_lost(chats)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

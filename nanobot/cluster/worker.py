@@ -115,6 +115,7 @@ class ClusterWorker:
             while True:
                 try:
                     await self._join()
+                    await self.router.leases.release_all()  # the others take them (or we, afresh)
                     log.warning("worker %s: rejoined after its database connection broke", self.id)
                     break
                 except Exception as exc:

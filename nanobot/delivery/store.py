@@ -291,6 +291,7 @@ class Pruner(Periodic):
     """Prunes the delivery tables every few hours, for the months the daemon runs."""
 
     name = "delivery pruner"
+    once_across_workers = True
     tick_first = True
 
     def __init__(self, store: DeliveryStore, interval: float = 6 * 3600) -> None:

@@ -37,6 +37,7 @@ from nanobot.delivery.store import DeliveryStore, Pruner
 from nanobot.gateway.channels import ChannelManager
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.gateway.lock import GatewayLock, GatewayRunning, write_gateway_state
+from nanobot.periodic import Periodic
 from nanobot.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class Gateway:
                                          lambda msg: outbox.sender(msg) if outbox.sender else None)
             self.singletons = self.cluster.singletons
             self.dispatcher.handover(self.cluster.router)
+            self.cluster.router.on_lost = self.dispatcher.let_go
         self.intake = DurableIntake(self.delivery, self.bus, self.cluster.router if self.cluster else None)
         ctx = ChannelContext(bus=self.bus, access=AccessGate(store, notify_owner=rt.announce),
                              workspace=self.config.workspace_path,
@@ -122,6 +124,8 @@ class Gateway:
         self._intake = asyncio.create_task(self.dispatcher.run(), name="dispatcher")
         self._router = asyncio.create_task(self.channels.route(), name="outbound router")
         for service in self.services:
+            if isinstance(service, Periodic):
+                service.singletons = self.singletons  # heartbeat, welcomes, pruning: once across workers
             await service.start()
             self._started_services.append(service)
         log.info("gateway ready: channels %s; event loop %s", ", ".join(self.channels.channels) or "none",

@@ -167,6 +167,15 @@ class Dispatcher:
         others answer what is queued (its chats are told nothing)."""
         self._holder = holder
 
+    def let_go(self, keys: list[str]) -> None:
+        """Among workers: these chats are another worker's now (this one lost its database
+        connection and was taken for dead). Their turns stop here and their queued messages
+        are dropped: the new holder runs them from the record."""
+        for key in keys:
+            worker = self.workers.pop(key, None)
+            if worker is not None:
+                worker.task.cancel()
+
     def went_quiet(self, key: str) -> None:
         if self._holder is not None:
             self._spawn(self._holder.release(key))

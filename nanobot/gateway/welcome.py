@@ -16,6 +16,7 @@ log = logging.getLogger(__name__)
 
 class PairingWelcome(Periodic):
     name = "pairing welcome"
+    once_across_workers = True
     tick_first = True
     every_seconds = 2.0  # how soon an approval (by `nanobot pairing approve`, another process) is noticed
 
