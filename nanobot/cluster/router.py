@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 CLAIM_DELAY_PER_CHAT_S = 0.001  # a worker busy with n chats waits n ms (at most MAX) before claiming
 MAX_CLAIM_DELAY_S = 0.02
+MAX_ELSEWHERE = 100_000  # chats remembered as held elsewhere (forgotten wholesale past this)
 
 
 class ChatRouter:
@@ -97,23 +98,32 @@ class ChatRouter:
         if ``claim`` and nobody alive holds it."""
         if polite and chat not in self.held:
             await asyncio.sleep(min(MAX_CLAIM_DELAY_S, CLAIM_DELAY_PER_CHAT_S * self.busy()))
-        async with self._locks[chat]:
-            if chat not in self.held:
-                if not claim:
-                    return
-                if not await self.leases.claim(chat):
-                    self._elsewhere.add(chat)
-                    return
-                await self._taken(chat)
-            for msg in await self.delivery.unfinished_in(chat, self.queued.get(chat, 0)):
-                original = self._local.pop(_key(msg), None)
-                if original is not None:
-                    original.metadata["intake_id"] = msg.metadata["intake_id"]
-                    msg = original
-                elif self.queued[chat] == 0:  # left by the chat's previous holder
-                    await mark_if_resumed(msg, self.sessions)
-                self.queued[chat] = msg.metadata["intake_id"]
-                await self.bus.publish_inbound(msg)
+        try:
+            async with self._locks[chat]:
+                await self._pull(chat, claim)
+        finally:
+            if chat not in self.held and not self._locks[chat].locked():
+                del self._locks[chat]  # kept only for the chats we hold: months of chats pass by
+
+    async def _pull(self, chat: str, claim: bool) -> None:
+        if chat not in self.held:
+            if not claim:
+                return
+            if not await self.leases.claim(chat):
+                if len(self._elsewhere) > MAX_ELSEWHERE:
+                    self._elsewhere.clear()
+                self._elsewhere.add(chat)
+                return
+            await self._taken(chat)
+        for msg in await self.delivery.unfinished_in(chat, self.queued.get(chat, 0)):
+            original = self._local.pop(_key(msg), None)
+            if original is not None:
+                original.metadata["intake_id"] = msg.metadata["intake_id"]
+                msg = original
+            elif self.queued[chat] == 0:  # left by the chat's previous holder
+                await mark_if_resumed(msg, self.sessions)
+            self.queued[chat] = msg.metadata["intake_id"]
+            await self.bus.publish_inbound(msg)
 
     async def _taken(self, chat: str) -> None:
         """Ours now: read its history afresh (another worker wrote it since), and send what a

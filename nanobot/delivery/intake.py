@@ -86,12 +86,10 @@ class DurableIntake:
             msg.metadata.setdefault("delivery_key", uuid.uuid4().hex)
         await self.route.expect(messages)
         try:
-            ids = await self.store.record_inbound(messages)
-        except (OSError, sqlite3.Error) as exc:
-            if not is_disk_full(exc):
-                raise
-            self._tell_disk_full(messages)
-            raise StorageFull(f"the disk holding the database is full ({exc})") from None
+            ids = await self._record(messages)
+        except BaseException:
+            await self.route.arrived(messages)  # none recorded (none has an intake id): forgotten
+            raise
         for msg, intake_id in zip(messages, ids):
             if intake_id is None:
                 self.repeats += 1
@@ -99,6 +97,15 @@ class DurableIntake:
             else:
                 msg.metadata["intake_id"] = intake_id
         await self.route.arrived(messages)
+
+    async def _record(self, messages: list[InboundMessage]) -> list[int | None]:
+        try:
+            return await self.store.record_inbound(messages)
+        except (OSError, sqlite3.Error) as exc:
+            if not is_disk_full(exc):
+                raise
+            self._tell_disk_full(messages)
+            raise StorageFull(f"the disk holding the database is full ({exc})") from None
 
     def _tell_disk_full(self, messages: list[InboundMessage]) -> None:
         """One short reply per chat a minute, sent without the outbox (which cannot record either)."""
