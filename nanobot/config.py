@@ -411,7 +411,7 @@ class Gateway(Section):
     # Workers on one PostgreSQL (database.url): who this one is, and how soon the others take
     # over what a dead one held.
     worker_id: str = Field("", max_length=100)  # "": HOST:PID
-    failover_seconds: float = Field(10.0, ge=1.0, le=300.0)
+    failover_seconds: float = Field(10.0, ge=4.0, le=300.0)
 
 
 def url_password(url: str) -> str:

@@ -4,7 +4,7 @@ It carries what must live exactly as long as the worker does: the advisory locks
 singletons it holds, its ``LISTEN``, and its liveness: the other workers consider it alive
 while this connection's backend exists (``pg_stat_activity``), so a killed process is seen as
 dead at once, not after a timeout. TCP keepalives make the server drop the backend within
-about 8 s when the worker's host vanishes without closing the socket.
+``gateway.failoverSeconds`` when the worker's host vanishes without closing the socket.
 """
 
 from __future__ import annotations
@@ -21,15 +21,24 @@ from nanobot.postgres import CONNECT_TIMEOUT_S, _lock_key
 log = logging.getLogger(__name__)
 
 LISTEN = ("nanobot_work", "nanobot_done", "nanobot_free")  # see nanobot.cluster.router
-KEEPALIVE = {"tcp_keepalives_idle": "5", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "3"}
+
+
+def keepalive(failover: float) -> dict[str, str]:
+    """TCP keepalives for the line, so that the server drops a vanished host's backend (and
+    frees its singletons) within ``failover`` seconds: idle for half of it, then probes 1 s
+    apart (failover 10: 5 s idle, 3 probes, about 8 s)."""
+    idle = max(1, int(failover // 2))
+    return {"tcp_keepalives_idle": str(idle), "tcp_keepalives_interval": "1",
+            "tcp_keepalives_count": str(max(1, int(failover) - idle - 2))}
 
 Notified = Callable[[str, str], None]  # (channel, payload)
 
 
 class WorkerLine:
-    def __init__(self, url: str, on_notify: Notified) -> None:
+    def __init__(self, url: str, on_notify: Notified, failover: float) -> None:
         self.url = url
         self.on_notify = on_notify
+        self.failover = failover
         self.lost = asyncio.Event()  # set when the connection is gone: every lock on it is gone too
         self.backend: tuple[int, datetime] | None = None  # (pid, start) of its server process
         self._conn: asyncpg.Connection | None = None
@@ -37,7 +46,8 @@ class WorkerLine:
 
     async def open(self) -> None:
         conn = await asyncpg.connect(self.url, timeout=CONNECT_TIMEOUT_S,
-                                     server_settings={"application_name": "nanobot worker", **KEEPALIVE})
+                                     server_settings={"application_name": "nanobot worker",
+                                                                      **keepalive(self.failover)})
         self.lost = asyncio.Event()
         conn.add_termination_listener(lambda _conn: self.lost.set())
         for channel in LISTEN:

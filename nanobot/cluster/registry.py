@@ -28,7 +28,7 @@ CREATE TABLE workers (
     backend_start TIMESTAMPTZ NOT NULL,
     started DOUBLE PRECISION NOT NULL,
     heartbeat DOUBLE PRECISION NOT NULL,
-    expires DOUBLE PRECISION NOT NULL,  -- heartbeat + its failoverSeconds
+    expires DOUBLE PRECISION NOT NULL,  -- heartbeat + (its failoverSeconds - 1.5 s)
     holds TEXT NOT NULL DEFAULT ''  -- the singletons it holds, for status
 );
 CREATE VIEW live_workers AS
@@ -62,8 +62,8 @@ class WorkerRow:
 
 
 class Registry:
-    def __init__(self, db: PostgresDatabase, worker_id: str, failover: float) -> None:
-        self.db, self.id, self.failover = db, worker_id, failover
+    def __init__(self, db: PostgresDatabase, worker_id: str, lapse: float) -> None:
+        self.db, self.id, self.lapse = db, worker_id, lapse  # a heartbeat is good for ``lapse`` seconds
 
     async def register(self, backend: tuple[int, datetime], pid: int, started: float) -> None:
         """Join (or rejoin after a lost line); WorkerIdInUse if a live worker has our id."""
@@ -74,7 +74,7 @@ class Registry:
             "backend_pid = excluded.backend_pid, backend_start = excluded.backend_start, started = excluded.started, "
             "heartbeat = excluded.heartbeat, expires = excluded.expires, holds = '' "
             "WHERE w.id NOT IN (SELECT id FROM live_workers) OR w.backend_pid = excluded.backend_pid RETURNING id",
-            self.id, socket.gethostname(), pid, backend[0], backend[1], started, self.failover)
+            self.id, socket.gethostname(), pid, backend[0], backend[1], started, self.lapse)
         if joined is None:
             row = await self.db.fetchrow("SELECT host, pid FROM workers WHERE id = $1", self.id)
             raise WorkerIdInUse(f"gateway.workerId: {self.id!r} is the id of a running worker "
@@ -91,7 +91,7 @@ class Registry:
         """Renew our row (and so our leases); False if it is no longer ours (we were taken for dead)."""
         return bool(await self.db.execute(
             "UPDATE workers SET heartbeat = nanobot_now(), expires = nanobot_now() + $2, holds = $3 "
-            "WHERE id = $1 AND backend_pid = $4", self.id, self.failover, ", ".join(sorted(holds)), backend[0]))
+            "WHERE id = $1 AND backend_pid = $4", self.id, self.lapse, ", ".join(sorted(holds)), backend[0]))
 
     async def leave(self, backend: tuple[int, datetime]) -> None:
         """A normal stop: our chats are free at once, not after a timeout. Only if the row is

@@ -44,9 +44,10 @@ class ClusterWorker:
                  sessions: Histories, resend: Callable[[OutboundMessage], None]) -> None:
         self.id = worker_id(settings)
         self.db, self.failover = db, settings.failover_seconds
-        self.registry = Registry(db, self.id, self.failover)
+        # A heartbeat lapses a sweep and a moment before failoverSeconds: takeover lands within it.
+        self.registry = Registry(db, self.id, max(1.0, self.failover - SWEEP_EVERY_S - 0.5))
         self.router = ChatRouter(ChatLeases(db, self.id), delivery, bus, sessions, resend)
-        self.line = WorkerLine(db.url, self.router.notified)
+        self.line = WorkerLine(db.url, self.router.notified, self.failover)
         self.singletons = AdvisorySingletons(self.line, timeout=self.failover / 2)
         self.singletons.on_change = self._beat_soon
         self._started = time.time()
