@@ -1,6 +1,8 @@
 """kill -9 of real worker processes on one PostgreSQL: whatever the killed worker held (a chat
 mid-turn, Telegram polling, the cron clock) is taken over by another within
-gateway.failoverSeconds (10), nothing is lost and nothing is answered twice."""
+gateway.failoverSeconds, nothing is lost and nothing is answered twice. A frozen worker
+(SIGSTOP: its connections stay open) is cut off once its heartbeat lapses, and when it wakes
+up it does not answer what the others took over."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ from nanobot.postgres import PostgresDatabase
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.fakes.telegram_api import FakeTelegram
 
-FAILOVER_S = 10.0
-ALICE, BOB, CAROL = 41, 42, 43
+FAILOVER_S = 4.0  # the shortest allowed: the frozen-worker case waits this long
+ALICE, BOB, CAROL, DAVE = 41, 42, 43, 44
 
 
 def echo(body: dict) -> dict:
@@ -38,7 +40,7 @@ def write_home(home: Path, workspace: Path, llm: FakeOpenAI, tg: FakeTelegram, p
         "agents": {"defaults": {"workspace": str(workspace), "model": "fake-model", "executionMode": "tools"}},
         "providers": {"openai": {"apiKey": "test-key", "apiBase": llm.base_url}},
         "channels": {"telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base,
-                                  "allowFrom": [str(ALICE), str(BOB), str(CAROL)], "streaming": False}},
+                                  "allowFrom": [str(ALICE), str(BOB), str(CAROL), str(DAVE)], "streaming": False}},
         "database": {"url": pg_url},
         "gateway": {"heartbeat": {"enabled": False}, "shutdownGraceSeconds": 1, "workerId": name,
                     "failoverSeconds": FAILOVER_S},
@@ -111,7 +113,24 @@ async def test_killed_workers_are_replaced_within_the_failover_time(pg_url: str,
         await kill(procs.pop(chat_holder))
         took = await wait_for(lambda: _true(texts(tg, ALICE) == ["re: slow one"]), FAILOVER_S, "the chat taken over")
 
-        # 2. the poller killed: another polls, and two never poll at once
+        # 2. the holder of a chat frozen mid-turn (connections open, no heartbeat): another worker
+        #    takes over once the heartbeat lapses; woken up, the frozen one does not answer too
+        slow = lambda body: delayed(echo(body), 60) if "slow" in str(body["messages"][-1]) else echo(body)  # noqa: E731
+        llm.fallback = slow
+        asked = len(llm.chat_requests)
+        tg.push_text(DAVE, DAVE, "slow two")
+        await wait_for(lambda: _true(len(llm.chat_requests) > asked), 15, "the model asked")
+        frozen = await db.fetchval("SELECT worker FROM chat_leases WHERE chat = $1", f"telegram:{DAVE}")
+        os.kill(procs[frozen].pid, signal.SIGSTOP)
+        try:
+            took_frozen = await wait_for(lambda: _true(texts(tg, DAVE) == ["re: slow two"]), FAILOVER_S + 1,
+                                         "a frozen worker's chat taken over")
+        finally:
+            os.kill(procs[frozen].pid, signal.SIGCONT)
+        await wait_for(lambda: _is(alive(), set(procs)), 15, "the frozen worker rejoined")
+        llm.fallback = echo
+
+        # 3. the poller killed: another polls, and two never poll at once
         poller = await holding("telegram polling")
         if poller in procs:
             await kill(procs.pop(poller))
@@ -120,7 +139,7 @@ async def test_killed_workers_are_replaced_within_the_failover_time(pg_url: str,
                                    "polling taken over")
         assert tg.conflicts == 0
 
-        # 3. the cron job kept firing, about once a second, never all at once
+        # 4. the cron job kept firing, about once a second, never all at once
         ticks_before = len(texts(tg, CAROL))
         await wait_for(lambda: _true(len(texts(tg, CAROL)) >= ticks_before + 2), FAILOVER_S, "cron still firing")
         job = (await store.list())[0]
@@ -129,7 +148,8 @@ async def test_killed_workers_are_replaced_within_the_failover_time(pg_url: str,
         assert len(runs) <= span.total_seconds() + 3, [r.started_at for r in runs]
         await asyncio.sleep(0.5)
         assert texts(tg, ALICE) == ["re: slow one"] and texts(tg, BOB) == ["re: after the poller died"]
-        print(f"failover: chat {took:.1f} s, polling {took_poll:.1f} s")
+        assert texts(tg, DAVE) == ["re: slow two"]
+        print(f"failover: chat {took:.1f} s, frozen worker {took_frozen:.1f} s, polling {took_poll:.1f} s")
 
 
 async def _is(value, expected) -> bool:

@@ -9,10 +9,13 @@ A holder gives a chat back when it goes quiet, so chats spread over the workers 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nanobot.postgres import PostgresDatabase
+
+log = logging.getLogger(__name__)
 
 # A reply row whose sender is gone: it is sent by the chat's next holder.
 DEAD_WRITER = "worker IS NULL OR worker NOT IN (SELECT id FROM live_workers)"
@@ -23,6 +26,7 @@ SWEEP_LIMIT = 200  # chats taken over per sweep (the next sweep takes more)
 class ChatLeases:
     def __init__(self, db: PostgresDatabase, worker_id: str) -> None:
         self.db, self.id = db, worker_id
+        self.may_fence = True  # false once the server refused it (another role's worker)
 
     async def claim(self, chat: str) -> bool:
         """Hold ``chat`` if nobody alive does (or we do already)."""
@@ -43,6 +47,25 @@ class ChatLeases:
         async with self.db.transaction() as tx:
             await tx.execute("DELETE FROM chat_leases WHERE worker = $1", self.id)
             await tx.execute("SELECT pg_notify('nanobot_free', '*')")
+
+    async def fence(self) -> int:
+        """Cut the line of every worker whose heartbeat lapsed but whose connection lives on (a
+        frozen process, a hung host): its singletons are freed, and if it wakes up it finds
+        itself cut off and stops its turns before rejoining. How many were cut."""
+        if not self.may_fence:
+            return 0
+        try:
+            return len(await self.db.fetch(
+                "SELECT pg_terminate_backend(w.backend_pid) FROM workers w JOIN pg_stat_activity a "
+                "ON a.pid = w.backend_pid AND a.backend_start = w.backend_start WHERE w.expires < nanobot_now()"))
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != "42501":  # insufficient_privilege: workers under other roles
+                raise
+            self.may_fence = False
+            log.warning("workers run as other database roles, so a frozen worker cannot be cut off: its "
+                        "singletons (Telegram polling, ...) move only once its connection drops. Run every "
+                        "worker as one role (database.url), or grant it pg_signal_backend")
+            return 0
 
     async def live_workers(self) -> list[str]:
         return [row["id"] for row in await self.db.fetch("SELECT id FROM live_workers ORDER BY id")]

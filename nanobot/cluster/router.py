@@ -138,6 +138,8 @@ class ChatRouter:
     # ---- the sweep ---------------------------------------------------------------------
     async def sweep(self) -> None:
         """Take over what dead workers left, and what no wake-up reached (about once a second)."""
+        if await self.leases.fence():
+            log.warning("cut off a worker whose heartbeat lapsed while it stayed connected")
         workers = await self.leases.live_workers()
         if workers != self._workers:  # one died (or joined): the chats it held are anyone's
             self._workers = workers
