@@ -70,7 +70,7 @@ def _lock_key(name: str) -> int:
 
 
 # Failures of the connection, not of the statement: the server is down, restarting, or gone.
-_CONNECTION_LOST = (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
+CONNECTION_LOST = (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
                     asyncpg.AdminShutdownError, asyncpg.CannotConnectNowError)
 
 
@@ -90,7 +90,7 @@ class _PostgresQueries:
         """A failure of the connection (not of the statement) becomes StoreUnavailable."""
         try:
             yield
-        except _CONNECTION_LOST as exc:
+        except CONNECTION_LOST as exc:
             raise _unavailable(exc) from None
         except asyncpg.PostgresError as exc:
             if isinstance(self.target, asyncpg.Pool) and _refused_at_connect(exc):
@@ -143,12 +143,12 @@ class PostgresDatabase(_PostgresQueries):
     async def transaction(self) -> AsyncIterator[_PostgresQueries]:
         try:
             conn = await self.pool.acquire()
-        except (*_CONNECTION_LOST, asyncpg.PostgresError) as exc:
+        except (*CONNECTION_LOST, asyncpg.PostgresError) as exc:
             raise _unavailable(exc) from None
         try:
             async with conn.transaction():
                 yield _PostgresQueries(conn)
-        except _CONNECTION_LOST as exc:  # at BEGIN or COMMIT
+        except CONNECTION_LOST as exc:  # at BEGIN or COMMIT
             raise _unavailable(exc) from None
         finally:
             await self.pool.release(conn)

@@ -141,7 +141,7 @@ async def test_killed_workers_are_replaced_within_the_failover_time(pg_url: str,
 
         # 4. the cron job kept firing, about once a second, never all at once
         ticks_before = len(texts(tg, CAROL))
-        await wait_for(lambda: _true(len(texts(tg, CAROL)) >= ticks_before + 2), FAILOVER_S, "cron still firing")
+        await wait_for(lambda: _true(len(texts(tg, CAROL)) >= ticks_before + 2), FAILOVER_S + 4, "cron still firing")
         job = (await store.list())[0]
         runs = await store.runs(job.id, limit=1000)
         span = max(r.started_at for r in runs) - min(r.started_at for r in runs)

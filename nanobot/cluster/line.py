@@ -16,7 +16,7 @@ from typing import Callable
 
 import asyncpg
 
-from nanobot.postgres import CONNECT_TIMEOUT_S, _lock_key
+from nanobot.postgres import CONNECT_TIMEOUT_S, CONNECTION_LOST, _lock_key
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +70,16 @@ class WorkerLine:
     async def _query(self, sql: str, *args: object, timeout: float) -> object:
         if self._conn is None or self.lost.is_set():
             raise ConnectionError("the worker's database connection is lost")
+        conn = self._conn
         try:
-            async with self._busy, asyncio.timeout(timeout):
-                return await self._conn.fetchval(sql, *args)
-        except (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError) as exc:
-            self.lost.set()
+            async with asyncio.timeout(timeout):
+                async with self._busy:
+                    return await conn.fetchval(sql, *args)
+        except (*CONNECTION_LOST, asyncpg.PostgresError) as exc:
+            if isinstance(exc, asyncpg.PostgresError) and not isinstance(exc, CONNECTION_LOST) \
+                    and not conn.is_closed():
+                raise  # the statement failed, not the line
+            self.lost.set()  # terminated by another worker (57P01), a server restart, a dead network...
             raise ConnectionError(f"the worker's database connection is lost: {exc or type(exc).__name__}") from None
 
     async def close(self) -> None:

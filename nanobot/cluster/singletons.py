@@ -28,7 +28,10 @@ class AdvisorySingletons:
         try:
             if not await self.line.try_lock(name, self.timeout):
                 return None
-        except ConnectionError:
+        except ConnectionError:  # the worker rejoins; until then it holds nothing
+            return None
+        except Exception as exc:  # whatever it was, the waiters keep waiting (and trying)
+            log.warning("could not try %s: %s", name, exc)
             return None
         held = self.held[name] = Held(name)
         log.info("this worker now holds %s", name)
