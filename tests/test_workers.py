@@ -210,7 +210,7 @@ async def test_an_api_request_on_another_worker_than_its_chat_gets_the_reply(
     async with workers(configs, with_services=True) as gateways:
         key = await ApiKeys(gateways["w1"].runtime.db).add("ada", owner=True)
         clients = [openai.AsyncOpenAI(base_url=f"http://{c.gateway.api.listen}/v1", api_key=key, max_retries=0,
-                                      default_headers={"X-Nanobot-Session": "s1"}) for c in configs]
+                                      timeout=15, default_headers={"X-Nanobot-Session": "s1"}) for c in configs]
         first = asyncio.create_task(clients[0].chat.completions.create(
             model="nanobot", messages=[{"role": "user", "content": "one"}]))
         await asyncio.wait_for(llm.request_event.wait(), 10)  # w1 holds the chat and runs its turn
@@ -255,13 +255,12 @@ async def test_a_cron_prompt_job_runs_in_its_chat_wherever_that_is_held(
         chat = "telegram:41"
         if chat in gateways[clock].cluster.router.held:  # the chat must be held by the other worker
             await gateways[clock].cluster.router.release(chat)
-            assert await gateways[other].cluster.router.leases.claim(chat)
-            gateways[other].cluster.router.held.add(chat)
-            gateways[other].cluster.router.queued[chat] = 10**9
+            await gateways[other].cluster.router.pull(chat, claim=True)
+        assert chat in gateways[other].cluster.router.held
         service = gateways[clock].runtime.scheduler.service
         job = await service.add_job(owner_session=chat, schedule_kind="every", expression="3600",
                                     payload_kind="prompt", payload="report please")
-        outcome = await service.run_now(job.id)
+        outcome = await asyncio.wait_for(service.run_now(job.id), 15)
         assert outcome.status == "ok" and outcome.output == "re: report please"
         await tg.wait_sent(2, timeout=10)
         assert texts(tg, 41) == ["re: hello", "re: report please"]
