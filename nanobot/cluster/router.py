@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from nanobot.bus import REPLY_FUTURE, InboundMessage, MessageBus, OutboundMessage
 from nanobot.cluster.leases import DEAD_WRITER, ChatLeases
@@ -35,6 +35,27 @@ MAX_CLAIM_DELAY_S = 0.02
 MAX_ELSEWHERE = 100_000  # chats remembered as held elsewhere (forgotten wholesale past this)
 
 
+class ChatLocks:
+    """One lock per chat, kept only while someone holds or waits for it (months of chats pass
+    through a worker; their locks must not pile up)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._users: dict[str, int] = {}
+
+    @asynccontextmanager
+    async def hold(self, chat: str) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(chat, asyncio.Lock())
+        self._users[chat] = self._users.get(chat, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[chat] -= 1
+            if not self._users[chat]:
+                del self._users[chat], self._locks[chat]
+
+
 class ChatRouter:
     def __init__(self, leases: ChatLeases, delivery: DeliveryStore, bus: MessageBus, sessions: Histories,
                  resend: Callable[[OutboundMessage], None]) -> None:
@@ -46,7 +67,7 @@ class ChatRouter:
         self.on_lost: Callable[[list[str]], None] | None = None  # chats no longer ours: stop their turns
         self._local: dict[tuple[str, str], InboundMessage] = {}  # received here, not yet queued
         self._awaiting: dict[int, asyncio.Future[str]] = {}  # intake id -> a caller here, the chat elsewhere
-        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._locks = ChatLocks()
         # Chats a claim found held by another worker: not tried again on each of their messages,
         # until that worker frees the chat (``nanobot_free``) or leaves or dies (the sweep).
         self._elsewhere: set[str] = set()
@@ -60,7 +81,7 @@ class ChatRouter:
         for msg in messages:
             self._local[_key(msg)] = msg
         for chat in {msg.session_key for msg in messages if REPLY_FUTURE in msg.metadata} - self.held:
-            async with self._locks[chat]:
+            async with self._locks.hold(chat):
                 if chat not in self.held and await self.leases.claim(chat):
                     await self._taken(chat)
 
@@ -98,12 +119,8 @@ class ChatRouter:
         if ``claim`` and nobody alive holds it."""
         if polite and chat not in self.held:
             await asyncio.sleep(min(MAX_CLAIM_DELAY_S, CLAIM_DELAY_PER_CHAT_S * self.busy()))
-        try:
-            async with self._locks[chat]:
-                await self._pull(chat, claim)
-        finally:
-            if chat not in self.held and not self._locks[chat].locked():
-                del self._locks[chat]  # kept only for the chats we hold: months of chats pass by
+        async with self._locks.hold(chat):
+            await self._pull(chat, claim)
 
     async def _pull(self, chat: str, claim: bool) -> None:
         if chat not in self.held:
@@ -147,7 +164,7 @@ class ChatRouter:
         orphaned = await self.leases.orphaned()
         mine = [chat for chat in orphaned if chat in self.held]
         for chat in mine:  # a dead worker's replies into a chat we hold
-            async with self._locks[chat]:
+            async with self._locks.hold(chat):
                 for reply in await self.delivery.adopt_pending(chat, DEAD_WRITER):
                     self.resend(reply)
         others = [chat for chat in orphaned if chat not in self.held]
@@ -159,14 +176,14 @@ class ChatRouter:
                 await self._pull_taken(chat)
 
     async def _pull_taken(self, chat: str) -> None:
-        async with self._locks[chat]:
+        async with self._locks.hold(chat):
             await self._taken(chat)
         await self.pull(chat, claim=False)
 
     # ---- giving chats back -------------------------------------------------------------
     async def release(self, chat: str) -> None:
         """The chat went quiet here: let any worker take its next message."""
-        async with self._locks[chat]:
+        async with self._locks.hold(chat):
             if chat not in self.held:
                 return
             if await self.delivery.unfinished_in(chat, self.queued.get(chat, 0)):
@@ -177,7 +194,6 @@ class ChatRouter:
             self.queued.pop(chat, None)
             self.sessions.close(chat)
             await self.leases.release(chat)
-        self._locks.pop(chat, None)
 
     def fresh(self, chat: str) -> None:
         """Before reading a chat we do not hold: drop our copy of it (its holder may have
