@@ -68,50 +68,61 @@ async def main(kills: int, count: int, freeze: bool) -> None:
     server = start_server()
     root = Path(tempfile.mkdtemp(prefix="nanobot-failover-"))
     (root / "workspace").mkdir()
+    procs: dict[str, asyncio.subprocess.Process] = {}
     try:
         async with FakeOpenAI(fallback=model) as llm, FakeTelegram() as tg:
             url = server.get_uri()
-            names = [f"w{n}" for n in range(1, count + 1)]
-            for name in names:
+            for name in (f"w{n}" for n in range(1, count + 1)):
                 write_home(root / name, root / "workspace", llm, tg, url, name)
-            procs = {name: await start(root / name) for name in names}
+                procs[name] = await start(root / name)
             db = await asyncpg.connect(url)
-            await _until(lambda: _alive(db, count), 60)
-            took, moved_polling = [], 0
-            for n in range(kills):
-                chat = 1000 + n
-                tg.push_text(chat, chat, f"hang {n}")
-                await _until(lambda: _asked(llm, f"hang {n}"), 30)
-                # Let the other workers' claims of the new chat settle first: one still in flight at
-                # the kill would take the chat at once, and the figure would flatter the sweep.
-                await asyncio.sleep(0.5)
-                holder = await db.fetchval("SELECT worker FROM chat_leases WHERE chat = $1", f"telegram:{chat}")
-                polling = await db.fetchval("SELECT holds LIKE '%telegram polling%' FROM workers WHERE id = $1", holder)
-                killed_at = time.monotonic()
-                os.kill(procs[holder].pid, signal.SIGSTOP if freeze else signal.SIGKILL)
-                await tg.wait_until(lambda: any(m["chat_id"] == chat for m in tg.sent), timeout=60)
-                took.append(next(m["at"] for m in tg.sent if m["chat_id"] == chat) - killed_at)
-                moved_polling += bool(polling)
-                print(f"{'freeze' if freeze else 'kill'} {n + 1:2d}: {holder} (polling: {bool(polling)}) -> "
-                      f"answered after {took[-1]:.2f} s")
-                if freeze:  # woken, it rejoins; it must not answer what the others took over
-                    os.kill(procs[holder].pid, signal.SIGCONT)
-                else:
-                    await procs[holder].wait()
-                    procs[holder] = await start(root / holder)
+            try:
                 await _until(lambda: _alive(db, count), 60)
-                await asyncio.sleep(0.5)
-                assert [m["text"] for m in tg.sent if m["chat_id"] == chat] == [f"re: hang {n}"], "answered twice"
-            what = "freezes" if freeze else "kills"
-            print(f"{kills} {what} of {count} workers: failover p50 {statistics.median(took):.2f} s, "
-                  f"max {max(took):.2f} s; polling moved too in {moved_polling}; 409 conflicts: {tg.conflicts}; "
-                  f"machine reference {common.reference_ms():.1f} ms")
-            await db.close()
-            for proc in procs.values():
-                proc.terminate()
+                took, moved_polling = [], 0
+                for n in range(kills):
+                    seconds, polling = await one_round(n, db, llm, tg, procs, root, freeze)
+                    took.append(seconds)
+                    moved_polling += polling
+                    await _until(lambda: _alive(db, count), 60)
+                what = "freezes" if freeze else "kills"
+                print(f"{kills} {what} of {count} workers: failover p50 {statistics.median(took):.2f} s, "
+                      f"max {max(took):.2f} s; polling moved too in {moved_polling}; 409 conflicts: {tg.conflicts}; "
+                      f"machine reference {common.reference_ms():.1f} ms")
+            finally:
+                await db.close()
+    finally:  # whatever happened: no frozen or orphaned worker outlives the bench
+        for proc in procs.values():
+            if proc.returncode is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
                 await proc.wait()
-    finally:
         server.cleanup()
+
+
+async def one_round(n: int, db, llm: FakeOpenAI, tg: FakeTelegram, procs: dict, root: Path,
+                    freeze: bool) -> tuple[float, bool]:
+    """Kill (or freeze) the worker running a hung turn; (seconds to the reply, it held polling)."""
+    chat = 1000 + n
+    tg.push_text(chat, chat, f"hang {n}")
+    await _until(lambda: _asked(llm, f"hang {n}"), 30)
+    # Let the other workers' claims of the new chat settle first: one still in flight at the
+    # kill would take the chat at once, and the figure would flatter the sweep.
+    await asyncio.sleep(0.5)
+    holder = await db.fetchval("SELECT worker FROM chat_leases WHERE chat = $1", f"telegram:{chat}")
+    polling = bool(await db.fetchval("SELECT holds LIKE '%telegram polling%' FROM workers WHERE id = $1", holder))
+    killed_at = time.monotonic()
+    os.kill(procs[holder].pid, signal.SIGSTOP if freeze else signal.SIGKILL)
+    await tg.wait_until(lambda: any(m["chat_id"] == chat for m in tg.sent), timeout=60)
+    took = next(m["at"] for m in tg.sent if m["chat_id"] == chat) - killed_at
+    print(f"{'freeze' if freeze else 'kill'} {n + 1:2d}: {holder} (polling: {polling}) -> answered after {took:.2f} s")
+    if freeze:  # woken, it rejoins; it must not answer what the others took over
+        os.kill(procs[holder].pid, signal.SIGCONT)
+    else:
+        await procs[holder].wait()
+        procs[holder] = await start(root / holder)
+    await asyncio.sleep(0.5)
+    assert [m["text"] for m in tg.sent if m["chat_id"] == chat] == [f"re: hang {n}"], "answered twice"
+    return took, polling
 
 
 async def _alive(db, count: int) -> bool:

@@ -38,7 +38,10 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> async
     cannot be reached or refuses us."""
     try:
         pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, timeout=CONNECT_TIMEOUT_S)
-        async with pool.acquire() as conn:
+        async with pool.acquire() as conn, conn.transaction():
+            # Under the migrations' lock: workers starting at once would otherwise race to create
+            # it ("IF NOT EXISTS" is not safe against a concurrent CREATE: a unique violation).
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key("schema versions"))
             await conn.execute(SCHEMA_VERSIONS)
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
         raise HomeError(f"database.url: cannot use PostgreSQL at {where(url)}: {_reason(exc)}") from None

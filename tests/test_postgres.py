@@ -27,7 +27,7 @@ STEPS = ["CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);",
 
 
 async def test_workers_starting_at_once_migrate_exactly_once(pg_url: str) -> None:
-    pools = [await open_pool(pg_url, max_size=2) for _ in range(4)]
+    pools = await asyncio.gather(*(open_pool(pg_url, max_size=2) for _ in range(4)))  # at once: no race
     try:
         await asyncio.gather(*(migrate(pool, "notes", STEPS) for pool in pools))
         await migrate(pools[0], "notes", STEPS)  # again: nothing to do
