@@ -113,9 +113,9 @@ async def test_a_cron_job_fires_once_per_tick_across_workers(llm, tg, pg_url: st
         service = gateways["w2"].runtime.scheduler.service  # any worker may add a job
         await service.add_job(owner_session="telegram:41", schedule_kind="every", expression="1",
                               payload_kind="code", payload="print('tick')")
-        await tg.wait_sent(3, timeout=10)
+        await tg.wait_sent(2, timeout=10)
         await gateways[clock[0]].stop()  # the clock moves to another worker
-        await tg.wait_sent(6, timeout=15)
+        await tg.wait_sent(4, timeout=15)
         runs = await service.store.runs((await service.list_jobs())[0].id, limit=100)
         started = sorted(r.started_at.timestamp() for r in runs)
         # once per tick: no two runs of the one job within the same second
@@ -310,7 +310,7 @@ async def test_a_worker_cut_off_from_the_database_stops_its_turns_and_another_an
     def model(body: dict) -> dict:
         if not first_call.is_set():  # the first attempt hangs on w1
             first_call.set()
-            return delayed(echo(body), 3)
+            return delayed(echo(body), 1.5)
         return echo(body)
 
     llm.fallback = model
@@ -326,6 +326,6 @@ async def test_a_worker_cut_off_from_the_database_stops_its_turns_and_another_an
         finally:
             await db.close()
         await tg.wait_sent(1, timeout=10)
-        await asyncio.sleep(3.5)  # past the moment the cut-off worker's hung model call returns
+        await asyncio.sleep(2)  # past the moment the cut-off worker's hung model call returns
         assert texts(tg, 41) == ["re: question"]
         assert [name for name, gw in gateways.items() if "telegram:41" in gw.cluster.router.held] in ([other], [cut])
