@@ -73,6 +73,13 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"channels": {"telegram": {"enabled": True, "token": ""}}},
      "invalid value for 'channels.telegram.token': is empty while channels.telegram.enabled is true"),
     ({"channels": {"telegram": {"proxy": "socks5://127.0.0.1:1080"}}}, "not an http:// or https:// proxy URL"),
+    ({"channels": {"telegram": {"webhook": {"url": "https://bot.example.org/tg", "secretToken": "short"}}}},
+     "invalid value for 'channels.telegram.webhook.secretToken'"),
+    ({"channels": {"telegram": {"webhook": {"url": "bot.example.org/tg", "secretToken": "x" * 16}}}},
+     "invalid value for 'channels.telegram.webhook.url'"),
+    ({"channels": {"telegram": {"webhook": {"url": "https://b.example.org/tg", "secretToken": "x" * 16,
+                                            "listen": "8443"}}}}, "invalid value for 'channels.telegram.webhook.listen'"),
+    ({"gateway": {"failoverSeconds": 1}}, "invalid value for 'gateway.failoverSeconds'"),
     ('{"agents": {', "invalid JSON at line 1"),
     ("[1, 2]", "top level must be a JSON object"),
 ])
