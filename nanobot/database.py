@@ -58,9 +58,6 @@ class Database(Queries, Protocol):
     async def make_durable(self) -> None:
         """What is committed survives a power cut too (SQLite: the WAL is synced)."""
 
-    async def try_hold(self, name: str) -> bool:
-        """Hold a named lock across processes while this stays open; False if another holds it."""
-
     async def close(self) -> None: ...
 
 
@@ -138,9 +135,6 @@ class SqliteDatabase(_SqliteQueries):
 
     async def make_durable(self) -> None:
         await asyncio.to_thread(_sync_wal, self.path)
-
-    async def try_hold(self, name: str) -> bool:
-        return True  # one process per home already (the gateway's lock file in the home)
 
     async def close(self) -> None:
         await self.conn.close()

@@ -37,7 +37,8 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> async
     """A pool for ``database.url``, checked with one query; HomeError in one line when the server
     cannot be reached or refuses us."""
     try:
-        pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, timeout=CONNECT_TIMEOUT_S)
+        pool = await asyncpg.create_pool(url, min_size=min_size, max_size=max_size, timeout=CONNECT_TIMEOUT_S,
+                                         reset=_keep_session)
         async with pool.acquire() as conn, conn.transaction():
             # Under the migrations' lock: workers starting at once would otherwise race to create
             # it ("IF NOT EXISTS" is not safe against a concurrent CREATE: a unique violation).
@@ -46,6 +47,14 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> async
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
         raise HomeError(f"database.url: cannot use PostgreSQL at {where(url)}: {_reason(exc)}") from None
     return pool
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """What the pool does to a connection given back, after asyncpg rolls back an open
+    transaction: nothing more. Its default (RESET ALL, UNLISTEN *, unlock all...) is a round trip
+    per statement outside a transaction (a tenth of a worker's time under load), and the
+    stores never change session state: locks and LISTEN live on the workers' own line."""
+    return None
 
 
 def _reason(exc: BaseException) -> str:
@@ -136,7 +145,6 @@ class PostgresDatabase(_PostgresQueries):
     def __init__(self, pool: asyncpg.Pool, url: str) -> None:
         super().__init__(pool)
         self.pool, self.url = pool, url
-        self._holding: list[asyncpg.Connection] = []  # connections that hold advisory locks
 
     @classmethod
     async def open(cls, url: str) -> PostgresDatabase:
@@ -162,17 +170,5 @@ class PostgresDatabase(_PostgresQueries):
     async def make_durable(self) -> None:
         return None  # a commit is durable already (synchronous_commit is on)
 
-    async def try_hold(self, name: str) -> bool:
-        """A session-level advisory lock on a connection kept out of the pool until close()."""
-        conn = await self.pool.acquire()
-        if await conn.fetchval("SELECT pg_try_advisory_lock($1)", _lock_key(name)):
-            self._holding.append(conn)
-            return True
-        await self.pool.release(conn)
-        return False
-
     async def close(self) -> None:
-        for conn in self._holding:
-            await self.pool.release(conn)  # reset on release: its locks go with it
-        self._holding.clear()
         await self.pool.close()
