@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
@@ -66,3 +69,19 @@ async def running_gateway(config: Config, *, with_services: bool = False) -> Asy
             yield gateway
         finally:
             await gateway.stop()
+
+
+@asynccontextmanager
+async def nanobot_process(*args: str, home: Path, env: dict[str, str] | None = None,
+                          **streams) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m nanobot ARGS`` with ``NANOBOT_HOME=home``; killed on the way out if the test
+    has not ended it. ``streams``: stdin/stdout/stderr as for create_subprocess_exec."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", *args,
+                                                env={**os.environ, "NANOBOT_HOME": str(home), **(env or {})},
+                                                **streams)
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import signal
-import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator, Callable
@@ -19,6 +18,7 @@ import pytest
 from nanobot.delivery.intake import RESUMED_NOTE
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import nanobot_process
 
 ALICE, BOB = 42, 77
 
@@ -58,16 +58,10 @@ async def gateway(home: Path, tg: FakeTelegram, log: Path) -> AsyncIterator[asyn
     """A gateway process, polling; killed (-9) on the way out if the test has not done so."""
     polls = tg.calls.count("getUpdates")
     with open(log, "ab") as out:
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", "gateway",
-                                                    env={**os.environ, "NANOBOT_HOME": str(home)},
-                                                    stdout=out, stderr=asyncio.subprocess.STDOUT)
-    try:
-        await tg.wait_until(lambda: tg.calls.count("getUpdates") > polls or proc.returncode is not None, 20)
-        assert proc.returncode is None, log.read_text()[-2000:]
-        yield proc
-    finally:
-        if proc.returncode is None:
-            await kill(proc)
+        async with nanobot_process("gateway", home=home, stdout=out, stderr=asyncio.subprocess.STDOUT) as proc:
+            await tg.wait_until(lambda: tg.calls.count("getUpdates") > polls or proc.returncode is not None, 20)
+            assert proc.returncode is None, log.read_text()[-2000:]
+            yield proc
 
 
 async def restart_until(home: Path, tg: FakeTelegram, log: Path, done: Callable[[], bool]) -> None:

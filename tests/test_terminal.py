@@ -5,13 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
-import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
 
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
-from tests.helpers import config_for, running_gateway
+from tests.helpers import config_for, nanobot_process, running_gateway
 from tests.test_cli import write_config
 
 
@@ -46,15 +45,11 @@ class Terminal:
 @asynccontextmanager
 async def chat_on(term: Terminal, home: Path) -> AsyncIterator[asyncio.subprocess.Process]:
     """``nanobot agent`` on the pty; killed on the way out if it is still running."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "nanobot", "agent", stdin=term.slave, stdout=term.slave, stderr=term.slave,
-        env={**os.environ, "NANOBOT_HOME": str(home), "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"})
     try:
-        yield proc
+        async with nanobot_process("agent", home=home, env={"PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"},
+                                   stdin=term.slave, stdout=term.slave, stderr=term.slave) as proc:
+            yield proc
     finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
         os.close(term.slave)
 
 

@@ -10,7 +10,6 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import time
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -23,6 +22,7 @@ from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.postgres import PostgresDatabase
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import nanobot_process
 
 FAILOVER_S = 4.0  # the shortest allowed: the frozen-worker case waits this long
 ALICE, BOB, CAROL, DAVE = 41, 42, 43, 44
@@ -50,15 +50,8 @@ def write_home(home: Path, workspace: Path, llm: FakeOpenAI, tg: FakeTelegram, p
 @asynccontextmanager
 async def worker(home: Path, log: Path) -> AsyncIterator[asyncio.subprocess.Process]:
     with open(log, "ab") as out:
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", "gateway",
-                                                    env={**os.environ, "NANOBOT_HOME": str(home)},
-                                                    stdout=out, stderr=asyncio.subprocess.STDOUT)
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        async with nanobot_process("gateway", home=home, stdout=out, stderr=asyncio.subprocess.STDOUT) as proc:
+            yield proc
 
 
 async def wait_for(predicate, timeout: float, what: str) -> float:

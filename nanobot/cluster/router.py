@@ -58,12 +58,11 @@ class ChatLocks:
 
 class ChatRouter:
     def __init__(self, leases: ChatLeases, delivery: DeliveryStore, bus: MessageBus, sessions: Histories,
-                 resend: Callable[[OutboundMessage], None]) -> None:
+                 resend: Callable[[list[OutboundMessage]], None]) -> None:
         self.leases, self.delivery, self.bus, self.sessions = leases, delivery, bus, sessions
-        self.resend = resend  # hands a recorded reply to the channels (Outbox.sender)
+        self.resend = resend  # hands recorded replies to the channels, in order (Outbox.resend)
         self.held: set[str] = set()
         self.queued: dict[str, int] = {}  # per held chat: the last intake id handed to the dispatcher
-        self.busy: Callable[[], int] = lambda: len(self.held)  # how loaded this worker is
         self.on_lost: Callable[[list[str]], None] | None = None  # chats no longer ours: stop their turns
         self._local: dict[tuple[str, str], InboundMessage] = {}  # received here, not yet queued
         self._awaiting: dict[int, asyncio.Future[str]] = {}  # intake id -> a caller here, the chat elsewhere
@@ -118,7 +117,7 @@ class ChatRouter:
         """Queue the chat's unanswered messages we have not queued yet, claiming the chat first
         if ``claim`` and nobody alive holds it."""
         if polite and chat not in self.held:
-            await asyncio.sleep(min(MAX_CLAIM_DELAY_S, CLAIM_DELAY_PER_CHAT_S * self.busy()))
+            await asyncio.sleep(min(MAX_CLAIM_DELAY_S, CLAIM_DELAY_PER_CHAT_S * len(self.held)))
         async with self._locks.hold(chat):
             await self._pull(chat, claim)
 
@@ -149,8 +148,7 @@ class ChatRouter:
         self._elsewhere.discard(chat)
         self.queued[chat] = 0
         self.sessions.close(chat)
-        for reply in await self.delivery.adopt_pending(chat, DEAD_WRITER):
-            self.resend(reply)
+        self.resend(await self.delivery.adopt_pending(chat, DEAD_WRITER))
 
     # ---- the sweep ---------------------------------------------------------------------
     async def sweep(self) -> None:
@@ -165,8 +163,7 @@ class ChatRouter:
         mine = [chat for chat in orphaned if chat in self.held]
         for chat in mine:  # a dead worker's replies into a chat we hold
             async with self._locks.hold(chat):
-                for reply in await self.delivery.adopt_pending(chat, DEAD_WRITER):
-                    self.resend(reply)
+                self.resend(await self.delivery.adopt_pending(chat, DEAD_WRITER))
         others = [chat for chat in orphaned if chat not in self.held]
         if others:
             taken = await self.leases.take_over(others)

@@ -17,7 +17,7 @@ TRY_EVERY_S = 1.0  # how often a waiting worker tries a singleton (no loop faste
 
 class AdvisorySingletons:
     def __init__(self, line: WorkerLine, timeout: float) -> None:
-        self.line = line  # replaced by the worker when it reconnects
+        self.line = line  # the worker's: reopened in place when it rejoins
         self.timeout = timeout  # a line slower than this to answer counts as lost
         self.held: dict[str, Held] = {}
         self.on_change: Callable[[], None] | None = None  # ``held`` changed (for status)

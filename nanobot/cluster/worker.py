@@ -41,7 +41,7 @@ def worker_id(settings: GatewaySettings) -> str:
 
 class ClusterWorker:
     def __init__(self, db: PostgresDatabase, settings: GatewaySettings, delivery: DeliveryStore, bus: MessageBus,
-                 sessions: Histories, resend: Callable[[OutboundMessage], None]) -> None:
+                 sessions: Histories, resend: Callable[[list[OutboundMessage]], None]) -> None:
         self.id = worker_id(settings)
         self.db, self.failover = db, settings.failover_seconds
         # A heartbeat lapses a sweep and a moment before failoverSeconds: takeover lands within it.

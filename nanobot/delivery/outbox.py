@@ -45,12 +45,16 @@ class Outbox:
     async def resend_pending(self) -> int:
         """At start: what the last run recorded but did not see accepted, in order."""
         pending = await self.store.pending_outbound()
-        for msg in pending:
-            if self.sender is not None:
-                self.sender(msg)
+        self.resend(pending)
         if pending:
             log.warning("sending %d message(s) the last run did not get out", len(pending))
         return len(pending)
+
+    def resend(self, recorded: list[OutboundMessage]) -> None:
+        """Hand messages recorded earlier (by a run or a worker now gone) to the sender, in order."""
+        if self.sender is not None:
+            for msg in recorded:
+                self.sender(msg)
 
     async def sent(self, msg: OutboundMessage) -> None:
         """Mark ``msg`` sent, and wait until that is written: the chat's next message goes out

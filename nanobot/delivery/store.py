@@ -120,11 +120,11 @@ class DeliveryStore:
         self._writer = asyncio.create_task(self._write_loop(), name="delivery writer")
 
     @classmethod
-    async def open(cls, db: Database, worker: str | None = None) -> DeliveryStore:
+    async def open(cls, db: Database) -> DeliveryStore:
         """On the runtime's database: for SQLite a second connection to the same file would
         contend for the write lock with it (SQLite has one writer) and gain nothing."""
         await db.migrate("delivery", MIGRATIONS)
-        return cls(db, worker)
+        return cls(db)
 
     async def close(self) -> None:
         """Write what is queued (the last marks), then close."""

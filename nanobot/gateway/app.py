@@ -26,7 +26,7 @@ from pathlib import Path
 from channels.base import ChannelContext, Sender
 from nanobot import sdnotify
 from nanobot.access import AccessGate
-from nanobot.bus import REPLY_FUTURE, InboundMessage, MessageBus
+from nanobot.bus import InboundMessage, MessageBus
 from nanobot.cluster.registry import WorkerIdInUse
 from nanobot.coordination import Alone, Singletons
 from nanobot.config import Config
@@ -85,19 +85,12 @@ class Gateway:
     async def start(self) -> None:
         rt = self.runtime
         store = rt.deps.services.pairing
-        shared = rt.db.engine == "postgresql"  # then this gateway is one worker of several (nanobot.cluster)
-        if shared:
-            from nanobot.cluster.worker import ClusterWorker, worker_id
-        self.delivery = await DeliveryStore.open(rt.db, worker_id(self.config.gateway) if shared else None)
+        self.delivery = await DeliveryStore.open(rt.db)
         outbox = Outbox(self.delivery)
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval,
                                      streams=self.config.channels.streams, outbox=outbox)
-        if shared:
-            self.cluster = ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions,
-                                         lambda msg: outbox.sender(msg) if outbox.sender else None)
-            self.singletons = self.cluster.singletons
-            self.dispatcher.handover(self.cluster.router)
-            self.cluster.router.on_lost = self.dispatcher.let_go
+        if rt.db.engine == "postgresql":  # then this gateway is one worker of several (nanobot.cluster)
+            self._be_a_worker(outbox)
         self.intake = DurableIntake(self.delivery, self.bus, self.cluster.router if self.cluster else None)
         ctx = ChannelContext(bus=self.bus, access=AccessGate(store, notify_owner=rt.announce),
                              workspace=self.config.workspace_path,
@@ -131,17 +124,25 @@ class Gateway:
         log.info("gateway ready: channels %s; event loop %s", ", ".join(self.channels.channels) or "none",
                  type(asyncio.get_running_loop()).__module__.split(".")[0])  # uvloop, or asyncio
 
+    def _be_a_worker(self, outbox: Outbox) -> None:
+        """On PostgreSQL: chats, singletons and turns are shared out with the other workers."""
+        from nanobot.cluster.worker import ClusterWorker
+
+        assert self.delivery is not None and self.dispatcher is not None
+        rt = self.runtime
+        self.cluster = ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions, outbox.resend)
+        self.delivery.worker = self.cluster.id  # recorded with each reply: who sends it
+        self.singletons = self.cluster.singletons
+        self.dispatcher.handover(self.cluster.router)
+        self.cluster.router.on_lost = self.dispatcher.let_go
+
     async def ask(self, msg: InboundMessage) -> str:
         """Run ``msg`` as a turn of its chat and return the reply (cron prompt jobs); the reply
         is sent to the chat as well. Among workers it is recorded and runs where its chat is held."""
-        if self.dispatcher is None or self.dispatcher.closing:
-            raise RuntimeError("the gateway is shutting down")
-        if self.intake is None or self.cluster is None:
-            return await self.dispatcher.ask(msg)
-        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        msg.metadata[REPLY_FUTURE] = done
-        await self.intake.accept([msg])
-        return await done
+        if self.dispatcher is None:
+            raise RuntimeError("the gateway is not running")
+        among_workers = self.intake.accept if self.cluster is not None and self.intake is not None else None
+        return await self.dispatcher.ask(msg, through=among_workers)
 
     def running_channels(self) -> list[str]:
         """Channels that can carry a message nobody asked for (cron output, notices): not the

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol
 
 from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin
@@ -197,16 +197,22 @@ class Dispatcher:
             worker = self.workers[msg.session_key] = SessionWorker(msg.session_key, self)
         worker.queue.put_nowait(msg)
 
-    async def ask(self, msg: InboundMessage) -> str:
+    async def ask(self, msg: InboundMessage, *,
+                  through: Callable[[list[InboundMessage]], Awaitable[None]] | None = None) -> str:
         """Queue ``msg`` like any chat message and wait for the turn's reply (cron prompt jobs).
 
-        The reply is also sent to the chat, as for a message the user typed.
+        The reply is also sent to the chat, as for a message the user typed. ``through``: the
+        way in instead of this dispatcher (among workers, the intake: the chat's holder runs it,
+        maybe another worker, and the reply comes back to this future all the same).
         """
         if self.closing:
             raise RuntimeError("the gateway is shutting down")
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         msg.metadata[REPLY_FUTURE] = done
-        self.submit(msg)
+        if through is None:
+            self.submit(msg)
+        else:
+            await through([msg])
         return await done
 
     async def _stop(self, msg: InboundMessage) -> None:
