@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
+from nanobot.chat_names import rename_legacy_chats
 from nanobot.config import Config, ConfigError
 from nanobot.access import PairingStore
 from nanobot.database import open_database
@@ -90,8 +91,10 @@ class Runtime:
         except BaseException:
             await self.db.close()  # aiosqlite's thread would otherwise keep the process alive
             raise
+        on_files = self.db.engine == "sqlite"  # on PostgreSQL every piece of state is in the one database
+        await rename_legacy_chats(self.db, self.home / "sessions" if on_files else None, workspace)
         self.sessions: Histories = SessionStore(self.home / "sessions")
-        if self.db.engine == "postgresql":  # every piece of state in the one database
+        if not on_files:
             self.sessions = await DatabaseSessionStore.create(self.db)
         self.tools = default_registry(self.config)
         self.code = CodeExecutor(self.tools, self.db, self.usage)  # the sandbox starts on first use

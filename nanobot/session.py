@@ -17,12 +17,12 @@ import asyncio
 import json
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Protocol, TextIO, get_args, get_origin, get_type_hints
 
+from nanobot.chat_names import HISTORY_SUFFIX, history_file, history_key, key_of
 from nanobot.config import private_dir
 from nanobot.utf8 import clean_text
 
@@ -256,10 +256,6 @@ def _ends_with_newline(path: Path) -> bool:
         return f.read(1) == b"\n"
 
 
-def session_filename(key: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", key) + ".jsonl"
-
-
 class Histories(Protocol):
     """Where every chat's history lives: JSONL files (SessionStore) or a database table."""
 
@@ -306,7 +302,7 @@ class SessionStore(OpenSessions):
     def get(self, key: str) -> Session:
         session = self._open.get(key)
         if session is None:
-            session = self._open[key] = load_session(key, self.directory / session_filename(key))
+            session = self._open[key] = load_session(key, self.directory / history_file(key))
         return session
 
     async def open(self, key: str) -> Session:
@@ -314,20 +310,16 @@ class SessionStore(OpenSessions):
 
     async def exists(self, key: str) -> bool:
         """Whether this chat has a history (it has talked to the bot)."""
-        return key in self._open or (self.directory / session_filename(key)).exists()
+        return key in self._open or (self.directory / history_file(key)).exists()
 
     async def records(self, key: str) -> list[dict[str, Any]]:
         """Every record of the chat's history, in order (``nanobot history export``)."""
-        return list(_read_records(self.directory / session_filename(key)))
+        return list(_read_records(self.directory / history_file(key)))
 
     def keys(self) -> list[str]:
         """The chats with a history (``nanobot db migrate``): from each file's first record."""
-        found = []
-        for path in sorted(self.directory.glob("*.jsonl")):
-            first = next(iter(_read_records(path)), {})
-            key = first.get("_meta", {}).get("key") if isinstance(first.get("_meta"), dict) else None
-            found.append(key if isinstance(key, str) else path.stem)
-        return found
+        return [history_key(path) or key_of(path.stem) or path.stem
+                for path in sorted(self.directory.glob("*" + HISTORY_SUFFIX))]
 
 
 def load_session(key: str, path: Path) -> Session:

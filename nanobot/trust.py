@@ -4,7 +4,7 @@
   ``channels.<name>.owners`` (when that is empty: in ``allowFrom``, ``"*"`` excepted). They
   work in the whole workspace.
 - **Member chats**: every other allowed chat (groups, paired users, ``"*"``). Each works in
-  its own folder ``chats/<channel>_<chat_id>/`` and never sees the owner's files, memory,
+  its own folder ``chats/<channel>_<chat_id>/`` (``chat_names``) and never sees the owner's files, memory,
   history, inbox or MCP servers. ``agents.overrides[key].trust`` widens or narrows a chat.
 
 A private chat's user is remembered in its session (``peer``), written only by the daemon when a
@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Literal
 
 from nanobot.access import listed
+from nanobot.chat_names import chat_name
 
 if TYPE_CHECKING:
     from nanobot.config import ChannelSection, Config
@@ -82,10 +83,8 @@ def chat_scope(config: Config, session_key: str, peer: list[str] | None = None,
 
 
 def chat_folder(workspace: Path, session_key: str) -> Path:
-    """A member chat's own folder inside the workspace."""
-    from nanobot.session import session_filename
-
-    return workspace / CHATS_DIR / session_filename(session_key).removesuffix(".jsonl")
+    """A member chat's own folder inside the workspace (one per chat: ``chat_names``)."""
+    return workspace / CHATS_DIR / chat_name(session_key)
 
 
 def owner_chat(config: Config) -> str | None:

@@ -12,6 +12,7 @@ from typing import Optional
 
 import typer
 
+from nanobot.chat_names import rename_legacy_chats
 from nanobot.cli.common import fail, get_config
 from nanobot.config import Config, url_without_password
 
@@ -39,6 +40,7 @@ async def _migrate(config: Config, url: str) -> int:
     started = time.monotonic()
     sqlite = await SqliteDatabase.open(config.home / "nanobot.db")
     try:
+        await rename_legacy_chats(sqlite, config.home / "sessions", config.workspace_path)  # a home from before
         target = await PostgresDatabase.open(url)
         try:
             report = await copy_home(sqlite, SessionStore(config.home / "sessions"), target)
@@ -76,10 +78,11 @@ async def _records(config: Config, key: str) -> list[dict]:
     from nanobot.session import SessionStore
     from nanobot.session_db import DatabaseSessionStore
 
-    if config.database.engine == "sqlite":
-        return await SessionStore(config.home / "sessions").records(key)
     db = await open_database(config)
     try:
+        if config.database.engine == "sqlite":
+            await rename_legacy_chats(db, config.home / "sessions", config.workspace_path)  # a home from before
+            return await SessionStore(config.home / "sessions").records(key)
         return await (await DatabaseSessionStore.create(db)).records(key)
     finally:
         await db.close()

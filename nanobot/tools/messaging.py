@@ -19,7 +19,7 @@ from pathlib import Path
 from nanobot.access import listed
 from nanobot.bus import OutboundMessage, OutgoingFile, split_target
 from nanobot.media import MB, kind_of, upload_limit
-from nanobot.session import session_filename
+from nanobot.chat_names import history_file
 from nanobot.tools.files import read_checked_bytes
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.trust import OWNER
@@ -128,12 +128,12 @@ async def _paired(ctx: ToolContext, channel: str, chat_id: str) -> bool:
 
 
 async def _has_talked(ctx: ToolContext, target: str) -> bool:
-    # Only plain ids: session file names replace odd characters, and "a/b" must not pass for "a_b".
+    # Only plain ids: a target is CHANNEL:CHAT_ID, nothing a path or a shell would read otherwise.
     if not re.fullmatch(r"[\w.-]+:[\w.-]+", target):
         return False
     if ctx.services is not None:
         return await ctx.services.sessions.exists(target)
-    return (ctx.config.home / "sessions" / session_filename(target)).exists()
+    return (ctx.config.home / "sessions" / history_file(target)).exists()
 
 
 MESSAGING_TOOLS = [send_message, send_file]
