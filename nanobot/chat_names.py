@@ -9,7 +9,7 @@ reverses. A leading ``.`` is escaped too (no hidden or ``..`` names). A name tha
 ``MAX_NAME`` characters is cut and ends in ``~`` and a hash of the whole key; ``~`` is escaped
 everywhere else, so a cut name never equals an uncut one.
 
-Homes made before are renamed once at start (``migrate_legacy_names``): a file or folder goes to
+Homes made before are renamed once at start (``rename_legacy_chats``): a file or folder goes to
 its key's new name when only one known key could have made its old name; a name that two known
 keys could both claim is moved aside into ``.unclaimed/`` and reported in one line, never given
 to either and never merged.
@@ -26,14 +26,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
-    from nanobot.database import Queries
+    from nanobot.database import Database, Migrations, Queries
 
 log = logging.getLogger(__name__)
 
 HISTORY_SUFFIX = ".jsonl"
 MAX_NAME = 200  # file names are limited to 255 bytes; the suffix and the hash fit under it
 UNCLAIMED = ".unclaimed"  # never a chat's name: a new name cannot start with "."
-MARKER = ".chat-names"  # in a folder whose names follow this module (written after the rename)
+# Recorded in schema_versions once the renaming is done: from then on every name is this
+# module's (the database, not a file, holds it: workers sharing a workspace share the database).
+DONE: Migrations = {"sqlite": ["SELECT 1"], "postgresql": ["SELECT 1"]}
 _KEEP = re.compile(r"[A-Za-z0-9.-]")
 
 
@@ -72,15 +74,13 @@ def legacy_name(key: str) -> str:
 
 
 def migrate_legacy_names(folder: Path, known_keys: Iterable[str], *, suffix: str = "") -> list[str]:
-    """Rename ``folder``'s entries (``<name><suffix>``) made by the old mapping, once; returns the
+    """Rename ``folder``'s entries (``<name><suffix>``) made by the old mapping; returns the
     one-line reports of names that two keys could claim (moved into ``.unclaimed/``).
 
     ``known_keys``: every chat key this home knows of (the histories' own first lines, the
-    database's tables). The folder is marked when done, so a name made by this module is never
-    taken for an old one later.
+    database's tables).
     """
-    if not folder.is_dir() or (folder / MARKER).exists():
-        _mark(folder)
+    if not folder.is_dir():
         return []
     claims: dict[str, set[str]] = {}
     for key in known_keys:
@@ -95,7 +95,6 @@ def migrate_legacy_names(folder: Path, known_keys: Iterable[str], *, suffix: str
             reports.append(_set_aside(entry, folder, sorted(keys)))
         elif len(keys) == 1 and (new := chat_name(next(iter(keys))) + suffix) != entry.name:
             _rename(entry, folder / new)
-    _mark(folder)
     return reports
 
 
@@ -118,14 +117,6 @@ def _rename(source: Path, target: Path) -> None:
     except FileNotFoundError:  # another worker sharing the folder renamed it first
         return
     log.info("renamed %s to %s (chat names are one per chat now)", source.name, target.name)
-
-
-def _mark(folder: Path) -> None:
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        (folder / MARKER).touch()
-    except OSError:  # a read-only workspace: the migration runs again next time, harmlessly
-        pass
 
 
 # Tables that name chats (a missing one is skipped: that component never ran in this home).
@@ -157,16 +148,14 @@ async def known_chat_keys(db: Queries, sessions: Path | None) -> set[str]:
     return keys
 
 
-async def rename_legacy_chats(db: Queries, sessions: Path | None, workspace: Path) -> list[str]:
-    """Once per folder: the JSONL histories (``sessions``, None on PostgreSQL, whose rows are
+async def rename_legacy_chats(db: Database, sessions: Path | None, workspace: Path) -> list[str]:
+    """Once per database: the JSONL histories (``sessions``, None on PostgreSQL, whose rows are
     keyed by the chat's key) and the member folders under ``workspace/chats``."""
-    folders = [(workspace / "chats", "")]
-    if sessions is not None:
-        folders.append((sessions, HISTORY_SUFFIX))
-    if all((folder / MARKER).exists() for folder, _ in folders):
-        return []  # the common case: done before (no query, no listing)
+    if await db.fetchval("SELECT version FROM schema_versions WHERE component = 'chat_names'"):
+        return []  # the common case: done before (one query, no listing)
     keys = await known_chat_keys(db, sessions)
-    reports = []
-    for folder, suffix in folders:
-        reports += migrate_legacy_names(folder, keys, suffix=suffix)
+    reports = migrate_legacy_names(workspace / "chats", keys)
+    if sessions is not None:
+        reports += migrate_legacy_names(sessions, keys, suffix=HISTORY_SUFFIX)
+    await db.migrate("chat_names", DONE)
     return reports

@@ -126,6 +126,9 @@ class AgentSettings(Section):
     code_runtime: CodeRuntime = CodeRuntime()
     fallbacks: list[ModelChoice] = []  # tried in order when the model fails (429, 5xx, timeout, no connection)
     daily_budget_usd: float | None = Field(None, gt=0)  # model calls stop for the day once spent
+    # What all member chats together may spend in a day (null: half of dailyBudgetUsd), so that
+    # members can never spend the owner's share.
+    member_daily_budget_usd: float | None = Field(None, gt=0)
     # Photos as image parts: "auto" sends them and, if the model server rejects them, falls
     # back to the file's path and remembers that for the model; "off" never sends them.
     vision: Literal["auto", "on", "off"] = "auto"
@@ -164,6 +167,14 @@ class Agents(Section):
     defaults: AgentSettings = AgentSettings()
     overrides: dict[str, AgentOverride] = {}
     models: dict[str, ModelChoice] = {}  # the choices of /model NAME
+    member_models: list[str] = []  # the names of models that member chats may pick (none: the default only)
+
+    @model_validator(mode="after")
+    def _member_models_exist(self) -> Agents:
+        unknown = [name for name in self.member_models if name not in self.models]
+        if unknown:
+            raise ValueError(f"memberModels: {', '.join(map(repr, unknown))} not in agents.models")
+        return self
 
 
 class Price(Section):
@@ -563,14 +574,21 @@ class Config(BaseSettings):
         return self.agents.defaults.model_copy(update=override.model_dump(exclude_none=True,
                                                                             exclude={"trust", "mcp_servers"}))
 
-    def chat_model(self, session_key: str, choice: str | None = None) -> tuple[str, str]:
-        """(provider, model) for a chat: its /model ``choice`` (a name in agents.models), else
-        agents.overrides, else agents.defaults."""
+    def chat_model(self, session_key: str, choice: str | None = None, *, member: bool = False) -> tuple[str, str]:
+        """(provider, model) for a chat: its /model ``choice`` (a name in agents.models; for a
+        ``member`` chat only one of agents.memberModels), else agents.overrides, else agents.defaults."""
         chosen = self.agents.models.get(choice or "")
-        if chosen is not None:
+        if chosen is not None and (not member or choice in self.agents.member_models):
             return chosen.provider, chosen.model
         settings = self.agent_for(session_key)
         return settings.provider, settings.model
+
+    def member_budget_usd(self) -> float | None:
+        """What member chats together may spend today: memberDailyBudgetUsd, else half the budget."""
+        defaults = self.agents.defaults
+        if defaults.member_daily_budget_usd is not None:
+            return defaults.member_daily_budget_usd
+        return defaults.daily_budget_usd / 2 if defaults.daily_budget_usd is not None else None
 
     def provider_config(self, name: str | None = None) -> ProviderConfig:
         name = name or self.agents.defaults.provider

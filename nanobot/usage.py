@@ -18,6 +18,8 @@ log = logging.getLogger(__name__)
 
 FAILED = "sum(CASE WHEN outcome != 'ok' THEN 1 ELSE 0 END)"
 
+# Whether the call was a member chat's: members together have their own daily budget.
+MEMBER_COLUMN = "ALTER TABLE model_calls ADD COLUMN member INTEGER NOT NULL DEFAULT 0;"
 SQLITE_MIGRATIONS = [
     """
     CREATE TABLE model_calls (
@@ -37,6 +39,7 @@ SQLITE_MIGRATIONS = [
     ALTER TABLE model_calls ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0;
     CREATE INDEX model_calls_ts ON model_calls (ts);
     """,
+    MEMBER_COLUMN,
 ]
 MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
     CREATE TABLE model_calls (
@@ -49,7 +52,7 @@ MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
         id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
         session_key TEXT NOT NULL, mode TEXT NOT NULL, duration_ms DOUBLE PRECISION NOT NULL,
         function_calls INTEGER NOT NULL, outcome TEXT NOT NULL);
-    """]}
+    """, MEMBER_COLUMN]}
 
 
 def start_of_today(timezone: str) -> float:
@@ -68,11 +71,12 @@ class CallTotals:
     completion_tokens: int = 0
     cost_usd: float = 0.0
 
-    def summary(self, noun: str = "model call") -> str:
+    def summary(self, noun: str = "model call", *, cost: bool = True) -> str:
+        """Calls and tokens, and the cost when ``cost`` (members are shown none)."""
         failed_calls = f" ({self.failed_calls} failed)" if self.failed_calls else ""
-        cost = f", ${self.cost_usd:.4f}" if self.cost_usd else ""
+        cost_text = f", ${self.cost_usd:.4f}" if self.cost_usd and cost else ""
         return (f"{plural(self.model_calls, noun)}{failed_calls}, {self.prompt_tokens} prompt + "
-                f"{self.completion_tokens} completion tokens{cost}")
+                f"{self.completion_tokens} completion tokens{cost_text}")
 
 
 @dataclass
@@ -80,8 +84,8 @@ class ModeTotals(CallTotals):
     executions: int = 0
     failures: int = 0
 
-    def summary(self, noun: str = "model call") -> str:
-        return f"{super().summary(noun)}, {plural(self.executions, 'execution')}, {self.failures} failed"
+    def summary(self, noun: str = "model call", *, cost: bool = True) -> str:
+        return f"{super().summary(noun, cost=cost)}, {plural(self.executions, 'execution')}, {self.failures} failed"
 
 
 def plural(count: int, noun: str) -> str:
@@ -100,12 +104,12 @@ class UsageStore:
 
     async def record_call(self, session_key: str, mode: str, model: str, prompt_tokens: int,
                           completion_tokens: int, purpose: str = "turn", *, outcome: str = "ok", provider: str = "",
-                          cost: float = 0.0) -> None:
+                          cost: float = 0.0, member: bool = False) -> None:
         await self._record(
             "INSERT INTO model_calls (ts, session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, "
-            "provider, cost_usd) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            "provider, cost_usd, member) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
             time.time(), session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, provider,
-            float(cost))
+            float(cost), int(member))
 
     async def record_execution(self, session_key: str, mode: str, duration_ms: float, function_calls: int,
                                outcome: str) -> None:
@@ -158,8 +162,10 @@ class UsageStore:
                 day["cost"] += cost
         return [{"day": day, **values} for day, values in sorted(totals.items())]
 
-    async def cost_since(self, since: float) -> float:
-        return float(await self.db.fetchval("SELECT sum(cost_usd) FROM model_calls WHERE ts >= $1", float(since)) or 0.0)
+    async def cost_since(self, since: float, *, members: bool = False) -> float:
+        """What calls since ``since`` cost (``members``: member chats' calls only)."""
+        return float(await self.db.fetchval("SELECT sum(cost_usd) FROM model_calls WHERE ts >= $1 AND member >= $2",
+                                            float(since), int(members)) or 0.0)
 
     async def by_model(self, since: float = 0.0) -> dict[str, CallTotals]:
         """Per "provider/model" since ``since`` (0: ever): fallbacks show up as models of their own."""

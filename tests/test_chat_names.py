@@ -140,7 +140,7 @@ async def test_an_old_home_is_renamed_once_and_a_shared_name_set_aside(llm: Fake
     assert (sessions / "api_team%5Fadmin.jsonl").exists() and not shared.exists()
     assert "alice_x words" in (sessions / UNCLAIMED / shared.name).read_text()
     assert sorted(p.name for p in (workspace / "chats").iterdir()) == [
-        ".chat-names", UNCLAIMED, "api_team%5Fadmin", "telegram_42"]
+        UNCLAIMED, "api_team%5Fadmin", "telegram_42"]
     reports = [r.getMessage() for r in caplog.records if "could belong to" in r.getMessage()]
     assert len(reports) == 2 and all("api:alice:x, api:alice_x" in r for r in reports)
 
@@ -155,13 +155,13 @@ async def test_an_old_member_folder_is_renamed_on_postgresql(pg_url: str, llm: F
     """On PostgreSQL the histories are rows keyed by the chat; its member folders are renamed."""
     config = config_for(llm.base_url, workspace)
     config.database.url = pg_url
-    async with Runtime(config) as rt:
+    async with Runtime(config) as rt:  # a database from before: its chats' names were not renamed yet
         await rt.db.execute("INSERT INTO history (session_key, record) VALUES ($1, $2)", "api:team_admin", "{}")
-    (workspace / "chats" / ".chat-names").unlink()  # a home from before
-    (workspace / "chats" / "api_team_admin").mkdir()
+        await rt.db.execute("DELETE FROM schema_versions WHERE component = 'chat_names'")
+    (workspace / "chats" / "api_team_admin").mkdir(parents=True)
     async with Runtime(config):
         pass
-    assert sorted(p.name for p in (workspace / "chats").iterdir()) == [".chat-names", "api_team%5Fadmin"]
+    assert sorted(p.name for p in (workspace / "chats").iterdir()) == ["api_team%5Fadmin"]
 
 
 async def test_history_export_reads_an_old_home_under_the_new_names(home: Path, workspace: Path) -> None:

@@ -13,7 +13,8 @@ import pytest
 
 from nanobot.agent.memory import consolidated_upto, parse_answer, plan_cut, prompt_history, transcript
 from nanobot.runtime import Runtime
-from nanobot.session import Session, load_session, session_filename
+from nanobot.chat_names import history_file
+from nanobot.session import Session, load_session
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.helpers import config_for
 
@@ -176,7 +177,7 @@ async def test_consolidation_end_to_end(llm: FakeOpenAI, workspace: Path, memory
         usage = {row[0]: (row[1], row[2]) for row in rows}
         assert usage["memory"] == (1, 300) and usage["turn"][0] == 4
 
-    session = load_session("cli:m", home / "sessions" / session_filename("cli:m"))
+    session = load_session("cli:m", home / "sessions" / history_file("cli:m"))
     assert len(session.messages) == 8  # the JSONL keeps everything
     assert consolidated_upto(session) == 4
 

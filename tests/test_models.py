@@ -79,6 +79,7 @@ async def test_a_single_provider_is_asked_even_while_cooling(llm: FakeOpenAI, wo
 
 async def test_model_command_persists_across_a_restart(llm: FakeOpenAI, backup: FakeOpenAI, workspace: Path) -> None:
     config = two_providers(llm, backup, workspace)
+    config.channels.telegram.allow_from = ["1"]  # an owner chat: it may pick any model
     config.agents.models = {"small": ModelChoice(provider="local", model="llama-3b"),
                             "big": ModelChoice(provider="openai", model="gpt-big")}
     backup.script(reply("small answer"))
@@ -95,7 +96,9 @@ async def test_model_command_persists_across_a_restart(llm: FakeOpenAI, backup: 
 
 
 def priced(config: Config, budget: float | None = None) -> Config:
-    config.providers["openai"].prices = {"fake-model": Price(input=1000.0, output=2000.0)}  # $0.01 + $0.01 a call
+    # The stand-in's usage (10 + 5 tokens) makes a call $0.00001 + $0.02; a prompt of this size
+    # is estimated at about $0.002 before the call.
+    config.providers["openai"].prices = {"fake-model": Price(input=1.0, output=4000.0)}
     config.agents.defaults.daily_budget_usd = budget
     return config
 

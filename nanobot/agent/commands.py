@@ -1,4 +1,4 @@
-"""Chat commands, the same on every channel: /new /stop /mode /status /help.
+"""Chat commands, the same on every channel: /new /stop /mode /model /status /budget /help.
 
 ``/stop`` needs to cancel a running turn, so the session worker handles it; the rest are here.
 """
@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from nanobot.trust import OWNER
+from nanobot.usage import start_of_today
+
+from nanobot.trust import MEMBER, OWNER
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -21,6 +23,7 @@ HELP = """Commands:
 /mode [tools|code|hybrid|default] — show or set how I act in this chat
 /model [NAME|default] — show or set the model for this chat
 /status — model, mode and usage
+/budget — what today's model budget allows
 /help — this list"""
 
 
@@ -60,6 +63,8 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
         return model_command(agent, session_key, text.strip().partition(" ")[2].strip())
     if name == "/status":
         return await status_text(agent, session_key)
+    if name == "/budget":
+        return await budget_text(agent, session_key)
     if name in ("/help", "/start"):
         return HELP
     if name == "/stop":
@@ -68,23 +73,29 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
 
 
 def model_command(agent: Agent, session_key: str, arg: str) -> str:
-    """``/model``: the chat's model and the choices; ``/model NAME`` picks one (kept in the session)."""
+    """``/model``: the chat's model and the choices; ``/model NAME`` picks one (kept in the session).
+    A member chat may pick only from agents.memberModels (by default none)."""
     session = agent.session(session_key)
     config = agent.deps.config
-    choices = ", ".join(config.agents.models) or "none configured (agents.models)"
+    member = agent.deps.trust(session_key) == MEMBER
+    names = config.agents.member_models if member else list(config.agents.models)
+    choices = ", ".join(names) or ("none for member chats (agents.memberModels)" if member
+                                   else "none configured (agents.models)")
     if not arg:
-        provider, model = config.chat_model(session_key, session.meta.model)
+        provider, model = config.chat_model(session_key, session.meta.model, member=member)
         picked = session.meta.model
-        return f"Model: {provider}/{model}{f' ({picked})' if picked in config.agents.models else ''}. " \
+        return f"Model: {provider}/{model}{f' ({picked})' if picked in names else ''}. " \
                f"Choices: {choices}; /model default goes back to the configured one."
     if arg.lower() == "default":
         session.set_meta(model=None)
-    elif arg in config.agents.models:
+    elif arg in names:
         session.set_meta(model=arg)
+    elif member and arg in config.agents.models:
+        return f"Member chats may not pick {arg!r}: the owner lists theirs in agents.memberModels ({choices})."
     else:
         return f"Unknown model {arg!r}: choose one of {choices}, or default."
     session.sync()
-    provider, model = config.chat_model(session_key, session.meta.model)
+    provider, model = config.chat_model(session_key, session.meta.model, member=member)
     return f"Model set to {provider}/{model} for this chat."
 
 
@@ -95,16 +106,39 @@ async def status_text(agent: Agent, session_key: str) -> str:
     owner = ctx.trust == OWNER
     where = "the whole workspace" if owner else \
         f"its own folder {ctx.workspace.relative_to(agent.deps.config.workspace_path).as_posix()}/"
-    provider, model = agent.deps.config.chat_model(session_key, session.meta.model)
+    provider, model = agent.deps.config.chat_model(session_key, session.meta.model, member=not owner)
     lines = [f"Session {session_key}: {len(session.messages)} messages, mode {agent.mode_name(session)}, "
              f"model {model}.",
              f"This is {'an owner' if owner else 'a member'} chat: it works in {where}."]
     if agent.deps.usage:  # a member chat sees its own figures; the bot's use and cost are the owner's business
         totals = await agent.deps.usage.totals(None if owner else session_key)
-        lines += [f"{mode}: {t.summary()}" for mode, t in sorted(totals.items())]
+        lines += [f"{mode}: {t.summary(cost=owner)}" for mode, t in sorted(totals.items())]
         if owner:
             lines += await agent.deps.usage.cost_lines(settings.timezone)
     cooling = agent.deps.provider.cooling_down() if owner else {}
     if cooling:
         lines.append("Cooling down: " + ", ".join(f"{p} ({s:.0f} s)" for p, s in cooling.items()))
+    return "\n".join(lines)
+
+
+async def budget_text(agent: Agent, session_key: str) -> str:
+    """``/budget``: today's spend against the budgets for an owner chat; a member chat is told
+    whether it may go on, with no figures (cost is the owner's business)."""
+    config, usage = agent.deps.config, agent.deps.usage
+    settings = config.agents.defaults
+    share = config.member_budget_usd()
+    if settings.daily_budget_usd is None and share is None or usage is None:
+        return "No daily budget is set (agents.defaults.dailyBudgetUsd)."
+    since = start_of_today(settings.timezone)
+    spent, members = await usage.cost_since(since), await usage.cost_since(since, members=True)
+    if agent.deps.trust(session_key) == MEMBER:
+        left = (settings.daily_budget_usd is None or spent < settings.daily_budget_usd) and \
+            (share is None or members < share)
+        return "Member chats may still use the model today." if left else \
+            "Today's model budget for member chats is spent; it starts again at midnight."
+    lines = [f"Today ({settings.timezone}): ${spent:.2f} spent"
+             + (f" of ${settings.daily_budget_usd:.2f} (agents.defaults.dailyBudgetUsd)"
+                if settings.daily_budget_usd is not None else "") + "."]
+    if share is not None:
+        lines.append(f"Member chats: ${members:.2f} of their ${share:.2f} (agents.defaults.memberDailyBudgetUsd).")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from nanobot.trust import MEMBER, chat_scope
+from nanobot.trust import MEMBER, Trust, chat_scope, chat_trust
 from nanobot.tools.registry import ToolContext
 
 if TYPE_CHECKING:
@@ -41,6 +41,10 @@ class AgentDeps:
     mcp: McpServers | None = None  # the configured MCP servers, if any (their tools are in the registry)
     api_owners: set[str] = field(default_factory=set)  # owner API keys' names, kept current by the API
     system_extras: list[PromptSection] = field(default_factory=list)
+
+    def trust(self, session_key: str) -> Trust:
+        """Whether a chat is the owner's or a member's (``nanobot.trust``)."""
+        return chat_trust(self.config, session_key, self.sessions.get(session_key).meta.peer, self.api_owners)
 
     def chat_context(self, session_key: str) -> ToolContext:
         """A fresh tool context for one turn (or cron run) of this chat: its trust and folder."""

@@ -31,7 +31,7 @@ from nanobot.media.vision import is_blind, rejects_images, remember_blind
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
 from nanobot.session import Session
 from nanobot.utf8 import clean_text
-from nanobot.trust import OWNER
+from nanobot.trust import MEMBER, OWNER
 
 if TYPE_CHECKING:
     from nanobot.agent.modes import Mode
@@ -102,9 +102,17 @@ class Turn:
         if self.progress and text:
             await self.progress(text)
 
+    @property
+    def member(self) -> bool:
+        return self.ctx.trust == MEMBER
+
+    def chat_model(self) -> tuple[str, str]:
+        """(provider, model) of this chat: its /model choice where its trust allows it."""
+        return self.deps.config.chat_model(self.session.key, self.session.meta.model, member=self.member)
+
     async def ask_model(self, *, tools: list[dict[str, Any]] | None = None,
                         messages: list[dict[str, Any]] | None = None, purpose: str = "turn") -> LLMResponse:
-        provider, model = self.deps.config.chat_model(self.session.key, self.session.meta.model)
+        provider, model = self.chat_model()
         streamed = self.stream is not None and purpose == "turn"  # side questions (llm_query) are not shown
         if streamed:
             self.stream.begin()
@@ -114,7 +122,8 @@ class Turn:
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
                               provider=provider, fallbacks=[(f.provider, f.model) for f in self.settings.fallbacks],
                               on_text=self.stream.feed if streamed else None)
-        call = partial(metered_chat, self.deps, session_key=self.session.key, mode=self.mode.name, purpose=purpose)
+        call = partial(metered_chat, self.deps, session_key=self.session.key, mode=self.mode.name, purpose=purpose,
+                       member=self.member)
         self.model_calls += 1
         try:
             return await call(request)

@@ -41,7 +41,7 @@ from nanobot.agent.context import render_prompt
 from nanobot.agent.markup import strip_think
 from nanobot.agent.spend import metered_chat
 from nanobot.providers.base import ChatRequest, ProviderError
-from nanobot.trust import chat_scope
+from nanobot.trust import MEMBER, chat_scope
 
 if TYPE_CHECKING:
     from nanobot.agent.deps import AgentDeps
@@ -296,7 +296,8 @@ class Consolidator:
                               model=settings.model, max_tokens=settings.max_tokens, temperature=0.0,
                               provider=settings.provider, fallbacks=[(f.provider, f.model) for f in settings.fallbacks])
         try:
-            response = await metered_chat(self.deps, request, session_key=session.key, mode=mode, purpose="memory")
+            response = await metered_chat(self.deps, request, session_key=session.key, mode=mode, purpose="memory",
+                                          member=self.deps.trust(session.key) == MEMBER)
         except ProviderError as exc:  # the budget too: consolidation waits for tomorrow
             log.warning("%s: memory consolidation call failed: %s", session.key, exc)
             return None

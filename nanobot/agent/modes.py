@@ -101,7 +101,7 @@ TEXT_CALLS_NOTE = ('\nIf your model cannot call tools natively, write one call p
 def text_tool_calls(turn: Turn) -> bool:
     """Whether the chat's model needs to be told the ``<tool_call>`` text form
     (``providers.<name>.textToolCalls``: models served without native tool calling)."""
-    provider, _ = turn.deps.config.chat_model(turn.session.key, turn.session.meta.model)
+    provider, _ = turn.chat_model()
     settings = turn.deps.config.providers.get(provider)
     return bool(settings and settings.text_tool_calls)
 

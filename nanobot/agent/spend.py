@@ -1,10 +1,13 @@
-"""Every model call goes through here: the daily budget is checked first, and the call is
-recorded after (tokens, which provider and model answered, its cost, or how it failed).
+"""Every model call goes through here: the daily budgets are checked first, and the call is
+recorded after (tokens, which provider and model answered, its cost, whose chat, or how it failed).
 
 Cost comes from ``providers.<name>.prices[model]`` (USD per 1M input / output tokens); a
-model without a price costs 0. ``agents.defaults.dailyBudgetUsd``, once today's spend (in the
-configured timezone) reaches it, stops model calls until midnight with a clear reply, and
-tells the owner chat once that day. Code-mode cron jobs make no model call and keep running.
+model without a price costs 0. ``agents.defaults.dailyBudgetUsd``: a call that would take
+today's spend (in the configured timezone) past it is not made, until midnight, with a clear
+reply, and the owner chat is told once that day. Member chats together stop at their share
+(``memberDailyBudgetUsd``, by default half), so they never lock the owner out. Checked before
+every call, not once per turn: a turn overshoots by one reply at most. Code-mode cron jobs make
+no model call and keep running.
 """
 
 from __future__ import annotations
@@ -13,50 +16,77 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
+from nanobot.agent.budget import estimate_tokens
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
 from nanobot.usage import start_of_today
 
 if TYPE_CHECKING:
     from nanobot.agent.deps import AgentDeps
-    from nanobot.config import Config
+    from nanobot.config import Config, Price
 
 
 class BudgetSpent(ProviderError):
     """Today's budget is used up: the message is the reply."""
 
 
+def _price(config: Config, provider: str | None, model: str) -> Price | None:
+    settings = config.providers.get(provider or config.agents.defaults.provider)
+    return settings.prices.get(model) if settings else None
+
+
 def call_cost(config: Config, response: LLMResponse) -> float:
-    provider = config.providers.get(response.provider or config.agents.defaults.provider)
-    price = provider.prices.get(response.model) if provider else None
+    price = _price(config, response.provider, response.model)
     if price is None:
         return 0.0
     return (response.usage.prompt_tokens * price.input + response.usage.completion_tokens * price.output) / 1e6
 
 
-async def check_budget(deps: AgentDeps, session_key: str) -> None:
-    """BudgetSpent once today's cost reaches the budget; the owner is told once a day, unless
-    the one asking is the owner at the terminal (the reply says it, and a notice per
-    ``nanobot agent`` run would repeat in the log)."""
+def prompt_cost(config: Config, request: ChatRequest) -> float:
+    """What sending ``request`` will cost at least: its prompt, estimated (the reply is unknown)."""
+    price = _price(config, request.provider, request.model)
+    return estimate_tokens(request.messages) * price.input / 1e6 if price else 0.0
+
+
+async def check_budget(deps: AgentDeps, request: ChatRequest, session_key: str, *, member: bool) -> None:
+    """BudgetSpent when ``request`` would take today's spend past ``dailyBudgetUsd``, or a member
+    chat's past what member chats together may spend (``Config.member_budget_usd``); so a turn
+    overshoots by one reply at most. Members are told no figures (cost is the owner's business)."""
+    if deps.usage is None:
+        return
     settings = deps.config.agents.defaults
-    budget = settings.daily_budget_usd
-    if budget is None or deps.usage is None:
-        return
-    spent = await deps.usage.cost_since(start_of_today(settings.timezone))
-    if spent < budget:
-        return
-    today = datetime.now(ZoneInfo(settings.timezone)).date().isoformat()
+    since, coming = start_of_today(settings.timezone), prompt_cost(deps.config, request)
+    after_midnight = f"I can answer again after midnight ({settings.timezone})"
+    if settings.daily_budget_usd is not None:
+        spent = await deps.usage.cost_since(since)
+        if spent + coming > settings.daily_budget_usd or spent >= settings.daily_budget_usd:
+            await _tell_owner_once(deps, session_key, spent, settings.daily_budget_usd)
+            if member:
+                raise BudgetSpent(f"Today's model budget is spent. {after_midnight}.")
+            raise BudgetSpent(f"Today's model budget is spent (${spent:.2f} of ${settings.daily_budget_usd:.2f}"
+                              f"{f', and this call would cost about ${coming:.2f}' if spent < settings.daily_budget_usd else ''}"
+                              f"). {after_midnight}; scheduled code jobs keep running.")
+    share = deps.config.member_budget_usd() if member else None
+    if share is not None:
+        spent = await deps.usage.cost_since(since, members=True)
+        if spent + coming > share or spent >= share:
+            raise BudgetSpent(f"Today's model budget for member chats is spent. {after_midnight}.")
+
+
+async def _tell_owner_once(deps: AgentDeps, session_key: str, spent: float, budget: float) -> None:
+    """The owner hears once a day, unless the one asking is the owner at the terminal (the reply
+    says it, and a notice per ``nanobot agent`` run would repeat in the log)."""
+    assert deps.usage is not None
+    today = datetime.now(ZoneInfo(deps.config.agents.defaults.timezone)).date().isoformat()
     if deps.usage.budget_notice_day != today and not session_key.startswith("cli:"):
         deps.usage.budget_notice_day = today
         await deps.services.announce(f"Today's model budget is spent (${spent:.2f} of ${budget:.2f}, "
                                      "agents.defaults.dailyBudgetUsd): no model calls until midnight.")
-    raise BudgetSpent(f"Today's model budget is spent (${spent:.2f} of ${budget:.2f}). I can answer again after "
-                      f"midnight ({settings.timezone}); scheduled code jobs keep running.")
 
 
 async def metered_chat(deps: AgentDeps, request: ChatRequest, *, session_key: str, mode: str,
-                       purpose: str) -> LLMResponse:
-    """``deps.provider.chat`` within the budget, recorded in usage whether it worked or not."""
-    await check_budget(deps, session_key)
+                       purpose: str, member: bool) -> LLMResponse:
+    """``deps.provider.chat`` within the budgets, recorded in usage whether it worked or not."""
+    await check_budget(deps, request, session_key, member=member)
     usage = deps.usage
     try:
         response = await deps.provider.chat(request)
@@ -70,7 +100,7 @@ async def metered_chat(deps: AgentDeps, request: ChatRequest, *, session_key: st
         await _record_failures(deps, response.failed_attempts, session_key, mode, purpose)
         await usage.record_call(session_key, mode, response.model or request.model, response.usage.prompt_tokens,
                                 response.usage.completion_tokens, purpose, provider=response.provider,
-                                cost=call_cost(deps.config, response))
+                                cost=call_cost(deps.config, response), member=member)
     return response
 
 

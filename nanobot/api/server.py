@@ -25,6 +25,7 @@ from aiohttp import web
 from nanobot.api.admin import AdminRoutes
 from nanobot.api.channel import FINAL, ApiChannel, Reply
 from nanobot.api.keys import ApiKeys, KeyCheck
+from nanobot.agent.commands import is_command
 from nanobot.trust import API_CHANNEL
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class ApiServer:
             {"id": MODEL, "object": "model", "created": 0, "owned_by": "nanobot"}]})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        name, _ = await self._key(request)
+        name, owner = await self._key(request)
         self._count_request(name)
         body = await read_body(request, self.settings.max_body_kb)
         if body.get("model", MODEL) != MODEL:
@@ -105,7 +106,8 @@ class ApiServer:
                            "model_not_found")
         text = last_user_text(body.get("messages"))
         chat_id = _chat_id(name, request.headers.get("X-Nanobot-Session"))
-        await self._within_budget()
+        if not is_command(text):  # /status and /budget always answer
+            await self._within_budget(owner)
         dispatcher = self.gateway.dispatcher
         if dispatcher is None or dispatcher.closing:
             raise ApiError(503, "the gateway is shutting down; try again shortly", "service_unavailable", "server_error")
@@ -183,17 +185,21 @@ class ApiServer:
                            "this key (gateway.api.requestsPerMinute)", "rate_limit_exceeded", "requests")
         calls.append(now)
 
-    async def _within_budget(self) -> None:
+    async def _within_budget(self, owner: bool) -> None:
+        """429 once today's budget is spent (for a member key: once member chats' share is)."""
         from nanobot.usage import start_of_today
 
         rt = self.gateway.runtime
         settings = rt.config.agents.defaults
-        if settings.daily_budget_usd is None or rt.usage is None:
+        if rt.usage is None:
             return
-        spent = await rt.usage.cost_since(start_of_today(settings.timezone))
-        if spent >= settings.daily_budget_usd:
-            raise ApiError(429, f"Today's model budget is spent (${spent:.2f} of ${settings.daily_budget_usd:.2f}); "
-                           "try again after midnight", "insufficient_quota", "insufficient_quota")
+        since = start_of_today(settings.timezone)
+        share = None if owner else rt.config.member_budget_usd()
+        spent = settings.daily_budget_usd is not None and \
+            await rt.usage.cost_since(since) >= settings.daily_budget_usd
+        if spent or share is not None and await rt.usage.cost_since(since, members=True) >= share:
+            raise ApiError(429, "Today's model budget is spent; try again after midnight", "insufficient_quota",
+                           "insufficient_quota")
 
 
 async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id: str, text: str, *,
