@@ -17,6 +17,7 @@ from aiohttp import web
 
 from nanobot.config import TelegramWebhook
 from nanobot.db import StoreUnavailable
+from nanobot.listener import BadBody, listen, read_json
 
 log = logging.getLogger(__name__)
 
@@ -34,28 +35,19 @@ class WebhookServer:
     async def start(self) -> None:
         app = web.Application(client_max_size=MAX_UPDATE_BYTES)
         app.router.add_post(self.config.path, self._update)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        host, port = self.config.address()
-        try:
-            site = web.TCPSite(runner, host, port)
-            await site.start()
-        except OSError as exc:
-            await runner.cleanup()
-            raise RuntimeError(f"channels.telegram.webhook.listen: cannot listen on {self.config.listen}: "
-                               f"{exc.strerror or exc}") from None
-        self._runner = runner
-        self.port = runner.addresses[0][1]
+        self._runner, self.port = await listen(app, *self.config.address(), "channels.telegram.webhook.listen")
 
     async def _update(self, request: web.Request) -> web.Response:
-        secret = request.headers.get(SECRET_HEADER, "")
-        if not hmac.compare_digest(secret.encode(), self.config.secret_token.encode()):
+        # Headers are decoded with surrogateescape: bytes that are not UTF-8 must not raise here.
+        secret = request.headers.get(SECRET_HEADER, "").encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(secret, self.config.secret_token.encode()):
             log.info("telegram webhook: refused a request from %s without the secret", request.remote)
             return web.Response(status=401, text="unauthorized")
         try:
-            update = await request.json()
-        except ValueError:
-            return web.Response(status=400, text="not JSON")
+            update = await read_json(request, MAX_UPDATE_BYTES)
+        except BadBody as exc:
+            log.info("telegram webhook: %s", exc)
+            return web.Response(status=exc.status, text=str(exc))
         if not isinstance(update, dict):
             return web.Response(status=400, text="not an update")
         try:

@@ -18,6 +18,8 @@ import json
 import logging
 import os
 import time
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Protocol, TextIO, get_args, get_origin, get_type_hints
@@ -276,18 +278,42 @@ class Histories(Protocol):
 
 
 class OpenSessions:
-    """The sessions a store has loaded, kept until closed (the base of both stores)."""
+    """The sessions a store has loaded (the base of both stores): the ``max_open`` most recently
+    used are kept, so chats that are gone (or 100,000 made-up API sessions) do not pile up in
+    memory for months. One still in use (a running turn holds it) is found again through a weak
+    reference, so a chat never has two ``Session`` objects at once."""
+
+    max_open = 1000
 
     def __init__(self) -> None:
-        self._open: dict[str, Session] = {}
+        self._open: OrderedDict[str, Session] = OrderedDict()
+        self._alive: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
+
+    def _cached(self, key: str) -> Session | None:
+        session = self._open.get(key)
+        if session is not None:
+            self._open.move_to_end(key)
+            return session
+        session = self._alive.get(key)
+        if session is not None:
+            self._keep(key, session)
+        return session
+
+    def _keep(self, key: str, session: Session) -> Session:
+        self._open[key] = self._alive[key] = session
+        while len(self._open) > self.max_open:
+            _, oldest = self._open.popitem(last=False)
+            oldest.close()  # its file is reopened if a turn still holding it writes again
+        return session
 
     async def flush(self) -> None:
-        await asyncio.gather(*(session.sync_soon() for session in self._open.values()))
+        await asyncio.gather(*(session.sync_soon() for session in list(self._alive.values())))
 
     def close(self, key: str | None = None) -> None:
-        keys = [key] if key else list(self._open)
+        keys = [key] if key else list(self._alive)
         for k in keys:
-            session = self._open.pop(k, None)
+            self._open.pop(k, None)
+            session = self._alive.pop(k, None)
             if session:
                 session.close()
 
@@ -300,9 +326,9 @@ class SessionStore(OpenSessions):
         self.directory = directory
 
     def get(self, key: str) -> Session:
-        session = self._open.get(key)
+        session = self._cached(key)
         if session is None:
-            session = self._open[key] = load_session(key, self.directory / history_file(key))
+            session = self._keep(key, load_session(key, self.directory / history_file(key)))
         return session
 
     async def open(self, key: str) -> Session:
@@ -310,7 +336,7 @@ class SessionStore(OpenSessions):
 
     async def exists(self, key: str) -> bool:
         """Whether this chat has a history (it has talked to the bot)."""
-        return key in self._open or (self.directory / history_file(key)).exists()
+        return key in self._alive or (self.directory / history_file(key)).exists()
 
     async def records(self, key: str) -> list[dict[str, Any]]:
         """Every record of the chat's history, in order (``nanobot history export``)."""

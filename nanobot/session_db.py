@@ -93,22 +93,24 @@ class DatabaseSessionStore(OpenSessions):
         return cls(db)
 
     def get(self, key: str) -> Session:
-        session = self._open.get(key)
+        session = self._cached(key)
         if session is None:  # a programming error: every path into a chat opens it first
             raise RuntimeError(f"session {key!r} used before it was opened (await sessions.open(key))")
         return session
 
     async def open(self, key: str) -> Session:
-        session = self._open.get(key)
+        session = self._cached(key)
         if session is None:
             records = await self.records(key)
-            session = Session(key, DatabaseJournal(self.db, key, empty=not records))
-            replay(session, records)
-            session = self._open.setdefault(key, session)  # another task may have opened it meanwhile
+            session = self._cached(key)  # another task may have opened it meanwhile
+            if session is None:
+                session = Session(key, DatabaseJournal(self.db, key, empty=not records))
+                replay(session, records)
+                self._keep(key, session)
         return session
 
     async def exists(self, key: str) -> bool:
-        return key in self._open or await self.db.fetchrow(
+        return key in self._alive or await self.db.fetchrow(
             "SELECT 1 FROM history WHERE session_key = $1 LIMIT 1", key) is not None
 
     async def records(self, key: str) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 from aiohttp import web
 
 from nanobot.cron.schedule import describe
+from nanobot.listener import BadBody, read_json
 from nanobot.cron.store import CronStore
 
 if TYPE_CHECKING:
@@ -83,7 +84,10 @@ class AdminRoutes:
 
     async def pairing_action(self, request: web.Request) -> web.Response:
         action = request.match_info["action"]
-        code = str((await request.json()).get("code", "")) if request.can_read_body else ""
+        body = await read_json(request, 4096) if request.can_read_body else {}
+        code = body.get("code") if isinstance(body, dict) else None
+        if not isinstance(code, str):
+            raise BadBody(400, 'the body must be {"code": "..."}')
         store = self.gateway.runtime.deps.services.pairing
         if action not in ("approve", "deny"):
             raise web.HTTPNotFound()

@@ -25,6 +25,7 @@ from aiohttp import web
 from nanobot.api.admin import AdminRoutes
 from nanobot.api.channel import FINAL, ApiChannel, Reply
 from nanobot.api.keys import ApiKeys, KeyCheck
+from nanobot.listener import BadBody, listen, read_json
 from nanobot.agent.commands import is_command
 from nanobot.trust import API_CHANNEL
 
@@ -82,9 +83,7 @@ class ApiServer:
         AdminRoutes(self.gateway, self._owner_only).add_to(app)
         app.router.add_get("/", self.page)
         app.router.add_get("/static/{name}", self.page)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, host, port).start()
+        self._runner, _ = await listen(app, host, port, "gateway.api.listen")
         log.info("API listening on http://%s:%d/v1", host, port)
 
     async def stop(self) -> None:
@@ -99,7 +98,6 @@ class ApiServer:
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         name, owner = await self._key(request)
-        self._count_request(name)
         body = await read_body(request, self.settings.max_body_kb)
         if body.get("model", MODEL) != MODEL:
             raise ApiError(404, f"The model {body.get('model')!r} does not exist; this server offers {MODEL!r}",
@@ -168,6 +166,7 @@ class ApiServer:
         if found is None:
             raise ApiError(401, "Incorrect API key provided (Authorization: Bearer KEY; keys are made with "
                            "nanobot api keys add NAME)", "invalid_api_key")
+        self._count_request(found[0])  # every endpoint counts toward the key's rate
         return found
 
     async def _owner_only(self, request: web.Request) -> None:
@@ -237,28 +236,40 @@ async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply
     return response
 
 
+BAD_BODY_CODES = {400: "invalid_json", 408: "request_timeout", 413: "request_too_large"}
+
+
 @web.middleware
 async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every failure in OpenAI's error shape; a bad request is one line at info, and even a bug
+    is one line (its traceback only at debug): no request can fill the log with tracebacks."""
     try:
         return await handler(request)
     except ApiError as exc:
-        return exc.response()
-    except web.HTTPRequestEntityTooLarge:
-        return ApiError(413, "Request body too large (gateway.api.maxBodyKb)", "request_too_large").response()
+        error = exc
+    except BadBody as exc:
+        error = ApiError(exc.status, f"Bad request body: {exc}", BAD_BODY_CODES[exc.status])
     except web.HTTPException as exc:  # 404, 405: in OpenAI's shape too
-        return ApiError(exc.status, exc.reason, "not_found" if exc.status == 404 else "invalid_request").response()
+        error = ApiError(exc.status, exc.reason, "not_found" if exc.status == 404 else "invalid_request")
+    except Exception as exc:
+        log.error("%s %s failed: %s: %s", request.method, request.path, type(exc).__name__, exc)
+        log.debug("the failure's traceback", exc_info=exc)
+        error = ApiError(500, "The server failed on this request (the details are in its log)", "server_error",
+                         "server_error")
+    if error.status in (400, 404, 408, 413):
+        log.info("%s %s: %d %s", request.method, request.path, error.status, error)
+    return error.response()
 
 
 async def read_body(request: web.Request, max_kb: int) -> dict[str, Any]:
-    if request.content_length is not None and request.content_length > max_kb * 1024:
-        raise ApiError(413, f"Request body too large: over {max_kb} KB (gateway.api.maxBodyKb)", "request_too_large")
+    """The request's JSON object (ApiError 400 for anything else)."""
     try:
-        body = json.loads(await request.read())
-    except web.HTTPRequestEntityTooLarge:
+        body = await read_json(request, max_kb * 1024)
+    except BadBody as exc:
+        if exc.status != 413:
+            raise
         raise ApiError(413, f"Request body too large: over {max_kb} KB (gateway.api.maxBodyKb)",
                        "request_too_large") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"The body is not valid JSON: {exc}", "invalid_json") from None
     if not isinstance(body, dict):
         raise ApiError(400, "The body must be a JSON object", "invalid_request")
     return body
@@ -272,7 +283,8 @@ def last_user_text(messages: Any) -> str:
         if isinstance(message, dict) and message.get("role") == "user":
             content = message.get("content")
             if isinstance(content, list):
-                content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+                content = "\n".join(p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text"
+                                    and isinstance(p.get("text"), str))
             if isinstance(content, str) and content.strip():
                 return content
             break

@@ -18,6 +18,7 @@ from aiohttp import web
 from nanobot.api.channel import ApiChannel
 from nanobot.agent.commands import MODES
 from nanobot.api.server import ApiError, answer, errors, last_user_text, read_body
+from nanobot.listener import unix_runner
 from nanobot.terminal_client import SOCKET
 
 if TYPE_CHECKING:
@@ -41,8 +42,7 @@ class TerminalSocket:
         self.gateway.channels.add_internal(self.channel)
         app = web.Application(middlewares=[errors])
         app.router.add_post("/v1/chat/completions", self.completions)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
+        self._runner = await unix_runner(app)
         self.path.unlink(missing_ok=True)  # left by a gateway that was killed (the home lock says it is gone)
         old = os.umask(0o177)
         try:

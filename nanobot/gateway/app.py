@@ -36,6 +36,7 @@ from nanobot.delivery.outbox import Outbox
 from nanobot.delivery.store import DeliveryStore, Pruner
 from nanobot.gateway.channels import ChannelManager
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
+from nanobot.listener import ListenError
 from nanobot.gateway.lock import GatewayLock, GatewayRunning, write_gateway_state
 from nanobot.periodic import Periodic
 from nanobot.runtime import Runtime
@@ -270,6 +271,9 @@ async def _serve(config: Config, stop: asyncio.Event) -> int:
         except WorkerIdInUse as exc:
             log.error("%s", exc)
             return 2
+        except ListenError as exc:  # the API's address in use, say: one line, not a traceback
+            log.error("%s", exc)
+            return 1
         except Exception:  # a service that failed to start, say: exit 1 for systemd to retry
             log.exception("the gateway failed")
             return 1

@@ -1,0 +1,176 @@
+"""What anyone who can reach a port may send: malformed bodies are a 400 (401 on the webhook)
+and one log line, never a 500 or a traceback; stalled connections are closed in time while the
+owner is served; an address in use is one line, exit 1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from channels.telegram_webhook import WebhookServer
+from nanobot import listener
+from nanobot.config import TelegramWebhook
+from tests.test_api import api, config, free_port, post  # noqa: F401  (fixtures)
+from tests.test_cli import nanobot, write_config
+
+SECRET = "s" * 24
+
+
+def no_tracebacks(caplog: pytest.LogCaptureFixture) -> None:
+    bad = [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR or "Traceback" in r.getMessage()]
+    assert not bad, [r.getMessage() for r in bad]
+
+
+async def raw_post(url: str, body: bytes, **headers: str) -> tuple[int, Any]:
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, data=body, headers={"Content-Type": "application/json", **headers}) as resp:
+            text = await resp.text()
+            return resp.status, json.loads(text) if resp.content_type == "application/json" else text
+
+
+async def test_malformed_bodies_are_400_in_openais_shape(api: dict, caplog: pytest.LogCaptureFixture) -> None:  # noqa: F811
+    caplog.set_level(logging.INFO)
+    owner = {"Authorization": f"Bearer {api['owner']}"}
+    bodies = [b"[" * 500_000, b'{"model": "nanobot", "messages": [{"role": "user", "content": '
+                                b'[{"type": "text", "text": 42}]}]}', b"\xff\xfe{}", b"[1]"]
+    for body in bodies:
+        status, answer = await raw_post(api["base"] + "/chat/completions", body, **owner)
+        assert status == 400 and answer["error"]["type"] == "invalid_request_error", (body[:40], answer)
+    for body in (b"[1]", b"{not json", b'{"code": 7}', b"[" * 4000):
+        status, answer = await raw_post(api["base"] + "/nanobot/pairing/approve", body, **owner)
+        assert status == 400 and answer["error"]["message"], (body[:40], answer)
+    no_tracebacks(caplog)
+    assert sum("400" in r.getMessage() and r.levelno == logging.INFO for r in caplog.records) == 8
+
+
+async def test_the_webhook_refuses_bytes_that_are_not_utf8(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    received: list[dict] = []
+
+    async def handle(update: dict) -> None:
+        received.append(update)
+
+    server = WebhookServer(TelegramWebhook(url="https://bot.example.org/tg", listen=f"127.0.0.1:{free_port()}",
+                                          secret_token=SECRET), handle)
+    await server.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"POST /tg HTTP/1.1\r\nHost: x\r\nX-Telegram-Bot-Api-Secret-Token: \xff\xfe\xfd\r\n"
+                     b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
+        assert (await reader.read()).startswith(b"HTTP/1.1 401")
+        writer.close()
+        url = f"http://127.0.0.1:{server.port}/tg"
+        assert (await raw_post(url, b"[" * 500_000, **{"X-Telegram-Bot-Api-Secret-Token": SECRET}))[0] == 400
+        assert (await raw_post(url, b'{"update_id": 1}', **{"X-Telegram-Bot-Api-Secret-Token": SECRET}))[0] == 200
+    finally:
+        await server.stop()
+    assert received == [{"update_id": 1}]
+    no_tracebacks(caplog)
+
+
+@pytest.fixture
+def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(listener, "HEADER_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(listener, "BODY_TIMEOUT_S", 1.0)
+    return 1.0
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    try:
+        return await reader.read(1024) == b""
+    except ConnectionError:
+        return True
+
+
+async def test_stalled_connections_are_closed_while_the_owner_is_served(short_timeouts: float, api: dict,  # noqa: F811
+                                                                        llm) -> None:
+    from tests.fakes.openai_server import reply
+
+    llm.fallback = lambda body: reply("served")
+    host, port = api["base"].removeprefix("http://").removesuffix("/v1").split(":")
+    stalled = []
+    for _ in range(200):  # each stops in the middle of its headers, no key needed
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthor")
+        stalled.append((reader, writer))
+    reader, writer = await asyncio.open_connection(host, int(port))  # a body that never finishes
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + api["owner"].encode()
+                 + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
+    status, answer = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and answer["choices"][0]["message"]["content"] == "served"
+    closed = await asyncio.wait_for(asyncio.gather(*(_closed(r) for r, _ in stalled)), short_timeouts + 5)
+    assert all(closed)
+    slow_body = await asyncio.wait_for(reader.read(4096), short_timeouts + 5)
+    assert slow_body.startswith(b"HTTP/1.1 408") and b"request_timeout" in slow_body
+    for _, w in [*stalled, (reader, writer)]:
+        w.close()
+
+
+async def test_an_address_in_use_is_one_line(home: Path, workspace: Path, llm) -> None:
+    port = free_port()
+    blocker = await asyncio.start_server(lambda r, w: None, "127.0.0.1", port)
+    write_config(home, workspace, llm.base_url)
+    data = json.loads((home / "config.json").read_text())
+    data["gateway"] = {"api": {"enabled": True, "listen": f"127.0.0.1:{port}"}, "heartbeat": {"enabled": False}}
+    (home / "config.json").write_text(json.dumps(data))
+    try:
+        code, out, err = await nanobot("gateway", home=home)
+    finally:
+        blocker.close()
+    assert code == 1
+    assert f"gateway.api.listen: cannot listen on 127.0.0.1:{port}: " in err and "Traceback" not in err
+
+
+async def test_every_endpoint_counts_toward_the_keys_rate(api: dict, config) -> None:  # noqa: F811
+    config.gateway.api.requests_per_minute = 3
+    member = {"Authorization": f"Bearer {api['member']}"}
+    statuses = []
+    async with aiohttp.ClientSession() as http:
+        for n in range(4):
+            async with http.get(api["base"] + "/nanobot/history", headers={**member, "X-Nanobot-Session": f"s{n}"}) as r:
+                statuses.append(r.status)
+        async with http.get(api["base"] + "/models", headers=member) as r:
+            statuses.append(r.status)
+    assert statuses == [200, 200, 200, 429, 429]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest) -> str | None:
+    return request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+
+
+async def test_open_sessions_are_bounded_and_one_in_use_is_kept(database_url: str | None, home: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from nanobot.session import OpenSessions, SessionStore
+    from nanobot.session_db import DatabaseSessionStore
+
+    monkeypatch.setattr(OpenSessions, "max_open", 5)
+    db = None
+    if database_url is None:
+        store = SessionStore(home / "sessions")
+    else:
+        from nanobot.postgres import PostgresDatabase
+
+        db = await PostgresDatabase.open(database_url)
+        store = await DatabaseSessionStore.create(db)
+    try:
+        held = await store.open("api:k:held")
+        held.append({"role": "user", "content": "still here"})
+        for n in range(50):
+            (await store.open(f"api:k:s{n}")).append({"role": "user", "content": str(n)})
+        assert len(store._open) == 5  # noqa: SLF001  (the bound itself is what is tested)
+        assert await store.open("api:k:held") is held and store.get("api:k:held") is held  # one object per chat
+        held.append({"role": "user", "content": "and again"})
+        await store.flush()
+        assert [r["content"] for r in await store.records("api:k:held") if "role" in r] == ["still here", "and again"]
+        assert [r["content"] for r in await store.records("api:k:s0") if "role" in r] == ["0"]
+    finally:
+        store.close()
+        if db is not None:
+            await db.close()
