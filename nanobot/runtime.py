@@ -17,6 +17,7 @@ from nanobot.config import Config, ConfigError
 from nanobot.access import PairingStore
 from nanobot.database import open_database
 from nanobot.db import HomeError, check_writable
+from nanobot.notices import OwnerNotices
 from nanobot.providers.base import Provider
 from nanobot.session import Histories, SessionStore
 from nanobot.session_db import DatabaseSessionStore
@@ -76,6 +77,7 @@ class Runtime:
         self.home = config.home
         self.bus = bus
         self._provider = provider
+        self.notices = OwnerNotices(self._to_owner)
 
     async def __aenter__(self) -> "Runtime":
         workspace = self.config.workspace_path
@@ -113,15 +115,19 @@ class Runtime:
         return self
 
     async def announce(self, text: str) -> None:
-        """Tell the owner, in one line, about a change that steers the assistant (always logged)."""
-        log.warning("announced to the owner: %s", text)
+        """Tell the owner, in one line, about a change that steers the assistant (always logged;
+        at most one message a minute: ``OwnerNotices``)."""
+        await self.notices.announce(text)
+
+    async def _to_owner(self, text: str) -> None:
         target = owner_chat(self.config)
         if self.bus is None or target is None:
             return
         channel, chat_id = split_target(target)
-        await self.bus.publish_outbound(OutboundMessage(channel, chat_id, f"🔔 {text}"))
+        await self.bus.publish_outbound(OutboundMessage(channel, chat_id, text))
 
     async def __aexit__(self, *exc: object) -> None:
+        await self.notices.close()
         await self.agent.close()  # memory consolidation still needs the provider and sessions
         if self.mcp is not None:
             await self.mcp.close()

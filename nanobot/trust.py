@@ -38,6 +38,9 @@ STEERING_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "HEARTBEAT.md")
 STEERING_DIRS = ("memory", "skills")
 OWNER_ONLY_CHANNELS = ("cli", "heartbeat")  # the terminal and the heartbeat act for the owner
 API_CHANNEL = "api"  # chats of API keys: api:NAME, or api:NAME:SESSION
+# Chats nobody can push a message to (the API answers requests, the terminal may be closed):
+# what is sent to them (a cron job's output, a notice) is kept in their history, read there.
+HISTORY_CHANNELS = (API_CHANNEL, "cli")
 
 TAINTED = "this turn read external content ({source}); ask the user to confirm in a new message"
 
@@ -85,6 +88,14 @@ def chat_scope(config: Config, session_key: str, peer: list[str] | None = None,
 def chat_folder(workspace: Path, session_key: str) -> Path:
     """A member chat's own folder inside the workspace (one per chat: ``chat_names``)."""
     return workspace / CHATS_DIR / chat_name(session_key)
+
+
+def quota_holder(session_key: str) -> str:
+    """Who a chat's quotas (``gateway.maxCronJobsPerChat``) count for: an API key's sessions
+    together (``api:NAME``, whatever ``X-Nanobot-Session`` says); elsewhere the chat itself (a
+    private chat is its user; a thread is its channel's: ``slack:C:TS`` counts for ``slack:C``)."""
+    channel, _, rest = session_key.partition(":")
+    return f"{channel}:{rest.partition(':')[0]}"
 
 
 def owner_chat(config: Config) -> str | None:

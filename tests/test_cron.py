@@ -345,7 +345,7 @@ def test_cli_add_list_remove(home: Path, tmp_path: Path, owner_config: None):
         assert cell in weekly
     next_run = datetime.strptime(re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", weekly)[0], "%Y-%m-%d %H:%M")
     assert next_run.strftime("%a %H:%M") == "Sun 09:00"  # shown in the job's zone
-    assert any("every 1m" in row and "telegram:42" in row and "prompt" in row for row in rows)  # the owner's chat
+    assert any("every 1m" in row and "cli:default" in row and "prompt" in row for row in rows)  # the terminal chat
 
     assert invoke("remove", job_id).exit_code == 0
     assert job_id not in invoke("list").stdout
@@ -390,7 +390,6 @@ def test_cli_run_requests_a_run(home: Path, owner_config: None):
     (["add", "--every", "5"], 2, "exactly one of --code / --message"),
     (["add", "--every", "5", "--code", "missing.py"], 2, "does not exist"),
     (["add", "--every", "5", "--message", "x", "--to", "telegram"], 2, "channel:chat_id"),
-    (["add", "--every", "5", "--message", "x", "--to", "cli:default"], 2, "the terminal is not a chat"),
     (["add", "--every", "5", "--message", "x", "--to", "slack:1"], 2, "channel 'slack' is not enabled"),
     (["add", "--every", "5 parsecs", "--message", "x"], 2, "needs a duration such as"),
     (["remove", "deadbeef"], 1, "no cron job with id 'deadbeef'"),
@@ -402,9 +401,13 @@ def test_cli_errors_and_exit_codes(home: Path, args, code, message, owner_config
     assert message in " ".join(result.stderr.split())
 
 
-def test_cli_without_an_owner_chat_needs_to(home: Path):
-    result = invoke("add", "--every", "60", "--message", "x")
-    assert result.exit_code == 2 and "delivers to the owner's chat, and there is none" in result.stderr
+def test_cli_jobs_deliver_to_the_terminal_or_an_api_chat_without_an_owner_chat(home: Path):
+    """An API-only or terminal-only set-up: the terminal's and the API's chats are targets too."""
+    assert invoke("add", "--every", "60", "--message", "x").exit_code == 0
+    assert invoke("add", "--every", "60", "--message", "x", "--to", "api:bob").exit_code == 0
+    assert invoke("add", "--every", "60", "--message", "x", "--to", "cli:notes").exit_code == 0
+    rows = invoke("list").stdout
+    assert "cli:default" in rows and "api:bob" in rows and "cli:notes" in rows
 
 
 def test_cli_every_takes_durations_and_runs_shows_history(home: Path, owner_config: None):

@@ -123,7 +123,7 @@ async def test_output_for_a_chat_that_cannot_be_reached_is_a_failed_run(config: 
     async with running_gateway(config, with_services=True) as gateway:
         cron = gateway.runtime.scheduler.service
         store = CronStore(gateway.runtime.db)
-        for target in ("discord:5", "cli:default"):  # discord is not running; the gateway cannot print
+        for target in ("discord:5",):  # discord is not running
             job = await cron.add_job(owner_session=target, schedule_kind="every", expression="3600",
                                      payload_kind="code", payload="print('lost?')")
             outcome = await cron.run_now(job.id)
@@ -132,17 +132,20 @@ async def test_output_for_a_chat_that_cannot_be_reached_is_a_failed_run(config: 
             assert run.status == "error"
 
 
-async def test_a_job_made_in_the_terminal_delivers_to_the_owner_and_can_be_tried_at_once(
+async def test_a_job_made_in_the_terminal_delivers_to_the_terminal_and_can_be_tried_at_once(
         config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    """The terminal chat is a chat: its job's output is kept in its history (nobody may be at
+    the terminal); the owner's Telegram chat hears of the new job only."""
     program = 'job = schedule_cron("every 1h", "print(\'tick\')")\nfinal_answer(run_cron(job))'
     llm.script(reply(f"```python\n{program}\n```"))
     async with running_gateway(config, with_services=True) as gateway:
         answer = await gateway.runtime.agent.handle("cli:default", "tick every hour and try it")
         [job] = await CronStore(gateway.runtime.db).list()
-        announced, tick = await tg.wait_sent(2)
-    assert job.owner_session == "cli:default" and job.target == f"telegram:{ALICE}"
+        [announced] = await tg.wait_sent(1)
+        history = [m["content"] for m in (await gateway.runtime.sessions.open("cli:default")).messages]
+    assert job.owner_session == "cli:default" and job.target == "cli:default"
     assert "'status': 'ok'" in answer and "'output': 'tick'" in answer
-    assert tick["text"] == "tick" and tick["chat_id"] == ALICE
+    assert "New scheduled job" in announced["text"] and "tick" in history
 
 
 # ------------------------------------------------------------------------- as real processes

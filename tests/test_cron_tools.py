@@ -68,18 +68,18 @@ async def test_remove_only_in_the_owning_chat(workspace: Path, home: Path) -> No
             assert await rt.tools.call("remove_cron", {"job_id": job_id}, mine) == f"removed {job_id}"
 
 
-async def test_from_the_terminal_a_job_names_its_chat_with_to(workspace: Path, home: Path) -> None:
+async def test_from_the_terminal_a_job_delivers_to_the_terminal_or_to(workspace: Path, home: Path) -> None:
+    """The terminal chat is a chat like any other: with no owner chat configured at all, a job
+    made there delivers to it (kept in its history); ``to`` names another chat."""
     async with FakeOpenAI() as llm:
         config = config_for(llm.base_url, workspace, mode="code")
         t = config.channels.telegram
-        t.enabled, t.token, t.allow_from = True, "1:x", ["*"]  # "*" names no owner: the terminal must name a chat
+        t.enabled, t.token, t.allow_from = True, "1:x", ["*"]  # "*" names no owner chat
         llm.script(reply('```python\nfinal_answer(schedule_cron("every 1h", "print(1)"))\n```'),
-                   reply("it needs a chat"),
                    reply('```python\nfinal_answer(schedule_cron("every 1h", "print(1)", to="telegram:555"))\n```'))
         async with Runtime(config) as rt:
-            await rt.agent.handle("cli:default", "hourly")
+            here = await CronStore(rt.db).get(await rt.agent.handle("cli:default", "hourly"))
             job_id = await rt.agent.handle("cli:default", "hourly, to 555")
             job = await CronStore(rt.db).get(job_id)
-        refusal = llm.chat_requests[1]["messages"][-1]["content"]
-        assert 'name the chat with to="channel:chat_id"' in refusal and "--to" not in refusal
+        assert here.target == "cli:default" and here.deliver_to is None
         assert job.target == "telegram:555" and job.owner_session == "cli:default"

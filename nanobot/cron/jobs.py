@@ -20,6 +20,7 @@ from nanobot.bus import InboundMessage, OutboundMessage, split_target
 from nanobot.coordination import Held, run_while_held
 from nanobot.cron.service import CronService, RunOutcome
 from nanobot.cron.store import CronStore
+from nanobot.trust import HISTORY_CHANNELS
 
 if TYPE_CHECKING:
     from nanobot.cron.store import CronJob
@@ -43,7 +44,7 @@ class JobRunner:
 
     def check_delivery(self, target: str) -> None:
         channel, _ = split_target(target)
-        if channel not in self.running_channels():
+        if channel not in self.running_channels() and channel not in HISTORY_CHANNELS:
             raise Undeliverable(f"cannot deliver to {target}: channel {channel!r} is not running")
 
     async def __call__(self, job: CronJob) -> RunOutcome:
@@ -60,6 +61,11 @@ class JobRunner:
 
     async def deliver(self, target: str, text: str) -> None:
         channel, chat_id = split_target(target)
+        if channel in HISTORY_CHANNELS:  # nobody to message: kept in the chat's history, shown there
+            session = await self.runtime.sessions.open(target)
+            session.append({"role": "assistant", "content": text})
+            await session.sync_soon()
+            return
         await self.runtime.bus.publish_outbound(OutboundMessage(channel, chat_id, text))
 
     async def run_code(self, job: CronJob) -> RunOutcome:

@@ -13,7 +13,9 @@ from typing import Annotated
 from pydantic import Field
 
 from nanobot.tools.messaging import allowed_target
+from nanobot.notices import NEW_JOB
 from nanobot.tools.registry import ToolContext, tool
+from nanobot.trust import API_CHANNEL, quota_holder
 
 MIN_EVERY_SECONDS = 60  # for jobs made from a chat (the CLI may go lower)
 
@@ -61,10 +63,9 @@ async def schedule_cron(
     to: Annotated[str | None, Field(description='the chat its output goes to, "channel:chat_id" (send_message\'s '
                                                 'rules); default this chat')] = None,
 ) -> str:
-    """Schedule code (or a message turn) in this chat's timezone; returns the job id. Output goes to this chat,
-    or to `to`.
-
-    From the terminal it goes to the owner's chat unless `to` names one. run_cron(id) tries a job once now."""
+    """Schedule code (or a message turn) in this chat's timezone; returns the job id. Output goes to this chat
+    (kept in its history where nobody can be messaged: the terminal, the API), or to `to`. run_cron(id) tries a
+    job once now."""
     from nanobot.cron.delivery import resolve_target
     from nanobot.cron.schedule import describe
     from nanobot.cron.service import create_job
@@ -76,18 +77,19 @@ async def schedule_cron(
     if kind == "every" and int(expr) < MIN_EVERY_SECONDS:
         raise ValueError(f"jobs made from a chat run at most once a minute: use 'every {MIN_EVERY_SECONDS}s' or more")
     store = await _store(ctx)
-    limit = ctx.config.gateway.max_cron_jobs_per_chat
-    if len(await store.list(owner_session=ctx.session_key)) >= limit:
-        raise PermissionError(f"this chat has {limit} scheduled jobs already (gateway.maxCronJobsPerChat); "
+    limit, holder = ctx.config.gateway.max_cron_jobs_per_chat, quota_holder(ctx.session_key)
+    if sum(quota_holder(job.owner_session) == holder for job in await store.list()) >= limit:
+        whose = "this API key's chats have" if holder.startswith(f"{API_CHANNEL}:") else "this chat has"
+        raise PermissionError(f"{whose} {limit} scheduled jobs already (gateway.maxCronJobsPerChat); "
                               "remove one with remove_cron first")
     if to:
         to = (await allowed_target(ctx, to, "schedule_cron"))[2]
-    deliver_to = resolve_target(ctx.config, ctx.session_key, to, naming='to="channel:chat_id"')
+    deliver_to = resolve_target(ctx.config, ctx.session_key, to)
     job = await create_job(store, owner_session=ctx.session_key, schedule_kind=kind, expression=expr,
                            timezone=ctx.config.agent_for(ctx.session_key).timezone,
                            payload_kind="prompt" if message else "code", payload=message or code, name=name,
                            deliver_to=deliver_to, validate_code=await _validator(ctx))
-    await ctx.announce(f"New scheduled job {job.id} ({describe(kind, expr)}) made by {ctx.session_key}: {job.name}")
+    await ctx.announce(f"{NEW_JOB}{job.id} ({describe(kind, expr)}) made by {ctx.session_key}: {job.name}")
     return job.id
 
 

@@ -1,0 +1,63 @@
+"""Notices to the owner (a steering file changed, a new cron job, the budget is spent): at most
+one message a minute. The first goes at once; what comes within the minute after it is sent as
+one message at the minute's end ("3 new scheduled jobs: ..."), so 46 jobs made from 26 sessions
+of a member key are one or two messages, not 46. Every notice is logged as it happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Awaitable, Callable
+
+log = logging.getLogger(__name__)
+
+NEW_JOB = "New scheduled job "  # how cron_tools starts its notice: batched ones are listed together
+
+
+class OwnerNotices:
+    interval_s = 60.0
+
+    def __init__(self, send: Callable[[str], Awaitable[None]]) -> None:
+        self._send = send  # one message to the owner chat
+        self._pending: list[str] = []
+        self._quiet_until = 0.0
+        self._later: asyncio.Task[None] | None = None
+
+    async def announce(self, text: str) -> None:
+        log.warning("announced to the owner: %s", text)
+        if not self._pending and time.monotonic() >= self._quiet_until:
+            self._quiet_until = time.monotonic() + self.interval_s
+            await self._send(f"🔔 {text}")
+            return
+        self._pending.append(text)
+        if self._later is None:
+            self._later = asyncio.create_task(self._flush_later(), name="owner notices")
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(max(0.0, self._quiet_until - time.monotonic()))
+        self._later = None
+        await self.flush()
+
+    async def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if pending:
+            self._quiet_until = time.monotonic() + self.interval_s
+            await self._send(batched(pending))
+
+    async def close(self) -> None:
+        """Send what waits now (shutdown), rather than lose it."""
+        if self._later is not None:
+            self._later.cancel()
+            await asyncio.gather(self._later, return_exceptions=True)
+            self._later = None
+        await self.flush()
+
+
+def batched(notices: list[str]) -> str:
+    if len(notices) == 1:
+        return f"🔔 {notices[0]}"
+    if all(n.startswith(NEW_JOB) for n in notices):
+        return f"🔔 {len(notices)} new scheduled jobs:\n" + "\n".join(f"• {n.removeprefix(NEW_JOB)}" for n in notices)
+    return f"🔔 {len(notices)} notices:\n" + "\n".join(f"• {n}" for n in notices)

@@ -1,0 +1,88 @@
+"""Cron from an API key's chats: the job limit counts the key's sessions together, the owner
+hears of new jobs at most once a minute (one message for a batch), and a job made in an API
+chat runs, its output kept in that chat's history (read through the history endpoint)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from channels.telegram import TelegramChannel
+from nanobot.api import keys as api_keys
+from nanobot.api.keys import ApiKeys
+from nanobot.config import Config
+from nanobot.cron.store import CronStore
+from nanobot.notices import OwnerNotices
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import running_gateway, telegram_gateway_config
+from tests.test_api import free_port
+
+OWNER = 42
+
+
+@pytest.fixture
+def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
+    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
+    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
+    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)
+    monkeypatch.setattr(OwnerNotices, "interval_s", 1.0)
+    cfg = telegram_gateway_config(llm.base_url, workspace, tg, OWNER)
+    cfg.gateway.api.enabled = True
+    cfg.gateway.api.listen = f"127.0.0.1:{free_port()}"
+    cfg.gateway.max_cron_jobs_per_chat = 3
+    return cfg
+
+
+async def chat(config: Config, key: str, session: str, text: str) -> str:
+    async with aiohttp.ClientSession() as http:
+        async with http.post(f"http://{config.gateway.api.listen}/v1/chat/completions", json={
+                "model": "nanobot", "messages": [{"role": "user", "content": text}]},
+                headers={"Authorization": f"Bearer {key}", "X-Nanobot-Session": session}) as resp:
+            return (await resp.json())["choices"][0]["message"]["content"]
+
+
+async def history(config: Config, key: str, session: str) -> list[str]:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://{config.gateway.api.listen}/v1/nanobot/history",
+                            headers={"Authorization": f"Bearer {key}", "X-Nanobot-Session": session}) as resp:
+            return [m["content"] for m in (await resp.json())["messages"]]
+
+
+async def test_a_keys_sessions_share_one_job_limit_and_the_owner_gets_one_batch(
+        config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    schedule = tool_call("schedule_cron", {"expression": "every 1h", "message": "stretch"})
+    llm.fallback = lambda body: reply(body["messages"][-1]["content"][:200])
+    async with running_gateway(config, with_services=True) as gateway:
+        member = await ApiKeys(gateway.runtime.db).add("bob")
+        answers = []
+        for n in range(6):  # six sessions of one member key
+            llm.script(schedule)
+            answers.append(await chat(config, member, f"s{n}", "remind me hourly"))
+        jobs = await CronStore(gateway.runtime.db).list()
+        assert len(jobs) == 3 and sum("this API key's chats have 3 scheduled jobs" in a for a in answers) == 3
+        notices = await tg.wait_sent(2, timeout=5)
+    assert notices[0]["text"].startswith("🔔 New scheduled job") and notices[0]["chat_id"] == OWNER
+    assert notices[1]["text"].startswith("🔔 2 new scheduled jobs:\n• ")  # the rest of the minute, as one
+    assert len(tg.sent) == 2
+
+
+async def test_a_job_made_in_an_api_chat_runs_and_its_output_is_in_that_chats_history(
+        config: Config, llm: FakeOpenAI) -> None:
+    async with running_gateway(config, with_services=True) as gateway:
+        owner = await ApiKeys(gateway.runtime.db).add("ada", owner=True)
+        llm.script(tool_call("schedule_cron", {"expression": "every 1h", "code": "print('CODE-OUTPUT')"}),
+                   reply("scheduled code"),
+                   tool_call("schedule_cron", {"expression": "every 1h", "message": "say the weather"}),
+                   reply("scheduled a message"), reply("PROMPT-JOB-REPLY"))
+        await chat(config, owner, "desk", "print something hourly")
+        await chat(config, owner, "desk", "and ask for the weather")
+        store, cron = CronStore(gateway.runtime.db), gateway.runtime.scheduler.service
+        for job in await store.list():
+            outcome = await cron.run_now(job.id)
+            assert outcome.status == "ok", outcome.output
+            assert job.target == "api:ada:desk"
+        shown = await history(config, owner, "desk")
+    assert "CODE-OUTPUT" in shown and "PROMPT-JOB-REPLY" in shown
