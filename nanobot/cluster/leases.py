@@ -28,13 +28,15 @@ class ChatLeases:
         self.db, self.id = db, worker_id
         self.may_fence = True  # false once the server refused it (another role's worker)
 
-    async def claim(self, chat: str) -> bool:
-        """Hold ``chat`` if nobody alive does (or we do already)."""
+    async def claim(self, chat: str, *, only_with_work: bool = False) -> bool:
+        """Hold ``chat`` if nobody alive does (or we do already); ``only_with_work``: only if it
+        has an unanswered message (a wake-up is a hint anyone may send, not a reason to hold)."""
         return await self.db.fetchval(
-            "INSERT INTO chat_leases AS l (chat, worker, since) VALUES ($1, $2, nanobot_now()) "
+            "INSERT INTO chat_leases AS l (chat, worker, since) SELECT $1, $2, nanobot_now() "
+            "WHERE NOT $3::boolean OR EXISTS (SELECT 1 FROM inbound WHERE chat = $1 AND done = 0) "
             "ON CONFLICT (chat) DO UPDATE SET worker = excluded.worker, since = excluded.since "
             "WHERE l.worker = excluded.worker OR l.worker NOT IN (SELECT id FROM live_workers) RETURNING chat",
-            chat, self.id) is not None
+            chat, self.id, only_with_work) is not None
 
     async def release(self, chat: str) -> None:
         """Give the chat up; the other workers hear it is free (``nanobot_free``)."""

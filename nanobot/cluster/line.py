@@ -64,6 +64,24 @@ class WorkerLine:
         ``timeout`` counts as lost (a half-open connection would otherwise hang forever)."""
         return bool(await self._query("SELECT pg_try_advisory_lock($1)", _lock_key(name), timeout=timeout))
 
+    async def outsider(self, name: str, timeout: float) -> tuple[int, str, str] | None:
+        """(pid, role, application) of a session that is no worker's line and holds the lock
+        ``name`` (any role that may connect can take advisory locks), or None."""
+        row = await self._query(
+            "SELECT ARRAY[l.pid::text, coalesce(a.usename::text, '?'), coalesce(a.application_name, '')] "
+            "FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
+            "AND l.granted AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = $1 "
+            "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.backend_pid = l.pid) LIMIT 1",
+            _lock_key(name), timeout=timeout)
+        return (int(row[0]), row[1], row[2]) if row else None
+
+    async def terminate(self, pid: int, timeout: float) -> bool:
+        """End another session (its locks go with it); False where this role may not."""
+        try:
+            return bool(await self._query("SELECT pg_terminate_backend($1)", pid, timeout=timeout))
+        except asyncpg.InsufficientPrivilegeError:
+            return False
+
     async def unlock(self, name: str, timeout: float) -> None:
         await self._query("SELECT pg_advisory_unlock($1)", _lock_key(name), timeout=timeout)
 

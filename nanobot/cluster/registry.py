@@ -40,7 +40,9 @@ CREATE TABLE chat_leases (
     since DOUBLE PRECISION NOT NULL
 );
 CREATE INDEX chat_leases_worker ON chat_leases (worker);
-"""]
+""",
+# Singletons a worker waits for that a session which is no worker holds (what it saw, for status).
+"ALTER TABLE workers ADD COLUMN blocked TEXT NOT NULL DEFAULT '';"]
 
 FORGET_DEAD_AFTER_S = 86400  # a dead worker's row stays this long, for status
 
@@ -59,6 +61,7 @@ class WorkerRow:
     now: float
     holds: str
     chats: int
+    blocked: str  # "name: who" lines: singletons held by sessions that are not workers
 
 
 class Registry:
@@ -87,11 +90,12 @@ class Registry:
             await tx.execute("DELETE FROM chat_leases WHERE worker = $1", self.id)
             await tx.execute("UPDATE outbox SET worker = NULL WHERE worker = $1 AND state = 'pending'", self.id)
 
-    async def heartbeat(self, backend: tuple[int, datetime], holds: list[str]) -> bool:
+    async def heartbeat(self, backend: tuple[int, datetime], holds: list[str], blocked: dict[str, str]) -> bool:
         """Renew our row (and so our leases); False if it is no longer ours (we were taken for dead)."""
         return bool(await self.db.execute(
-            "UPDATE workers SET heartbeat = nanobot_now(), expires = nanobot_now() + $2, holds = $3 "
-            "WHERE id = $1 AND backend_pid = $4", self.id, self.lapse, ", ".join(sorted(holds)), backend[0]))
+            "UPDATE workers SET heartbeat = nanobot_now(), expires = nanobot_now() + $2, holds = $3, blocked = $5 "
+            "WHERE id = $1 AND backend_pid = $4", self.id, self.lapse, ", ".join(sorted(holds)), backend[0],
+            "\n".join(f"{name}: {who}" for name, who in sorted(blocked.items()))))
 
     async def leave(self, backend: tuple[int, datetime]) -> None:
         """A normal stop: our chats are free at once, not after a timeout. Only if the row is
@@ -109,12 +113,13 @@ class Registry:
 async def list_workers(db: Any) -> list[WorkerRow]:
     """Every worker seen in the last day, live ones first (``nanobot status``, the page)."""
     rows = await db.fetch(
-        "SELECT w.id, w.host, w.pid, w.heartbeat, w.holds, nanobot_now() AS now, "
+        "SELECT w.id, w.host, w.pid, w.heartbeat, w.holds, w.blocked, nanobot_now() AS now, "
         "w.id IN (SELECT id FROM live_workers) AS alive, "
         "(SELECT count(*) FROM chat_leases l WHERE l.worker = w.id) AS chats "
         "FROM workers w ORDER BY alive DESC, w.started")
     return [WorkerRow(r["id"], r["host"], r["pid"], bool(r["alive"]), r["heartbeat"], r["now"],
-                      r["holds"] if r["alive"] else "", int(r["chats"]) if r["alive"] else 0) for r in rows]
+                      r["holds"] if r["alive"] else "", int(r["chats"]) if r["alive"] else 0,
+                      r["blocked"] if r["alive"] else "") for r in rows]
 
 
 async def worker_lines(db: Any) -> list[str]:
@@ -130,4 +135,10 @@ async def worker_lines(db: Any) -> list[str]:
                          f"holds {r.holds or 'no singleton'}; heartbeat {ago}")
         else:
             lines.append(f"  {r.id} (host {r.host}, pid {r.pid}): gone; last heartbeat {ago}")
+    for seen in sorted({line for r in rows for line in r.blocked.splitlines() if line}):
+        name, _, who = seen.partition(": ")
+        lines.append(f"  WARNING: {name} held by a session that is not a worker: {who}")
+    if await db.fetchval("SELECT has_database_privilege('public', current_database(), 'CONNECT')"):
+        lines.append("  WARNING: every role may connect to this database (and so NOTIFY and take advisory "
+                     "locks): REVOKE CONNECT ON DATABASE ... FROM PUBLIC (README: PostgreSQL)")
     return lines

@@ -94,9 +94,12 @@ class ChatRouter:
 
     # ---- wake-ups ----------------------------------------------------------------------
     def notified(self, channel: str, payload: str) -> None:
+        """A hint to look (any role that may connect can NOTIFY): what is done is decided by rows."""
         if channel == "nanobot_work":
             intake_id, _, chat = payload.partition(" ")
-            if chat in self.held:
+            if not intake_id.isdigit() or not chat:
+                log.debug("ignored a malformed nanobot_work notification: %.80r", payload)
+            elif chat in self.held:
                 if int(intake_id) > self.queued.get(chat, 0):  # else queued already (received here)
                     self._spawn(self.pull(chat, claim=False))
             elif chat not in self._elsewhere:
@@ -109,9 +112,13 @@ class ChatRouter:
             self._spawn(self._answer(int(payload)))
 
     async def _answer(self, intake_id: int) -> None:
+        """Answer a caller waiting here, once its message is settled in the database."""
+        reply = await self.delivery.settled_reply(intake_id)
+        if reply is None:
+            return  # not settled: the notification was not the holder's (the sweep looks again)
         done = self._awaiting.pop(intake_id, None)
         if done is not None and not done.done():
-            done.set_result(await self.delivery.reply_to(intake_id))
+            done.set_result(reply)
 
     async def pull(self, chat: str, *, claim: bool, polite: bool = False) -> None:
         """Queue the chat's unanswered messages we have not queued yet, claiming the chat first
@@ -125,7 +132,7 @@ class ChatRouter:
         if chat not in self.held:
             if not claim:
                 return
-            if not await self.leases.claim(chat):
+            if not await self.leases.claim(chat, only_with_work=True):
                 if len(self._elsewhere) > MAX_ELSEWHERE:
                     self._elsewhere.clear()
                 self._elsewhere.add(chat)
@@ -164,6 +171,8 @@ class ChatRouter:
         for chat in mine:  # a dead worker's replies into a chat we hold
             async with self._locks.hold(chat):
                 self.resend(await self.delivery.adopt_pending(chat, DEAD_WRITER))
+        for intake_id in await self.delivery.settled(list(self._awaiting)):  # a lost nanobot_done
+            await self._answer(intake_id)
         others = [chat for chat in orphaned if chat not in self.held]
         if others:
             taken = await self.leases.take_over(others)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Callable
 
 from nanobot.cluster.line import WorkerLine
@@ -13,6 +14,7 @@ from nanobot.coordination import Held
 log = logging.getLogger(__name__)
 
 TRY_EVERY_S = 1.0  # how often a waiting worker tries a singleton (no loop faster than this)
+LOOK_EVERY_S = 10.0  # how often it looks who holds one it waits for (a session that is no worker?)
 
 
 class AdvisorySingletons:
@@ -20,13 +22,18 @@ class AdvisorySingletons:
         self.line = line  # the worker's: reopened in place when it rejoins
         self.timeout = timeout  # a line slower than this to answer counts as lost
         self.held: dict[str, Held] = {}
+        # Singletons held by a session that is not a worker (say, a role that took the lock
+        # before any worker started): name -> who, for the log and ``nanobot status``.
+        self.blocked: dict[str, str] = {}
         self.on_change: Callable[[], None] | None = None  # ``held`` changed (for status)
+        self._looked: dict[str, float] = {}
 
     async def try_hold(self, name: str) -> Held | None:
         if name in self.held:
             return self.held[name]
         try:
             if not await self.line.try_lock(name, self.timeout):
+                await self._look_who_holds(name)
                 return None
         except ConnectionError:  # the worker rejoins; until then it holds nothing
             return None
@@ -34,6 +41,7 @@ class AdvisorySingletons:
             log.warning("could not try %s: %s", name, exc)
             return None
         held = self.held[name] = Held(name)
+        self.blocked.pop(name, None)
         log.info("this worker now holds %s", name)
         self._changed()
         return held
@@ -54,6 +62,27 @@ class AdvisorySingletons:
             await self.line.unlock(held.name, self.timeout)
         except ConnectionError:
             pass  # the lock went with the connection
+
+    async def _look_who_holds(self, name: str) -> None:
+        """Workers hold singletons; anyone else holding one is named (and cut off if we may)."""
+        now = time.monotonic()
+        if now - self._looked.get(name, -LOOK_EVERY_S) < LOOK_EVERY_S:
+            return
+        self._looked[name] = now
+        outsider = await self.line.outsider(name, self.timeout)
+        if outsider is None:
+            if self.blocked.pop(name, None) is not None:
+                self._changed()
+            return
+        pid, role, application = outsider
+        who = f"pid {pid}, role {role}" + (f", application {application!r}" if application else "")
+        cut = await self.line.terminate(pid, self.timeout)
+        log.warning("%s held by a session that is not a worker: %s; %s", name, who,
+                    "cut it off" if cut else "this role may not cut it off (REVOKE CONNECT ON DATABASE ... FROM "
+                    "PUBLIC, and give nanobot a role and database of its own)")
+        if not cut and self.blocked.get(name) != who:
+            self.blocked[name] = who
+            self._changed()
 
     def lose_all(self) -> None:
         """The line is gone, and the locks with it: tell every holder."""

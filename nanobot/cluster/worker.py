@@ -85,7 +85,8 @@ class ClusterWorker:
             self._beat_now.clear()
             try:
                 assert self.line.backend is not None
-                if not await self.registry.heartbeat(self.line.backend, list(self.singletons.held)):
+                if not await self.registry.heartbeat(self.line.backend, list(self.singletons.held),
+                                                     self.singletons.blocked):
                     log.error("worker %s: the others took this worker for dead; rejoining", self.id)
                     await self.line.close()  # _watch_line rejoins
             except Exception as exc:

@@ -218,10 +218,19 @@ class DeliveryStore:
                                    "ORDER BY id", chat, after)
         return [_inbound_from(row["id"], row["message"]) for row in rows]
 
-    async def reply_to(self, intake_id: int) -> str:
-        """The text of the reply that settled a message ("" if it needed none)."""
-        return await self.db.fetchval("SELECT content FROM outbox WHERE finishes = $1 ORDER BY id LIMIT 1",
-                                      intake_id) or ""
+    async def settled_reply(self, intake_id: int) -> str | None:
+        """The text of the reply that settled a message ("" if it needed none), or None while
+        it is not settled."""
+        row = await self.db.fetchrow("SELECT done, (SELECT content FROM outbox WHERE finishes = inbound.id "
+                                     "ORDER BY id LIMIT 1) AS reply FROM inbound WHERE id = $1", intake_id)
+        return (row["reply"] or "") if row is not None and row["done"] else None
+
+    async def settled(self, intake_ids: list[int]) -> list[int]:
+        """Which of these messages are settled (workers: callers whose wake-up was lost)."""
+        if not intake_ids:
+            return []
+        return [row["id"] for row in await self.db.fetch(
+            "SELECT id FROM inbound WHERE id = ANY($1::bigint[]) AND done = 1", intake_ids)]
 
     # ---- outbox ------------------------------------------------------------------------
     async def record_outbound(self, msg: OutboundMessage, finishes: int | None) -> int:
