@@ -359,6 +359,9 @@ class McpServer(Section):
     tool_timeout: float = Field(30.0, gt=0)  # a call past it raises TimeoutError (and is cancelled)
     start_timeout: float = Field(30.0, gt=0)  # connecting and listing the tools
     allowed_tools: list[str] | None = None  # the server's own tool names; all when absent
+    # "auto": its tools go with every request (native schemas, code stubs) unless all MCP
+    # schemas together pass 10% of contextTokens; "onDemand": found through find_tools / tool_help.
+    load: Literal["auto", "always", "onDemand"] = "auto"
 
     @model_validator(mode="after")
     def _one_way_to_reach_it(self) -> McpServer:

@@ -50,6 +50,7 @@ class ChatState:
     consolidated_ts: str | None = None  # the "ts" of the last of them: a marker from before /new fails it
     intake_started: int | None = None  # the intake id of the latest turn begun (a crash resumes it)
     intake_started_at: int | None = None  # where in the history that turn's message went
+    found_tools: list[str] | None = None  # tools find_tools added: offered in this chat until /new
 
     def check(self, values: dict[str, Any]) -> None:
         """Raise for a name that is not a field or a value of the wrong type (a typo in code)."""

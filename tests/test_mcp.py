@@ -108,24 +108,41 @@ final_answer(out)
 
 async def test_tools_mode_makes_one_model_call_per_mcp_call_and_marks_results(
         llm: FakeOpenAI, workspace: Path) -> None:
+    """A server with a few tools: they go with every request (no find_tools round trip)."""
     calls = [tool_call("notes_add_note", {"title": f"n{i}"}) for i in range(30)]
-    llm.script(tool_call("find_tools", {"query": "add note, search notes"}), *calls, reply("added 30"))
+    llm.script(*calls, reply("added 30"))
     config = with_servers(llm, workspace, {"notes": stdio_server()}, mode="tools", max_iterations=40)
     async with Runtime(config) as rt:
         assert await rt.agent.handle("cli:t", "add 30 notes") == "added 30"
-    assert len(llm.chat_requests) == 32
+    assert len(llm.chat_requests) == 31
     first = {t["function"]["name"]: t["function"] for t in llm.chat_requests[0]["tools"]}
-    # Past the schema budget, MCP tools wait behind find_tools, whose description counts them
-    assert "read_file" in first and "notes_add_note" not in first
-    assert "tools of the notes server" in first["find_tools"]["description"]
-    found = llm.chat_requests[1]["messages"][-1]["content"]
-    assert "notes_add_note" in found and "notes_search" in found
-    names = {t["function"]["name"] for t in llm.chat_requests[1]["tools"]}
-    assert {"notes_add_note", "notes_search", "read_file"} <= names
-    schema = next(t for t in llm.chat_requests[1]["tools"] if t["function"]["name"] == "notes_search")
-    assert schema["function"]["parameters"]["properties"]["field"]["enum"] == ["title", "body", "any"]
-    result = llm.chat_requests[2]["messages"][-1]["content"]
+    assert {"read_file", "notes_add_note", "notes_search"} <= set(first)
+    assert "tools of the notes server" not in first["find_tools"]["description"]  # brief built-ins wait only
+    assert first["notes_search"]["parameters"]["properties"]["field"]["enum"] == ["title", "body", "any"]
+    result = llm.chat_requests[1]["messages"][-1]["content"]
     assert "untrusted" in result.lower() and '"title": "n0"' in result
+
+
+@pytest.mark.parametrize("how", ["onDemand", "crowded"])
+async def test_tools_waiting_for_find_tools_stay_offered_until_new(llm: FakeOpenAI, workspace: Path,
+                                                                   how: str) -> None:
+    """``"load": "onDemand"``, or MCP schemas past 10% of contextTokens ("auto"): the tools wait
+    behind find_tools; what it finds stays offered in the chat, the next turn too, until /new."""
+    server = stdio_server(load="onDemand") if how == "onDemand" else stdio_server()
+    kw = {} if how == "onDemand" else {"context_tokens": 6000, "max_tokens": 1000}  # 10%: 1,800 of its 2,200
+    llm.script(tool_call("find_tools", {"query": "add note"}), tool_call("notes_add_note", {"title": "a"}),
+               reply("added"), tool_call("notes_add_note", {"title": "b"}), reply("added again"), reply("fresh"))
+    config = with_servers(llm, workspace, {"notes": server}, mode="tools", **kw)
+    async with Runtime(config) as rt:
+        assert await rt.agent.handle("cli:t", "add a note") == "added"
+        assert await rt.agent.handle("cli:t", "and another") == "added again"
+        await rt.agent.handle("cli:t", "/new")
+        assert await rt.agent.handle("cli:t", "hi") == "fresh"
+    offered = [{t["function"]["name"] for t in r["tools"]} for r in llm.chat_requests]
+    assert "notes_add_note" not in offered[0] and "tools of the notes server" in next(
+        t["function"]["description"] for t in llm.chat_requests[0]["tools"] if t["function"]["name"] == "find_tools")
+    assert "notes_add_note" in offered[1] and "notes_add_note" in offered[3]  # the next turn: still offered
+    assert "notes_add_note" not in offered[5]  # after /new
 
 
 async def test_hybrid_runs_mcp_calls_in_exec_python(llm: FakeOpenAI, workspace: Path) -> None:

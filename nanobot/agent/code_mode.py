@@ -12,7 +12,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from nanobot.agent.context import render_prompt
-from nanobot.agent.tool_offer import native_schemas
+from nanobot.agent.tool_offer import native_schemas, on_demand
 from nanobot.agent.markup import answer_or_failure, extract_code, for_the_user, say_notes, strip_think, without_say
 from nanobot.agent.modes import (ToolsMode, attachments_note, keep_long_message,
                                  long_message_preview, run_tool_call)
@@ -74,7 +74,9 @@ def _imports_line() -> str:
 
 
 def prompt_stubs(turn: Turn) -> str:
-    return code_stubs(turn.deps.tools, header=False, ctx=turn.ctx, budgeted=True).strip()
+    tools = turn.deps.tools.tools(ctx=turn.ctx)
+    listed = on_demand(tools, turn.deps.config, turn.settings.context_tokens)
+    return code_stubs(turn.deps.tools, header=False, ctx=turn.ctx, listed=listed).strip()
 
 
 class CodeMode:

@@ -44,7 +44,7 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
     session = agent.session(session_key)
     if name == "/new":
         session.reset()
-        session.set_meta(long_message=None)  # `context` belongs to the old conversation
+        session.set_meta(long_message=None, found_tools=None)  # they belong to the old conversation
         await agent.reset_state(session_key)
         return "Started a new conversation."
     if name == "/mode":

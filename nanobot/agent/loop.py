@@ -78,7 +78,7 @@ class Turn:
         self.inputs: dict[str, Any] = {}  # variables handed to code-mode programs (large inputs)
         self.final: str | None = None  # set by final_answer() to end the turn without another model call
         self.llm_queries = 0  # llm_query() calls from programs in this turn, against their budget
-        self.found_tools: set[str] = set()  # tools find_tools added to this turn's requests (tool_offer)
+        self.found_tools = set(session.meta.found_tools or ())  # what find_tools added in this chat (tool_offer)
         self.model_calls = 0
         self.outcome = "ok"  # for the turn's log line: "cut" when the reply hit maxTokens
         self.history_len = 0  # messages[1:1+history_len] are earlier turns, trimmed first when too long

@@ -1,10 +1,13 @@
 """Which tool schemas a native-tools request carries, and ``find_tools`` for the rest.
 
 Every schema goes with every request, so 17 built-in tools cost 6,000 characters a call and
-MCP servers can add tens of thousands. Past ``SCHEMA_BUDGET`` characters a request carries
-the core tools, the ones this turn found, and ``find_tools(query)``, whose description names
-what else exists; a call to it adds the matching tools to the next request. Code mode has
-the same split for its stubs (``brief`` tools, ``tool_help``).
+MCP servers can add tens of thousands. Past ``SCHEMA_BUDGET`` characters the seldom-needed
+built-ins (``brief``) wait; MCP servers' tools are sent unless they are ``on_demand``: a
+server with ``"load": "onDemand"``, or (``"auto"``) when all MCP schemas together would pass
+``MCP_SHARE`` of the model's context. What waits is named in ``find_tools(query)``'s
+description; a call to it adds the matching tools, which stay offered in the chat until
+``/new``. Code mode has the same split for its stubs (``brief`` tools and on-demand MCP tools
+are listed by name, ``tool_help`` gives their stubs).
 """
 
 from __future__ import annotations
@@ -12,22 +15,35 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from nanobot.agent.budget import CHARS_PER_TOKEN
+
 if TYPE_CHECKING:
     from nanobot.agent.loop import Turn
+    from nanobot.config import Config
     from nanobot.tools.registry import Tool
 
-SCHEMA_BUDGET = 3_000  # characters of schemas sent whole; past it, brief and MCP tools wait for find_tools
+SCHEMA_BUDGET = 3_000  # characters of built-in schemas sent whole; past it, brief ones wait for find_tools
+MCP_SHARE = 0.10  # MCP schemas together past this share of contextTokens wait too ("load": "auto")
 FIND_TOOLS = "find_tools"
 FOUND_PER_CALL = 8
 
 
+def on_demand(tools: list[Tool], config: Config, context_tokens: int) -> set[str]:
+    """The MCP tools offered only on demand (find_tools, tool_help): their server says so, or,
+    for ``"auto"`` servers, all MCP schemas sent would take more than ``MCP_SHARE`` of the context."""
+    servers = config.tools.mcp_servers
+    mcp = [t for t in tools if _is_mcp(t) and t.server in servers]  # type: ignore[attr-defined]
+    load = {t.name: servers[t.server].load for t in mcp}  # type: ignore[attr-defined]
+    sent = sum(t.schema_size for t in mcp if load[t.name] != "onDemand")
+    crowded = sent > MCP_SHARE * context_tokens * CHARS_PER_TOKEN
+    return {t.name for t in mcp if load[t.name] == "onDemand" or load[t.name] == "auto" and crowded}
+
+
 def native_schemas(turn: Turn) -> list[dict[str, Any]]:
-    """The schemas for this request: all of them, or, past the budget, the core ones, what
-    ``find_tools`` found this turn, and ``find_tools`` itself."""
+    """The schemas for this request: the core ones, the MCP tools not on demand, what
+    ``find_tools`` found in this chat, and ``find_tools`` itself while anything waits."""
     tools = turn.deps.tools.tools(include_code_only=False, ctx=turn.ctx)
-    if sum(t.schema_size for t in tools) <= SCHEMA_BUDGET:
-        return [t.openai_schema for t in tools]
-    waiting = _waiting(tools, turn.found_tools)
+    waiting = _waiting(tools, turn)
     shown = [t.openai_schema for t in tools if t not in waiting]
     return [*shown, _find_tools_schema(waiting)] if waiting else shown
 
@@ -39,7 +55,7 @@ def find_tools(turn: Turn, raw_arguments: str) -> str:
     except (ValueError, AttributeError):
         query = ""
     tools = turn.deps.tools.tools(include_code_only=False, ctx=turn.ctx)
-    waiting = _waiting(tools, turn.found_tools)
+    waiting = _waiting(tools, turn)
     words = [w for w in query.lower().replace("_", " ").split() if len(w) > 1]
     scored = sorted(((sum(w in f"{t.name.replace('_', ' ')} {t.description}".lower() for w in words), t)
                      for t in waiting), key=lambda pair: -pair[0])
@@ -48,13 +64,23 @@ def find_tools(turn: Turn, raw_arguments: str) -> str:
         return (f"No tool matches {query!r}. Not offered yet: {', '.join(t.name for t in waiting) or 'none'}; "
                 "ask with other words or one of these names.")
     turn.found_tools.update(t.name for t in found)
+    turn.session.set_meta(found_tools=sorted(turn.found_tools))  # offered in this chat until /new
     lines = [f"- {t.name}: {t.summary}" for t in found]
     return "These tools can be called from your next message on:\n" + "\n".join(lines)
 
 
-def _waiting(tools: list[Tool], found: set[str]) -> list[Tool]:
-    """Tools offered through find_tools: seldom-needed built-ins and MCP tools, not yet found."""
-    return [t for t in tools if (t.brief or hasattr(t, "listing_line")) and t.name not in found]
+def _waiting(tools: list[Tool], turn: Turn) -> list[Tool]:
+    """Tools offered through find_tools and not found yet: seldom-needed built-ins past the
+    budget, and MCP tools on demand."""
+    builtin = [t for t in tools if not _is_mcp(t)]
+    crowded = sum(t.schema_size for t in builtin) > SCHEMA_BUDGET
+    later = on_demand(tools, turn.deps.config, turn.settings.context_tokens)
+    return [t for t in tools if t.name not in turn.found_tools
+            and (t.name in later or crowded and t.brief and not _is_mcp(t))]
+
+
+def _is_mcp(tool: Tool) -> bool:
+    return hasattr(tool, "listing_line")
 
 
 def _find_tools_schema(waiting: list[Tool]) -> dict[str, Any]:

@@ -46,9 +46,10 @@ Extra = Callable[..., Awaitable[Any]]
 
 
 def code_stubs(tools: ToolRegistry, *, header: bool = True, ctx: ToolContext | None = None,
-               budgeted: bool = False) -> str:
-    """The functions' stubs (for the type checker: all; for a chat's prompt: ``ctx``, ``budgeted``)."""
-    return render_stubs(tools.tools(ctx=ctx), header=header, budgeted=budgeted) + CODE_ONLY_STUBS
+               listed: set[str] | None = None) -> str:
+    """The functions' stubs (for the type checker: all; for a chat's prompt: ``ctx``, and
+    ``listed``: the names shown by one line only)."""
+    return render_stubs(tools.tools(ctx=ctx), header=header, listed=listed) + CODE_ONLY_STUBS
 
 
 class CodeExecutor:

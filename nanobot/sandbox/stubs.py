@@ -14,26 +14,20 @@ from nanobot.tools.registry import Tool
 STUB_HEADER = "from typing import Any, Literal, Optional, Union\n"
 
 
-# Past this many characters of MCP stubs (about 1,300 tokens), the prompt lists those
-# functions by name and one line each, and ``tool_help(name)`` gives a full stub.
-LISTED_STUBS_BUDGET = 4000
-
-
-def render_stubs(tools: Iterable[Tool], *, header: bool = True, budgeted: bool = False) -> str:
+def render_stubs(tools: Iterable[Tool], *, header: bool = True, listed: set[str] | None = None) -> str:
     """One ``def name(...) -> T: ...  # summary`` per tool.
 
     ``header`` adds the ``typing`` import the type checker needs; a prompt can leave it out.
-    ``budgeted`` (the prompt): built-in tools marked ``brief`` share one line of call forms, and
-    tools that can be listed (MCP tools) are, when their stubs would take more than
-    ``LISTED_STUBS_BUDGET`` characters; ``tool_help(name)`` gives any one's full stub.
+    ``listed`` (the prompt): built-in tools marked ``brief`` share one line of call forms, and
+    the tools named in it (MCP tools offered on demand: ``agent.tool_offer``) get one line each;
+    ``tool_help(name)`` gives any one's full stub.
     """
     tools = list(tools)
-    if not budgeted:
+    if listed is None:
         body = "\n".join(t.stub() for t in tools)
         return f"{STUB_HEADER}\n{body}\n" if header else f"{body}\n"
-    listable = [t for t in tools if hasattr(t, "listing_line")]
-    listed = listable if sum(len(t.stub()) for t in listable) > LISTED_STUBS_BUDGET else []
-    brief = [t for t in tools if t.brief and t not in listable]
+    listed = [t for t in tools if t.name in listed and hasattr(t, "listing_line")]
+    brief = [t for t in tools if t.brief and not hasattr(t, "listing_line")]
     stubs = [t.stub() for t in tools if t not in listed and t not in brief]
     if brief:
         stubs.append(f"# Also: {', '.join(t.call_form() for t in brief)}. tool_help(name) gives one's full stub.")
