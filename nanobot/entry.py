@@ -13,6 +13,9 @@ def main() -> None:
     code = try_gateway(sys.argv[1:])
     if code is not None:
         sys.exit(code)
+    # httpx (python-telegram-bot's client) imports its own command-line tool, and with it rich
+    # and pygments, whenever those are installed (typer brings them): 5 MB of RSS for nothing.
+    sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]  (httpx then skips it)
     from nanobot.cli import main as full_cli
 
     full_cli()

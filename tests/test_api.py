@@ -232,3 +232,24 @@ async def test_a_member_key_reaches_no_owner_page_and_no_other_chat(api: dict, l
         async with http.get(root + "/nanobot/history") as resp:
             history = await resp.json()
     assert history["chat"] == "api:bob" and "plan" not in json.dumps(history)
+
+
+async def test_an_api_only_home_says_what_is_true(home: Path, workspace: Path, llm: FakeOpenAI,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """With only the API on: status names the owner key, and the gateway does not claim to run
+    for cron and the heartbeat alone."""
+    from tests.test_cli import write_config
+
+    write_config(home, workspace, llm.base_url)
+    data = json.loads((home / "config.json").read_text())
+    data["gateway"] = {"api": {"enabled": True, "listen": f"127.0.0.1:{free_port()}"}, "heartbeat": {"enabled": False}}
+    (home / "config.json").write_text(json.dumps(data))
+    assert (await nanobot("api", "keys", "add", "ada", "--owner", home=home))[0] == 0
+    code, out, _ = await nanobot("status", home=home)
+    assert code == 0 and "Owners:    the API key ada, and the terminal" in out
+    config = Config.model_validate(data)
+    config.agents.defaults.workspace = str(workspace)
+    async with running_gateway(config, with_services=True):
+        pass
+    said = [r.getMessage() for r in caplog.records if "no chat channel" in r.getMessage()]
+    assert said and "running for the API (gateway.api), cron, the terminal" in said[0]

@@ -210,12 +210,12 @@ async def test_a_member_shell_cannot_plant_its_own_memory(config: Config, llm: F
 def test_status_names_owners_and_the_shell(config: Config, tmp_path: Path) -> None:
     from nanobot.cli.status import trust_lines
 
-    lines = "\n".join(trust_lines(config))
+    lines = "\n".join(trust_lines(config, []))
     assert f"Owners:    telegram {OWNER} in private chats, and the terminal" in lines
     assert f"Notices:   telegram:{OWNER}" in lines
     assert "Shell:     confined (Landlock" in lines if confine.probe().ok else "Shell:     REFUSED" in lines
     config.tools.exec.sandbox = "off"
-    assert "Shell:     UNCONFINED" in "\n".join(trust_lines(config))
+    assert "Shell:     UNCONFINED" in "\n".join(trust_lines(config, []))
 
 
 def test_home_is_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -40,8 +40,6 @@ async def _status(config: Config, path: Path) -> None:
                f"mode {settings.execution_mode}")
     for line in gateway_lines(config):
         typer.echo(line)
-    for line in trust_lines(config):
-        typer.echo(line)
     sqlite = config.database.engine == "sqlite"
     typer.echo(f"Database:  {'SQLite, ' + str(config.home / 'nanobot.db') if sqlite else 'PostgreSQL at ' + where(config.database.url)}")
     typer.echo(f"Disk:      {_disk_line(config.home)}")
@@ -50,9 +48,13 @@ async def _status(config: Config, path: Path) -> None:
     except HomeError as exc:  # what needs the database waits for it: say so, after what could be said
         typer.echo("           UNREACHABLE now: a running gateway keeps messages and replies waiting until it "
                    "is back")
+        for line in trust_lines(config, None):
+            typer.echo(line)
         typer.echo(f"nanobot: {exc}", err=True)
         raise typer.Exit(1) from None
     try:
+        for line in trust_lines(config, await _owner_keys(db)):
+            typer.echo(line)
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
         if not sqlite:
@@ -81,6 +83,12 @@ def _disk_line(home: Path) -> str:
         return (f"FULL ({free / 1048576:.1f} MB free on {home}): new messages cannot be stored; they wait "
                 "with the platform and are answered once there is room")
     return f"{free / 1073741824:.1f} GB free on {home}"
+
+
+async def _owner_keys(db: Database) -> list[str]:
+    from nanobot.api.keys import ApiKeys
+
+    return [name for name, _, owner in await (await ApiKeys.open(db)).active() if owner]
 
 
 async def _api_line(config: Config, db: Database) -> str:
@@ -138,15 +146,20 @@ def gateway_lines(config: Config) -> list[str]:
     return lines
 
 
-def trust_lines(config: Config) -> list[str]:
-    """Who the owner is, where the shell stands, and what steers the assistant unexpectedly."""
+def trust_lines(config: Config, owner_keys: list[str] | None) -> list[str]:
+    """Who the owner is (``owner_keys``: the owner API keys' names, None when the database is
+    unreachable), where the shell stands, and what steers the assistant unexpectedly."""
     from nanobot.skills import shadowing_skills
     from nanobot.tools.shell import shell_status
     from nanobot.trust import owner_chat, owner_ids
 
-    owners = [f"{name} {', '.join(owner_ids(config.channels.section(name))) or '(none)'}"
+    owners = [f"{name} {', '.join(owner_ids(config.channels.section(name))) or '(none)'} in private chats"
               for name in config.channels.enabled_names()]
-    who = f"{'; '.join(owners)} in private chats, and the terminal" if owners else "the terminal only"
+    if owner_keys:
+        owners.append(f"the API key{'s' if len(owner_keys) > 1 else ''} {', '.join(owner_keys)}")
+    elif owner_keys is None:
+        owners.append("owner API keys (unknown: the database is unreachable)")
+    who = f"{'; '.join(owners)}, and the terminal" if owners else "the terminal only"
     lines = [f"Owners:    {who}",
              f"Notices:   {owner_chat(config) or 'no owner chat yet: logged only'}",
              f"Shell:     {shell_status(config)}"]

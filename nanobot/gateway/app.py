@@ -113,8 +113,10 @@ class Gateway:
         if self.channels.failed:  # retried with backoff: the daemon stays up for cron and the others
             log.warning("channels not running yet (retrying): %s", "; ".join(
                 f"{name}: {why}" for name, why in self.channels.failed.items()))
-        if not self.channels.enabled():
-            log.warning("no channel is enabled (channels.*.enabled): running for cron and heartbeat only")
+        if not self.config.channels.enabled_names():
+            serving = "the API (gateway.api), cron" if self.config.gateway.api.enabled else "cron"
+            log.warning("no chat channel is enabled (channels.*.enabled): running for %s, the terminal "
+                        "(nanobot agent) and the heartbeat", serving)
         self._intake = asyncio.create_task(self.dispatcher.run(), name="dispatcher")
         self._router = asyncio.create_task(self.channels.route(), name="outbound router")
         for service in self.services:
