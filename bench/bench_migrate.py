@@ -59,7 +59,7 @@ async def main(chats: int, messages: int) -> None:
             await target.close()
             await sqlite.close()
             print("\n".join(report.lines()))
-            print(f"db migrate: {took:.2f} s ({report.rows['history (records)'][1] / took:,.0f} history records/s)")
+            print(f"db migrate: {took:.2f} s ({report.rows['history (records)'][2] / took:,.0f} history records/s)")
     finally:
         server.cleanup()
 

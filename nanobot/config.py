@@ -519,6 +519,7 @@ class Config(BaseSettings):
     # NANOBOT_HOME as it was when the config was made (the CLI's entry), or the Runtime's home:
     # everything below reads it here, so a runtime built with another home guards that one.
     _home: Path = PrivateAttr(default_factory=lambda: nanobot_home())
+    _source: Path | None = PrivateAttr(None)  # the file it was loaded from (None: built in code)
     tools: Tools = Tools()
     gateway: Gateway = Gateway()
     database: Database = Database()
@@ -568,6 +569,12 @@ class Config(BaseSettings):
 
     def use_home(self, home: Path) -> None:
         self._home = home
+
+    @property
+    def source(self) -> Path | None:
+        """The config file this was loaded from, resolved (``nanobot agent`` checks that a
+        running gateway uses the same one before it hands it a message)."""
+        return self._source
 
     def agent_for(self, session_key: str) -> AgentSettings:
         """The agent settings for one session: defaults with that session's override applied."""
@@ -746,5 +753,6 @@ def load_config(explicit: str | Path | None = None) -> tuple[Config, Path]:
         _FILE_DATA.reset(token)
     for loc, message in config.problems():
         raise _bad_value(_env_source(loc) or str(path), loc, message)
+    config._source = path.resolve()
     return config, path
 

@@ -3,7 +3,9 @@ into PostgreSQL, then counted on both sides.
 
 Everything goes in one transaction: a failure or a count that does not match leaves the target
 as it was. Rows keep their ids (a reply's ``finishes``, a run's job), rows already there are
-kept, so running it again copies nothing twice.
+kept, so running it again copies nothing twice. ``replace`` first empties nanobot's tables in
+the target (the way forward after a copy made while the home's gateway still ran, or a target
+a gateway already wrote to).
 """
 
 from __future__ import annotations
@@ -41,32 +43,46 @@ class CountMismatch(Exception):
 
 @dataclass
 class CopyReport:
-    rows: dict[str, tuple[int, int]] = field(default_factory=dict)  # table -> (in the home, in PostgreSQL)
+    # table -> (rows in the home, in PostgreSQL before, in PostgreSQL after)
+    rows: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
-        return [f"{table}: {source} in the home, {target} in PostgreSQL" for table, (source, target) in self.rows.items()]
+        return [f"{table}: {source} in the home, {after} in PostgreSQL ({after - before} copied now)"
+                for table, (source, before, after) in self.rows.items()]
+
+    @property
+    def copied(self) -> int:
+        return sum(after - before for _, before, after in self.rows.values())
+
+    def differing(self) -> list[str]:
+        return [f"{table}: {source} in the home, {after} in PostgreSQL"
+                for table, (source, _, after) in self.rows.items() if source != after]
 
 
-async def copy_home(sqlite: SqliteDatabase, histories: SessionStore, target: PostgresDatabase) -> CopyReport:
+async def copy_home(sqlite: SqliteDatabase, histories: SessionStore, target: PostgresDatabase, *,
+                    replace: bool = False) -> CopyReport:
     for component, (migrations, _) in COMPONENTS.items():
         await target.migrate(component, migrations)
     await target.migrate("history", HISTORY)
     report = CopyReport()
     async with target.transaction() as tx:
+        if replace:
+            tables = [t for _, (_, names) in COMPONENTS.items() for t in names if t != "cron_meta"]
+            await tx.execute(f"TRUNCATE {', '.join([*tables, 'history'])}")
+            await tx.execute("DELETE FROM cron_meta WHERE key != 'change_token'")
         for component, (_, tables) in COMPONENTS.items():
             if await sqlite.fetchval("SELECT version FROM schema_versions WHERE component = $1", component):
                 for table in tables:
                     report.rows[table] = await _copy_table(sqlite, tx, table)
         report.rows["history (records)"] = await _copy_histories(histories, tx)
-        wrong = [table for table, (source, copied) in report.rows.items() if source != copied]
-        if wrong:
-            raise CountMismatch("; ".join(f"{t}: {report.rows[t][0]} in the home, {report.rows[t][1]} in PostgreSQL"
-                                          for t in wrong))
+        if report.differing():
+            raise CountMismatch("; ".join(report.differing()))
     return report
 
 
-async def _copy_table(sqlite: SqliteDatabase, tx: Queries, table: str) -> tuple[int, int]:
+async def _copy_table(sqlite: SqliteDatabase, tx: Queries, table: str) -> tuple[int, int, int]:
     rows = await sqlite.fetch(f"SELECT * FROM {table}")
+    before = int(await tx.fetchval(f"SELECT count(*) FROM {table}"))
     types = {r[0]: r[1] for r in await tx.fetch(
         "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = $1", table)}
     if rows:
@@ -78,7 +94,7 @@ async def _copy_table(sqlite: SqliteDatabase, tx: Queries, table: str) -> tuple[
     if "id" in types and types["id"] == "bigint":  # the next id comes after the copied ones
         await tx.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
                          f"GREATEST((SELECT max(id) FROM {table}), 1))")
-    return len(rows), int(await tx.fetchval(f"SELECT count(*) FROM {table}"))
+    return len(rows), before, int(await tx.fetchval(f"SELECT count(*) FROM {table}"))
 
 
 def _as(pg_type: str, value: Any) -> Any:
@@ -87,15 +103,16 @@ def _as(pg_type: str, value: Any) -> Any:
     return value if value is None or convert is None or isinstance(value, bytes) else convert(value)
 
 
-async def _copy_histories(histories: SessionStore, tx: Queries) -> tuple[int, int]:
+async def _copy_histories(histories: SessionStore, tx: Queries) -> tuple[int, int, int]:
     """Each chat's records in order; a chat already copied whole is left alone."""
-    source = copied = 0
+    source = before = after = 0
     for key in histories.keys():
         records = await histories.records(key)
         there = int(await tx.fetchval("SELECT count(*) FROM history WHERE session_key = $1", key))
+        before += there
         if there == 0:
             await tx.executemany("INSERT INTO history (session_key, record) VALUES ($1, $2)",
                                  [(key, json.dumps(r, ensure_ascii=False)) for r in records])
             there = len(records)
-        source, copied = source + len(records), copied + there
-    return source, copied
+        source, after = source + len(records), after + there
+    return source, before, after

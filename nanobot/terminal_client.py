@@ -2,7 +2,10 @@
 so it starts in a fraction of the in-process path (no model SDK, no pydantic, no sandbox).
 
 ``try_gateway(argv)`` returns an exit code when it handled the command, or None (no gateway
-runs on this home, or the command is not a plain one-shot message): the full CLI takes over.
+runs on this home, it runs with another config file, or the command is not a plain one-shot
+message): the full CLI takes over. The config is found as the full CLI finds it (``--config``,
+``NANOBOT_CONFIG``, ``$NANOBOT_HOME/config.json``) and must be the gateway's own file;
+``-v`` only adds a line saying which way the message went.
 """
 
 from __future__ import annotations
@@ -18,24 +21,21 @@ LEAN_OPTIONS = {"--session": "session", "--mode": "mode"}
 SOCKET = "api.sock"  # in $NANOBOT_HOME; the gateway serves it (nanobot/api/terminal.py)
 
 
-def gateway_listens(path: Path) -> bool:
-    """Whether a gateway answers on the socket (one left by a killed gateway does not)."""
-    if not path.exists():
-        return False
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
-
-
 def parse(argv: list[str]) -> dict[str, str] | None:
-    """``agent -m TEXT [--session KEY] [--mode MODE]`` as options, else None."""
-    if len(argv) < 3 or argv[0] != "agent":
-        return None
+    """``[-v] [--config PATH] agent -m TEXT [--session KEY] [--mode MODE]`` as options, else None."""
     found: dict[str, str] = {}
-    rest = argv[1:]
+    rest = list(argv)
+    while rest and rest[0] != "agent":  # the options before the command
+        flag = rest.pop(0)
+        if flag in ("-v", "--verbose"):
+            found["verbose"] = "1"
+        elif flag == "--config" and rest:
+            found["config"] = rest.pop(0)
+        else:
+            return None
+    if len(rest) < 3:
+        return None
+    rest = rest[1:]
     while rest:
         flag = rest.pop(0)
         if flag in ("-m", "--message") and rest:
@@ -49,18 +49,53 @@ def parse(argv: list[str]) -> dict[str, str] | None:
     return found if "message" in found else None
 
 
+def config_file(explicit: str | None) -> Path:
+    """The config file the full CLI would read (nanobot.config.config_path), resolved."""
+    named = explicit or os.environ.get("NANOBOT_CONFIG")
+    home = Path(os.environ.get("NANOBOT_HOME", "~/.nanobot")).expanduser()
+    return Path(named).expanduser().resolve() if named else (home / "config.json").resolve()
+
+
+NO_GATEWAY = "no gateway answers"
+
+
+def gateway_config(sock: Path) -> str | None:
+    """The config file of the gateway answering on ``sock``; None for one whose config was
+    built in code (an embedding program's, a test's); ``NO_GATEWAY`` when none answers."""
+    try:
+        status, response = _request(str(sock), "GET", "/v1/nanobot/gateway", b"", {})
+    except OSError:
+        return NO_GATEWAY
+    return json.loads(response.read() or b"{}").get("config") if status == 200 else NO_GATEWAY
+
+
+def same_config(theirs: str | None, mine: Path | None) -> bool:
+    return theirs is None or theirs == str(mine)
+
+
 def try_gateway(argv: list[str]) -> int | None:
     options = parse(argv)
     home = Path(os.environ.get("NANOBOT_HOME", "~/.nanobot")).expanduser()
     path = home / SOCKET
-    if options is None or not path.exists() or os.environ.get("NANOBOT_CONFIG"):
+    if options is None or not path.exists():
         return None
-    headers = {"X-Nanobot-Session": options.get("session", "cli:default")}
-    if "mode" in options:
-        headers["X-Nanobot-Mode"] = options["mode"]
-    body = json.dumps({"model": "nanobot", "stream": True, "messages": [{"role": "user", "content": options["message"]}]})
+    if not same_config(gateway_config(path), config_file(options.get("config"))):
+        return None  # none runs (a socket left behind), or it runs with another config
+    return send(path, options["message"], options.get("session", "cli:default"), options.get("mode"),
+                verbose=bool(options.get("verbose")))
+
+
+def send(path: Path, message: str, session: str, mode: str | None, *, verbose: bool = False) -> int | None:
+    """One message to the gateway on ``path``, its reply printed as it comes; the exit code
+    (None: the gateway was gone after all)."""
+    if verbose:
+        sys.stderr.write(f"nanobot: through the gateway running on {path.parent} (its log has the turn)\n")
+    headers = {"X-Nanobot-Session": session}
+    if mode:
+        headers["X-Nanobot-Mode"] = mode
+    body = json.dumps({"model": "nanobot", "stream": True, "messages": [{"role": "user", "content": message}]})
     try:
-        status, response = _post(str(path), body.encode(), headers)
+        status, response = _request(str(path), "POST", "/v1/chat/completions", body.encode(), headers)
     except OSError:  # a socket left by a gateway that is gone: run in-process
         return None
     if status != 200:
@@ -70,12 +105,12 @@ def try_gateway(argv: list[str]) -> int | None:
     return _print_stream(response)
 
 
-def _post(path: str, body: bytes, headers: dict[str, str]) -> tuple[int, BinaryIO]:
+def _request(path: str, method: str, target: str, body: bytes, headers: dict[str, str]) -> tuple[int, BinaryIO]:
     """One HTTP/1.0 request over the Unix socket (the server closes the connection at the end
     of the answer, so the body is simply read to the end). http.client would load ssl: 20 MiB."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
-    lines = ["POST /v1/chat/completions HTTP/1.0", "Host: localhost", "Content-Type: application/json",
+    lines = [f"{method} {target} HTTP/1.0", "Host: localhost", "Content-Type: application/json",
              f"Content-Length: {len(body)}", *(f"{k}: {v}" for k, v in headers.items())]
     sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
     response = sock.makefile("rb")

@@ -146,7 +146,7 @@ async def test_a_home_moves_into_postgresql_and_the_chat_goes_on(pg_url: str, ll
                  "api_keys: 1 in the home, 1 in PostgreSQL"):
         assert line in out, out
     again = await nanobot("db", "migrate", "--to", pg_url, home=home)  # harmless: nothing copied twice
-    assert again[0] == 0 and "history (records): " in again[1]
+    assert again[0] == 0 and "history (records): " in again[1] and "Nothing to copy" in again[1]
     exported_home = await nanobot("history", "export", "telegram:5", home=home)
     config = load_config()[0]
     config.database.url = pg_url
@@ -260,3 +260,33 @@ async def test_a_database_that_goes_away_loses_nothing(pg_server: str, pg_url: s
         assert [r["content"] for r in records if r.get("role") == "user"] == ["before", "during", "after"]
     finally:
         await db.close()
+
+
+async def test_a_migration_refuses_a_running_gateway_and_offers_a_way_forward(pg_url: str, llm, workspace: Path,
+                                                                             home: Path) -> None:
+    """While the home's gateway runs it refuses in one line; when PostgreSQL holds rows the home
+    does not (a copy made while a gateway still wrote), the message says --replace, which works."""
+    from tests.helpers import nanobot_process
+
+    write_config(home, workspace, llm.base_url)
+    llm.script(reply("one"))
+    async with Runtime(load_config()[0]) as rt:
+        await rt.agent.handle("telegram:5", "first")
+    async with nanobot_process("gateway", home=home):
+        for _ in range(200):
+            if (home / "api.sock").exists():
+                break
+            await asyncio.sleep(0.05)
+        code, out, err = await nanobot("db", "migrate", "--to", pg_url, home=home)
+    assert code == 1 and "a gateway is running on" in err and "stop it first" in err and len(err.splitlines()) == 1
+    assert (await nanobot("db", "migrate", "--to", pg_url, home=home))[0] == 0
+    db = await PostgresDatabase.open(pg_url)
+    try:  # what a gateway wrote there after the copy
+        await db.execute("INSERT INTO model_calls (ts, session_key, mode, purpose, model, prompt_tokens, "
+                         "completion_tokens) VALUES (0, 'telegram:5', 'tools', 'turn', 'm', 1, 1)")
+    finally:
+        await db.close()
+    code, out, err = await nanobot("db", "migrate", "--to", pg_url, home=home)
+    assert code == 1 and "model_calls: 1 in the home, 2 in PostgreSQL" in err and "--replace" in err
+    code, out, err = await nanobot("db", "migrate", "--to", pg_url, "--replace", home=home)
+    assert code == 0 and "model_calls: 1 in the home, 1 in PostgreSQL" in out, err

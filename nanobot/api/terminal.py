@@ -42,6 +42,7 @@ class TerminalSocket:
         self.gateway.channels.add_internal(self.channel)
         app = web.Application(middlewares=[errors])
         app.router.add_post("/v1/chat/completions", self.completions)
+        app.router.add_get("/v1/nanobot/gateway", self.about)
         self._runner = await unix_runner(app)
         self.path.unlink(missing_ok=True)  # left by a gateway that was killed (the home lock says it is gone)
         old = os.umask(0o177)
@@ -55,6 +56,12 @@ class TerminalSocket:
         if self._runner is not None:
             await self._runner.cleanup()
         self.path.unlink(missing_ok=True)
+
+    async def about(self, request: web.Request) -> web.Response:
+        """Which config file this gateway runs with: ``nanobot agent`` hands it a message only
+        when it would itself read the same file."""
+        source = self.gateway.config.source
+        return web.json_response({"config": str(source) if source else None, "pid": os.getpid()})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await read_body(request, 1024)

@@ -13,7 +13,7 @@ import typer
 
 from nanobot.cli.common import fail, get_config
 from nanobot.config import Config, ConfigError
-from nanobot.terminal_client import SOCKET, gateway_listens
+from nanobot.terminal_client import NO_GATEWAY, SOCKET, gateway_config, same_config, send
 from nanobot.workspace_template import copy_template
 
 DEMO_RECORDING = Path(__file__).resolve().parent.parent / "demo" / "demo.jsonl"
@@ -32,13 +32,34 @@ def agent(ctx: typer.Context,
         sys.exit(asyncio.run(_run_demo(message)))
     config = get_config(ctx)
     sock = config.home / SOCKET
-    if message is None and not local and session.startswith("cli:") and gateway_listens(sock):
+    why = _in_process_because(config, sock, session, local)
+    if why is None and message is not None:
+        code = send(sock, message, session, mode, verbose=logging.getLogger().isEnabledFor(logging.INFO))
+        if code is not None:
+            sys.exit(code)
+        why = "the gateway stopped answering"
+    elif why is None:
         from nanobot.cli.remote_chat import chat_via_gateway
 
         typer.echo(f"nanobot chat ({session}) through the running gateway. /help for commands; Ctrl-C cancels a "
                    "turn, Ctrl-C or Ctrl-D at the prompt leaves.")
         sys.exit(asyncio.run(chat_via_gateway(sock, config.home, session, mode)))
+    logging.getLogger(__name__).info("running in this process: %s", why)
     sys.exit(asyncio.run(_run_agent(config, message, session, mode)))
+
+
+def _in_process_because(config: Config, sock: Path, session: str, local: bool) -> str | None:
+    """Why this chat runs here rather than in the gateway of this home (None: it need not)."""
+    if local:
+        return "--local"
+    if not session.startswith("cli:"):
+        return f"--session {session} is not a terminal chat (only this process may act in it)"
+    theirs = gateway_config(sock)
+    if theirs == NO_GATEWAY:
+        return f"no gateway runs on {config.home}"
+    if not same_config(theirs, config.source):
+        return f"the gateway on {config.home} runs with another config file ({theirs}, not {config.source})"
+    return None
 
 
 async def _print_progress(text: str) -> None:
@@ -72,7 +93,7 @@ TERMINAL_STREAM_INTERVAL = 0.05  # seconds between the terminal's looks at a rep
 
 async def _one_message(rt, session: str, message: str, mode: str | None):
     """``agent -m``: the reply printed as it is written; the caller prints the rest of it."""
-    from channels.cli import TerminalStream, write_stdout
+    from nanobot_channels.cli import TerminalStream, write_stdout
     from nanobot.agent.streaming import ReplyStream
 
     printed = TerminalStream(write_stdout)
@@ -88,7 +109,7 @@ async def _one_message(rt, session: str, message: str, mode: str | None):
 async def _chat(rt, session: str, mode: str | None) -> None:
     """The terminal chat: lines go through the same dispatcher as the gateway's chats, so
     ``/stop`` typed during a turn cancels it. At end of input, what was asked is finished."""
-    from channels.cli import CliChannel
+    from nanobot_channels.cli import CliChannel
     from nanobot.bus import InboundMessage
     from nanobot.gateway.dispatcher import Dispatcher, is_stop
 

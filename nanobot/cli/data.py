@@ -22,16 +22,24 @@ history_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Cha
 
 @db_app.command("migrate")
 def db_migrate(ctx: typer.Context,
-               to: str = typer.Option(..., "--to", metavar="URL", help="postgresql://USER:PASSWORD@HOST:PORT/DATABASE")) -> None:
+               to: str = typer.Option(..., "--to", metavar="URL", help="postgresql://USER:PASSWORD@HOST:PORT/DATABASE"),
+               replace: bool = typer.Option(False, "--replace", help="empty nanobot's tables in the target first, "
+                                            "then copy this home afresh")) -> None:
     """Copy this home's nanobot.db and JSONL histories into PostgreSQL and compare the counts
-    (exit 1 on a mismatch, nothing left half-done; running it again copies nothing twice)."""
+    (exit 1 on a mismatch, nothing left half-done; running it again copies nothing twice).
+    The home's gateway must be stopped."""
+    from nanobot.gateway.lock import running_gateway_pid
+
     config = get_config(ctx)
     if not to.startswith(("postgresql://", "postgres://")):
         fail(f"--to must be a postgresql:// URL, not {url_without_password(to)!r}")
-    sys.exit(asyncio.run(_migrate(config, to)))
+    pid = running_gateway_pid(config.home)
+    if pid:
+        fail(f"a gateway is running on {config.home} (PID {pid}) and still writes this home: stop it first", 1)
+    sys.exit(asyncio.run(_migrate(config, to, replace)))
 
 
-async def _migrate(config: Config, url: str) -> int:
+async def _migrate(config: Config, url: str, replace: bool) -> int:
     from nanobot.database import SqliteDatabase
     from nanobot.home_copy import CountMismatch, copy_home
     from nanobot.postgres import PostgresDatabase, where
@@ -43,9 +51,12 @@ async def _migrate(config: Config, url: str) -> int:
         await rename_legacy_chats(sqlite, config.home / "sessions", config.workspace_path)  # a home from before
         target = await PostgresDatabase.open(url)
         try:
-            report = await copy_home(sqlite, SessionStore(config.home / "sessions"), target)
+            report = await copy_home(sqlite, SessionStore(config.home / "sessions"), target, replace=replace)
         except CountMismatch as exc:
-            typer.echo(f"nanobot: the counts differ, nothing was copied: {exc}", err=True)
+            typer.echo(f"nanobot: the counts differ, nothing was copied: {exc}. PostgreSQL holds rows this "
+                       "home does not (a gateway wrote there, or an earlier copy ran while this home's gateway "
+                       "was running). To make it this home's copy, run it again with --replace (it empties "
+                       f"nanobot's tables at {where(url)} first)", err=True)
             return 1
         finally:
             await target.close()
@@ -53,6 +64,10 @@ async def _migrate(config: Config, url: str) -> int:
         await sqlite.close()
     for line in report.lines():
         typer.echo(line)
+    if not report.copied:
+        typer.echo(f"Nothing to copy: PostgreSQL at {where(url)} holds this home already. Set database.url to it "
+                   "to use it.")
+        return 0
     typer.echo(f"Copied {config.home} into PostgreSQL at {where(url)} in {time.monotonic() - started:.1f} s. "
                "Set database.url to it to use it.")
     return 0

@@ -1,0 +1,45 @@
+"""``nanobot agent -m`` goes through the running gateway whichever way its config is named
+(``NANOBOT_CONFIG``, ``--config``, the home's file), ``-v`` only adds a line, and where it
+runs in this process ``-v`` says why."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.helpers import nanobot_process
+from tests.test_cli import nanobot
+
+
+def write(path: Path, workspace: Path, llm: FakeOpenAI, model: str) -> Path:
+    path.write_text(json.dumps({
+        "agents": {"defaults": {"workspace": str(workspace), "model": model, "executionMode": "tools"}},
+        "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}},
+        "gateway": {"heartbeat": {"enabled": False}}}))
+    return path
+
+
+async def test_the_same_config_by_any_route_goes_through_the_gateway(home: Path, workspace: Path, tmp_path: Path,
+                                                                   llm: FakeOpenAI) -> None:
+    shared = write(tmp_path / "etc-nanobot.json", workspace, llm, "from the gateway")  # as deploy/ names it
+    other = write(tmp_path / "other.json", workspace, llm, "in-process")
+    llm.fallback = lambda body: reply(body["model"])  # says which config asked
+    env = {"NANOBOT_CONFIG": str(shared)}
+    async with nanobot_process("gateway", home=home, env=env):
+        for _ in range(200):
+            if (home / "api.sock").exists():
+                break
+            await asyncio.sleep(0.05)
+        code, out, err = await nanobot("agent", "-m", "hi", home=home, env=env)
+        assert (code, out) == (0, "from the gateway\n"), err
+        code, out, err = await nanobot("-v", "agent", "-m", "hi", home=home, env=env)
+        assert (code, out) == (0, "from the gateway\n") and "through the gateway running on" in err, err
+        code, out, err = await nanobot("--config", str(shared), "agent", "-m", "hi", home=home)
+        assert (code, out) == (0, "from the gateway\n"), err
+        code, out, err = await nanobot("-v", "--config", str(other), "agent", "-m", "hi", home=home)
+        assert code == 0 and out.strip() == "in-process", err
+        assert f"running in this process: the gateway on {home} runs with another config file ({shared}" in err
+        code, out, err = await nanobot("-v", "agent", "--local", "-m", "hi", home=home, env=env)
+        assert code == 0 and "running in this process: --local" in err
