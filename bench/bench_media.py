@@ -89,7 +89,7 @@ async def voice_vs_text(workspace: Path) -> tuple[float, float]:
 
 
 async def main() -> None:
-    from channels.telegram import TelegramChannel
+    from nanobot_channels.telegram import TelegramChannel
 
     TelegramChannel.poll_timeout, TelegramChannel.poll_interval = 1.0, 0.01
     with tempfile.TemporaryDirectory() as tmp:

@@ -36,7 +36,7 @@ def base_config(llm: FakeOpenAI, workspace: Path) -> Config:
 
 
 async def first_text(workspace: Path, streaming: bool) -> float:
-    from channels.telegram import TelegramChannel
+    from nanobot_channels.telegram import TelegramChannel
     from tests.helpers import running_gateway
 
     TelegramChannel.poll_timeout, TelegramChannel.poll_interval = 1.0, 0.01

@@ -24,8 +24,8 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from channels.base import BaseChannel, ChannelContext, SendFailed, Sender
-from channels.text import split_message
+from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot_channels.text import split_message
 from nanobot.bus import OutboundMessage
 from nanobot.config import DiscordConfig
 from nanobot.coordination import Held, run_while_held

@@ -32,11 +32,11 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder
 
-from channels.base import BaseChannel, ChannelContext, SendFailed, Sender
-from channels.telegram_html import render_chunks
-from channels.telegram_http import AiohttpRequest
-from channels.telegram_webhook import WebhookServer
-from channels.text import split_message, utf16_len
+from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot_channels.telegram_html import render_chunks
+from nanobot_channels.telegram_http import AiohttpRequest
+from nanobot_channels.telegram_webhook import WebhookServer
+from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
 from nanobot.coordination import Held, run_while_held

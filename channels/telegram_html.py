@@ -13,7 +13,7 @@ import html
 import re
 from collections.abc import Callable
 
-from channels.text import split_message, utf16_len
+from nanobot_channels.text import split_message, utf16_len
 
 _FENCE = re.compile(r"^```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```[ \t]*$|\Z)", re.S | re.M)
 _INLINE_CODE = re.compile(r"`([^`\n]+)`")

@@ -20,8 +20,8 @@ def fast_channels(monkeypatch) -> None:
     from discord.gateway import DiscordWebSocket
     from discord.http import Route
 
-    from channels.discord import DiscordChannel
-    from channels.telegram import TelegramChannel
+    from nanobot_channels.discord import DiscordChannel
+    from nanobot_channels.telegram import TelegramChannel
 
     monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
     monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)

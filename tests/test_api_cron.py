@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from channels.telegram import TelegramChannel
+from nanobot_channels.telegram import TelegramChannel
 from nanobot.api import keys as api_keys
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config

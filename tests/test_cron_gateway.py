@@ -15,7 +15,7 @@ from typing import AsyncIterator
 
 import pytest
 
-from channels.telegram import TelegramChannel
+from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.cron.store import CronStore
 from nanobot.heartbeat import Heartbeat

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from channels.base import SendFailed
-from channels.telegram import TelegramChannel
+from nanobot_channels.base import SendFailed
+from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.delivery.outbox import SendGate

@@ -10,8 +10,8 @@ import pytest
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from channels.base import ChannelContext, SendFailed
-from channels.discord import DiscordChannel
+from nanobot_channels.base import ChannelContext, SendFailed
+from nanobot_channels.discord import DiscordChannel
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import DiscordConfig
 from tests.fakes.discord_api import FakeDiscord

@@ -11,7 +11,7 @@ from typing import AsyncIterator
 import pytest
 from typer.testing import CliRunner
 
-from channels.text import split_message, utf16_len
+from nanobot_channels.text import split_message, utf16_len
 from nanobot.cli import app
 from nanobot.config import Config
 from nanobot.access import WELCOME

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from channels.telegram_webhook import WebhookServer
+from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot import listener
 from nanobot.config import TelegramWebhook
 from tests.test_api import api, config, free_port, post  # noqa: F401  (fixtures)

@@ -28,6 +28,11 @@ def test_a_wheel_installed_in_a_fresh_venv_ships_the_template_and_skills(tmp_pat
     wheels, venv, home = tmp_path / "wheels", tmp_path / "venv", tmp_path / "home"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(wheels), str(REPO)], check=True, capture_output=True, timeout=300)
+    import zipfile
+
+    names = zipfile.ZipFile(next(wheels.glob("nanobot-*.whl"))).namelist()
+    assert "nanobot_channels/telegram.py" in names and not any(n.startswith("channels/") for n in names)
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)  # MIT, shipped with the wheel
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     site = next(venv.glob("lib/python*/site-packages"))
     deps = [p for p in sys.path if p.endswith("site-packages")]  # the dependencies, not our package

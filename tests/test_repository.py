@@ -19,3 +19,15 @@ def test_no_tracked_file_is_over_1_mb() -> None:
     large = [name for name in tracked.decode().split("\0")
              if name and (ROOT / name).is_file() and (ROOT / name).stat().st_size > MAX_BYTES]
     assert not large, f"tracked files over 1 MB (keep them out of git): {large}"
+
+
+def test_every_package_folder_is_in_the_wheel_list() -> None:
+    """pyproject.toml lists the packages (it maps channels/ to nanobot_channels, which find
+    cannot): a new folder of Python modules must be added there, or the wheel lacks it."""
+    import tomllib
+
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(settings["packages"])
+    folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "nanobot").rglob("*.py")}
+    assert folders <= listed, f"package folders missing from pyproject.toml: {sorted(folders - listed)}"
+    assert settings["package-dir"] == {"nanobot_channels": "channels"} and "nanobot_channels" in listed

@@ -12,8 +12,8 @@ import pytest
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from channels.discord import DiscordChannel
-from channels.telegram import TelegramChannel
+from nanobot_channels.discord import DiscordChannel
+from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
@@ -131,7 +131,7 @@ async def test_hybrid_exec_python_streamed(config: Config, tg: FakeTelegram, llm
 
 
 async def test_the_terminal_prints_words_as_they_come_and_nothing_twice(capsys) -> None:
-    from channels.cli import CliChannel
+    from nanobot_channels.cli import CliChannel
     from nanobot.bus import MessageBus, OutboundMessage
 
     channel = CliChannel("cli:s", MessageBus())
@@ -149,7 +149,7 @@ async def test_the_terminal_prints_words_as_they_come_and_nothing_twice(capsys) 
 
 
 def test_under_a_prompt_whole_lines_go_above_and_the_line_being_written_stays_in_the_prompt() -> None:
-    from channels.cli import TerminalStream
+    from nanobot_channels.cli import TerminalStream
 
     written: list[str] = []
     stream = TerminalStream(written.append, whole_lines=True)

@@ -11,11 +11,11 @@ import pytest
 from telegram import Bot
 from telegram.error import NetworkError, TimedOut
 
-from channels.base import ChannelContext, SendFailed
-from channels.telegram import TelegramChannel
-from channels.telegram_http import AiohttpRequest
-from channels.telegram_html import markdown_to_html, render_chunks
-from channels.text import utf16_len
+from nanobot_channels.base import ChannelContext, SendFailed
+from nanobot_channels.telegram import TelegramChannel
+from nanobot_channels.telegram_http import AiohttpRequest
+from nanobot_channels.telegram_html import markdown_to_html, render_chunks
+from nanobot_channels.text import utf16_len
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage, OutgoingFile
 from nanobot.config import TelegramConfig
 from tests.fakes.http_proxy import ForwardProxy
@@ -260,7 +260,7 @@ def test_render_chunks_resplits_when_escaping_grows_text():
 
 
 def test_a_long_code_block_is_split_between_its_lines() -> None:
-    from channels.text import split_message
+    from nanobot_channels.text import split_message
 
     lines = [f"result_{i} = compute_something(alpha, beta, gamma)  # step {i}" for i in range(60)]
     text = "Here is the script:\n```python\n" + "\n".join(lines) + "\n```\nDone."

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from channels.telegram import TelegramChannel
+from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.cron.store import CronStore
 from nanobot.tools import confine

@@ -15,7 +15,7 @@ import asyncio
 from collections import deque
 from dataclasses import dataclass, field
 
-from channels.base import BaseChannel, ChannelContext
+from nanobot_channels.base import BaseChannel, ChannelContext
 from nanobot.bus import REPLY_FUTURE, InboundMessage, OutboundMessage
 from nanobot.config import PluginChannelConfig
 from nanobot.trust import API_CHANNEL

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import aiohttp
 
-from channels.cli import CliChannel
+from nanobot_channels.cli import CliChannel
 from nanobot.bus import MessageBus, OutboundMessage
 from nanobot.gateway.dispatcher import is_stop
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pathlib import Path
 
-from channels.base import ChannelContext, Sender
+from nanobot_channels.base import ChannelContext, Sender
 from nanobot import sdnotify
 from nanobot.access import AccessGate
 from nanobot.bus import InboundMessage, MessageBus

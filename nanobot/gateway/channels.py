@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from channels.base import BaseChannel, ChannelContext, SendFailed
+from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed
 from nanobot.bus import EPHEMERAL, MessageBus, OutboundMessage
 from nanobot.config import ChannelSection, Config, PluginChannelConfig
 from nanobot.delivery.outbox import Outbox, SendGate
