@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from nanobot_channels.base import BaseChannel
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.logs import terminal_line
 
 PROMPT = "you> "
 
@@ -67,6 +68,8 @@ class TerminalStream:
 def write_stdout(text: str) -> None:
     sys.stdout.write(text)
     sys.stdout.flush()
+    if text:
+        terminal_line(ended=text.endswith("\n"))  # log lines wait for the end of the reply's line
 
 
 class CliChannel(BaseChannel):

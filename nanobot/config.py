@@ -662,7 +662,9 @@ def _read_file(path: Path, required: bool) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8") or "{}")
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        where = f"line {exc.lineno}, column {exc.colno}"  # json's messages may end in "at": finish the sentence
+        what = f"{exc.msg} {where}" if exc.msg.endswith(" at") else f"{exc.msg} at {where}"
+        raise ConfigError(f"{path}: invalid JSON: {what[0].lower()}{what[1:]}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a JSON object")
     try:

@@ -55,11 +55,29 @@ def _secret_values(value: Any, key: str = "") -> list[str]:
 
 
 class _StderrHandler(logging.StreamHandler):
-    """Writes to whatever ``sys.stderr`` is at the time (a test runner swaps it)."""
+    """Writes to whatever ``sys.stderr`` is at the time (a test runner swaps it). While the
+    terminal prints a reply and its line is not finished, lines wait (``terminal_line``): on a
+    terminal both streams share the screen, and a log line must not cut a reply in two."""
+
+    midline = False
+    held: list[logging.LogRecord] = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        if _StderrHandler.midline:
+            _StderrHandler.held.append(record)
+            return
         self.stream = sys.stderr
         super().emit(record)
+
+
+def terminal_line(ended: bool) -> None:
+    """The terminal's reply line is open (``ended`` False) or done: the held log lines follow."""
+    _StderrHandler.midline = not ended
+    if ended and _StderrHandler.held:
+        held, _StderrHandler.held = _StderrHandler.held, []
+        for handler in [h for h in logging.getLogger().handlers if isinstance(h, _StderrHandler)]:
+            for record in held:
+                handler.emit(record)
 
 
 def setup(verbose: bool = False) -> None:

@@ -253,3 +253,28 @@ async def test_an_api_only_home_says_what_is_true(home: Path, workspace: Path, l
         pass
     said = [r.getMessage() for r in caplog.records if "no chat channel" in r.getMessage()]
     assert said and "running for the API (gateway.api), cron, the terminal" in said[0]
+
+
+async def test_history_shows_what_was_seen_live_not_the_programs(api: dict, llm: FakeOpenAI) -> None:
+    """A code-mode turn writes its program and its result into the history; the page showed the
+    question and the answer, and a reload must show the same."""
+    llm.script(reply("```python\nprint(6 * 7)\n```"), reply("It is 42."))
+    ai = client(api, api["owner"], **{"X-Nanobot-Session": "maths"})
+    await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "/mode code"}])
+    answer = await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "6 times 7?"}])
+    assert answer.choices[0].message.content == "It is 42."
+    async with aiohttp.ClientSession() as http:
+        async with http.get(api["base"] + "/nanobot/history", headers={
+                "Authorization": f"Bearer {api['owner']}", "X-Nanobot-Session": "maths"}) as resp:
+            shown = [(m["role"], m["content"]) for m in (await resp.json())["messages"]]
+    assert shown[-2:] == [("user", "6 times 7?"), ("assistant", "It is 42.")]
+    assert not any("python" in text for _, text in shown)
+
+
+async def test_the_page_has_an_icon(api: dict) -> None:
+    root = api["base"].removesuffix("/v1")
+    async with aiohttp.ClientSession() as http:
+        async with http.get(root + "/") as page:
+            assert '<link rel="icon" href="/static/icon.svg"' in await page.text()
+        async with http.get(root + "/static/icon.svg") as icon:
+            assert icon.status == 200 and icon.content_type == "image/svg+xml"

@@ -43,3 +43,20 @@ async def test_the_same_config_by_any_route_goes_through_the_gateway(home: Path,
         assert f"running in this process: the gateway on {home} runs with another config file ({shared}" in err
         code, out, err = await nanobot("-v", "agent", "--local", "-m", "hi", home=home, env=env)
         assert code == 0 and "running in this process: --local" in err
+
+
+async def test_with_v_a_log_line_never_cuts_the_reply(home: Path, workspace: Path, llm: FakeOpenAI) -> None:
+    """On a terminal stdout and stderr share the screen: the turn's log line waits for the end of
+    the streamed reply's line."""
+    import os
+    import sys
+
+    write(home / "config.json", workspace, llm, "m")
+    llm.fallback = lambda body: reply("the answer comes in pieces")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", "-v", "agent", "-m", "hi",
+                                                env={**os.environ, "NANOBOT_HOME": str(home)},
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    lines = out.decode().splitlines()
+    assert "the answer comes in pieces" in lines, lines
+    assert any("outcome=ok" in line for line in lines)

@@ -80,7 +80,8 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"channels": {"telegram": {"webhook": {"url": "https://b.example.org/tg", "secretToken": "x" * 16,
                                             "listen": "8443"}}}}, "invalid value for 'channels.telegram.webhook.listen'"),
     ({"gateway": {"failoverSeconds": 1}}, "invalid value for 'gateway.failoverSeconds'"),
-    ('{"agents": {', "invalid JSON at line 1"),
+    ('{"agents": {', "invalid JSON: expecting property name enclosed in double quotes at line 1, column 13"),
+    ('{"agents": "x', "invalid JSON: unterminated string starting at line 1, column 12"),
     ("[1, 2]", "top level must be a JSON object"),
 ])
 def test_bad_config_is_one_clear_error(tmp_path: Path, data, expected: str) -> None:

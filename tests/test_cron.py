@@ -399,6 +399,12 @@ def test_cli_errors_and_exit_codes(home: Path, args, code, message, owner_config
     result = invoke(*args)
     assert result.exit_code == code, result.output
     assert message in " ".join(result.stderr.split())
+    assert result.stderr.startswith(("nanobot: ", "Usage: "))  # ours as every command says it; or click's usage
+
+
+def test_cli_help_lists_whole_sentences(home: Path) -> None:
+    shown = invoke("--help").stdout
+    assert "Resume a paused job." in shown and "(e.g." not in shown
 
 
 def test_cli_jobs_deliver_to_the_terminal_or_an_api_chat_without_an_owner_chat(home: Path):

@@ -81,6 +81,9 @@ def test_the_container_runs_the_wheel_as_a_user_and_compose_adds_postgresql() ->
     shared = {"nanobot-config:/etc/nanobot", "nanobot-workspace:/srv/nanobot/workspace"}
     assert shared <= set(gateway["volumes"]) and shared <= set(second["volumes"])
     assert "nanobot-home-2:/var/lib/nanobot" in second["volumes"]
+    # the page and the API: on the container's interface, published on the host's loopback only
+    assert gateway["environment"]["NANOBOT_GATEWAY__API__LISTEN"] == "0.0.0.0:8765"
+    assert gateway["ports"] == ["127.0.0.1:8765:8765"] and second["ports"] == ["127.0.0.1:8766:8765"]
     assert "/etc/nanobot /srv/nanobot/workspace" in docker  # the volumes start owned by the user
     assert postgres["environment"]["POSTGRES_PASSWORD"].startswith("${NANOBOT_DB_PASSWORD:?")
     assert Config(database={"url": url.replace("${NANOBOT_DB_PASSWORD}", "x")}).database.engine == "postgresql"

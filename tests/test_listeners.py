@@ -174,3 +174,21 @@ async def test_open_sessions_are_bounded_and_one_in_use_is_kept(database_url: st
         store.close()
         if db is not None:
             await db.close()
+
+
+async def test_a_webhook_address_in_use_is_one_line_too(home: Path, workspace: Path, llm, tg) -> None:
+    port = free_port()
+    blocker = await asyncio.start_server(lambda r, w: None, "127.0.0.1", port)
+    write_config(home, workspace, llm.base_url)
+    data = json.loads((home / "config.json").read_text())
+    data["gateway"] = {"heartbeat": {"enabled": False}}
+    data["channels"] = {"telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base, "allowFrom": ["1"],
+                                     "webhook": {"url": "https://bot.example.org/tg", "listen": f"127.0.0.1:{port}",
+                                                 "secretToken": SECRET}}}
+    (home / "config.json").write_text(json.dumps(data))
+    try:
+        code, out, err = await nanobot("gateway", home=home)
+    finally:
+        blocker.close()
+    assert code == 1, err
+    assert f"channels.telegram.webhook.listen: cannot listen on 127.0.0.1:{port}: " in err and "Traceback" not in err

@@ -209,6 +209,7 @@ async def test_a_second_worker_with_the_same_id_is_refused_and_status_lists_the_
         other_home.mkdir()
         (other_home / "config.json").write_text(json.dumps({
             "database": {"url": pg_url}, "gateway": {"heartbeat": {"enabled": False}, "workerId": "w1"},
+            "agents": {"defaults": {"workspace": str(workspace)}},  # the assistant's one workspace
             "providers": {"openai": {"apiKey": "k", "apiBase": "http://127.0.0.1:9/v1"}}}))
         code, _, err = await nanobot("gateway", home=other_home)
         assert code == 2 and "gateway.workerId: 'w1' is the id of a running worker" in err, err

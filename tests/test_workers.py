@@ -329,3 +329,21 @@ async def test_a_worker_cut_off_from_the_database_stops_its_turns_and_another_an
         await asyncio.sleep(2)  # past the moment the cut-off worker's hung model call returns
         assert texts(tg, 41) == ["re: question"]
         assert [name for name, gw in gateways.items() if "telegram:41" in gw.cluster.router.held] in ([other], [cut])
+
+
+async def test_a_worker_with_another_workspace_refuses_to_start(llm, tg, pg_url: str, workspace: Path,
+                                                                tmp_path: Path, fast) -> None:
+    """Memory and files live in the workspace: a worker whose workspace differs from the one the
+    assistant's first worker recorded would silently split them, so it refuses in one line."""
+    from nanobot.cluster.registry import OtherWorkspace, worker_lines
+
+    first = worker_config(llm, workspace, tg, pg_url, "w1", tmp_path)
+    elsewhere = worker_config(llm, tmp_path / "its-own-workspace", tg, pg_url, "w2", tmp_path)
+    async with workers([first]) as gateways:
+        with pytest.raises(OtherWorkspace) as refused:
+            async with running_gateway(elsewhere):
+                pass
+        assert str(refused.value).startswith("agents.defaults.workspace: this worker's is ")
+        assert str(workspace) in str(refused.value) and "\n" not in str(refused.value)
+        lines = await worker_lines(gateways["w1"].runtime.db)
+        assert any(line.startswith("  w1 (host ") and line.endswith(f"workspace {workspace}") for line in lines), lines

@@ -27,6 +27,7 @@ from nanobot.api.channel import FINAL, ApiChannel, Reply
 from nanobot.api.keys import ApiKeys, KeyCheck
 from nanobot.listener import BadBody, listen, read_json
 from nanobot.agent.commands import is_command
+from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.trust import API_CHANNEL
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 MODEL = "nanobot"
 WEB = Path(__file__).resolve().parent / "web"
 PAGE_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
-              "style.css": "text/css; charset=utf-8"}
+              "style.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
 SESSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
@@ -127,10 +128,7 @@ class ApiServer:
         if self.gateway.cluster is not None:
             self.gateway.cluster.router.fresh(chat)
         session = await self.gateway.runtime.sessions.open(chat)
-        shown = [{"role": m["role"], "content": m["content"]} for m in session.messages
-                 if m.get("role") in ("user", "assistant") and isinstance(m.get("content"), str) and m["content"]
-                 and not m.get("tool_calls")]
-        return web.json_response({"chat": chat, "messages": shown[-200:]})
+        return web.json_response({"chat": chat, "messages": shown_history(session.messages)[-200:]})
 
     async def status(self, request: web.Request) -> web.Response:
         """Channels, MCP servers and the shell: the owner's business."""
@@ -289,6 +287,31 @@ def last_user_text(messages: Any) -> str:
                 return content
             break
     raise ApiError(400, "'messages' must end with a user message that has text", "invalid_messages")
+
+
+STEP_RESULTS = ("<python_result>", "<tool_result")
+
+
+def shown_history(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """A chat as its reader saw it live: each user message and the reply it got, not the steps
+    in between (code mode's programs and results, tool calls): the last assistant text before
+    the next user message is the reply (a cron job's output, kept here, is one too)."""
+    shown: list[dict[str, str]] = []
+    reply: str | None = None
+    for m in messages:
+        text = m.get("content") if isinstance(m.get("content"), str) else None
+        if m.get("role") == "user" and text and (text.startswith(STEP_RESULTS) or text == RESUMED_NOTE):
+            continue  # what a program or a text tool call gave back, or the restart note: steps too
+        if m.get("role") == "user" and text:
+            if reply:
+                shown.append({"role": "assistant", "content": reply})
+            shown.append({"role": "user", "content": text})
+            reply = None
+        elif m.get("role") == "assistant" and text and not m.get("tool_calls"):
+            reply = text
+    if reply:
+        shown.append({"role": "assistant", "content": reply})
+    return shown
 
 
 def _chat_id(name: str, session: str | None) -> str:

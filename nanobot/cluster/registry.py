@@ -42,13 +42,22 @@ CREATE TABLE chat_leases (
 CREATE INDEX chat_leases_worker ON chat_leases (worker);
 """,
 # Singletons a worker waits for that a session which is no worker holds (what it saw, for status).
-"ALTER TABLE workers ADD COLUMN blocked TEXT NOT NULL DEFAULT '';"]
+"ALTER TABLE workers ADD COLUMN blocked TEXT NOT NULL DEFAULT '';",
+# The assistant's workspace, recorded by its first worker: every worker must use the same one.
+"""
+CREATE TABLE assistant (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+ALTER TABLE workers ADD COLUMN workspace TEXT NOT NULL DEFAULT '';
+"""]
 
 FORGET_DEAD_AFTER_S = 86400  # a dead worker's row stays this long, for status
 
 
 class WorkerIdInUse(Exception):
     """Another live worker registered under the same gateway.workerId."""
+
+
+class OtherWorkspace(Exception):
+    """This worker's agents.defaults.workspace is not the assistant's (memory and files would split)."""
 
 
 @dataclass(frozen=True)
@@ -62,22 +71,34 @@ class WorkerRow:
     holds: str
     chats: int
     blocked: str  # "name: who" lines: singletons held by sessions that are not workers
+    workspace: str
 
 
 class Registry:
     def __init__(self, db: PostgresDatabase, worker_id: str, lapse: float) -> None:
         self.db, self.id, self.lapse = db, worker_id, lapse  # a heartbeat is good for ``lapse`` seconds
 
-    async def register(self, backend: tuple[int, datetime], pid: int, started: float) -> None:
+    async def check_workspace(self, workspace: str) -> None:
+        """The first worker records the assistant's workspace; OtherWorkspace for one whose
+        workspace differs (each worker would otherwise grow its own memory and files)."""
+        await self.db.execute("INSERT INTO assistant (key, value) VALUES ('workspace', $1) ON CONFLICT DO NOTHING",
+                              workspace)
+        theirs = await self.db.fetchval("SELECT value FROM assistant WHERE key = 'workspace'")
+        if theirs != workspace:
+            raise OtherWorkspace(f"agents.defaults.workspace: this worker's is {workspace}, but the assistant's "
+                                 f"is {theirs} (every worker uses the one workspace, on shared storage if on "
+                                 "several hosts)")
+
+    async def register(self, backend: tuple[int, datetime], pid: int, started: float, workspace: str) -> None:
         """Join (or rejoin after a lost line); WorkerIdInUse if a live worker has our id."""
         joined = await self.db.fetchval(
-            "INSERT INTO workers AS w (id, host, pid, backend_pid, backend_start, started, heartbeat, expires) "
-            "VALUES ($1, $2, $3, $4, $5, $6, nanobot_now(), nanobot_now() + $7) "
+            "INSERT INTO workers AS w (id, host, pid, backend_pid, backend_start, started, heartbeat, expires, "
+            "workspace) VALUES ($1, $2, $3, $4, $5, $6, nanobot_now(), nanobot_now() + $7, $8) "
             "ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
             "backend_pid = excluded.backend_pid, backend_start = excluded.backend_start, started = excluded.started, "
-            "heartbeat = excluded.heartbeat, expires = excluded.expires, holds = '' "
+            "heartbeat = excluded.heartbeat, expires = excluded.expires, holds = '', workspace = excluded.workspace "
             "WHERE w.id NOT IN (SELECT id FROM live_workers) OR w.backend_pid = excluded.backend_pid RETURNING id",
-            self.id, socket.gethostname(), pid, backend[0], backend[1], started, self.lapse)
+            self.id, socket.gethostname(), pid, backend[0], backend[1], started, self.lapse, workspace)
         if joined is None:
             row = await self.db.fetchrow("SELECT host, pid FROM workers WHERE id = $1", self.id)
             raise WorkerIdInUse(f"gateway.workerId: {self.id!r} is the id of a running worker "
@@ -113,13 +134,13 @@ class Registry:
 async def list_workers(db: Any) -> list[WorkerRow]:
     """Every worker seen in the last day, live ones first (``nanobot status``, the page)."""
     rows = await db.fetch(
-        "SELECT w.id, w.host, w.pid, w.heartbeat, w.holds, w.blocked, nanobot_now() AS now, "
+        "SELECT w.id, w.host, w.pid, w.heartbeat, w.holds, w.blocked, w.workspace, nanobot_now() AS now, "
         "w.id IN (SELECT id FROM live_workers) AS alive, "
         "(SELECT count(*) FROM chat_leases l WHERE l.worker = w.id) AS chats "
         "FROM workers w ORDER BY alive DESC, w.started")
     return [WorkerRow(r["id"], r["host"], r["pid"], bool(r["alive"]), r["heartbeat"], r["now"],
                       r["holds"] if r["alive"] else "", int(r["chats"]) if r["alive"] else 0,
-                      r["blocked"] if r["alive"] else "") for r in rows]
+                      r["blocked"] if r["alive"] else "", r["workspace"]) for r in rows]
 
 
 async def worker_lines(db: Any) -> list[str]:
@@ -132,7 +153,7 @@ async def worker_lines(db: Any) -> list[str]:
         ago = f"{max(0.0, r.now - r.heartbeat):.0f} s ago"
         if r.alive:
             lines.append(f"  {r.id} (host {r.host}, pid {r.pid}): {r.chats} chat(s); "
-                         f"holds {r.holds or 'no singleton'}; heartbeat {ago}")
+                         f"holds {r.holds or 'no singleton'}; heartbeat {ago}; workspace {r.workspace or '?'}")
         else:
             lines.append(f"  {r.id} (host {r.host}, pid {r.pid}): gone; last heartbeat {ago}")
     for seen in sorted({line for r in rows for line in r.blocked.splitlines() if line}):

@@ -41,8 +41,9 @@ def worker_id(settings: GatewaySettings) -> str:
 
 class ClusterWorker:
     def __init__(self, db: PostgresDatabase, settings: GatewaySettings, delivery: DeliveryStore, bus: MessageBus,
-                 sessions: Histories, resend: Callable[[list[OutboundMessage]], None]) -> None:
+                 sessions: Histories, resend: Callable[[list[OutboundMessage]], None], workspace: str) -> None:
         self.id = worker_id(settings)
+        self.workspace = workspace
         self.db, self.failover = db, settings.failover_seconds
         # A heartbeat lapses a sweep and a moment before failoverSeconds: takeover lands within it.
         self.registry = Registry(db, self.id, max(1.0, self.failover - SWEEP_EVERY_S - 0.5))
@@ -57,6 +58,7 @@ class ClusterWorker:
     async def start(self) -> None:
         """Join (WorkerIdInUse if our id is taken by a live worker), then take what is orphaned."""
         await migrate(self.db.pool, "workers", MIGRATIONS)
+        await self.registry.check_workspace(self.workspace)
         await self._join()
         await self.registry.forget_previous_run()
         await self.router.sweep()
@@ -69,7 +71,7 @@ class ClusterWorker:
         await self.line.open()
         assert self.line.backend is not None
         try:
-            await self.registry.register(self.line.backend, os.getpid(), self._started)
+            await self.registry.register(self.line.backend, os.getpid(), self._started, self.workspace)
         except BaseException:
             await self.line.close()
             self.line.backend = None  # not a worker: nothing to leave at stop

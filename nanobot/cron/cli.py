@@ -41,7 +41,7 @@ class CliError(Exception):
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"Error: {message}", err=True)
+    typer.echo(f"nanobot: {message}", err=True)
     return typer.Exit(code)
 
 
@@ -221,7 +221,7 @@ def _set_enabled(ctx: typer.Context, job_id: str, enabled: bool) -> None:
 
 @cron_app.command("enable")
 def enable(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
-    """Resume a job (e.g. one paused after 3 failures in a row); resets its failure count."""
+    """Resume a paused job. One paused after 3 failures in a row starts again with its failure count reset."""
     _set_enabled(ctx, job_id, True)
 
 

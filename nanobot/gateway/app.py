@@ -27,7 +27,7 @@ from nanobot_channels.base import ChannelContext, Sender
 from nanobot import sdnotify
 from nanobot.access import AccessGate
 from nanobot.bus import InboundMessage, MessageBus
-from nanobot.cluster.registry import WorkerIdInUse
+from nanobot.cluster.registry import OtherWorkspace, WorkerIdInUse
 from nanobot.coordination import Alone, Singletons
 from nanobot.config import Config
 from nanobot.db import check_writable
@@ -133,7 +133,8 @@ class Gateway:
 
         assert self.delivery is not None and self.dispatcher is not None
         rt = self.runtime
-        self.cluster = ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions, outbox.resend)
+        self.cluster = ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions, outbox.resend,
+                                     str(self.config.workspace_path))
         self.delivery.worker = self.cluster.id  # recorded with each reply: who sends it
         self.singletons = self.cluster.singletons
         self.dispatcher.handover(self.cluster.router)
@@ -270,7 +271,7 @@ async def _serve(config: Config, stop: asyncio.Event) -> int:
                 watchdog = asyncio.create_task(sdnotify.watchdog(interval), name="watchdog")
             await stop.wait()
             log.info("gateway stopping")
-        except WorkerIdInUse as exc:
+        except (WorkerIdInUse, OtherWorkspace) as exc:
             log.error("%s", exc)
             return 2
         except ListenError as exc:  # the API's address in use, say: one line, not a traceback

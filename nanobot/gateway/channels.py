@@ -33,6 +33,7 @@ from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed
 from nanobot.bus import EPHEMERAL, MessageBus, OutboundMessage
 from nanobot.config import ChannelSection, Config, PluginChannelConfig
 from nanobot.delivery.outbox import Outbox, SendGate
+from nanobot.listener import ListenError
 
 log = logging.getLogger(__name__)
 
@@ -97,20 +98,30 @@ class ChannelManager:
         """Start every enabled channel, concurrently. A channel that fails is logged and
         recorded in ``failed``; the others carry on."""
         installed = installed_channels()
-        results = await asyncio.gather(*(self._start_one(name, installed.get(name)) for name in self.enabled()))
+        results = await asyncio.gather(*(self._start_one(name, installed.get(name), first=True)
+                                         for name in self.enabled()))
         for name, started in zip(self.enabled(), results):
             if not started and installed.get(name) is not None:
                 self._set_state(name, f"retrying in {self.retry_first_s:g} s ({self.failed[name]})")
                 self._retries[name] = asyncio.create_task(self._keep_trying(name, installed[name]),
                                                           name=f"retry channel {name}")
 
-    async def _start_one(self, name: str, entry_point: EntryPoint | None) -> bool:
+    async def _start_one(self, name: str, entry_point: EntryPoint | None, *, first: bool = False) -> bool:
+        """Start one channel; False when it failed (it is retried). An address of ours that
+        cannot be bound at the first start (a webhook's listen) ends the gateway instead: a
+        retry would not free it, and systemd or the operator should hear at once."""
         try:
             if entry_point is None:
                 raise RuntimeError(f"no adapter installed under entry point {ENTRY_POINT_GROUP}:{name}")
             cls = entry_point.load()
             channel = cls(self._section(name, cls), self.ctx)
             await channel.start()
+        except ListenError:
+            if first:
+                raise
+            self.failed[name] = "its address is in use"
+            self._set_state(name, "not running (its address is in use)")
+            return False
         except Exception as exc:
             self.failed[name] = f"{type(exc).__name__}: {exc}"
             log.error("channel %s failed to start: %s", name, self.failed[name], exc_info=not isinstance(
