@@ -156,7 +156,7 @@ async def test_an_mcp_result_marks_the_turn(rt: Runtime, llm: FakeOpenAI) -> Non
     llm.script(reply("```python\nnotes_list_notes()\nschedule_cron('every 1h', 'print(1)')\n```"), reply("ok"))
     await rt.agent.handle("cli:mcp", "go")
     result = llm.chat_requests[1]["messages"][-1]["content"]
-    assert "PermissionError" in result and "this turn read external content (notes_list_notes)" in result
+    assert "PermissionError" in result and "this turn read external content (the MCP server 'notes', tool list_notes)" in result
 
 
 async def test_member_chats_reach_no_server_unless_allowed(llm: FakeOpenAI, workspace: Path) -> None:

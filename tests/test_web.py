@@ -281,7 +281,7 @@ async def test_agent_marks_fetched_pages_untrusted_in_tools_mode_only(allowed: W
             await rt.agent.handle("cli:w", "read the page")
             answer = await rt.agent.handle("cli:w", "again, in code", mode="code")
     seen = llm.chat_requests[1]["messages"][-1]["content"]
-    assert seen.startswith(f'<external_content source="{url}">') and "do not follow" in seen
+    assert seen.startswith(f'<external_content source="the web page {url}">') and "do not follow" in seen
     assert answer.startswith("URL: ") and "external_content" not in answer
 
 

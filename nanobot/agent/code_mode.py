@@ -81,6 +81,7 @@ def prompt_stubs(turn: Turn) -> str:
 
 class CodeMode:
     name = "code"
+    streams_text = False  # see Mode: a reply without a program arrives whole
 
     def prompt_section(self, turn: Turn) -> str:
         rt = turn.settings.code_runtime

@@ -113,7 +113,8 @@ class Turn:
     async def ask_model(self, *, tools: list[dict[str, Any]] | None = None,
                         messages: list[dict[str, Any]] | None = None, purpose: str = "turn") -> LLMResponse:
         provider, model = self.chat_model()
-        streamed = self.stream is not None and purpose == "turn"  # side questions (llm_query) are not shown
+        # Side questions (llm_query) are not shown, nor code mode's text (Mode.streams_text).
+        streamed = self.stream is not None and purpose == "turn" and self.mode.streams_text
         if streamed:
             self.stream.begin()
         prompt = messages or self.messages

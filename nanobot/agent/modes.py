@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 class Mode(Protocol):
     name: str
+    # Whether a model call's text is streamed as it is written. Code mode's is not: text next to a
+    # program is a working note, and only <say> notes and the final answer reach the user (an
+    # append-only stream, the API's or the terminal's, could not take a shown note back).
+    streams_text: bool
 
     def prompt_section(self, turn: Turn) -> str: ...
 
@@ -90,7 +94,7 @@ async def run_tool_call(turn: Turn, name: str, raw_arguments: str) -> str:
     if tool is not None and tool.untrusted and not result.startswith("Error:"):
         from nanobot.tools.web import wrap_untrusted
 
-        result = wrap_untrusted(result, source=str(arguments.get("url") or name))
+        result = wrap_untrusted(result, tool.origin(arguments))
     return result
 
 
@@ -108,6 +112,7 @@ def text_tool_calls(turn: Turn) -> bool:
 
 class ToolsMode:
     name = "tools"
+    streams_text = True
 
     def prompt_section(self, turn: Turn) -> str:
         return render_prompt("tools_mode.md", text_calls=TEXT_CALLS_NOTE if text_tool_calls(turn) else "")

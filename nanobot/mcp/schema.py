@@ -2,8 +2,10 @@
 model reads (and the type checker enforces), and the value a result becomes.
 
 Stub types: string -> str, integer -> int, number -> float, boolean -> bool, array -> list[T],
-object -> dict, enum -> Literal[...], anything else -> Any. A property whose name is not a
-Python identifier gets one (``start-date`` -> ``start_date``), mapped back when called.
+object -> dict, enum -> Literal[...], anything else -> Any (``$ref`` into ``$defs`` followed).
+A result with fields also gets them in the stub's comment (``Returns {id: int, title: str}``),
+so a program can use them without printing one first. A property whose name is not a Python
+identifier gets one (``start-date`` -> ``start_date``), mapped back when called.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 
 _SIMPLE = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "object": "dict", "null": "None"}
 MAX_COMMENT = 80
+MAX_SHAPE = 240  # characters of a result's fields in the stub comment
 
 
 def identifier(name: str) -> str:
@@ -26,24 +29,44 @@ def identifier(name: str) -> str:
     return text
 
 
-def type_text(schema: Any) -> str:
+def type_text(schema: Any, defs: dict[str, Any] | None = None) -> str:
+    schema = _resolved(schema, defs)
     if not isinstance(schema, dict):
         return "Any"
     if "enum" in schema and isinstance(schema["enum"], list) and schema["enum"]:
         return f"Literal[{', '.join(repr(v) for v in schema['enum'])}]"
     options = schema.get("anyOf") or schema.get("oneOf")
     if isinstance(options, list):
-        kinds = [type_text(o) for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
+        kinds = [type_text(o, defs) for o in options if not (isinstance(o, dict) and o.get("type") == "null")]
         inner = kinds[0] if len(kinds) == 1 else f"Union[{', '.join(dict.fromkeys(kinds))}]" if kinds else "Any"
         return f"Optional[{inner}]" if len(kinds) < len(options) else inner
     kind = schema.get("type")
     if isinstance(kind, list):  # ["string", "null"]
         kinds = [k for k in kind if k != "null"]
-        inner = type_text({**schema, "type": kinds[0]}) if len(kinds) == 1 else "Any"
+        inner = type_text({**schema, "type": kinds[0]}, defs) if len(kinds) == 1 else "Any"
         return f"Optional[{inner}]" if "null" in kind else inner
     if kind == "array":
-        return f"list[{type_text(schema.get('items'))}]"
+        return f"list[{type_text(schema.get('items'), defs)}]"
     return _SIMPLE.get(kind, "Any")
+
+
+def _resolved(schema: Any, defs: dict[str, Any] | None) -> Any:
+    """A ``{"$ref": "#/$defs/Note"}`` as the schema it names (pydantic writes nested models so)."""
+    ref = schema.get("$ref") if isinstance(schema, dict) else None
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and defs:
+        return defs.get(ref.removeprefix("#/$defs/"), {})
+    return schema
+
+
+def shape_text(schema: Any, defs: dict[str, Any] | None, depth: int = 0) -> str:
+    """A result's type with the fields of its objects: ``list[{id: int, tags: list[str]}]``."""
+    schema = _resolved(schema, defs)
+    if isinstance(schema, dict) and isinstance(schema.get("properties"), dict) and depth < 2:
+        fields = ", ".join(f"{name}: {shape_text(spec, defs, depth + 1)}" for name, spec in schema["properties"].items())
+        return "{" + fields + "}"
+    if isinstance(schema, dict) and schema.get("type") == "array":
+        return f"list[{shape_text(schema.get('items'), defs, depth)}]"
+    return type_text(schema, defs)
 
 
 @dataclass(frozen=True)
@@ -77,13 +100,25 @@ def return_type(output_schema: dict[str, Any] | None) -> str:
     if not output_schema:
         return "str"
     wrapped = _wrapped_result(output_schema)
-    return type_text(wrapped if wrapped is not None else output_schema)
+    return type_text(wrapped if wrapped is not None else output_schema, output_schema.get("$defs"))
+
+
+def result_fields(output_schema: dict[str, Any] | None) -> str:
+    """`` Returns {vendor: str, amount: float}.`` for a result with fields, else ""."""
+    if not output_schema:
+        return ""
+    wrapped = _wrapped_result(output_schema)
+    shape = shape_text(wrapped if wrapped is not None else output_schema, output_schema.get("$defs"))
+    if "{" not in shape:
+        return ""
+    return f" Returns {shape if len(shape) <= MAX_SHAPE else shape[:MAX_SHAPE - 1] + '…'}."
 
 
 def render_stub(name: str, description: str, plist: list[Param], output_schema: dict[str, Any] | None) -> str:
     """``def notes_search(query: str, limit: Optional[int] = None) -> list[int]: ...  # summary``,
     one parameter per line with its description as a comment when there are any."""
-    returns, summary = return_type(output_schema), _one_line(description) or name
+    returns = return_type(output_schema)
+    summary = (_one_line(description) or name) + result_fields(output_schema)
     args = [p.source() for p in plist]
     if not any(p.description for p in plist):
         return f"def {name}({', '.join(args)}) -> {returns}: ...  # {summary}"

@@ -47,6 +47,9 @@ class McpTool(Tool):
         override = ctx.config.agents.overrides.get(ctx.session_key)
         return bool(override and override.mcp_servers and self.server in override.mcp_servers)
 
+    def origin(self, arguments: dict[str, Any]) -> str:
+        return f"the MCP server {self.server!r}, tool {self.tool_name}"
+
     def stub(self) -> str:
         return render_stub(self.name, self.description, list(self.params), self.output_schema)
 
@@ -89,6 +92,6 @@ def make_tool(connection: McpConnection, spec: Any) -> McpTool:
         inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                           default=inspect.Parameter.empty if p.required else None) for p in plist])
     description = (spec.description or spec.title or spec.name).strip()
-    return McpTool(name, description, call, _AnyArgs, signature, untrusted=True, server=connection.name,
+    return McpTool(name, description, call, _AnyArgs, signature, untrusted="an MCP server", server=connection.name,
                    tool_name=spec.name, input_schema=dict(spec.input_schema or {}), output_schema=output_schema,
                    params=plist)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from nanobot.config import Config
-from nanobot.tools.registry import ToolRegistry
+from nanobot.tools.registry import Tool, ToolRegistry
+
+NO_NETWORK = ("It has no network (tools.exec.network is off): curl, pip install and git clone fail; "
+              "web_fetch(url) reads web pages.")
 
 
 def default_registry(config: Config) -> ToolRegistry:
@@ -15,5 +20,11 @@ def default_registry(config: Config) -> ToolRegistry:
 
     tools = [*FILE_TOOLS, *WEB_TOOLS, *MESSAGING_TOOLS, *CRON_TOOLS]
     if config.tools.exec.enabled:
-        tools += SHELL_TOOLS
+        tools += SHELL_TOOLS if config.tools.exec.network else [_without_network(t) for t in SHELL_TOOLS]
     return ToolRegistry(tools)
+
+
+def _without_network(shell: Tool) -> Tool:
+    """The shell tool saying, where the model reads first, that it cannot reach the network."""
+    first, _, rest = shell.description.partition("\n\n")
+    return replace(shell, description=f"{first} {NO_NETWORK}" + (f"\n\n{rest}" if rest else ""))

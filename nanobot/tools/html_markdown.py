@@ -1,7 +1,9 @@
 """HTML to Markdown for web_fetch: readability finds the main content, markdownify converts it.
 
 readability alone deletes short lists and link lists from what it keeps, so it only picks the
-*place*; the elements there, minus known clutter, are converted from our own parsed tree.
+*place*; the elements there, minus known clutter, are converted from our own parsed tree. The
+page's other links (an index page is mostly links, which main-content extraction throws away)
+follow in a "Links" list, with absolute URLs, so a reader can go on without guessing them.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from markdownify import markdownify
 from readability import Document
 
 _ID = "data-nanobot-id"
+MAX_LINKS = 100  # links listed after the content (site chrome is gone already: nav, header, footer)
 # Never content: site chrome, hidden text (a favourite hiding place for prompt injection), code.
 _NOISE = etree.XPath(
     "//script | //style | //noscript | //template | //iframe | //svg | //form | //button | //nav | //aside"
@@ -45,9 +48,23 @@ def html_to_markdown(page: str, base_url: str = "") -> tuple[str, str]:
             anchor.drop_tag()
     if base_url:
         tree.make_links_absolute(base_url, handle_failures="discard")
+    links = _links(tree)  # before _main_content marks every element with an id
     parts = _main_content(tree)
-    markdown = "\n\n".join(_to_markdown(part) for part in parts)
-    return title, re.sub(r"\n{3,}", "\n\n", markdown).strip()
+    markdown = re.sub(r"\n{3,}", "\n\n", "\n\n".join(_to_markdown(part) for part in parts)).strip()
+    more = [f"- [{text}]({href})" for href, text in links.items() if f"({href}" not in markdown][:MAX_LINKS]
+    if more:
+        markdown += "\n\nLinks on the page:\n" + "\n".join(more)
+    return title, markdown
+
+
+def _links(tree: lxml.html.HtmlElement) -> dict[str, str]:
+    """The page's web links in order, each once: absolute URL -> its text."""
+    found: dict[str, str] = {}
+    for anchor in tree.xpath("//a[@href]"):
+        href, text = anchor.get("href", ""), " ".join(anchor.text_content().split())
+        if href.startswith(("http://", "https://")) and text and href not in found:
+            found[href] = text.replace("[", "(").replace("]", ")")
+    return found
 
 
 def _main_content(tree: lxml.html.HtmlElement) -> list[lxml.html.HtmlElement]:

@@ -11,6 +11,7 @@ program; tool calling turns it into an ``Error: ...`` text for the model.
 
 from __future__ import annotations
 
+import collections
 import inspect
 import json
 import typing
@@ -77,7 +78,9 @@ class Tool:
     args_model: type[BaseModel]
     signature: inspect.Signature  # without the ctx parameter
     code_only: bool = False  # e.g. final_answer: a function in code, never a native tool
-    untrusted: bool = False  # returns text written by strangers (web pages): marked as such for the model
+    # Returns text written by strangers: where it comes from, a template filled with the call's
+    # arguments ("the web page {url}"); the turn is marked and tools mode labels the result.
+    untrusted: str = ""
     # Seldom needed: prompts name it in one short line (code) or offer it through find_tools
     # (tools mode, when the schemas would be large); its full stub or schema comes on request.
     brief: bool = False
@@ -105,6 +108,10 @@ class Tool:
     def available(self, ctx: ToolContext) -> bool:
         """Whether this chat may see and call the tool (MCP tools: not every member chat)."""
         return True
+
+    def origin(self, arguments: dict[str, Any]) -> str:
+        """Where an untrusted result came from, for its label: the page, the server."""
+        return self.untrusted.format_map(collections.defaultdict(str, arguments)) if self.untrusted else ""
 
     def stub(self) -> str:
         """A one-function Python stub for the code-mode prompt and the type checker."""
@@ -185,7 +192,7 @@ def _format_signature(sig: inspect.Signature) -> str:
 
 
 def tool(func: Callable[..., Awaitable[Any]] | None = None, *, name: str | None = None, code_only: bool = False,
-         untrusted: bool = False, brief: bool = False):
+         untrusted: str = "", brief: bool = False):
     """Turn ``async def f(ctx, ...)`` into a Tool. Usable bare (``@tool``) or with options."""
 
     def build(fn: Callable[..., Awaitable[Any]]) -> Tool:
@@ -256,7 +263,7 @@ class ToolRegistry:
         try:
             result = await t.func(ctx, **kwargs)
             if t.untrusted:  # what it returned was written by someone else: the turn is tainted
-                ctx.turn.taint(name)
+                ctx.turn.taint(t.origin(arguments) or name)
             return result
         except TOOL_ERRORS:
             raise

@@ -180,6 +180,16 @@ async def _ddg(request: web.Request, params: dict[str, str]) -> web.Response:
     return web.Response(text=f"<html><body>{items}</body></html>", content_type="text/html")
 
 
-ROUTES = {"article": _article, "plain": _plain, "json": _json, "latin1": _latin1, "image": _image,
+INDEX_HTML = ("<!doctype html><html><head><title>Articles</title></head><body><main><h1>Articles</h1><ul>"
+              + "".join(f'<li><a href="/articles/{n}">Article number {n}</a></li>' for n in range(1, 16))
+              + "</ul></main></body></html>")
+
+
+async def _index(request: web.Request, params: dict[str, str]) -> web.Response:
+    """A page of links: a heading and fifteen <a href> items (main-content extraction keeps the heading only)."""
+    return web.Response(text=INDEX_HTML, content_type="text/html")
+
+
+ROUTES = {"article": _article, "index": _index, "plain": _plain, "json": _json, "latin1": _latin1, "image": _image,
           "big": _big, "slow": _slow, "redirect": _redirect, "chain": _chain, "status": _status,
           "res": _brave, "html": _ddg}
