@@ -6,6 +6,8 @@ and the prompt characters of a scripted six-call task.
 The workspace is the onboarded template (AGENTS.md, SOUL.md, ... and the built-in skills);
 the model is the scripted server. "Schemas" is the JSON of the ``tools`` field as sent (compact). With
 ``--mcp 3`` three MCP servers of 30 tools each are configured (``tests/fakes/mcp_notes.py --many 20``).
+``--reading``: a turn whose first call reads a skill and prints 20 KB, then three more calls, with
+older results sent whole or shortened (``agent.budget.shorten_old_results``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,39 @@ async def measure(mode: str, mcp: int) -> tuple[int, int, int]:
         return system, schemas, task
 
 
+READING = {  # a turn whose first call reads a skill and prints 20 KB, then three more calls
+    "code": [reply("```python\nprint(read_skill('cron'))\nprint('z' * 20000)\n```"),
+             reply("```python\nprint(1)\n```"), reply("```python\nprint(2)\n```"), reply("done")],
+    "tools": [tool_call("read_skill", {"name": "cron"}), tool_call("exec_command", {"command": "seq 1 4000"}),
+              tool_call("list_dir", {"path": "."}), tool_call("list_dir", {"path": "."}), reply("done")],
+}
+
+
+async def measure_reading(mode: str, shorten: bool) -> int:
+    """Prompt characters over the reading turn's requests (old results shortened or not)."""
+    from nanobot.agent import budget
+
+    budget.OLD_RESULT_CHARS = 2_000 if shorten else 10**9
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["NANOBOT_HOME"] = tmp
+        workspace = Path(tmp) / "workspace"
+        copy_template(workspace)
+        async with FakeOpenAI() as llm:
+            config = config_for(llm.base_url, workspace, mode=mode, memory_window=1000)
+            config.tools.exec.sandbox = "off"  # the bench measures prompts, not the confinement
+            llm.script(*READING[mode])
+            async with Runtime(config) as rt:
+                await rt.agent.handle("cli:r", "read the cron skill and look at a lot of output")
+        return sum(len(compact(r["messages"])) + len(compact(r.get("tools", []))) for r in llm.chat_requests)
+
+
+async def reading() -> None:
+    print("reading turn (a skill and 20 KB in the first call, then more calls): prompt chars, all requests")
+    for mode in ("code", "tools"):
+        whole, shortened = await measure_reading(mode, False), await measure_reading(mode, True)
+        print(f"{mode:7s} old results whole {whole:,d}  shortened {shortened:,d}  ({shortened / whole:.0%})")
+
+
 async def main(mcp: int) -> None:
     print(f"MCP servers: {mcp} (30 tools each)" if mcp else "MCP servers: none")
     print("mode    system  schemas  one-call total  six-call task (prompt chars, all requests)")
@@ -78,4 +113,6 @@ async def main(mcp: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--mcp", type=int, default=0)
-    asyncio.run(main(parser.parse_args().mcp))
+    parser.add_argument("--reading", action="store_true", help="the reading turn instead")
+    args = parser.parse_args()
+    asyncio.run(reading() if args.reading else main(args.mcp))

@@ -51,6 +51,7 @@ class ChatState:
     intake_started: int | None = None  # the intake id of the latest turn begun (a crash resumes it)
     intake_started_at: int | None = None  # where in the history that turn's message went
     found_tools: list[str] | None = None  # tools find_tools added: offered in this chat until /new
+    waiting: int = 0  # messages kept for a reader who was away (the terminal): shown at its next start
 
     def check(self, values: dict[str, Any]) -> None:
         """Raise for a name that is not a field or a value of the wrong type (a typo in code)."""
@@ -154,6 +155,20 @@ class Session:
         """``/new``: later turns start from an empty history; the old lines stay in the file."""
         self.messages = []
         self._write({"_reset": _now()})
+
+    def keep_for_reader(self, text: str) -> None:
+        """A message for a chat nobody can be sent to (the terminal, an API conversation): it is
+        kept in the history, and counted until the reader comes back (``take_waiting``)."""
+        self.append({"role": "assistant", "content": text})
+        self.set_meta(waiting=self.meta.waiting + 1)
+
+    def take_waiting(self) -> list[str]:
+        """What arrived while the reader was away, oldest first; counted as seen from now."""
+        count = self.meta.waiting
+        if not count:
+            return []
+        self.set_meta(waiting=0)
+        return [m["content"] for m in self.messages if m.get("role") == "assistant"][-count:]
 
     def sync(self) -> None:
         self.journal.sync()

@@ -295,7 +295,7 @@ def skill_helpers_code(name: str, scope: FileScope, builtin_dir: Path | None = N
 
 @tool
 async def read_skill(ctx: ToolContext, name: str, file: str = SKILL_FILE) -> str:
-    """Read a skill's SKILL.md, or another file of the skill (built-in skills too)."""
+    """Read a skill's SKILL.md, or another of its files (built-in skills too)."""
     skill = find_skill(name, ctx.workspace)
     text = _skill_file(skill, file, file_scope(ctx)).read_text(encoding="utf-8", errors="replace")
     if not ctx.runs_code and file == SKILL_FILE:

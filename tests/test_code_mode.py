@@ -255,7 +255,7 @@ def test_no_stub_comment_stops_mid_sentence() -> None:
     stubs = code_stubs(default_registry(Config()), header=False)
     for line in stubs.strip().splitlines():
         assert line.split("  # ", 1)[1].endswith((".", ")", "?", '"', "`")), line
-    assert "returns the job id. Output goes to this chat (kept in its history where nobody can be messaged" in stubs and 'folders end with "/".' in stubs
+    assert "returns the job id. Output goes to this chat, or to `to`." in stubs and 'folders end with "/".' in stubs
     assert '{"status": "ok" or "error", "output": ...}' in stubs and 'a last line "[exit code N]".' in stubs
 
 

@@ -45,8 +45,8 @@ async def test_the_shell_says_it_has_no_network(llm: FakeOpenAI, workspace: Path
         await rt.agent.handle("cli:s", "hi")
     described = [next(t["function"]["description"] for t in r["tools"] if t["function"]["name"] == "exec_command")
                  for r in llm.chat_requests]
-    assert "no network (tools.exec.network is off)" in described[0] and "web_fetch(url)" in described[0]
-    assert "no network" not in described[1]
+    assert "No network: use web_fetch." in described[0]
+    assert "No network" not in described[1]
 
 
 async def test_mcp_results_say_which_server_and_stubs_show_their_fields(llm: FakeOpenAI, workspace: Path) -> None:
@@ -76,3 +76,23 @@ async def test_code_modes_working_notes_never_reach_the_user(api: dict, llm: Fak
     text = "".join([c.choices[0].delta.content or "" async for c in stream])
     assert text == "Fifteen articles." and "Markdown view" not in text
     assert "Only <say>...</say> notes" in llm.chat_requests[0]["messages"][0]["content"]
+
+
+async def test_what_was_read_once_is_not_paid_for_on_every_later_call(llm: FakeOpenAI, workspace: Path) -> None:
+    """Past the model's latest message, a long tool or program result goes back as its head and
+    tail with a line saying how to see it again; the history keeps it whole."""
+    (workspace / "big.txt").write_text("START " + "x" * 5000 + " END")
+    llm.script(tool_call("read_file", {"path": "big.txt"}), tool_call("list_dir", {}), reply("done"),
+               reply("```python\nprint('y' * 20000)\n```"), reply("```python\nprint(1)\n```"), reply("fine"))
+    async with Runtime(config_for(llm.base_url, workspace)) as rt:
+        await rt.agent.handle("cli:r", "read big.txt")
+        await rt.agent.handle("cli:c", "print a lot", mode="code")
+        kept = [m["content"] for m in (await rt.sessions.open("cli:r")).messages if m["role"] == "tool"]
+    second, third = (r["messages"] for r in llm.chat_requests[1:3])
+    assert "x" * 5000 in second[-1]["content"]  # the latest result: whole
+    read = next(m["content"] for m in third if m["role"] == "tool" and "START" in m["content"])
+    assert "x" * 5000 not in read and read.endswith(" END") and "not repeated here" in read
+    assert "x" * 5000 in kept[0]  # the history on disk keeps it whole
+    after = llm.chat_requests[5]["messages"]
+    printed = next(m["content"] for m in after if m["content"].startswith("<python_result>") and "yyyy" in m["content"])
+    assert len(printed) < 2000 and "not repeated here" in printed

@@ -112,7 +112,7 @@ def test_prompt_section_is_one_line_per_skill_and_says_how_to_read(builtin: Path
     assert [line.split(":")[0] for line in lines] == ["- alpha", "- shared", "- tool"]
     assert lines[0] == "- alpha: Built-in alpha. [built-in]"
     assert lines[2].endswith("… [skills/tool/SKILL.md; helpers]") and len(lines[2]) < 260
-    assert "read_skill(name)" in section and "use_skill(name)" in section
+    assert "read_skill(name[, file])" in section and "use_skill(name)" in section
 
 
 def test_empty_section_without_skills(tmp_path: Path, workspace: Path) -> None:
@@ -165,7 +165,7 @@ async def test_prompt_lists_skills_and_read_skill_reads_builtin_and_workspace(ll
     async with Runtime(config_for(llm.base_url, workspace)) as rt:
         assert await rt.agent.handle("cli:s", "weather?") == "done"
     system = llm.chat_requests[0]["messages"][0]["content"]
-    assert "# Skills" in system and "read_skill(name)" in system
+    assert "# Skills" in system and "read_skill(name[, file])" in system
     assert "- weather: " in system and "[built-in]" in system  # tools mode: no code-only hints
     assert "use_skill" not in system and "llm_query" not in system and "; helpers]" not in system
     assert "- notes: Keep notes tidy. [skills/notes/SKILL.md]" in system

@@ -101,3 +101,31 @@ async def test_the_chat_goes_through_a_running_gateway(home: Path, workspace: Pa
             said = [m["content"] for m in (await gateway.runtime.sessions.open("cli:default")).messages]
     assert said[:2] == ["hello", "hi there"] and "slow one" in said
     assert "Traceback" not in term.screen
+
+
+async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, workspace: Path) -> None:
+    """The terminal chat is a chat like any other: a job made there delivers there, kept in its
+    history while nobody is at the terminal, and shown when the chat starts again, once."""
+    term = Terminal()
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        config = config_for(llm.base_url, workspace)
+        config.gateway.heartbeat.enabled = False
+        async with running_gateway(config, with_services=True) as gateway:
+            cron = gateway.runtime.scheduler.service
+            job = await cron.add_job(owner_session="cli:default", schedule_kind="every", expression="3600",
+                                     payload_kind="code", payload="print('the backup finished: 41 s')")
+            assert (await cron.run_now(job.id)).status == "ok"
+            async with chat_on(term, home) as proc:
+                await term.wait_for("While you were away (1):")
+                await term.wait_for("the backup finished: 41 s")
+                await term.wait_for("you>")
+                term.type("\x03")  # Ctrl-C at an idle prompt: leave
+                await asyncio.wait_for(proc.wait(), 15)
+            second = Terminal()
+            async with chat_on(second, home) as again:
+                await second.wait_for("you>")
+                second.type("\x03")
+                await asyncio.wait_for(again.wait(), 15)
+            assert (await gateway.runtime.sessions.open("cli:default")).meta.waiting == 0
+    assert "While you were away" not in second.screen  # shown once

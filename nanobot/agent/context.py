@@ -69,9 +69,20 @@ def now_line(timezone: str) -> str:
     return f"{now:%A %Y-%m-%d %H:%M} ({timezone})"
 
 
+# What a chat is, said to the model: where it is, and where what it schedules will arrive.
+_CHAT_KINDS = {"cli": "the terminal: what arrives waits for the user", "api": "an API conversation",
+               "heartbeat": "the heartbeat"}
+
+
+def chat_line(session_key: str) -> str:
+    channel = session_key.partition(":")[0]
+    kind = _CHAT_KINDS.get(channel, f"on {channel.capitalize()}")
+    return f"Chat: {session_key} ({kind}); scheduled output comes here."
+
+
 def build_system_prompt(workspace: Path, timezone: str, mode_section: str, extra: str = "", *,
-                        chat_root: Path | None = None, owner: bool = True) -> str:
+                        chat_root: Path | None = None, owner: bool = True, chat: str = "") -> str:
     root = chat_root or workspace
-    return render_prompt("system.md", now=now_line(timezone), workspace=root,
+    return render_prompt("system.md", now=now_line(timezone), chat=chat_line(chat) if chat else "", workspace=root,
                          workspace_files=workspace_sections(workspace, root, owner=owner), extra=extra,
                          mode_section=mode_section).strip() + "\n"

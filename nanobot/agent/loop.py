@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from nanobot.agent.budget import drop_oldest_history, estimate_tokens, prompt_budget
+from nanobot.agent.budget import drop_oldest_history, estimate_tokens, prompt_budget, shorten_old_results
 from nanobot.agent.commands import handle_command
 from nanobot.agent.context import build_system_prompt
 from nanobot.agent.deps import AgentDeps
@@ -117,7 +117,7 @@ class Turn:
         streamed = self.stream is not None and purpose == "turn" and self.mode.streams_text
         if streamed:
             self.stream.begin()
-        prompt = messages or self.messages
+        prompt = shorten_old_results(messages or self.messages)
         request = ChatRequest(messages=await with_images(prompt, self.ctx.workspace, self.images_shown(provider, model)),
                               model=model, tools=tools or None,
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
@@ -170,7 +170,8 @@ class Turn:
         system = build_system_prompt(self.deps.config.workspace_path, self.settings.timezone,
                                      self.mode.prompt_section(self),
                                      "\n\n".join(extra(self.ctx) for extra in self.deps.system_extras),
-                                     chat_root=self.ctx.workspace, owner=self.ctx.trust == OWNER)
+                                     chat_root=self.ctx.workspace, owner=self.ctx.trust == OWNER,
+                                     chat=self.session.key)
         history = prompt_history(self.session, self.settings.memory_window)  # the part not yet in memory/
         self.messages = [{"role": "system", "content": system}, *history]
         self.history_len = len(history)

@@ -43,6 +43,7 @@ class TerminalSocket:
         app = web.Application(middlewares=[errors])
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_get("/v1/nanobot/gateway", self.about)
+        app.router.add_post("/v1/nanobot/waiting", self.waiting)
         self._runner = await unix_runner(app)
         self.path.unlink(missing_ok=True)  # left by a gateway that was killed (the home lock says it is gone)
         old = os.umask(0o177)
@@ -63,11 +64,19 @@ class TerminalSocket:
         source = self.gateway.config.source
         return web.json_response({"config": str(source) if source else None, "pid": os.getpid()})
 
+    async def waiting(self, request: web.Request) -> web.Response:
+        """What arrived in a terminal chat while nobody was there; seen from now on."""
+        session = _terminal_session(request)
+        if self.gateway.cluster is not None:
+            self.gateway.cluster.router.fresh(session)
+        chat = await self.gateway.runtime.sessions.open(session)
+        messages = chat.take_waiting()
+        await chat.sync_soon()
+        return web.json_response({"messages": messages})
+
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await read_body(request, 1024)
-        session = request.headers.get("X-Nanobot-Session", "cli:default")
-        if not SESSION.fullmatch(session) or not session.startswith("cli:"):
-            raise ApiError(400, "X-Nanobot-Session must be a terminal session, cli:NAME", "invalid_session")
+        session = _terminal_session(request)
         mode = request.headers.get("X-Nanobot-Mode") or None
         if mode is not None and mode not in MODES:
             raise ApiError(400, "X-Nanobot-Mode must be tools, code or hybrid", "invalid_mode")
@@ -75,3 +84,10 @@ class TerminalSocket:
         return await answer(request, self.channel, "owner", session.partition(":")[2],
                             last_user_text(body.get("messages")), stream=bool(body.get("stream")),
                             usage=self.gateway.runtime.usage, mode=mode)
+
+
+def _terminal_session(request: web.Request) -> str:
+    session = request.headers.get("X-Nanobot-Session", "cli:default")
+    if not SESSION.fullmatch(session) or not session.startswith("cli:"):
+        raise ApiError(400, "X-Nanobot-Session must be a terminal session, cli:NAME", "invalid_session")
+    return session

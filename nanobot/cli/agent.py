@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-from nanobot.cli.common import fail, get_config
+from nanobot.cli.common import fail, get_config, show_waiting
 from nanobot.config import Config, ConfigError
 from nanobot.terminal_client import NO_GATEWAY, SOCKET, gateway_config, same_config, send
 from nanobot.workspace_template import copy_template
@@ -115,6 +115,7 @@ async def _chat(rt, session: str, mode: str | None) -> None:
 
     typer.echo(f"nanobot chat ({session}). /help for commands; Ctrl-C cancels a turn, Ctrl-C or Ctrl-D "
                "at the prompt leaves.")
+    show_waiting((await rt.sessions.open(session)).take_waiting())
     dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway, streams=rt.config.channels.streams,
                             stream_interval=TERMINAL_STREAM_INTERVAL)
     asked: list[asyncio.Task[str]] = []

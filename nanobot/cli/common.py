@@ -21,3 +21,12 @@ def get_config(ctx: typer.Context) -> Config:
     except ConfigError as exc:
         fail(str(exc))
         raise  # unreachable
+
+
+def show_waiting(messages: list[str]) -> None:
+    """What arrived in the terminal chat while nobody was there (cron jobs' output, say)."""
+    if messages:
+        typer.echo(f"While you were away ({len(messages)}):")
+        for text in messages:
+            typer.echo(f"  {text}")
+        typer.echo("")

@@ -16,6 +16,7 @@ import aiohttp
 
 from nanobot_channels.cli import CliChannel
 from nanobot.bus import MessageBus, OutboundMessage
+from nanobot.cli.common import show_waiting
 from nanobot.gateway.dispatcher import is_stop
 
 URL = "http://gateway/v1/chat/completions"  # the host is not used: the connection is the socket
@@ -50,6 +51,8 @@ async def chat_via_gateway(sock: Path, home: Path, session: str, mode: str | Non
             running.append(asyncio.create_task(ask("/stop")))
             return True
 
+        async with http.post("http://gateway/v1/nanobot/waiting", headers=headers) as response:
+            show_waiting((await response.json()).get("messages", []) if response.status == 200 else [])
         chat_id = session.partition(":")[2]
         channel = CliChannel(session, bus, history_file=home / "cli_history", on_interrupt=interrupt)
         queue: asyncio.Queue[str] = asyncio.Queue()

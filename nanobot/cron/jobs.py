@@ -63,7 +63,7 @@ class JobRunner:
         channel, chat_id = split_target(target)
         if channel in HISTORY_CHANNELS:  # nobody to message: kept in the chat's history, shown there
             session = await self.runtime.sessions.open(target)
-            session.append({"role": "assistant", "content": text})
+            session.keep_for_reader(text)
             await session.sync_soon()
             return
         await self.runtime.bus.publish_outbound(OutboundMessage(channel, chat_id, text))

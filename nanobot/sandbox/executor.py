@@ -28,9 +28,9 @@ log = logging.getLogger(__name__)
 
 # Functions that exist only inside programs; the host implements them per run.
 CODE_ONLY_STUBS = '''def final_answer(value: Any) -> None: ...  # End the turn now; str(value) is the reply to the user.
-def llm_query(prompt: str) -> str: ...  # Ask the model a self-contained question (e.g. about a chunk of text).
+def llm_query(prompt: str) -> str: ...  # Ask the model a self-contained question.
 def use_skill(name: str) -> str: ...  # Define a skill's helper functions in this session.
-def tool_help(name: str) -> str: ...  # A function's full stub: its parameters and its result.
+def tool_help(name: str) -> str: ...  # A function's full stub.
 '''
 
 # use_skill("name") with a literal name: its helpers are loaded before the program runs, so

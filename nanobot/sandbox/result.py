@@ -15,6 +15,16 @@ from pydantic_monty import MontyClassProxy, MontyStdTypeProxy
 AWAIT_HINT = ("Functions in this sandbox are plain calls: call them without `await` or asyncio.gather, "
               "e.g. `x = f(...)`; the host pauses the program while each one runs.")
 _UNAWAITED_MARK = "<coroutine external_future"
+# Where the sandbox differs from Python, the error it gives and the way round (the prompt's
+# subset line says the same in a few words).
+SUBSET_HINTS = {
+    ("TypeError", "object is not an iterator"):
+        "a generator expression is a list in this sandbox: use next(iter(xs), default), or xs[0] after a check.",
+}
+
+
+def subset_hint(exc_type: str, message: str) -> str | None:
+    return next((hint for (kind, text), hint in SUBSET_HINTS.items() if kind == exc_type and text in message), None)
 
 
 @dataclass

@@ -35,6 +35,7 @@ from nanobot.sandbox.result import (
     OutputBuffer,
     display_value,
     is_await_misuse,
+    subset_hint,
     mentions_unawaited,
 )
 
@@ -234,4 +235,6 @@ def _runtime_error(result: ExecutionResult, exc: MontyRuntimeError, run: _Run, l
         text = text[: text.rfind(f"{kind}:")] + explained if f"{kind}:" in text else explained
     elif is_await_misuse(kind, message):
         text += f"\nHint: {AWAIT_HINT}"
+    elif hint := subset_hint(kind, message):
+        text += f"\nHint: {hint}"
     result.error, result.error_type = text, kind

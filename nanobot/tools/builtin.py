@@ -7,8 +7,7 @@ from dataclasses import replace
 from nanobot.config import Config
 from nanobot.tools.registry import Tool, ToolRegistry
 
-NO_NETWORK = ("It has no network (tools.exec.network is off): curl, pip install and git clone fail; "
-              "web_fetch(url) reads web pages.")
+NO_NETWORK = "No network: use web_fetch."
 
 
 def default_registry(config: Config) -> ToolRegistry:

@@ -63,9 +63,8 @@ async def schedule_cron(
     to: Annotated[str | None, Field(description='the chat its output goes to, "channel:chat_id" (send_message\'s '
                                                 'rules); default this chat')] = None,
 ) -> str:
-    """Schedule code (or a message turn) in this chat's timezone; returns the job id. Output goes to this chat
-    (kept in its history where nobody can be messaged: the terminal, the API), or to `to`. run_cron(id) tries a
-    job once now."""
+    """Schedule code (or a message turn) in this chat's timezone; returns the job id. Output goes to this chat,
+    or to `to`. run_cron(id) tries a job once now."""
     from nanobot.cron.delivery import resolve_target
     from nanobot.cron.schedule import describe
     from nanobot.cron.service import create_job

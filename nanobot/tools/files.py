@@ -212,7 +212,7 @@ MAX_GLOB_RESULTS = 2000
 
 @tool
 async def glob(ctx: ToolContext, pattern: str) -> list[str]:
-    """Paths matching a pattern ("**/*.py": any depth), sorted; folders end with "/"."""
+    """Paths matching a pattern ("src/**/*.py": src/a.py and deeper), sorted; folders end with "/"."""
     if not pattern or "\x00" in pattern or pattern.startswith("/") or ".." in pattern.split("/"):
         raise ValueError("give a pattern relative to the workspace, e.g. '**/*.py' (no '..', no leading '/')")
     root = resolve_in_workspace(ctx, ".")

@@ -249,8 +249,8 @@ async def exec_command(
 ) -> str:
     """Run a shell command in the workspace; returns one string: its output, then a last line "[exit code N]".
 
-    stdout and stderr together; a killed command ends "[killed by signal NAME]". Success:
-    out.endswith("[exit code 0]"); leave that line out of what you show the user."""
+    stdout and stderr together; killed: "[killed by signal NAME]". Success: out.endswith("[exit code 0]");
+    do not show that line to the user."""
     settings = ctx.config.tools.exec
     if not settings.enabled:
         raise PermissionError("exec_command is disabled in this nanobot's config (tools.exec.enabled is false)")

@@ -110,10 +110,9 @@ def _plain(fragment: str) -> str:
 @tool(untrusted="the web page {url}")
 async def web_fetch(
     ctx: ToolContext,
-    url: Annotated[str, Field(description="An http:// or https:// URL: a public address, or one of "
-                                          "tools.web.fetch.allowPrivate")],
+    url: Annotated[str, Field(description="http(s) URL: public, or in tools.web.fetch.allowPrivate")],
 ) -> str:
-    """A web page's main content as Markdown, its links kept with absolute URLs (text and JSON as they are)."""
+    """A web page's main content as Markdown, links kept (text and JSON as is)."""
     from nanobot.tools.http_fetch import download  # aiohttp loads only when a page is fetched
     from nanobot.tools.ssrf import BlockedAddressError
 
