@@ -96,3 +96,15 @@ async def test_what_was_read_once_is_not_paid_for_on_every_later_call(llm: FakeO
     after = llm.chat_requests[5]["messages"]
     printed = next(m["content"] for m in after if m["content"].startswith("<python_result>") and "yyyy" in m["content"])
     assert len(printed) < 2000 and "not repeated here" in printed
+
+
+async def test_where_the_sandbox_differs_from_python_the_error_says_the_way_round(llm: FakeOpenAI,
+                                                                                  workspace: Path) -> None:
+    llm.script(reply("```python\nprint(next(x for x in [1, 2, 3] if x > 1))\n```"), reply("ok"))
+    async with Runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
+        await rt.agent.handle("cli:g", "go")
+    result = tool_result(llm)
+    assert "'list' object is not an iterator" in result and "Hint: a generator expression is a list" in result
+    system = llm.chat_requests[0]["messages"][0]["content"]
+    assert "a generator expression is a list" in system and "isinstance, not hasattr" in system
+    assert "Chat: cli:g (the terminal: what arrives waits for the user); scheduled output comes here." in system
