@@ -107,11 +107,13 @@ class BaseChannel(ABC):
         raise SendFailed if it did not. Retrying later is the outbox's job (it backs off while
         the platform is down); an adapter retries only what the platform asks it to (a 429)."""
 
+    @abstractmethod
     async def send_stream(self, msg: OutboundMessage) -> None:
-        """The reply so far (``msg.kind == "stream"``), to show in one message that is edited as
-        it grows; the final text arrives with the same ``metadata["stream_id"]``. A channel that
-        cannot edit messages ignores this and shows only the final text."""
-        return None
+        """The reply so far (``msg.kind == "stream"``, its whole text each time): a chat platform
+        edits one message as it grows, a live client (the API, the terminal) gets what is new;
+        the final text arrives with the same ``metadata["stream_id"]``. Every channel decides
+        (no silent default: the API's streams once went nowhere through one); a channel that
+        cannot show a reply growing returns and shows only the final text."""
 
     async def send_file(self, msg: OutboundMessage) -> None:
         """Send ``msg.file`` (a photo or a document) with ``msg.content`` as its caption. A

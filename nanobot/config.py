@@ -267,6 +267,8 @@ class PluginChannelConfig(ChannelSection):
 
 
 BUILTIN_CHANNELS = ("telegram", "discord")
+LIVE_CHANNELS = ("cli", "api")  # the gateway's own: replies are shown piece by piece as they come
+EDIT_EVERY_S = 1.0  # a chat platform's streamed message is edited at most this often
 
 
 class Channels(Section):
@@ -302,8 +304,16 @@ class Channels(Section):
     def streams(self, name: str) -> bool:
         """Whether replies in this channel are shown as they are written (the terminal and the
         API: always; the API sends them only to clients that ask for a stream)."""
+        return self.stream_pace(name) is not None
+
+    def stream_pace(self, name: str) -> float | None:
+        """How often a reply being written is shown, in seconds (None: not streamed). The
+        terminal and the API get each visible piece as it comes (0: at most 50 ms behind the
+        model); a chat platform's message is edited about once a second (its rate limits)."""
+        if name in LIVE_CHANNELS:
+            return 0.0
         section = self.section(name)
-        return name in ("cli", "api") or bool(section and section.streaming)
+        return EDIT_EVERY_S if section is not None and section.streaming else None
 
     def enabled_names(self) -> list[str]:
         """Names of the channels switched on (``channels.<name>.enabled``), third-party ones included."""

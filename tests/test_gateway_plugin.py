@@ -43,6 +43,9 @@ class EchoChannel(BaseChannel):
     async def send(self, msg):
         self.outbox.put_nowait(f"{self.config.greeting} {msg.content}")
 
+    async def send_stream(self, msg):
+        pass  # shows only the final text
+
     async def send_typing(self, chat_id):
         pass
 

@@ -83,10 +83,13 @@ class ApiChannel(BaseChannel):
                 del self._waiting[chat_id]
 
     async def send(self, msg: OutboundMessage) -> None:
-        """Stream updates go to the chat's running request; the reply itself comes through the
-        request's future, and notes and notices (<say>) are not part of a completion."""
+        """The reply itself comes through the request's future; notes and notices (<say>) are
+        not part of a completion."""
+
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        """The reply so far: its new part goes to the chat's running request at once."""
         queue = self._waiting.get(msg.chat_id)
-        if queue and msg.kind == "stream":
+        if queue:
             queue[0].show(msg.content)
 
     async def start(self) -> None:

@@ -116,8 +116,7 @@ async def _chat(rt, session: str, mode: str | None) -> None:
     typer.echo(f"nanobot chat ({session}). /help for commands; Ctrl-C cancels a turn, Ctrl-C or Ctrl-D "
                "at the prompt leaves.")
     show_waiting((await rt.sessions.open(session)).take_waiting())
-    dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway, streams=rt.config.channels.streams,
-                            stream_interval=TERMINAL_STREAM_INTERVAL)
+    dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway, stream_pace=rt.config.channels.stream_pace)
     asked: list[asyncio.Task[str]] = []
 
     def interrupt() -> bool:

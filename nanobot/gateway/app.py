@@ -89,7 +89,7 @@ class Gateway:
         self.delivery = await DeliveryStore.open(rt.db)
         outbox = Outbox(self.delivery)
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval,
-                                     streams=self.config.channels.streams, outbox=outbox)
+                                     stream_pace=self.config.channels.stream_pace, outbox=outbox)
         if rt.db.engine == "postgresql":  # then this gateway is one worker of several (nanobot.cluster)
             self._be_a_worker(outbox)
         self.intake = DurableIntake(self.delivery, self.bus, self.cluster.router if self.cluster else None)

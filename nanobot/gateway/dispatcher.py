@@ -33,7 +33,6 @@ TYPING_INTERVAL = 4.0  # Telegram shows "typing…" for about 5 s per call
 # A turn that answers sooner shows no indicator: under load the indicators were half of all
 # Bot API calls, for replies that arrived before anyone could see them.
 TYPING_DELAY = 0.5
-STREAM_INTERVAL = 1.0  # a streamed reply's message is edited at most this often
 RESTART_NOTICE = "I was restarted before I could answer that. Please ask again in a moment."
 RESUME_NOTICE = "I am restarting; I will answer that as soon as I am back."
 STOP_WAIT = 10.0  # how long /stop waits for a cancelled turn to unwind before answering
@@ -146,15 +145,14 @@ class Dispatcher:
     """Reads ``bus.inbound`` and hands each message to its chat's worker."""
 
     def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, *,
-                 typing_interval: float = TYPING_INTERVAL, streams: Callable[[str], bool] = lambda channel: False,
-                 stream_interval: float | None = None, outbox: Outbox | None = None) -> None:
+                 typing_interval: float = TYPING_INTERVAL,
+                 stream_pace: Callable[[str], float | None] = lambda channel: None, outbox: Outbox | None = None) -> None:
         self.agent = agent
         self.bus = bus
         self.outbox = outbox  # durable replies (the gateway); without it, replies go straight to the bus
         self.settings = settings
         self.typing_interval = typing_interval
-        self.streams = streams  # does this channel show replies as they are written?
-        self.stream_interval = STREAM_INTERVAL if stream_interval is None else stream_interval
+        self.stream_pace = stream_pace  # how often a channel shows a reply as it is written (None: not)
         self.slots = asyncio.Semaphore(settings.max_concurrent_sessions)
         self.workers: dict[str, SessionWorker] = {}
         self.closing = False
@@ -250,7 +248,8 @@ class Dispatcher:
     def reply_stream(self, msg: InboundMessage) -> ReplyStream | None:
         """A stream for this message's reply, when its channel shows replies as they are written
         (``channels.<name>.streaming``); cron jobs' turns are not streamed."""
-        if msg.sender_id.startswith("cron:") or not self.streams(msg.channel):
+        pace = self.stream_pace(msg.channel)
+        if msg.sender_id.startswith("cron:") or pace is None:
             return None
         stream: ReplyStream
 
@@ -258,7 +257,7 @@ class Dispatcher:
             await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text, kind="stream",
                                                             metadata={"stream_id": stream.stream_id}))
 
-        stream = ReplyStream(publish, self.stream_interval)
+        stream = ReplyStream(publish, pace)
         return stream
 
     async def keep_typing(self, msg: InboundMessage) -> None:
