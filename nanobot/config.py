@@ -423,9 +423,21 @@ class Api(Section):
         return listen_address(self.listen)
 
 
+class Metrics(Section):
+    """Prometheus metrics (and /healthz, /readyz) of this worker (nanobot/metrics.py)."""
+
+    enabled: bool = False
+    listen: Annotated[str, AfterValidator(_check_listen)] = "127.0.0.1:9464"
+
+    def address(self) -> tuple[str, int]:
+        return listen_address(self.listen)
+
+
 class Gateway(Section):
     heartbeat: Heartbeat = Heartbeat()
     api: Api = Api()
+    metrics: Metrics = Metrics()
+    log_format: Literal["text", "json"] = "text"  # json: one object per line (time, level, logger, ...)
     max_concurrent_sessions: int = Field(16, gt=0)
     idle_worker_seconds: float = Field(300.0, gt=0)
     shutdown_grace_seconds: float = Field(10.0, ge=0)

@@ -11,8 +11,19 @@ locks (``nanobot.cluster``), and a holder that dies or loses the database loses 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+
+if TYPE_CHECKING:
+    from nanobot.config import Gateway as GatewaySettings
+
+
+def worker_id(settings: GatewaySettings) -> str:
+    """This gateway's name among workers (``gateway.workerId``, else HOST:PID); also its
+    metrics' ``worker`` label."""
+    return settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
 
 
 @dataclass(eq=False)

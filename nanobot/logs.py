@@ -8,12 +8,15 @@ Telegram token in the URL, are kept at WARNING.
 
 from __future__ import annotations
 
+import json
 import logging
 import logging.handlers
 import re
 import sys
+from contextvars import ContextVar
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from nanobot.config import url_password
 
@@ -25,9 +28,41 @@ _SECRET_KEY = re.compile(r"token|key|secret|password|authorization|cookie", re.I
 _secrets: set[str] = set()
 
 
+# The chat a log line is about (set around each turn), and a trace id (OpenTelemetry, when on).
+current_chat: ContextVar[str | None] = ContextVar("nanobot_chat", default=None)
+current_trace: Callable[[], str | None] = lambda: None  # nanobot.tracing sets it when traces are on
+
+
 class RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))
+
+
+class JsonFormatter(logging.Formatter):
+    """``gateway.logFormat: "json"``: one object per line, for a log shipper."""
+
+    def __init__(self, worker: str) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {"time": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+                 "level": record.levelname, "logger": record.name, "message": redact(record.getMessage()),
+                 "worker": self.worker}
+        if chat := current_chat.get():
+            entry["chat"] = chat
+        if trace := current_trace():
+            entry["trace_id"] = trace
+        if record.exc_info:
+            entry["exception"] = redact(self.formatException(record.exc_info))
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def use_format(log_format: str, worker: str) -> None:
+    """Every handler writes ``log_format``: "text" (timestamped lines) or "json"."""
+    formatter = JsonFormatter(worker) if log_format == "json" else RedactingFormatter(FORMAT)
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(formatter)
 
 
 def redact(text: str) -> str:

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from nanobot.database import Database, Migrations
+from nanobot import metrics
 from nanobot.session import OpenSessions, Session, replay
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class DatabaseJournal:
                 await self.db.executemany("INSERT INTO history (session_key, record) VALUES ($1, $2)",
                                           [(self.key, record) for record in batch])
             except Exception as exc:  # the database is away: keep them, in order, and try again
+                metrics.current.store_error()
                 log.warning("history %s: %d record(s) wait for the database (%s); retrying in %g s",
                             self.key, len(batch), exc, delay)
                 await asyncio.sleep(delay)

@@ -87,3 +87,24 @@ def test_the_container_runs_the_wheel_as_a_user_and_compose_adds_postgresql() ->
     assert "/etc/nanobot /srv/nanobot/workspace" in docker  # the volumes start owned by the user
     assert postgres["environment"]["POSTGRES_PASSWORD"].startswith("${NANOBOT_DB_PASSWORD:?")
     assert Config(database={"url": url.replace("${NANOBOT_DB_PASSWORD}", "x")}).database.engine == "postgresql"
+
+
+def test_compose_probes_readyz_and_the_dashboard_names_real_metrics() -> None:
+    import json as json_module
+    import re as re_module
+
+    import yaml
+
+    from nanobot.metrics import PrometheusMetrics
+
+    root = Path(__file__).resolve().parent.parent
+    compose = yaml.safe_load((root / "compose.yaml").read_text())
+    for name in ("gateway", "gateway-2"):
+        assert "/readyz" in " ".join(compose["services"][name]["healthcheck"]["test"])
+    dashboard = json_module.loads((root / "deploy" / "grafana-dashboard.json").read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    named = {m for e in exprs for m in re_module.findall(r"nanobot_[a-z_]+", e)}
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
+    exposed = {family.name + suffix for family in PrometheusMetrics("w").registry.collect()
+               for suffix in suffixes[family.type]}
+    assert named <= exposed, named - exposed

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from nanobot import logs, metrics, tracing
 from nanobot.agent.budget import drop_oldest_history, estimate_tokens, prompt_budget, shorten_old_results
 from nanobot.agent.commands import handle_command
 from nanobot.agent.context import build_system_prompt
@@ -222,14 +223,16 @@ class Agent:
         """A chat message: a command's answer, or a full agent turn (``resumed``: one cut by a
         restart, whose message is in the history already)."""
         content = clean_text(content)  # one bad character must not poison the chat's history
+        logs.current_chat.set(session_key)  # log lines of this task name the chat (json logs)
         await self.deps.sessions.open(session_key)  # loaded before anything reads it
         if origin is not None and origin.private:
             remember_peer(self.session(session_key), origin)
         answer = await handle_command(self, session_key, content)
         if answer is not None:
             return answer
-        return await self.run_turn(session_key, content, media=media, progress=progress, mode=mode, origin=origin,
-                                   stream=stream, durations=durations, resumed=resumed)
+        with tracing.span("nanobot.turn", channel=session_key.partition(":")[0], mode=mode):
+            return await self.run_turn(session_key, content, media=media, progress=progress, mode=mode,
+                                       origin=origin, stream=stream, durations=durations, resumed=resumed)
 
     async def run_turn(self, session_key: str, content: str, *, media: list[str] | None = None,
                        progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None,
@@ -268,8 +271,10 @@ class Agent:
                 session.sync()
             else:
                 await session.sync_soon()
+            took = time.monotonic() - started
             log.info("turn %s mode=%s model_calls=%d ms=%d outcome=%s", session_key, turn.mode.name,
-                     turn.model_calls, (time.monotonic() - started) * 1000, outcome)
+                     turn.model_calls, took * 1000, outcome)
+            metrics.current.turn(turn.mode.name, took, outcome)
         self.memory.schedule(session, turn.mode.name)  # a background task: the reply does not wait for it
         return "\n\n".join([reply, *turn.notices]) if turn.notices else reply
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
+from nanobot import metrics, tracing
 from nanobot.agent.budget import estimate_tokens
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
 from nanobot.usage import start_of_today
@@ -87,25 +88,41 @@ async def metered_chat(deps: AgentDeps, request: ChatRequest, *, session_key: st
                        purpose: str, member: bool) -> LLMResponse:
     """``deps.provider.chat`` within the budgets, recorded in usage whether it worked or not."""
     await check_budget(deps, request, session_key, member=member)
+    with tracing.span("nanobot.model_call", model=request.model, provider=request.provider, purpose=purpose) as span:
+        response = await _call(deps, request, session_key, mode, purpose, member)
+        if span is not None:
+            span.set_attributes({"model": response.model or request.model, "provider": response.provider or "",
+                                 "prompt_tokens": response.usage.prompt_tokens,
+                                 "completion_tokens": response.usage.completion_tokens})
+    return response
+
+
+async def _call(deps: AgentDeps, request: ChatRequest, session_key: str, mode: str, purpose: str,
+                member: bool) -> LLMResponse:
+    """The call, recorded in usage and metrics whether it worked or not."""
     usage = deps.usage
     try:
         response = await deps.provider.chat(request)
     except ProviderError as exc:
-        if usage:  # failed calls are counted too: status shows how often a server fails
-            failed = exc.failed_attempts or [(request.provider or deps.config.agents.defaults.provider,
-                                              request.model, str(exc))]
-            await _record_failures(deps, failed, session_key, mode, purpose)
+        failed = exc.failed_attempts or [(request.provider or deps.config.agents.defaults.provider,
+                                          request.model, str(exc))]
+        await _record_failures(deps, failed, session_key, mode, purpose)  # status shows how often a server fails
         raise
+    await _record_failures(deps, response.failed_attempts, session_key, mode, purpose)
+    model, cost = response.model or request.model, call_cost(deps.config, response)
+    metrics.current.model_call(response.provider, model, "ok", response.usage.prompt_tokens,
+                               response.usage.completion_tokens, cost)
     if usage:
-        await _record_failures(deps, response.failed_attempts, session_key, mode, purpose)
-        await usage.record_call(session_key, mode, response.model or request.model, response.usage.prompt_tokens,
+        await usage.record_call(session_key, mode, model, response.usage.prompt_tokens,
                                 response.usage.completion_tokens, purpose, provider=response.provider,
-                                cost=call_cost(deps.config, response), member=member)
+                                cost=cost, member=member)
     return response
 
 
 async def _record_failures(deps: AgentDeps, failed: list[tuple[str, str, str]], session_key: str, mode: str,
                            purpose: str) -> None:
-    assert deps.usage is not None
     for provider, model, error in failed:
-        await deps.usage.record_call(session_key, mode, model, 0, 0, purpose, outcome=error[:200], provider=provider)
+        metrics.current.model_call(provider, model, "error")  # not its text: labels hold no message
+        if deps.usage is not None:
+            await deps.usage.record_call(session_key, mode, model, 0, 0, purpose, outcome=error[:200],
+                                         provider=provider)

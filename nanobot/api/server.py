@@ -77,6 +77,7 @@ class ApiServer:
         self.channel = ApiChannel(self.gateway.channels.ctx)
         self.gateway.channels.add_internal(self.channel)
         app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
+        self.gateway.health().add_routes(app)  # no key: for load balancers and probes
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_get("/v1/nanobot/history", self.history)

@@ -17,10 +17,11 @@ from nanobot import logs
 from nanobot.cli.agent import agent
 from nanobot.cli.api import api_app
 from nanobot.cli.common import fail, get_config
-from nanobot.cli.data import db_app, history_app
+from nanobot.cli.data import backup, db_app, history_app, restore
 from nanobot.cli.pairing import pairing_app
 from nanobot.cli.status import status
 from nanobot.config import Config, ConfigError, config_path, load_config, private_dir, write_private
+from nanobot.coordination import worker_id
 from nanobot.db import HomeError, check_writable
 from nanobot.workspace_template import copy_template
 
@@ -98,6 +99,7 @@ def gateway(ctx: typer.Context) -> None:
     config = get_config(ctx)
     check_writable(config.home)
     logs.log_to_file(config.home)
+    logs.use_format(config.gateway.log_format, worker_id(config.gateway))
     try:
         code = eventloop.run(run_gateway(config))
     except ConfigError as exc:
@@ -106,7 +108,7 @@ def gateway(ctx: typer.Context) -> None:
     sys.exit(code)
 
 
-for command in (onboard, agent, status, gateway):  # in this order in --help
+for command in (onboard, agent, status, gateway, backup, restore):  # in this order in --help
     app.command()(command)
 app.add_typer(pairing_app, name="pairing")
 app.add_typer(history_app, name="history")

@@ -1,11 +1,13 @@
-"""``nanobot db migrate --to URL`` (a home into PostgreSQL) and ``nanobot history export KEY``
-(a chat's history as JSONL, from either store)."""
+"""``nanobot db migrate --to URL`` (a home into PostgreSQL), ``nanobot history export KEY``
+(a chat's history as JSONL, from either store), ``nanobot backup FILE`` and ``nanobot restore FILE``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 import sys
+import tarfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -101,3 +103,42 @@ async def _records(config: Config, key: str) -> list[dict]:
         return await (await DatabaseSessionStore.create(db)).records(key)
     finally:
         await db.close()
+
+
+def backup(ctx: typer.Context, file: Path = typer.Argument(..., metavar="FILE", help="the .tar.gz to write"),
+           with_workspace: bool = typer.Option(False, "--with-workspace", help="the workspace too")) -> None:
+    """Back this home up into one file, also while the gateway runs: the database (consistently),
+    the histories, config.json; counts in its manifest."""
+    from nanobot.backup import BackupError
+    from nanobot.backup import backup as write_backup
+    from nanobot.postgres import where
+
+    config = get_config(ctx)
+    if config.database.engine == "postgresql":
+        fail(f"this home's state is in PostgreSQL ({where(config.database.url)}): back it up with pg_dump, "
+             "e.g. pg_dump -Fc -d DATABASE > nanobot.dump (restore with pg_restore)")
+    started = time.monotonic()
+    try:
+        manifest = write_backup(config.home, config.workspace_path, file, with_workspace=with_workspace)
+    except (BackupError, OSError, sqlite3.Error) as exc:
+        fail(f"backup failed: {exc}", 1)
+    rows = sum(manifest["tables"].values())
+    records = sum(manifest["histories"].values())
+    typer.echo(f"Wrote {file}: {rows} rows in {len(manifest['tables'])} tables, {records} history records in "
+               f"{len(manifest['histories'])} chats{', and the workspace' if with_workspace else ''} "
+               f"({time.monotonic() - started:.1f} s)")
+
+
+def restore(ctx: typer.Context, file: Path = typer.Argument(..., metavar="FILE", help="a file nanobot backup wrote")) -> None:
+    """Restore a backup into an empty home (NANOBOT_HOME), checking its counts."""
+    from nanobot.backup import BackupError
+    from nanobot.backup import restore as read_backup
+    from nanobot.config import nanobot_home
+
+    home = nanobot_home()
+    try:
+        manifest = read_backup(file, home, lambda: get_config(ctx).workspace_path)
+    except (BackupError, OSError, tarfile.TarError, KeyError, ValueError) as exc:
+        fail(f"restore failed: {exc}", 1)
+    typer.echo(f"Restored {file} into {home}: {sum(manifest['tables'].values())} rows, "
+               f"{sum(manifest['histories'].values())} history records, counts checked")

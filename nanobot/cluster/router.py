@@ -21,6 +21,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from nanobot.bus import REPLY_FUTURE, InboundMessage, MessageBus, OutboundMessage
+from nanobot import metrics
 from nanobot.cluster.leases import DEAD_WRITER, ChatLeases
 from nanobot.delivery.intake import mark_if_resumed
 
@@ -178,6 +179,7 @@ class ChatRouter:
             taken = await self.leases.take_over(others)
             if taken:
                 log.info("took over %d chat(s) nobody alive held", len(taken))
+                metrics.current.failover(len(taken))
             for chat in taken:
                 await self._pull_taken(chat)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -21,6 +20,7 @@ from nanobot.cluster.line import WorkerLine
 from nanobot.cluster.registry import MIGRATIONS, Registry
 from nanobot.cluster.router import ChatRouter
 from nanobot.cluster.singletons import AdvisorySingletons
+from nanobot.coordination import worker_id
 from nanobot.postgres import migrate
 
 if TYPE_CHECKING:
@@ -33,10 +33,6 @@ log = logging.getLogger(__name__)
 
 SWEEP_EVERY_S = 1.0
 RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.5, 5.0
-
-
-def worker_id(settings: GatewaySettings) -> str:
-    return settings.worker_id or f"{socket.gethostname()}:{os.getpid()}"
 
 
 class ClusterWorker:

@@ -23,6 +23,7 @@ from typing import Awaitable, Callable, Literal
 from apscheduler.jobstores.base import JobLookupError
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
+from nanobot import metrics
 from nanobot.cron import schedule
 from nanobot.cron.store import CronJob, CronStore, utcnow
 
@@ -297,6 +298,7 @@ class CronService:
             duration_ms = int((time.perf_counter() - t0) * 1000)
             updated = await self.store.record_run(job_id, started, duration_ms, outcome.status, outcome.output,
                                                   outcome.function_calls)
+            metrics.current.cron_run(outcome.status)
             log.info("cron run %s (%s) kind=%s ms=%d status=%s%s", job_id, job.name, job.payload_kind, duration_ms,
                      outcome.status, "" if outcome.status == "ok" else f" error={_excerpt(outcome.output)!r}")
             await self._after_run(updated or job, outcome, one_shot_done=scheduled and job.schedule_kind == "at")

@@ -18,6 +18,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Protocol
 
+from nanobot import metrics
 from nanobot.bus import EPHEMERAL, InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class DurableIntake:
                 log.info("%s: dropped a repeat of message %s", msg.channel, msg.metadata["delivery_key"])
             else:
                 msg.metadata["intake_id"] = intake_id
+                metrics.current.received(msg.channel)
         await self.route.arrived(messages)
 
     async def _record(self, messages: list[InboundMessage]) -> list[int | None]:

@@ -16,6 +16,7 @@ from dataclasses import asdict, replace
 from typing import Any, Awaitable, Callable
 
 from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
+from nanobot import metrics
 from nanobot.database import Database, Migrations, Queries, StoreUnavailable
 from nanobot.periodic import Periodic
 
@@ -168,6 +169,7 @@ class DeliveryStore:
                         results.append(await op(tx))
                 break
             except StoreUnavailable as exc:  # the database is away: this batch waits for it, and all behind it
+                metrics.current.store_error()
                 if self.unavailable_since is None:
                     self.unavailable_since = time.time()
                     log.error("delivery store: %s; messages and replies wait until it is back", exc)

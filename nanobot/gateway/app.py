@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pathlib import Path
 
 from nanobot_channels.base import ChannelContext, Sender
-from nanobot import sdnotify
+from nanobot import sdnotify, tracing
 from nanobot.access import AccessGate
 from nanobot.bus import InboundMessage, MessageBus
 from nanobot.cluster.registry import OtherWorkspace, WorkerIdInUse
@@ -37,6 +37,7 @@ from nanobot.delivery.store import DeliveryStore, Pruner
 from nanobot.gateway.channels import ChannelManager
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.listener import ListenError
+from nanobot.health import Health
 from nanobot.gateway.lock import GatewayLock, GatewayRunning, write_gateway_state
 from nanobot.periodic import Periodic
 from nanobot.runtime import Runtime
@@ -148,6 +149,11 @@ class Gateway:
         among_workers = self.intake.accept if self.cluster is not None and self.intake is not None else None
         return await self.dispatcher.ask(msg, through=among_workers)
 
+    def health(self) -> Health:
+        """What /readyz checks: the store, the worker's database line, the channels."""
+        return Health(self.runtime.db, lambda: self.channels.failing_since if self.channels else {},
+                      lambda: self.cluster is not None and self.cluster.line.lost.is_set())
+
     def running_channels(self) -> list[str]:
         """Channels that can carry a message nobody asked for (cron output, notices): not the
         API's and the terminal's, which only answer the requests they are waiting on."""
@@ -217,6 +223,10 @@ def add_services(gateway: Gateway) -> None:
         from nanobot.api.server import ApiServer
 
         gateway.add_service(ApiServer(gateway))
+    if gateway.config.gateway.metrics.enabled:
+        from nanobot.gateway.ops import OpsServer
+
+        gateway.add_service(OpsServer(gateway))
     gateway.add_service(PairingWelcome(gateway.runtime.deps.services.pairing, gateway.bus,
                                        gateway.running_channels))
     heartbeat = gateway.config.gateway.heartbeat
@@ -238,6 +248,7 @@ async def run_gateway(config: Config, *, stop: asyncio.Event | None = None) -> i
         log.error("%s", exc)
         return 1
     stop = stop or asyncio.Event()
+    tracing.setup()  # on when an OTLP endpoint is set (OTEL_EXPORTER_OTLP_*) and the extra installed
     loop = asyncio.get_running_loop()
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, _stop_on(sig, stop))
@@ -247,6 +258,7 @@ async def run_gateway(config: Config, *, stop: asyncio.Event | None = None) -> i
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
         lock.release()
+        tracing.shutdown()
         log.info("gateway stopped")
 
 

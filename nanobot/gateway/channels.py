@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from functools import partial
 from importlib.metadata import EntryPoint, entry_points
@@ -30,6 +31,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed
+from nanobot import metrics
 from nanobot.bus import EPHEMERAL, MessageBus, OutboundMessage
 from nanobot.config import ChannelSection, Config, PluginChannelConfig
 from nanobot.delivery.outbox import Outbox, SendGate
@@ -67,6 +69,7 @@ class ChannelManager:
         self.channels: dict[str, BaseChannel] = {}
         self.failed: dict[str, str] = {}  # enabled channels not running now, and why
         self.state: dict[str, str] = {}  # every enabled channel: "running" or why not, for status
+        self.failing_since: dict[str, float] = {}  # channels not running, since when (monotonic; /readyz)
         self.on_state: Any = None  # called (no arguments) whenever ``state`` changes
         self.retry_first_s = RETRY_FIRST_S
         self._retries: dict[str, asyncio.Task[None]] = {}
@@ -146,6 +149,10 @@ class ChannelManager:
 
     def _set_state(self, name: str, state: str) -> None:
         self.state[name] = state
+        if state == "running":
+            self.failing_since.pop(name, None)
+        else:
+            self.failing_since.setdefault(name, time.monotonic())
         if self.on_state is not None:
             self.on_state()
 
@@ -290,5 +297,7 @@ async def _send_one(channel: BaseChannel, msg: OutboundMessage) -> None:
         await channel.send_stream(msg)
     elif msg.kind == "file":
         await channel.send_file(msg)
+        metrics.current.reply_sent(msg.channel)
     else:
         await channel.send(msg)
+        metrics.current.reply_sent(msg.channel)

@@ -12,6 +12,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
+from nanobot import metrics, tracing
 from nanobot.config import CodeRuntime, Config
 from nanobot.database import Database, Migrations, StoreUnavailable
 from nanobot.sandbox.stubs import render_stubs
@@ -95,12 +96,14 @@ class CodeExecutor:
 
         # A state that could not be read (the database away) is not overwritten by this run's.
         seeded = limits.persist_state and await self._restore(ctx.session_key)
-        result = await self._run_with_skills(code, ctx, limits.persist_state, feed)
+        with tracing.span("nanobot.sandbox", mode=mode):
+            result = await self._run_with_skills(code, ctx, limits.persist_state, feed)
         if seeded:
             await self._save(ctx.session_key, result.state)
+        outcome = "ok" if result.ok else (result.error_type or "error")
+        metrics.current.sandbox_run(outcome)
         if self.usage:
-            await self.usage.record_execution(ctx.session_key, mode, result.duration_ms, result.function_calls,
-                                                   "ok" if result.ok else (result.error_type or "error"))
+            await self.usage.record_execution(ctx.session_key, mode, result.duration_ms, result.function_calls, outcome)
         return result
 
     @staticmethod

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from nanobot import metrics, tracing
 from nanobot.trust import OWNER, Trust, TurnState
 
 if TYPE_CHECKING:
@@ -261,16 +262,21 @@ class ToolRegistry:
             raise ValueError(f"unknown tool {name!r}; available: {', '.join(x.name for x in self.tools(ctx=ctx))}")
         kwargs = t.validate(arguments)
         try:
-            result = await t.func(ctx, **kwargs)
+            with tracing.span("nanobot.tool", tool=name):
+                result = await t.func(ctx, **kwargs)
             if t.untrusted:  # what it returned was written by someone else: the turn is tainted
                 ctx.turn.taint(t.origin(arguments) or name)
-            return result
-        except TOOL_ERRORS:
+        except TOOL_ERRORS as exc:
+            metrics.current.tool_call(name, type(exc).__name__)
             raise
         except OSError as exc:
+            metrics.current.tool_call(name, "OSError")
             raise RuntimeError(f"{name}: {exc.strerror or exc}") from exc
         except Exception as exc:  # a tool bug must reach the model as an error, not kill the turn
+            metrics.current.tool_call(name, "bug")
             raise RuntimeError(f"{name}: {type(exc).__name__}: {exc}") from exc
+        metrics.current.tool_call(name, "ok")
+        return result
 
     async def call_for_model(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> str:
         """Tool-calling mode: the result, or the error, as text for the model."""

@@ -1,0 +1,59 @@
+"""``gateway.metrics``: this worker's ``/metrics`` (Prometheus' text format, through
+``prometheus-client``), with ``/healthz`` and ``/readyz`` beside them, on ``gateway.metrics.listen``.
+
+Counters are kept where things happen (``nanobot.metrics``); the gauges (backlog, chats and
+singletons held, channels up) are read when Prometheus scrapes, so nothing runs in between.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from nanobot import metrics
+from nanobot.coordination import worker_id
+from nanobot.listener import listen
+
+if TYPE_CHECKING:
+    from nanobot.gateway.app import Gateway
+
+
+class OpsServer:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self._runner: web.AppRunner | None = None
+        self._metrics: metrics.PrometheusMetrics | None = None
+
+    async def start(self) -> None:
+        settings = self.gateway.config.gateway
+        self._metrics = metrics.enable(self.gateway.cluster.id if self.gateway.cluster else worker_id(settings))
+        app = web.Application()
+        app.router.add_get("/metrics", self.scrape)
+        self.gateway.health().add_routes(app)
+        self._runner, _ = await listen(app, *settings.metrics.address(), "gateway.metrics.listen")
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        metrics.disable()
+
+    async def scrape(self, request: web.Request) -> web.Response:
+        assert self._metrics is not None
+        await self._read_gauges(self._metrics)
+        body, content_type = self._metrics.text()
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    async def _read_gauges(self, into: metrics.PrometheusMetrics) -> None:
+        gateway = self.gateway
+        if gateway.delivery is not None:
+            try:
+                waiting, unsent, _ = await gateway.delivery.backlog()
+                into.set_gauges(unanswered_messages=waiting, outbox_pending=unsent)
+            except Exception:  # the database is away: those two stay as they were, readyz says why
+                into.store_error()
+        cluster, dispatcher = gateway.cluster, gateway.dispatcher
+        held = len(cluster.router.held) if cluster else len(dispatcher.workers) if dispatcher else 0
+        into.set_gauges(chats_held=held, singletons_held=len(cluster.singletons.held) if cluster else 0)
+        if gateway.channels is not None:
+            into.set_channels({name: state == "running" for name, state in gateway.channels.state.items()})
