@@ -123,17 +123,18 @@ class ChatRouter:
 
     async def pull(self, chat: str, *, claim: bool, polite: bool = False) -> None:
         """Queue the chat's unanswered messages we have not queued yet, claiming the chat first
-        if ``claim`` and nobody alive holds it."""
+        if ``claim`` and nobody alive holds it. ``polite``: a wake-up, which anyone may send:
+        then a busier worker waits a moment, and the chat is claimed only if it has work."""
         if polite and chat not in self.held:
             await asyncio.sleep(min(MAX_CLAIM_DELAY_S, CLAIM_DELAY_PER_CHAT_S * len(self.held)))
         async with self._locks.hold(chat):
-            await self._pull(chat, claim)
+            await self._pull(chat, claim, only_with_work=polite)
 
-    async def _pull(self, chat: str, claim: bool) -> None:
+    async def _pull(self, chat: str, claim: bool, *, only_with_work: bool = False) -> None:
         if chat not in self.held:
             if not claim:
                 return
-            if not await self.leases.claim(chat, only_with_work=True):
+            if not await self.leases.claim(chat, only_with_work=only_with_work):
                 if len(self._elsewhere) > MAX_ELSEWHERE:
                     self._elsewhere.clear()
                 self._elsewhere.add(chat)
