@@ -55,6 +55,19 @@ def chat_name(key: str) -> str:
     return name
 
 
+TASK_MARK = "/task-"  # no chat id holds a "/": a background task's history is "<chat>/task-<id>"
+
+
+def task_key(chat: str, task_id: str) -> str:
+    """The history of background task ``task_id`` of ``chat`` (its own, beside the chat's)."""
+    return f"{chat}{TASK_MARK}{task_id}"
+
+
+def parent_chat(session_key: str) -> str:
+    """The chat a session belongs to: itself, or the chat that spawned a background task."""
+    return session_key.split(TASK_MARK, 1)[0]
+
+
 def history_file(key: str) -> str:
     return chat_name(key) + HISTORY_SUFFIX
 

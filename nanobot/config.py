@@ -26,6 +26,8 @@ from pydantic_settings.exceptions import SettingsError
 from pydantic.alias_generators import to_camel
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from nanobot.chat_names import parent_chat
+
 ExecutionMode = Literal["tools", "code", "hybrid"]
 
 
@@ -111,6 +113,15 @@ class ModelChoice(Section):
     model: str
 
 
+class TaskLimits(Section):
+    """``agents.defaults.tasks``: background tasks started with spawn()."""
+
+    max_per_chat: int = Field(3, gt=0)  # running or queued, per chat
+    max_total: int = Field(10, gt=0)  # running or queued, in the whole assistant
+    max_minutes: float = Field(30, gt=0)  # a task running longer is stopped, and says so
+    max_iterations: int = Field(50, gt=0)  # model calls of a task's turn
+
+
 class AgentSettings(Section):
     workspace: str = "~/.nanobot/workspace"
     provider: str = "openai"
@@ -126,6 +137,7 @@ class AgentSettings(Section):
     code_runtime: CodeRuntime = CodeRuntime()
     fallbacks: list[ModelChoice] = []  # tried in order when the model fails (429, 5xx, timeout, no connection)
     daily_budget_usd: float | None = Field(None, gt=0)  # model calls stop for the day once spent
+    tasks: TaskLimits = TaskLimits()  # background tasks (spawn)
     # What all member chats together may spend in a day (null: half of dailyBudgetUsd), so that
     # members can never spend the owner's share.
     member_daily_budget_usd: float | None = Field(None, gt=0)
@@ -599,12 +611,15 @@ class Config(BaseSettings):
         return self._source
 
     def agent_for(self, session_key: str) -> AgentSettings:
-        """The agent settings for one session: defaults with that session's override applied."""
-        override = self.agents.overrides.get(session_key)
-        if override is None:
-            return self.agents.defaults
-        return self.agents.defaults.model_copy(update=override.model_dump(exclude_none=True,
-                                                                            exclude={"trust", "mcp_servers"}))
+        """The agent settings for one session: defaults with its chat's override applied (a
+        background task has its chat's, with ``tasks.maxIterations`` model calls)."""
+        chat = parent_chat(session_key)
+        override = self.agents.overrides.get(chat)
+        settings = self.agents.defaults if override is None else self.agents.defaults.model_copy(
+            update=override.model_dump(exclude_none=True, exclude={"trust", "mcp_servers"}))
+        if chat != session_key:
+            settings = settings.model_copy(update={"max_iterations": settings.tasks.max_iterations})
+        return settings
 
     def chat_model(self, session_key: str, choice: str | None = None, *, member: bool = False) -> tuple[str, str]:
         """(provider, model) for a chat: its /model ``choice`` (a name in agents.models; for a

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Literal
 
 from nanobot.access import listed
-from nanobot.chat_names import chat_name
+from nanobot.chat_names import chat_name, parent_chat
 
 if TYPE_CHECKING:
     from nanobot.config import ChannelSection, Config
@@ -56,7 +56,9 @@ def owner_ids(section: ChannelSection | None) -> list[str]:
 def chat_trust(config: Config, session_key: str, peer: list[str] | None = None,
                api_owners: Collection[str] = ()) -> Trust:
     """Owner or member, from the config and the chat's remembered private peer ``[id, name]``;
-    an API chat (``api:NAME[:S]``) is the owner's when NAME is an owner key (``api_owners``)."""
+    an API chat (``api:NAME[:S]``) is the owner's when NAME is an owner key (``api_owners``). A
+    background task's session has the trust of the chat that spawned it."""
+    session_key = parent_chat(session_key)
     override = config.agents.overrides.get(session_key)
     if override is not None and override.trust is not None:
         return override.trust
@@ -82,7 +84,7 @@ def chat_scope(config: Config, session_key: str, peer: list[str] | None = None,
     """A chat's trust and root: the whole workspace for owner chats, its own folder for members."""
     trust = chat_trust(config, session_key, peer, api_owners)
     root = config.workspace_path
-    return trust, root if trust == OWNER else chat_folder(root, session_key)
+    return trust, root if trust == OWNER else chat_folder(root, parent_chat(session_key))
 
 
 def chat_folder(workspace: Path, session_key: str) -> Path:

@@ -162,6 +162,12 @@ class UsageStore:
                 day["cost"] += cost
         return [{"day": day, **values} for day, values in sorted(totals.items())]
 
+    async def of_chat(self, session_key: str) -> tuple[int, float]:
+        """(model calls, cost) of one chat's history (a background task's, say)."""
+        row = await self.db.fetchrow("SELECT count(*), sum(cost_usd) FROM model_calls WHERE session_key = $1",
+                                     session_key)
+        return (int(row[0]), float(row[1] or 0.0)) if row else (0, 0.0)
+
     async def cost_since(self, since: float, *, members: bool = False) -> float:
         """What calls since ``since`` cost (``members``: member chats' calls only)."""
         return float(await self.db.fetchval("SELECT sum(cost_usd) FROM model_calls WHERE ts >= $1 AND member >= $2",

@@ -155,3 +155,54 @@ async def _not_none(value) -> bool:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_background_task_of_a_killed_worker_is_finished_by_another(pg_url: str, workspace: Path,
+                                                                           tmp_path: Path) -> None:
+    """kill -9 of the worker running a background task: another worker resumes it (told so)
+    within gateway.failoverSeconds, and the chat gets its result once."""
+    async with FakeOpenAI() as llm, FakeTelegram() as tg, AsyncExitStack() as stack:
+        calls: list[str] = []
+
+        def answer(body: dict) -> dict:
+            asked = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+            if asked.startswith("spawn"):
+                return reply("```python\nfinal_answer(spawn('TASK long', label='long'))\n```")
+            if asked.startswith("TASK"):
+                calls.append(asked)
+                return delayed(reply("RESULT of long"), 60 if len(calls) == 1 else 0.1)
+            return reply("done")
+
+        llm.fallback = answer
+        db = await PostgresDatabase.open(pg_url)
+        stack.push_async_callback(db.close)
+        procs = {}
+        for name in ("w1", "w2"):
+            home = tmp_path / name
+            write_home(home, workspace, llm, tg, pg_url, name)
+            config = json.loads((home / "config.json").read_text())
+            config["agents"]["defaults"]["executionMode"] = "code"
+            (home / "config.json").write_text(json.dumps(config))
+            procs[name] = await stack.enter_async_context(worker(home, tmp_path / f"{name}.log"))
+            await wait_for(lambda: _alive(db, name), 30, f"{name} joined")
+        tg.push_text(ALICE, ALICE, "spawn it")
+        await wait_for(lambda: _true(len(calls) == 1), 30, "the task's model call")
+        runner = await db.fetchval("SELECT worker FROM tasks")
+        killed = time.monotonic()
+        await kill(procs[runner])
+        await wait_for(lambda: _true(any("RESULT of long" in t for t in texts(tg, ALICE))), 30, "the result")
+        took = time.monotonic() - killed
+        await asyncio.sleep(1.0)
+    assert len(calls) == 2 and "cut off by a restart" in calls[1]
+    assert took < FAILOVER_S + 2, took
+    assert sum("RESULT of long" in t for t in texts(tg, ALICE)) == 1
+
+
+async def _alive(db: PostgresDatabase, name: str) -> bool:
+    if await db.fetchval("SELECT to_regclass('workers')") is None:
+        return False
+    return name in {r.id for r in await list_workers(db) if r.alive}
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import TYPE_CHECKING
 
 from nanobot.usage import start_of_today
@@ -19,7 +20,8 @@ MODES = ("tools", "code", "hybrid")
 
 HELP = """Commands:
 /new — start a fresh conversation (history and Python state cleared)
-/stop — cancel what I am doing now
+/stop — cancel what I am doing now; /stop ID stops a background task
+/tasks — this chat's background tasks
 /mode [tools|code|hybrid|default] — show or set how I act in this chat
 /model [NAME|default] — show or set the model for this chat
 /status — model, mode and usage
@@ -65,6 +67,10 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
         return await status_text(agent, session_key)
     if name == "/budget":
         return await budget_text(agent, session_key)
+    if name == "/tasks":
+        return await tasks_text(agent, session_key)
+    if name == "/stop" and arg:
+        return await stop_task(agent, session_key, arg)
     if name in ("/help", "/start"):
         return HELP
     if name == "/stop":
@@ -142,3 +148,38 @@ async def budget_text(agent: Agent, session_key: str) -> str:
     if share is not None:
         lines.append(f"Member chats: ${members:.2f} of their ${share:.2f} (agents.defaults.memberDailyBudgetUsd).")
     return "\n".join(lines)
+
+
+async def tasks_text(agent: Agent, session_key: str) -> str:
+    """``/tasks``: the chat's background tasks (id, label, state, age, model calls; cost for owners)."""
+    from nanobot.chat_names import task_key
+    from nanobot.tasks import TaskStore
+
+    tasks = await (await TaskStore.open(agent.deps.services.db)).of_chat(session_key, limit=10)
+    if not tasks:
+        return "No background tasks in this chat (the model starts them with spawn)."
+    owner = agent.deps.trust(session_key) == OWNER
+    lines = ["Background tasks, newest first:"]
+    for task in tasks:
+        calls, cost = await agent.deps.usage.of_chat(task_key(session_key, task.id)) if agent.deps.usage else (0, 0.0)
+        age = _age(time.time() - task.created)
+        money = f", ${cost:.4f}" if owner and cost else ""
+        lines.append(f"- {task.id} {task.label or ''} — {task.state}, {age} ago, {calls} model call(s){money}".replace("  ", " "))
+    return "\n".join(lines)
+
+
+async def stop_task(agent: Agent, session_key: str, task_id: str) -> str:
+    from nanobot.tasks import TaskStore
+
+    task = await (await TaskStore.open(agent.deps.services.db)).request_stop(session_key, task_id)
+    if task is None or task.chat != session_key:
+        return f"No background task {task_id!r} in this chat; /tasks lists them."
+    if task.state not in ("queued", "running"):
+        return f"Task {task.id} has {task.state} already."
+    return f"Stopping task {task.name}; this chat hears when it has stopped."
+
+
+def _age(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from nanobot.chat_names import parent_chat
 from nanobot.trust import MEMBER, Trust, chat_scope, chat_trust
 from nanobot.tools.registry import ToolContext
 
@@ -44,12 +45,20 @@ class AgentDeps:
 
     def trust(self, session_key: str) -> Trust:
         """Whether a chat is the owner's or a member's (``nanobot.trust``)."""
-        return chat_trust(self.config, session_key, self.sessions.get(session_key).meta.peer, self.api_owners)
+        return chat_trust(self.config, session_key, self._peer(session_key), self.api_owners)
 
     def chat_context(self, session_key: str) -> ToolContext:
-        """A fresh tool context for one turn (or cron run) of this chat: its trust and folder."""
-        trust, root = chat_scope(self.config, session_key, self.sessions.get(session_key).meta.peer, self.api_owners)
+        """A fresh tool context for one turn (or cron run) of this chat: its trust and folder. A
+        background task's turn acts for its chat (its trust, folder, "this chat"), with a
+        Python state of its own."""
+        trust, root = chat_scope(self.config, session_key, self._peer(session_key), self.api_owners)
         if trust == MEMBER:
             root.mkdir(parents=True, exist_ok=True)
-        return ToolContext(config=self.config, workspace=root, session_key=session_key, bus=self.bus,
-                           services=self.services, trust=trust)
+        chat = parent_chat(session_key)
+        return ToolContext(config=self.config, workspace=root, session_key=chat, bus=self.bus,
+                           services=self.services, trust=trust, origin="task" if chat != session_key else "user",
+                           state_key=session_key)
+
+    def _peer(self, session_key: str) -> list[str] | None:
+        """The private peer the chat remembers (a task's chat is opened before the task runs)."""
+        return self.sessions.get(parent_chat(session_key)).meta.peer

@@ -32,7 +32,7 @@ from nanobot.media.vision import is_blind, rejects_images, remember_blind
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
 from nanobot.session import Session
 from nanobot.utf8 import clean_text
-from nanobot.trust import MEMBER, OWNER
+from nanobot.trust import HISTORY_CHANNELS, MEMBER, OWNER
 
 if TYPE_CHECKING:
     from nanobot.agent.modes import Mode
@@ -42,6 +42,9 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], Awaitable[None]]
 
 REPEAT_LIMIT = 3  # the same call with the same arguments this often in one turn: the model is stuck
+CRON_SENDER = "cron:"  # a cron prompt job's turn (sender "cron:JOB")
+TASK_SENDER = "task:"  # a background task's own turn (sender "task:ID")
+TASK_RESULT = "task-result:"  # a background task's result, delivered to its chat
 
 
 class TurnEnded(Exception):
@@ -212,6 +215,17 @@ class Agent:
         """The chat's /mode setting beats agents.overrides[key], which beats agents.defaults."""
         return session.meta.mode or self.deps.config.agent_for(session.key).execution_mode
 
+    def task_result(self, session_key: str, text: str) -> str:
+        """A background task's result, queued in its chat like a message: into the history (for
+        the model, and the reader who is away), and back as the reply, with no model call."""
+        session = self.session(session_key)
+        if session_key.partition(":")[0] in HISTORY_CHANNELS:
+            session.keep_for_reader(text)
+        else:
+            session.append({"role": "assistant", "content": text})
+        session.sync()
+        return text
+
     async def reset_state(self, session_key: str) -> None:
         """Forget the session's Python state too (``/new``)."""
         await self.deps.code.reset(session_key)
@@ -225,6 +239,8 @@ class Agent:
         content = clean_text(content)  # one bad character must not poison the chat's history
         logs.current_chat.set(session_key)  # log lines of this task name the chat (json logs)
         await self.deps.sessions.open(session_key)  # loaded before anything reads it
+        if origin is not None and origin.sender_id.startswith(TASK_RESULT):
+            return self.task_result(session_key, content)
         if origin is not None and origin.private:
             remember_peer(self.session(session_key), origin)
         answer = await handle_command(self, session_key, content)
@@ -243,6 +259,8 @@ class Agent:
         if self.deps.mcp is not None:  # `nanobot agent`: the first turn starts them
             await self.deps.mcp.ensure_started()
         turn = Turn(self.deps, session, get_mode(mode or self.mode_name(session)), progress, stream)
+        if origin is not None and origin.sender_id.startswith(CRON_SENDER):
+            turn.ctx.origin = "cron"
         if media:  # documents, photos, voice: someone else's content
             turn.ctx.turn.taint("an attached file")
         if origin is not None and origin.untrusted:

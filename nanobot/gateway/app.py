@@ -38,6 +38,7 @@ from nanobot.gateway.channels import ChannelManager
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.listener import ListenError
 from nanobot.health import Health
+from nanobot.gateway.task_runner import TaskRunner
 from nanobot.gateway.lock import GatewayLock, GatewayRunning, write_gateway_state
 from nanobot.periodic import Periodic
 from nanobot.runtime import Runtime
@@ -100,6 +101,9 @@ class Gateway:
                              chat_root=self._chat_root, intake=self.intake, singletons=self.singletons)
         self.channels = ChannelManager(self.config, ctx, outbox)
         self.services.insert(0, Pruner(self.delivery))  # prunes at once, then every 6 hours
+        # Background tasks: one name per home alone (its last run's tasks are its own), the worker id among workers.
+        self.services.insert(1, TaskRunner(rt, self.intake.accept, self.cluster.id if self.cluster else "gateway",
+                                           among_workers=self.cluster is not None))
         if self.cluster is not None:  # takes over what dead workers (or our last run) left
             await self.cluster.start()
         else:

@@ -46,9 +46,10 @@ class ChatHolder(Protocol):
 
 
 def is_stop(text: str) -> bool:
-    """``/stop``, also ``/stop@botname`` as Telegram sends it in groups."""
-    words = text.strip().split(maxsplit=1)
-    return bool(words) and words[0].split("@", 1)[0].lower() == "/stop"
+    """``/stop``, also ``/stop@botname`` as Telegram sends it in groups (``/stop ID`` is not:
+    it stops a background task, a chat command like the others)."""
+    words = text.strip().split()
+    return len(words) == 1 and words[0].split("@", 1)[0].lower() == "/stop"
 
 
 class SessionWorker:

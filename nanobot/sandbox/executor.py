@@ -88,18 +88,20 @@ class CodeExecutor:
             log.info("[%s] %s(%s)", ctx.session_key, name, _short_args(args, kwargs))
             return await tools.call(name, tool.bind(args, kwargs), ctx)
 
+        state_key = ctx.state_key or ctx.session_key  # a background task's programs have their own variables
+
         async def feed(program: str) -> ExecutionResult:
             return await self.sandbox.run(
-                program, session_key=ctx.session_key, call=call, function_names=[*tools.names(), *extras],
+                program, session_key=state_key, call=call, function_names=[*tools.names(), *extras],
                 limits=limits, stubs=code_stubs(tools) if limits.type_check else None, inputs=inputs,
                 save_state=limits.persist_state, timezone=timezone)
 
         # A state that could not be read (the database away) is not overwritten by this run's.
-        seeded = limits.persist_state and await self._restore(ctx.session_key)
+        seeded = limits.persist_state and await self._restore(state_key)
         with tracing.span("nanobot.sandbox", mode=mode):
             result = await self._run_with_skills(code, ctx, limits.persist_state, feed)
         if seeded:
-            await self._save(ctx.session_key, result.state)
+            await self._save(state_key, result.state)
         outcome = "ok" if result.ok else (result.error_type or "error")
         metrics.current.sandbox_run(outcome)
         if self.usage:

@@ -15,9 +15,10 @@ def default_registry(config: Config) -> ToolRegistry:
     from nanobot.tools.files import FILE_TOOLS
     from nanobot.tools.messaging import MESSAGING_TOOLS
     from nanobot.tools.shell import SHELL_TOOLS
+    from nanobot.tools.task_tools import TASK_TOOLS
     from nanobot.tools.web import WEB_TOOLS
 
-    tools = [*FILE_TOOLS, *WEB_TOOLS, *MESSAGING_TOOLS, *CRON_TOOLS]
+    tools = [*FILE_TOOLS, *WEB_TOOLS, *MESSAGING_TOOLS, *CRON_TOOLS, *TASK_TOOLS]
     if config.tools.exec.enabled:
         tools += SHELL_TOOLS if config.tools.exec.network else [_without_network(t) for t in SHELL_TOOLS]
     return ToolRegistry(tools)

@@ -47,6 +47,9 @@ class ToolContext:
     trust: Trust = OWNER
     turn: TurnState = field(default_factory=TurnState)
     runs_code: bool = True  # the model can write programs this turn (code, hybrid): code-only hints apply
+    # What started the turn: "user" (a message), "cron" (a job), "task" (a background task).
+    origin: str = "user"
+    state_key: str = ""  # whose saved Python state programs use ("": the chat's; a task has its own)
 
     async def announce(self, text: str) -> None:
         if self.services is not None:

@@ -1,0 +1,144 @@
+"""Background tasks: a row each, recorded before ``spawn`` returns, so a task outlives the turn
+that started it and the process that runs it.
+
+A task's whole state is its row: queued, running (on which worker, how many attempts), or
+done, failed or stopped with its result. A runner (``nanobot.gateway.task_runner``) claims
+queued rows; at start it puts back what its own last run left running (on PostgreSQL also
+what dead workers left), so a kill -9 resumes a task once. Its result reaches the chat through
+the durable intake, under a delivery key of its own, so it is sent once.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from nanobot.database import Database, Migrations
+
+ACTIVE = ("queued", "running")
+ENDED = ("done", "failed", "stopped")
+MAX_ATTEMPTS = 2  # the first run and one resumption after a crash
+
+MIGRATIONS: Migrations = {
+    "sqlite": ["""
+    CREATE TABLE tasks (
+        id TEXT PRIMARY KEY, chat TEXT NOT NULL, label TEXT, task TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'queued', worker TEXT, attempts INTEGER NOT NULL DEFAULT 0,
+        stop_requested INTEGER NOT NULL DEFAULT 0, result TEXT,
+        created REAL NOT NULL, started REAL, finished REAL);
+    CREATE INDEX tasks_active ON tasks (state, created);
+    """],
+    "postgresql": ["""
+    CREATE TABLE tasks (
+        id TEXT PRIMARY KEY, chat TEXT NOT NULL, label TEXT, task TEXT NOT NULL,
+        state TEXT NOT NULL DEFAULT 'queued', worker TEXT, attempts INTEGER NOT NULL DEFAULT 0,
+        stop_requested INTEGER NOT NULL DEFAULT 0, result TEXT,
+        created DOUBLE PRECISION NOT NULL, started DOUBLE PRECISION, finished DOUBLE PRECISION);
+    CREATE INDEX tasks_active ON tasks (state, created);
+    """],
+}
+
+
+@dataclass(frozen=True)
+class Task:
+    id: str
+    chat: str
+    label: str | None
+    task: str
+    state: str
+    worker: str | None
+    attempts: int
+    stop_requested: bool
+    result: str | None
+    created: float
+    started: float | None
+    finished: float | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> Task:
+        data = dict(row)
+        data["stop_requested"] = bool(data["stop_requested"])
+        return cls(**data)
+
+    @property
+    def name(self) -> str:
+        return f"{self.label} ({self.id})" if self.label else self.id
+
+
+class TaskStore:
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @classmethod
+    async def open(cls, db: Database) -> TaskStore:
+        await db.migrate("tasks", MIGRATIONS)
+        return cls(db)
+
+    async def add(self, chat: str, task: str, label: str | None) -> Task:
+        task_id = "t" + secrets.token_hex(3)
+        await self.db.execute("INSERT INTO tasks (id, chat, label, task, created) VALUES ($1, $2, $3, $4, $5)",
+                              task_id, chat, label, task, time.time())
+        found = await self.get(task_id)
+        assert found is not None
+        return found
+
+    async def get(self, task_id: str) -> Task | None:
+        row = await self.db.fetchrow("SELECT * FROM tasks WHERE id = $1", task_id)
+        return Task.from_row(row) if row else None
+
+    async def of_chat(self, chat: str, limit: int = 20) -> list[Task]:
+        rows = await self.db.fetch("SELECT * FROM tasks WHERE chat = $1 ORDER BY created DESC LIMIT $2", chat, limit)
+        return [Task.from_row(r) for r in rows]
+
+    async def active(self, chat: str | None = None) -> int:
+        """Queued and running tasks (of one chat, or all)."""
+        if chat is None:
+            return int(await self.db.fetchval("SELECT count(*) FROM tasks WHERE state IN ('queued', 'running')"))
+        return int(await self.db.fetchval(
+            "SELECT count(*) FROM tasks WHERE chat = $1 AND state IN ('queued', 'running')", chat))
+
+    async def active_by_state(self) -> dict[str, int]:
+        """How many are queued and running (``status``)."""
+        rows = await self.db.fetch("SELECT state, count(*) FROM tasks WHERE state IN ('queued', 'running') "
+                                   "GROUP BY state")
+        return {row[0]: int(row[1]) for row in rows}
+
+    async def claim(self, worker: str) -> Task | None:
+        """The oldest queued task, now running here; None when none waits. Workers claiming at
+        once get different ones (PostgreSQL: SKIP LOCKED; SQLite: one writer)."""
+        pick = "SELECT id FROM tasks WHERE state = 'queued' ORDER BY created LIMIT 1"
+        if self.db.engine == "postgresql":
+            pick += " FOR UPDATE SKIP LOCKED"
+        async with self.db.transaction() as tx:  # a write that returns rows: committed here
+            row = await tx.fetchrow(
+                f"UPDATE tasks SET state = 'running', worker = $1, attempts = attempts + 1, "
+                f"started = coalesce(started, $2) WHERE id = ({pick}) RETURNING *", worker, time.time())
+        return Task.from_row(row) if row else None
+
+    async def requeue(self, worker: str, *, dead_workers: bool = False) -> list[str]:
+        """Put back what a crash left running: this worker's own (its last run), or with
+        ``dead_workers`` what workers no longer alive held (PostgreSQL). Ids of the resumed."""
+        where = "worker NOT IN (SELECT id FROM live_workers)" if dead_workers else "worker = $1"
+        args = () if dead_workers else (worker,)
+        async with self.db.transaction() as tx:
+            rows = await tx.fetch(f"UPDATE tasks SET state = 'queued', worker = NULL WHERE state = 'running' "
+                                  f"AND {where} RETURNING id", *args)
+        return [r["id"] for r in rows]
+
+    async def finish(self, task_id: str, state: str, result: str) -> None:
+        await self.db.execute("UPDATE tasks SET state = $2, result = $3, finished = $4 WHERE id = $1",
+                              task_id, state, result, time.time())
+
+    async def request_stop(self, chat: str, task_id: str) -> Task | None:
+        """``/stop ID``: a queued task ends at once, a running one at its runner's next look."""
+        await self.db.execute("UPDATE tasks SET stop_requested = 1 WHERE id = $1 AND chat = $2 "
+                              "AND state IN ('queued', 'running')", task_id, chat)
+        return await self.get(task_id)
+
+    async def stops(self, worker: str) -> list[Task]:
+        """Tasks asked to stop: queued anywhere, or running here."""
+        rows = await self.db.fetch("SELECT * FROM tasks WHERE stop_requested = 1 AND (state = 'queued' OR "
+                                   "state = 'running' AND worker = $1)", worker)
+        return [Task.from_row(r) for r in rows]

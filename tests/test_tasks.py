@@ -1,0 +1,162 @@
+"""Background tasks through the gateway: the scripted model spawns them from code mode and tools
+mode, the chat goes on while they run, each result reaches the chat once, /tasks and /stop ID
+work, limits refuse in one line, and a kill -9 mid-task is resumed once after the restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nanobot.config import Config
+from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
+from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import fast_channels, nanobot_process, running_gateway, telegram_gateway_config
+
+ALICE = 42
+FINISHED = "Background task "
+
+
+def last_user(body: dict[str, Any]) -> str:
+    return next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+
+
+def model(body: dict[str, Any]) -> dict[str, Any]:
+    """The chat asks for tasks; a task's turn (its message begins "TASK") answers after a while."""
+    asked = last_user(body)
+    if asked.startswith("<python_result>") or asked.startswith("<tool_result"):
+        return reply("done")
+    if "TASK" in asked:
+        return delayed(reply(f"RESULT of {asked.split()[1]}"), 1.0 if "slow" not in asked else 30)
+    if asked.startswith("spawn "):
+        words = asked.split()[1:]
+        program = "\n".join(f"ids.append(spawn('TASK {w}', label='{w}'))" for w in words)
+        return reply(f"```python\nids = []\n{program}\nfinal_answer('started ' + ' '.join(ids))\n```")
+    return reply(f"re: {asked}")
+
+
+@pytest.fixture
+def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
+    fast_channels(monkeypatch)
+    cfg = telegram_gateway_config(llm.base_url, workspace, tg, ALICE, mode="code")
+    cfg.channels.telegram.streaming = False
+    llm.fallback = model
+    return cfg
+
+
+async def until(condition, timeout: float = 30.0) -> None:  # noqa: ANN001
+    """For what no stand-in request marks (a model call of another process, say)."""
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.05)
+
+
+def texts(tg: FakeTelegram) -> list[str]:
+    return [m["text"] for m in tg.sent]
+
+
+async def test_tasks_run_in_the_background_while_the_chat_goes_on(config: Config, llm: FakeOpenAI,
+                                                                  tg: FakeTelegram) -> None:
+    async with running_gateway(config, with_services=True) as gateway:
+        tg.push_text(ALICE, ALICE, "spawn alpha beta")
+        [started] = await tg.wait_sent(1, timeout=10)
+        assert started["text"].startswith("started t")
+        tg.push_text(ALICE, ALICE, "hello")  # answered while both tasks run
+        await tg.wait_until(lambda: "re: hello" in texts(tg), timeout=10)
+        assert not any(t.startswith(FINISHED) for t in texts(tg))
+        await tg.wait_until(lambda: sum(t.startswith(FINISHED) for t in texts(tg)) == 2, timeout=15)
+        await asyncio.sleep(0.6)  # nothing more may come
+        results = sorted(t for t in texts(tg) if t.startswith(FINISHED))
+        assert len(results) == 2 and "finished:\nRESULT of alpha" in results[0] and "RESULT of beta" in results[1]
+        history = [m["content"] for m in (await gateway.runtime.sessions.open(f"telegram:{ALICE}")).messages]
+        assert any("RESULT of alpha" in h for h in history)  # the model knows what came back
+        tg.push_text(ALICE, ALICE, "/tasks")
+        await tg.wait_until(lambda: any(t.startswith("Background tasks, newest first") for t in texts(tg)), timeout=10)
+        listing = next(t for t in texts(tg) if t.startswith("Background tasks, newest first"))
+        assert "alpha — done" in listing and "beta — done" in listing and "1 model call(s)" in listing
+
+
+async def test_spawn_from_tools_mode_and_the_limits(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    config.agents.defaults.execution_mode = "tools"
+    config.agents.defaults.tasks.max_per_chat = 1
+    script = [tool_call("find_tools", {"query": "spawn background task"}),
+              tool_call("spawn", {"task": "TASK gamma", "label": "gamma"}),
+              tool_call("spawn", {"task": "TASK delta", "label": "delta"}), reply("one started")]
+    llm.script(*script)
+    async with running_gateway(config, with_services=True):
+        tg.push_text(ALICE, ALICE, "start two")
+        await tg.wait_until(lambda: any(t.startswith(FINISHED) for t in texts(tg)), timeout=15)
+    refused = llm.chat_requests[3]["messages"][-1]["content"]
+    assert "1 background tasks running or waiting already (agents.defaults.tasks.maxPerChat)" in refused
+    assert [t for t in texts(tg) if t.startswith(FINISHED)] == [next(t for t in texts(tg) if "gamma" in t)]
+
+
+async def test_stop_id_stops_a_task_and_a_tainted_turn_may_not_spawn(config: Config, llm: FakeOpenAI,
+                                                                     tg: FakeTelegram) -> None:
+    async with running_gateway(config, with_services=True):
+        tg.push_text(ALICE, ALICE, "spawn slow")
+        [started] = await tg.wait_sent(1, timeout=10)
+        task_id = started["text"].split()[-1]
+        await asyncio.sleep(0.8)  # it runs: its model call waits
+        tg.push_text(ALICE, ALICE, f"/stop {task_id}")
+        await tg.wait_until(lambda: any(t.startswith(FINISHED) for t in texts(tg)), timeout=10)
+        assert any(t.startswith(f"Stopping task slow ({task_id})") for t in texts(tg))
+        assert f"Background task slow ({task_id}) stopped:\nstopped (/stop)" in texts(tg)
+    from nanobot.tools.registry import ToolContext
+    from nanobot.trust import TurnState
+
+    turn = TurnState()
+    turn.taint("the web page https://evil.example")
+    with pytest.raises(PermissionError, match="spawn refused: this turn read external content"):
+        await _spawn(config, turn)
+
+
+async def _spawn(config: Config, turn) -> str:  # noqa: ANN001
+    from nanobot.runtime import Runtime
+    from nanobot.tools.registry import ToolContext
+
+    async with Runtime(config) as rt:
+        ctx = ToolContext(config, config.workspace_path, f"telegram:{ALICE}", services=rt.deps.services, turn=turn)
+        return await rt.tools.call("spawn", {"task": "x"}, ctx)
+
+
+async def test_a_task_survives_kill_9_and_reports_once(tg: FakeTelegram, home: Path, workspace: Path) -> None:
+    """The gateway dies while a task's model call is in flight; started again, it resumes the
+    task (told so), and the chat gets one result."""
+    async with FakeOpenAI() as llm:
+        calls: list[str] = []
+
+        def answer(body: dict[str, Any]) -> dict[str, Any]:
+            asked = last_user(body)
+            if "TASK" in asked:
+                calls.append(asked)
+                return delayed(reply("RESULT of omega"), 60 if len(calls) == 1 else 0.1)
+            return model(body)
+
+        llm.fallback = answer
+        (home / "config.json").write_text(json.dumps({
+            "agents": {"defaults": {"workspace": str(workspace), "model": "m", "executionMode": "code"}},
+            "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}},
+            "channels": {"telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base,
+                                      "allowFrom": [str(ALICE)], "streaming": False}},
+            "gateway": {"heartbeat": {"enabled": False}}}))
+        async with nanobot_process("gateway", home=home, stderr=asyncio.subprocess.DEVNULL) as first:
+            tg.push_text(ALICE, ALICE, "spawn omega")
+            await tg.wait_sent(1, timeout=30)
+            await until(lambda: len(calls) == 1)
+            first.send_signal(signal.SIGKILL)
+            await first.wait()
+        async with nanobot_process("gateway", home=home, stderr=asyncio.subprocess.DEVNULL) as second:
+            await until(lambda: any(t.startswith(FINISHED) for t in texts(tg)))
+            await asyncio.sleep(1.0)
+            second.send_signal(signal.SIGTERM)
+            await second.wait()
+    assert len(calls) == 2 and "cut off by a restart" in calls[1]
+    assert [t for t in texts(tg) if t.startswith(FINISHED)] == ["Background task omega (" + texts(tg)[0].split()[-1]
+                                                                + ") finished:\nRESULT of omega"]
