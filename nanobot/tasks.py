@@ -99,11 +99,12 @@ class TaskStore:
         return int(await self.db.fetchval(
             "SELECT count(*) FROM tasks WHERE chat = $1 AND state IN ('queued', 'running')", chat))
 
-    async def active_by_state(self) -> dict[str, int]:
-        """How many are queued and running (``status``)."""
+    async def status_line(self) -> str:
+        """How many run and wait (``nanobot status``, the page's status)."""
         rows = await self.db.fetch("SELECT state, count(*) FROM tasks WHERE state IN ('queued', 'running') "
                                    "GROUP BY state")
-        return {row[0]: int(row[1]) for row in rows}
+        counts = {row[0]: int(row[1]) for row in rows}
+        return f"{counts.get('running', 0)} background task(s) running, {counts.get('queued', 0)} waiting"
 
     async def claim(self, worker: str) -> Task | None:
         """The oldest queued task, now running here; None when none waits. Workers claiming at

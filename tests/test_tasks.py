@@ -160,3 +160,13 @@ async def test_a_task_survives_kill_9_and_reports_once(tg: FakeTelegram, home: P
     assert len(calls) == 2 and "cut off by a restart" in calls[1]
     assert [t for t in texts(tg) if t.startswith(FINISHED)] == ["Background task omega (" + texts(tg)[0].split()[-1]
                                                                 + ") finished:\nRESULT of omega"]
+
+
+async def test_a_task_past_max_minutes_is_stopped_and_says_so(config: Config, llm: FakeOpenAI,
+                                                              tg: FakeTelegram) -> None:
+    config.agents.defaults.tasks.max_minutes = 0.02  # 1.2 s
+    async with running_gateway(config, with_services=True):
+        tg.push_text(ALICE, ALICE, "spawn slow")
+        await tg.wait_until(lambda: any(t.startswith(FINISHED) for t in texts(tg)), timeout=10)
+    [ended] = [t for t in texts(tg) if t.startswith(FINISHED)]
+    assert "stopped:\nstopped: it ran past 0.02 minutes (agents.defaults.tasks.maxMinutes)" in ended

@@ -134,6 +134,7 @@ class ApiServer:
     async def status(self, request: web.Request) -> web.Response:
         """Channels, MCP servers and the shell: the owner's business."""
         await self._owner_only(request)
+        from nanobot.tasks import TaskStore
         from nanobot.tools.shell import shell_status
 
         rt, channels = self.gateway.runtime, self.gateway.channels
@@ -141,7 +142,8 @@ class ApiServer:
         lines = [f"Channels: {', '.join(f'{n} ({s})' for n, s in states.items()) or 'none enabled'}",
                  f"MCP:      {'; '.join(rt.mcp.summary()) if rt.mcp else 'none configured'}",
                  f"Shell:    {shell_status(rt.config)}",
-                 f"Database: {rt.db.engine}"]
+                 f"Database: {rt.db.engine}",
+                 f"Tasks:    {await (await TaskStore.open(rt.db)).status_line()}"]
         if self.gateway.cluster is not None:
             from nanobot.cluster.registry import worker_lines
 

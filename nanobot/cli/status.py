@@ -26,6 +26,7 @@ def status(ctx: typer.Context) -> None:
 
 async def _status(config: Config, path: Path) -> None:
     from nanobot.database import open_database
+    from nanobot.tasks import TaskStore
     from nanobot.postgres import where
     from nanobot.usage import UsageStore
 
@@ -57,7 +58,7 @@ async def _status(config: Config, path: Path) -> None:
             typer.echo(line)
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
-        typer.echo(f"Tasks:     {await _tasks_line(db)}")
+        typer.echo(f"Tasks:     {await (await TaskStore.open(db)).status_line()}")
         if not sqlite:
             for line in await _worker_lines(db):
                 typer.echo(line)
@@ -101,14 +102,6 @@ async def _api_line(config: Config, db: Database) -> str:
     api = config.gateway.api
     return f"http://{api.listen}/v1 when the gateway runs; {counted}" if api.enabled else \
         f"off (gateway.api.enabled); {counted}"
-
-
-async def _tasks_line(db: Database) -> str:
-    """Background tasks: what runs now (and where, among workers), what waits."""
-    from nanobot.tasks import TaskStore
-
-    counts = await (await TaskStore.open(db)).active_by_state()
-    return f"{counts.get('running', 0)} background task(s) running, {counts.get('queued', 0)} waiting"
 
 
 async def _delivery_line(db: Database) -> str:
