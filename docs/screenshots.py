@@ -23,8 +23,31 @@ from tests.test_api import free_port  # noqa: E402
 from tests.test_web_page import CHROMIUM, browser_page, sign_in  # noqa: E402
 
 IMAGES = ROOT / "docs" / "images"
-ANSWER = ("You have 3 scheduled jobs: the morning status check (weekdays at 9:00), the backup "
-          "(every night at 2:30) and the tea timer (every hour). The last backup ran at 02:30 and took 41 s.")
+ANSWER = ("You have **3 scheduled jobs**:\n\n| job | when | last run |\n| --- | --- | --- |\n"
+          "| status check | weekdays at 09:00 | today, 0.4 s |\n| backup | every night at 02:30 | 41 s |\n"
+          "| tea timer | every hour | 12:00 |\n\nThe backup is the slow one; to see its log:\n\n"
+          "```bash\nnanobot cron runs backup --last 3\n```")
+# (file name, width, height, dark, view): the chat on a desktop and a phone, light and dark, and
+# the owner's usage and status views.
+SHOTS = [("page-chat.png", 1100, 640, False, "chat"), ("page-chat-dark.png", 1100, 640, True, "chat"),
+         ("page-phone.png", 375, 740, False, "chat"), ("page-phone-dark.png", 375, 740, True, "chat"),
+         ("page-usage.png", 1100, 640, False, "usage"), ("page-status.png", 1100, 640, True, "status")]
+
+
+async def shoot(root: str, key: str, name: str, width: int, height: int, dark: bool, view: str) -> None:
+    playwright, browser, page = await browser_page(width=width, height=height, dark=dark)
+    try:
+        await sign_in(page, root, key)
+        if view == "chat":
+            await page.wait_for_function("[...document.querySelectorAll('#messages > li.assistant')]"
+                                         ".some(li => li.textContent.includes('log:'))")
+        else:
+            await page.click(f"#nav-{view}")
+            await page.wait_for_selector({"usage": "#chart rect", "status": "#status-list dt"}[view])
+        await page.screenshot(path=str(IMAGES / name))
+    finally:
+        await browser.close()
+        await playwright.stop()
 
 
 async def main() -> None:
@@ -42,20 +65,43 @@ async def main() -> None:
             config.gateway.api.enabled, config.gateway.api.listen = True, f"127.0.0.1:{free_port()}"
             async with running_gateway(config, with_services=True) as gateway:
                 key = await ApiKeys(gateway.runtime.db).add("ada", owner=True)
-                playwright, browser, page = await browser_page()
-                try:
-                    await page.set_viewport_size({"width": 900, "height": 560})
-                    await sign_in(page, f"http://{config.gateway.api.listen}/", key)
-                    await page.wait_for_selector("#chat:not([hidden])")
-                    await page.fill("#text", "what is scheduled?")
-                    await page.press("#text", "Enter")
-                    await page.wait_for_function("[...document.querySelectorAll('#messages li.assistant')]"
-                                                 ".some(li => li.textContent.includes('41 s'))")
-                    await page.screenshot(path=str(IMAGES / "page-chat.png"))
-                finally:
-                    await browser.close()
-                    await playwright.stop()
-    print(f"wrote {IMAGES / 'page-chat.png'}")
+                root = f"http://{config.gateway.api.listen}/"
+                await some_usage(gateway.runtime.db)
+                await ask_once(root, key)
+                for shot in SHOTS:
+                    await shoot(root, key, *shot)
+                    print(f"wrote {IMAGES / shot[0]}")
+
+
+async def some_usage(db) -> None:  # type: ignore[no-untyped-def]
+    """A month of made-up model calls, so the usage picture has something to show."""
+    import random
+    import time
+
+    pick = random.Random(7)
+    for day in range(30):
+        for _ in range(pick.randint(2, 9)):
+            model, price = pick.choice([("gpt-5-mini", 0.004), ("claude-sonnet-4.5", 0.03)])
+            await db.execute(
+                "INSERT INTO model_calls (ts, session_key, mode, purpose, model, prompt_tokens, completion_tokens, "
+                "outcome, provider, cost_usd, member) VALUES ($1, $2, 'code', 'turn', $3, 3000, 400, 'ok', "
+                "'openai', $4, 0)", time.time() - day * 86400, pick.choice(["telegram:ada", "api:ada", "cron:backup"]),
+                model, price * pick.uniform(0.5, 2))
+
+
+async def ask_once(root: str, key: str) -> None:
+    """One real exchange through the page, so every picture shows the same history."""
+    playwright, browser, page = await browser_page()
+    try:
+        await sign_in(page, root, key)
+        await page.fill("#text", "what is scheduled?")
+        await page.press("#text", "Enter")
+        await page.wait_for_function("[...document.querySelectorAll('#messages > li.assistant')]"
+                                     ".some(li => li.textContent.includes('log:'))")
+        await page.get_by_role("button", name="Stop").wait_for(state="hidden")
+    finally:
+        await browser.close()
+        await playwright.stop()
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ EPHEMERAL = "ephemeral"  # OutboundMessage.metadata key: best effort, not kept i
 # InboundMessage.metadata key: the future a caller waits on for the reply (Dispatcher.ask, the
 # API); never stored.
 REPLY_FUTURE = "reply_future"
+# OutboundMessage.metadata key: this is the turn's reply (sent after everything else of the turn)
+TURN_REPLY = "turn_reply"
 
 
 @dataclass(frozen=True)

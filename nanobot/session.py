@@ -287,6 +287,9 @@ class Histories(Protocol):
 
     async def records(self, key: str) -> list[dict[str, Any]]: ...
 
+    async def chats(self, prefix: str = "", limit: int = 100) -> list[str]:
+        """The chats with a history whose key starts with ``prefix``, most recently written first."""
+
     async def flush(self) -> None:
         """Wait until what every open session wrote is durable."""
 
@@ -357,6 +360,17 @@ class SessionStore(OpenSessions):
     async def records(self, key: str) -> list[dict[str, Any]]:
         """Every record of the chat's history, in order (``nanobot history export``)."""
         return list(_read_records(self.directory / history_file(key)))
+
+    async def chats(self, prefix: str = "", limit: int = 100) -> list[str]:
+        paths = sorted(self.directory.glob("*" + HISTORY_SUFFIX), key=lambda p: p.stat().st_mtime, reverse=True)
+        found = []
+        for path in paths:  # the names say the key, unless cut (then the first line does)
+            key = key_of(path.stem) or history_key(path)
+            if key and key.startswith(prefix):
+                found.append(key)
+                if len(found) == limit:
+                    break
+        return found
 
     def keys(self) -> list[str]:
         """The chats with a history (``nanobot db migrate``): from each file's first record."""

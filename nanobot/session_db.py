@@ -115,6 +115,12 @@ class DatabaseSessionStore(OpenSessions):
         return key in self._alive or await self.db.fetchrow(
             "SELECT 1 FROM history WHERE session_key = $1 LIMIT 1", key) is not None
 
+    async def chats(self, prefix: str = "", limit: int = 100) -> list[str]:
+        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        rows = await self.db.fetch("SELECT session_key FROM history WHERE session_key LIKE $1 ESCAPE '\\' "
+                                   "GROUP BY session_key ORDER BY max(id) DESC LIMIT $2", pattern, limit)
+        return [row[0] for row in rows]
+
     async def records(self, key: str) -> list[dict[str, Any]]:
         rows = await self.db.fetch("SELECT record FROM history WHERE session_key = $1 ORDER BY id", key)
         return [json.loads(row[0]) for row in rows]

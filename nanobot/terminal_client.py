@@ -15,7 +15,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 LEAN_OPTIONS = {"--session": "session", "--mode": "mode"}
 SOCKET = "api.sock"  # in $NANOBOT_HOME; the gateway serves it (nanobot/api/terminal.py)
@@ -126,7 +126,11 @@ def _print_stream(response: BinaryIO) -> int:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
             continue
-        for choice in json.loads(line[6:]).get("choices", []):
+        event = json.loads(line[6:])
+        if aside := event.get("nanobot"):  # a note or a file the turn sent, on a line of its own
+            sys.stdout.write(("" if ended_with_newline else "\n") + aside_text(aside) + "\n")
+            ended_with_newline = True
+        for choice in event.get("choices", []):
             piece = choice.get("delta", {}).get("content")
             if piece:
                 sys.stdout.write(piece)
@@ -135,3 +139,12 @@ def _print_stream(response: BinaryIO) -> int:
     if not ended_with_newline:
         sys.stdout.write("\n")
     return 0
+
+
+def aside_text(aside: dict[str, Any]) -> str:
+    """A note or a file a turn sent (the API's ``nanobot`` field), as a line of the terminal."""
+    file = aside.get("file")
+    if isinstance(file, dict):
+        caption = f" {file.get('caption')}" if file.get("caption") else ""
+        return f"[file: {file.get('path')} in the chat's folder]{caption}"
+    return str(aside.get("note", ""))

@@ -12,6 +12,7 @@ from typing import Any
 from datetime import datetime, time as day_time, timedelta
 from zoneinfo import ZoneInfo
 
+from nanobot.chat_names import parent_chat
 from nanobot.database import Database, Migrations, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -147,20 +148,36 @@ class UsageStore:
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     async def per_day(self, timezone: str, days: int) -> list[dict[str, Any]]:
-        """Calls, tokens and cost per local day for the last ``days`` days, oldest first."""
+        """Calls, tokens and cost per local day for the last ``days`` days, oldest first, with
+        each model's calls and cost that day (``models``)."""
         zone = ZoneInfo(timezone)
         today = datetime.now(zone).date()
         totals: dict[str, dict[str, Any]] = {
-            (today - timedelta(days=n)).isoformat(): {"calls": 0, "tokens": 0, "cost": 0.0} for n in range(days)}
-        for ts, prompt, completion, cost in await self.db.fetch(
-                "SELECT ts, prompt_tokens, completion_tokens, cost_usd FROM model_calls WHERE ts >= $1",
+            (today - timedelta(days=n)).isoformat(): {"calls": 0, "tokens": 0, "cost": 0.0, "models": {}}
+            for n in range(days)}
+        for ts, prompt, completion, cost, model in await self.db.fetch(
+                "SELECT ts, prompt_tokens, completion_tokens, cost_usd, model FROM model_calls WHERE ts >= $1",
                 time.time() - (days + 1) * 86400):
             day = totals.get(datetime.fromtimestamp(ts, zone).date().isoformat())
             if day is not None:
                 day["calls"] += 1
                 day["tokens"] += prompt + completion
                 day["cost"] += cost
+                per_model = day["models"].setdefault(model, {"calls": 0, "cost": 0.0})
+                per_model["calls"] += 1
+                per_model["cost"] += cost
         return [{"day": day, **values} for day, values in sorted(totals.items())]
+
+    async def top_chats(self, since: float, limit: int = 5) -> list[dict[str, Any]]:
+        """The chats that cost most since ``since`` (a background task counts for its chat)."""
+        rows = await self.db.fetch("SELECT session_key, count(*), sum(cost_usd) FROM model_calls WHERE ts >= $1 "
+                                   "GROUP BY session_key", float(since))
+        chats: dict[str, dict[str, Any]] = {}
+        for key, calls, cost in rows:
+            chat = chats.setdefault(parent_chat(key), {"chat": parent_chat(key), "calls": 0, "cost": 0.0})
+            chat["calls"] += int(calls)
+            chat["cost"] += float(cost or 0.0)
+        return sorted(chats.values(), key=lambda c: (-c["cost"], -c["calls"]))[:limit]
 
     async def of_chat(self, session_key: str) -> tuple[int, float]:
         """(model calls, cost) of one chat's history (a background task's, say)."""

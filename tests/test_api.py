@@ -278,3 +278,37 @@ async def test_the_page_has_an_icon(api: dict) -> None:
             assert '<link rel="icon" href="/static/icon.svg"' in await page.text()
         async with http.get(root + "/static/icon.svg") as icon:
             assert icon.status == 200 and icon.content_type == "image/svg+xml"
+
+
+async def test_notes_and_files_a_turn_sends_come_with_its_answer(api: dict, llm: FakeOpenAI, workspace: Path) -> None:
+    """send_message to this chat and send_file arrive as the request's asides (nanobot's own
+    field: whole answers list them, streams send them as they come); a file is kept in the
+    chat's sent/ folder and downloads with the key of that chat only."""
+    import base64
+
+    png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+    (workspace / "chart.png").write_bytes(png)
+    for _ in range(2):
+        llm.script(tool_call("send_message", {"content": "Working on it."}),
+                   tool_call("send_file", {"path": "chart.png", "caption": "Sales"}), reply("Here it is."))
+    status, body = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "chart?"}]})
+    assert status == 200 and body["choices"][0]["message"]["content"] == "Here it is."
+    note, file = body["nanobot"]["asides"]
+    assert note == {"note": "Working on it."}
+    assert file["file"]["photo"] and file["file"]["caption"] == "Sales" and file["file"]["path"].startswith("sent/")
+    files = api["base"] + "/nanobot/files?path=" + file["file"]["path"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(files, headers={"Authorization": f"Bearer {api['owner']}"}) as resp:
+            assert resp.status == 200 and await resp.read() == png
+        async with http.get(files, headers={"Authorization": f"Bearer {api['member']}"}) as resp:
+            assert resp.status == 404  # another chat's folder
+        async with http.post(api["base"] + "/chat/completions", headers={"Authorization": f"Bearer {api['owner']}"},
+                             json={"model": "nanobot", "stream": True,
+                                   "messages": [{"role": "user", "content": "again"}]}) as resp:
+            events = [json.loads(line[6:]) async for line in resp.content if line.startswith(b"data: {")]
+    asides = [e["nanobot"] for e in events if "nanobot" in e]
+    assert asides[0] == {"note": "Working on it."} and asides[1]["file"]["name"] == "chart.png"
+    text = "".join(e["choices"][0]["delta"].get("content") or "" for e in events)
+    assert text == "Here it is."
+    assert events.index(next(e for e in events if "nanobot" in e)) < \
+        events.index(next(e for e in events if e["choices"][0]["delta"].get("content")))

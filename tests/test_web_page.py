@@ -1,28 +1,35 @@
 """The web page in a real browser: Playwright driving Debian's chromium (Playwright's own
-browser download is not used). Without chromium these tests skip, saying how to get it."""
+browser download is not used). Without chromium these tests skip, saying how to get it.
+
+Parts are found by their accessible names (the ones shared/DESIGN.md lists), as a screen
+reader would; axe-core checks every view for serious or critical accessibility violations."""
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call, tool_calls
 from tests.test_api import api, config  # noqa: F401  (fixtures: a gateway with the API and two keys)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = pytest.mark.skipif(CHROMIUM is None, reason="the web page tests need a browser: apt-get install chromium")
+XSS = ("Links: [click](javascript:alert(1)) and <script>window.pwned = 1</script> "
+       "<img src=x onerror=\"window.pwned = 2\"> [site](https://example.org)")
 
 
-async def browser_page():  # type: ignore[no-untyped-def]
+async def browser_page(*, width: int = 1280, height: int = 800, dark: bool = False):  # type: ignore[no-untyped-def]
     from playwright.async_api import async_playwright
 
     playwright = await async_playwright().start()
     browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
     # The page's Content-Security-Policy forbids eval, which Playwright's waits use; the
     # header itself is checked in test_the_page_is_small_and_locked_down.
-    context = await browser.new_context(bypass_csp=True)
+    context = await browser.new_context(bypass_csp=True, viewport={"width": width, "height": height},
+                                        color_scheme="dark" if dark else "light")
     return playwright, browser, await context.new_page()
 
 
@@ -35,52 +42,167 @@ async def sign_in(page, root: str, key: str) -> None:  # type: ignore[no-untyped
     await page.goto(root)
     await page.fill("#key", key)
     await page.press("#key", "Enter")
+    await page.get_by_role("navigation", name="Conversations").wait_for()
+
+
+async def no_serious_violations(page) -> None:  # type: ignore[no-untyped-def]
+    from axe_playwright_python.async_playwright import Axe
+
+    results = await Axe().run(page)
+    bad = [(v["id"], v["impact"], v["help"]) for v in results.response["violations"]
+           if v["impact"] in ("serious", "critical")]
+    assert not bad, bad
 
 
 @needs_browser
-async def test_sign_in_chat_streamed_history_and_status(api: dict, llm: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
+async def test_replies_render_as_markdown_safely_and_grow_as_they_stream(api: dict, llm: FakeOpenAI,  # noqa: F811
+                                                                          tmp_path: Path) -> None:
     root = api["base"].removesuffix("/v1") + "/"
-    llm.script(reply("Hello <script>window.pwned = 1</script><b>there</b>"))
+    llm.stream_interval = 0.02
+    answer = ("## Three jobs\n\n- **backup** at 02:30\n- *status* weekdays\n\n| job | when |\n| --- | --- |\n"
+              "| tea | hourly |\n\n```python\nprint('hi')\n```\n\n" + XSS + "\n\n" + "More words. " * 30)
+    llm.script(reply(answer))
     playwright, browser, page = await browser_page()
     try:
-        await sign_in(page, root, "nb-not-a-key")
+        await page.goto(root)
+        await page.fill("#key", "nb-not-a-key")
+        await page.press("#key", "Enter")
         await shows(page, "#sign-in-error", "does not work")
-        await sign_in(page, root, api["owner"])
-        await page.wait_for_selector("#chat:not([hidden])")
-        assert await page.locator("#sign-in").is_hidden() and await page.locator("#chat").is_visible()
-        await page.fill("#text", "hi")
-        await page.press("#text", "Enter")
-        await page.wait_for_function("[...document.querySelectorAll('#messages li.assistant')]"
-                                     ".some(li => li.textContent.includes('</b>'))")
-        assert await page.evaluate("window.pwned") is None  # shown as text, never run
-        assert await page.locator("#messages b").count() == 0
+        await no_serious_violations(page)
+        await page.fill("#key", api["owner"])
+        await page.press("#key", "Enter")
+        await page.get_by_role("navigation", name="Conversations").wait_for()
+        await page.get_by_label("Message").fill("what runs?")
+        await page.get_by_label("Message").press("Enter")
+        stop = page.get_by_role("button", name="Stop")
+        await stop.wait_for()  # shown while the turn runs
+        await page.wait_for_function("document.querySelector('#messages li.assistant strong')")
+        grown = await page.evaluate("document.querySelector('#messages li.assistant').textContent.length")
+        await shows(page, "#messages", "More words. More words.")
+        reply_box = page.locator("#messages li.assistant").last
+        assert grown < len(await reply_box.inner_text())  # seen growing, already rendered
+        assert await reply_box.locator("h2").inner_text() == "Three jobs"
+        assert await reply_box.locator("table td").first.inner_text() == "tea"
+        assert await reply_box.locator(".code-head span").inner_text() == "python"
+        assert await reply_box.get_by_role("button", name="Copy the python code").count() == 1
+        assert await page.evaluate("window.pwned") is None  # neither script nor onerror ran
+        assert await reply_box.locator("script, img[onerror]").count() == 0
+        assert await reply_box.locator("a[href^='javascript']").count() == 0
+        link = reply_box.locator("a[href='https://example.org']")
+        assert await link.get_attribute("target") == "_blank" and "noopener" in await link.get_attribute("rel")
+        await stop.wait_for(state="hidden")
+        await no_serious_violations(page)
         await page.screenshot(path=str(tmp_path / "page-chat.png"))
-        await page.reload()  # the history comes from the server
-        await page.wait_for_function("document.querySelectorAll('#messages li').length === 2")
-        await page.click("#nav-status")
-        await shows(page, "#status-text", "Shell:")
-        await page.screenshot(path=str(tmp_path / "page-status.png"))
+        await page.reload()  # the history comes from the server, rendered the same way
+        await page.wait_for_function("document.querySelectorAll('#messages > li').length === 2")
+        assert await page.locator("#messages li.assistant h2").inner_text() == "Three jobs"
     finally:
         await browser.close()
         await playwright.stop()
-    assert (tmp_path / "page-chat.png").stat().st_size > 0
 
 
 @needs_browser
-async def test_a_member_key_sees_its_own_chat_and_no_status(api: dict, llm: FakeOpenAI) -> None:  # noqa: F811
+async def test_conversations_mode_model_stop_attach_and_keyboard(api: dict, llm: FakeOpenAI,  # noqa: F811
+                                                                 tmp_path: Path) -> None:
+    root = api["base"].removesuffix("/v1") + "/"
+    llm.fallback = lambda body: reply("you said: " + next(
+        m["content"] for m in reversed(body["messages"]) if m["role"] == "user")[-120:])
+    playwright, browser, page = await browser_page()
+    try:
+        await sign_in(page, root, api["owner"])
+        message = page.get_by_label("Message")
+        await message.fill("first line")
+        await message.press("Shift+Enter")  # a new line, not a send
+        await message.type("second line")
+        assert await page.locator("#messages > li").count() == 0
+        await message.press("Enter")
+        await shows(page, "#messages", "you said: first line\nsecond line")
+        conversations = page.get_by_role("navigation", name="Conversations")
+        await conversations.get_by_role("button", name="New conversation", exact=True).click()
+        await page.wait_for_function("document.querySelectorAll('#messages > li').length === 0")
+        await message.fill("about tea")
+        await message.press("Enter")
+        await shows(page, "#messages", "you said: about tea")
+        await shows(page, "#conversation-list", "about tea")
+        await conversations.locator("#conversation-list button", has_text="first line").click()
+        await shows(page, "#messages", "second line")
+        assert "about tea" not in await page.locator("#messages").inner_text()  # switched, history loaded
+        await page.get_by_label("Mode", exact=True).select_option("code")
+        await shows(page, "#messages", "Mode set to code for this chat.")
+        assert await page.get_by_label("Mode", exact=True).input_value() == "code"
+        (tmp_path / "notes.txt").write_text("CANARY-attached-note")
+        await page.get_by_label("Attach").set_input_files(str(tmp_path / "notes.txt"))
+        await shows(page, "#attached", "notes.txt")
+        llm.fallback = lambda body: reply("read: " + ("yes" if "CANARY-attached-note" in str(body["messages"]) else "no"))
+        await message.fill("what is in the file?")
+        await message.press("Enter")
+        await shows(page, "#messages", "read: yes")  # through the media pipeline, into the turn
+        llm.fallback = lambda body: delayed(reply("too late"), 30)
+        await message.fill("slow")
+        await message.press("Enter")
+        await page.get_by_role("button", name="Stop").wait_for()
+        await page.keyboard.press("Escape")  # Esc stops, like the button
+        await shows(page, "#messages", "stopped")
+        await no_serious_violations(page)
+    finally:
+        await browser.close()
+        await playwright.stop()
+
+
+@needs_browser
+async def test_notes_and_files_the_assistant_sends_show_in_the_chat(api: dict, llm: FakeOpenAI,  # noqa: F811
+                                                                     workspace: Path) -> None:
+    import base64
+
+    (workspace / "chart.png").write_bytes(base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="))
+    (workspace / "report.csv").write_text("month,sales\njan,3\n")
+    llm.script(tool_call("send_message", {"content": "Working on **it**."}),
+               tool_calls(("send_file", {"path": "chart.png", "caption": "Sales"}), ("send_file", {"path": "report.csv"})),
+               reply("Here they are."))
+    playwright, browser, page = await browser_page()
+    try:
+        await sign_in(page, api["base"].removesuffix("/v1") + "/", api["owner"])
+        await page.get_by_label("Message").fill("the report?")
+        await page.get_by_label("Message").press("Enter")
+        await shows(page, "#messages > li.assistant", "Here they are.")
+        assert await page.locator("#messages > li.note strong").inner_text() == "it"  # a note, in Markdown
+        picture = page.get_by_role("img", name="Sales")
+        await picture.wait_for()
+        assert await picture.evaluate("img => img.naturalWidth") == 1  # fetched with the key, shown
+        download = page.get_by_role("link", name="Download report.csv")
+        async with page.expect_download() as started:
+            await download.click()
+        saved = await (await started.value).path()
+        assert Path(saved).read_text() == "month,sales\njan,3\n"
+        await no_serious_violations(page)
+    finally:
+        await browser.close()
+        await playwright.stop()
+
+
+@needs_browser
+async def test_an_owner_reads_every_chat_and_a_member_only_its_own(api: dict, llm: FakeOpenAI) -> None:  # noqa: F811
     root = api["base"].removesuffix("/v1") + "/"
     llm.script(reply("the owner's secret plan"), reply("hello member"))
     await _owner_says_something(api)
     playwright, browser, page = await browser_page()
     try:
         await sign_in(page, root, api["member"])
-        await page.wait_for_selector("#chat:not([hidden])")
-        await page.fill("#text", "hi")
-        await page.press("#text", "Enter")
+        await page.get_by_label("Message").fill("hi")
+        await page.get_by_label("Message").press("Enter")
         await shows(page, "#messages", "hello member")
         assert "secret plan" not in await page.locator("#messages").inner_text()
+        assert await page.locator("#every-chat").is_hidden()
         await page.click("#nav-status")
-        await shows(page, "#status-text", "owner key")
+        await shows(page, "#status-note", "owner key")
+        await page.click("#nav-chat")
+        await page.click("#sign-out")
+        await sign_in(page, root, api["owner"])
+        await shows(page, "#chat-list", "api:bob")
+        await page.locator("#chat-list button", has_text="api:bob").click()
+        await shows(page, "#messages", "hello member")
+        assert await page.get_by_label("Message").is_disabled() and await page.locator("#read-only").is_visible()
     finally:
         await browser.close()
         await playwright.stop()
@@ -94,55 +216,92 @@ async def _owner_says_something(api: dict) -> None:
 
 
 async def test_the_page_is_small_and_locked_down(api: dict) -> None:  # noqa: F811
-    """Three files, no CDN, under 100 KB, served with a policy that allows only its own script."""
+    """No CDN, under 300 KB with its vendored libraries, served with a policy that allows only
+    its own scripts; the vendored files carry their licences."""
     import aiohttp
 
     root = api["base"].removesuffix("/v1")
+    ours = ("/", "/static/app.js", "/static/style.css", "/static/icon.svg")
+    vendored = ("/static/vendor/markdown-it.min.js", "/static/vendor/purify.min.js")
     async with aiohttp.ClientSession() as http:
         sizes = []
-        for path in ("/", "/static/app.js", "/static/style.css"):
+        for path in (*ours, *vendored):
             async with http.get(root + path) as resp:
                 body = await resp.read()
                 assert resp.status == 200 and "default-src 'self'" in resp.headers["Content-Security-Policy"]
-                outside = body.replace(b"http://www.w3.org/2000/svg", b"")  # the SVG namespace is a name, not a fetch
-                assert b"http://" not in outside and b"https://" not in outside  # nothing from elsewhere
+                if path in ours:
+                    outside = body.replace(b"http://www.w3.org/2000/svg", b"")  # a namespace, not a fetch
+                    assert b"http://" not in outside and b"https://" not in outside  # nothing from elsewhere
                 sizes.append(len(body))
-    assert sum(sizes) < 100_000
+        async with http.get(root + "/static/vendor/../../server.py") as resp:
+            assert resp.status == 404
+    assert sum(sizes) < 300_000
+    vendor = Path(__file__).resolve().parent.parent / "nanobot" / "api" / "web" / "vendor"
+    assert (vendor / "markdown-it.LICENSE").read_text().startswith("Copyright") or "MIT" in (vendor / "markdown-it.LICENSE").read_text()
+    assert "Apache License" in (vendor / "purify.LICENSE").read_text()
 
 
 @needs_browser
-async def test_the_owner_runs_cron_pairing_and_sees_usage(api: dict, llm: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
+async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpenAI, tmp_path: Path) -> None:  # noqa: F811
     from nanobot.cron.store import CronStore
 
     root = api["base"].removesuffix("/v1") + "/"
     rt = api["gateway"].runtime
-    await (await CronStore.open(rt.db)).add(name="tea timer", owner_session="api:ada", schedule_kind="every",
-                                            expression="3600", timezone="UTC", payload_kind="code",
+    await (await CronStore.open(rt.db)).add(name="tea timer", owner_session="api:ada", schedule_kind="cron",
+                                            expression="0 9 * * 1-5", timezone="UTC", payload_kind="code",
                                             payload="print('tea is ready')")
     await rt.deps.services.pairing.request("telegram", "555", "carol")
-    await rt.usage.record_call("api:ada", "tools", "m", 100, 20, cost=0.25)
+    await rt.usage.record_call("api:ada", "tools", "small-model", 100, 20, cost=0.25)
+    await rt.usage.record_call("api:bob", "tools", "big-model", 100, 20, cost=1.5)
     playwright, browser, page = await browser_page()
     try:
         await sign_in(page, root, api["owner"])
-        await page.wait_for_selector("#chat:not([hidden])")
         await page.click("#nav-cron")
-        await shows(page, "#jobs", "tea timer")
+        await shows(page, "#jobs", "weekdays at 09:00 (UTC)")
         await page.click("#jobs button:text('Disable')")
         await shows(page, "#jobs", "disabled")
         await page.click("#jobs button:text('Run now')")
-        # It ran (its output is kept in the API chat's history): the run shows under the job.
-        await shows(page, "#jobs pre", "tea is ready")
-        await page.screenshot(path=str(tmp_path / "page-cron.png"))
+        await shows(page, "#jobs pre", "tea is ready")  # the run (its output kept in the API chat)
+        await no_serious_violations(page)
         await page.click("#nav-pairing")
         await shows(page, "#requests", "carol")
         await page.click("#requests button:text('Approve')")
         await shows(page, "#paired", "carol")
         await page.click("#nav-usage")
-        await page.wait_for_function("document.querySelectorAll('#chart rect').length === 30")
-        assert "$0.2500" in await page.locator("#usage-note").inner_text()
-        await page.screenshot(path=str(tmp_path / "page-usage.png"))
+        await shows(page, "#usage-note", "$1.7500")
+        assert await page.locator("#chart rect").count() == 2 and await page.locator("#chart text").count() >= 8
+        assert "$1.50" in await page.locator("#chart").text_content()  # the axis says the scale
+        assert await page.locator("#legend").inner_text() == "big-model\nsmall-model" or "big-model" in \
+            await page.locator("#legend").inner_text()
+        assert (await page.locator("#top-chats tbody tr").first.inner_text()).startswith("api:bob")
+        await no_serious_violations(page)
+        await page.click("#nav-status")
+        await shows(page, "#status-list", "Shell")
+        assert "GB free" in await page.locator("#status-list").inner_text()
+        await no_serious_violations(page)
     finally:
         await browser.close()
         await playwright.stop()
     job = (await (await CronStore.open(rt.db)).list())[0]
     assert not job.enabled and await rt.deps.services.pairing.is_paired("telegram", "555")
+
+
+@needs_browser
+@pytest.mark.parametrize("dark", [False, True])
+async def test_it_works_at_375_pixels_light_and_dark(api: dict, llm: FakeOpenAI, dark: bool) -> None:  # noqa: F811
+    root = api["base"].removesuffix("/v1") + "/"
+    llm.script(reply("A reply that is long enough to wrap on a phone, with `code` and **bold** words."))
+    playwright, browser, page = await browser_page(width=375, height=740, dark=dark)
+    try:
+        await sign_in(page, root, api["owner"])
+        await page.get_by_label("Message").fill("hello from a phone")
+        await page.get_by_label("Message").press("Enter")
+        await shows(page, "#messages", "bold")
+        assert await page.evaluate("document.scrollingElement.scrollWidth") <= 375  # nothing sideways
+        background = await page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert (background == "rgb(13, 17, 23)") == dark
+        await no_serious_violations(page)
+    finally:
+        await browser.close()
+        await playwright.stop()
+    await asyncio.sleep(0)

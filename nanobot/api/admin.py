@@ -5,11 +5,12 @@ in the Authorization header, which another site cannot make a browser send.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from aiohttp import web
 
-from nanobot.cron.schedule import describe
+from nanobot.cron.schedule import in_words
 from nanobot.listener import BadBody, read_json
 from nanobot.cron.store import CronStore
 
@@ -53,7 +54,8 @@ class AdminRoutes:
         jobs = []
         for job in await store.list():
             runs = await store.runs(job.id, limit=5)
-            jobs.append({"id": job.id, "name": job.name, "schedule": describe(job.schedule_kind, job.expression),
+            jobs.append({"id": job.id, "name": job.name, "schedule": in_words(job.schedule_kind, job.expression),
+                         "timezone": job.timezone, "kind": job.payload_kind,
                          "enabled": job.enabled, "target": job.target, "last_status": job.last_status,
                          "next_run": job.next_run_at.isoformat() if job.next_run_at else None,
                          "runs": [{"started": r.started_at.isoformat(timespec="seconds"), "status": r.status,
@@ -102,5 +104,8 @@ class AdminRoutes:
     async def usage(self, request: web.Request) -> web.Response:
         """Calls, tokens and cost per day for the last 30 days, in the configured time zone."""
         rt = self.gateway.runtime
-        days = await rt.usage.per_day(rt.config.agents.defaults.timezone, DAYS) if rt.usage else []
-        return web.json_response({"days": days})
+        if rt.usage is None:
+            return web.json_response({"days": [], "top_chats": []})
+        days = await rt.usage.per_day(rt.config.agents.defaults.timezone, DAYS)
+        top = await rt.usage.top_chats(time.time() - DAYS * 86400)
+        return web.json_response({"days": days, "top_chats": top})

@@ -7,39 +7,79 @@ Each request waits on its message's own reply (the dispatcher answers it, as for
 Turns of one chat run one after another, so stream updates belong to the first request of the
 chat still waiting. A request whose client went away stops waiting at once; its turn still
 runs and its reply stays in the history.
+
+Notes (``<say>``, notices) and files the turn sends come to the request as ``Aside``s, beside
+its text; a file is kept in the chat's ``sent/`` folder for the page to download. They go
+through the outbox, so the last ones may land just after the turn's answer: where the chat's
+messages are delivered by this process, a request closes on the turn's own reply message
+(sent after all of them), or ``CLOSE_GRACE_S`` after the answer at the latest.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
+import re
+import secrets
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
 from nanobot_channels.base import BaseChannel, ChannelContext
-from nanobot.bus import REPLY_FUTURE, InboundMessage, OutboundMessage
+from nanobot.bus import REPLY_FUTURE, TURN_REPLY, InboundMessage, OutboundMessage
 from nanobot.config import PluginChannelConfig
 from nanobot.trust import API_CHANNEL
 
 FINAL = None  # what Reply.pieces carries after the last piece
+CLOSE_GRACE_S = 0.5  # how long a request waits, after its answer, for the turn's last notes and files
+DELIVERED_CHATS = 10_000  # chats remembered as delivered here (a bounded set)
+
+
+@dataclass(frozen=True)
+class Aside:
+    """Something a turn sent beside its reply text: a note, or a file (``path`` in the chat's folder)."""
+
+    note: str = ""
+    path: str = ""
+    name: str = ""
+    photo: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        if self.path:
+            return {"file": {"path": self.path, "name": self.name, "photo": self.photo, "caption": self.note}}
+        return {"note": self.note}
 
 
 @dataclass(eq=False)
 class Reply:
-    """One request's view of its turn: text pieces as they are shown, then the final text."""
+    """One request's view of its turn: text pieces and asides as they come, then the final text."""
 
-    pieces: asyncio.Queue[str | None] = field(default_factory=asyncio.Queue)
+    pieces: asyncio.Queue[str | Aside | None] = field(default_factory=asyncio.Queue)
     shown: str = ""  # what was handed out so far (streams resend the whole text each time)
     final: str = ""
+    asides: list[Aside] = field(default_factory=list)
+    finished: bool = False
 
     def show(self, text: str) -> None:
         """A stream update carries the whole text so far: hand out only what is new."""
+        if self.finished:
+            return
         if text.startswith(self.shown) and len(text) > len(self.shown):
             self.pieces.put_nowait(text[len(self.shown):])
             self.shown = text
 
+    def aside(self, aside: Aside) -> None:
+        if self.finished:
+            return
+        self.asides.append(aside)
+        self.pieces.put_nowait(aside)
+
     def finish(self, text: str) -> None:
+        if self.finished:
+            return
         self.final = text
         self.show(text)
+        self.finished = True
         if not text.startswith(self.shown):  # the final text differs from what was streamed
             self.pieces.put_nowait("\n" + text)
         self.pieces.put_nowait(FINAL)
@@ -49,12 +89,16 @@ class ApiChannel(BaseChannel):
     name = "api"
     max_message_len = 1_000_000
 
-    def __init__(self, ctx: ChannelContext, name: str = API_CHANNEL) -> None:
+    def __init__(self, ctx: ChannelContext, chat_folder: Callable[[str], Path], name: str = API_CHANNEL) -> None:
         super().__init__(PluginChannelConfig(enabled=True), ctx)
         self.name = name  # type: ignore[misc]  # "api", or "cli" for the terminal's socket
+        self.chat_folder = chat_folder  # a chat's folder (by its key): where files it is sent are kept
         self._waiting: dict[str, deque[Reply]] = {}
+        self._closing: dict[str, Reply] = {}  # answered, waiting for the turn's reply message
+        self._delivered_here: OrderedDict[str, None] = OrderedDict()  # chats whose messages come to us
 
-    async def ask(self, sender: str, chat_id: str, content: str, request_id: str, *, mode: str | None = None) -> Reply:
+    async def ask(self, sender: str, chat_id: str, content: str, request_id: str, *, mode: str | None = None,
+                  media: list[str] | None = None) -> Reply:
         """Hand the message to the gateway; the Reply fills as the turn runs."""
         reply = Reply()
         self._waiting.setdefault(chat_id, deque()).append(reply)
@@ -62,7 +106,7 @@ class ApiChannel(BaseChannel):
         answered.add_done_callback(lambda done: self._answered(chat_id, reply, done))
         metadata: dict[str, object] = {"delivery_key": request_id, REPLY_FUTURE: answered,
                                        **({"mode": mode} if mode else {})}
-        msg = InboundMessage(self.name, chat_id, sender, content, metadata=metadata)
+        msg = InboundMessage(self.name, chat_id, sender, content, media=list(media or ()), metadata=metadata)
         try:
             await self.ctx.accept([msg])
         except BaseException:
@@ -72,7 +116,28 @@ class ApiChannel(BaseChannel):
 
     def _answered(self, chat_id: str, reply: Reply, done: asyncio.Future[str]) -> None:
         self.forget(chat_id, reply)
-        reply.finish("" if done.cancelled() else done.result())
+        text = "" if done.cancelled() else done.result()
+        if not text or chat_id not in self._delivered_here:
+            return reply.finish(text)
+        if (earlier := self._closing.pop(chat_id, None)) is not None:
+            earlier.finish(earlier.final)
+        reply.final = text
+        self._closing[chat_id] = reply
+        asyncio.get_running_loop().call_later(CLOSE_GRACE_S, self._close, chat_id, reply)
+
+    def _close(self, chat_id: str, reply: Reply) -> None:
+        if self._closing.get(chat_id) is reply:
+            del self._closing[chat_id]
+        reply.finish(reply.final)
+
+    def _delivered(self, chat_id: str) -> Reply | None:
+        """A message for the chat came here: the request it belongs to (the one closing first)."""
+        self._delivered_here[chat_id] = None
+        self._delivered_here.move_to_end(chat_id)
+        if len(self._delivered_here) > DELIVERED_CHATS:
+            self._delivered_here.popitem(last=False)
+        queue = self._waiting.get(chat_id)
+        return self._closing.get(chat_id) or (queue[0] if queue else None)
 
     def forget(self, chat_id: str, reply: Reply) -> None:
         """The client went away: later replies of the chat go to the requests behind it."""
@@ -83,14 +148,31 @@ class ApiChannel(BaseChannel):
                 del self._waiting[chat_id]
 
     async def send(self, msg: OutboundMessage) -> None:
-        """The reply itself comes through the request's future; notes and notices (<say>) are
-        not part of a completion."""
+        """The reply itself comes through the request's future (its message here closes the
+        request); notes and notices (<say>) are asides of the request."""
+        reply = self._delivered(msg.chat_id)
+        if msg.metadata.get(TURN_REPLY):
+            if reply is not None and self._closing.get(msg.chat_id) is reply:
+                self._close(msg.chat_id, reply)
+        elif reply is not None and msg.content:
+            reply.aside(Aside(note=msg.content))
+
+    async def send_file(self, msg: OutboundMessage) -> None:
+        """Kept in the chat's ``sent/`` folder; the request gets where, to show or download it."""
+        assert msg.file is not None
+        reply = self._delivered(msg.chat_id)
+        safe = re.sub(r"[^\w.-]", "_", msg.file.name)[-100:] or "file"
+        relative = f"sent/{secrets.token_hex(4)}_{safe}"
+        folder = self.chat_folder(f"{self.name}:{msg.chat_id}")
+        await asyncio.to_thread(_write, folder / relative, msg.file.data)
+        if reply is not None:
+            reply.aside(Aside(note=msg.content, path=relative, name=safe, photo=msg.file.photo))
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far: its new part goes to the chat's running request at once."""
-        queue = self._waiting.get(msg.chat_id)
-        if queue:
-            queue[0].show(msg.content)
+        reply = self._delivered(msg.chat_id)
+        if reply is not None:
+            reply.show(msg.content)
 
     async def start(self) -> None:
         return None
@@ -100,6 +182,14 @@ class ApiChannel(BaseChannel):
             for reply in queue:
                 reply.pieces.put_nowait(FINAL)
         self._waiting.clear()
+        for reply in self._closing.values():
+            reply.finish(reply.final)
+        self._closing.clear()
 
     async def send_typing(self, chat_id: str) -> None:
         return None
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.write_bytes(data)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import shutil
 import logging
-import re
 import time
 import uuid
 from collections import deque
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from nanobot.api.admin import AdminRoutes
-from nanobot.api.channel import FINAL, ApiChannel, Reply
+from nanobot.api.channel import FINAL, ApiChannel, Aside, Reply
+from nanobot.api.chats import ChatRoutes
 from nanobot.api.keys import ApiKeys, KeyCheck
 from nanobot.listener import BadBody, listen, read_json
 from nanobot.agent.commands import is_command
-from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.trust import API_CHANNEL
 
 if TYPE_CHECKING:
@@ -39,8 +39,9 @@ log = logging.getLogger(__name__)
 MODEL = "nanobot"
 WEB = Path(__file__).resolve().parent / "web"
 PAGE_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
-              "style.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml"}
-SESSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+              "style.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml",
+              "vendor/markdown-it.min.js": "text/javascript; charset=utf-8",
+              "vendor/purify.min.js": "text/javascript; charset=utf-8"}
 
 
 class ApiError(Exception):
@@ -62,6 +63,7 @@ class ApiServer:
         self.channel: ApiChannel | None = None
         self.check: KeyCheck | None = None
         self._runner: web.AppRunner | None = None
+        self.chats = ChatRoutes(gateway, self._key, lambda message: ApiError(400, message, "invalid_session"))
         self._calls: dict[str, deque[float]] = {}  # key name -> its requests' times in the last minute
         self._running: dict[str, int] = {}  # key name -> its turns running now
 
@@ -74,17 +76,17 @@ class ApiServer:
             raise RuntimeError(f"gateway.api.listen is {self.settings.listen}, reachable from other machines, and "
                                "no API key exists: make one first (nanobot api keys add NAME)")
         assert self.gateway.channels is not None
-        self.channel = ApiChannel(self.gateway.channels.ctx)
+        self.channel = ApiChannel(self.gateway.channels.ctx, self.chats.root)
         self.gateway.channels.add_internal(self.channel)
         app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
         self.gateway.health().add_routes(app)  # no key: for load balancers and probes
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.completions)
-        app.router.add_get("/v1/nanobot/history", self.history)
         app.router.add_get("/v1/nanobot/status", self.status)
         AdminRoutes(self.gateway, self._owner_only).add_to(app)
+        self.chats.add_to(app)
         app.router.add_get("/", self.page)
-        app.router.add_get("/static/{name}", self.page)
+        app.router.add_get("/static/{name:.+}", self.page)
         self._runner, _ = await listen(app, host, port, "gateway.api.listen")
         log.info("API listening on http://%s:%d/v1", host, port)
 
@@ -105,7 +107,9 @@ class ApiServer:
             raise ApiError(404, f"The model {body.get('model')!r} does not exist; this server offers {MODEL!r}",
                            "model_not_found")
         text = last_user_text(body.get("messages"))
-        chat_id = _chat_id(name, request.headers.get("X-Nanobot-Session"))
+        chat = self.chats.key_chat(name, request)
+        chat_id = chat.partition(":")[2]
+        media = self.chats.media_of(chat, body.get("messages"))
         if not is_command(text):  # /status and /budget always answer
             await self._within_budget(owner)
         dispatcher = self.gateway.dispatcher
@@ -118,18 +122,9 @@ class ApiServer:
         self._running[name] = self._running.get(name, 0) + 1
         try:
             return await answer(request, self.channel, name, chat_id, text, stream=bool(body.get("stream")),
-                                usage=self.gateway.runtime.usage)
+                                usage=self.gateway.runtime.usage, media=media)
         finally:
             self._running[name] -= 1
-
-    async def history(self, request: web.Request) -> web.Response:
-        """The key's chat as the page shows it: the user's messages and the replies."""
-        name, _ = await self._key(request)
-        chat = f"{API_CHANNEL}:{_chat_id(name, request.headers.get('X-Nanobot-Session'))}"
-        if self.gateway.cluster is not None:
-            self.gateway.cluster.router.fresh(chat)
-        session = await self.gateway.runtime.sessions.open(chat)
-        return web.json_response({"chat": chat, "messages": shown_history(session.messages)[-200:]})
 
     async def status(self, request: web.Request) -> web.Response:
         """Channels, MCP servers and the shell: the owner's business."""
@@ -143,7 +138,8 @@ class ApiServer:
                  f"MCP:      {'; '.join(rt.mcp.summary()) if rt.mcp else 'none configured'}",
                  f"Shell:    {shell_status(rt.config)}",
                  f"Database: {rt.db.engine}",
-                 f"Tasks:    {await (await TaskStore.open(rt.db)).status_line()}"]
+                 f"Tasks:    {await (await TaskStore.open(rt.db)).status_line()}",
+                 f"Disk:     {shutil.disk_usage(rt.home).free / 1073741824:.1f} GB free for the home"]
         if self.gateway.cluster is not None:
             from nanobot.cluster.registry import worker_lines
 
@@ -157,7 +153,7 @@ class ApiServer:
             raise web.HTTPNotFound()
         return web.FileResponse(WEB / name, headers={
             "Content-Type": PAGE_FILES[name], "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff",
-            "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'", "Referrer-Policy": "no-referrer"})
+            "Content-Security-Policy": CSP, "Referrer-Policy": "no-referrer"})
 
     # ---- checks -------------------------------------------------------------------------
     async def _key(self, request: web.Request) -> tuple[str, bool]:
@@ -203,10 +199,11 @@ class ApiServer:
 
 
 async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id: str, text: str, *,
-                 stream: bool, usage: UsageStore | None, mode: str | None = None) -> web.StreamResponse:
+                 stream: bool, usage: UsageStore | None, mode: str | None = None,
+                 media: list[str] | None = None) -> web.StreamResponse:
     """Run ``text`` as a message of the chat and answer with its reply, whole or streamed."""
     started = time.time()
-    reply = await channel.ask(sender, chat_id, text, f"{channel.name}-{uuid.uuid4().hex}", mode=mode)
+    reply = await channel.ask(sender, chat_id, text, f"{channel.name}-{uuid.uuid4().hex}", mode=mode, media=media)
     if stream:
         return await _stream(request, channel, chat_id, reply)
     try:
@@ -215,8 +212,11 @@ async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id
     finally:
         channel.forget(chat_id, reply)
     prompt, completion = await usage.tokens_since(f"{channel.name}:{chat_id}", started) if usage else (0, 0)
-    return web.json_response(_completion(reply.final, {"prompt_tokens": prompt, "completion_tokens": completion,
-                                                       "total_tokens": prompt + completion}))
+    body = _completion(reply.final, {"prompt_tokens": prompt, "completion_tokens": completion,
+                                     "total_tokens": prompt + completion})
+    if reply.asides:  # nanobot's own field (clients of OpenAI's shape ignore it): notes and files sent
+        body["nanobot"] = {"asides": [aside.as_json() for aside in reply.asides]}
+    return web.json_response(body)
 
 
 async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply: Reply) -> web.StreamResponse:
@@ -226,7 +226,10 @@ async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply
     try:
         await _event(response, _chunk(ident, created, {"role": "assistant", "content": ""}))
         while (piece := await reply.pieces.get()) is not FINAL:
-            await _event(response, _chunk(ident, created, {"content": piece}))
+            if isinstance(piece, Aside):  # an empty delta with nanobot's own field beside it
+                await _event(response, {**_chunk(ident, created, {}), "nanobot": piece.as_json()})
+            else:
+                await _event(response, _chunk(ident, created, {"content": piece}))
         await _event(response, _chunk(ident, created, {}, finish="stop"))
         await response.write(b"data: [DONE]\n\n")
     except (ConnectionResetError, asyncio.CancelledError):
@@ -237,6 +240,9 @@ async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply
     return response
 
 
+# Only the page's own files; pictures also from blob: URLs (a file the assistant sent, fetched
+# with the key since the key is never a cookie).
+CSP = "default-src 'self'; img-src 'self' blob:; frame-ancestors 'none'"
 BAD_BODY_CODES = {400: "invalid_json", 408: "request_timeout", 413: "request_too_large"}
 
 
@@ -290,39 +296,6 @@ def last_user_text(messages: Any) -> str:
                 return content
             break
     raise ApiError(400, "'messages' must end with a user message that has text", "invalid_messages")
-
-
-STEP_RESULTS = ("<python_result>", "<tool_result")
-
-
-def shown_history(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """A chat as its reader saw it live: each user message and the reply it got, not the steps
-    in between (code mode's programs and results, tool calls): the last assistant text before
-    the next user message is the reply (a cron job's output, kept here, is one too)."""
-    shown: list[dict[str, str]] = []
-    reply: str | None = None
-    for m in messages:
-        text = m.get("content") if isinstance(m.get("content"), str) else None
-        if m.get("role") == "user" and text and (text.startswith(STEP_RESULTS) or text == RESUMED_NOTE):
-            continue  # what a program or a text tool call gave back, or the restart note: steps too
-        if m.get("role") == "user" and text:
-            if reply:
-                shown.append({"role": "assistant", "content": reply})
-            shown.append({"role": "user", "content": text})
-            reply = None
-        elif m.get("role") == "assistant" and text and not m.get("tool_calls"):
-            reply = text
-    if reply:
-        shown.append({"role": "assistant", "content": reply})
-    return shown
-
-
-def _chat_id(name: str, session: str | None) -> str:
-    if session is None:
-        return name
-    if not SESSION.fullmatch(session):
-        raise ApiError(400, "X-Nanobot-Session must be 1 to 64 letters, digits, '.', '_' or '-'", "invalid_session")
-    return f"{name}:{session}"
 
 
 def _completion(text: str, usage: dict[str, int]) -> dict[str, Any]:

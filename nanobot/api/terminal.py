@@ -38,7 +38,8 @@ class TerminalSocket:
 
     async def start(self) -> None:
         assert self.gateway.channels is not None
-        self.channel = ApiChannel(self.gateway.channels.ctx, name="cli")
+        deps = self.gateway.runtime.deps
+        self.channel = ApiChannel(self.gateway.channels.ctx, lambda chat: deps.chat_context(chat).workspace, name="cli")
         self.gateway.channels.add_internal(self.channel)
         app = web.Application(middlewares=[errors])
         app.router.add_post("/v1/chat/completions", self.completions)

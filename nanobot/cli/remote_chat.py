@@ -18,6 +18,7 @@ from nanobot_channels.cli import CliChannel
 from nanobot.bus import MessageBus, OutboundMessage
 from nanobot.cli.common import show_waiting
 from nanobot.gateway.dispatcher import is_stop
+from nanobot.terminal_client import aside_text
 
 URL = "http://gateway/v1/chat/completions"  # the host is not used: the connection is the socket
 
@@ -37,7 +38,10 @@ async def chat_via_gateway(sock: Path, home: Path, session: str, mode: str | Non
                     line = raw.decode("utf-8", "replace").strip()
                     if not line.startswith("data: {"):
                         continue
-                    for choice in json.loads(line[6:]).get("choices", []):
+                    event = json.loads(line[6:])
+                    if aside := event.get("nanobot"):  # a note or a file the turn sent
+                        await channel.send(OutboundMessage("cli", chat_id, aside_text(aside)))
+                    for choice in event.get("choices", []):
                         if piece := choice.get("delta", {}).get("content"):
                             shown += piece
                             await channel.send_stream(OutboundMessage("cli", chat_id, shown, kind="stream",

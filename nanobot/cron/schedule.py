@@ -189,6 +189,34 @@ def describe(kind: str, expression: str) -> str:
     return f"every {duration(int(expression))}" if kind == "every" else f"{kind} {expression}"
 
 
+_DAYS = {"1-5": "weekdays", "mon-fri": "weekdays", "0,6": "weekends", "6,0": "weekends", "sat,sun": "weekends",
+         "0": "Sundays", "7": "Sundays", "1": "Mondays", "2": "Tuesdays", "3": "Wednesdays", "4": "Thursdays",
+         "5": "Fridays", "6": "Saturdays", "sun": "Sundays", "mon": "Mondays", "tue": "Tuesdays",
+         "wed": "Wednesdays", "thu": "Thursdays", "fri": "Fridays", "sat": "Saturdays"}
+
+
+def in_words(kind: str, expression: str) -> str:
+    """The schedule as a person says it: 'weekdays at 09:00', 'every 30m', 'once at 2026-12-01 09:00';
+    a crontab line it cannot say simply stays as it is."""
+    if kind == "every":
+        return f"every {duration(int(expression))}"
+    if kind == "at":
+        return f"once at {expression.replace('T', ' ')[:16]}"
+    fields = expression.split()
+    if len(fields) != 5 or not all(f.isdigit() for f in fields[:2]):
+        return f"cron {expression}"
+    minute, hour, day, month, weekday = fields
+    at = f"at {int(hour):02d}:{int(minute):02d}"
+    if day == month == "*":
+        if weekday == "*":
+            return f"every day {at}"
+        if weekday.lower() in _DAYS:
+            return f"{_DAYS[weekday.lower()]} {at}"
+    if month == weekday == "*" and day.isdigit():
+        return f"on day {day} of every month {at}"
+    return f"cron {expression}"
+
+
 def duration(seconds: int) -> str:
     """5400 -> '1h30m', 90 -> '1m30s', 86400 -> '1d' (the form ``--every`` accepts)."""
     parts = []

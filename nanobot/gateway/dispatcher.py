@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol
 from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin
 from nanobot.agent.streaming import ReplyStream
-from nanobot.bus import EPHEMERAL, REPLY_FUTURE, InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import EPHEMERAL, REPLY_FUTURE, TURN_REPLY, InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -233,7 +233,9 @@ class Dispatcher:
         """``msg``'s reply (none if ``text`` is empty). With an outbox it is recorded before
         this returns, and ``msg`` is settled in the same commit: a crash from now on cannot
         make it run again."""
-        metadata = {"stream_id": stream_id} if stream_id is not None else {}
+        metadata: dict[str, object] = {TURN_REPLY: True}
+        if stream_id is not None:
+            metadata["stream_id"] = stream_id
         reply = OutboundMessage(msg.channel, msg.chat_id, text, metadata=metadata)
         if self.outbox is None:
             if text:

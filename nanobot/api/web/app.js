@@ -1,97 +1,261 @@
-// nanobot's page: sign in with an API key, chat (streamed), status. Every text from the
-// server is set with textContent, never as HTML, so a stored "<script>" shows as text. The key
-// travels only in the Authorization header (never a cookie), so another site cannot make
-// the browser send it.
+// nanobot's page: sign in with an API key; conversations, a chat that renders Markdown as it
+// streams, its mode, model, Stop and attachments; status, cron, pairing and usage for owners.
+// Replies are Markdown rendered by markdown-it with raw HTML off, then sanitized by DOMPurify
+// (both vendored, see vendor/README.md); everything else from the server is set as text. The key
+// travels only in the Authorization header (never a cookie), so another site cannot make the
+// browser send it.
 "use strict";
 const $ = (id) => document.getElementById(id);
+const md = window.markdownit({html: false, linkify: true, breaks: true});
 let key = sessionStorage.getItem("nanobot-key") || "";
-
-async function api(path, options = {}) {
-  const response = await fetch(path, {...options, headers: {...(options.headers || {}),
-    "Authorization": "Bearer " + key, "Content-Type": "application/json"}});
-  if (!response.ok) {
-    const body = await response.json().catch(() => ({}));
-    throw new Error((body.error && body.error.message) || response.statusText);
-  }
-  return response;
-}
-
-function show(view) {
-  for (const id of ["sign-in", "chat", "status", "cron", "pairing", "usage"]) $(id).hidden = id !== view;
-  $("nav").hidden = view === "sign-in";
-  if (view === "chat") $("text").focus();
-}
-
-function add(role, text) {
-  const item = document.createElement("li");
-  item.className = role;
-  item.textContent = text;
-  $("messages").append(item);
-  item.scrollIntoView({block: "end"});
-  return item;
-}
-
-async function signIn(candidate) {
-  key = candidate;
-  try {
-    await api("/v1/models");
-  } catch (error) {
-    key = "";
-    $("sign-in-error").textContent = "That key does not work: " + error.message;
-    return;
-  }
-  sessionStorage.setItem("nanobot-key", key);
-  $("sign-in-error").textContent = "";
-  await loadHistory();
-  route();
-}
-
-async function loadHistory() {
-  const history = await (await api("/v1/nanobot/history")).json();
-  $("messages").replaceChildren();
-  for (const message of history.messages) add(message.role, message.content);
-}
-
-async function send(text) {
-  add("user", text);
-  const reply = add("assistant", "…");
-  try {
-    const response = await api("/v1/chat/completions", {method: "POST", body: JSON.stringify(
-      {model: "nanobot", stream: true, messages: [{role: "user", content: text}]})});
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "", shown = "";
-    for (;;) {
-      const {value, done} = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, {stream: true});
-      const events = buffer.split("\n\n");
-      buffer = events.pop();
-      for (const event of events) {
-        if (!event.startsWith("data: {")) continue;
-        const piece = JSON.parse(event.slice(6)).choices[0].delta.content;
-        if (piece) { shown += piece; reply.textContent = shown; }
-      }
-    }
-  } catch (error) {
-    reply.textContent = "Error: " + error.message;
-  }
-}
-
-async function loadStatus() {
-  try {
-    $("status-text").textContent = (await (await api("/v1/nanobot/status")).json()).lines.join("\n");
-  } catch (error) {
-    $("status-text").textContent = error.message;
-  }
-}
-
+let session = sessionStorage.getItem("nanobot-session") || null;  // X-Nanobot-Session: null is the key's own chat
+let viewing = null;  // an owner reading another channel's chat (read-only)
+let running = false;  // a turn of this conversation is being answered
+let attachments = [];  // uploaded files for the next message: {id, name}
 
 function el(tag, text, attributes = {}) {
   const node = document.createElement(tag);
   if (text !== undefined) node.textContent = text;
   for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
   return node;
+}
+
+async function api(path, options = {}) {
+  const headers = {"Authorization": "Bearer " + key, ...(options.headers || {})};
+  if (session && !path.includes("chat=")) headers["X-Nanobot-Session"] = session;
+  if (!(options.body instanceof Blob)) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {...options, headers});
+  if (!response.ok) {
+    const body = await response.json().catch(() => ({}));
+    throw new Error((body.error && body.error.message) || response.statusText);
+  }
+  return response;
+}
+const post = (path, body = {}) => api(path, {method: "POST", body: JSON.stringify(body)});
+
+// ---- Markdown ---------------------------------------------------------------------------
+function rendered(text) {
+  const box = document.createElement("div");
+  box.innerHTML = DOMPurify.sanitize(md.render(text));
+  for (const link of box.querySelectorAll("a")) {
+    link.target = "_blank";
+    link.rel = "noopener noreferrer";
+  }
+  for (const pre of box.querySelectorAll("pre")) {
+    const code = pre.querySelector("code") || pre;
+    const language = (/language-(\S+)/.exec(code.className) || [])[1] || "text";
+    const frame = el("div", undefined, {class: "code"});
+    const head = el("div", undefined, {class: "code-head"});
+    const copy = el("button", "Copy", {type: "button", "aria-label": `Copy the ${language} code`});
+    copy.addEventListener("click", () => navigator.clipboard.writeText(code.textContent)
+      .then(() => { copy.textContent = "Copied"; }, () => { copy.textContent = "Select and copy"; }));
+    head.append(el("span", language), copy);
+    pre.replaceWith(frame);
+    frame.append(head, pre);
+  }
+  return [...box.childNodes];
+}
+
+function showText(item, role, text) {
+  if (role === "user") item.textContent = text;
+  else item.replaceChildren(...rendered(text));
+}
+
+function add(role, text) {
+  const item = el("li", undefined, {class: role});
+  showText(item, role, text);
+  $("messages").append(item);
+  item.scrollIntoView({block: "end"});
+  return item;
+}
+
+// ---- signing in, views --------------------------------------------------------------------
+function show(view) {
+  for (const id of ["sign-in", "chat", "status", "cron", "pairing", "usage"]) $(id).hidden = id !== view;
+  $("nav").hidden = view === "sign-in";
+  if (view === "chat" && !viewing) $("text").focus();
+}
+
+async function signIn(candidate) {
+  key = candidate;
+  try {  // all at once: the key's check is the conversations' request itself
+    await Promise.all([loadConversations(), loadChat()]);
+  } catch (error) {
+    key = "";
+    sessionStorage.removeItem("nanobot-key");
+    $("sign-in-error").textContent = "That key does not work: " + error.message;
+    return route();
+  }
+  sessionStorage.setItem("nanobot-key", key);
+  $("sign-in-error").textContent = "";
+  route();
+}
+
+// ---- conversations ---------------------------------------------------------------------
+function when(stamp) {
+  if (!stamp) return "";
+  const date = new Date(stamp.replace(/([+-]\d\d)(\d\d)$/, "$1:$2"));
+  return isNaN(date) ? stamp : date.toLocaleString([], {dateStyle: "short", timeStyle: "short"});
+}
+
+function entry(label, detail, current, open) {
+  const item = el("li");
+  const pick = el("button", undefined, {type: "button", "aria-current": current ? "true" : "false"});
+  pick.append(el("span", label), el("small", detail));
+  pick.addEventListener("click", open);
+  item.append(pick);
+  return item;
+}
+
+async function loadConversations() {
+  const data = await (await api("/v1/nanobot/conversations")).json();
+  const mine = data.conversations;
+  if (!viewing && !mine.some((c) => (c.session || null) === session)) mine.unshift({session, title: "(empty)", last: ""});
+  $("conversation-list").replaceChildren(...mine.map((c) => entry(c.title, when(c.last),
+    !viewing && (c.session || null) === session, () => openConversation(c.session || null))));
+  const every = data.chats || [];
+  $("every-chat").hidden = !every.length;
+  $("chat-list").replaceChildren(...every.map((c) => entry(c.chat, `${c.trust} · ${c.mode} · ${c.model} · ${when(c.last)}`,
+    viewing === c.chat, () => openChat(c.chat))));
+}
+
+async function openConversation(name) {
+  session = name;
+  viewing = null;
+  if (name) sessionStorage.setItem("nanobot-session", name); else sessionStorage.removeItem("nanobot-session");
+  await Promise.all([loadChat(), loadConversations()]);
+  location.hash = "#chat";
+  show("chat");
+}
+
+async function openChat(chat) {
+  viewing = chat;
+  await Promise.all([loadChat(), loadConversations()]);
+  location.hash = "#chat";
+  show("chat");
+}
+
+function newConversation() {
+  const bytes = crypto.getRandomValues(new Uint8Array(4));
+  openConversation("c" + [...bytes].map((b) => b.toString(16).padStart(2, "0")).join(""));
+}
+
+// ---- the chat -----------------------------------------------------------------------------
+async function loadChat() {
+  const query = viewing ? "?chat=" + encodeURIComponent(viewing) : "";
+  const [history, settings] = await Promise.all([
+    api("/v1/nanobot/history" + query).then((r) => r.json()),
+    api("/v1/nanobot/chat" + query).then((r) => r.json())]);
+  $("messages").replaceChildren();
+  for (const message of history.messages) add(message.role, message.content);
+  $("chat-title").textContent = viewing || (session ? "Conversation " + session : "Chat");
+  fill($("mode"), settings.modes, settings.mode);
+  fill($("model"), settings.models, settings.model);
+  $("model").title = "now: " + settings.uses;
+  for (const id of ["mode", "model", "text", "send", "attach"]) $(id).disabled = Boolean(viewing);
+  $("read-only").hidden = !viewing;
+}
+
+function fill(select, choices, current) {
+  select.replaceChildren(...choices.map((choice) => el("option", choice, choice === current ? {selected: ""} : {})));
+}
+
+function busy(on) {
+  running = on;
+  $("stop").hidden = !on;
+  $("send").disabled = on || Boolean(viewing);
+}
+
+async function send(text) {
+  const parts = attachments.map((a) => ({type: "file", file: {file_id: a.id}}));
+  const content = parts.length ? [{type: "text", text}, ...parts] : text;
+  const names = attachments.map((a) => a.name);
+  attachments = [];
+  $("attached").textContent = "";
+  add("user", names.length ? `${text}\n📎 ${names.join(", ")}` : text);
+  const reply = add("assistant", "…");
+  busy(true);
+  try {
+    const response = await post("/v1/chat/completions", {model: "nanobot", stream: true,
+                                                          messages: [{role: "user", content}]});
+    await readStream(response, reply);
+  } catch (error) {
+    reply.textContent = "Error: " + error.message;
+  } finally {
+    busy(false);
+    loadConversations().catch(() => {});
+  }
+}
+
+async function readStream(response, reply) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "", shown = "", drawing = false;
+  const draw = () => { drawing = false; showText(reply, "assistant", shown); reply.scrollIntoView({block: "end"}); };
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    buffer += decoder.decode(value, {stream: true});
+    const events = buffer.split("\n\n");
+    buffer = events.pop();
+    for (const event of events) {
+      if (!event.startsWith("data: {")) continue;
+      const data = JSON.parse(event.slice(6));
+      if (data.nanobot) showAside(data.nanobot, reply);  // a note or a file the turn sent
+      const piece = data.choices[0].delta.content;
+      if (piece) shown += piece;
+    }
+    if (!drawing) { drawing = true; requestAnimationFrame(draw); }  // at most once a frame: no flicker
+  }
+  showText(reply, "assistant", shown || "(no reply)");
+}
+
+function showAside(aside, reply) {
+  const item = el("li", undefined, {class: aside.file ? "file" : "note"});
+  if (aside.file) showFile(item, aside.file).catch((error) => { item.textContent = `${aside.file.name}: ${error.message}`; });
+  else item.replaceChildren(...rendered(aside.note));
+  reply.before(item);  // notes and files come before the answer they lead to
+}
+
+// A file the assistant sent: fetched with the key (never a cookie), shown as a picture or
+// offered as a download.
+async function showFile(item, file) {
+  const blob = await (await api("/v1/nanobot/files?path=" + encodeURIComponent(file.path))).blob();
+  const url = URL.createObjectURL(blob);
+  const link = el("a", "Download " + file.name, {href: url, download: file.name});
+  if (file.photo) item.append(el("img", undefined, {src: url, alt: file.caption || file.name}));
+  if (file.caption) item.append(el("p", file.caption));
+  item.append(link);
+}
+
+async function command(text) {
+  const reply = await (await post("/v1/chat/completions", {model: "nanobot",
+    messages: [{role: "user", content: text}]})).json();
+  await loadChat();  // the new settings, then the answer under the history it redrew
+  add("note", reply.choices[0].message.content);
+}
+
+async function stop() {
+  if (running) await post("/v1/chat/completions", {model: "nanobot", messages: [{role: "user", content: "/stop"}]});
+}
+
+async function attach(files) {
+  for (const file of files) {
+    const response = await api("/v1/nanobot/upload?name=" + encodeURIComponent(file.name), {method: "POST", body: file});
+    attachments.push({id: (await response.json()).id, name: file.name});
+  }
+  $("attached").textContent = attachments.map((a) => a.name).join(", ");
+  $("attach").value = "";
+}
+
+// ---- owner views --------------------------------------------------------------------------
+async function loadStatus() {
+  const lines = (await (await api("/v1/nanobot/status")).json()).lines;
+  $("status-list").replaceChildren(...lines.flatMap((line) => {
+    const [name, ...rest] = line.split(":");
+    return [el("dt", name.trim()), el("dd", rest.join(":").trim())];
+  }));
+  $("status-note").textContent = "";
 }
 
 function button(label, action) {
@@ -104,21 +268,18 @@ function button(label, action) {
   return node;
 }
 
-const post = (path, body = {}) => api(path, {method: "POST", body: JSON.stringify(body)});
-
 async function loadCron() {
   const jobs = (await (await api("/v1/nanobot/cron")).json()).jobs;
   $("cron-note").textContent = jobs.length ? "" : "No cron jobs.";
   $("jobs").replaceChildren(...jobs.map((job) => {
     const item = el("li");
-    item.append(el("strong", job.name), el("span", ` ${job.schedule} → ${job.target} · ` +
-      (job.enabled ? "enabled" : "disabled") + (job.last_status ? ` · last run ${job.last_status}` : "")));
-    const actions = el("div");
-    actions.append(button(job.enabled ? "Disable" : "Enable",
-                          () => post(`/v1/nanobot/cron/${job.id}/${job.enabled ? "disable" : "enable"}`)),
-                   button("Run now", () => post(`/v1/nanobot/cron/${job.id}/run`)));
-    item.append(actions);
-    for (const run of job.runs) item.append(el("pre", `${run.started} ${run.status}\n${run.output}`));
+    item.append(el("strong", job.name), el("p", `${job.schedule} (${job.timezone}) · ${job.kind} → ${job.target} · ` +
+      (job.enabled ? "enabled" : "disabled") + (job.next_run ? ` · next ${when(job.next_run)}` : "") +
+      (job.last_status ? ` · last run ${job.last_status}` : "")));
+    item.append(button(job.enabled ? "Disable" : "Enable",
+                       () => post(`/v1/nanobot/cron/${job.id}/${job.enabled ? "disable" : "enable"}`)),
+                button("Run now", () => post(`/v1/nanobot/cron/${job.id}/run`)));
+    for (const run of job.runs) item.append(el("pre", `${when(run.started)} ${run.status}\n${run.output}`));
     return item;
   }));
 }
@@ -135,22 +296,60 @@ async function loadPairing() {
   $("paired").replaceChildren(...data.paired.map((u) => el("li", `${u.channel} ${u.sender_id} (${u.sender_name || "?"})`)));
 }
 
+const COLORS = ["#4a7bd0", "#d0834a", "#4ab07a", "#b04a9c", "#9c9c3a", "#4aa8b0"];
+const svg = (tag, attributes, text) => {
+  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [name, value] of Object.entries(attributes)) node.setAttribute(name, value);
+  if (text !== undefined) node.textContent = text;
+  return node;
+};
+
 async function loadUsage() {
-  const days = (await (await api("/v1/nanobot/usage")).json()).days;
+  const data = await (await api("/v1/nanobot/usage")).json();
+  const days = data.days;
   const measure = days.some((d) => d.cost > 0) ? "cost" : "calls";
-  const top = Math.max(...days.map((d) => d[measure]), 1e-9);
-  const width = 300 / days.length;
-  $("chart").replaceChildren(...days.map((d, i) => {
-    const bar = document.createElementNS("http://www.w3.org/2000/svg", "rect");
-    const height = (d[measure] / top) * 96;
-    for (const [name, value] of Object.entries({x: i * width + 1, y: 100 - height, width: width - 2, height}))
-      bar.setAttribute(name, value);
-    bar.append(document.createElementNS("http://www.w3.org/2000/svg", "title"));
-    bar.firstChild.textContent = `${d.day}: ${d.calls} calls, ${d.tokens} tokens, $${d.cost.toFixed(4)}`;
-    return bar;
+  const label = (v) => measure === "cost" ? "$" + v.toFixed(v < 1 ? 4 : 2) : String(Math.round(v));
+  const models = [...new Set(days.flatMap((d) => Object.keys(d.models)))];
+  const most = Math.max(...days.map((d) => d[measure]));
+  // calls: an even whole number on top, so the middle line is a whole number too
+  const top = measure === "cost" ? Math.max(most, 1e-4) : Math.max(2, Math.ceil(most / 2) * 2);
+  const [left, bottom, width, height] = [56, 212, 576, 196];
+  const step = width / days.length;
+  const nodes = [svg("line", {x1: left, y1: bottom, x2: left + width, y2: bottom}),
+                 svg("line", {x1: left, y1: bottom - height, x2: left, y2: bottom})];
+  for (const f of [0, 0.5, 1]) {
+    nodes.push(svg("text", {x: left - 6, y: bottom - f * height + 4, "text-anchor": "end"}, label(top * f)));
+    nodes.push(svg("line", {x1: left, y1: bottom - f * height, x2: left + width, y2: bottom - f * height, opacity: 0.4}));
+  }
+  days.forEach((d, i) => {
+    let y = bottom;
+    models.forEach((m, n) => {
+      const value = (d.models[m] || {})[measure] || 0;
+      const h = (value / top) * height;
+      if (h > 0) {
+        const bar = svg("rect", {x: left + i * step + 1, y: y - h, width: Math.max(step - 2, 1), height: h, fill: COLORS[n % COLORS.length]});
+        bar.append(svg("title", {}, `${d.day} ${m}: ${(d.models[m] || {}).calls || 0} calls, $${((d.models[m] || {}).cost || 0).toFixed(4)}`));
+        nodes.push(bar);
+        y -= h;
+      }
+    });
+    if (i % 5 === 0 || i === days.length - 1)
+      nodes.push(svg("text", {x: left + i * step + step / 2, y: bottom + 16, "text-anchor": "middle"}, d.day.slice(5)));
+  });
+  $("chart").replaceChildren(...nodes);
+  $("chart").setAttribute("aria-label", `${measure} per day and model, last 30 days`);
+  $("legend").replaceChildren(...models.map((m, n) => {
+    const item = el("li", m);
+    item.prepend(el("span", undefined, {style: `background:${COLORS[n % COLORS.length]}`}));
+    return item;
   }));
-  $("usage-note").textContent = `Last 30 days, ${measure} per day: ` +
-    `${days.reduce((n, d) => n + d.calls, 0)} calls, $${days.reduce((n, d) => n + d.cost, 0).toFixed(4)}.`;
+  const calls = days.reduce((n, d) => n + d.calls, 0), cost = days.reduce((n, d) => n + d.cost, 0);
+  $("usage-note").textContent = `Last 30 days: ${calls} calls, ${days.reduce((n, d) => n + d.tokens, 0)} tokens, $${cost.toFixed(4)}.`;
+  $("top-chats").tBodies[0].replaceChildren(...data.top_chats.map((c) => {
+    const row = el("tr");
+    row.append(el("td", c.chat), el("td", String(c.calls)), el("td", "$" + c.cost.toFixed(4)));
+    return row;
+  }));
   $("days").replaceChildren(...days.filter((d) => d.calls).map((d) =>
     el("li", `${d.day}: ${d.calls} calls, ${d.tokens} tokens, $${d.cost.toFixed(4)}`)));
 }
@@ -165,14 +364,26 @@ async function route() {
   try { await load(); } catch (error) { $(location.hash.slice(1) + "-note").textContent = error.message; }
 }
 
+// ---- wiring -------------------------------------------------------------------------------
 $("sign-in").addEventListener("submit", (event) => { event.preventDefault(); signIn($("key").value.trim()); });
-$("text").addEventListener("keydown", (event) => {
-  if (event.key !== "Enter" || event.shiftKey) return;
+$("compose").addEventListener("submit", (event) => {
   event.preventDefault();
   const text = $("text").value.trim();
+  if (!text || running || viewing) return;
   $("text").value = "";
-  if (text) send(text);
+  send(text);
 });
-$("sign-out").addEventListener("click", () => { sessionStorage.removeItem("nanobot-key"); key = ""; route(); });
+$("text").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); $("compose").requestSubmit(); }
+});
+document.addEventListener("keydown", (event) => { if (event.key === "Escape") stop(); });
+$("stop").addEventListener("click", stop);
+$("mode").addEventListener("change", () => command("/mode " + $("mode").value));
+$("model").addEventListener("change", () => command("/model " + $("model").value));
+$("attach").addEventListener("change", () => attach([...$("attach").files]).catch((error) => {
+  $("attached").textContent = "Not attached: " + error.message;
+}));
+$("new-conversation").addEventListener("click", newConversation);
+$("sign-out").addEventListener("click", () => { sessionStorage.clear(); key = ""; session = null; route(); });
 window.addEventListener("hashchange", route);
 if (key) signIn(key); else route();

@@ -1,0 +1,186 @@
+"""The page's view of chats: a key's conversations (its ``X-Nanobot-Session`` values), each
+chat's history, mode and model, files in and out. An owner key also sees every chat of every
+channel and reads any one's history (read-only: it writes only to its own conversations).
+
+- ``GET /v1/nanobot/conversations``: the key's conversations, newest first (title: the first
+  message; last: the time of the last one); for an owner key also ``chats``: every chat.
+- ``GET /v1/nanobot/history`` (``?chat=KEY`` for owners): the chat as it was seen live.
+- ``GET /v1/nanobot/chat``: its mode and model, and the choices its trust allows.
+- ``POST /v1/nanobot/upload?name=FILE``: a file into the chat's ``inbox/``; its id goes into a
+  message as ``{"type": "file", "file": {"file_id": ID}}`` and through the media pipeline.
+- ``GET /v1/nanobot/files?path=PATH``: a file of the chat's ``inbox/`` or ``sent/``.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from aiohttp import web
+
+from nanobot.agent.commands import MODES
+from nanobot.chat_names import TASK_MARK
+from nanobot.delivery.intake import RESUMED_NOTE
+from nanobot.trust import API_CHANNEL, MEMBER
+
+if TYPE_CHECKING:
+    from nanobot.gateway.app import Gateway
+    from nanobot.session import Session
+
+KeyOf = Callable[[web.Request], Awaitable[tuple[str, bool]]]  # (key name, owner?)
+SESSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+FILE_FOLDERS = ("inbox/", "sent/")  # what the page may download: what came in, what the assistant sent
+MAX_LISTED = 100
+
+
+class ChatRoutes:
+    def __init__(self, gateway: Gateway, key_of: KeyOf, bad_request: Callable[[str], Exception]) -> None:
+        self.gateway = gateway
+        self.key_of = key_of
+        self.bad_request = bad_request  # the API's 400 in OpenAI's shape
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_get("/v1/nanobot/history", self.history)
+        app.router.add_get("/v1/nanobot/conversations", self.conversations)
+        app.router.add_get("/v1/nanobot/chat", self.settings)
+        app.router.add_post("/v1/nanobot/upload", self.upload)
+        app.router.add_get("/v1/nanobot/files", self.file)
+
+    # ---- which chat ------------------------------------------------------------------
+    def key_chat(self, name: str, request: web.Request) -> str:
+        """The key's chat this request is about: ``api:NAME`` or ``api:NAME:SESSION``."""
+        session = request.headers.get("X-Nanobot-Session")
+        if session is None:
+            return f"{API_CHANNEL}:{name}"
+        if not SESSION.fullmatch(session):
+            raise self.bad_request("X-Nanobot-Session must be 1 to 64 letters, digits, '.', '_' or '-'")
+        return f"{API_CHANNEL}:{name}:{session}"
+
+    async def _readable_chat(self, request: web.Request) -> str:
+        name, owner = await self.key_of(request)
+        other = request.query.get("chat")
+        if other is None:
+            return self.key_chat(name, request)
+        if not owner:
+            raise web.HTTPForbidden(reason="only an owner key reads other chats")
+        return other
+
+    async def _open(self, chat: str) -> Session:
+        if self.gateway.cluster is not None:
+            self.gateway.cluster.router.fresh(chat)  # its holder may have written it since
+        return await self.gateway.runtime.sessions.open(chat)
+
+    # ---- endpoints -------------------------------------------------------------------
+    async def history(self, request: web.Request) -> web.Response:
+        chat = await self._readable_chat(request)
+        session = await self._open(chat)
+        return web.json_response({"chat": chat, "messages": shown_history(session.messages)[-200:]})
+
+    async def conversations(self, request: web.Request) -> web.Response:
+        name, owner = await self.key_of(request)
+        sessions = self.gateway.runtime.sessions
+        mine = [k for k in await sessions.chats(f"{API_CHANNEL}:{name}", MAX_LISTED)
+                if k == f"{API_CHANNEL}:{name}" or k.startswith(f"{API_CHANNEL}:{name}:")]
+        listed: dict[str, Any] = {"conversations": [await self._summary(k, session_of=name) for k in mine]}
+        if owner:
+            every = [k for k in await sessions.chats("", MAX_LISTED) if TASK_MARK not in k]
+            listed["chats"] = [await self._summary(k) for k in every]
+        return web.json_response(listed)
+
+    async def _summary(self, chat: str, session_of: str | None = None) -> dict[str, Any]:
+        session = await self._open(chat)
+        first = next((m.get("content") for m in session.messages if m.get("role") == "user"
+                      and isinstance(m.get("content"), str)), "")
+        summary: dict[str, Any] = {"chat": chat, "title": " ".join(first.split())[:60] or "(empty)",
+                                   "last": session.messages[-1].get("ts") if session.messages else session.meta.created}
+        if session_of is not None:
+            summary["session"] = chat[len(f"{API_CHANNEL}:{session_of}:"):] or None
+        else:
+            agent = self.gateway.runtime.agent
+            summary.update(trust=agent.deps.trust(chat), mode=agent.mode_name(session),
+                           model=self.gateway.config.chat_model(chat, session.meta.model,
+                                                                member=agent.deps.trust(chat) == MEMBER)[1])
+        return summary
+
+    async def settings(self, request: web.Request) -> web.Response:
+        chat = await self._readable_chat(request)
+        session = await self._open(chat)
+        agent, config = self.gateway.runtime.agent, self.gateway.config
+        member = agent.deps.trust(chat) == MEMBER
+        models = config.agents.member_models if member else list(config.agents.models)
+        return web.json_response({"chat": chat, "mode": agent.mode_name(session), "modes": list(MODES),
+                                  "model": session.meta.model if session.meta.model in models else "default",
+                                  "models": ["default", *models],
+                                  "uses": "/".join(config.chat_model(chat, session.meta.model, member=member))})
+
+    async def upload(self, request: web.Request) -> web.Response:
+        name, _ = await self.key_of(request)
+        chat = self.key_chat(name, request)
+        limit = self.gateway.config.channels.max_media_mb * 1024 * 1024
+        if request.content_length is not None and request.content_length > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
+        data = await request.content.read(limit + 1)
+        if len(data) > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(data))
+        safe = re.sub(r"[^\w.-]", "_", Path(request.query.get("name", "file")).name)[-100:] or "file"
+        root = self.root(chat)
+        relative = f"inbox/page_{secrets.token_hex(4)}_{safe}"
+        (root / "inbox").mkdir(parents=True, exist_ok=True, mode=0o700)
+        (root / relative).write_bytes(data)
+        return web.json_response({"id": relative, "name": safe, "bytes": len(data)})
+
+    async def file(self, request: web.Request) -> web.StreamResponse:
+        name, _ = await self.key_of(request)
+        chat = self.key_chat(name, request)
+        path = request.query.get("path", "")
+        root = self.root(chat)
+        target = (root / path).resolve()
+        if not path.startswith(FILE_FOLDERS) or not target.is_relative_to(root.resolve()) or not target.is_file():
+            raise web.HTTPNotFound()
+        return web.FileResponse(target, headers={"Content-Disposition": f'attachment; filename="{target.name}"',
+                                                 "X-Content-Type-Options": "nosniff"})
+
+    def root(self, chat: str) -> Path:
+        """The chat's folder (the workspace for owner chats, its own for members)."""
+        return self.gateway.runtime.deps.chat_context(chat).workspace
+
+    def media_of(self, chat: str, messages: Any) -> list[str]:
+        """The uploaded files the last user message names (``file`` parts), checked to be this chat's."""
+        root = self.root(chat)
+        found = []
+        for message in reversed(messages if isinstance(messages, list) else []):
+            if isinstance(message, dict) and message.get("role") == "user":
+                for part in message.get("content") if isinstance(message.get("content"), list) else []:
+                    file_id = (part.get("file") or {}).get("file_id") if isinstance(part, dict) else None
+                    if isinstance(file_id, str) and file_id.startswith("inbox/") and "/" not in file_id[6:] \
+                            and (root / file_id).is_file():
+                        found.append(file_id)
+                break
+        return found
+
+
+STEP_RESULTS = ("<python_result>", "<tool_result")
+
+
+def shown_history(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """A chat as its reader saw it live: each user message and the reply it got, not the steps
+    in between (code mode's programs and results, tool calls): the last assistant text before
+    the next user message is the reply (a cron job's output, kept here, is one too)."""
+    shown: list[dict[str, str]] = []
+    reply: str | None = None
+    for m in messages:
+        text = m.get("content") if isinstance(m.get("content"), str) else None
+        if m.get("role") == "user" and text and (text.startswith(STEP_RESULTS) or text == RESUMED_NOTE):
+            continue  # what a program or a text tool call gave back, or the restart note: steps too
+        if m.get("role") == "user" and text:
+            if reply:
+                shown.append({"role": "assistant", "content": reply})
+            shown.append({"role": "user", "content": text})
+            reply = None
+        elif m.get("role") == "assistant" and text and not m.get("tool_calls"):
+            reply = text
+    if reply:
+        shown.append({"role": "assistant", "content": reply})
+    return shown
