@@ -23,7 +23,7 @@ import secrets
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from nanobot_channels.base import BaseChannel, ChannelContext
 from nanobot.bus import REPLY_FUTURE, TURN_REPLY, InboundMessage, OutboundMessage
@@ -89,7 +89,7 @@ class ApiChannel(BaseChannel):
     name = "api"
     max_message_len = 1_000_000
 
-    def __init__(self, ctx: ChannelContext, chat_folder: Callable[[str], Path], name: str = API_CHANNEL) -> None:
+    def __init__(self, ctx: ChannelContext, chat_folder: Callable[[str], Awaitable[Path]], name: str = API_CHANNEL) -> None:
         super().__init__(PluginChannelConfig(enabled=True), ctx)
         self.name = name  # type: ignore[misc]  # "api", or "cli" for the terminal's socket
         self.chat_folder = chat_folder  # a chat's folder (by its key): where files it is sent are kept
@@ -163,7 +163,7 @@ class ApiChannel(BaseChannel):
         reply = self._delivered(msg.chat_id)
         safe = re.sub(r"[^\w.-]", "_", msg.file.name)[-100:] or "file"
         relative = f"sent/{secrets.token_hex(4)}_{safe}"
-        folder = self.chat_folder(f"{self.name}:{msg.chat_id}")
+        folder = await self.chat_folder(f"{self.name}:{msg.chat_id}")
         await asyncio.to_thread(_write, folder / relative, msg.file.data)
         if reply is not None:
             reply.aside(Aside(note=msg.content, path=relative, name=safe, photo=msg.file.photo))

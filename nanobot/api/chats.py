@@ -125,7 +125,7 @@ class ChatRoutes:
         if len(data) > limit:
             raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(data))
         safe = re.sub(r"[^\w.-]", "_", Path(request.query.get("name", "file")).name)[-100:] or "file"
-        root = self.root(chat)
+        root = await self.root(chat)
         relative = f"inbox/page_{secrets.token_hex(4)}_{safe}"
         (root / "inbox").mkdir(parents=True, exist_ok=True, mode=0o700)
         (root / relative).write_bytes(data)
@@ -135,30 +135,33 @@ class ChatRoutes:
         name, _ = await self.key_of(request)
         chat = self.key_chat(name, request)
         path = request.query.get("path", "")
-        root = self.root(chat)
+        root = await self.root(chat)
         target = (root / path).resolve()
         if not path.startswith(FILE_FOLDERS) or not target.is_relative_to(root.resolve()) or not target.is_file():
             raise web.HTTPNotFound()
         return web.FileResponse(target, headers={"Content-Disposition": f'attachment; filename="{target.name}"',
                                                  "X-Content-Type-Options": "nosniff"})
 
-    def root(self, chat: str) -> Path:
-        """The chat's folder (the workspace for owner chats, its own for members)."""
+    async def root(self, chat: str) -> Path:
+        """The chat's folder (the workspace for owner chats, its own for members; a private
+        chat's trust reads its session, so it is opened first)."""
+        await self._open(chat)
         return self.gateway.runtime.deps.chat_context(chat).workspace
 
-    def media_of(self, chat: str, messages: Any) -> list[str]:
+    async def media_of(self, chat: str, messages: Any) -> list[str]:
         """The uploaded files the last user message names (``file`` parts), checked to be this chat's."""
-        root = self.root(chat)
-        found = []
+        named = []
         for message in reversed(messages if isinstance(messages, list) else []):
             if isinstance(message, dict) and message.get("role") == "user":
                 for part in message.get("content") if isinstance(message.get("content"), list) else []:
                     file_id = (part.get("file") or {}).get("file_id") if isinstance(part, dict) else None
-                    if isinstance(file_id, str) and file_id.startswith("inbox/") and "/" not in file_id[6:] \
-                            and (root / file_id).is_file():
-                        found.append(file_id)
+                    if isinstance(file_id, str) and file_id.startswith("inbox/") and "/" not in file_id[6:]:
+                        named.append(file_id)
                 break
-        return found
+        if not named:
+            return []  # most messages: no need to open the chat here
+        root = await self.root(chat)
+        return [file_id for file_id in named if (root / file_id).is_file()]
 
 
 STEP_RESULTS = ("<python_result>", "<tool_result")

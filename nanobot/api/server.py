@@ -109,7 +109,7 @@ class ApiServer:
         text = last_user_text(body.get("messages"))
         chat = self.chats.key_chat(name, request)
         chat_id = chat.partition(":")[2]
-        media = self.chats.media_of(chat, body.get("messages"))
+        media = await self.chats.media_of(chat, body.get("messages"))
         if not is_command(text):  # /status and /budget always answer
             await self._within_budget(owner)
         dispatcher = self.gateway.dispatcher

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -36,10 +37,13 @@ class TerminalSocket:
         self.channel: ApiChannel | None = None
         self._runner: web.AppRunner | None = None
 
+    async def _chat_folder(self, chat: str) -> Path:
+        await self.gateway.runtime.sessions.open(chat)  # a chat's trust may read its session
+        return self.gateway.runtime.deps.chat_context(chat).workspace
+
     async def start(self) -> None:
         assert self.gateway.channels is not None
-        deps = self.gateway.runtime.deps
-        self.channel = ApiChannel(self.gateway.channels.ctx, lambda chat: deps.chat_context(chat).workspace, name="cli")
+        self.channel = ApiChannel(self.gateway.channels.ctx, self._chat_folder, name="cli")
         self.gateway.channels.add_internal(self.channel)
         app = web.Application(middlewares=[errors])
         app.router.add_post("/v1/chat/completions", self.completions)
