@@ -13,20 +13,10 @@ import html
 import re
 from collections.abc import Callable
 
-from nanobot_channels.text import split_message, utf16_len
+from nanobot_channels.text import (BOLD, BULLET, FENCE, HEADING, INLINE_CODE, ITALIC, LINK, QUOTE, SLOT, STRIKE,
+                                   split_message, utf16_len)
 
-_FENCE = re.compile(r"^```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```[ \t]*$|\Z)", re.S | re.M)
-_INLINE_CODE = re.compile(r"`([^`\n]+)`")
-_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+|tg://[^)\s]+|mailto:[^)\s]+)\)")
-_BOLD = re.compile(r"\*\*(?!\s)(.+?)(?<!\s)\*\*|(?<!\w)__(?!\s)(.+?)(?<!\s)__(?!\w)")
-# Single * or _ only at word edges, so snake_case names and 2*3*4 stay as they are.
-_ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^*\n]+?)(?<![\s*])\*(?![\w*])"
-                     r"|(?<![\w_])_(?![\s_])([^_\n]+?)(?<![\s_])_(?![\w_])")
-_STRIKE = re.compile(r"~~(?!\s)(.+?)(?<!\s)~~")
-_HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
-_BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
-_QUOTE = re.compile(r"(?:^&gt; ?.*(?:\n|$))+", re.M)
-_SLOT = re.compile(r"\x00(\d+)\x00")
+
 
 
 def markdown_to_html(text: str) -> str:
@@ -43,19 +33,19 @@ def markdown_to_html(text: str) -> str:
         return stash(f"<pre><code{attr}>{body}</code></pre>")
 
     text = text.replace("\x00", "")  # NUL delimits our placeholders
-    text = _FENCE.sub(fence, text)
-    text = _INLINE_CODE.sub(lambda m: stash(f"<code>{html.escape(m.group(1), quote=False)}</code>"), text)
+    text = FENCE.sub(fence, text)
+    text = INLINE_CODE.sub(lambda m: stash(f"<code>{html.escape(m.group(1), quote=False)}</code>"), text)
     text = html.escape(text, quote=False)
-    text = _LINK.sub(lambda m: stash(f'<a href="{m.group(2).replace(chr(34), "%22")}">') + m.group(1)
+    text = LINK.sub(lambda m: stash(f'<a href="{m.group(2).replace(chr(34), "%22")}">') + m.group(1)
                      + stash("</a>"), text)
-    text = _HEADING.sub(r"<b>\1</b>", text)
-    text = _BULLET.sub(r"\1• ", text)  # before italics: a "* item" bullet is not emphasis
-    text = _BOLD.sub(lambda m: f"<b>{m.group(1) or m.group(2)}</b>", text)
-    text = _ITALIC.sub(lambda m: f"<i>{m.group(1) or m.group(2)}</i>", text)
-    text = _STRIKE.sub(r"<s>\1</s>", text)
-    text = _QUOTE.sub(_blockquote, text)
-    while _SLOT.search(text):  # a link's text may itself hold stashed inline code
-        text = _SLOT.sub(lambda m: slots[int(m.group(1))], text)
+    text = HEADING.sub(r"<b>\1</b>", text)
+    text = BULLET.sub(r"\1• ", text)  # before italics: a "* item" bullet is not emphasis
+    text = BOLD.sub(lambda m: f"<b>{m.group(1) or m.group(2)}</b>", text)
+    text = ITALIC.sub(lambda m: f"<i>{m.group(1) or m.group(2)}</i>", text)
+    text = STRIKE.sub(r"<s>\1</s>", text)
+    text = QUOTE.sub(_blockquote, text)
+    while SLOT.search(text):  # a link's text may itself hold stashed inline code
+        text = SLOT.sub(lambda m: slots[int(m.group(1))], text)
     return text
 
 

@@ -1,8 +1,25 @@
-"""Splitting long replies for platforms with a message size limit."""
+"""Splitting long replies for platforms with a message size limit, and the Markdown that
+models write, as patterns the platform converters (Telegram HTML, Slack mrkdwn) share."""
 
 from __future__ import annotations
 
+import re
 from typing import Callable
+
+# Code is cut out first (FENCE, INLINE_CODE) and stashed behind NUL-delimited SLOTs, so
+# nothing inside it is formatted; the rest are inline markup and line starts.
+FENCE = re.compile(r"^```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```[ \t]*$|\Z)", re.S | re.M)
+INLINE_CODE = re.compile(r"`([^`\n]+)`")
+LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+|tg://[^)\s]+|mailto:[^)\s]+)\)")
+BOLD = re.compile(r"\*\*(?!\s)(.+?)(?<!\s)\*\*|(?<!\w)__(?!\s)(.+?)(?<!\s)__(?!\w)")
+# Single * or _ only at word edges, so snake_case names and 2*3*4 stay as they are.
+ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^*\n]+?)(?<![\s*])\*(?![\w*])"
+                    r"|(?<![\w_])_(?![\s_])([^_\n]+?)(?<![\s_])_(?![\w_])")
+STRIKE = re.compile(r"~~(?!\s)(.+?)(?<!\s)~~")
+HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
+BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
+QUOTE = re.compile(r"(?:^&gt; ?.*(?:\n|$))+", re.M)
+SLOT = re.compile(r"\x00(\d+)\x00")
 
 
 def utf16_len(text: str) -> int:

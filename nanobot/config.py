@@ -216,6 +216,12 @@ class ChannelSection(Section):
     group_policy: Literal["mention", "open"] = "mention"
     streaming: bool = False  # show the reply as it is written (one message, edited as it grows)
 
+    @property
+    def owners_verified(self) -> bool:
+        """Whether a sender id here is the platform's word (a bot token's API says who wrote);
+        email's From is anyone's to write unless the receiving server vouches for it."""
+        return True
+
 
 class BotChannel(ChannelSection):
     """A built-in chat platform reached with a bot token."""
@@ -271,6 +277,80 @@ class DiscordConfig(BotChannel):
     gateway_url: str | None = None
 
 
+class SlackEvents(Section):
+    """``channels.slack.events``: Slack posts events to ``path`` on ``listen`` (any worker),
+    each request signed with ``signingSecret``."""
+
+    listen: Annotated[str, AfterValidator(_check_listen)] = "0.0.0.0:3000"
+    path: str = Field("/slack/events", pattern=r"^/")
+
+    def address(self) -> tuple[str, int]:
+        return listen_address(self.listen)
+
+
+class SlackConfig(ChannelSection):
+    """Slack: Socket Mode with ``appToken`` (one worker holds the connection), or the Events
+    API over HTTP (``events`` and ``signingSecret``). ``allowFrom``/``owners``: user ids."""
+
+    bot_token: str = ""
+    app_token: str = ""
+    signing_secret: str = ""
+    events: SlackEvents | None = None
+    # "allowlist": in channels, only those in groupAllowFrom, and every message there
+    group_policy: Literal["mention", "open", "allowlist"] = "mention"  # type: ignore[assignment]
+    group_allow_from: list[Id] = []
+    streaming: bool = True
+    api_base: str | None = None
+
+    def missing(self) -> list[tuple[str, str]]:
+        """(key, why) for what an enabled Slack section lacks."""
+        found = [("bot_token", "is empty")] if not self.bot_token.strip() else []
+        if self.events is None and not self.app_token.strip():
+            found.append(("app_token", "is empty and there is no events section (Socket Mode needs an xapp- token)"))
+        if self.events is not None and not self.signing_secret.strip():
+            found.append(("signing_secret", "is empty while events is set (every request is verified with it)"))
+        return found
+
+
+class ImapServer(Section):
+    host: str = ""
+    port: int = Field(993, gt=0, lt=65536)
+    username: str = ""
+    password: str = ""
+    mailbox: str = "INBOX"
+    tls: bool = True  # IMAP over TLS from the first byte (993); false: plain, loopback or tests only
+
+
+class SmtpServer(Section):
+    host: str = ""
+    port: int = Field(587, gt=0, lt=65536)
+    username: str = ""
+    password: str = ""
+    starttls: bool = True  # upgrade with STARTTLS (587); false: plain, loopback or tests only
+    tls: bool = False  # TLS from the first byte (465)
+
+
+class EmailConfig(ChannelSection):
+    """Email: IMAP in (IDLE, else a poll), SMTP out, replies in the thread. Chats are
+    ``email:<address>``; an address counts for allowFrom/owners only in mail that
+    ``trustedAuthServId``'s Authentication-Results shows as DMARC (or aligned DKIM) pass."""
+
+    address: str = ""
+    imap: ImapServer = ImapServer()
+    smtp: SmtpServer = SmtpServer()
+    trusted_auth_serv_id: str | None = None
+    poll_seconds: float = Field(60.0, gt=0)
+
+    @property
+    def owners_verified(self) -> bool:
+        return bool(self.trusted_auth_serv_id)
+
+    def missing(self) -> list[tuple[str, str]]:
+        keys = (("address", self.address), ("imap.host", self.imap.host), ("imap.username", self.imap.username),
+                ("smtp.host", self.smtp.host))
+        return [(key, "is empty") for key, value in keys if not value.strip()]
+
+
 class PluginChannelConfig(ChannelSection):
     """The section of a third-party channel: the shared fields, plus the adapter's own keys
     (kept as they are; an adapter with a ``config_model`` validates them in the gateway)."""
@@ -278,7 +358,7 @@ class PluginChannelConfig(ChannelSection):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
 
-BUILTIN_CHANNELS = ("telegram", "discord")
+BUILTIN_CHANNELS = ("telegram", "discord", "slack", "email")
 LIVE_CHANNELS = ("cli", "api")  # the gateway's own: replies are shown piece by piece as they come
 EDIT_EVERY_S = 1.0  # a chat platform's streamed message is edited at most this often
 
@@ -291,6 +371,8 @@ class Channels(Section):
 
     telegram: TelegramConfig = TelegramConfig()
     discord: DiscordConfig = DiscordConfig()
+    slack: SlackConfig = SlackConfig()
+    email: EmailConfig = EmailConfig()
     max_media_mb: int = Field(20, gt=0)
 
     @model_validator(mode="wrap")
@@ -310,7 +392,8 @@ class Channels(Section):
 
     def section(self, name: str) -> ChannelSection | None:
         """``channels.<name>``, built-in or third-party; None when the config has none."""
-        builtin: dict[str, ChannelSection] = {"telegram": self.telegram, "discord": self.discord}
+        builtin: dict[str, ChannelSection] = {"telegram": self.telegram, "discord": self.discord,
+                                              "slack": self.slack, "email": self.email}
         return builtin.get(name) or (self.model_extra or {}).get(name)
 
     def streams(self, name: str) -> bool:
@@ -587,6 +670,9 @@ class Config(BaseSettings):
             section = self.channels.section(name)
             if isinstance(section, BotChannel) and section.enabled and not section.token.strip():
                 found.append((("channels", name, "token"), f"is empty while channels.{name}.enabled is true"))
+            if isinstance(section, (SlackConfig, EmailConfig)) and section.enabled:
+                found += [(("channels", name, *key.split(".")), f"{why} while channels.{name}.enabled is true")
+                          for key, why in section.missing()]
         return found
 
     # ---- derived values -------------------------------------------------------------

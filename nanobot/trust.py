@@ -68,8 +68,8 @@ def chat_trust(config: Config, session_key: str, peer: list[str] | None = None,
     if channel == API_CHANNEL:
         return OWNER if chat_id.partition(":")[0] in api_owners else MEMBER
     section = config.channels.section(channel)
-    if section is None:
-        return MEMBER
+    if section is None or not section.owners_verified:
+        return MEMBER  # email without a trusted receiving server: From is anyone's to write
     owners = owner_ids(section)
     # An id entry matching the chat id: Telegram private chats (groups have negative ids).
     if listed([o for o in owners if o.lstrip("-").isdigit()], chat_id, None):

@@ -1,0 +1,278 @@
+"""Slack adapter: slack-bolt's ``AsyncApp`` receives, slack_sdk's ``AsyncWebClient`` sends.
+
+Two ways in, as ``channels.slack`` says:
+- **Socket Mode** (``appToken``): Slack pushes events over a WebSocket that one worker holds
+  at a time (a singleton, taken over like Discord's connection); no public URL needed.
+- **Events API** (``events``): Slack posts each event to our listener on every worker; bolt
+  checks the signature (``v0:timestamp:body``, HMAC-SHA256 with ``signingSecret``) and refuses
+  timestamps older than five minutes.
+
+Either way the app runs with ``process_before_response``: an event is acknowledged only once
+it is recorded by the durable intake, so a crash or a database outage makes Slack send it
+again; its ``channel:ts`` (the same for a retry, and for the ``message`` and ``app_mention``
+events of one message) drops the repeat.
+
+Chats: a DM is ``slack:<channel>``; in a channel the bot answers in the message's thread, and
+the thread is its own chat, ``slack:<channel>:<thread ts>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
+from slack_sdk.web.async_client import AsyncWebClient
+
+from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
+from nanobot.bus import OutboundMessage
+from nanobot.config import SlackConfig
+from nanobot.coordination import Held, run_while_held
+from nanobot.listener import listen
+
+log = logging.getLogger(__name__)
+
+DEFAULT_API_BASE = "https://slack.com/api/"
+FILE_HOSTS = ("files.slack.com",)  # where the bot token may be sent to fetch a file
+SOCKET = "slack socket mode"  # the singleton: one worker holds the WebSocket
+MESSAGE_SUBTYPES = (None, "file_share", "thread_broadcast")  # what a person wrote; not edits, joins, bots
+MAX_EVENT_BYTES = 1024 * 1024
+
+
+class SlackChannel(BaseChannel):
+    name = "slack"
+    max_message_len = MAX_TEXT
+
+    def __init__(self, config: SlackConfig, ctx: ChannelContext) -> None:
+        super().__init__(config, ctx)
+        self.config: SlackConfig = config
+        self.api_base = config.api_base or DEFAULT_API_BASE
+        self.client = AsyncWebClient(token=config.bot_token, base_url=self.api_base,
+                                     retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=2)])
+        self.app = AsyncApp(client=self.client, signing_secret=config.signing_secret or None,
+                            process_before_response=True, logger=log,
+                            request_verification_enabled=config.events is not None)
+        self.app.event("message")(self._on_event)
+        self.app.event("app_mention")(self._on_event)
+        self.bot_user = ""  # our user id, from auth.test: mentions of it address the bot
+        self._socket: asyncio.Task[None] | None = None
+        self._handler: AsyncSocketModeHandler | None = None  # the WebSocket while this worker holds it
+        self._http: web.AppRunner | None = None
+        self.port = 0  # the events listener's bound port
+        self._previews: dict[Any, tuple[str, str]] = {}  # stream_id -> (channel, ts) of the growing message
+        self._chat_locks: dict[str, asyncio.Lock] = {}
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        try:
+            self.bot_user = (await self.client.auth_test())["user_id"]
+        except (SlackApiError, aiohttp.ClientError, OSError) as exc:
+            reason = exc.response["error"] if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
+            raise RuntimeError(f"slack: the bot token was not accepted at {self.api_base} ({reason})") from None
+        if self.config.events is not None:
+            http = web.Application(client_max_size=MAX_EVENT_BYTES)
+            http.router.add_post(self.config.events.path, self._http_event)
+            self._http, self.port = await listen(http, *self.config.events.address(), "channels.slack.events.listen")
+            log.info("slack: taking events on %s (signed requests only)", self.config.events.listen)
+            return
+        held = await self.ctx.singletons.try_hold(SOCKET)
+        if held is None:
+            log.info("slack: another worker holds the Socket Mode connection; this one sends, and takes over")
+        else:
+            await self._connect_socket()  # the first connection's errors fail start(), with their reason
+        self._socket = asyncio.create_task(self._socket_while_held(held), name="slack-socket-mode")
+
+    async def _connect_socket(self) -> AsyncSocketModeHandler:
+        handler = AsyncSocketModeHandler(self.app, self.config.app_token)
+        try:
+            await handler.connect_async()
+        except Exception as exc:
+            await handler.close_async()
+            reason = exc.response["error"] if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
+            raise RuntimeError(f"slack: Socket Mode did not connect ({reason}); check channels.slack.appToken") \
+                from None
+        self._handler = handler
+        return handler
+
+    async def _socket_while_held(self, held: Held | None) -> None:
+        """The WebSocket, on one worker at a time (slack_sdk reconnects it on its own)."""
+        singletons = self.ctx.singletons
+        while True:
+            if held is None:
+                held = await singletons.hold(SOCKET)
+                log.info("slack: this worker now holds the Socket Mode connection")
+                try:
+                    await self._connect_socket()
+                except RuntimeError as exc:
+                    log.error("%s", exc)
+                    await singletons.release(held)
+                    held = None
+                    await asyncio.sleep(5)
+                    continue
+            handler = self._handler
+            assert handler is not None
+
+            async def disconnect() -> None:  # the next holder's connection must be the only one
+                await handler.close_async()
+
+            await run_while_held(singletons, held, asyncio.Event().wait(), after=disconnect)
+            held = None
+
+    async def stop(self) -> None:
+        task, self._socket = self._socket, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        runner, self._http = self._http, None
+        if runner is not None:
+            await runner.cleanup()
+
+    # -- incoming ------------------------------------------------------------------------
+    async def _http_event(self, request: web.Request) -> web.Response:
+        """An Events API request: bolt verifies it, runs ``_on_event``, answers (401 unsigned)."""
+        response = await to_aiohttp_response(await self.app.async_dispatch(await to_bolt_request(request)))
+        if response.status == 401:
+            log.info("slack events: refused a request from %s without a valid signature", request.remote)
+        return response
+
+    async def _on_event(self, ack: Any, event: dict[str, Any]) -> None:
+        """Recorded first, then acknowledged: an exception (the store down) leaves the event
+        unacknowledged, and Slack sends it again."""
+        async with self._chat_locks.setdefault(str(event.get("channel")), asyncio.Lock()):
+            await self._intake(event)
+        await ack()
+
+    async def _intake(self, event: dict[str, Any]) -> None:
+        user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
+        if not user or not channel or not ts or event.get("bot_id") or user == self.bot_user \
+                or event.get("subtype") not in MESSAGE_SUBTYPES:
+            return  # never answer ourselves or other bots: two bots can loop forever
+        is_private = event.get("channel_type") == "im" or channel.startswith("D")
+        text = event.get("text") or ""
+        mentioned = event.get("type") == "app_mention" or f"<@{self.bot_user}>" in text
+        if not is_private and self.config.group_policy == "allowlist":
+            if channel not in self.config.group_allow_from:
+                return
+            mentioned = True  # a listed channel: every message is for the bot
+        if not self._addressed(is_private, mentioned):
+            return  # checked before any download
+        chat_id = channel if is_private else f"{channel}:{event.get('thread_ts') or ts}"
+        sender = Sender(self.name, chat_id, user, None, is_private)
+        files = event.get("files") or []
+        media = await self._download(files, *self.inbox(sender)) if files and await self._may_download(user, None) \
+            else []
+        await self._handle_message(
+            sender_id=user, chat_id=chat_id, content=re.sub(rf"<@{self.bot_user}>", "", text).strip(), media=media,
+            is_private=is_private, mentioned=mentioned, metadata={"delivery_key": f"{channel}:{ts}", "message_ts": ts})
+
+    async def _download(self, files: list[dict[str, Any]], root: Path, inbox: Path) -> list[str]:
+        """Root-relative paths of the files fetched (with the bot token, from Slack's file host only)."""
+        paths = []
+        limit = self.ctx.max_media_bytes
+        for file in files:
+            url = file.get("url_private_download") or file.get("url_private") or ""
+            name = _safe_name(file.get("name") or "file")
+            if int(file.get("size") or 0) > limit or not self._file_host(url):
+                log.warning("slack: skipped file %s (over %d bytes, or not on Slack's file host)", name, limit)
+                continue
+            try:
+                data = await self._fetch(url, limit)
+            except (aiohttp.ClientError, OSError, ValueError) as exc:
+                log.warning("slack: could not download %s: %s", name, exc)
+                continue
+            inbox.mkdir(parents=True, exist_ok=True)
+            path = inbox / f"slack_{_safe_name(str(file.get('id') or ''))}_{name}"
+            await asyncio.to_thread(path.write_bytes, data)
+            paths.append(path.relative_to(root).as_posix())
+        return paths
+
+    def _file_host(self, url: str) -> bool:
+        """The bot token goes only to Slack: its file host, or the configured API's host."""
+        parts = urlsplit(url)
+        allowed = {*FILE_HOSTS, urlsplit(self.api_base).hostname}
+        return parts.scheme in ("https", "http") and parts.hostname in allowed and \
+            (parts.scheme == "https" or parts.hostname == urlsplit(self.api_base).hostname)
+
+    async def _fetch(self, url: str, limit: int) -> bytes:
+        headers = {"Authorization": f"Bearer {self.config.bot_token}"}
+        timeout = aiohttp.ClientTimeout(total=60)
+        async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url, headers=headers,
+                                                                           allow_redirects=False) as response:
+            response.raise_for_status()
+            data = await response.content.read(limit + 1)
+        if len(data) > limit:
+            raise ValueError(f"over {limit} bytes")
+        return data
+
+    # -- outgoing ------------------------------------------------------------------------
+    async def send(self, msg: OutboundMessage) -> None:
+        if not msg.content.strip():
+            return
+        channel, thread = _target(msg.chat_id)
+        chunks = mrkdwn_chunks(msg.content)
+        preview = self._previews.pop(msg.metadata.get("stream_id"), None)
+        if preview is not None and await self._call("chat_update", channel=preview[0], ts=preview[1],
+                                                    text=chunks[0], quiet=True):
+            chunks = chunks[1:]  # the streamed message now holds the first chunk
+        for chunk in chunks:
+            await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=chunk, unfurl_links=False)
+
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        """The reply so far, in one message: posted once, then edited (about once a second)."""
+        if not msg.content.strip():
+            return
+        channel, thread = _target(msg.chat_id)
+        text = markdown_to_mrkdwn(msg.content[:MAX_TEXT - 2] + (" …" if len(msg.content) > MAX_TEXT else ""))
+        preview = self._previews.get(msg.metadata.get("stream_id"))
+        if preview is None:
+            posted = await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=text, quiet=True)
+            if posted:
+                self._previews[msg.metadata.get("stream_id")] = (posted["channel"], posted["ts"])
+        else:
+            await self._call("chat_update", channel=preview[0], ts=preview[1], text=text, quiet=True)
+
+    async def send_file(self, msg: OutboundMessage) -> None:
+        """An upload into the chat (its thread), the caption as its comment."""
+        if msg.file is None:
+            return
+        channel, thread = _target(msg.chat_id)
+        await self._call("files_upload_v2", channel=channel, thread_ts=thread, file=msg.file.data,
+                         filename=msg.file.name, initial_comment=markdown_to_mrkdwn(msg.content) or None)
+
+    async def send_typing(self, chat_id: str) -> None:
+        return None  # Slack shows no typing indicator for a bot's messages
+
+    async def _call(self, method: str, *, quiet: bool = False, **arguments: Any) -> Any:
+        """A Web API call. SendFailed when it did not go (retry: a 5xx, a 429 left over, no
+        connection; not: Slack refused it). ``quiet``: a stream preview, not worth a retry."""
+        try:
+            return await getattr(self.client, method)(**{k: v for k, v in arguments.items() if v is not None})
+        except (SlackApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            status = exc.response.status_code if isinstance(exc, SlackApiError) else None
+            reason = exc.response["error"] if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
+            if quiet:
+                log.debug("slack: %s to %s failed: %s", method, arguments.get("channel"), reason)
+                return None
+            retry = status is None or status >= 500 or status == 429
+            raise SendFailed(f"slack: {method} to {arguments.get('channel')} failed: {reason}", retry=retry) from exc
+
+
+def _target(chat_id: str) -> tuple[str, str | None]:
+    """(channel, thread ts): ``C123:1700000000.000100`` is a thread, ``D123`` a DM."""
+    channel, _, thread = chat_id.partition(":")
+    return channel, thread or None
+
+
+def _safe_name(filename: str) -> str:
+    return re.sub(r"[^\w.-]", "_", Path(filename).name)[:100] or "file"

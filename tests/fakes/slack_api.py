@@ -1,0 +1,254 @@
+"""A stand-in Slack (Web API + Socket Mode WebSocket) on 127.0.0.1, for the real slack-bolt
+and slack_sdk clients.
+
+Usage::
+
+    async with FakeSlack() as slack:                  # a random loopback port
+        config.bot_token, config.app_token = slack.bot_token, slack.app_token
+        config.api_base = slack.api_base              # http://127.0.0.1:PORT/api/
+        ... start the channel ...
+        await slack.push_message("D1", "U42", "hi")   # over the Socket Mode connection
+        posted = await slack.wait_posted(1)           # chat.postMessage calls, in order
+
+- ``push_message(channel, user, text, *, thread_ts=None, files=None, mention=False,
+  channel_type=None, retry=False)``: an ``events_api`` envelope on the open WebSocket (waits
+  up to 5 s for one); ``mention`` sends the ``app_mention`` event too (as Slack does when
+  the app subscribes to both); ``files`` maps name -> bytes, served at ``/files/`` to the bot
+  token only; returns the event. ``retry=True`` resends the last envelope (a new envelope
+  id, the same event), as Slack does when an ack is late. ``acks``: envelope ids acknowledged.
+- ``signed_event(event, secret, *, timestamp=None, retry_num=None) -> (body, headers)``: an
+  Events API request for the HTTP mode, signed as Slack signs (``v0:ts:body``, HMAC-SHA256).
+- ``shown()``: the messages as a reader sees them (edits applied); ``wait_shown(text)``.
+- Recorded: ``posted`` (chat.postMessage arguments plus ``ts``), ``updates`` (chat.update),
+  ``uploads`` (files.completeUploadExternal: channel, thread_ts, initial_comment, name,
+  data), ``calls`` (method names), ``connections`` (WebSockets opened; ``open_sockets`` now).
+- Trouble: ``fail_next(n, error="ratelimited", status=429)`` for the next n chat.postMessage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import itertools
+import json
+import time
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+
+class FakeSlack:
+    def __init__(self) -> None:
+        self.bot_token, self.app_token = "xoxb-test-token", "xapp-test-token"
+        self.bot_user, self.team = "UBOT", "T1"
+        self.posted: list[dict[str, Any]] = []
+        self.updates: list[dict[str, Any]] = []
+        self.uploads: list[dict[str, Any]] = []
+        self.calls: list[str] = []
+        self.acks: list[str] = []
+        self.connections = 0
+        self.open_sockets: list[web.WebSocketResponse] = []
+        self._failures: list[tuple[str, int]] = []
+        self._files: dict[str, bytes] = {}
+        self._uploading: dict[str, dict[str, Any]] = {}
+        self._ids = itertools.count(1)
+        self._last_envelope: dict[str, Any] | None = None
+        self._tick = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    # ---- lifecycle ------------------------------------------------------------------
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api/"
+
+    async def __aenter__(self) -> FakeSlack:
+        app = web.Application(client_max_size=50 * 1024 * 1024)
+        app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/socket", self._socket)
+        app.router.add_post("/upload/{file_id}", self._upload)
+        app.router.add_get("/files/{name}", self._file)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for socket in list(self.open_sockets):
+            await socket.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _changed(self) -> None:
+        self._tick.set()
+        self._tick = asyncio.Event()
+
+    async def wait_until(self, predicate: Any, timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await self._tick.wait()
+
+    async def wait_posted(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        await self.wait_until(lambda: len(self.posted) >= count, timeout)
+        return self.posted
+
+    def shown(self) -> list[dict[str, Any]]:
+        """Each posted message as a reader sees it now: its arguments, ``text`` as last edited."""
+        latest = {u["ts"]: u["text"] for u in self.updates}
+        return [{**m, "text": latest.get(m["ts"], m["text"])} for m in self.posted]
+
+    async def wait_shown(self, text: str, timeout: float = 5.0) -> dict[str, Any]:
+        """The message that shows ``text`` (whole), once one does: a streamed reply ends edited."""
+        await self.wait_until(lambda: any(m["text"] == text for m in self.shown()), timeout)
+        return next(m for m in self.shown() if m["text"] == text)
+
+    # ---- what users do ------------------------------------------------------------------
+    async def push_message(self, channel: str, user: str, text: str, *, thread_ts: str | None = None,
+                           files: dict[str, bytes] | None = None, mention: bool = False,
+                           channel_type: str | None = None, retry: bool = False) -> dict[str, Any]:
+        if retry:
+            assert self._last_envelope is not None
+            await self._send_envelope(self._last_envelope["payload"])
+            return self._last_envelope["payload"]["event"]
+        event = self.message_event(channel, user, text, thread_ts=thread_ts, files=files, channel_type=channel_type)
+        await self._send_envelope(self._callback(event))
+        if mention:
+            await self._send_envelope(self._callback({**event, "type": "app_mention"}))
+        return event
+
+    def message_event(self, channel: str, user: str, text: str, *, thread_ts: str | None = None,
+                      files: dict[str, bytes] | None = None, channel_type: str | None = None) -> dict[str, Any]:
+        event: dict[str, Any] = {"type": "message", "channel": channel, "user": user, "text": text,
+                                 "ts": f"{time.time():.6f}", "event_ts": f"{time.time():.6f}",
+                                 "channel_type": channel_type or ("im" if channel.startswith("D") else "channel")}
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        if files:
+            event["subtype"] = "file_share"
+            event["files"] = []
+            for name, data in files.items():
+                file_id = f"F{next(self._ids)}"
+                self._files[f"{file_id}-{name}"] = data
+                event["files"].append({"id": file_id, "name": name, "size": len(data), "mimetype": "text/plain",
+                                       "url_private_download": f"http://127.0.0.1:{self.port}/files/{file_id}-{name}"})
+        return event
+
+    def _callback(self, event: dict[str, Any]) -> dict[str, Any]:
+        return {"token": "legacy", "team_id": self.team, "api_app_id": "A1", "type": "event_callback",
+                "event_id": f"Ev{next(self._ids)}", "event_time": int(time.time()), "event": event,
+                "authorizations": [{"team_id": self.team, "user_id": self.bot_user, "is_bot": True}]}
+
+    def signed_event(self, event: dict[str, Any], secret: str, *, timestamp: int | None = None,
+                     retry_num: int | None = None) -> tuple[bytes, dict[str, str]]:
+        body = json.dumps(self._callback(event)).encode()
+        stamp = str(timestamp if timestamp is not None else int(time.time()))
+        signature = "v0=" + hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+        headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": stamp,
+                   "X-Slack-Signature": signature}
+        if retry_num is not None:
+            headers.update({"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": "http_timeout"})
+        return body, headers
+
+    async def _send_envelope(self, payload: dict[str, Any]) -> None:
+        await self.wait_until(lambda: bool(self.open_sockets))
+        envelope = {"envelope_id": f"env-{next(self._ids)}", "type": "events_api", "payload": payload,
+                    "accepts_response_payload": False, "retry_attempt": 0, "retry_reason": ""}
+        self._last_envelope = envelope
+        await self.open_sockets[-1].send_str(json.dumps(envelope))
+
+    def fail_next(self, count: int, *, error: str = "ratelimited", status: int = 429) -> None:
+        self._failures += [(error, status)] * count
+
+    # ---- the Web API ----------------------------------------------------------------------
+    async def _api(self, request: web.Request) -> web.Response:
+        method = request.match_info["method"]
+        self.calls.append(method)
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        wanted = self.app_token if method == "apps.connections.open" else self.bot_token
+        if token != wanted:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        args = await _arguments(request)
+        try:
+            return await self._answer(method, args)
+        finally:
+            self._changed()
+
+    async def _answer(self, method: str, args: dict[str, Any]) -> web.Response:
+        if method == "auth.test":
+            return web.json_response({"ok": True, "user_id": self.bot_user, "team_id": self.team, "user": "nanobot",
+                                      "bot_id": "B1", "url": "https://test.slack.com/"})
+        if method == "apps.connections.open":
+            return web.json_response({"ok": True, "url": f"ws://127.0.0.1:{self.port}/socket"})
+        if method == "chat.postMessage":
+            if self._failures:
+                error, status = self._failures.pop(0)
+                return web.json_response({"ok": False, "error": error}, status=status,
+                                         headers={"Retry-After": "0"} if status == 429 else None)
+            ts = f"{time.time():.6f}"
+            self.posted.append({**args, "ts": ts})
+            return web.json_response({"ok": True, "channel": args.get("channel"), "ts": ts})
+        if method == "chat.update":
+            self.updates.append(args)
+            return web.json_response({"ok": True, "channel": args.get("channel"), "ts": args.get("ts")})
+        if method == "files.getUploadURLExternal":
+            file_id = f"F{next(self._ids)}"
+            self._uploading[file_id] = {"name": args.get("filename"), "length": int(args.get("length", 0))}
+            return web.json_response({"ok": True, "file_id": file_id,
+                                      "upload_url": f"http://127.0.0.1:{self.port}/upload/{file_id}"})
+        if method == "files.completeUploadExternal":
+            files = args.get("files")
+            for file in json.loads(files) if isinstance(files, str) else files:
+                done = self._uploading.pop(file["id"])
+                self.uploads.append({"channel": args.get("channel_id"), "thread_ts": args.get("thread_ts"),
+                                     "initial_comment": args.get("initial_comment"), **done})
+            return web.json_response({"ok": True, "files": [{"id": f} for f in self._uploading]})
+        return web.json_response({"ok": False, "error": "unknown_method"})
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        upload = self._uploading[request.match_info["file_id"]]
+        reader = await request.multipart() if request.content_type.startswith("multipart/") else None
+        if reader is not None:
+            part = await reader.next()
+            upload["data"] = await part.read()  # type: ignore[union-attr]
+        else:
+            upload["data"] = await request.read()
+        return web.Response(text="OK - 200")
+
+    async def _file(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != f"Bearer {self.bot_token}":
+            return web.Response(status=302, headers={"Location": "https://slack.com/signin"})
+        return web.Response(body=self._files[request.match_info["name"]])
+
+    # ---- Socket Mode ------------------------------------------------------------------------
+    async def _socket(self, request: web.Request) -> web.WebSocketResponse:
+        socket = web.WebSocketResponse(autoping=True)
+        await socket.prepare(request)
+        self.connections += 1
+        self.open_sockets.append(socket)
+        await socket.send_str(json.dumps({"type": "hello", "num_connections": len(self.open_sockets),
+                                          "debug_info": {"host": "fake"}, "connection_info": {"app_id": "A1"}}))
+        self._changed()
+        try:
+            async for message in socket:
+                if message.type == WSMsgType.TEXT:
+                    envelope_id = json.loads(message.data).get("envelope_id")
+                    if envelope_id:
+                        self.acks.append(envelope_id)
+                        self._changed()
+        finally:
+            self.open_sockets.remove(socket)
+            self._changed()
+        return socket
+
+
+async def _arguments(request: web.Request) -> dict[str, Any]:
+    """Web API arguments: JSON, form or query (slack_sdk uses each for different methods)."""
+    args: dict[str, Any] = dict(request.query)
+    if request.content_type == "application/json":
+        args.update(await request.json())
+    elif request.content_type in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        args.update({k: v for k, v in (await request.post()).items() if isinstance(v, str)})
+    return args

@@ -1,0 +1,148 @@
+"""Slack through a running gateway: the real slack-bolt and slack_sdk against the stand-in Slack
+(tests/fakes/slack_api.py), over Socket Mode and over signed Events API requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import AsyncIterator
+
+import aiohttp
+import pytest
+
+from nanobot.config import Config, SlackEvents
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.fakes.slack_api import FakeSlack
+from tests.helpers import config_for, running_gateway
+from tests.test_api import free_port
+
+OWNER, FRIEND, STRANGER = "U42", "U43", "U99"
+SECRET = "signing-secret-for-tests"
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with FakeSlack() as server:
+        yield server
+
+
+def slack_config(llm: FakeOpenAI, workspace: Path, slack: FakeSlack, *, events: bool = False) -> Config:
+    cfg = config_for(llm.base_url, workspace, mode="tools")
+    cfg.gateway.heartbeat.enabled = False
+    s = cfg.channels.slack
+    s.enabled, s.bot_token, s.api_base = True, slack.bot_token, slack.api_base
+    s.allow_from, s.owners = [OWNER, FRIEND], [OWNER]
+    if events:
+        s.signing_secret, s.events = SECRET, SlackEvents(listen=f"127.0.0.1:{free_port()}")
+    else:
+        s.app_token = slack.app_token
+    return cfg
+
+
+def said(llm: FakeOpenAI, n: int = -1) -> str:
+    """The last user message of the n-th model request."""
+    return [m["content"] for m in llm.chat_requests[n]["messages"] if m["role"] == "user"][-1]
+
+
+async def test_a_dm_is_answered_in_place_and_is_an_owner_chat(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    llm.script(reply("**Hello** Ada, see [docs](https://example.org)."))
+    async with running_gateway(slack_config(llm, workspace, slack)) as gateway:
+        await slack.push_message("D1", OWNER, "hi there")
+        shown = await slack.wait_shown("*Hello* Ada, see <https://example.org|docs>.")  # mrkdwn, not Markdown
+        assert shown["channel"] == "D1" and "thread_ts" not in shown
+        assert said(llm) == "hi there"
+        assert gateway.runtime.deps.trust("slack:D1") == "owner"
+        assert slack.acks  # the envelope was acknowledged (after it was recorded)
+
+
+async def test_in_a_channel_a_mention_is_answered_in_its_thread_once(llm: FakeOpenAI, workspace: Path,
+                                                                      slack: FakeSlack) -> None:
+    llm.fallback = lambda body: reply("in the thread")
+    async with running_gateway(slack_config(llm, workspace, slack)) as gateway:
+        await slack.push_message("C1", FRIEND, "just chatting")  # no mention: not for the bot
+        event = await slack.push_message("C1", FRIEND, "<@UBOT> what is up?", mention=True)
+        posted = await slack.wait_posted(1)
+        assert posted[0]["channel"] == "C1" and posted[0]["thread_ts"] == event["ts"]
+        assert said(llm) == "what is up?" and len(llm.chat_requests) == 1  # message + app_mention: one turn
+        await slack.push_message("C1", FRIEND, "<@UBOT> and now?", thread_ts=event["ts"], mention=True)
+        await slack.wait_posted(2)
+        history = await gateway.runtime.sessions.open(f"slack:C1:{event['ts']}")
+        assert [m["content"] for m in history.messages if m["role"] == "user"] == ["what is up?", "and now?"]
+        assert gateway.runtime.deps.trust(f"slack:C1:{event['ts']}") == "member"  # a channel is no owner chat
+        await slack.push_message("C1", STRANGER, "<@UBOT> let me in", mention=True)
+        await slack.wait_until(lambda: len(slack.acks) >= 6)
+        assert len(slack.posted) == 2  # a stranger in a channel gets nothing at all
+
+
+async def test_a_retried_event_is_answered_once(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    llm.fallback = lambda body: reply("once")
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        await slack.push_message("D1", OWNER, "only once please")
+        await slack.push_message("D1", OWNER, "", retry=True)  # Slack sends the same event again
+        await slack.wait_until(lambda: len(slack.acks) >= 2)
+        await slack.push_message("D1", OWNER, "next")
+        await slack.wait_posted(2)
+        assert [said(llm, i) for i in range(len(llm.chat_requests))] == ["only once please", "next"]
+
+
+async def test_files_in_and_out(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    (workspace / "report.csv").write_text("month,sales\njan,3\n")
+    llm.script(lambda body: reply("read: " + ("yes" if "CANARY-slack-file" in str(body["messages"]) else "no")),
+               tool_call("send_file", {"path": "report.csv", "caption": "the **report**"}), reply("sent"))
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        await slack.push_message("D1", OWNER, "what is in it?", files={"notes.txt": b"CANARY-slack-file"})
+        await slack.wait_shown("read: yes")  # downloaded with the token, read
+        assert list((workspace / "inbox").glob("slack_*_notes.txt"))
+        await slack.push_message("D1", OWNER, "send the report")
+        await slack.wait_until(lambda: bool(slack.uploads) and len(slack.posted) >= 2)
+        upload = slack.uploads[0]
+        assert upload["name"] == "report.csv" and upload["data"] == b"month,sales\njan,3\n"
+        assert upload["channel"] == "D1" and upload["initial_comment"] == "the *report*"
+
+
+async def test_a_strangers_file_is_never_fetched(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        await slack.push_message("D9", STRANGER, "", files={"spam.txt": b"spam"})
+        await slack.wait_until(lambda: bool(slack.acks))
+    assert not list(workspace.rglob("*spam.txt")) and not llm.chat_requests
+
+
+async def test_replies_stream_by_editing_one_message(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    llm.stream_interval, llm.stream_piece_chars = 0.4, 12  # 6 pieces over 2.4 s: edits a second apart
+    llm.script(reply("First part. " * 3 + "Second part. " * 3))
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        await slack.push_message("D1", OWNER, "tell me")
+        await slack.wait_until(lambda: any("First part. Second part." in u["text"] for u in slack.updates),
+                               timeout=10)
+        assert len(slack.posted) == 1 and slack.updates[-1]["ts"] == slack.posted[0]["ts"]  # one message, edited
+
+
+async def test_signed_http_events_only(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    llm.fallback = lambda body: reply("over http")
+    config = slack_config(llm, workspace, slack, events=True)
+    url = f"http://{config.channels.slack.events.listen}/slack/events"  # type: ignore[union-attr]
+    async with running_gateway(config), aiohttp.ClientSession() as http:
+        event = slack.message_event("D1", OWNER, "via the events api")
+        body, headers = slack.signed_event(event, SECRET)
+        async with http.post(url, data=body, headers=headers) as resp:
+            assert resp.status == 200
+        retried, retry_headers = slack.signed_event(event, SECRET, retry_num=1)  # the same event, again
+        async with http.post(url, data=retried, headers=retry_headers) as resp:
+            assert resp.status == 200
+        forged, forged_headers = slack.signed_event(slack.message_event("D1", OWNER, "forged"), "not-the-secret")
+        async with http.post(url, data=forged, headers=forged_headers) as resp:
+            assert resp.status == 401
+        old, old_headers = slack.signed_event(slack.message_event("D1", OWNER, "replayed"), SECRET,
+                                              timestamp=int(__import__("time").time()) - 600)
+        async with http.post(url, data=old, headers=old_headers) as resp:
+            assert resp.status == 401  # a captured request replayed after five minutes
+        await slack.wait_posted(1)
+    assert [said(llm, i) for i in range(len(llm.chat_requests))] == ["via the events api"]
+    assert slack.connections == 0  # no Socket Mode in this mode
+
+
+async def test_a_refused_token_is_one_clear_reason(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    config = slack_config(llm, workspace, slack)
+    config.channels.slack.bot_token = "xoxb-wrong"
+    async with running_gateway(config) as gateway:
+        assert "invalid_auth" in gateway.channels.state["slack"]  # type: ignore[union-attr]
+        assert "xoxb-wrong" not in gateway.channels.state["slack"]  # type: ignore[union-attr]
