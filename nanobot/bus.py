@@ -35,6 +35,9 @@ EPHEMERAL = "ephemeral"  # OutboundMessage.metadata key: best effort, not kept i
 REPLY_FUTURE = "reply_future"
 # OutboundMessage.metadata key: this is the turn's reply (sent after everything else of the turn)
 TURN_REPLY = "turn_reply"
+# InboundMessage.metadata key a channel may set (say, the mail a reply must thread under); the
+# dispatcher hands it back in the metadata of the replies and notes that answer that message
+REPLY_CONTEXT = "reply_context"
 
 
 @dataclass(frozen=True)

@@ -347,3 +347,44 @@ async def test_a_worker_with_another_workspace_refuses_to_start(llm, tg, pg_url:
         assert str(workspace) in str(refused.value) and "\n" not in str(refused.value)
         lines = await worker_lines(gateways["w1"].runtime.db)
         assert any(line.startswith("  w1 (host ") and line.endswith(f"workspace {workspace}") for line in lines), lines
+
+
+async def test_one_worker_holds_slacks_socket_and_one_reads_the_mailbox(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """Two workers: one Socket Mode connection and one IMAP reader between them; when the
+    holder stops, the other takes both over, and every message is answered once."""
+    from tests.fakes.mail_servers import DOVECOT, Dovecot, SmtpReceiver
+    from tests.fakes.slack_api import FakeSlack
+    from tests.test_email import mail
+
+    if DOVECOT is None:
+        pytest.skip("the email tests need a real IMAP server: apt-get install dovecot-imapd")
+    llm.fallback = echo
+    async with FakeSlack() as slack, Dovecot() as imap, SmtpReceiver() as smtp:
+        configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+        for config in configs:
+            s, e = config.channels.slack, config.channels.email
+            s.enabled, s.bot_token, s.app_token, s.api_base, s.allow_from = True, slack.bot_token, slack.app_token, \
+                slack.api_base, ["U42"]
+            s.streaming = False
+            e.enabled, e.address, e.allow_from = True, imap.user, ["bob@example.org"]
+            e.imap.host, e.imap.port, e.imap.username, e.imap.password, e.imap.tls = \
+                "127.0.0.1", imap.port, imap.user, imap.password, False
+            e.smtp.host, e.smtp.port, e.smtp.starttls = "127.0.0.1", smtp.port, False
+        async with workers(configs[:1]) as first, workers(configs[1:]) as second:
+            assert holder(first, "slack socket mode") == ["w1"] and holder(second, "slack socket mode") == []
+            assert holder(first, "email reader") == ["w1"] and holder(second, "email reader") == []
+            await slack.push_message("D1", "U42", "one")
+            await imap.deliver(bytes(mail("bob@example.org", "first", "mail one")))
+            await slack.wait_posted(1)
+            await smtp.wait_sent(1)
+            await first["w1"].stop()
+            await slack.wait_until(lambda: slack.connections == 2 and len(slack.open_sockets) == 1, timeout=10)
+            await slack.push_message("D1", "U42", "two")
+            await imap.deliver(bytes(mail("bob@example.org", "second", "mail two")))
+            await slack.wait_posted(2)
+            await smtp.wait_sent(2, timeout=15)
+            assert [m["text"] for m in slack.posted] == ["re: one", "re: two"]
+            assert [m.get_content().replace("\r\n", "\n").strip() for m in smtp.sent] == [
+                "re: first\n\nmail one", "re: second\n\nmail two"]
+            assert holder(second, "slack socket mode") == ["w2"] and holder(second, "email reader") == ["w2"]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol
 from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin
 from nanobot.agent.streaming import ReplyStream
-from nanobot.bus import EPHEMERAL, REPLY_FUTURE, TURN_REPLY, InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import EPHEMERAL, REPLY_CONTEXT, REPLY_FUTURE, TURN_REPLY, InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -227,13 +227,13 @@ class Dispatcher:
     async def send(self, msg: InboundMessage, text: str) -> None:
         """A message to the chat ``msg`` came from (a progress note)."""
         if text:
-            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text))
+            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text, metadata=_context(msg)))
 
     async def finish(self, msg: InboundMessage, text: str, *, stream_id: int | None = None) -> None:
         """``msg``'s reply (none if ``text`` is empty). With an outbox it is recorded before
         this returns, and ``msg`` is settled in the same commit: a crash from now on cannot
         make it run again."""
-        metadata: dict[str, object] = {TURN_REPLY: True}
+        metadata: dict[str, object] = {TURN_REPLY: True, **_context(msg)}
         if stream_id is not None:
             metadata["stream_id"] = stream_id
         reply = OutboundMessage(msg.channel, msg.chat_id, text, metadata=metadata)
@@ -335,6 +335,12 @@ def mark_started(session: Session, msg: InboundMessage) -> bool:
 def origin_of(msg: InboundMessage) -> Origin:
     """Who sent ``msg`` (a cron job's message is not private, so it never decides a chat's trust)."""
     return Origin(msg.sender_id, msg.sender_name, msg.is_private, msg.metadata.get("untrusted"))
+
+
+def _context(msg: InboundMessage) -> dict[str, object]:
+    """The channel's reply context of ``msg`` (``REPLY_CONTEXT``), for the messages answering it."""
+    context = msg.metadata.get(REPLY_CONTEXT)
+    return {REPLY_CONTEXT: context} if context else {}
 
 
 def _answer_caller(msg: InboundMessage, reply: str) -> None:

@@ -1,0 +1,268 @@
+"""Email adapter: a mailbox read over IMAP (IDLE, else a poll), replies sent over SMTP in the
+thread of the mail they answer.
+
+Durable like the other channels: a mail is recorded by the intake (its Message-ID, else
+UIDVALIDITY:UID, drops a repeat) before it is marked seen, and it is fetched with BODY.PEEK so
+reading it marks nothing. A crash before the mark leaves it unseen: read again, recorded
+already, not answered twice. The turn itself resumes once, as for every channel, and replies go
+through the outbox; each reply's Message-ID comes from its outbox id, so one sent again after a
+crash mid-send is the same mail to the receiver.
+
+Trust: see ``email_parse.vouched``. With ``trustedAuthServId`` a mail whose From the receiving
+server does not vouch for is not answered (one log line); without it every email chat is a
+member chat (``trust.py``). Strangers get no reply and no pairing code: an answering robot
+would be a spam reflector. One worker reads the mailbox (a singleton); every worker sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import ssl
+import time
+from email.message import EmailMessage
+from email.utils import formatdate, make_msgid
+from pathlib import Path
+from typing import Any
+
+import aioimaplib
+import aiosmtplib
+
+from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot_channels.email_parse import Mail, parse, vouched
+from nanobot.bus import REPLY_CONTEXT, OutboundMessage
+from nanobot.config import EmailConfig
+from nanobot.coordination import Held, run_while_held
+
+log = logging.getLogger(__name__)
+
+READER = "email reader"  # the singleton: one worker reads the mailbox
+IDLE_RENEW_S = 25 * 60  # servers drop an IDLE after 30 minutes
+RETRY_S = (1.0, 5.0, 30.0, 60.0)  # pauses before reconnecting, the last one repeated
+FETCH_TIMEOUT_S = 60.0
+
+
+class MailboxError(Exception):
+    """The IMAP server refused something (login, select); the reason is in the message."""
+
+
+class EmailChannel(BaseChannel):
+    name = "email"
+    max_message_len = 1_000_000
+
+    def __init__(self, config: EmailConfig, ctx: ChannelContext) -> None:
+        super().__init__(config, ctx)
+        self.config: EmailConfig = config
+        self.domain = config.address.rpartition("@")[2] or "localhost"
+        self._threads: dict[str, dict[str, str]] = {}  # chat_id -> the last mail's reply context
+        self._reader: asyncio.Task[None] | None = None
+        self.retry_s = RETRY_S
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        held = await self.ctx.singletons.try_hold(READER)
+        if held is not None:
+            try:
+                imap, uidvalidity = await self._open()  # a wrong password fails start(), with the reason
+            except BaseException:
+                await self.ctx.singletons.release(held)
+                raise
+            self._reader = asyncio.create_task(self._read_while_held(held, (imap, uidvalidity)), name="email-reader")
+        else:
+            log.info("email: another worker reads the mailbox; this one sends, and takes over if it stops")
+            self._reader = asyncio.create_task(self._read_while_held(None, None), name="email-reader")
+
+    async def stop(self) -> None:
+        task, self._reader = self._reader, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    # -- reading -------------------------------------------------------------------------
+    async def _open(self) -> tuple[aioimaplib.IMAP4, str]:
+        """A logged-in connection with the mailbox selected, and its UIDVALIDITY."""
+        server = self.config.imap
+        imap = aioimaplib.IMAP4_SSL(server.host, server.port, timeout=30) if server.tls \
+            else aioimaplib.IMAP4(server.host, server.port, timeout=30)
+        try:
+            await imap.wait_hello_from_server()
+            login = await imap.login(server.username, server.password)
+            if login.result != "OK":
+                raise MailboxError(f"login as {server.username} refused: {_said(login)}")
+            selected = await imap.select(server.mailbox)
+            if selected.result != "OK":
+                raise MailboxError(f"mailbox {server.mailbox!r} could not be opened: {_said(selected)}")
+        except (MailboxError, OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
+            await _close(imap)
+            raise RuntimeError(f"email: IMAP {server.host}:{server.port}: {exc or type(exc).__name__}") from None
+        found = re.search(rb"UIDVALIDITY (\d+)", b" ".join(line for line in selected.lines if isinstance(line, bytes)))
+        return imap, found.group(1).decode() if found else "0"
+
+    async def _read_while_held(self, held: Held | None, opened: tuple[aioimaplib.IMAP4, str] | None) -> None:
+        singletons = self.ctx.singletons
+        while True:
+            if held is None:
+                held = await singletons.hold(READER)
+                log.info("email: this worker now reads the mailbox")
+            await run_while_held(singletons, held, self._read(opened))
+            held, opened = None, None
+
+    async def _read(self, opened: tuple[aioimaplib.IMAP4, str] | None) -> None:
+        """New mail as it comes, reconnecting after trouble (with a pause that grows)."""
+        failures = 0
+        while True:
+            imap = None
+            try:
+                imap, uidvalidity = opened or await self._open()
+                opened, failures = None, 0
+                while True:
+                    await self._take_new(imap, uidvalidity)
+                    await self._wait_for_mail(imap)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the server went away, a timeout, a refusal: try again
+                pause = self.retry_s[min(failures, len(self.retry_s) - 1)]
+                failures += 1
+                log.warning("email: reading the mailbox failed (%s); again in %g s", exc or type(exc).__name__, pause)
+                await asyncio.sleep(pause)
+            finally:
+                if imap is not None:
+                    await _close(imap)
+
+    async def _wait_for_mail(self, imap: aioimaplib.IMAP4) -> None:
+        """Until the server says something changed (IDLE), or ``pollSeconds`` without it."""
+        if "IDLE" not in imap.protocol.capabilities:
+            await asyncio.sleep(self.config.poll_seconds)
+            return
+        idle = await imap.idle_start(timeout=IDLE_RENEW_S)
+        try:
+            while True:
+                pushed = await imap.wait_server_push(timeout=IDLE_RENEW_S + 60)
+                if pushed == aioimaplib.STOP_WAIT_SERVER_PUSH or any(b"EXISTS" in line for line in pushed
+                                                                       if isinstance(line, bytes)):
+                    break
+        finally:
+            imap.idle_done()
+            await asyncio.wait_for(idle, FETCH_TIMEOUT_S)
+
+    async def _take_new(self, imap: aioimaplib.IMAP4, uidvalidity: str) -> None:
+        found = await imap.uid_search("UNSEEN", charset=None)
+        if found.result != "OK":
+            raise MailboxError(f"search failed: {_said(found)}")
+        uids = b" ".join(line for line in found.lines[:1] if isinstance(line, bytes)).split()
+        for uid in (u.decode() for u in uids if u.isdigit()):
+            fetched = await imap.uid("fetch", uid, "(BODY.PEEK[])")
+            raw = next((line for line in fetched.lines if isinstance(line, bytearray)), None)
+            if fetched.result != "OK" or raw is None:
+                raise MailboxError(f"fetching mail {uid} failed: {_said(fetched)}")
+            await self._intake(bytes(raw), f"{uidvalidity}:{uid}")  # recorded (or refused) before the mark
+            stored = await imap.uid("store", uid, "+FLAGS.SILENT", r"(\Seen)")
+            if stored.result != "OK":
+                raise MailboxError(f"marking mail {uid} seen failed: {_said(stored)}")
+
+    async def _intake(self, raw: bytes, uid_key: str) -> None:
+        mail, message = parse(raw)
+        if mail.auto or mail.sender == self.config.address.lower():
+            return  # never answer a robot (or ourselves): two of them can loop forever
+        authserv = self.config.trusted_auth_serv_id
+        if authserv and not vouched(message, mail.sender, authserv):
+            log.info("email: not answering mail from %s: %s does not vouch for it (no DMARC or aligned DKIM pass)",
+                     mail.sender, authserv)
+            return
+        if not await self._may_download(mail.sender, mail.sender_name):
+            log.info("email: not answering mail from %s: not in channels.email.allowFrom", mail.sender)
+            return
+        sender = Sender(self.name, mail.sender, mail.sender, mail.sender_name, True)
+        media = await self._save(mail, *self.inbox(sender))
+        self._threads[mail.sender] = mail.reply_context()
+        text = mail.text if not mail.subject or mail.subject.lower().startswith("re:") \
+            else f"{mail.subject}\n\n{mail.text}"
+        await self._handle_message(sender_id=mail.sender, sender_name=mail.sender_name, chat_id=mail.sender,
+                                   content=text, media=media, is_private=True,
+                                   metadata={"delivery_key": f"mail:{mail.message_id or uid_key}",
+                                             REPLY_CONTEXT: mail.reply_context()})
+
+    async def _save(self, mail: Mail, root: Path, inbox: Path) -> list[str]:
+        paths = []
+        for index, (name, data) in enumerate(mail.attachments):
+            if len(data) > self.ctx.max_media_bytes:
+                log.warning("email: skipped attachment %s (%d bytes)", name, len(data))
+                continue
+            inbox.mkdir(parents=True, exist_ok=True)
+            path = inbox / f"email_{int(time.time())}_{index}_{_safe_name(name)}"
+            await asyncio.to_thread(path.write_bytes, data)
+            paths.append(path.relative_to(root).as_posix())
+        return paths
+
+    # -- sending -------------------------------------------------------------------------
+    async def send(self, msg: OutboundMessage) -> None:
+        if msg.content.strip():
+            await self._send_mail(msg, self._compose(msg, msg.content))
+
+    async def send_file(self, msg: OutboundMessage) -> None:
+        if msg.file is None:
+            return
+        mail = self._compose(msg, msg.content or f"{msg.file.name} is attached.")
+        mail.add_attachment(msg.file.data, maintype="application", subtype="octet-stream", filename=msg.file.name)
+        await self._send_mail(msg, mail)
+
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        return None  # a mail is sent whole: only the final text goes out
+
+    async def send_typing(self, chat_id: str) -> None:
+        return None
+
+    def _compose(self, msg: OutboundMessage, text: str) -> EmailMessage:
+        """A reply in the thread of the chat's mail (or of the last one read here), else a new mail."""
+        thread: dict[str, Any] = msg.metadata.get(REPLY_CONTEXT) or self._threads.get(msg.chat_id) or {}
+        subject = str(thread.get("subject") or "").strip()
+        mail = EmailMessage()
+        mail["From"], mail["To"] = self.config.address, msg.chat_id
+        mail["Subject"] = (subject if subject.lower().startswith("re:") else f"Re: {subject}") if subject \
+            else "A message from your assistant"
+        if thread.get("message_id"):
+            mail["In-Reply-To"] = thread["message_id"]
+            mail["References"] = thread.get("references") or thread["message_id"]
+        outbox_id, recorded = msg.metadata.get("outbox_id"), msg.metadata.get("outbox_created")
+        # The same Message-ID for every attempt at one recorded reply: a resend is one mail.
+        mail["Message-ID"] = f"<nanobot.{outbox_id}.{int(recorded or 0)}@{self.domain}>" \
+            if outbox_id is not None else make_msgid(domain=self.domain)
+        mail["Date"] = formatdate(localtime=True)
+        mail["Auto-Submitted"] = "auto-replied"  # RFC 3834: other robots must not answer it
+        mail.set_content(text)
+        return mail
+
+    async def _send_mail(self, msg: OutboundMessage, mail: EmailMessage) -> None:
+        server = self.config.smtp
+        try:
+            await aiosmtplib.send(mail, hostname=server.host, port=server.port, username=server.username or None,
+                                  password=server.password or None, start_tls=server.starttls and not server.tls,
+                                  use_tls=server.tls, timeout=60)
+        except aiosmtplib.SMTPResponseException as exc:
+            permanent = 500 <= exc.code < 600
+            raise SendFailed(f"email: the SMTP server refused mail to {msg.chat_id}: {exc.code} {exc.message}",
+                             retry=not permanent) from None
+        except (aiosmtplib.SMTPException, OSError, asyncio.TimeoutError) as exc:
+            raise SendFailed(f"email: could not reach the SMTP server {server.host}:{server.port}: "
+                             f"{exc or type(exc).__name__}", retry=True) from None
+
+
+async def _close(imap: aioimaplib.IMAP4) -> None:
+    try:
+        if imap.protocol is not None and imap.get_state() in ("AUTH", "SELECTED"):
+            await asyncio.wait_for(imap.logout(), 5)
+    except Exception:
+        pass
+    finally:
+        if imap.protocol is not None and imap.protocol.transport is not None:
+            imap.protocol.transport.close()
+
+
+def _said(response: Any) -> str:
+    return " ".join(line.decode(errors="replace") if isinstance(line, (bytes, bytearray)) else str(line)
+                    for line in response.lines[-1:]) or response.result
+
+
+def _safe_name(filename: str) -> str:
+    return re.sub(r"[^\w.-]", "_", Path(filename).name)[:100] or "file"

@@ -1,0 +1,190 @@
+"""Real mail servers for the email tests: Debian's Dovecot as the IMAP server (configured in a
+temporary folder: a password file, a maildir, a loopback port), and aiosmtpd as the SMTP
+server that receives what the bot sends.
+
+Usage::
+
+    async with Dovecot() as imap, SmtpReceiver() as smtp:
+        config.imap.port, config.smtp.port = imap.port, smtp.port   # user imap.user / imap.password
+        await imap.deliver(raw_mail_bytes)       # APPEND into INBOX, as the MTA would deliver it
+        sent = await smtp.wait_sent(1)           # [email.message.EmailMessage, ...]
+
+Without Dovecot the tests that need it skip, saying ``apt-get install dovecot-imapd``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email
+import email.policy
+import imaplib
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DOVECOT = shutil.which("dovecot") or next((p for p in ("/usr/sbin/dovecot",) if Path(p).exists()), None)
+needs_dovecot = pytest.mark.skipif(DOVECOT is None, reason="the email tests need a real IMAP server: "
+                                                           "apt-get install dovecot-imapd")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Dovecot:
+    user, password = "bot@example.org", "imap-test-password"
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.folder = Path(tempfile.mkdtemp(prefix="nanobot-dovecot-"))
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def _config(self) -> str:
+        # As root, Dovecot's helpers run as its own users (from the package); mail is then stored
+        # as "dovecot". As anyone else, everything runs as that user.
+        root = os.getuid() == 0
+        login, internal = ("dovenull", "dovecot") if root else (pwd.getpwuid(os.getuid()).pw_name,) * 2
+        owner = pwd.getpwnam("dovecot") if root else pwd.getpwuid(os.getuid())
+        mail = self.folder / "mail"
+        mail.mkdir()
+        os.chown(mail, owner.pw_uid, owner.pw_gid)
+        (self.folder / "passwd").write_text(f"{self.user}:{{PLAIN}}{self.password}\n")
+        return f"""
+base_dir = {self.folder}/run
+state_dir = {self.folder}/state
+log_path = {self.folder}/dovecot.log
+protocols = imap
+listen = 127.0.0.1
+ssl = no
+disable_plaintext_auth = no
+auth_mechanisms = plain login
+default_login_user = {login}
+default_internal_user = {internal}
+first_valid_uid = 1
+passdb {{
+  driver = passwd-file
+  args = scheme=PLAIN username_format=%u {self.folder}/passwd
+}}
+userdb {{
+  driver = static
+  args = uid={owner.pw_uid} gid={owner.pw_gid} home={mail}/%u
+}}
+mail_location = maildir:{mail}/%u
+service anvil {{
+  chroot =
+}}
+service imap-login {{
+  chroot =
+  inet_listener imap {{
+    address = 127.0.0.1
+    port = {self.port}
+  }}
+  inet_listener imaps {{
+    port = 0
+  }}
+}}
+"""
+
+    async def __aenter__(self) -> Dovecot:
+        assert DOVECOT is not None
+        self.folder.chmod(0o755)  # Dovecot's own users must reach the maildir inside
+        conf = self.folder / "dovecot.conf"
+        conf.write_text(self._config())
+        self._process = subprocess.Popen([DOVECOT, "-F", "-c", str(conf)], stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.PIPE)
+        for _ in range(500):  # listening comes first; its auth process may still be starting
+            try:
+                await asyncio.to_thread(lambda: self._imap().logout())
+                return self
+            except (OSError, imaplib.IMAP4.error):
+                if self._process.poll() is not None:
+                    raise RuntimeError("dovecot did not start: " + self._process.stderr.read().decode()[-500:])  # type: ignore[union-attr]
+                await asyncio.sleep(0.02)
+        raise RuntimeError("dovecot took no login within 10 s: see " + str(self.folder / "dovecot.log"))
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            await asyncio.to_thread(self._process.wait, 10)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _imap(self) -> imaplib.IMAP4:
+        client = imaplib.IMAP4("127.0.0.1", self.port, timeout=10)
+        client.login(self.user, self.password)
+        client.select("INBOX")
+        return client
+
+    async def deliver(self, raw: bytes) -> None:
+        """Into INBOX, unseen (as the mail server's delivery would put it)."""
+        def append() -> None:
+            client = self._imap()
+            try:
+                client.append("INBOX", None, None, raw)
+            finally:
+                client.logout()
+
+        await asyncio.to_thread(append)
+
+    async def unseen(self) -> int:
+        def count() -> int:
+            client = self._imap()
+            try:
+                return len(client.uid("search", None, "UNSEEN")[1][0].split())
+            finally:
+                client.logout()
+
+        return await asyncio.to_thread(count)
+
+
+class SmtpReceiver:
+    """aiosmtpd on loopback (its own thread): every mail it is given, parsed."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.sent: list[EmailMessage] = []
+        self.envelopes: list[Any] = []
+        self.refuse_next: list[str] = []  # SMTP answers for the next DATA commands ("550 ...", "451 ...")
+        self._controller: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tick = asyncio.Event()
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802 (aiosmtpd's name)
+        if self.refuse_next:
+            return self.refuse_next.pop(0)
+        message = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._received, message, envelope)
+        return "250 OK"
+
+    def _received(self, message: Any, envelope: Any) -> None:
+        self.sent.append(message)
+        self.envelopes.append(envelope)
+        self._tick.set()
+        self._tick = asyncio.Event()
+
+    async def wait_sent(self, count: int, timeout: float = 10.0) -> list[EmailMessage]:
+        async with asyncio.timeout(timeout):
+            while len(self.sent) < count:
+                await self._tick.wait()
+        return self.sent
+
+    async def __aenter__(self) -> SmtpReceiver:
+        from aiosmtpd.controller import Controller
+
+        self._loop = asyncio.get_running_loop()
+        self._controller = Controller(self, hostname="127.0.0.1", port=self.port)
+        await asyncio.to_thread(self._controller.start)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self._controller.stop)
