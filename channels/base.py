@@ -69,6 +69,9 @@ class ChannelContext:
     intake: Intake | None = None
     # Work one process at a time may do (Telegram polling, a Discord connection); alone, always ours.
     singletons: Singletons = field(default_factory=Alone)
+    # Where a started adapter says it is in trouble (channel name, why; None once it is fine
+    # again): a dropped mailbox connection being retried shows in status and /readyz.
+    report: Callable[[str, str | None], None] | None = None
 
     async def accept(self, messages: list[InboundMessage]) -> None:
         if self.intake is not None:
@@ -125,6 +128,11 @@ class BaseChannel(ABC):
     @abstractmethod
     async def send_typing(self, chat_id: str) -> None:
         """Show a typing indicator in the chat, best effort."""
+
+    def _report(self, why: str | None) -> None:
+        """In trouble since it started (``why``), or fine again (None); shown by ``status``."""
+        if self.ctx.report is not None:
+            self.ctx.report(self.name, why)
 
     def chat_root(self, sender: Sender) -> Path:
         return self.ctx.chat_root(sender) if self.ctx.chat_root else self.ctx.workspace

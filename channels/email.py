@@ -21,6 +21,7 @@ import logging
 import re
 import ssl
 import time
+from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from pathlib import Path
@@ -38,13 +39,23 @@ from nanobot.coordination import Held, run_while_held
 log = logging.getLogger(__name__)
 
 READER = "email reader"  # the singleton: one worker reads the mailbox
-IDLE_RENEW_S = 25 * 60  # servers drop an IDLE after 30 minutes
+IDLE_RENEW_S = 5 * 60  # IDLE is renewed this often: servers drop one after 30 min, and a dead link shows at the renewal
 RETRY_S = (1.0, 5.0, 30.0, 60.0)  # pauses before reconnecting, the last one repeated
 FETCH_TIMEOUT_S = 60.0
+IMAP_TIMEOUT_S = 30.0  # for the greeting and each command
 
 
 class MailboxError(Exception):
     """The IMAP server refused something (login, select); the reason is in the message."""
+
+
+@dataclass
+class Mailbox:
+    """An open IMAP connection with the mailbox selected."""
+
+    imap: aioimaplib.IMAP4
+    uidvalidity: str
+    lost: asyncio.Event  # set when the server closes the connection
 
 
 class EmailChannel(BaseChannel):
@@ -57,18 +68,17 @@ class EmailChannel(BaseChannel):
         self.domain = config.address.rpartition("@")[2] or "localhost"
         self._threads: dict[str, dict[str, str]] = {}  # chat_id -> the last mail's reply context
         self._reader: asyncio.Task[None] | None = None
-        self.retry_s = RETRY_S
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         held = await self.ctx.singletons.try_hold(READER)
         if held is not None:
             try:
-                imap, uidvalidity = await self._open()  # a wrong password fails start(), with the reason
+                mailbox = await self._open()  # a wrong password fails start(), with the reason
             except BaseException:
                 await self.ctx.singletons.release(held)
                 raise
-            self._reader = asyncio.create_task(self._read_while_held(held, (imap, uidvalidity)), name="email-reader")
+            self._reader = asyncio.create_task(self._read_while_held(held, mailbox), name="email-reader")
         else:
             log.info("email: another worker reads the mailbox; this one sends, and takes over if it stops")
             self._reader = asyncio.create_task(self._read_while_held(None, None), name="email-reader")
@@ -80,11 +90,11 @@ class EmailChannel(BaseChannel):
             await asyncio.gather(task, return_exceptions=True)
 
     # -- reading -------------------------------------------------------------------------
-    async def _open(self) -> tuple[aioimaplib.IMAP4, str]:
-        """A logged-in connection with the mailbox selected, and its UIDVALIDITY."""
-        server = self.config.imap
-        imap = aioimaplib.IMAP4_SSL(server.host, server.port, timeout=30) if server.tls \
-            else aioimaplib.IMAP4(server.host, server.port, timeout=30)
+    async def _open(self) -> Mailbox:
+        """A logged-in connection with the mailbox selected."""
+        server, lost = self.config.imap, asyncio.Event()
+        imap = aioimaplib.IMAP4(server.host, server.port, timeout=IMAP_TIMEOUT_S, conn_lost_cb=lambda exc: lost.set(),
+                                ssl_context=ssl.create_default_context() if server.tls else None)
         try:
             await imap.wait_hello_from_server()
             login = await imap.login(server.username, server.password)
@@ -97,9 +107,9 @@ class EmailChannel(BaseChannel):
             await _close(imap)
             raise RuntimeError(f"email: IMAP {server.host}:{server.port}: {exc or type(exc).__name__}") from None
         found = re.search(rb"UIDVALIDITY (\d+)", b" ".join(line for line in selected.lines if isinstance(line, bytes)))
-        return imap, found.group(1).decode() if found else "0"
+        return Mailbox(imap, found.group(1).decode() if found else "0", lost)
 
-    async def _read_while_held(self, held: Held | None, opened: tuple[aioimaplib.IMAP4, str] | None) -> None:
+    async def _read_while_held(self, held: Held | None, opened: Mailbox | None) -> None:
         singletons = self.ctx.singletons
         while True:
             if held is None:
@@ -108,45 +118,55 @@ class EmailChannel(BaseChannel):
             await run_while_held(singletons, held, self._read(opened))
             held, opened = None, None
 
-    async def _read(self, opened: tuple[aioimaplib.IMAP4, str] | None) -> None:
+    async def _read(self, opened: Mailbox | None) -> None:
         """New mail as it comes, reconnecting after trouble (with a pause that grows)."""
         failures = 0
         while True:
-            imap = None
+            mailbox = None
             try:
-                imap, uidvalidity = opened or await self._open()
+                mailbox = opened or await self._open()
+                if failures:
+                    self._report(None)
                 opened, failures = None, 0
                 while True:
-                    await self._take_new(imap, uidvalidity)
-                    await self._wait_for_mail(imap)
+                    await self._take_new(mailbox)
+                    await self._wait_for_mail(mailbox)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the server went away, a timeout, a refusal: try again
-                pause = self.retry_s[min(failures, len(self.retry_s) - 1)]
+                pause = RETRY_S[min(failures, len(RETRY_S) - 1)]
                 failures += 1
-                log.warning("email: reading the mailbox failed (%s); again in %g s", exc or type(exc).__name__, pause)
+                why = f"{exc or type(exc).__name__}".removeprefix("email: ")
+                log.warning("email: reading the mailbox failed (%s); again in %g s", why, pause)
+                self._report(f"the mailbox is unreachable, retrying ({why})")
                 await asyncio.sleep(pause)
             finally:
-                if imap is not None:
-                    await _close(imap)
+                if mailbox is not None:
+                    await _close(mailbox.imap, said_goodbye=mailbox.lost.is_set())
 
-    async def _wait_for_mail(self, imap: aioimaplib.IMAP4) -> None:
-        """Until the server says something changed (IDLE), or ``pollSeconds`` without it."""
+    async def _wait_for_mail(self, mailbox: Mailbox) -> None:
+        """Until the server says something changed (IDLE), or ``pollSeconds`` without it; a
+        closed connection ends the wait at once (ConnectionError)."""
+        imap = mailbox.imap
         if "IDLE" not in imap.protocol.capabilities:
-            await asyncio.sleep(self.config.poll_seconds)
+            await _unless_lost(mailbox, asyncio.sleep(self.config.poll_seconds))
             return
         idle = await imap.idle_start(timeout=IDLE_RENEW_S)
         try:
             while True:
-                pushed = await imap.wait_server_push(timeout=IDLE_RENEW_S + 60)
+                pushed = await _unless_lost(mailbox, imap.wait_server_push(timeout=IDLE_RENEW_S + 60))
                 if pushed == aioimaplib.STOP_WAIT_SERVER_PUSH or any(b"EXISTS" in line for line in pushed
                                                                        if isinstance(line, bytes)):
                     break
         finally:
-            imap.idle_done()
-            await asyncio.wait_for(idle, FETCH_TIMEOUT_S)
+            if not mailbox.lost.is_set():
+                imap.idle_done()
+                await asyncio.wait_for(idle, FETCH_TIMEOUT_S)
+            else:
+                idle.cancel()
 
-    async def _take_new(self, imap: aioimaplib.IMAP4, uidvalidity: str) -> None:
+    async def _take_new(self, mailbox: Mailbox) -> None:
+        imap, uidvalidity = mailbox.imap, mailbox.uidvalidity
         found = await imap.uid_search("UNSEEN", charset=None)
         if found.result != "OK":
             raise MailboxError(f"search failed: {_said(found)}")
@@ -248,9 +268,24 @@ class EmailChannel(BaseChannel):
                              f"{exc or type(exc).__name__}", retry=True) from None
 
 
-async def _close(imap: aioimaplib.IMAP4) -> None:
+async def _unless_lost(mailbox: Mailbox, work: Any) -> Any:
+    """``work``'s result, or ConnectionError once the server closes the connection."""
+    task, lost = asyncio.ensure_future(work), asyncio.ensure_future(mailbox.lost.wait())
     try:
-        if imap.protocol is not None and imap.get_state() in ("AUTH", "SELECTED"):
+        await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        lost.cancel()
+        if not task.done():
+            task.cancel()
+    if not task.done() or task.cancelled():
+        raise ConnectionError("the server closed the connection")
+    return task.result()
+
+
+async def _close(imap: aioimaplib.IMAP4, *, said_goodbye: bool = False) -> None:
+    """Log out (unless the server already closed the connection), then drop the connection."""
+    try:
+        if not said_goodbye and imap.protocol is not None and imap.get_state() in ("AUTH", "SELECTED"):
             await asyncio.wait_for(imap.logout(), 5)
     except Exception:
         pass

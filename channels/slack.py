@@ -114,8 +114,10 @@ class SlackChannel(BaseChannel):
                 log.info("slack: this worker now holds the Socket Mode connection")
                 try:
                     await self._connect_socket()
+                    self._report(None)
                 except RuntimeError as exc:
                     log.error("%s", exc)
+                    self._report(f"Socket Mode is not connected, retrying ({exc})")
                     await singletons.release(held)
                     held = None
                     await asyncio.sleep(5)

@@ -3,6 +3,7 @@ receives what the bot sends; the real aioimaplib and aiosmtplib in between."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from email.message import EmailMessage
 from email.utils import make_msgid
@@ -172,3 +173,24 @@ async def test_a_restart_never_answers_a_mail_twice(llm: FakeOpenAI, workspace: 
         await imap.deliver(bytes(mail(FRIEND, "next", "and this one")))
         await smtp.wait_sent(2)
     assert [said(llm, i) for i in range(len(llm.chat_requests))] == ["once\n\nanswer me once", "next\n\nand this one"]
+
+
+async def test_a_mailbox_outage_shows_in_status_and_mail_waits(llm: FakeOpenAI, workspace: Path, imap: Dovecot,
+                                                               smtp: SmtpReceiver, monkeypatch) -> None:
+    from nanobot_channels import email as email_channel
+
+    monkeypatch.setattr(email_channel, "RETRY_S", (0.1,))
+    monkeypatch.setattr(email_channel, "IMAP_TIMEOUT_S", 1.0)  # a dying server may take a connection and not greet
+    llm.fallback = lambda body: reply("back")
+    async with running_gateway(email_config(llm, workspace, imap, smtp)) as gateway:
+        channels = gateway.channels
+        assert channels is not None and channels.state["email"] == "running"
+        await imap.pause()
+        async with asyncio.timeout(10):
+            while "mailbox is unreachable" not in channels.state["email"]:
+                await asyncio.sleep(0.05)
+        assert imap.password not in channels.state["email"]
+        await imap.resume()
+        await imap.deliver(bytes(mail(FRIEND, "still there?", "hello")))
+        await smtp.wait_sent(1)
+        assert channels.state["email"] == "running"

@@ -98,7 +98,8 @@ class Gateway:
         ctx = ChannelContext(bus=self.bus, access=AccessGate(store, notify_owner=rt.announce),
                              workspace=self.config.workspace_path,
                              max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
-                             chat_root=self._chat_root, intake=self.intake, singletons=self.singletons)
+                             chat_root=self._chat_root, intake=self.intake, singletons=self.singletons,
+                             report=self._channel_trouble)
         self.channels = ChannelManager(self.config, ctx, outbox)
         self.services.insert(0, Pruner(self.delivery))  # prunes at once, then every 6 hours
         # Background tasks: one name per home alone (its last run's tasks are its own), the worker id among workers.
@@ -162,6 +163,10 @@ class Gateway:
         """Channels that can carry a message nobody asked for (cron output, notices): not the
         API's and the terminal's, which only answer the requests they are waiting on."""
         return self.channels.outgoing() if self.channels is not None else []
+
+    def _channel_trouble(self, name: str, why: str | None) -> None:
+        if self.channels is not None:
+            self.channels.report(name, why)
 
     def _chat_root(self, sender: Sender) -> Path:
         """Where a chat's downloads go: the workspace for owner chats, its own folder for members."""

@@ -147,6 +147,11 @@ class ChannelManager:
             delay = min(RETRY_MAX_S, delay * 2)
             self._set_state(name, f"retrying in {delay:g} s ({self.failed[name]})")
 
+    def report(self, name: str, why: str | None) -> None:
+        """A running channel's own word on its health (``ChannelContext.report``)."""
+        if name in self.channels:
+            self._set_state(name, "running" if why is None else f"running, but {why}")
+
     def _set_state(self, name: str, state: str) -> None:
         self.state[name] = state
         if state == "running":

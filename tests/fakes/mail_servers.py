@@ -7,6 +7,7 @@ Usage::
     async with Dovecot() as imap, SmtpReceiver() as smtp:
         config.imap.port, config.smtp.port = imap.port, smtp.port   # user imap.user / imap.password
         await imap.deliver(raw_mail_bytes)       # APPEND into INBOX, as the MTA would deliver it
+        await imap.pause(); await imap.resume()  # an outage
         sent = await smtp.wait_sent(1)           # [email.message.EmailMessage, ...]
 
 Without Dovecot the tests that need it skip, saying ``apt-get install dovecot-imapd``.
@@ -21,6 +22,7 @@ import imaplib
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -96,12 +98,23 @@ service imap-login {{
 """
 
     async def __aenter__(self) -> Dovecot:
-        assert DOVECOT is not None
         self.folder.chmod(0o755)  # Dovecot's own users must reach the maildir inside
+        (self.folder / "dovecot.conf").write_text(self._config())
+        return await self.resume()
+
+    async def pause(self) -> None:
+        """Stop the server (the mail stays), as an outage would: every Dovecot process of this
+        instance at once (its master alone lets idle clients linger for ten seconds)."""
+        if self._process is not None:
+            os.killpg(self._process.pid, signal.SIGTERM)
+            await asyncio.to_thread(self._process.wait, 10)
+            self._process = None
+
+    async def resume(self) -> Dovecot:
+        assert DOVECOT is not None
         conf = self.folder / "dovecot.conf"
-        conf.write_text(self._config())
         self._process = subprocess.Popen([DOVECOT, "-F", "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE)
+                                         stderr=subprocess.PIPE, start_new_session=True)
         for _ in range(500):  # listening comes first; its auth process may still be starting
             try:
                 await asyncio.to_thread(lambda: self._imap().logout())
@@ -113,9 +126,7 @@ service imap-login {{
         raise RuntimeError("dovecot took no login within 10 s: see " + str(self.folder / "dovecot.log"))
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            await asyncio.to_thread(self._process.wait, 10)
+        await self.pause()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def _imap(self) -> imaplib.IMAP4:
