@@ -106,7 +106,10 @@ def owner_chat(config: Config) -> str | None:
     if config.gateway.heartbeat.to:
         return config.gateway.heartbeat.to
     for channel in config.channels.enabled_names():
-        owners = [o for o in owner_ids(config.channels.section(channel)) if o.lstrip("-").isdigit()]
+        section = config.channels.section(channel)
+        # A chat id that is the owner's id: Telegram's private chats, an email address (vouched for)
+        owners = [o for o in owner_ids(section) if o.lstrip("-").isdigit() or "@" in o.lstrip("@")
+                  and section is not None and section.owners_verified]
         if owners:
             return f"{channel}:{owners[0]}"
     return None

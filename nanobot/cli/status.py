@@ -155,8 +155,9 @@ def trust_lines(config: Config, owner_keys: list[str] | None) -> list[str]:
     from nanobot.tools.shell import shell_status
     from nanobot.trust import owner_chat, owner_ids
 
-    owners = [f"{name} {', '.join(owner_ids(config.channels.section(name))) or '(none)'} in private chats"
-              for name in config.channels.enabled_names()]
+    owners = [f"{name} {', '.join(owner_ids(section)) or '(none)'} in private chats" if section.owners_verified
+              else f"{name} none (its senders are unverified without trustedAuthServId)"
+              for name in config.channels.enabled_names() if (section := config.channels.section(name))]
     if owner_keys:
         owners.append(f"the API key{'s' if len(owner_keys) > 1 else ''} {', '.join(owner_keys)}")
     elif owner_keys is None:
