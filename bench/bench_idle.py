@@ -24,7 +24,7 @@ from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegram
 
 UNUSED_HERE = ("asyncpg", "nanobot.postgres", "nanobot.cluster.worker", "nanobot.api.server", "discord",
-               "prometheus_client", "opentelemetry")
+               "prometheus_client", "opentelemetry", "slack_bolt", "slack_sdk", "aioimaplib", "aiosmtplib")
 
 
 async def one_run(root: Path) -> tuple[float, list[str]]:
