@@ -49,6 +49,11 @@ class MailboxError(Exception):
     """The IMAP server refused something (login, select); the reason is in the message."""
 
 
+class MailboxUnavailable(RuntimeError):
+    """The mailbox cannot be reached now (no connection, a timeout, the server's [UNAVAILABLE]):
+    worth trying again, unlike a refused password."""
+
+
 @dataclass
 class Mailbox:
     """An open IMAP connection with the mailbox selected."""
@@ -74,7 +79,11 @@ class EmailChannel(BaseChannel):
         held = await self.ctx.singletons.try_hold(READER)
         if held is not None:
             try:
-                mailbox = await self._open()  # a wrong password fails start(), with the reason
+                mailbox: Mailbox | None = await self._open()  # a wrong password fails start(), with the reason
+            except MailboxUnavailable as exc:  # a server still starting or away: the reader keeps trying
+                why = str(exc).removeprefix("email: ")
+                log.warning("email: the mailbox is unreachable at start (%s); the reader keeps trying", why)
+                mailbox = None
             except BaseException:
                 await self.ctx.singletons.release(held)
                 raise
@@ -98,14 +107,18 @@ class EmailChannel(BaseChannel):
         try:
             await imap.wait_hello_from_server()
             login = await imap.login(server.username, server.password)
+            if login.result != "OK" and "[UNAVAILABLE]" in _said(login):
+                raise MailboxUnavailable(f"login as {server.username} not possible now: {_said(login)}")
             if login.result != "OK":
                 raise MailboxError(f"login as {server.username} refused: {_said(login)}")
             selected = await imap.select(server.mailbox)
             if selected.result != "OK":
                 raise MailboxError(f"mailbox {server.mailbox!r} could not be opened: {_said(selected)}")
-        except (MailboxError, OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
+        except (MailboxError, MailboxUnavailable, OSError, asyncio.TimeoutError, ssl.SSLError) as exc:
             await _close(imap)
-            raise RuntimeError(f"email: IMAP {server.host}:{server.port}: {exc or type(exc).__name__}") from None
+            lasting = isinstance(exc, (MailboxError, ssl.SSLError))
+            raise (RuntimeError if lasting else MailboxUnavailable)(
+                f"email: IMAP {server.host}:{server.port}: {exc or type(exc).__name__}") from None
         found = re.search(rb"UIDVALIDITY (\d+)", b" ".join(line for line in selected.lines if isinstance(line, bytes)))
         return Mailbox(imap, found.group(1).decode() if found else "0", lost)
 
@@ -120,14 +133,14 @@ class EmailChannel(BaseChannel):
 
     async def _read(self, opened: Mailbox | None) -> None:
         """New mail as it comes, reconnecting after trouble (with a pause that grows)."""
-        failures = 0
+        failures, troubled = 0, opened is None  # not opened yet: start() may have reported trouble
         while True:
             mailbox = None
             try:
                 mailbox = opened or await self._open()
-                if failures:
+                if troubled:
                     self._report(None)
-                opened, failures = None, 0
+                opened, failures, troubled = None, 0, False
                 while True:
                     await self._take_new(mailbox)
                     await self._wait_for_mail(mailbox)
@@ -135,7 +148,7 @@ class EmailChannel(BaseChannel):
                 raise
             except Exception as exc:  # the server went away, a timeout, a refusal: try again
                 pause = RETRY_S[min(failures, len(RETRY_S) - 1)]
-                failures += 1
+                failures, troubled = failures + 1, True
                 why = f"{exc or type(exc).__name__}".removeprefix("email: ")
                 log.warning("email: reading the mailbox failed (%s); again in %g s", why, pause)
                 self._report(f"the mailbox is unreachable, retrying ({why})")

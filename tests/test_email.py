@@ -194,3 +194,71 @@ async def test_a_mailbox_outage_shows_in_status_and_mail_waits(llm: FakeOpenAI, 
         await imap.deliver(bytes(mail(FRIEND, "still there?", "hello")))
         await smtp.wait_sent(1)
         assert channels.state["email"] == "running"
+
+
+
+async def test_a_mailbox_down_at_start_is_read_once_it_is_back(llm: FakeOpenAI, workspace: Path, imap: Dovecot,
+                                                               smtp: SmtpReceiver, monkeypatch) -> None:
+    """An unreachable server is no reason to fail the channel (a wrong password is): it starts,
+    says so in status, and reads the mail that waited once the server is back."""
+    from nanobot_channels import email as email_channel
+
+    monkeypatch.setattr(email_channel, "RETRY_S", (0.1,))
+    llm.fallback = lambda body: reply("here now")
+    await imap.deliver(bytes(mail(FRIEND, "waiting", "sent while you were away")))
+    await imap.pause()
+    async with running_gateway(email_config(llm, workspace, imap, smtp)) as gateway:
+        channels = gateway.channels
+        assert channels is not None
+        async with asyncio.timeout(10):
+            while "mailbox is unreachable" not in channels.state["email"]:
+                await asyncio.sleep(0.05)
+        await imap.resume()
+        await smtp.wait_sent(1)
+        assert channels.state["email"] == "running" and said(llm) == "waiting\n\nsent while you were away"
+@pytest.mark.timeout(120)
+async def test_killed_mid_turn_a_mail_is_resumed_and_answered_once(
+        llm: FakeOpenAI, home: Path, workspace: Path, imap: Dovecot, smtp: SmtpReceiver, tmp_path: Path) -> None:
+    """kill -9 of a real gateway while the model works on a mail: after the restart the turn
+    resumes once (the mail was recorded and marked seen), and one reply goes out, in the thread."""
+    import json
+    import os
+    import signal
+
+    from nanobot.delivery.intake import RESUMED_NOTE
+    from tests.fakes.openai_server import delayed
+    from tests.helpers import nanobot_process
+
+    config = email_config(llm, workspace, imap, smtp)
+    (home / "config.json").write_text(json.dumps(config.model_dump(mode="json", by_alias=True, exclude_none=True,
+                                                                   include={"agents", "providers", "channels",
+                                                                            "gateway"})))
+    llm.fallback = lambda body: delayed(reply("too slow"), 60)
+    message = mail(FRIEND, "Tea?", "When is tea?")
+    with open(tmp_path / "gw.log", "ab") as out:
+        async with nanobot_process("gateway", home=home, stdout=out, stderr=asyncio.subprocess.STDOUT) as proc:
+            await imap.deliver(bytes(message))
+            await asyncio.wait_for(llm.request_event.wait(), 30)
+            os.kill(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        llm.fallback = lambda body: reply("at four")
+        async with nanobot_process("gateway", home=home, stdout=out, stderr=asyncio.subprocess.STDOUT):
+            answer = (await smtp.wait_sent(1, timeout=30))[0]
+            await asyncio.sleep(0.5)  # nothing more may come
+    assert len(smtp.sent) == 1 and answer["In-Reply-To"] == message["Message-ID"]  # the thread survived the kill
+    resumed = [r for r in llm.chat_requests if r["messages"][-1]["content"] == RESUMED_NOTE]
+    assert len(resumed) == 1
+
+
+async def test_a_wrong_password_fails_the_channel_with_the_reason(llm: FakeOpenAI, workspace: Path, imap: Dovecot,
+                                                                  smtp: SmtpReceiver) -> None:
+    config = email_config(llm, workspace, imap, smtp)
+    config.channels.email.imap.password = "not-the-password"
+    async with running_gateway(config) as gateway:
+        channels = gateway.channels
+        assert channels is not None
+        async with asyncio.timeout(15):
+            while "refused" not in channels.state.get("email", ""):
+                await asyncio.sleep(0.05)
+        assert "login as bot@example.org refused" in channels.state["email"]
+        assert "not-the-password" not in channels.state["email"]

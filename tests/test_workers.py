@@ -360,7 +360,7 @@ async def test_one_worker_holds_slacks_socket_and_one_reads_the_mailbox(
     if DOVECOT is None:
         pytest.skip("the email tests need a real IMAP server: apt-get install dovecot-imapd")
     llm.fallback = echo
-    async with FakeSlack() as slack, Dovecot() as imap, SmtpReceiver() as smtp:
+    async with asyncio.timeout(60), FakeSlack() as slack, Dovecot() as imap, SmtpReceiver() as smtp:
         configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
         for config in configs:
             s, e = config.channels.slack, config.channels.email

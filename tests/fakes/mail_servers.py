@@ -26,6 +26,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import time
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,7 @@ class Dovecot:
         mail.mkdir()
         os.chown(mail, owner.pw_uid, owner.pw_gid)
         (self.folder / "passwd").write_text(f"{self.user}:{{PLAIN}}{self.password}\n")
+        (self.folder / "passwd").chmod(0o644)  # Dovecot's auth user reads it; the gateway tests leave a 077 umask
         return f"""
 base_dir = {self.folder}/run
 state_dir = {self.folder}/state
@@ -100,6 +102,7 @@ service imap-login {{
     async def __aenter__(self) -> Dovecot:
         self.folder.chmod(0o755)  # Dovecot's own users must reach the maildir inside
         (self.folder / "dovecot.conf").write_text(self._config())
+        (self.folder / "dovecot.conf").chmod(0o644)
         return await self.resume()
 
     async def pause(self) -> None:
@@ -114,23 +117,26 @@ service imap-login {{
         assert DOVECOT is not None
         conf = self.folder / "dovecot.conf"
         self._process = subprocess.Popen([DOVECOT, "-F", "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, start_new_session=True)
-        for _ in range(500):  # listening comes first; its auth process may still be starting
+                                         stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # listening comes first; its auth process may still be starting
             try:
-                await asyncio.to_thread(lambda: self._imap().logout())
+                await asyncio.to_thread(lambda: self._imap(timeout=2).logout())
                 return self
-            except (OSError, imaplib.IMAP4.error):
+            except (OSError, imaplib.IMAP4.error) as exc:
+                failure = exc
                 if self._process.poll() is not None:
-                    raise RuntimeError("dovecot did not start: " + self._process.stderr.read().decode()[-500:])  # type: ignore[union-attr]
+                    break
                 await asyncio.sleep(0.02)
-        raise RuntimeError("dovecot took no login within 10 s: see " + str(self.folder / "dovecot.log"))
+        log = (self.folder / "dovecot.log").read_text()[-1500:] if (self.folder / "dovecot.log").exists() else ""
+        raise RuntimeError(f"dovecot took no login within 20 s ({failure!r}); its log ends:\n{log}")
 
     async def __aexit__(self, *exc: object) -> None:
         await self.pause()
         shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _imap(self) -> imaplib.IMAP4:
-        client = imaplib.IMAP4("127.0.0.1", self.port, timeout=10)
+    def _imap(self, timeout: float = 10) -> imaplib.IMAP4:
+        client = imaplib.IMAP4("127.0.0.1", self.port, timeout=timeout)
         client.login(self.user, self.password)
         client.select("INBOX")
         return client
