@@ -34,7 +34,7 @@ async def main() -> None:
     os.environ["NANOBOT_HOME"] = tempfile.mkdtemp(prefix="nanobot-bench-home-")
     from nanobot.bus import MessageBus
     from nanobot.coordination import Alone
-    from nanobot.cron.jobs import CronJobs
+    from nanobot.gateway.cron_jobs import CronJobs
     from nanobot.runtime import Runtime
 
     async with FakeOpenAI() as llm:

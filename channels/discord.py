@@ -24,7 +24,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.text import split_message
 from nanobot.bus import OutboundMessage
 from nanobot.config import DiscordConfig

@@ -30,7 +30,7 @@ from typing import Any
 import aioimaplib
 import aiosmtplib
 
-from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.email_parse import Mail, parse, vouched
 from nanobot.bus import REPLY_CONTEXT, OutboundMessage
 from nanobot.config import EmailConfig

@@ -34,7 +34,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
 from nanobot.bus import OutboundMessage
 from nanobot.config import SlackConfig

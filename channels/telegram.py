@@ -32,7 +32,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 from telegram.ext import Application, ApplicationBuilder
 
-from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.telegram_html import render_chunks
 from nanobot_channels.telegram_http import AiohttpRequest
 from nanobot_channels.telegram_webhook import WebhookServer
@@ -41,12 +41,12 @@ from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
 from nanobot.coordination import Held, run_while_held
 from nanobot.db import StoreUnavailable
-from nanobot.media import PHOTO_LIMITS
 
 log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://api.telegram.org"
 CAPTION_LIMIT = 1024  # characters of a photo's or document's caption
+PHOTO_LIMIT = 10 * 1024 * 1024  # a bigger picture goes as a document
 CONNECTIONS = 8  # to the Bot API for sends (Telegram takes about 30 messages/s from a bot)
 POOL_TIMEOUT = 60.0  # seconds a send may wait for a free connection
 POLLING = "telegram polling"  # the singleton: one worker long-polls at a time
@@ -312,7 +312,7 @@ class TelegramChannel(BaseChannel):
         caption = msg.content or None
         rest = caption if caption and utf16_len(caption) > CAPTION_LIMIT else None
         caption = None if rest else caption
-        if file.photo and len(file.data) <= PHOTO_LIMITS["telegram"]:
+        if file.photo and len(file.data) <= PHOTO_LIMIT:
             try:
                 await self._call(self._bot.send_photo, chat_id=msg.chat_id, photo=file.data, filename=file.name,
                                  caption=caption)

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nanobot.agent.context import render_prompt
+from nanobot.prompts import render_prompt
 from nanobot.bus import OutboundMessage, split_target
 from nanobot.periodic import Periodic
 from nanobot.trust import owner_chat

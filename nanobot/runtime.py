@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
-from nanobot.chat_names import rename_legacy_chats
+from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.config import Config, ConfigError
 from nanobot.access import PairingStore
 from nanobot.database import open_database
@@ -110,7 +110,7 @@ class Runtime:
                             programs=self.code, scheduler=self.scheduler, announce=self.announce)
         self.deps = AgentDeps(config=self.config, provider=self.provider, tools=self.tools, sessions=self.sessions,
                               services=services, code=self.code, usage=self.usage, bus=self.bus, mcp=self.mcp)
-        install_skills(self.deps)  # read_skill and the skills list in the prompt
+        install_skills(self.deps.tools, self.deps.system_extras)  # read_skill and the skills list in the prompt
         self.agent = Agent(self.deps)
         return self
 

@@ -29,17 +29,18 @@ import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import yaml
 
 from nanobot.filecache import Stamp, StampedCache, stamp
+from nanobot.prompts import render_prompt
 from nanobot.workspace_template import builtin_skills_dir
 from nanobot.tools.paths import FileScope, file_scope, resolve_in_workspace
 from nanobot.tools.registry import ToolContext, tool
 
 if TYPE_CHECKING:
-    from nanobot.agent.deps import AgentDeps
+    from nanobot.tools.registry import ToolRegistry
 
 __all__ = ["Skill", "builtin_skills_dir", "list_skills", "find_skill", "skills_section", "skill_helpers_code",
            "read_skill", "install_skills"]
@@ -241,8 +242,6 @@ def skills_section(workspace: Path, builtin_dir: Path | None = None, *, code: bo
     PROGRAMS_TTL_S: building the lines (a path resolved and programs looked up on PATH, per
     skill) for every turn cost more than the rest of the prompt, and a program installed
     meanwhile shows as available that much later."""
-    from nanobot.agent.context import render_prompt
-
     skills = list_skills(workspace, builtin_dir)
     key, now = (str(workspace), str(builtin_dir), code), time.monotonic()
     env = tuple(bool(os.environ.get(name)) for s in skills for name in s.env)
@@ -312,7 +311,7 @@ TOOLS_MODE_NOTE = ("[You act with tool calls in this chat, not programs: where t
 # ---------------------------------------------------------------------------------- wiring
 
 
-def install_skills(deps: AgentDeps) -> None:
+def install_skills(tools: ToolRegistry, system_extras: list[Callable[[ToolContext], str]]) -> None:
     """Offer ``read_skill`` and put the skills list into every system prompt."""
-    deps.tools.register(read_skill)
-    deps.system_extras.append(lambda ctx: skills_section(ctx.workspace, code=ctx.runs_code))  # a member chat: its own folder
+    tools.register(read_skill)
+    system_extras.append(lambda ctx: skills_section(ctx.workspace, code=ctx.runs_code))  # a member chat: its own folder

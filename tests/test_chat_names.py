@@ -11,7 +11,8 @@ import pytest
 
 from nanobot.api import keys as api_keys
 from nanobot.api.keys import ApiKeys
-from nanobot.chat_names import UNCLAIMED, chat_name, key_of, legacy_name
+from nanobot.chat_names import chat_name, key_of
+from nanobot.chat_names_legacy import UNCLAIMED, legacy_name
 from nanobot.config import Config
 from nanobot.database import SqliteDatabase
 from nanobot.runtime import Runtime

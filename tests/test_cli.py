@@ -104,7 +104,7 @@ async def test_agent_message_prints_the_reply_as_it_is_written(home: Path, works
 
 async def test_send_message_to_another_chat_from_the_terminal_says_what_holds_the_chats(
         home: Path, workspace: Path) -> None:
-    from nanobot.gateway.lock import GatewayLock
+    from nanobot.gateway_lock import GatewayLock
 
     async def ask() -> str:
         async with FakeOpenAI() as llm:

@@ -1,4 +1,4 @@
-"""The shell launcher (``nanobot/tools/confine.py``) as exec_command runs it: a real child
+"""The shell launcher (``nanobot/confine.py``) as exec_command runs it: a real child
 process, real Landlock and seccomp. Each attack names what must stop it; positive controls
 show that ordinary work still runs. Skipped where the kernel cannot confine (the fail-closed
 path has its own test in test_trust_process.py)."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.tools import confine
+from nanobot import confine
 
 pytestmark = pytest.mark.skipif(not confine.probe().ok, reason="this kernel cannot confine: " + confine.probe().detail)
 

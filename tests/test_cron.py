@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from nanobot.cron import schedule
-from nanobot.cron.cli import cron_app
+from nanobot.cli.cron import cron_app
 from nanobot.cron.service import CronService, RunOutcome, create_job
 from nanobot.cron.store import MIGRATIONS, CronJob, CronStore, utcnow
 
@@ -359,7 +359,7 @@ def test_cli_run_without_a_gateway_refuses(home: Path, owner_config: None):
 
 
 def test_cli_run_requests_a_run(home: Path, owner_config: None):
-    from nanobot.gateway.lock import GatewayLock
+    from nanobot.gateway_lock import GatewayLock
 
     job_id = invoke("add", "--every", "60", "--message", "hi").stdout.strip()
     lock = GatewayLock(home)  # what a running gateway holds (the CLI reads only this lock)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nanobot_channels.base import SendFailed
+from nanobot.channel_plugin import SendFailed
 from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.delivery.intake import RESUMED_NOTE

@@ -10,7 +10,7 @@ import pytest
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from nanobot_channels.base import ChannelContext, SendFailed
+from nanobot.channel_plugin import ChannelContext, SendFailed
 from nanobot_channels.discord import DiscordChannel
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import DiscordConfig

@@ -18,7 +18,7 @@ from tests.fakes.openai_server import FakeOpenAI, reply
 
 PLUGIN = '''
 import asyncio
-from nanobot_channels.base import BaseChannel
+from nanobot.channel_plugin import BaseChannel
 from nanobot.gateway import PluginChannelConfig
 
 

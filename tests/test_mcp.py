@@ -249,7 +249,7 @@ async def test_many_tools_are_listed_within_budget_and_tool_help_gives_the_stub(
 
 
 async def test_a_cron_code_job_calls_mcp_with_no_model_call(llm: FakeOpenAI, workspace: Path) -> None:
-    from nanobot.cron.jobs import JobRunner
+    from nanobot.gateway.cron_jobs import JobRunner
     from nanobot.cron.store import CronStore
     from nanobot.cron.service import create_job
     from nanobot.bus import MessageBus

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.gateway.lock import running_gateway_pid
+from nanobot.gateway_lock import running_gateway_pid
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.test_cli import nanobot

@@ -64,8 +64,8 @@ def test_every_channel_decides_every_kind_of_outbound_message() -> None:
     from importlib.metadata import entry_points
 
     from nanobot.api.channel import ApiChannel
-    from nanobot_channels.base import BaseChannel
-    from nanobot_channels.cli import CliChannel
+    from nanobot.channel_plugin import BaseChannel
+    from nanobot.cli.terminal_channel import CliChannel
 
     kinds = {"send", "send_stream", "send_file", "send_typing"}
     assert {"send", "send_stream", "send_typing"} <= BaseChannel.__abstractmethods__

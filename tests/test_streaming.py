@@ -133,7 +133,7 @@ async def test_hybrid_exec_python_streamed(config: Config, tg: FakeTelegram, llm
 
 
 async def test_the_terminal_prints_words_as_they_come_and_nothing_twice(capsys) -> None:
-    from nanobot_channels.cli import CliChannel
+    from nanobot.cli.terminal_channel import CliChannel
     from nanobot.bus import MessageBus, OutboundMessage
 
     channel = CliChannel("cli:s", MessageBus())
@@ -151,7 +151,7 @@ async def test_the_terminal_prints_words_as_they_come_and_nothing_twice(capsys) 
 
 
 def test_under_a_prompt_whole_lines_go_above_and_the_line_being_written_stays_in_the_prompt() -> None:
-    from nanobot_channels.cli import TerminalStream
+    from nanobot.cli.terminal_channel import TerminalStream
 
     written: list[str] = []
     stream = TerminalStream(written.append, whole_lines=True)

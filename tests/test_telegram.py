@@ -11,7 +11,7 @@ import pytest
 from telegram import Bot
 from telegram.error import NetworkError, TimedOut
 
-from nanobot_channels.base import ChannelContext, SendFailed
+from nanobot.channel_plugin import ChannelContext, SendFailed
 from nanobot_channels.telegram import TelegramChannel
 from nanobot_channels.telegram_http import AiohttpRequest
 from nanobot_channels.telegram_html import markdown_to_html, render_chunks

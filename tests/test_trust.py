@@ -16,7 +16,7 @@ import pytest
 from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.cron.store import CronStore
-from nanobot.tools import confine
+from nanobot import confine
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import config_for, running_gateway

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.tools import confine
+from nanobot import confine
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
 
 NO_LANDLOCK = (
     "import errno, os, sys\n"
-    "from nanobot.tools import confine as c\n"
+    "from nanobot import confine as c\n"
     "c.set_no_new_privs()\n"
     f"c.install_seccomp(c.seccomp_program(c.current_arch(), {{{confine.NR_LANDLOCK_CREATE_RULESET}: errno.ENOSYS}}, {{}}))\n"
     "os.execv(sys.executable, [sys.executable, '-m', 'nanobot', *sys.argv[1:]])\n"

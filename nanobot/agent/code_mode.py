@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from nanobot.agent.context import render_prompt
+from nanobot.prompts import render_prompt
 from nanobot.agent.tool_offer import native_schemas, on_demand
 from nanobot.agent.markup import answer_or_failure, extract_code, for_the_user, say_notes, strip_think, without_say
 from nanobot.agent.modes import (ToolsMode, attachments_note, keep_long_message,

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from functools import lru_cache
-from importlib import resources
 from pathlib import Path
-from string import Template
 from zoneinfo import ZoneInfo
 
 from nanobot.filecache import StampedCache
+from nanobot.prompts import render_prompt
 
 # The assistant's steering files, from the workspace root: every chat gets who the assistant is;
 # only owner chats get USER.md (about the owner). Memory comes from the chat's own root.
@@ -33,15 +31,6 @@ def _read_stripped(path: str) -> str:
 
 
 _steering = StampedCache(_read_stripped)  # the files above, read again only when they change
-
-
-@lru_cache(maxsize=None)
-def prompt_template(name: str) -> Template:
-    return Template(resources.files("nanobot.prompts").joinpath(name).read_text(encoding="utf-8"))
-
-
-def render_prompt(name: str, **values: object) -> str:
-    return prompt_template(name).safe_substitute(**{k: str(v) for k, v in values.items()})
 
 
 def workspace_sections(workspace: Path, chat_root: Path | None = None, *, owner: bool = True) -> str:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from nanobot.agent.context import render_prompt
+from nanobot.prompts import render_prompt
 from nanobot.agent.markup import strip_think
 from nanobot.agent.spend import metered_chat
 from nanobot.providers.base import ChatRequest, ProviderError

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nanobot.agent.context import render_prompt
+from nanobot.prompts import render_prompt
 from nanobot.agent.markup import answer_or_failure, strip_think, text_tool_calls as text_calls_in
 from nanobot.agent.tool_offer import FIND_TOOLS, find_tools, native_schemas
 from nanobot.providers.base import LLMResponse, ToolCall, parse_arguments

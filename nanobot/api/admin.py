@@ -15,22 +15,22 @@ from nanobot.listener import BadBody, read_json
 from nanobot.cron.store import CronStore
 
 if TYPE_CHECKING:
-    from nanobot.gateway.app import Gateway
+    from nanobot.api.front_door import FrontDoor
 
 DAYS = 30
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class AdminRoutes:
-    def __init__(self, gateway: Gateway, owner_only: Callable[[web.Request], Awaitable[None]]) -> None:
-        self.gateway = gateway
+    def __init__(self, door: FrontDoor, owner_only: Callable[[web.Request], Awaitable[None]]) -> None:
+        self.door = door
         self.owner_only = owner_only  # raises the API's 401/403 unless the request has an owner key
         self._cron: CronStore | None = None
 
     async def cron_store(self) -> CronStore:
         """Opened (and its tables checked) on first use, then kept."""
         if self._cron is None:
-            self._cron = await CronStore.open(self.gateway.runtime.db)
+            self._cron = await CronStore.open(self.door.db)
         return self._cron
 
     def add_to(self, app: web.Application) -> None:
@@ -71,13 +71,13 @@ class AdminRoutes:
             await store.set_enabled(job_id, action == "enable")
             return web.json_response({"ok": True})
         if action == "run":
-            outcome = await self.gateway.runtime.scheduler.run_now(job_id)
+            outcome = await self.door.run_cron_now(job_id)
             return web.json_response({"status": outcome.status, "output": outcome.output})
         raise web.HTTPNotFound()
 
     # ---- pairing ------------------------------------------------------------------------
     async def pairing(self, request: web.Request) -> web.Response:
-        store = self.gateway.runtime.deps.services.pairing
+        store = self.door.pairing
         return web.json_response({
             "pending": [{"code": r.code, "channel": r.channel, "sender_id": r.sender_id, "sender_name": r.sender_name}
                         for r in await store.pending()],
@@ -90,7 +90,7 @@ class AdminRoutes:
         code = body.get("code") if isinstance(body, dict) else None
         if not isinstance(code, str):
             raise BadBody(400, 'the body must be {"code": "..."}')
-        store = self.gateway.runtime.deps.services.pairing
+        store = self.door.pairing
         if action not in ("approve", "deny"):
             raise web.HTTPNotFound()
         try:
@@ -103,9 +103,9 @@ class AdminRoutes:
     # ---- usage --------------------------------------------------------------------------
     async def usage(self, request: web.Request) -> web.Response:
         """Calls, tokens and cost per day for the last 30 days, in the configured time zone."""
-        rt = self.gateway.runtime
-        if rt.usage is None:
+        usage = self.door.usage
+        if usage is None:
             return web.json_response({"days": [], "top_chats": []})
-        days = await rt.usage.per_day(rt.config.agents.defaults.timezone, DAYS)
-        top = await rt.usage.top_chats(time.time() - DAYS * 86400)
+        days = await usage.per_day(self.door.config.agents.defaults.timezone, DAYS)
+        top = await usage.top_chats(time.time() - DAYS * 86400)
         return web.json_response({"days": days, "top_chats": top})

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
-from nanobot_channels.base import BaseChannel, ChannelContext
+from nanobot.channel_plugin import BaseChannel, ChannelContext
 from nanobot.bus import REPLY_FUTURE, TURN_REPLY, InboundMessage, OutboundMessage
 from nanobot.config import PluginChannelConfig
 from nanobot.trust import API_CHANNEL

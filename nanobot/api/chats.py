@@ -26,8 +26,7 @@ from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.trust import API_CHANNEL, MEMBER
 
 if TYPE_CHECKING:
-    from nanobot.gateway.app import Gateway
-    from nanobot.session import Session
+    from nanobot.api.front_door import FrontDoor
 
 KeyOf = Callable[[web.Request], Awaitable[tuple[str, bool]]]  # (key name, owner?)
 SESSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -36,8 +35,8 @@ MAX_LISTED = 100
 
 
 class ChatRoutes:
-    def __init__(self, gateway: Gateway, key_of: KeyOf, bad_request: Callable[[str], Exception]) -> None:
-        self.gateway = gateway
+    def __init__(self, door: FrontDoor, key_of: KeyOf, bad_request: Callable[[str], Exception]) -> None:
+        self.door = door
         self.key_of = key_of
         self.bad_request = bad_request  # the API's 400 in OpenAI's shape
 
@@ -67,30 +66,24 @@ class ChatRoutes:
             raise web.HTTPForbidden(reason="only an owner key reads other chats")
         return other
 
-    async def _open(self, chat: str) -> Session:
-        if self.gateway.cluster is not None:
-            self.gateway.cluster.router.fresh(chat)  # its holder may have written it since
-        return await self.gateway.runtime.sessions.open(chat)
-
     # ---- endpoints -------------------------------------------------------------------
     async def history(self, request: web.Request) -> web.Response:
         chat = await self._readable_chat(request)
-        session = await self._open(chat)
+        session = await self.door.open_chat(chat)
         return web.json_response({"chat": chat, "messages": shown_history(session.messages)[-200:]})
 
     async def conversations(self, request: web.Request) -> web.Response:
         name, owner = await self.key_of(request)
-        sessions = self.gateway.runtime.sessions
-        mine = [k for k in await sessions.chats(f"{API_CHANNEL}:{name}", MAX_LISTED)
+        mine = [k for k in await self.door.chats(f"{API_CHANNEL}:{name}", MAX_LISTED)
                 if k == f"{API_CHANNEL}:{name}" or k.startswith(f"{API_CHANNEL}:{name}:")]
         listed: dict[str, Any] = {"conversations": [await self._summary(k, session_of=name) for k in mine]}
         if owner:
-            every = [k for k in await sessions.chats("", MAX_LISTED) if TASK_MARK not in k]
+            every = [k for k in await self.door.chats("", MAX_LISTED) if TASK_MARK not in k]
             listed["chats"] = [await self._summary(k) for k in every]
         return web.json_response(listed)
 
     async def _summary(self, chat: str, session_of: str | None = None) -> dict[str, Any]:
-        session = await self._open(chat)
+        session = await self.door.open_chat(chat)
         first = next((m.get("content") for m in session.messages if m.get("role") == "user"
                       and isinstance(m.get("content"), str)), "")
         summary: dict[str, Any] = {"chat": chat, "title": " ".join(first.split())[:60] or "(empty)",
@@ -98,16 +91,16 @@ class ChatRoutes:
         if session_of is not None:
             summary["session"] = chat[len(f"{API_CHANNEL}:{session_of}:"):] or None
         else:
-            agent = self.gateway.runtime.agent
+            agent = self.door.agent
             summary.update(trust=agent.deps.trust(chat), mode=agent.mode_name(session),
-                           model=self.gateway.config.chat_model(chat, session.meta.model,
+                           model=self.door.config.chat_model(chat, session.meta.model,
                                                                 member=agent.deps.trust(chat) == MEMBER)[1])
         return summary
 
     async def settings(self, request: web.Request) -> web.Response:
         chat = await self._readable_chat(request)
-        session = await self._open(chat)
-        agent, config = self.gateway.runtime.agent, self.gateway.config
+        session = await self.door.open_chat(chat)
+        agent, config = self.door.agent, self.door.config
         member = agent.deps.trust(chat) == MEMBER
         models = config.agents.member_models if member else list(config.agents.models)
         return web.json_response({"chat": chat, "mode": agent.mode_name(session), "modes": list(MODES),
@@ -118,14 +111,14 @@ class ChatRoutes:
     async def upload(self, request: web.Request) -> web.Response:
         name, _ = await self.key_of(request)
         chat = self.key_chat(name, request)
-        limit = self.gateway.config.channels.max_media_mb * 1024 * 1024
+        limit = self.door.config.channels.max_media_mb * 1024 * 1024
         if request.content_length is not None and request.content_length > limit:
             raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
         data = await request.content.read(limit + 1)
         if len(data) > limit:
             raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(data))
         safe = re.sub(r"[^\w.-]", "_", Path(request.query.get("name", "file")).name)[-100:] or "file"
-        root = await self.root(chat)
+        root = await self.door.chat_folder(chat)
         relative = f"inbox/page_{secrets.token_hex(4)}_{safe}"
         (root / "inbox").mkdir(parents=True, exist_ok=True, mode=0o700)
         (root / relative).write_bytes(data)
@@ -135,18 +128,12 @@ class ChatRoutes:
         name, _ = await self.key_of(request)
         chat = self.key_chat(name, request)
         path = request.query.get("path", "")
-        root = await self.root(chat)
+        root = await self.door.chat_folder(chat)
         target = (root / path).resolve()
         if not path.startswith(FILE_FOLDERS) or not target.is_relative_to(root.resolve()) or not target.is_file():
             raise web.HTTPNotFound()
         return web.FileResponse(target, headers={"Content-Disposition": f'attachment; filename="{target.name}"',
                                                  "X-Content-Type-Options": "nosniff"})
-
-    async def root(self, chat: str) -> Path:
-        """The chat's folder (the workspace for owner chats, its own for members; a private
-        chat's trust reads its session, so it is opened first)."""
-        await self._open(chat)
-        return self.gateway.runtime.deps.chat_context(chat).workspace
 
     async def media_of(self, chat: str, messages: Any) -> list[str]:
         """The uploaded files the last user message names (``file`` parts), checked to be this chat's."""
@@ -160,7 +147,7 @@ class ChatRoutes:
                 break
         if not named:
             return []  # most messages: no need to open the chat here
-        root = await self.root(chat)
+        root = await self.door.chat_folder(chat)
         return [file_id for file_id in named if (root / file_id).is_file()]
 
 

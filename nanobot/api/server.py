@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import shutil
 import logging
 import time
 import uuid
@@ -31,7 +30,7 @@ from nanobot.agent.commands import is_command
 from nanobot.trust import API_CHANNEL
 
 if TYPE_CHECKING:
-    from nanobot.gateway.app import Gateway
+    from nanobot.api.front_door import FrontDoor
     from nanobot.usage import UsageStore
 
 log = logging.getLogger(__name__)
@@ -57,33 +56,31 @@ class ApiError(Exception):
 class ApiServer:
     """Starts after the channels (a gateway service); its turns go through the dispatcher."""
 
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
-        self.settings = gateway.config.gateway.api
+    def __init__(self, door: FrontDoor) -> None:
+        self.door = door
+        self.settings = door.config.gateway.api
         self.channel: ApiChannel | None = None
         self.check: KeyCheck | None = None
         self._runner: web.AppRunner | None = None
-        self.chats = ChatRoutes(gateway, self._key, lambda message: ApiError(400, message, "invalid_session"))
+        self.chats = ChatRoutes(door, self._key, lambda message: ApiError(400, message, "invalid_session"))
         self._calls: dict[str, deque[float]] = {}  # key name -> its requests' times in the last minute
         self._running: dict[str, int] = {}  # key name -> its turns running now
 
     async def start(self) -> None:
-        rt = self.gateway.runtime
-        self.check = KeyCheck(await ApiKeys.open(rt.db), rt.deps.api_owners)
+        self.check = KeyCheck(await ApiKeys.open(self.door.db), self.door.api_owners)
         await self.check.refresh()
         host, port = self.settings.address()
         if not _loopback(host) and not self.check.any_active:
             raise RuntimeError(f"gateway.api.listen is {self.settings.listen}, reachable from other machines, and "
                                "no API key exists: make one first (nanobot api keys add NAME)")
-        assert self.gateway.channels is not None
-        self.channel = ApiChannel(self.gateway.channels.ctx, self.chats.root)
-        self.gateway.channels.add_internal(self.channel)
+        self.channel = ApiChannel(self.door.channel_context(), self.door.chat_folder)
+        self.door.add_internal_channel(self.channel)
         app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
-        self.gateway.health().add_routes(app)  # no key: for load balancers and probes
+        self.door.health().add_routes(app)  # no key: for load balancers and probes
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_get("/v1/nanobot/status", self.status)
-        AdminRoutes(self.gateway, self._owner_only).add_to(app)
+        AdminRoutes(self.door, self._owner_only).add_to(app)
         self.chats.add_to(app)
         app.router.add_get("/", self.page)
         app.router.add_get("/static/{name:.+}", self.page)
@@ -112,8 +109,7 @@ class ApiServer:
         media = await self.chats.media_of(chat, body.get("messages"))
         if not is_command(text):  # /status and /budget always answer
             await self._within_budget(owner)
-        dispatcher = self.gateway.dispatcher
-        if dispatcher is None or dispatcher.closing:
+        if not self.door.accepting():
             raise ApiError(503, "the gateway is shutting down; try again shortly", "service_unavailable", "server_error")
         if self._running.get(name, 0) >= self.settings.concurrent_turns:
             raise ApiError(429, f"this key has {self.settings.concurrent_turns} turns running already "
@@ -122,29 +118,14 @@ class ApiServer:
         self._running[name] = self._running.get(name, 0) + 1
         try:
             return await answer(request, self.channel, name, chat_id, text, stream=bool(body.get("stream")),
-                                usage=self.gateway.runtime.usage, media=media)
+                                usage=self.door.usage, media=media)
         finally:
             self._running[name] -= 1
 
     async def status(self, request: web.Request) -> web.Response:
         """Channels, MCP servers and the shell: the owner's business."""
         await self._owner_only(request)
-        from nanobot.tasks import TaskStore
-        from nanobot.tools.shell import shell_status
-
-        rt, channels = self.gateway.runtime, self.gateway.channels
-        states = channels.state if channels is not None else {}
-        lines = [f"Channels: {', '.join(f'{n} ({s})' for n, s in states.items()) or 'none enabled'}",
-                 f"MCP:      {'; '.join(rt.mcp.summary()) if rt.mcp else 'none configured'}",
-                 f"Shell:    {shell_status(rt.config)}",
-                 f"Database: {rt.db.engine}",
-                 f"Tasks:    {await (await TaskStore.open(rt.db)).status_line()}",
-                 f"Disk:     {shutil.disk_usage(rt.home).free / 1073741824:.1f} GB free for the home"]
-        if self.gateway.cluster is not None:
-            from nanobot.cluster.registry import worker_lines
-
-            lines += await worker_lines(rt.db)
-        return web.json_response({"lines": lines})
+        return web.json_response({"lines": await self.door.status_lines()})
 
     async def page(self, request: web.Request) -> web.StreamResponse:
         """The web page: three files shipped in the wheel, no build step, no CDN."""
@@ -185,15 +166,14 @@ class ApiServer:
         """429 once today's budget is spent (for a member key: once member chats' share is)."""
         from nanobot.usage import start_of_today
 
-        rt = self.gateway.runtime
-        settings = rt.config.agents.defaults
-        if rt.usage is None:
+        usage, config = self.door.usage, self.door.config
+        settings = config.agents.defaults
+        if usage is None:
             return
         since = start_of_today(settings.timezone)
-        share = None if owner else rt.config.member_budget_usd()
-        spent = settings.daily_budget_usd is not None and \
-            await rt.usage.cost_since(since) >= settings.daily_budget_usd
-        if spent or share is not None and await rt.usage.cost_since(since, members=True) >= share:
+        share = None if owner else config.member_budget_usd()
+        spent = settings.daily_budget_usd is not None and await usage.cost_since(since) >= settings.daily_budget_usd
+        if spent or share is not None and await usage.cost_since(since, members=True) >= share:
             raise ApiError(429, "Today's model budget is spent; try again after midnight", "insufficient_quota",
                            "insufficient_quota")
 

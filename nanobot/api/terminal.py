@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -23,7 +22,7 @@ from nanobot.listener import unix_runner
 from nanobot.terminal_client import SOCKET
 
 if TYPE_CHECKING:
-    from nanobot.gateway.app import Gateway
+    from nanobot.api.front_door import FrontDoor
 
 log = logging.getLogger(__name__)
 
@@ -31,20 +30,15 @@ SESSION = re.compile(r"[A-Za-z0-9_.:-]{1,80}")
 
 
 class TerminalSocket:
-    def __init__(self, gateway: Gateway) -> None:
-        self.gateway = gateway
-        self.path = gateway.runtime.home / SOCKET
+    def __init__(self, door: FrontDoor) -> None:
+        self.door = door
+        self.path = door.home / SOCKET
         self.channel: ApiChannel | None = None
         self._runner: web.AppRunner | None = None
 
-    async def _chat_folder(self, chat: str) -> Path:
-        await self.gateway.runtime.sessions.open(chat)  # a chat's trust may read its session
-        return self.gateway.runtime.deps.chat_context(chat).workspace
-
     async def start(self) -> None:
-        assert self.gateway.channels is not None
-        self.channel = ApiChannel(self.gateway.channels.ctx, self._chat_folder, name="cli")
-        self.gateway.channels.add_internal(self.channel)
+        self.channel = ApiChannel(self.door.channel_context(), self.door.chat_folder, name="cli")
+        self.door.add_internal_channel(self.channel)
         app = web.Application(middlewares=[errors])
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_get("/v1/nanobot/gateway", self.about)
@@ -66,15 +60,13 @@ class TerminalSocket:
     async def about(self, request: web.Request) -> web.Response:
         """Which config file this gateway runs with: ``nanobot agent`` hands it a message only
         when it would itself read the same file."""
-        source = self.gateway.config.source
+        source = self.door.config.source
         return web.json_response({"config": str(source) if source else None, "pid": os.getpid()})
 
     async def waiting(self, request: web.Request) -> web.Response:
         """What arrived in a terminal chat while nobody was there; seen from now on."""
         session = _terminal_session(request)
-        if self.gateway.cluster is not None:
-            self.gateway.cluster.router.fresh(session)
-        chat = await self.gateway.runtime.sessions.open(session)
+        chat = await self.door.open_chat(session)
         messages = chat.take_waiting()
         await chat.sync_soon()
         return web.json_response({"messages": messages})
@@ -88,7 +80,7 @@ class TerminalSocket:
         assert self.channel is not None
         return await answer(request, self.channel, "owner", session.partition(":")[2],
                             last_user_text(body.get("messages")), stream=bool(body.get("stream")),
-                            usage=self.gateway.runtime.usage, mode=mode)
+                            usage=self.door.usage, mode=mode)
 
 
 def _terminal_session(request: web.Request) -> str:

@@ -1,7 +1,7 @@
 """The ``nanobot`` command. Heavy libraries (channels, scheduler, web) are imported inside the
 commands that need them, so a one-shot ``nanobot agent -m`` starts fast. Each command group
-has its module: agent.py (+ remote_chat.py), status.py, pairing.py, data.py, api.py here,
-cron/cli.py and mcp/cli.py."""
+has its module: agent.py (+ remote_chat.py, terminal_channel.py), status.py, pairing.py, data.py, api.py,
+cron.py here, and mcp/cli.py."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ app.add_typer(api_app, name="api")
 
 
 def _mount_subcommands() -> None:
-    from nanobot.cron.cli import cron_app
+    from nanobot.cli.cron import cron_app
     from nanobot.mcp.cli import mcp_app
 
     app.add_typer(cron_app, name="cron")

@@ -93,7 +93,7 @@ TERMINAL_STREAM_INTERVAL = 0.05  # seconds between the terminal's looks at a rep
 
 async def _one_message(rt, session: str, message: str, mode: str | None):
     """``agent -m``: the reply printed as it is written; the caller prints the rest of it."""
-    from nanobot_channels.cli import TerminalStream, write_stdout
+    from nanobot.cli.terminal_channel import TerminalStream, write_stdout
     from nanobot.agent.streaming import ReplyStream
 
     printed = TerminalStream(write_stdout)
@@ -109,7 +109,7 @@ async def _one_message(rt, session: str, message: str, mode: str | None):
 async def _chat(rt, session: str, mode: str | None) -> None:
     """The terminal chat: lines go through the same dispatcher as the gateway's chats, so
     ``/stop`` typed during a turn cancels it. At end of input, what was asked is finished."""
-    from nanobot_channels.cli import CliChannel
+    from nanobot.cli.terminal_channel import CliChannel
     from nanobot.bus import InboundMessage
     from nanobot.gateway.dispatcher import Dispatcher, is_stop
 

@@ -14,7 +14,7 @@ from typing import Optional
 
 import typer
 
-from nanobot.chat_names import rename_legacy_chats
+from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.cli.common import fail, get_config
 from nanobot.config import Config, url_without_password
 
@@ -30,7 +30,7 @@ def db_migrate(ctx: typer.Context,
     """Copy this home's nanobot.db and JSONL histories into PostgreSQL and compare the counts
     (exit 1 on a mismatch, nothing left half-done; running it again copies nothing twice).
     The home's gateway must be stopped."""
-    from nanobot.gateway.lock import running_gateway_pid
+    from nanobot.gateway_lock import running_gateway_pid
 
     config = get_config(ctx)
     if not to.startswith(("postgresql://", "postgres://")):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import aiohttp
 
-from nanobot_channels.cli import CliChannel
+from nanobot.cli.terminal_channel import CliChannel
 from nanobot.bus import MessageBus, OutboundMessage
 from nanobot.cli.common import show_waiting
 from nanobot.gateway.dispatcher import is_stop

@@ -127,7 +127,7 @@ async def _worker_lines(db: Database) -> list[str]:
 
 def gateway_lines(config: Config) -> list[str]:
     """Whether a gateway runs on this home, and each enabled channel's state in it."""
-    from nanobot.gateway.lock import gateway_states, running_gateway_pid
+    from nanobot.gateway_lock import gateway_states, running_gateway_pid
 
     pid = running_gateway_pid(config.home)
     states = gateway_states(config.home, pid, "channels") if pid else {}

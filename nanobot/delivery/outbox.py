@@ -15,7 +15,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from nanobot_channels.base import SendFailed
+from nanobot.channel_plugin import SendFailed
 from nanobot.bus import OutboundMessage
 
 if TYPE_CHECKING:

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import shutil
 import signal
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pathlib import Path
 
-from nanobot_channels.base import ChannelContext, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, Sender
 from nanobot import sdnotify, tracing
 from nanobot.access import AccessGate
 from nanobot.bus import InboundMessage, MessageBus
@@ -39,12 +40,18 @@ from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.listener import ListenError
 from nanobot.health import Health
 from nanobot.gateway.task_runner import TaskRunner
-from nanobot.gateway.lock import GatewayLock, GatewayRunning, write_gateway_state
+from nanobot.gateway_lock import GatewayLock, GatewayRunning, write_gateway_state
 from nanobot.periodic import Periodic
 from nanobot.runtime import Runtime
 
 if TYPE_CHECKING:
+    from nanobot.access import PairingStore
+    from nanobot.agent.loop import Agent
     from nanobot.cluster.worker import ClusterWorker
+    from nanobot.cron.service import RunOutcome
+    from nanobot.database import Database
+    from nanobot.session import Session
+    from nanobot.usage import UsageStore
 from nanobot.trust import chat_scope
 
 log = logging.getLogger(__name__)
@@ -154,6 +161,74 @@ class Gateway:
         among_workers = self.intake.accept if self.cluster is not None and self.intake is not None else None
         return await self.dispatcher.ask(msg, through=among_workers)
 
+    # ---- the API's, the page's and the terminal socket's view (nanobot.api.front_door) ----
+    @property
+    def home(self) -> Path:
+        return self.runtime.home
+
+    @property
+    def db(self) -> Database:
+        return self.runtime.db
+
+    @property
+    def usage(self) -> UsageStore | None:
+        return self.runtime.usage
+
+    @property
+    def agent(self) -> Agent:
+        return self.runtime.agent
+
+    @property
+    def pairing(self) -> PairingStore:
+        return self.runtime.deps.services.pairing
+
+    @property
+    def api_owners(self) -> set[str]:
+        return self.runtime.deps.api_owners
+
+    def channel_context(self) -> ChannelContext:
+        assert self.channels is not None, "internal channels are added by services, after start()"
+        return self.channels.ctx
+
+    def add_internal_channel(self, channel: BaseChannel) -> None:
+        assert self.channels is not None
+        self.channels.add_internal(channel)
+
+    def accepting(self) -> bool:
+        return self.dispatcher is not None and not self.dispatcher.closing
+
+    async def open_chat(self, chat: str) -> Session:
+        if self.cluster is not None:
+            self.cluster.router.fresh(chat)  # its holder may have written it since
+        return await self.runtime.sessions.open(chat)
+
+    async def chats(self, prefix: str, limit: int) -> list[str]:
+        return await self.runtime.sessions.chats(prefix, limit)
+
+    async def chat_folder(self, chat: str) -> Path:
+        await self.open_chat(chat)  # a private chat's trust reads its session
+        return self.runtime.deps.chat_context(chat).workspace
+
+    async def run_cron_now(self, job_id: str) -> RunOutcome:
+        return await self.runtime.scheduler.run_now(job_id)
+
+    async def status_lines(self) -> list[str]:
+        from nanobot.tasks import TaskStore
+        from nanobot.tools.shell import shell_status
+
+        rt, states = self.runtime, self.channels.state if self.channels is not None else {}
+        lines = [f"Channels: {', '.join(f'{n} ({s})' for n, s in states.items()) or 'none enabled'}",
+                 f"MCP:      {'; '.join(rt.mcp.summary()) if rt.mcp else 'none configured'}",
+                 f"Shell:    {shell_status(rt.config)}",
+                 f"Database: {rt.db.engine}",
+                 f"Tasks:    {await (await TaskStore.open(rt.db)).status_line()}",
+                 f"Disk:     {shutil.disk_usage(rt.home).free / 1073741824:.1f} GB free for the home"]
+        if self.cluster is not None:
+            from nanobot.cluster.registry import worker_lines
+
+            lines += await worker_lines(rt.db)
+        return lines
+
     def health(self) -> Health:
         """What /readyz checks: the store, the worker's database line, the channels."""
         return Health(self.runtime.db, lambda: self.channels.failing_since if self.channels else {},
@@ -220,7 +295,7 @@ async def _stop_service(service: Service) -> None:
 def add_services(gateway: Gateway) -> None:
     """The services that live and die with the gateway: the cron scheduler, approval notices and
     the heartbeat."""
-    from nanobot.cron.jobs import CronJobs
+    from nanobot.gateway.cron_jobs import CronJobs
     from nanobot.gateway.welcome import PairingWelcome
     from nanobot.heartbeat import Heartbeat
 

@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from nanobot_channels.base import BaseChannel, ChannelContext, SendFailed
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed
 from nanobot import metrics
 from nanobot.bus import EPHEMERAL, MessageBus, OutboundMessage
 from nanobot.config import ChannelSection, Config, PluginChannelConfig

@@ -34,10 +34,9 @@ def kind_of(path: str | Path) -> Kind:
 
 
 MB = 1024 * 1024
-# What a bot may upload per file: Telegram's Bot API takes documents up to 50 MB and photos up
-# to 10 MB (a bigger picture goes as a document); Discord takes 10 MB on an unboosted server.
+# What a bot may upload per file: Telegram's Bot API takes documents up to 50 MB (photos, up to
+# 10 MB, are the adapter's business); Discord takes 10 MB on an unboosted server.
 UPLOAD_LIMITS = {"telegram": 50 * MB, "discord": 10 * MB}
-PHOTO_LIMITS = {"telegram": 10 * MB}
 DEFAULT_UPLOAD_LIMIT = 10 * MB
 
 

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from nanobot.tools import confine
+from nanobot import confine
 
 
 def _confine(path: str, cpu_seconds: int, memory_bytes: int) -> None:

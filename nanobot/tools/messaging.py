@@ -87,7 +87,7 @@ async def allowed_target(ctx: ToolContext, to: str | None, what: str) -> tuple[s
 
 def _no_channels(ctx: ToolContext) -> RuntimeError:
     """Why this process (``nanobot agent``) cannot send to another chat, and what can."""
-    from nanobot.gateway.lock import running_gateway_pid  # an error path: the gateway package is heavy
+    from nanobot.gateway_lock import running_gateway_pid  # an error path: the gateway package is heavy
 
     pid = running_gateway_pid(ctx.config.home)
     if pid is None:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
-from nanobot.tools import confine
+from nanobot import confine
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.tools.steering import Snapshot, refusal, settle
 

@@ -247,7 +247,7 @@ def run(
 
     async def action(store: CronStore, config: Config) -> None:
         await _existing(store, job_id)
-        from nanobot.gateway.lock import running_gateway_pid  # not at the top: the gateway package is heavy
+        from nanobot.gateway_lock import running_gateway_pid  # not at the top: the gateway package is heavy
 
         if running_gateway_pid(nanobot_home()) is None:
             raise CliError(f"no gateway is running on {nanobot_home()}, so nothing would run job {job_id} or "

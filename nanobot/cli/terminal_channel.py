@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from nanobot_channels.base import BaseChannel
+from nanobot.channel_plugin import BaseChannel
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.logs import terminal_line
 

@@ -1,4 +1,7 @@
-"""What every channel adapter is: start, stop, send, typing; and the shared intake rules.
+"""The channel plugin interface: what every channel adapter is (start, stop, send, typing),
+what it is given (``ChannelContext``), and the shared intake rules. The adapters in
+``channels/`` and any installed one (entry point group ``nanobot.channels``) build on this and
+the foundation modules only; the core never imports an adapter.
 
 Adapters turn a platform's events into ``_handle_message`` calls and OutboundMessages into
 platform sends. Who may talk (allowFrom, pairing, group policy) is decided here, once, so no

@@ -1,0 +1,75 @@
+"""What the API, the page and the terminal socket may use of the gateway they serve.
+
+A narrow interface, not the ``Gateway``: submitting goes through the internal channel they
+add, and the rest is reading (histories, status, usage) and the owner's few levers (cron,
+pairing). ``nanobot.gateway.app.Gateway`` implements it; nothing in ``nanobot.api`` imports
+the gateway, so the API sits below it in the package order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from nanobot.agent.loop import Agent
+    from nanobot.channel_plugin import BaseChannel, ChannelContext
+    from nanobot.config import Config
+    from nanobot.cron.service import RunOutcome
+    from nanobot.database import Database
+    from nanobot.health import Health
+    from nanobot.access import PairingStore
+    from nanobot.session import Session
+    from nanobot.usage import UsageStore
+
+
+class FrontDoor(Protocol):
+    config: Config
+
+    @property
+    def home(self) -> Path: ...
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def usage(self) -> UsageStore | None: ...
+
+    @property
+    def agent(self) -> Agent: ...
+
+    @property
+    def pairing(self) -> PairingStore: ...
+
+    @property
+    def api_owners(self) -> set[str]:
+        """The owner API keys' names, which the API keeps current (they decide a chat's trust)."""
+
+    # ---- turns --------------------------------------------------------------------------
+    def channel_context(self) -> ChannelContext:
+        """For an internal channel (the API's, the terminal's) to take messages in."""
+
+    def add_internal_channel(self, channel: BaseChannel) -> None:
+        """Route replies to ``channel``; it carries nothing but answers to its own requests."""
+
+    def accepting(self) -> bool:
+        """False once the gateway is shutting down (a new turn would be cut off)."""
+
+    # ---- chats --------------------------------------------------------------------------
+    async def open_chat(self, chat: str) -> Session:
+        """The chat's history as it is now (among workers: as its holder last wrote it)."""
+
+    async def chats(self, prefix: str, limit: int) -> list[str]:
+        """The keys of chats starting with ``prefix``, the latest first."""
+
+    async def chat_folder(self, chat: str) -> Path:
+        """Where the chat's files are: the workspace for owner chats, its own folder for members."""
+
+    # ---- the owner's ----------------------------------------------------------------------
+    async def status_lines(self) -> list[str]:
+        """Channels, MCP servers, the shell, the database, tasks, disk (and workers)."""
+
+    async def run_cron_now(self, job_id: str) -> RunOutcome: ...
+
+    def health(self) -> Health:
+        """What /readyz checks."""
