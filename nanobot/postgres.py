@@ -42,7 +42,7 @@ async def open_pool(url: str, *, min_size: int = 1, max_size: int = 10) -> async
         async with pool.acquire() as conn, conn.transaction():
             # Under the migrations' lock: workers starting at once would otherwise race to create
             # it ("IF NOT EXISTS" is not safe against a concurrent CREATE: a unique violation).
-            await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key("schema versions"))
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("schema versions"))
             await conn.execute(SCHEMA_VERSIONS)
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as exc:
         raise HomeError(f"database.url: cannot use PostgreSQL at {where(url)}: {_reason(exc)}") from None
@@ -66,7 +66,7 @@ async def migrate(pool: asyncpg.Pool, component: str, migrations: list[str]) -> 
     """Apply ``migrations[v:]`` (SQL scripts) where v is the component's recorded version, each in
     one transaction with its version, under an advisory lock held until it commits."""
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _lock_key(f"schema {component}"))
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key(f"schema {component}"))
         current = await conn.fetchval("SELECT version FROM schema_versions WHERE component = $1", component) or 0
         if current > len(migrations):
             raise schema_too_new(component, current, len(migrations))
@@ -76,7 +76,7 @@ async def migrate(pool: asyncpg.Pool, component: str, migrations: list[str]) -> 
                                "ON CONFLICT (component) DO UPDATE SET version = excluded.version", component, version)
 
 
-def _lock_key(name: str) -> int:
+def lock_key(name: str) -> int:
     """A stable advisory lock number per name (Python's hash() changes per process)."""
     return zlib.crc32(f"nanobot {name}".encode()) | (1 << 40)
 

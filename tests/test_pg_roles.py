@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from nanobot.cluster.registry import worker_lines
-from nanobot.postgres import PostgresDatabase, _lock_key
+from nanobot.postgres import PostgresDatabase, lock_key
 from tests.fakes.openai_server import delayed
 from tests.test_api import free_port
 from tests.test_workers import echo, fast, worker_config, workers  # noqa: F401  (fixtures)
@@ -93,7 +93,7 @@ async def test_a_lock_held_by_another_role_is_named_and_then_taken(llm, tg, pg_s
     await admin.close()
     caplog.set_level(logging.INFO)
     intruder = await asyncpg.connect(mallory, server_settings={"application_name": "psql"})
-    assert await intruder.fetchval("SELECT pg_try_advisory_lock($1)", _lock_key("cron clock"))
+    assert await intruder.fetchval("SELECT pg_try_advisory_lock($1)", lock_key("cron clock"))
     config = worker_config(llm, workspace, tg, as_role(pg_url, "nanobot_owner"), "w1", tmp_path)
     async with workers([config], with_services=True) as gateways:
         gateway = gateways["w1"]

@@ -5,20 +5,27 @@ dead (not in ``live_workers``); two workers claiming at once are ordered by the 
 so exactly one wins. Leases of dead workers are taken over in bulk with ``FOR UPDATE SKIP
 LOCKED``: workers sweeping at the same moment split them instead of queueing on each other.
 A holder gives a chat back when it goes quiet, so chats spread over the workers over time.
+The rule for replies whose sender died (``_DEAD_WRITER``) lives here too: the chat's next
+holder adopts and sends them.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from nanobot.delivery.store import outbound_from
 
 if TYPE_CHECKING:
+    from nanobot.bus import OutboundMessage
+    from nanobot.database import Queries
+    from nanobot.delivery.store import DeliveryStore
     from nanobot.postgres import PostgresDatabase
 
 log = logging.getLogger(__name__)
 
 # A reply row whose sender is gone: it is sent by the chat's next holder.
-DEAD_WRITER = "worker IS NULL OR worker NOT IN (SELECT id FROM live_workers)"
+_DEAD_WRITER = "worker IS NULL OR worker NOT IN (SELECT id FROM live_workers)"
 
 SWEEP_LIMIT = 200  # chats taken over per sweep (the next sweep takes more)
 
@@ -77,12 +84,23 @@ class ChatLeases:
         died; and chats we hold where a dead worker left replies unsent."""
         rows = await self.db.fetch(
             "WITH work AS (SELECT chat FROM inbound WHERE done = 0 "
-            f"  UNION SELECT channel || ':' || chat_id FROM outbox WHERE state = 'pending' AND ({DEAD_WRITER})) "
+            f"  UNION SELECT channel || ':' || chat_id FROM outbox WHERE state = 'pending' AND ({_DEAD_WRITER})) "
             "SELECT DISTINCT work.chat FROM work LEFT JOIN chat_leases l ON l.chat = work.chat "
             "WHERE l.chat IS NULL OR l.worker = $1 AND EXISTS (SELECT 1 FROM outbox WHERE state = 'pending' "
-            f"  AND channel || ':' || chat_id = work.chat AND ({DEAD_WRITER})) "
+            f"  AND channel || ':' || chat_id = work.chat AND ({_DEAD_WRITER})) "
             "OR l.worker NOT IN (SELECT id FROM live_workers) LIMIT $2", self.id, SWEEP_LIMIT)
         return [row["chat"] for row in rows]
+
+    async def adopt_replies(self, chat: str, delivery: DeliveryStore) -> list[OutboundMessage]:
+        """A chat we hold: its unsent replies whose sender is gone, now ours to send, in order
+        (written through the delivery store's queue, in order with its other writes)."""
+        async def op(tx: Queries) -> list[Any]:
+            return await tx.fetch(
+                "UPDATE outbox SET worker = $1 WHERE state = 'pending' AND channel || ':' || chat_id = $2 "
+                f"AND ({_DEAD_WRITER}) RETURNING *", self.id, chat)
+
+        rows = sorted(await delivery.put(op), key=lambda row: row["id"])
+        return [outbound_from(row) for row in rows]
 
     async def take_over(self, chats: list[str]) -> list[str]:
         """Of ``chats``, those we now hold: unleased ones, and dead workers' leases."""

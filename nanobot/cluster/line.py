@@ -16,7 +16,7 @@ from typing import Callable
 
 import asyncpg
 
-from nanobot.postgres import CONNECT_TIMEOUT_S, CONNECTION_LOST, _lock_key
+from nanobot.postgres import CONNECT_TIMEOUT_S, CONNECTION_LOST, lock_key
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class WorkerLine:
     async def try_lock(self, name: str, timeout: float) -> bool:
         """Take the advisory lock ``name`` if free. A line that does not answer within
         ``timeout`` counts as lost (a half-open connection would otherwise hang forever)."""
-        return bool(await self._query("SELECT pg_try_advisory_lock($1)", _lock_key(name), timeout=timeout))
+        return bool(await self._query("SELECT pg_try_advisory_lock($1)", lock_key(name), timeout=timeout))
 
     async def outsider(self, name: str, timeout: float) -> tuple[int, str, str] | None:
         """(pid, role, application) of a session that is no worker's line and holds the lock
@@ -72,7 +72,7 @@ class WorkerLine:
             "FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' "
             "AND l.granted AND l.objsubid = 1 AND ((l.classid::bigint << 32) | l.objid::bigint) = $1 "
             "AND NOT EXISTS (SELECT 1 FROM workers w WHERE w.backend_pid = l.pid) LIMIT 1",
-            _lock_key(name), timeout=timeout)
+            lock_key(name), timeout=timeout)
         return (int(row[0]), row[1], row[2]) if row else None
 
     async def terminate(self, pid: int, timeout: float) -> bool:
@@ -83,7 +83,7 @@ class WorkerLine:
             return False
 
     async def unlock(self, name: str, timeout: float) -> None:
-        await self._query("SELECT pg_advisory_unlock($1)", _lock_key(name), timeout=timeout)
+        await self._query("SELECT pg_advisory_unlock($1)", lock_key(name), timeout=timeout)
 
     async def _query(self, sql: str, *args: object, timeout: float) -> object:
         if self._conn is None or self.lost.is_set():

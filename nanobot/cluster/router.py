@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from nanobot.bus import REPLY_FUTURE, InboundMessage, MessageBus, OutboundMessage
 from nanobot import metrics
-from nanobot.cluster.leases import DEAD_WRITER, ChatLeases
+from nanobot.cluster.leases import ChatLeases
 from nanobot.delivery.intake import mark_if_resumed
 
 if TYPE_CHECKING:
@@ -157,7 +157,7 @@ class ChatRouter:
         self._elsewhere.discard(chat)
         self.queued[chat] = 0
         self.sessions.close(chat)
-        self.resend(await self.delivery.adopt_pending(chat, DEAD_WRITER))
+        self.resend(await self.leases.adopt_replies(chat, self.delivery))
 
     # ---- the sweep ---------------------------------------------------------------------
     async def sweep(self) -> None:
@@ -172,7 +172,7 @@ class ChatRouter:
         mine = [chat for chat in orphaned if chat in self.held]
         for chat in mine:  # a dead worker's replies into a chat we hold
             async with self._locks.hold(chat):
-                self.resend(await self.delivery.adopt_pending(chat, DEAD_WRITER))
+                self.resend(await self.leases.adopt_replies(chat, self.delivery))
         for intake_id in await self.delivery.settled(list(self._awaiting)):  # a lost nanobot_done
             await self._answer(intake_id)
         others = [chat for chat in orphaned if chat not in self.held]

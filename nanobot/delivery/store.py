@@ -266,18 +266,7 @@ class DeliveryStore:
 
     async def pending_outbound(self) -> list[OutboundMessage]:
         rows = await self.db.fetch("SELECT * FROM outbox WHERE state = 'pending' ORDER BY id")
-        return [_outbound_from(row) for row in rows]
-
-    async def adopt_pending(self, chat: str, dead: str) -> list[OutboundMessage]:
-        """Workers: a chat's unsent replies whose sender is gone (``dead``: an SQL condition on
-        the row's ``worker``), now ours to send, in order."""
-        async def op(tx: Queries) -> list[Any]:
-            return await tx.fetch(
-                f"UPDATE outbox SET worker = $1 WHERE state = 'pending' AND channel || ':' || chat_id = $2 "
-                f"AND ({dead}) RETURNING *", self.worker, chat)
-
-        rows = sorted(await self.put(op), key=lambda row: row["id"])
-        return [_outbound_from(row) for row in rows]
+        return [outbound_from(row) for row in rows]
 
     async def backlog(self) -> tuple[int, int, int]:
         """(messages not yet answered, replies not yet sent, replies refused) for ``status``."""
@@ -335,7 +324,7 @@ def _metadata_json(metadata: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in metadata.items() if _jsonable(v)})
 
 
-def _outbound_from(row: Any) -> OutboundMessage:
+def outbound_from(row: Any) -> OutboundMessage:
     file = OutgoingFile(row["file_name"], row["file_data"], bool(row["photo"])) if row["file_name"] else None
     metadata = json.loads(row["metadata"])
     metadata.pop("stream_id", None)  # the streamed message of before the restart is not ours to edit
