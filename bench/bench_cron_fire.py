@@ -40,7 +40,7 @@ async def main() -> None:
     async with FakeOpenAI() as llm:
         config = config_for(llm.base_url, Path(tempfile.mkdtemp(prefix="nanobot-bench-ws-")), mode="code")
         async with Runtime(config, bus=MessageBus()) as rt:
-            jobs = CronJobs(rt, ask=_no_turns, running_channels=lambda: ["telegram"], singletons=Alone)
+            jobs = CronJobs(rt, ask=_no_turns, running_channels=lambda: ["telegram"], singletons=Alone())
             await jobs.start()
             await rt.code.run("1", _ctx(rt), limits=config.agents.defaults.code_runtime.model_copy(
                 update={"persist_state": False}), timezone="UTC", mode="warmup")  # a warm worker, as in a daemon

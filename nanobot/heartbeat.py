@@ -20,6 +20,7 @@ from nanobot.periodic import Periodic
 from nanobot.trust import owner_chat
 
 if TYPE_CHECKING:
+    from nanobot.coordination import Singletons
     from nanobot.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -42,8 +43,8 @@ class Heartbeat(Periodic):
     name = "heartbeat"
     once_across_workers = True
 
-    def __init__(self, runtime: Runtime, interval_seconds: float) -> None:
-        super().__init__(interval_seconds)
+    def __init__(self, runtime: Runtime, interval_seconds: float, singletons: Singletons | None = None) -> None:
+        super().__init__(interval_seconds, singletons)
         self.runtime = runtime
 
     async def tick(self) -> str | None:

@@ -33,6 +33,12 @@ current_chat: ContextVar[str | None] = ContextVar("nanobot_chat", default=None)
 current_trace: Callable[[], str | None] = lambda: None  # nanobot.tracing sets it when traces are on
 
 
+def trace_ids_from(source: Callable[[], str | None] | None) -> None:
+    """Where JSON lines get the current trace id (``nanobot.tracing``, while traces are on)."""
+    global current_trace
+    current_trace = source or (lambda: None)
+
+
 class RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))

@@ -22,9 +22,9 @@ class Periodic:
     # Among workers (nanobot.coordination), tick on one of them only: the one holding ``name``.
     once_across_workers = False
 
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, singletons: Singletons | None = None) -> None:
         self.interval = interval
-        self.singletons: Singletons = Alone()  # the gateway's, set before start()
+        self.singletons: Singletons = singletons or Alone()  # the gateway's: among workers, shared
         self._task: asyncio.Task[None] | None = None
 
     async def tick(self) -> object:

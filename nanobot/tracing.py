@@ -46,7 +46,7 @@ def setup(exporter: Any = None) -> bool:
     else:
         _provider.add_span_processor(SimpleSpanProcessor(exporter))
     _tracer = _provider.get_tracer("nanobot")
-    logs.current_trace = _trace_id
+    logs.trace_ids_from(_trace_id)
     return True
 
 
@@ -63,7 +63,7 @@ def shutdown() -> None:
     if _provider is not None:
         _provider.shutdown()
     _tracer = _provider = None
-    logs.current_trace = lambda: None
+    logs.trace_ids_from(None)
 
 
 def _trace_id() -> str | None:

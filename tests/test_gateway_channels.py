@@ -203,7 +203,7 @@ async def test_a_channel_that_fails_to_start_does_not_stop_the_others(
 
 async def test_a_channel_that_fails_to_start_is_retried_until_it_runs(
         config: Config, dc: FakeDiscord, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("nanobot.gateway.channels.RETRY_FIRST_S", 0.05)
+    monkeypatch.setattr("nanobot.gateway.supervisor.RETRY_FIRST_S", 0.05)
     good_token, config.channels.discord.token = config.channels.discord.token, "wrong-token"
     config.channels.telegram.enabled = False
     async with running_gateway(config) as gateway:  # up, for cron and the other channels

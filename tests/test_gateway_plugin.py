@@ -19,7 +19,7 @@ from tests.fakes.openai_server import FakeOpenAI, reply
 PLUGIN = '''
 import asyncio
 from nanobot.channel_plugin import BaseChannel
-from nanobot.gateway import PluginChannelConfig
+from nanobot.config import PluginChannelConfig
 
 
 class EchoConfig(PluginChannelConfig):

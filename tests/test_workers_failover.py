@@ -123,14 +123,17 @@ async def test_killed_workers_are_replaced_within_the_failover_time(pg_url: str,
         await wait_for(lambda: _is(alive(), set(procs)), 15, "the frozen worker rejoined")
         llm.fallback = echo
 
-        # 3. the poller killed: another polls, and two never poll at once
+        # 3. the poller killed: another polls, and two never poll at once. (A frozen poller's
+        #    long poll in step 2 may still be open when the next one starts: the platform answers
+        #    that 409, as Telegram does; a killed one's connection is closed, so none here.)
+        conflicts = tg.conflicts
         poller = await holding("telegram polling")
         if poller in procs:
             await kill(procs.pop(poller))
         tg.push_text(BOB, BOB, "after the poller died")
         took_poll = await wait_for(lambda: _true(texts(tg, BOB) == ["re: after the poller died"]), FAILOVER_S,
                                    "polling taken over")
-        assert tg.conflicts == 0
+        assert tg.conflicts == conflicts
 
         # 4. the cron job kept firing, about once a second, never all at once
         ticks_before = len(texts(tg, CAROL))

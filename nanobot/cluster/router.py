@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from nanobot.bus import REPLY_FUTURE, InboundMessage, MessageBus, OutboundMessage
@@ -34,6 +35,14 @@ log = logging.getLogger(__name__)
 CLAIM_DELAY_PER_CHAT_S = 0.001  # a worker busy with n chats waits n ms (at most MAX) before claiming
 MAX_CLAIM_DELAY_S = 0.02
 MAX_ELSEWHERE = 100_000  # chats remembered as held elsewhere (forgotten wholesale past this)
+
+
+@dataclass(frozen=True)
+class GatewayHooks:
+    """What the router asks of the gateway it serves."""
+
+    resend: Callable[[list[OutboundMessage]], None]  # recorded replies to the channels, in order (Outbox.resend)
+    let_go: Callable[[list[str]], None]  # chats no longer ours: stop their turns (Dispatcher.let_go)
 
 
 class ChatLocks:
@@ -59,12 +68,12 @@ class ChatLocks:
 
 class ChatRouter:
     def __init__(self, leases: ChatLeases, delivery: DeliveryStore, bus: MessageBus, sessions: Histories,
-                 resend: Callable[[list[OutboundMessage]], None]) -> None:
+                 hooks: GatewayHooks) -> None:
         self.leases, self.delivery, self.bus, self.sessions = leases, delivery, bus, sessions
-        self.resend = resend  # hands recorded replies to the channels, in order (Outbox.resend)
+        self.resend = hooks.resend
+        self.on_lost = hooks.let_go
         self.held: set[str] = set()
         self.queued: dict[str, int] = {}  # per held chat: the last intake id handed to the dispatcher
-        self.on_lost: Callable[[list[str]], None] | None = None  # chats no longer ours: stop their turns
         self._local: dict[tuple[str, str], InboundMessage] = {}  # received here, not yet queued
         self._awaiting: dict[int, asyncio.Future[str]] = {}  # intake id -> a caller here, the chat elsewhere
         self._locks = ChatLocks()
@@ -218,8 +227,7 @@ class ChatRouter:
         chats = list(self.held)
         self.held.clear()
         self.queued.clear()
-        if self.on_lost is not None:
-            self.on_lost(chats)
+        self.on_lost(chats)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

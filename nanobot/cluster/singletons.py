@@ -18,14 +18,14 @@ LOOK_EVERY_S = 10.0  # how often it looks who holds one it waits for (a session 
 
 
 class AdvisorySingletons:
-    def __init__(self, line: WorkerLine, timeout: float) -> None:
+    def __init__(self, line: WorkerLine, timeout: float, on_change: Callable[[], None] = lambda: None) -> None:
         self.line = line  # the worker's: reopened in place when it rejoins
         self.timeout = timeout  # a line slower than this to answer counts as lost
         self.held: dict[str, Held] = {}
         # Singletons held by a session that is not a worker (say, a role that took the lock
         # before any worker started): name -> who, for the log and ``nanobot status``.
         self.blocked: dict[str, str] = {}
-        self.on_change: Callable[[], None] | None = None  # ``held`` changed (for status)
+        self.on_change = on_change  # ``held`` changed (for status)
         self._looked: dict[str, float] = {}
 
     async def try_hold(self, name: str) -> Held | None:
@@ -94,5 +94,4 @@ class AdvisorySingletons:
             self._changed()
 
     def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
+        self.on_change()

@@ -12,9 +12,9 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from nanobot.bus import MessageBus, OutboundMessage
+from nanobot.bus import MessageBus
 from nanobot.cluster.leases import ChatLeases
 from nanobot.cluster.line import WorkerLine
 from nanobot.cluster.registry import MIGRATIONS, Registry
@@ -24,6 +24,7 @@ from nanobot.coordination import worker_id
 from nanobot.postgres import migrate
 
 if TYPE_CHECKING:
+    from nanobot.cluster.router import GatewayHooks
     from nanobot.config import Gateway as GatewaySettings
     from nanobot.delivery.store import DeliveryStore
     from nanobot.postgres import PostgresDatabase
@@ -37,16 +38,15 @@ RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.5, 5.0
 
 class ClusterWorker:
     def __init__(self, db: PostgresDatabase, settings: GatewaySettings, delivery: DeliveryStore, bus: MessageBus,
-                 sessions: Histories, resend: Callable[[list[OutboundMessage]], None], workspace: str) -> None:
+                 sessions: Histories, hooks: GatewayHooks, workspace: str) -> None:
         self.id = worker_id(settings)
         self.workspace = workspace
         self.db, self.failover = db, settings.failover_seconds
         # A heartbeat lapses a sweep and a moment before failoverSeconds: takeover lands within it.
         self.registry = Registry(db, self.id, max(1.0, self.failover - SWEEP_EVERY_S - 0.5))
-        self.router = ChatRouter(ChatLeases(db, self.id), delivery, bus, sessions, resend)
+        self.router = ChatRouter(ChatLeases(db, self.id), delivery, bus, sessions, hooks)
         self.line = WorkerLine(db.url, self.router.notified, self.failover)
-        self.singletons = AdvisorySingletons(self.line, timeout=self.failover / 2)
-        self.singletons.on_change = self._beat_soon
+        self.singletons = AdvisorySingletons(self.line, timeout=self.failover / 2, on_change=self._beat_soon)
         self._started = time.time()
         self._tasks: list[asyncio.Task[Any]] = []
         self._beat_now = asyncio.Event()

@@ -1,7 +1,7 @@
 """Messages out: recorded, sent in order per chat, marked when the platform took them.
 
 ``put`` records a message (and, in the same commit, finishes the message it answers), then
-hands it to the sender (the ChannelManager). The sender retries a failed send for as long as
+hands it to the sender (``gateway.outbound.Outbound``, which owns it). The sender retries a failed send for as long as
 the platform is down: a ``SendGate`` per channel lets one send probe at a time, every 0.25 s
 doubling to 2 s, while the chat's later messages wait behind it, so order is kept and the
 first reply goes out within seconds of recovery. A crash between a send and its mark sends
@@ -27,9 +27,9 @@ GIVE_UP_S = 24 * 3600  # a message still not accepted after this long is dropped
 
 
 class Outbox:
-    def __init__(self, store: DeliveryStore) -> None:
+    def __init__(self, store: DeliveryStore, sender: Callable[[OutboundMessage], None]) -> None:
         self.store = store
-        self.sender: Callable[[OutboundMessage], None] | None = None  # ChannelManager.deliver
+        self.sender = sender  # sends in order per chat, and marks what the platform took
 
     async def put(self, msg: OutboundMessage, *, finishes: int | None = None) -> None:
         """Record ``msg`` durably, then send it; ``finishes``: the intake id it answers."""
@@ -39,8 +39,7 @@ class Outbox:
             return
         msg.metadata["outbox_id"] = await self.store.record_outbound(msg, finishes)
         msg.metadata.setdefault("outbox_created", time.time())
-        if self.sender is not None:
-            self.sender(msg)
+        self.sender(msg)
 
     async def resend_pending(self) -> int:
         """At start: what the last run recorded but did not see accepted, in order."""
@@ -52,9 +51,8 @@ class Outbox:
 
     def resend(self, recorded: list[OutboundMessage]) -> None:
         """Hand messages recorded earlier (by a run or a worker now gone) to the sender, in order."""
-        if self.sender is not None:
-            for msg in recorded:
-                self.sender(msg)
+        for msg in recorded:
+            self.sender(msg)
 
     async def sent(self, msg: OutboundMessage) -> None:
         """Mark ``msg`` sent, and wait until that is written: the chat's next message goes out

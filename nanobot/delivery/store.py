@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable
 from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
 from nanobot import metrics
 from nanobot.database import Database, Migrations, Queries, StoreUnavailable
+from nanobot.coordination import Singletons
 from nanobot.periodic import Periodic
 
 log = logging.getLogger(__name__)
@@ -121,11 +122,15 @@ class DeliveryStore:
         self._writer = asyncio.create_task(self._write_loop(), name="delivery writer")
 
     @classmethod
-    async def open(cls, db: Database) -> DeliveryStore:
+    async def open(cls, db: Database, worker: str | None = None) -> DeliveryStore:
         """On the runtime's database: for SQLite a second connection to the same file would
         contend for the write lock with it (SQLite has one writer) and gain nothing."""
-        await db.migrate("delivery", MIGRATIONS)
-        return cls(db)
+        store = cls(db, worker)
+        await store.migrate()
+        return store
+
+    async def migrate(self) -> None:
+        await self.db.migrate("delivery", MIGRATIONS)
 
     async def close(self) -> None:
         """Write what is queued (the last marks), then close."""
@@ -294,8 +299,8 @@ class Pruner(Periodic):
     once_across_workers = True
     tick_first = True
 
-    def __init__(self, store: DeliveryStore, interval: float = 6 * 3600) -> None:
-        super().__init__(interval)
+    def __init__(self, store: DeliveryStore, singletons: Singletons | None = None, interval: float = 6 * 3600) -> None:
+        super().__init__(interval, singletons)
         self.store = store
 
     async def tick(self) -> None:

@@ -10,7 +10,7 @@ close, and the Runtime flushes sessions and closes its pools. Each task started 
 cancelled and awaited here.
 
 A channel that does not start is retried with backoff while the gateway runs (see
-``ChannelManager``); with no channel enabled it runs for the services alone (cron,
+``ChannelSupervisor``); with no channel enabled it runs for the services alone (cron,
 heartbeat). A service that fails to start makes it exit 1, for systemd to try again.
 """
 
@@ -29,19 +29,19 @@ from nanobot import sdnotify, tracing
 from nanobot.access import AccessGate
 from nanobot.bus import InboundMessage, MessageBus
 from nanobot.cluster.registry import OtherWorkspace, WorkerIdInUse
-from nanobot.coordination import Alone, Singletons
+from nanobot.coordination import Alone, Singletons, worker_id
 from nanobot.config import Config
 from nanobot.db import check_writable
 from nanobot.delivery.intake import DurableIntake
 from nanobot.delivery.outbox import Outbox
+from nanobot.gateway.outbound import Outbound
 from nanobot.delivery.store import DeliveryStore, Pruner
-from nanobot.gateway.channels import ChannelManager
+from nanobot.gateway.supervisor import ChannelSupervisor
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.listener import ListenError
 from nanobot.health import Health
 from nanobot.gateway.task_runner import TaskRunner
 from nanobot.gateway_lock import GatewayLock, GatewayRunning, write_gateway_state
-from nanobot.periodic import Periodic
 from nanobot.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -76,17 +76,31 @@ class Gateway:
         self.runtime = runtime
         self.config: Config = runtime.config
         self.bus: MessageBus = runtime.bus
-        self.typing_interval = typing_interval
-        self.services: list[Service] = []
-        self.channels: ChannelManager | None = None
-        self.dispatcher: Dispatcher | None = None
+        rt = runtime
+        among_workers = rt.db.engine == "postgresql"  # then this gateway is one worker of several (nanobot.cluster)
+        self.delivery = DeliveryStore(rt.db, worker_id(self.config.gateway) if among_workers else None)
+        self.channels = ChannelSupervisor(self.config, on_state=self._write_state)
+        self.outbound = Outbound(self.bus, self.channels, self.delivery)  # the one way out
+        assert self.outbound.outbox is not None
+        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=typing_interval,
+                                     stream_pace=self.config.channels.stream_pace, outbox=self.outbound.outbox)
+        self.cluster: ClusterWorker | None = self._worker(self.outbound.outbox) if among_workers else None
+        # Telegram polling, Discord, the cron clock, periodic services: once across workers.
+        self.singletons: Singletons = self.cluster.singletons if self.cluster else Alone()
+        self.intake = DurableIntake(self.delivery, self.bus, self.cluster.router if self.cluster else None)
+        self._ctx = ChannelContext(bus=self.bus, access=AccessGate(rt.deps.services.pairing, notify_owner=rt.announce),
+                                   workspace=self.config.workspace_path,
+                                   max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
+                                   chat_root=self._chat_root, intake=self.intake, singletons=self.singletons,
+                                   report=self._channel_trouble)
+        self.services: list[Service] = [
+            Pruner(self.delivery, self.singletons),  # prunes at once, then every 6 hours
+            # Background tasks: one name per home alone (its last run's tasks are its own), the worker id among workers.
+            TaskRunner(rt, self.intake.accept, self.cluster.id if self.cluster else "gateway",
+                       among_workers=self.cluster is not None)]
+        self._started_services: list[Service] = []
         self._intake: asyncio.Task[None] | None = None
         self._router: asyncio.Task[None] | None = None
-        self._started_services: list[Service] = []
-        self.delivery: DeliveryStore | None = None
-        self.intake: DurableIntake | None = None
-        self.cluster: ClusterWorker | None = None  # on PostgreSQL: this gateway is a worker of several
-        self.singletons: Singletons = Alone()  # Telegram polling, Discord, the cron clock
 
     def add_service(self, service: Service) -> None:
         """Start ``service`` after the channels are up and stop it at shutdown (before start())."""
@@ -94,35 +108,17 @@ class Gateway:
 
     async def start(self) -> None:
         rt = self.runtime
-        store = rt.deps.services.pairing
-        self.delivery = await DeliveryStore.open(rt.db)
-        outbox = Outbox(self.delivery)
-        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=self.typing_interval,
-                                     stream_pace=self.config.channels.stream_pace, outbox=outbox)
-        if rt.db.engine == "postgresql":  # then this gateway is one worker of several (nanobot.cluster)
-            self._be_a_worker(outbox)
-        self.intake = DurableIntake(self.delivery, self.bus, self.cluster.router if self.cluster else None)
-        ctx = ChannelContext(bus=self.bus, access=AccessGate(store, notify_owner=rt.announce),
-                             workspace=self.config.workspace_path,
-                             max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
-                             chat_root=self._chat_root, intake=self.intake, singletons=self.singletons,
-                             report=self._channel_trouble)
-        self.channels = ChannelManager(self.config, ctx, outbox)
-        self.services.insert(0, Pruner(self.delivery))  # prunes at once, then every 6 hours
-        # Background tasks: one name per home alone (its last run's tasks are its own), the worker id among workers.
-        self.services.insert(1, TaskRunner(rt, self.intake.accept, self.cluster.id if self.cluster else "gateway",
-                                           among_workers=self.cluster is not None))
+        await self.delivery.migrate()
         if self.cluster is not None:  # takes over what dead workers (or our last run) left
             await self.cluster.start()
         else:
-            await outbox.resend_pending()  # they wait for their channel to start
+            await self.outbound.outbox.resend_pending()  # they wait for their channel to start
             await self.intake.resume(rt.sessions)  # queued before anything new arrives: each chat keeps its order
-        self.channels.on_state = self._write_state
         rt.provider.watch_cooldowns(self._write_state)  # the model router: a provider went into cooldown
         if rt.mcp is not None:  # their functions exist before the first message
             rt.mcp.watch(self._write_state)
             await rt.mcp.ensure_started()
-        await self.channels.start()
+        await self.channels.start(self._ctx)
         if self.channels.failed:  # retried with backoff: the daemon stays up for cron and the others
             log.warning("channels not running yet (retrying): %s", "; ".join(
                 f"{name}: {why}" for name, why in self.channels.failed.items()))
@@ -131,34 +127,31 @@ class Gateway:
             log.warning("no chat channel is enabled (channels.*.enabled): running for %s, the terminal "
                         "(nanobot agent) and the heartbeat", serving)
         self._intake = asyncio.create_task(self.dispatcher.run(), name="dispatcher")
-        self._router = asyncio.create_task(self.channels.route(), name="outbound router")
+        self._router = asyncio.create_task(self.outbound.route(), name="outbound router")
         for service in self.services:
-            if isinstance(service, Periodic):
-                service.singletons = self.singletons  # heartbeat, welcomes, pruning: once across workers
             await service.start()
             self._started_services.append(service)
         log.info("gateway ready: channels %s; event loop %s", ", ".join(self.channels.channels) or "none",
                  type(asyncio.get_running_loop()).__module__.split(".")[0])  # uvloop, or asyncio
 
-    def _be_a_worker(self, outbox: Outbox) -> None:
+    def _worker(self, outbox: Outbox) -> ClusterWorker:
         """On PostgreSQL: chats, singletons and turns are shared out with the other workers."""
+        from nanobot.cluster.router import GatewayHooks
         from nanobot.cluster.worker import ClusterWorker
 
-        assert self.delivery is not None and self.dispatcher is not None
         rt = self.runtime
-        self.cluster = ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions, outbox.resend,
-                                     str(self.config.workspace_path))
-        self.delivery.worker = self.cluster.id  # recorded with each reply: who sends it
-        self.singletons = self.cluster.singletons
-        self.dispatcher.handover(self.cluster.router)
-        self.cluster.router.on_lost = self.dispatcher.let_go
+        hooks = GatewayHooks(resend=outbox.resend, let_go=self.dispatcher.let_go)
+        cluster = ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions, hooks,
+                                str(self.config.workspace_path))
+        self.dispatcher.handover(cluster.router)  # the one link made after building: the two need each other
+        return cluster
 
     async def ask(self, msg: InboundMessage) -> str:
         """Run ``msg`` as a turn of its chat and return the reply (cron prompt jobs); the reply
         is sent to the chat as well. Among workers it is recorded and runs where its chat is held."""
-        if self.dispatcher is None:
+        if self._intake is None:
             raise RuntimeError("the gateway is not running")
-        among_workers = self.intake.accept if self.cluster is not None and self.intake is not None else None
+        among_workers = self.intake.accept if self.cluster is not None else None
         return await self.dispatcher.ask(msg, through=among_workers)
 
     # ---- the API's, the page's and the terminal socket's view (nanobot.api.front_door) ----
@@ -187,15 +180,13 @@ class Gateway:
         return self.runtime.deps.api_owners
 
     def channel_context(self) -> ChannelContext:
-        assert self.channels is not None, "internal channels are added by services, after start()"
-        return self.channels.ctx
+        return self._ctx
 
     def add_internal_channel(self, channel: BaseChannel) -> None:
-        assert self.channels is not None
         self.channels.add_internal(channel)
 
     def accepting(self) -> bool:
-        return self.dispatcher is not None and not self.dispatcher.closing
+        return self._intake is not None and not self.dispatcher.closing
 
     async def open_chat(self, chat: str) -> Session:
         if self.cluster is not None:
@@ -216,7 +207,7 @@ class Gateway:
         from nanobot.tasks import TaskStore
         from nanobot.tools.shell import shell_status
 
-        rt, states = self.runtime, self.channels.state if self.channels is not None else {}
+        rt, states = self.runtime, self.channels.state
         lines = [f"Channels: {', '.join(f'{n} ({s})' for n, s in states.items()) or 'none enabled'}",
                  f"MCP:      {'; '.join(rt.mcp.summary()) if rt.mcp else 'none configured'}",
                  f"Shell:    {shell_status(rt.config)}",
@@ -231,17 +222,16 @@ class Gateway:
 
     def health(self) -> Health:
         """What /readyz checks: the store, the worker's database line, the channels."""
-        return Health(self.runtime.db, lambda: self.channels.failing_since if self.channels else {},
+        return Health(self.runtime.db, lambda: self.channels.failing_since,
                       lambda: self.cluster is not None and self.cluster.line.lost.is_set())
 
     def running_channels(self) -> list[str]:
         """Channels that can carry a message nobody asked for (cron output, notices): not the
         API's and the terminal's, which only answer the requests they are waiting on."""
-        return self.channels.outgoing() if self.channels is not None else []
+        return self.channels.outgoing()
 
     def _channel_trouble(self, name: str, why: str | None) -> None:
-        if self.channels is not None:
-            self.channels.report(name, why)
+        self.channels.report(name, why)
 
     def _chat_root(self, sender: Sender) -> Path:
         """Where a chat's downloads go: the workspace for owner chats, its own folder for members."""
@@ -250,33 +240,26 @@ class Gateway:
 
     def _write_state(self) -> None:
         """Where each channel stands, for ``nanobot status`` (a file in the home)."""
-        assert self.channels is not None
         mcp = self.runtime.mcp
         cooling = self.runtime.provider.cooling_down()
         write_gateway_state(self.runtime.home, self.channels.state, mcp.states() if mcp else {}, cooling)
 
     async def stop(self) -> None:
         """Safe to call after a failed or partial start()."""
-        if self.channels is not None:
-            await self.channels.stop_retrying()
-            await self.channels.stop_receiving()
+        await self.channels.stop_retrying()
+        await self.channels.stop_receiving()
         await _cancel(self._intake)
         services, self._started_services = self._started_services[::-1], []
         # Services (a cron run, say) and running turns wind down side by side, not one grace after another.
         stopping = [_stop_service(s) for s in services]
-        if self.dispatcher is not None:
-            stopping.append(self.dispatcher.shutdown(self.config.gateway.shutdown_grace_seconds))
+        stopping.append(self.dispatcher.shutdown(self.config.gateway.shutdown_grace_seconds))
         await asyncio.gather(*stopping)
         await _cancel(self._router)
-        if self.channels is not None:
-            await self.channels.drain(DRAIN_SECONDS)
+        await self.outbound.drain(DRAIN_SECONDS)
         if self.cluster is not None:  # after our last replies went out: the others take over from here
             await self.cluster.stop()
-        if self.channels is not None:
-            await self.channels.stop()
-        if self.delivery is not None:
-            await self.delivery.close()
-            self.delivery = None
+        await self.channels.stop()
+        await self.delivery.close()
 
 
 async def _cancel(task: asyncio.Task[Any] | None) -> None:
@@ -299,7 +282,7 @@ def add_services(gateway: Gateway) -> None:
     from nanobot.gateway.welcome import PairingWelcome
     from nanobot.heartbeat import Heartbeat
 
-    gateway.add_service(CronJobs(gateway.runtime, gateway.ask, gateway.running_channels, lambda: gateway.singletons))
+    gateway.add_service(CronJobs(gateway.runtime, gateway.ask, gateway.running_channels, gateway.singletons))
     from nanobot.api.terminal import TerminalSocket
 
     gateway.add_service(TerminalSocket(gateway))  # nanobot agent reaches this gateway through it
@@ -312,10 +295,10 @@ def add_services(gateway: Gateway) -> None:
 
         gateway.add_service(OpsServer(gateway))
     gateway.add_service(PairingWelcome(gateway.runtime.deps.services.pairing, gateway.bus,
-                                       gateway.running_channels))
+                                       gateway.running_channels, gateway.singletons))
     heartbeat = gateway.config.gateway.heartbeat
     if heartbeat.enabled:
-        gateway.add_service(Heartbeat(gateway.runtime, heartbeat.interval_minutes * 60))
+        gateway.add_service(Heartbeat(gateway.runtime, heartbeat.interval_minutes * 60, gateway.singletons))
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: the terminal closed; stop cleanly

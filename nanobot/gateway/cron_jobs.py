@@ -119,10 +119,10 @@ class CronJobs:
     CLOCK = "cron clock"
 
     def __init__(self, runtime: Runtime, ask: Ask, running_channels: Callable[[], Collection[str]],
-                 singletons: Callable[[], Singletons], *, poll_interval: float = 1.0) -> None:
+                 singletons: Singletons, *, poll_interval: float = 1.0) -> None:
         self.runtime = runtime
         self.runner = JobRunner(runtime, ask, running_channels)
-        self.singletons = singletons  # the gateway's, known once it started
+        self.singletons = singletons  # the gateway's: among workers, one holds the clock
         self.poll_interval = poll_interval
         self.service: CronService | None = None
         self._clock: asyncio.Task[None] | None = None
@@ -137,7 +137,7 @@ class CronJobs:
                                    poll_interval=self.poll_interval, on_notice=self.runner.notice,
                                    validate_code=lambda code: rt.code.check(code, limits))
         rt.scheduler.service = self.service
-        held = await self.singletons().try_hold(self.CLOCK)
+        held = await self.singletons.try_hold(self.CLOCK)
         if held is not None:  # alone, or the first worker: fire from the start
             await self.service.start()
         self._clock = asyncio.create_task(self._keep_clock(held), name="cron clock")
@@ -147,9 +147,9 @@ class CronJobs:
         assert self.service is not None
         while True:
             if held is None:
-                held = await self.singletons().hold(self.CLOCK)
+                held = await self.singletons.hold(self.CLOCK)
                 await self.service.start()
-            await run_while_held(self.singletons(), held, asyncio.Event().wait(), after=self.service.stop)
+            await run_while_held(self.singletons, held, asyncio.Event().wait(), after=self.service.stop)
             held = None
 
     async def stop(self) -> None:

@@ -55,5 +55,4 @@ class OpsServer:
         cluster, dispatcher = gateway.cluster, gateway.dispatcher
         held = len(cluster.router.held) if cluster else len(dispatcher.workers) if dispatcher else 0
         into.set_gauges(chats_held=held, singletons_held=len(cluster.singletons.held) if cluster else 0)
-        if gateway.channels is not None:
-            into.set_channels({name: state == "running" for name, state in gateway.channels.state.items()})
+        into.set_channels({name: state == "running" for name, state in gateway.channels.state.items()})

@@ -9,6 +9,7 @@ from typing import Callable, Collection
 
 from nanobot.access import WELCOME, PairingStore
 from nanobot.bus import MessageBus, OutboundMessage
+from nanobot.coordination import Singletons
 from nanobot.periodic import Periodic
 
 log = logging.getLogger(__name__)
@@ -20,8 +21,9 @@ class PairingWelcome(Periodic):
     tick_first = True
     every_seconds = 2.0  # how soon an approval (by `nanobot pairing approve`, another process) is noticed
 
-    def __init__(self, store: PairingStore, bus: MessageBus, running_channels: Callable[[], Collection[str]]) -> None:
-        super().__init__(self.every_seconds)
+    def __init__(self, store: PairingStore, bus: MessageBus, running_channels: Callable[[], Collection[str]],
+                 singletons: Singletons | None = None) -> None:
+        super().__init__(self.every_seconds, singletons)
         self.store, self.bus, self.running_channels = store, bus, running_channels
 
     async def tick(self) -> None:

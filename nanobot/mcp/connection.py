@@ -31,7 +31,9 @@ class ServerUnavailable(RuntimeError):
 
 
 class McpConnection:
-    def __init__(self, name: str, config: McpServer, log_dir: Path | None = None) -> None:
+    def __init__(self, name: str, config: McpServer, log_dir: Path | None = None, *,
+                 on_connect: Callable[[McpConnection], None] = lambda connection: None,
+                 on_state: Callable[[], None] = lambda: None) -> None:
         self.name = name
         self.config = config
         self.log_dir = log_dir
@@ -45,8 +47,8 @@ class McpConnection:
         self._closing = False
         self._holder: asyncio.Task[None] | None = None
         self._errlog: TextIO | None = None
-        self.on_connect: Callable[[McpConnection], None] | None = None  # tools (re)listed
-        self.on_state: Callable[[], None] | None = None  # the state changed (for status)
+        self.on_connect = on_connect  # tools (re)listed
+        self.on_state = on_state  # the state changed (for status)
 
     @property
     def running(self) -> bool:
@@ -150,8 +152,7 @@ class McpConnection:
             self._client = client
             self._set_state("running")
             self._attempted.set()
-            if self.on_connect is not None:
-                self.on_connect(self)
+            self.on_connect(self)
             await self._lost.wait()
 
     def _transport(self) -> Any:
@@ -192,8 +193,7 @@ class McpConnection:
         elif state == "restarting":
             log.info("MCP server %s: restarting %s", self.name, error)
         self.state = f"{state}: {error}" if error else state
-        if self.on_state is not None:
-            self.on_state()
+        self.on_state()
 
 
 class _Stdio:

@@ -27,8 +27,10 @@ log = logging.getLogger(__name__)
 class McpServers:
     def __init__(self, config: Config, registry: ToolRegistry, log_dir: Path | None = None) -> None:
         self.registry = registry
-        self.connections = {name: McpConnection(name, server, log_dir)
+        self.connections = {name: McpConnection(name, server, log_dir, on_connect=self._reconnected,
+                                                on_state=self._state_changed)
                             for name, server in config.tools.mcp_servers.items() if server.enabled}
+        self._watchers: list[Callable[[], None]] = []
         self.clashes: dict[str, list[str]] = {}  # server -> refused tool names
         self._started: asyncio.Task[None] | None = None
 
@@ -59,12 +61,19 @@ class McpServers:
                 continue
             self.registry.register(tool)
         self.clashes[connection.name] = refused
-        connection.on_connect = self.register  # a restart may bring a changed tool list
+
+    def _reconnected(self, connection: McpConnection) -> None:
+        """A restart may bring a changed tool list (the first start registers them all at once)."""
+        if self._started is not None and self._started.done():
+            self.register(connection)
 
     def watch(self, on_change: Callable[[], None]) -> None:
         """Call ``on_change`` whenever a server's state changes (the gateway's state file)."""
-        for connection in self.connections.values():
-            connection.on_state = on_change
+        self._watchers.append(on_change)
+
+    def _state_changed(self) -> None:
+        for watcher in self._watchers:
+            watcher()
 
     def states(self) -> dict[str, str]:
         return {name: f"{c.state}, {self.tool_count(name)} tools" for name, c in self.connections.items()}

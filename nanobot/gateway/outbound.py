@@ -1,0 +1,159 @@
+"""The one way out: every outbound message (a final reply, a progress note, a stream update,
+typing, a notice) goes through ``Outbound``, which alone owns the outbox, the send gates and
+each chat's order.
+
+Replies go out in order per chat and concurrently across chats: one slow chat (a 429
+backoff, a long split reply) does not hold up the others. With a delivery store (the
+gateway), text and files are recorded before they are sent and retried until the platform
+takes them (see ``nanobot.delivery.outbox``); typing indicators and streamed previews are not
+worth keeping. A failing send never stops the router.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from nanobot import metrics
+from nanobot.bus import EPHEMERAL, MessageBus, OutboundMessage
+from nanobot.channel_plugin import BaseChannel, SendFailed
+from nanobot.delivery.outbox import Outbox, SendGate
+
+if TYPE_CHECKING:
+    from nanobot.delivery.store import DeliveryStore
+    from nanobot.gateway.supervisor import ChannelSupervisor
+
+log = logging.getLogger(__name__)
+
+DURABLE_KINDS = ("text", "file")  # recorded in the outbox; typing and stream previews are not
+
+
+class Outbound:
+    """Routes ``bus.outbound`` (and the dispatcher's recorded replies) to the running channels."""
+
+    def __init__(self, bus: MessageBus, channels: ChannelSupervisor, store: DeliveryStore | None = None) -> None:
+        self.bus = bus
+        self.channels = channels
+        self.outbox = Outbox(store, self.deliver) if store is not None else None
+        self._gates: dict[str, SendGate] = {}
+        self._finished_streams: OrderedDict[Any, None] = OrderedDict()  # streams whose final text was sent
+        self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
+        self._last_kind: dict[str, str] = {}
+        self._inflight: set[asyncio.Task[None]] = set()
+
+    async def route(self) -> None:
+        """Deliver ``bus.outbound`` until cancelled; text and files are recorded first."""
+        while True:
+            msg = await self.bus.outbound.get()
+            if (self.outbox is not None and msg.kind in DURABLE_KINDS and "outbox_id" not in msg.metadata
+                    and not msg.metadata.get(EPHEMERAL)):
+                # Recorded in the background (commits are batched); it is delivered once recorded,
+                # and the recordings complete in the order they were asked for.
+                task = asyncio.create_task(self._record(msg))
+                self._inflight.add(task)
+                task.add_done_callback(self._inflight.discard)
+            else:
+                self.deliver(msg)
+
+    async def _record(self, msg: OutboundMessage) -> None:
+        assert self.outbox is not None
+        try:
+            await self.outbox.put(msg)
+        except Exception:
+            log.exception("could not record a message to %s; sending it unrecorded", msg.target)
+            self.deliver(msg)
+
+    def deliver(self, msg: OutboundMessage) -> None:
+        stream_id = msg.metadata.get("stream_id")
+        if msg.kind == "stream" and stream_id in self._finished_streams:
+            return  # a late preview of a reply already sent in full
+        if msg.kind in DURABLE_KINDS and stream_id is not None:
+            self._finished_streams[stream_id] = None
+            while len(self._finished_streams) > 1000:
+                self._finished_streams.popitem(last=False)
+        durable = self.outbox is not None and "outbox_id" in msg.metadata
+        channel = self.channels.channels.get(msg.channel)
+        if channel is None and not durable:
+            log.warning("no running channel %r: dropped a message to %s", msg.channel, msg.target)
+            return
+        previous = self._last.get(msg.target)
+        if previous is not None and (msg.kind == "typing" or msg.kind == "stream" == self._last_kind[msg.target]):
+            return  # still sending there: a typing indicator now would be stale, a newer stream update follows
+        send = self._send_durable(msg, previous) if durable else self._send(channel, msg, previous)
+        task = asyncio.create_task(send, name=f"send {msg.target}")
+        self._last[msg.target] = task
+        self._last_kind[msg.target] = msg.kind
+        self._inflight.add(task)
+        task.add_done_callback(partial(self._sent, msg.target))
+
+    async def _send(self, channel: BaseChannel, msg: OutboundMessage, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:
+            await asyncio.wait({previous})  # the chat's earlier messages go first
+        try:
+            await _send_one(channel, msg)
+        except Exception as exc:  # adapters should not raise, but one that does must not stop the router
+            log.warning("channel %s: sending to %s failed: %s", channel.name, msg.chat_id, exc,
+                        exc_info=not isinstance(exc, SendFailed))
+
+    async def _send_durable(self, msg: OutboundMessage, previous: asyncio.Task[None] | None) -> None:
+        """Send until the platform takes it (waiting for the channel to run, backing off while
+        it is down), then mark it sent; mark it failed if the platform refuses it."""
+        assert self.outbox is not None
+        if previous is not None:
+            await asyncio.wait({previous})
+        failures = 0
+        if msg.channel not in self.channels.enabled():
+            return self.outbox.failed(msg, f"channel {msg.channel!r} is not enabled")
+        while True:
+            channel = await self.channels.running(msg.channel)
+            try:
+                await self._gate(msg.channel).attempt(partial(_send_one, channel, msg))
+            except SendFailed as exc:
+                failures += 1
+                if not exc.retry or self.outbox.expired(msg):
+                    return self.outbox.failed(msg, str(exc))
+                if failures == 1 or failures % 30 == 0:
+                    log.warning("%s is not taking messages (%s); will keep trying (attempt %d)",
+                                msg.channel, exc, failures)
+                continue
+            except Exception as exc:  # an adapter's bug: trying again would fail the same way
+                log.exception("channel %s: sending to %s failed", channel.name, msg.chat_id)
+                return self.outbox.failed(msg, f"{type(exc).__name__}: {exc}")
+            return await self.outbox.sent(msg)
+
+    def _gate(self, channel: str) -> SendGate:
+        return self._gates.setdefault(channel, SendGate())
+
+    def _sent(self, target: str, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        if self._last.get(target) is task:
+            del self._last[target]
+
+    async def drain(self, timeout: float) -> None:
+        """After ``route()`` is cancelled: send what is still queued, for up to ``timeout`` s."""
+        while not self.bus.outbound.empty():
+            self.deliver(self.bus.outbound.get_nowait())
+        if not self._inflight:
+            return
+        _, late = await asyncio.wait(set(self._inflight), timeout=timeout)
+        if late:
+            log.warning("shutdown: %d message(s) could not be sent in time", len(late))
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)
+
+
+async def _send_one(channel: BaseChannel, msg: OutboundMessage) -> None:
+    if msg.kind == "typing":
+        await channel.send_typing(msg.chat_id)
+    elif msg.kind == "stream":
+        await channel.send_stream(msg)
+    elif msg.kind == "file":
+        await channel.send_file(msg)
+        metrics.current.reply_sent(msg.channel)
+    else:
+        await channel.send(msg)
+        metrics.current.reply_sent(msg.channel)
