@@ -32,7 +32,7 @@ def fast(monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAI) -> None:
     monkeypatch.setattr(DiscordChannel, "guild_ready_timeout", 0.01)
     monkeypatch.setattr(Route, "BASE", Route.BASE)
     monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
-    monkeypatch.setattr("nanobot.config.EDIT_EVERY_S", 0.05)
+    monkeypatch.setattr("nanobot.config.channel_settings.EDIT_EVERY_S", 0.05)
     llm.stream_interval = 0.01  # one 4-character piece every 10 ms
 
 

@@ -1,0 +1,107 @@
+"""The pieces every config section shares: the base class, the one-line error, and the checks of values."""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import unquote, urlsplit, urlunsplit
+from typing import Annotated, Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+
+ExecutionMode = Literal["tools", "code", "hybrid"]
+
+
+class ConfigError(Exception):
+    """A config problem, already phrased as the one line the user sees."""
+
+
+class Section(BaseModel):
+    """Base of every config section: camelCase on the way out, unknown keys rejected."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+def _check_timezone(name: str | None) -> str | None:
+    """An IANA zone name such as "Europe/Berlin"; caught here, not when the gateway schedules."""
+    if name is not None:
+        try:
+            ZoneInfo(name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {name!r} (use an IANA name such as 'Europe/Berlin' or 'UTC')") \
+                from None
+    return name
+
+
+Timezone = Annotated[str, AfterValidator(_check_timezone)]
+
+
+def _check_http_proxy(url: str | None) -> str | None:
+    """The Telegram adapter speaks to HTTP(S) proxies only (aiohttp has no SOCKS)."""
+    if url and not url.lower().startswith(("http://", "https://")):
+        raise ValueError(f"{url!r} is not an http:// or https:// proxy URL (SOCKS proxies are not supported)")
+    return url
+
+
+HttpProxy = Annotated[str, AfterValidator(_check_http_proxy)]
+
+
+def _id_text(value: Any) -> Any:
+    """Ids written as JSON numbers (``"allowFrom": [111]``) are ids all the same."""
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+Id = Annotated[str, BeforeValidator(_id_text)]
+
+
+def address_and_port(entry: str) -> tuple[str, int]:
+    """``"192.168.1.10:8123"`` or ``"[fd00::5]:80"`` as (address, port); ValueError otherwise."""
+    host, sep, port = entry.strip().rpartition(":")
+    try:
+        address = str(ipaddress.ip_address(host.strip("[]")))
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"{entry!r} is not ADDRESS:PORT (an IP address, e.g. \"192.168.1.10:8123\")") from None
+    if not sep or not 0 < number < 65536:
+        raise ValueError(f"{entry!r} needs a port from 1 to 65535, e.g. \"192.168.1.10:8123\"")
+    return address, number
+
+
+def _check_address_and_port(entry: str) -> str:
+    address_and_port(entry)
+    return entry
+
+
+AddressAndPort = Annotated[str, AfterValidator(_check_address_and_port)]
+
+
+def url_password(url: str) -> str:
+    """The password in ``scheme://user:password@host/...``, or ""."""
+    credentials = urlsplit(url).netloc.rpartition("@")[0] if "://" in url else ""
+    return unquote(credentials.partition(":")[2])
+
+
+def url_without_password(url: str) -> str:
+    """The URL as it may be shown or logged: a password becomes ``***``."""
+    password = url_password(url)
+    if not password:
+        return url
+    parts = urlsplit(url)
+    user, _, _ = parts.netloc.rpartition("@")[0].partition(":")
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{parts.netloc.rpartition('@')[2]}"))
+
+
+def _check_listen(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{value!r} is not HOST:PORT (e.g. \"127.0.0.1:8765\")")
+    return value
+
+
+def listen_address(listen: str) -> tuple[str, int]:
+    """``"HOST:PORT"`` (``[::1]:80`` too) as (host, port)."""
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]"), int(port)

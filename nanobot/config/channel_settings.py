@@ -1,0 +1,207 @@
+"""``channels``: one typed section per built-in channel, and what a plugin channel's may hold."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from nanobot.config.base import HttpProxy, Id, Section, _check_listen, listen_address
+
+
+class ChannelSection(Section):
+    """What every channel's section (``channels.<name>``) has; trust, messaging and the gateway
+    read only these fields."""
+
+    enabled: bool = False
+    allow_from: list[Id] = []
+    owners: list[Id] = []
+    group_policy: Literal["mention", "open"] = "mention"
+    streaming: bool = False  # show the reply as it is written (one message, edited as it grows)
+
+    @property
+    def owners_verified(self) -> bool:
+        """Whether a sender id here is the platform's word (a bot token's API says who wrote);
+        email's From is anyone's to write unless the receiving server vouches for it."""
+        return True
+
+
+class BotChannel(ChannelSection):
+    """A built-in chat platform reached with a bot token."""
+
+    token: str = ""
+    api_base: str | None = None
+    streaming: bool = True
+
+
+def _check_webhook_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ValueError("must be the https:// URL Telegram posts updates to")
+    return url
+
+
+class TelegramWebhook(Section):
+    """``channels.telegram.webhook``: Telegram posts updates to ``url``; we serve its path on
+    ``listen`` and refuse requests without ``secretToken`` in their header."""
+
+    url: Annotated[str, AfterValidator(_check_webhook_url)]
+    listen: Annotated[str, AfterValidator(_check_listen)] = "0.0.0.0:8443"
+    # Telegram allows 1-256 of A-Z, a-z, 0-9, _ and -; fewer than 16 is guessable.
+    secret_token: str = Field(min_length=16, max_length=256, pattern=r"^[A-Za-z0-9_-]+$")
+
+    def address(self) -> tuple[str, int]:
+        return listen_address(self.listen)
+
+    @property
+    def path(self) -> str:
+        return urlsplit(self.url).path or "/"
+
+
+class TelegramConfig(BotChannel):
+    proxy: HttpProxy | None = None
+    webhook: TelegramWebhook | None = None  # absent: one worker long-polls
+
+
+class DiscordConfig(BotChannel):
+    gateway_url: str | None = None
+
+
+class SlackEvents(Section):
+    """``channels.slack.events``: Slack posts events to ``path`` on ``listen`` (any worker),
+    each request signed with ``signingSecret``."""
+
+    listen: Annotated[str, AfterValidator(_check_listen)] = "0.0.0.0:3000"
+    path: str = Field("/slack/events", pattern=r"^/")
+
+    def address(self) -> tuple[str, int]:
+        return listen_address(self.listen)
+
+
+class SlackConfig(ChannelSection):
+    """Slack: Socket Mode with ``appToken`` (one worker holds the connection), or the Events
+    API over HTTP (``events`` and ``signingSecret``). ``allowFrom``/``owners``: user ids."""
+
+    bot_token: str = ""
+    app_token: str = ""
+    signing_secret: str = ""
+    events: SlackEvents | None = None
+    # "allowlist": in channels, only those in groupAllowFrom, and every message there
+    group_policy: Literal["mention", "open", "allowlist"] = "mention"  # type: ignore[assignment]
+    group_allow_from: list[Id] = []
+    streaming: bool = True
+    api_base: str | None = None
+
+    def missing(self) -> list[tuple[str, str]]:
+        """(key, why) for what an enabled Slack section lacks."""
+        found = [("bot_token", "is empty")] if not self.bot_token.strip() else []
+        if self.events is None and not self.app_token.strip():
+            found.append(("app_token", "is empty and there is no events section (Socket Mode needs an xapp- token)"))
+        if self.events is not None and not self.signing_secret.strip():
+            found.append(("signing_secret", "is empty while events is set (every request is verified with it)"))
+        return found
+
+
+class ImapServer(Section):
+    host: str = ""
+    port: int = Field(993, gt=0, lt=65536)
+    username: str = ""
+    password: str = ""
+    mailbox: str = "INBOX"
+    tls: bool = True  # IMAP over TLS from the first byte (993); false: plain, loopback or tests only
+
+
+class SmtpServer(Section):
+    host: str = ""
+    port: int = Field(587, gt=0, lt=65536)
+    username: str = ""
+    password: str = ""
+    starttls: bool = True  # upgrade with STARTTLS (587); false: plain, loopback or tests only
+    tls: bool = False  # TLS from the first byte (465)
+
+
+class EmailConfig(ChannelSection):
+    """Email: IMAP in (IDLE, else a poll), SMTP out, replies in the thread. Chats are
+    ``email:<address>``; an address counts for allowFrom/owners only in mail that
+    ``trustedAuthServId``'s Authentication-Results shows as DMARC (or aligned DKIM) pass."""
+
+    address: str = ""
+    imap: ImapServer = ImapServer()
+    smtp: SmtpServer = SmtpServer()
+    trusted_auth_serv_id: str | None = None
+    poll_seconds: float = Field(60.0, gt=0)
+
+    @property
+    def owners_verified(self) -> bool:
+        return bool(self.trusted_auth_serv_id)
+
+    def missing(self) -> list[tuple[str, str]]:
+        keys = (("address", self.address), ("imap.host", self.imap.host), ("imap.username", self.imap.username),
+                ("smtp.host", self.smtp.host))
+        return [(key, "is empty") for key, value in keys if not value.strip()]
+
+
+class PluginChannelConfig(ChannelSection):
+    """The section of a third-party channel: the shared fields, plus the adapter's own keys
+    (kept as they are; an adapter with a ``config_model`` validates them in the gateway)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+
+BUILTIN_CHANNELS = ("telegram", "discord", "slack", "email")
+LIVE_CHANNELS = ("cli", "api")  # the gateway's own: replies are shown piece by piece as they come
+EDIT_EVERY_S = 1.0  # a chat platform's streamed message is edited at most this often
+
+
+class Channels(Section):
+    # Other keys are sections of third-party channels (entry points "nanobot.channels"). A key
+    # no installed adapter claims is rejected as unknown, so a typo still fails here.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    __pydantic_extra__: dict[str, PluginChannelConfig] = Field(init=False)
+
+    telegram: TelegramConfig = TelegramConfig()
+    discord: DiscordConfig = DiscordConfig()
+    slack: SlackConfig = SlackConfig()
+    email: EmailConfig = EmailConfig()
+    max_media_mb: int = Field(20, gt=0)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _installed_channels_only(cls, data: Any, handler: Any) -> Channels:
+        channels = handler(data)
+        extra = channels.model_extra or {}
+        if extra:
+            from importlib.metadata import entry_points
+
+            installed = {ep.name for ep in entry_points(group="nanobot.channels")}
+            unknown = [key for key in extra if key not in installed]
+            if unknown:  # raised as pydantic's own "extra" error, so load_config names the key
+                raise ValidationError.from_exception_data(cls.__name__, [
+                    {"type": "extra_forbidden", "loc": (key,), "input": extra[key]} for key in unknown])
+        return channels
+
+    def section(self, name: str) -> ChannelSection | None:
+        """``channels.<name>``, built-in or third-party; None when the config has none."""
+        builtin: dict[str, ChannelSection] = {"telegram": self.telegram, "discord": self.discord,
+                                              "slack": self.slack, "email": self.email}
+        return builtin.get(name) or (self.model_extra or {}).get(name)
+
+    def streams(self, name: str) -> bool:
+        """Whether replies in this channel are shown as they are written (the terminal and the
+        API: always; the API sends them only to clients that ask for a stream)."""
+        return self.stream_pace(name) is not None
+
+    def stream_pace(self, name: str) -> float | None:
+        """How often a reply being written is shown, in seconds (None: not streamed). The
+        terminal and the API get each visible piece as it comes (0: at most 50 ms behind the
+        model); a chat platform's message is edited about once a second (its rate limits)."""
+        if name in LIVE_CHANNELS:
+            return 0.0
+        section = self.section(name)
+        return EDIT_EVERY_S if section is not None and section.streaming else None
+
+    def enabled_names(self) -> list[str]:
+        """Names of the channels switched on (``channels.<name>.enabled``), third-party ones included."""
+        return [n for n in [*BUILTIN_CHANNELS, *(self.model_extra or {})] if (s := self.section(n)) and s.enabled]

@@ -1,0 +1,93 @@
+"""``tools``: the shell, the web, MCP servers, transcription."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from nanobot.config.base import AddressAndPort, Section, address_and_port
+
+
+class ExecTool(Section):
+    enabled: bool = True
+    timeout: int = Field(60, gt=0)
+    max_output_chars: int = Field(10000, gt=0)
+    # "auto": confine every command (Landlock + seccomp), refuse if this machine cannot;
+    # "off": run commands with the daemon's own rights (a warning in the log and in status).
+    sandbox: Literal["auto", "off"] = "auto"
+    network: bool = False  # let confined commands open sockets
+    read_paths: list[str] = []  # more read-only paths for confined commands, besides the system's
+    max_memory_mb: int = Field(4096, gt=0)  # address space of each confined process
+
+
+class WebSearch(Section):
+    provider: Literal["duckduckgo", "brave"] = "duckduckgo"
+    api_key: str = ""
+    max_results: int = Field(5, gt=0)
+
+
+class WebFetch(Section):
+    max_chars: int = Field(50000, gt=0)
+    max_bytes: int = Field(5_000_000, gt=0)
+    timeout: float = Field(20.0, gt=0)
+    # Private addresses web_fetch may reach all the same, each as "ADDRESS:PORT" (a service on
+    # your LAN): that address and port only, so a redirect to any other private one is refused.
+    allow_private: list[AddressAndPort] = []
+
+    def allowed_private(self) -> frozenset[tuple[str, int]]:
+        return frozenset(address_and_port(entry) for entry in self.allow_private)
+
+
+class Web(Section):
+    search: WebSearch = WebSearch()
+    fetch: WebFetch = WebFetch()
+
+
+class McpServer(Section):
+    """One MCP server: a command (stdio) or a URL (streamable HTTP, or SSE)."""
+
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+    transport: Literal["stdio", "streamable-http", "sse"] | None = None  # default: from command / url
+    enabled: bool = True
+    tool_timeout: float = Field(30.0, gt=0)  # a call past it raises TimeoutError (and is cancelled)
+    start_timeout: float = Field(30.0, gt=0)  # connecting and listing the tools
+    allowed_tools: list[str] | None = None  # the server's own tool names; all when absent
+    # "auto": its tools go with every request (native schemas, code stubs) unless all MCP
+    # schemas together pass 10% of contextTokens; "onDemand": found through find_tools / tool_help.
+    load: Literal["auto", "always", "onDemand"] = "auto"
+
+    @model_validator(mode="after")
+    def _one_way_to_reach_it(self) -> McpServer:
+        if bool(self.command) == bool(self.url):
+            raise ValueError("give either 'command' (a stdio server) or 'url' (an HTTP server), not both or neither")
+        if self.transport is None:
+            self.transport = "stdio" if self.command else "streamable-http"
+        if (self.transport == "stdio") != bool(self.command):
+            raise ValueError(f"transport {self.transport!r} needs {'command' if self.transport == 'stdio' else 'url'}")
+        return self
+
+
+class Transcription(Section):
+    """Voice notes to text; ``provider`` names a ``providers`` entry (empty: off)."""
+
+    provider: str = ""
+    model: str = "whisper-1"
+    language: str | None = None  # ISO-639-1 hint, e.g. "de"; None lets the server detect it
+    max_seconds: int = Field(600, gt=0)  # longer notes are refused with a reply saying so
+    max_mb: int = Field(25, gt=0)  # OpenAI's own upload limit
+    timeout: float = Field(120.0, gt=0)
+
+
+class Tools(Section):
+    restrict_to_workspace: bool = True
+    max_workspace_mb: int = Field(1024, gt=0)  # what the file tools may fill the workspace up to
+    exec: ExecTool = ExecTool()
+    web: Web = Web()
+    mcp_servers: dict[str, McpServer] = {}
+    transcription: Transcription = Transcription()
