@@ -26,7 +26,7 @@ from discord.http import Route
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.text import split_message
-from nanobot.bus import OutboundMessage
+from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
 from nanobot.coordination import Held, run_while_held
 
@@ -175,11 +175,11 @@ class DiscordChannel(BaseChannel):
         media, durations = await self._download(message.attachments, *self.inbox(sender)) if allowed else ([], {})
         # A guild not (yet) in discord.py's cache still has its id on the partial channel.
         guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
-        await self._handle_message(
-            sender_id=str(message.author.id), sender_name=message.author.name, chat_id=str(message.channel.id),
-            content=content, media=media, is_private=is_private, mentioned=mentioned,
-            metadata={"message_id": str(message.id), "guild_id": str(guild_id) if guild_id else None,
-                      "durations": durations, "delivery_key": str(message.id)})
+        await self._handle(InboundMessage(
+            self.name, str(message.channel.id), str(message.author.id), content, sender_name=message.author.name,
+            media=media, is_private=is_private, delivery_key=str(message.id), durations=durations,
+            metadata={"message_id": str(message.id), "guild_id": str(guild_id) if guild_id else None}),
+            mentioned=mentioned)
 
     async def _download(self, attachments: list[discord.Attachment], root: Path,
                         inbox: Path) -> tuple[list[str], dict[str, float]]:
@@ -218,7 +218,7 @@ class DiscordChannel(BaseChannel):
             return
         self._check_target(msg)
         assert self._client is not None
-        preview = self._previews.pop(msg.metadata.get("stream_id"), None)
+        preview = self._previews.pop(msg.stream_id, None)
         # A partial messageable needs no GET /channels and no cache: just the id.
         channel = self._client.get_partial_messageable(int(msg.chat_id))
         reference = None
@@ -241,7 +241,7 @@ class DiscordChannel(BaseChannel):
         """The reply so far, in one message: sent once, then edited."""
         if self._client is None or not msg.chat_id.isdigit() or not msg.content.strip():
             return
-        stream_id = msg.metadata.get("stream_id")
+        stream_id = msg.stream_id
         text = msg.content if len(msg.content) <= self.max_message_len else msg.content[:self.max_message_len - 2] + " …"
         preview = self._previews.get(stream_id)
         try:
@@ -308,7 +308,7 @@ class DiscordChannel(BaseChannel):
 def _nonce(msg: OutboundMessage, chunk: int) -> str | None:
     """The same for every attempt at one chunk of one recorded reply: sent with
     ``enforce_nonce``, so Discord shows it once even if a crash makes us send it again."""
-    outbox_id = msg.metadata.get("outbox_id")
+    outbox_id = msg.outbox_id
     return f"nb{outbox_id}.{chunk}" if outbox_id is not None else None  # Discord allows 25 characters
 
 

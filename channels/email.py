@@ -32,7 +32,7 @@ import aiosmtplib
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.email_parse import Mail, parse, vouched
-from nanobot.bus import REPLY_CONTEXT, OutboundMessage
+from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import EmailConfig
 from nanobot.coordination import Held, run_while_held
 
@@ -211,10 +211,9 @@ class EmailChannel(BaseChannel):
         self._threads[mail.sender] = mail.reply_context()
         text = mail.text if not mail.subject or mail.subject.lower().startswith("re:") \
             else f"{mail.subject}\n\n{mail.text}"
-        await self._handle_message(sender_id=mail.sender, sender_name=mail.sender_name, chat_id=mail.sender,
-                                   content=text, media=media, is_private=True,
-                                   metadata={"delivery_key": f"mail:{mail.message_id or uid_key}",
-                                             REPLY_CONTEXT: mail.reply_context()})
+        await self._handle(InboundMessage(self.name, mail.sender, mail.sender, text, sender_name=mail.sender_name,
+                                          media=media, is_private=True, delivery_key=f"mail:{mail.message_id or uid_key}",
+                                          reply_context=mail.reply_context()))
 
     async def _save(self, mail: Mail, root: Path, inbox: Path) -> list[str]:
         paths = []
@@ -248,7 +247,7 @@ class EmailChannel(BaseChannel):
 
     def _compose(self, msg: OutboundMessage, text: str) -> EmailMessage:
         """A reply in the thread of the chat's mail (or of the last one read here), else a new mail."""
-        thread: dict[str, Any] = msg.metadata.get(REPLY_CONTEXT) or self._threads.get(msg.chat_id) or {}
+        thread: dict[str, Any] = msg.reply_context or self._threads.get(msg.chat_id) or {}
         subject = str(thread.get("subject") or "").strip()
         mail = EmailMessage()
         mail["From"], mail["To"] = self.config.address, msg.chat_id
@@ -257,7 +256,7 @@ class EmailChannel(BaseChannel):
         if thread.get("message_id"):
             mail["In-Reply-To"] = thread["message_id"]
             mail["References"] = thread.get("references") or thread["message_id"]
-        outbox_id, recorded = msg.metadata.get("outbox_id"), msg.metadata.get("outbox_created")
+        outbox_id, recorded = msg.outbox_id, msg.outbox_created
         # The same Message-ID for every attempt at one recorded reply: a resend is one mail.
         mail["Message-ID"] = f"<nanobot.{outbox_id}.{int(recorded or 0)}@{self.domain}>" \
             if outbox_id is not None else make_msgid(domain=self.domain)

@@ -176,7 +176,7 @@ class SlackChannel(BaseChannel):
             else []
         await self._handle_message(
             sender_id=user, chat_id=chat_id, content=re.sub(rf"<@{self.bot_user}>", "", text).strip(), media=media,
-            is_private=is_private, mentioned=mentioned, metadata={"delivery_key": f"{channel}:{ts}", "message_ts": ts})
+            is_private=is_private, mentioned=mentioned, delivery_key=f"{channel}:{ts}", metadata={"message_ts": ts})
 
     async def _download(self, files: list[dict[str, Any]], root: Path, inbox: Path) -> list[str]:
         """Root-relative paths of the files fetched (with the bot token, from Slack's file host only)."""
@@ -223,7 +223,7 @@ class SlackChannel(BaseChannel):
             return
         channel, thread = _target(msg.chat_id)
         chunks = mrkdwn_chunks(msg.content)
-        preview = self._previews.pop(msg.metadata.get("stream_id"), None)
+        preview = self._previews.pop(msg.stream_id, None)
         if preview is not None and await self._call("chat_update", channel=preview[0], ts=preview[1],
                                                     text=chunks[0], quiet=True):
             chunks = chunks[1:]  # the streamed message now holds the first chunk
@@ -236,11 +236,11 @@ class SlackChannel(BaseChannel):
             return
         channel, thread = _target(msg.chat_id)
         text = markdown_to_mrkdwn(msg.content[:MAX_TEXT - 2] + (" …" if len(msg.content) > MAX_TEXT else ""))
-        preview = self._previews.get(msg.metadata.get("stream_id"))
+        preview = self._previews.get(msg.stream_id)
         if preview is None:
             posted = await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=text, quiet=True)
             if posted:
-                self._previews[msg.metadata.get("stream_id")] = (posted["channel"], posted["ts"])
+                self._previews[msg.stream_id] = (posted["channel"], posted["ts"])
         else:
             await self._call("chat_update", channel=preview[0], ts=preview[1], text=text, quiet=True)
 

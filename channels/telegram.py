@@ -217,13 +217,12 @@ class TelegramChannel(BaseChannel):
         sender = Sender(self.name, str(message.chat_id), str(user_id), username, is_private)
         media, notes, durations = await self._download_media(message, *self.inbox(sender)) if allowed else ([], [], {})
         content = "\n".join(part for part in (text, *notes) if part)
-        return await self._admit(
-            sender_id=str(user_id), sender_name=username, chat_id=str(message.chat_id),
-            content=content, media=media, is_private=is_private, mentioned=mentioned,
-            metadata={"message_id": message.message_id, "chat_type": message.chat.type, "durations": durations,
-                      "delivery_key": str(update_id),
-                      # someone else's words, whoever passed them on: the turn is marked untrusted
-                      "untrusted": "a forwarded message" if message.forward_origin else None})
+        return await self._admit(InboundMessage(
+            self.name, str(message.chat_id), str(user_id), content, sender_name=username, media=media,
+            is_private=is_private, delivery_key=str(update_id), durations=durations,
+            # someone else's words, whoever passed them on: the turn is marked untrusted
+            untrusted="a forwarded message" if message.forward_origin else None,
+            metadata={"message_id": message.message_id, "chat_type": message.chat.type}), mentioned=mentioned)
 
     def _addressed_to_me(self, message: Message, text: str) -> bool:
         """An @mention of the bot (also /cmd@bot), or a reply to one of the bot's messages."""
@@ -294,7 +293,7 @@ class TelegramChannel(BaseChannel):
             return  # Telegram rejects empty text
         reply = ReplyParameters(int(msg.reply_to), allow_sending_without_reply=True) \
             if msg.reply_to and msg.reply_to.lstrip("-").isdigit() else None
-        preview = self._previews.pop(msg.metadata.get("stream_id"), None)
+        preview = self._previews.pop(msg.stream_id, None)
         for markdown, html in render_chunks(msg.content, self.max_message_len, utf16_len):
             if preview is not None and await self._finish_preview(preview, markdown, html):
                 preview = None  # the streamed message now holds the first chunk, formatted
@@ -332,7 +331,7 @@ class TelegramChannel(BaseChannel):
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, as plain text in one message: sent once, then edited."""
-        stream_id = msg.metadata.get("stream_id")
+        stream_id = msg.stream_id
         text = _preview_text(msg.content, self.max_message_len)
         preview = self._previews.get(stream_id)
         try:

@@ -12,8 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 
+Source = Literal["user", "cron", "task"]  # who asked: a person (any channel, the API), a cron job, a task
+
+
 @dataclass
 class InboundMessage:
+    """A message in. The typed fields are what the layers share; ``metadata`` holds only what
+    one platform needs (its message ids, a chat type)."""
+
     channel: str
     chat_id: str
     sender_id: str
@@ -23,21 +29,20 @@ class InboundMessage:
     is_private: bool = False  # a one-to-one chat with the sender (decides owner trust)
     metadata: dict[str, Any] = field(default_factory=dict)
     received_at: float = field(default_factory=time.monotonic)
+    source: Source = "user"
+    delivery_key: str | None = None  # the platform's id for the message: a repeat of it is dropped
+    durations: dict[str, float] | None = None  # seconds of the recordings among ``media``, as reported
+    untrusted: str | None = None  # outside content it carries (a forward): the turn is tainted
+    reply_context: dict[str, str] | None = None  # what replies need to thread under it (a mail's ids)
+    mode: str | None = None  # the execution mode asked for this turn (the API's, the terminal's)
+    intake_id: int | None = None  # its record in the intake, once recorded
+    resumed: bool = False  # recorded, its turn begun before a crash or restart: run again, once
+    # Travels with the message, never stored: the caller waiting for the reply (Dispatcher.ask, the API).
+    reply_future: asyncio.Future[str] | None = field(default=None, repr=False, compare=False)
 
     @property
     def session_key(self) -> str:
         return f"{self.channel}:{self.chat_id}"
-
-
-EPHEMERAL = "ephemeral"  # OutboundMessage.metadata key: best effort, not kept in the outbox
-# InboundMessage.metadata key: the future a caller waits on for the reply (Dispatcher.ask, the
-# API); never stored.
-REPLY_FUTURE = "reply_future"
-# OutboundMessage.metadata key: this is the turn's reply (sent after everything else of the turn)
-TURN_REPLY = "turn_reply"
-# InboundMessage.metadata key a channel may set (say, the mail a reply must thread under); the
-# dispatcher hands it back in the metadata of the replies and notes that answer that message
-REPLY_CONTEXT = "reply_context"
 
 
 @dataclass(frozen=True)
@@ -56,12 +61,18 @@ class OutboundMessage:
     content: str = ""
     # "text" is a message to show; "typing" asks the channel to show a typing indicator;
     # "stream" is the reply so far, shown in one message the channel keeps editing
-    # (``metadata["stream_id"]``); the final "text" with the same stream_id replaces it;
+    # (``stream_id``); the final "text" with the same stream_id replaces it;
     # "file" sends ``file`` with ``content`` as its caption.
     kind: Literal["text", "typing", "stream", "file"] = "text"
     reply_to: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)  # what one platform needs
     file: OutgoingFile | None = None
+    stream_id: int | None = None  # the streamed reply this updates (a "stream"), or completes (a "text")
+    durable: bool = True  # False: best effort, not kept in the outbox (a notice that would be stale later)
+    turn_reply: bool = False  # the turn's reply: everything else of the turn went out before it
+    reply_context: dict[str, str] | None = None  # the answered message's (``InboundMessage.reply_context``)
+    outbox_id: int | None = None  # its record in the outbox, once recorded
+    outbox_created: float | None = None  # when it was recorded (a message refused for a day is dropped)
 
     @property
     def target(self) -> str:

@@ -117,7 +117,7 @@ class BaseChannel(ABC):
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far (``msg.kind == "stream"``, its whole text each time): a chat platform
         edits one message as it grows, a live client (the API, the terminal) gets what is new;
-        the final text arrives with the same ``metadata["stream_id"]``. Every channel decides
+        the final text arrives with the same ``stream_id``. Every channel decides
         (no silent default: the API's streams once went nowhere through one); a channel that
         cannot show a reply growing returns and shows only the final text."""
 
@@ -159,31 +159,34 @@ class BaseChannel(ABC):
 
     async def _handle_message(self, *, sender_id: str, chat_id: str, content: str, sender_name: str | None = None,
                               media: list[str] | None = None, is_private: bool = True, mentioned: bool = False,
-                              metadata: dict[str, Any] | None = None) -> bool:
+                              delivery_key: str | None = None, metadata: dict[str, Any] | None = None) -> bool:
         """Apply group policy and access control, then hand the message on. True if it went.
-        ``metadata["delivery_key"]``: the platform's id for it, by which repeats are dropped."""
-        msg = await self._admit(sender_id=sender_id, chat_id=chat_id, content=content, sender_name=sender_name,
-                                media=media, is_private=is_private, mentioned=mentioned, metadata=metadata)
-        if msg is not None:
-            await self.ctx.accept([msg])
-        return msg is not None
+        ``delivery_key``: the platform's id for it, by which repeats are dropped. (An adapter
+        with more to say about a message builds the InboundMessage and calls ``_handle``.)"""
+        return await self._handle(InboundMessage(
+            self.name, chat_id, sender_id, content, sender_name=sender_name, media=media or [], is_private=is_private,
+            delivery_key=delivery_key, metadata=metadata or {}), mentioned=mentioned)
 
-    async def _admit(self, *, sender_id: str, chat_id: str, content: str, sender_name: str | None = None,
-                     media: list[str] | None = None, is_private: bool = True, mentioned: bool = False,
-                     metadata: dict[str, Any] | None = None) -> InboundMessage | None:
-        """The message, if group policy and access control let it through (for adapters that
-        hand over a batch at a time); a stranger gets the gate's reply (a pairing code)."""
-        if not self._addressed(is_private, mentioned):
+    async def _handle(self, msg: InboundMessage, *, mentioned: bool = False) -> bool:
+        """``_handle_message`` for a message the adapter built (with durations, reply context)."""
+        admitted = await self._admit(msg, mentioned=mentioned)
+        if admitted is not None:
+            await self.ctx.accept([admitted])
+        return admitted is not None
+
+    async def _admit(self, msg: InboundMessage, *, mentioned: bool = False) -> InboundMessage | None:
+        """``msg``, if group policy and access control let it through (for adapters that hand
+        over a batch at a time); a stranger gets the gate's reply (a pairing code)."""
+        if not self._addressed(msg.is_private, mentioned):
             return None
-        admitted, reply = await self.ctx.access.check(self.name, sender_id, sender_name,
-                                                      list(self.config.allow_from), is_private, chat_id)
+        admitted, reply = await self.ctx.access.check(self.name, msg.sender_id, msg.sender_name,
+                                                      list(self.config.allow_from), msg.is_private, msg.chat_id)
         if not admitted:
-            log.debug("%s: ignored message from unknown sender %s (%s)", self.name, sender_id, sender_name)
+            log.debug("%s: ignored message from unknown sender %s (%s)", self.name, msg.sender_id, msg.sender_name)
             if reply:
                 try:
-                    await self.send(OutboundMessage(self.name, chat_id, reply))
+                    await self.send(OutboundMessage(self.name, msg.chat_id, reply))
                 except SendFailed as exc:
-                    log.warning("%s: could not send the pairing reply to %s: %s", self.name, chat_id, exc)
+                    log.warning("%s: could not send the pairing reply to %s: %s", self.name, msg.chat_id, exc)
             return None
-        return InboundMessage(channel=self.name, chat_id=chat_id, sender_id=sender_id, sender_name=sender_name,
-                              content=content, media=media or [], is_private=is_private, metadata=metadata or {})
+        return msg

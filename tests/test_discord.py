@@ -175,7 +175,7 @@ async def test_a_recorded_reply_sent_again_after_a_crash_is_shown_once(channel: 
                                                                        fake: FakeDiscord) -> None:
     """Each chunk of a recorded reply carries a nonce made from its outbox id, with
     enforce_nonce: Discord answers a repeat with the message it already has."""
-    reply = OutboundMessage("discord", str(DM), "x" * 2500, metadata={"outbox_id": 7})
+    reply = OutboundMessage("discord", str(DM), "x" * 2500, outbox_id=7)
     await channel.send(reply)
     await channel.send(reply)  # the crash came between the send and its mark: sent again at start
     assert "".join(m["content"] for m in fake.sent).replace("\n", "") == "x" * 2500

@@ -139,7 +139,7 @@ async def test_the_terminal_prints_words_as_they_come_and_nothing_twice(capsys) 
     channel = CliChannel("cli:s", MessageBus())
 
     def out(text: str, kind: str = "stream") -> OutboundMessage:
-        return OutboundMessage("cli", "s", text, kind=kind, metadata={"stream_id": 7})
+        return OutboundMessage("cli", "s", text, kind=kind, stream_id=7)
 
     await channel.send(out("First"))
     assert capsys.readouterr().out == "First"  # a one-line reply shows before it is done

@@ -24,6 +24,7 @@ from nanobot.agent.spend import BudgetSpent, metered_chat
 from nanobot.agent.streaming import ReplyStream
 from nanobot.agent.memory import Consolidator, prompt_history
 from nanobot.agent.all_modes import get_mode
+from nanobot.bus import Source
 from nanobot.config import AgentSettings
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.media.images import RECENT_IMAGES, image_count, sent_images, with_images
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str], Awaitable[None]]
 
 REPEAT_LIMIT = 3  # the same call with the same arguments this often in one turn: the model is stuck
-CRON_SENDER = "cron:"  # a cron prompt job's turn (sender "cron:JOB")
 TASK_SENDER = "task:"  # a background task's own turn (sender "task:ID")
 TASK_RESULT = "task-result:"  # a background task's result, delivered to its chat
 
@@ -63,6 +63,7 @@ class Origin:
     sender_name: str | None = None
     private: bool = False
     untrusted: str | None = None  # set when the message carries outside content (a document, a forward)
+    source: Source = "user"  # a person's message, a cron prompt job's, a background task's result
 
 
 class Turn:
@@ -239,7 +240,7 @@ class Agent:
         content = clean_text(content)  # one bad character must not poison the chat's history
         logs.current_chat.set(session_key)  # log lines of this task name the chat (json logs)
         await self.deps.sessions.open(session_key)  # loaded before anything reads it
-        if origin is not None and origin.sender_id.startswith(TASK_RESULT):
+        if origin is not None and origin.source == "task":
             return self.task_result(session_key, content)
         if origin is not None and origin.private:
             remember_peer(self.session(session_key), origin)
@@ -259,7 +260,7 @@ class Agent:
         if self.deps.mcp is not None:  # `nanobot agent`: the first turn starts them
             await self.deps.mcp.ensure_started()
         turn = Turn(self.deps, session, get_mode(mode or self.mode_name(session)), progress, stream)
-        if origin is not None and origin.sender_id.startswith(CRON_SENDER):
+        if origin is not None and origin.source == "cron":
             turn.ctx.origin = "cron"
         if media:  # documents, photos, voice: someone else's content
             turn.ctx.turn.taint("an attached file")

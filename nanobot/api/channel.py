@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext
-from nanobot.bus import REPLY_FUTURE, TURN_REPLY, InboundMessage, OutboundMessage
+from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import PluginChannelConfig
 from nanobot.trust import API_CHANNEL
 
@@ -104,9 +104,8 @@ class ApiChannel(BaseChannel):
         self._waiting.setdefault(chat_id, deque()).append(reply)
         answered: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         answered.add_done_callback(lambda done: self._answered(chat_id, reply, done))
-        metadata: dict[str, object] = {"delivery_key": request_id, REPLY_FUTURE: answered,
-                                       **({"mode": mode} if mode else {})}
-        msg = InboundMessage(self.name, chat_id, sender, content, media=list(media or ()), metadata=metadata)
+        msg = InboundMessage(self.name, chat_id, sender, content, media=list(media or ()), delivery_key=request_id,
+                             mode=mode, reply_future=answered)
         try:
             await self.ctx.accept([msg])
         except BaseException:
@@ -151,7 +150,7 @@ class ApiChannel(BaseChannel):
         """The reply itself comes through the request's future (its message here closes the
         request); notes and notices (<say>) are asides of the request."""
         reply = self._delivered(msg.chat_id)
-        if msg.metadata.get(TURN_REPLY):
+        if msg.turn_reply:
             if reply is not None and self._closing.get(msg.chat_id) is reply:
                 self._close(msg.chat_id, reply)
         elif reply is not None and msg.content:

@@ -128,7 +128,7 @@ async def _chat(rt, session: str, mode: str | None) -> None:
         dispatcher.submit(InboundMessage(channel_name, chat_id, "owner", "/stop"))
         return True
 
-    channel = CliChannel(session, rt.bus, metadata={"mode": mode} if mode else {},
+    channel = CliChannel(session, rt.bus, mode=mode,
                          history_file=rt.home / "cli_history", on_interrupt=interrupt)
 
     async def intake() -> None:

@@ -75,8 +75,8 @@ class RemoteChat:
                     if piece := choice.get("delta", {}).get("content"):
                         shown += piece
                         await self.channel.send_stream(OutboundMessage("cli", self.chat_id, shown, kind="stream",
-                                                                       metadata={"stream_id": stream_id}))
-        await self.channel.send(OutboundMessage("cli", self.chat_id, shown, metadata={"stream_id": stream_id}))
+                                                                       stream_id=stream_id))
+        await self.channel.send(OutboundMessage("cli", self.chat_id, shown, stream_id=stream_id))
 
     def interrupt(self) -> bool:
         """Ctrl-C: stop the running turn (True), or leave when nothing runs (False)."""

@@ -76,12 +76,12 @@ class CliChannel(BaseChannel):
     name = "cli"
     max_message_len = 1_000_000
 
-    def __init__(self, session_key: str, bus: MessageBus, *, metadata: dict[str, Any] | None = None,
+    def __init__(self, session_key: str, bus: MessageBus, *, mode: str | None = None,
                  history_file: Path | None = None, on_interrupt: Callable[[], bool] | None = None) -> None:
         # No config section and no gate: the terminal is the owner's.
         self.channel, _, self.chat_id = session_key.partition(":")
         self.bus = bus
-        self.metadata = metadata or {}
+        self.mode = mode  # the execution mode the lines typed ask for (``nanobot agent --mode``)
         self.history_file = history_file
         self.on_interrupt = on_interrupt or (lambda: False)  # True: a turn was cancelled, keep reading
         self.closed = asyncio.Event()  # set when the user ends input (EOF, Ctrl-D, Ctrl-C when idle, "exit")
@@ -102,7 +102,7 @@ class CliChannel(BaseChannel):
         if msg.kind == "stream":
             return await self.send_stream(msg)
         if msg.kind == "text" and msg.content:
-            stream = self._streams.pop(msg.metadata.get("stream_id"), None)
+            stream = self._streams.pop(msg.stream_id, None)
             if stream is None:
                 print(msg.content, flush=True)  # on a terminal, patch_stdout puts it above the prompt line
             else:
@@ -111,10 +111,9 @@ class CliChannel(BaseChannel):
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply as it is written: word by word (under the prompt, in the prompt area)."""
-        stream_id = msg.metadata.get("stream_id")
-        stream = self._streams.get(stream_id)
+        stream = self._streams.get(msg.stream_id)
         if stream is None:
-            stream = self._streams[stream_id] = TerminalStream(write_stdout, whole_lines=self._tty)
+            stream = self._streams[msg.stream_id] = TerminalStream(write_stdout, whole_lines=self._tty)
         stream.feed(msg.content)
         self._redraw()
 
@@ -138,7 +137,7 @@ class CliChannel(BaseChannel):
                     return
                 if line:
                     await self.bus.publish_inbound(InboundMessage(self.channel, self.chat_id, "owner", line,
-                                                                  metadata=dict(self.metadata)))
+                                                                  mode=self.mode))
         finally:
             self.closed.set()
 

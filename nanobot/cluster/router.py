@@ -21,7 +21,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
-from nanobot.bus import REPLY_FUTURE, InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot import metrics
 from nanobot.cluster.leases import ChatLeases
 from nanobot.delivery.intake import mark_if_resumed
@@ -89,18 +89,18 @@ class ChatRouter:
         chat is claimed here first if nobody holds it (the others then find it taken)."""
         for msg in messages:
             self._local[_key(msg)] = msg
-        for chat in {msg.session_key for msg in messages if REPLY_FUTURE in msg.metadata} - self.held:
+        for chat in {msg.session_key for msg in messages if msg.reply_future is not None} - self.held:
             async with self._locks.hold(chat):
                 if chat not in self.held and await self.leases.claim(chat):
                     await self._taken(chat)
 
     async def arrived(self, messages: list[InboundMessage]) -> None:
-        for chat in {msg.session_key for msg in messages if "intake_id" in msg.metadata} & self.held:
+        for chat in {msg.session_key for msg in messages if msg.intake_id is not None} & self.held:
             await self.pull(chat, claim=False)
         for msg in messages:  # the rest run wherever their chat is held
-            if self._local.pop(_key(msg), None) is not None and REPLY_FUTURE in msg.metadata \
-                    and "intake_id" in msg.metadata:
-                self._awaiting[msg.metadata["intake_id"]] = msg.metadata[REPLY_FUTURE]
+            if self._local.pop(_key(msg), None) is not None and msg.reply_future is not None \
+                    and msg.intake_id is not None:
+                self._awaiting[msg.intake_id] = msg.reply_future
 
     # ---- wake-ups ----------------------------------------------------------------------
     def notified(self, channel: str, payload: str) -> None:
@@ -152,11 +152,11 @@ class ChatRouter:
         for msg in await self.delivery.unfinished_in(chat, self.queued.get(chat, 0)):
             original = self._local.pop(_key(msg), None)
             if original is not None:
-                original.metadata["intake_id"] = msg.metadata["intake_id"]
+                original.intake_id = msg.intake_id
                 msg = original
             elif self.queued[chat] == 0:  # left by the chat's previous holder
                 await mark_if_resumed(msg, self.sessions)
-            self.queued[chat] = msg.metadata["intake_id"]
+            self.queued[chat] = msg.intake_id
             await self.bus.publish_inbound(msg)
 
     async def _taken(self, chat: str) -> None:
@@ -249,4 +249,4 @@ class ChatRouter:
 
 
 def _key(msg: InboundMessage) -> tuple[str, str]:
-    return msg.channel, str(msg.metadata.get("delivery_key"))
+    return msg.channel, str(msg.delivery_key)

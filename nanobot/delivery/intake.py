@@ -19,7 +19,7 @@ import uuid
 from typing import TYPE_CHECKING, Protocol
 
 from nanobot import metrics
-from nanobot.bus import EPHEMERAL, InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
     from nanobot.delivery.store import DeliveryStore
@@ -66,7 +66,7 @@ class LocalRoute:
 
     async def arrived(self, messages: list[InboundMessage]) -> None:
         for msg in messages:
-            if "intake_id" in msg.metadata:
+            if msg.intake_id is not None:
                 await self.bus.publish_inbound(msg)
 
 
@@ -84,7 +84,7 @@ class DurableIntake:
         if not messages:
             return
         for msg in messages:  # a plugin channel may have no id of its own: then no repeat can be caught
-            msg.metadata.setdefault("delivery_key", uuid.uuid4().hex)
+            msg.delivery_key = msg.delivery_key or uuid.uuid4().hex
         await self.route.expect(messages)
         try:
             ids = await self._record(messages)
@@ -94,9 +94,9 @@ class DurableIntake:
         for msg, intake_id in zip(messages, ids):
             if intake_id is None:
                 self.repeats += 1
-                log.info("%s: dropped a repeat of message %s", msg.channel, msg.metadata["delivery_key"])
+                log.info("%s: dropped a repeat of message %s", msg.channel, msg.delivery_key)
             else:
-                msg.metadata["intake_id"] = intake_id
+                msg.intake_id = intake_id
                 metrics.current.received(msg.channel)
         await self.route.arrived(messages)
 
@@ -117,7 +117,7 @@ class DurableIntake:
             if now - self._told_full.get(chat, float("-inf")) >= DISK_FULL_EVERY:
                 self._told_full[chat] = now
                 self.bus.outbound.put_nowait(OutboundMessage(msg.channel, msg.chat_id, DISK_FULL_REPLY,
-                                                             metadata={EPHEMERAL: True}))
+                                                             durable=False))
 
     async def resume(self, sessions: Histories) -> int:
         """Queue the messages a crash or a restart left unanswered, in order; how many."""
@@ -127,7 +127,7 @@ class DurableIntake:
             await self.bus.publish_inbound(msg)
         if unfinished:
             log.warning("resuming %d message(s) left unanswered by the last run (%d cut mid-turn)",
-                        len(unfinished), sum(1 for m in unfinished if m.metadata.get("resumed")))
+                        len(unfinished), sum(1 for m in unfinished if m.resumed))
         return len(unfinished)
 
 
@@ -135,5 +135,5 @@ async def mark_if_resumed(msg: InboundMessage, sessions: Histories) -> None:
     """A recorded message whose turn had begun (the chat's history says so) is run again on the
     message already recorded, with a note (see the module's docstring)."""
     started = (await sessions.open(msg.session_key)).meta.intake_started
-    if started is not None and started >= msg.metadata["intake_id"]:
-        msg.metadata["resumed"] = True
+    if started is not None and msg.intake_id is not None and started >= msg.intake_id:
+        msg.resumed = True

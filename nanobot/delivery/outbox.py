@@ -37,8 +37,8 @@ class Outbox:
             if finishes is not None:
                 await self.store.finish_inbound(finishes)
             return
-        msg.metadata["outbox_id"] = await self.store.record_outbound(msg, finishes)
-        msg.metadata.setdefault("outbox_created", time.time())
+        msg.outbox_id = await self.store.record_outbound(msg, finishes)
+        msg.outbox_created = msg.outbox_created or time.time()
         self.sender(msg)
 
     async def resend_pending(self) -> int:
@@ -67,11 +67,12 @@ class Outbox:
         self._mark(msg, "failed", why).add_done_callback(_log_failure)
 
     def expired(self, msg: OutboundMessage) -> bool:
-        return time.time() - msg.metadata.get("outbox_created", time.time()) > GIVE_UP_S
+        return msg.outbox_created is not None and time.time() - msg.outbox_created > GIVE_UP_S
 
     def _mark(self, msg: OutboundMessage, state: str, why: str | None = None) -> asyncio.Future[Any]:
         # Only recorded messages are marked: put() and resend_pending() gave each its outbox_id.
-        return self.store.mark_outbound(msg.metadata["outbox_id"], state, why)  # with other chats' marks
+        assert msg.outbox_id is not None
+        return self.store.mark_outbound(msg.outbox_id, state, why)  # with other chats' marks
 
 
 def _log_failure(task: asyncio.Future[Any]) -> None:

@@ -12,7 +12,6 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import asdict, replace
 from typing import Any, Awaitable, Callable
 
 from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
@@ -204,7 +203,7 @@ class DeliveryStore:
             return [await tx.fetchval(
                 "INSERT INTO inbound (channel, delivery_key, message, received, chat) VALUES ($1, $2, $3, $4, $5) "
                 "ON CONFLICT (channel, delivery_key) DO NOTHING RETURNING id",
-                msg.channel, str(msg.metadata["delivery_key"]), _inbound_json(msg), now, msg.session_key)
+                msg.channel, str(msg.delivery_key), _inbound_json(msg), now, msg.session_key)
                 for msg in messages]
 
         ids = await self.put(op)
@@ -248,7 +247,7 @@ class DeliveryStore:
                 "INSERT INTO outbox (channel, chat_id, kind, content, reply_to, metadata, file_name, file_data, "
                 "photo, created, finishes, worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
                 "RETURNING id",
-                msg.channel, msg.chat_id, msg.kind, msg.content, msg.reply_to, _metadata_json(msg.metadata),
+                msg.channel, msg.chat_id, msg.kind, msg.content, msg.reply_to, _outbound_metadata_json(msg),
                 file.name if file else None, file.data if file else None, int(file.photo) if file else None,
                 time.time(), finishes, self.worker)
 
@@ -311,31 +310,51 @@ async def _nothing(tx: Queries) -> None:
     return None
 
 
+# What a recorded message keeps: not its intake id (the row's), whether it resumes (decided at
+# start), a waiting caller (a future) or when it arrived (this process's clock).
+_STORED_INBOUND = ("channel", "chat_id", "sender_id", "content", "sender_name", "media", "is_private",
+                   "source", "delivery_key", "durations", "untrusted", "reply_context", "mode")
+# Rows written before these were typed fields kept them in metadata.
+_ONCE_METADATA = ("delivery_key", "durations", "untrusted", "reply_context", "mode")
+
+
 def _inbound_json(msg: InboundMessage) -> str:
-    # Only what JSON can hold is kept (not a waiting caller's future): filtered before asdict,
-    # which would deep-copy it.
-    data = asdict(replace(msg, metadata={k: v for k, v in msg.metadata.items() if _jsonable(v)}))
-    data.pop("received_at")
+    data = {name: getattr(msg, name) for name in _STORED_INBOUND}
+    data["metadata"] = {k: v for k, v in msg.metadata.items() if _jsonable(v)}
     return json.dumps(data)
 
 
 def _inbound_from(row_id: int, text: str) -> InboundMessage:
-    msg = InboundMessage(**json.loads(text))
-    msg.metadata["intake_id"] = row_id
-    return msg
+    data = json.loads(text)
+    metadata = data.setdefault("metadata", {})
+    for name in _ONCE_METADATA:
+        if name in metadata:
+            data.setdefault(name, metadata.pop(name))
+    metadata.pop("intake_id", None), metadata.pop("resumed", None)
+    if str(data.get("sender_id", "")).startswith("cron:"):  # a cron job's, recorded before ``source``
+        data.setdefault("source", "cron")
+    return InboundMessage(**data, intake_id=row_id)
 
 
-def _metadata_json(metadata: dict[str, Any]) -> str:
-    return json.dumps({k: v for k, v in metadata.items() if _jsonable(v)})
+def _outbound_metadata_json(msg: OutboundMessage) -> str:
+    """The metadata column: the platform's metadata and the reply context (for a mail's thread)."""
+    kept = {k: v for k, v in msg.metadata.items() if _jsonable(v)}
+    if msg.reply_context:
+        kept["reply_context"] = msg.reply_context
+    return json.dumps(kept)
 
 
 def outbound_from(row: Any) -> OutboundMessage:
+    """A recorded message, to send again. Not its stream: the streamed message of before the
+    restart is not ours to edit."""
     file = OutgoingFile(row["file_name"], row["file_data"], bool(row["photo"])) if row["file_name"] else None
     metadata = json.loads(row["metadata"])
-    metadata.pop("stream_id", None)  # the streamed message of before the restart is not ours to edit
-    metadata["outbox_id"], metadata["outbox_created"] = row["id"], row["created"]
+    for stale in ("stream_id", "outbox_id", "outbox_created", "turn_reply", "ephemeral"):  # rows from before
+        metadata.pop(stale, None)
+    reply_context = metadata.pop("reply_context", None)
     return OutboundMessage(row["channel"], row["chat_id"], row["content"], kind=row["kind"],
-                           reply_to=row["reply_to"], metadata=metadata, file=file)
+                           reply_to=row["reply_to"], metadata=metadata, file=file, reply_context=reply_context,
+                           outbox_id=row["id"], outbox_created=row["created"])
 
 
 def _jsonable(value: Any) -> bool:

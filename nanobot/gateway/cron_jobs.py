@@ -104,7 +104,7 @@ class JobRunner:
     async def run_prompt(self, job: CronJob) -> RunOutcome:
         channel, chat_id = split_target(job.target)
         reply = await self.ask(InboundMessage(channel, chat_id, sender_id=f"cron:{job.id}",
-                                              content=job.payload, metadata={"cron_job": job.id}))
+                                              content=job.payload, source="cron"))
         return RunOutcome("ok", reply)
 
 

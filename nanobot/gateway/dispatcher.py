@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol
 from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin
 from nanobot.agent.streaming import ReplyStream
-from nanobot.bus import EPHEMERAL, REPLY_CONTEXT, REPLY_FUTURE, TURN_REPLY, InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -114,9 +114,9 @@ class SessionWorker:
                     started = True
                     self.stream = d.reply_stream(msg)
                     resumed = mark_started(await d.agent.deps.sessions.open(self.key), msg)
-                    return await d.agent.handle(self.key, msg.content, media=msg.media, mode=msg.metadata.get("mode"),
+                    return await d.agent.handle(self.key, msg.content, media=msg.media, mode=msg.mode,
                                                 progress=lambda text: d.send(msg, text), origin=origin_of(msg),
-                                                stream=self.stream, durations=msg.metadata.get("durations"),
+                                                stream=self.stream, durations=msg.durations,
                                                 resumed=resumed)
                 finally:
                     if typing is not None:
@@ -207,7 +207,7 @@ class Dispatcher:
         if self.closing:
             raise RuntimeError("the gateway is shutting down")
         done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        msg.metadata[REPLY_FUTURE] = done
+        msg.reply_future = done
         if through is None:
             self.submit(msg)
         else:
@@ -227,22 +227,21 @@ class Dispatcher:
     async def send(self, msg: InboundMessage, text: str) -> None:
         """A message to the chat ``msg`` came from (a progress note)."""
         if text:
-            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text, metadata=_context(msg)))
+            await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text,
+                                                            reply_context=msg.reply_context))
 
     async def finish(self, msg: InboundMessage, text: str, *, stream_id: int | None = None) -> None:
         """``msg``'s reply (none if ``text`` is empty). With an outbox it is recorded before
         this returns, and ``msg`` is settled in the same commit: a crash from now on cannot
         make it run again."""
-        metadata: dict[str, object] = {TURN_REPLY: True, **_context(msg)}
-        if stream_id is not None:
-            metadata["stream_id"] = stream_id
-        reply = OutboundMessage(msg.channel, msg.chat_id, text, metadata=metadata)
+        reply = OutboundMessage(msg.channel, msg.chat_id, text, stream_id=stream_id, turn_reply=True,
+                                reply_context=msg.reply_context)
         if self.outbox is None:
             if text:
                 await self.bus.publish_outbound(reply)
             return
         try:
-            await self.outbox.put(reply, finishes=msg.metadata.get("intake_id"))
+            await self.outbox.put(reply, finishes=msg.intake_id)
         except Exception:  # the store failed: send it anyway; the message runs again after a restart
             log.exception("%s: could not record the reply; sending it unrecorded", msg.session_key)
             if text:
@@ -252,13 +251,13 @@ class Dispatcher:
         """A stream for this message's reply, when its channel shows replies as they are written
         (``channels.<name>.streaming``); cron jobs' turns are not streamed."""
         pace = self.stream_pace(msg.channel)
-        if msg.sender_id.startswith("cron:") or pace is None:
+        if msg.source == "cron" or pace is None:
             return None
         stream: ReplyStream
 
         async def publish(text: str) -> None:
             await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text, kind="stream",
-                                                            metadata={"stream_id": stream.stream_id}))
+                                                            stream_id=stream.stream_id))
 
         stream = ReplyStream(publish, pace)
         return stream
@@ -304,13 +303,13 @@ class Dispatcher:
     def tell_restarting(self, msg: InboundMessage) -> None:
         """Sent before the channels close (they drain the outbound queue at shutdown). A recorded
         message is answered after the restart; an unrecorded one (no outbox) is lost."""
-        if self._holder is not None and "intake_id" in msg.metadata:
+        if self._holder is not None and msg.intake_id is not None:
             return  # recorded: another worker answers it in a moment
-        if not msg.sender_id.startswith("cron:") and not is_stop(msg.content) and msg.session_key not in self._told:
+        if msg.source != "cron" and not is_stop(msg.content) and msg.session_key not in self._told:
             self._told.add(msg.session_key)  # once per chat
-            notice = RESUME_NOTICE if "intake_id" in msg.metadata else RESTART_NOTICE
+            notice = RESUME_NOTICE if msg.intake_id is not None else RESTART_NOTICE
             # Not kept in the outbox: after the restart it would be stale.
-            self.bus.outbound.put_nowait(OutboundMessage(msg.channel, msg.chat_id, notice, metadata={EPHEMERAL: True}))
+            self.bus.outbound.put_nowait(OutboundMessage(msg.channel, msg.chat_id, notice, durable=False))
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coro)
@@ -322,9 +321,9 @@ def mark_started(session: Session, msg: InboundMessage) -> bool:
     """Note in the chat's history that ``msg``'s turn begins and where its message will go (a
     crash from now on resumes it); whether this run resumes a turn whose message is recorded
     already (it is then not written again: the model sees it once, then a note)."""
-    intake_id = msg.metadata.get("intake_id")
+    intake_id = msg.intake_id
     at = session.meta.intake_started_at
-    if msg.metadata.get("resumed") and at is not None and at < len(session.messages) \
+    if msg.resumed and at is not None and at < len(session.messages) \
             and session.messages[at].get("role") == "user":
         return True
     if intake_id is not None:
@@ -334,18 +333,12 @@ def mark_started(session: Session, msg: InboundMessage) -> bool:
 
 def origin_of(msg: InboundMessage) -> Origin:
     """Who sent ``msg`` (a cron job's message is not private, so it never decides a chat's trust)."""
-    return Origin(msg.sender_id, msg.sender_name, msg.is_private, msg.metadata.get("untrusted"))
-
-
-def _context(msg: InboundMessage) -> dict[str, object]:
-    """The channel's reply context of ``msg`` (``REPLY_CONTEXT``), for the messages answering it."""
-    context = msg.metadata.get(REPLY_CONTEXT)
-    return {REPLY_CONTEXT: context} if context else {}
+    return Origin(msg.sender_id, msg.sender_name, msg.is_private, msg.untrusted, msg.source)
 
 
 def _answer_caller(msg: InboundMessage, reply: str) -> None:
     """Hand the reply to whoever is waiting on this message (``Dispatcher.ask``, the API)."""
-    done = msg.metadata.get(REPLY_FUTURE)
+    done = msg.reply_future
     if done is not None and not done.done():
         done.set_result(reply)
 

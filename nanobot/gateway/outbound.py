@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from nanobot import metrics
-from nanobot.bus import EPHEMERAL, MessageBus, OutboundMessage
+from nanobot.bus import MessageBus, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, SendFailed
 from nanobot.delivery.outbox import Outbox, SendGate
 
@@ -48,8 +48,7 @@ class Outbound:
         """Deliver ``bus.outbound`` until cancelled; text and files are recorded first."""
         while True:
             msg = await self.bus.outbound.get()
-            if (self.outbox is not None and msg.kind in DURABLE_KINDS and "outbox_id" not in msg.metadata
-                    and not msg.metadata.get(EPHEMERAL)):
+            if self.outbox is not None and msg.kind in DURABLE_KINDS and msg.outbox_id is None and msg.durable:
                 # Recorded in the background (commits are batched); it is delivered once recorded,
                 # and the recordings complete in the order they were asked for.
                 task = asyncio.create_task(self._record(msg))
@@ -67,14 +66,14 @@ class Outbound:
             self.deliver(msg)
 
     def deliver(self, msg: OutboundMessage) -> None:
-        stream_id = msg.metadata.get("stream_id")
+        stream_id = msg.stream_id
         if msg.kind == "stream" and stream_id in self._finished_streams:
             return  # a late preview of a reply already sent in full
         if msg.kind in DURABLE_KINDS and stream_id is not None:
             self._finished_streams[stream_id] = None
             while len(self._finished_streams) > 1000:
                 self._finished_streams.popitem(last=False)
-        durable = self.outbox is not None and "outbox_id" in msg.metadata
+        durable = self.outbox is not None and msg.outbox_id is not None
         channel = self.channels.channels.get(msg.channel)
         if channel is None and not durable:
             log.warning("no running channel %r: dropped a message to %s", msg.channel, msg.target)

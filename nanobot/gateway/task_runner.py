@@ -124,5 +124,5 @@ class TaskRunner:
         text = f"Background task {task.name} {headline}:\n{result}" if result else f"Background task {task.name} {headline}."
         channel, chat_id = split_target(task.chat)
         await self.accept([InboundMessage(channel, chat_id, f"{TASK_RESULT}{task.id}", text,
-                                          metadata={"delivery_key": f"task-{task.id}"})])
+                                          source="task", delivery_key=f"task-{task.id}")])
         log.info("background task %s %s", task.id, state)
