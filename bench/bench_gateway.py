@@ -63,12 +63,12 @@ class Clocked:
         self.agent = agent
         self.started_at: list[float] = []
 
-    async def handle(self, *args: Any, **kwargs: Any) -> str:
+    async def answer(self, *args: Any, **kwargs: Any) -> str:
         self.started_at.append(time.perf_counter())
-        return await self.agent.handle(*args, **kwargs)
+        return await self.agent.answer(*args, **kwargs)
 
-    def session(self, key: str) -> Any:
-        return self.agent.session(key)
+    def __getattr__(self, name: str) -> Any:  # the rest (deps, session) is the agent's own
+        return getattr(self.agent, name)
 
 
 def config_in(root: Path) -> Config:

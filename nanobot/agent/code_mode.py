@@ -36,14 +36,14 @@ def turn_functions(turn: Turn) -> dict[str, Extra]:
     from nanobot.sandbox import StopProgram
 
     async def final_answer(value: Any = "") -> None:
-        turn.final = value if isinstance(value, str) else repr(value)
+        turn.state.final = value if isinstance(value, str) else repr(value)
         raise StopProgram()
 
     async def llm_query(prompt: str) -> str:
         limit = turn.settings.code_runtime.max_llm_queries
-        if turn.llm_queries >= limit:
+        if turn.state.llm_queries >= limit:
             raise RuntimeError(f"llm_query budget used up ({limit} per turn, codeRuntime.maxLlmQueries)")
-        turn.llm_queries += 1
+        turn.state.llm_queries += 1
         response = await turn.ask_model(messages=[{"role": "user", "content": str(prompt)}], purpose="llm_query")
         return strip_think(response.content)
 
@@ -60,7 +60,7 @@ async def run_program(turn: Turn, code: str) -> str:
     """Run one program for the turn; the text of its ``<python_result>`` message."""
     settings = turn.settings
     result = await executor(turn).run(code, turn.ctx, limits=settings.code_runtime, timezone=settings.timezone,
-                                      mode=turn.mode.name, extras=turn_functions(turn), inputs=turn.inputs or None)
+                                      mode=turn.mode.name, extras=turn_functions(turn), inputs=turn.state.inputs or None)
     return result.to_model_text()
 
 
@@ -109,11 +109,11 @@ class CodeMode:
         turn.check_repeat("python", block.code)
         log.debug("[%s] running the model's program:\n%s", turn.session.key, block.code)
         output = await run_program(turn, block.code)
-        if turn.final is None or output != NO_OUTPUT:  # an empty result before the answer says nothing
+        if turn.state.final is None or output != NO_OUTPUT:  # an empty result before the answer says nothing
             turn.add({"role": "user", "content": f"<python_result>\n{output}\n</python_result>"})
-        if turn.final is not None:
-            turn.session.append({"role": "assistant", "content": turn.final})
-        return turn.final
+        if turn.state.final is not None:
+            turn.session.append({"role": "assistant", "content": turn.state.final})
+        return turn.state.final
 
 
 def large_inputs(turn: Turn, content: str, attachments: Attachments) -> str:
@@ -127,19 +127,19 @@ def large_inputs(turn: Turn, content: str, attachments: Attachments) -> str:
     parts = []
     saved = keep_long_message(turn, content)
     if saved is not None:
-        turn.inputs["context"] = content
+        turn.state.inputs["context"] = content
         parts.append(f"[The user's message is {len(content):,} characters long; it is in the variable `context` "
                      f"(and the file {saved}). Its beginning and end:]\n{long_message_preview(content)}")
     else:
         earlier = _earlier_long_message(turn)
         if earlier is not None:
-            turn.inputs["context"] = earlier
+            turn.state.inputs["context"] = earlier
         parts.append(content)
     files = {doc.name: doc.text for doc in attachments.documents}
     if files:
-        turn.inputs["files"] = files
-        if "context" not in turn.inputs:
-            turn.inputs["context"] = attachments.documents[0].text
+        turn.state.inputs["files"] = files
+        if "context" not in turn.state.inputs:
+            turn.state.inputs["context"] = attachments.documents[0].text
         for doc in attachments.documents:
             cut = ", cut at the size limit" if doc.truncated else ""
             parts.append(f"[document {doc.path}: its text is files[{doc.name!r}] ({len(doc.text):,} chars{cut}). "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -66,6 +66,43 @@ class Origin:
     source: Source = "user"  # a person's message, a cron prompt job's, a background task's result
 
 
+@dataclass(frozen=True)
+class TurnRequest:
+    """What a turn is asked: the chat, the message, and what came with it."""
+
+    session_key: str
+    content: str
+    media: list[str] = field(default_factory=list)  # workspace-relative paths of the message's files
+    mode: str | None = None  # the chat's mode unless given
+    origin: Origin | None = None  # None: the heartbeat's, or the terminal's own
+    durations: dict[str, float] | None = None  # seconds of recordings among ``media``, as the platform said
+    resumed: bool = False  # a turn cut by a restart, whose message is in the history already
+
+
+@dataclass(frozen=True)
+class TurnIO:
+    """Where a turn's output goes besides its reply: progress notes, and the reply as written."""
+
+    progress: Progress | None = None
+    stream: ReplyStream | None = None
+
+
+@dataclass
+class TurnState:
+    """What changes as a turn runs (the modes write here); the rest of a Turn is its fixed setup."""
+
+    found_tools: set[str]  # what find_tools added in this chat (tool_offer)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the prompt being built
+    history_len: int = 0  # messages[1:1+history_len] are earlier turns, trimmed first when too long
+    inputs: dict[str, Any] = field(default_factory=dict)  # variables handed to code-mode programs (large inputs)
+    final: str | None = None  # set by final_answer() to end the turn without another model call
+    llm_queries: int = 0  # llm_query() calls from programs in this turn, against their budget
+    model_calls: int = 0
+    outcome: str = "ok"  # for the turn's log line: "cut" when the reply hit maxTokens
+    notices: list[str] = field(default_factory=list)  # said after the reply (e.g. that the model cannot see images)
+    repeats: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+
 class Turn:
     """One user message's trip through the model and tools."""
 
@@ -79,28 +116,19 @@ class Turn:
         self.progress = progress
         self.ctx = deps.chat_context(session.key)
         self.ctx.runs_code = mode.name != "tools"
-        self.messages: list[dict[str, Any]] = []
-        self.inputs: dict[str, Any] = {}  # variables handed to code-mode programs (large inputs)
-        self.final: str | None = None  # set by final_answer() to end the turn without another model call
-        self.llm_queries = 0  # llm_query() calls from programs in this turn, against their budget
-        self.found_tools = set(session.meta.found_tools or ())  # what find_tools added in this chat (tool_offer)
-        self.model_calls = 0
-        self.outcome = "ok"  # for the turn's log line: "cut" when the reply hit maxTokens
-        self.history_len = 0  # messages[1:1+history_len] are earlier turns, trimmed first when too long
-        self.notices: list[str] = []  # said after the reply (e.g. that the model cannot see images)
-        self._repeats: Counter[tuple[str, str]] = Counter()
+        self.state = TurnState(found_tools=set(session.meta.found_tools or ()))
 
     def check_repeat(self, name: str, arguments: str) -> None:
         """Stop a model that keeps making the same call (a weak model can loop for many minutes)."""
-        self._repeats[name, arguments] += 1
-        if self._repeats[name, arguments] >= REPEAT_LIMIT:
+        self.state.repeats[name, arguments] += 1
+        if self.state.repeats[name, arguments] >= REPEAT_LIMIT:
             what = "the same program" if name == "python" else f"{name} with the same arguments"
             raise TurnEnded(f"I stopped: I was repeating {what} ({REPEAT_LIMIT} times) without getting anywhere. "
                             "Tell me more about what you need, or try another way.", "loop")
 
     def add(self, message: dict[str, Any]) -> None:
         """Append to both the prompt being built and the session's history."""
-        self.messages.append(message)
+        self.state.messages.append(message)
         self.session.append(message)
 
     async def say(self, text: str) -> None:
@@ -122,7 +150,7 @@ class Turn:
         streamed = self.stream is not None and purpose == "turn" and self.mode.streams_text
         if streamed:
             self.stream.begin()
-        prompt = shorten_old_results(messages or self.messages)
+        prompt = shorten_old_results(messages or self.state.messages)
         request = ChatRequest(messages=await with_images(prompt, self.ctx.workspace, self.images_shown(provider, model)),
                               model=model, tools=tools or None,
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
@@ -130,7 +158,7 @@ class Turn:
                               on_text=self.stream.feed if streamed else None)
         call = partial(metered_chat, self.deps, session_key=self.session.key, mode=self.mode.name, purpose=purpose,
                        member=self.member)
-        self.model_calls += 1
+        self.state.model_calls += 1
         try:
             return await call(request)
         except ProviderError as exc:
@@ -139,24 +167,24 @@ class Turn:
         # The server refused the pictures: this model is blind. Say so once, and carry on with paths.
         remember_blind(self.deps.config.home, provider, model)
         log.warning("%s/%s rejected image input; sending file paths instead from now on", provider, model)
-        self.notices.append(f"(The model {model} does not accept images, so it saw only the photo's file name. "
+        self.state.notices.append(f"(The model {model} does not accept images, so it saw only the photo's file name. "
                             "I will not send it pictures again; pick a vision model with /model, or set "
                             'agents.defaults.vision to "off".)')
-        self.model_calls += 1
+        self.state.model_calls += 1
         return await call(replace(request, messages=await with_images(prompt, self.ctx.workspace, 0)))
 
     def images_shown(self, provider: str, model: str) -> int:
         """How many of the prompt's latest images go as pictures (``agents.defaults.vision``)."""
         vision = self.settings.vision
-        if vision == "off" or (vision == "auto" and image_count(self.messages) and is_blind(self.deps.config.home, provider, model)):
+        if vision == "off" or (vision == "auto" and image_count(self.state.messages) and is_blind(self.deps.config.home, provider, model)):
             return 0
         return RECENT_IMAGES
 
     def fit_prompt(self) -> None:
         """Keep the prompt within the model's context: drop the oldest history, or end the turn."""
         budget = prompt_budget(self.settings.context_tokens, self.settings.max_tokens)
-        self.history_len = drop_oldest_history(self.messages, self.history_len, budget)
-        if estimate_tokens(self.messages) > budget:
+        self.state.history_len = drop_oldest_history(self.state.messages, self.state.history_len, budget)
+        if estimate_tokens(self.state.messages) > budget:
             raise TurnEnded("I stopped: this task's messages and results outgrew the model's context "
                             f"(agents.defaults.contextTokens = {self.settings.context_tokens}). Ask for a smaller "
                             "step, or have me work on files in parts.", "context")
@@ -167,7 +195,7 @@ class Turn:
         note = (f"(My reply was cut off at the output limit, agents.defaults.maxTokens = {self.settings.max_tokens}; "
                 "nothing in it was run. Ask me to continue, or to be shorter.)")
         reply = f"{text}\n\n{note}" if text else note
-        self.outcome = "cut"
+        self.state.outcome = "cut"
         self.session.append({"role": "assistant", "content": reply})
         return reply
 
@@ -178,8 +206,8 @@ class Turn:
                                      chat_root=self.ctx.workspace, owner=self.ctx.trust == OWNER,
                                      chat=self.session.key)
         history = prompt_history(self.session, self.settings.memory_window)  # the part not yet in memory/
-        self.messages = [{"role": "system", "content": system}, *history]
-        self.history_len = len(history)
+        self.state.messages = [{"role": "system", "content": system}, *history]
+        self.state.history_len = len(history)
         user: dict[str, Any] = {"role": "user", "content": self.mode.user_content(self, content, attachments)}
         if attachments.images:  # the paths only: the pictures are read again for each request
             user["images"] = attachments.images
@@ -231,38 +259,36 @@ class Agent:
         """Forget the session's Python state too (``/new``)."""
         await self.deps.code.reset(session_key)
 
-    async def handle(self, session_key: str, content: str, *, media: list[str] | None = None,
-                     progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None,
-                     stream: ReplyStream | None = None, durations: dict[str, float] | None = None,
-                     resumed: bool = False) -> str:
-        """A chat message: a command's answer, or a full agent turn (``resumed``: one cut by a
-        restart, whose message is in the history already)."""
-        content = clean_text(content)  # one bad character must not poison the chat's history
+    async def handle(self, session_key: str, content: str, *, mode: str | None = None,
+                     progress: Progress | None = None, stream: ReplyStream | None = None) -> str:
+        """``answer`` for the simple case: a message typed in a chat (the terminal, the heartbeat)."""
+        return await self.answer(TurnRequest(session_key, content, mode=mode), TurnIO(progress, stream))
+
+    async def answer(self, request: TurnRequest, io: TurnIO = TurnIO()) -> str:
+        """A chat message: a command's answer, or a full agent turn."""
+        request = replace(request, content=clean_text(request.content))  # one bad character must not poison
+        session_key, origin = request.session_key, request.origin
         logs.current_chat.set(session_key)  # log lines of this task name the chat (json logs)
         await self.deps.sessions.open(session_key)  # loaded before anything reads it
         if origin is not None and origin.source == "task":
-            return self.task_result(session_key, content)
+            return self.task_result(session_key, request.content)
         if origin is not None and origin.private:
             remember_peer(self.session(session_key), origin)
-        answer = await handle_command(self, session_key, content)
+        answer = await handle_command(self, session_key, request.content)
         if answer is not None:
             return answer
-        with tracing.span("nanobot.turn", channel=session_key.partition(":")[0], mode=mode):
-            return await self.run_turn(session_key, content, media=media, progress=progress, mode=mode,
-                                       origin=origin, stream=stream, durations=durations, resumed=resumed)
+        with tracing.span("nanobot.turn", channel=session_key.partition(":")[0], mode=request.mode):
+            return await self.run_turn(request, io)
 
-    async def run_turn(self, session_key: str, content: str, *, media: list[str] | None = None,
-                       progress: Progress | None = None, mode: str | None = None, origin: Origin | None = None,
-                       stream: ReplyStream | None = None, durations: dict[str, float] | None = None,
-                       resumed: bool = False) -> str:
-        """``durations``: seconds of recordings among ``media``, as the platform reported them."""
+    async def run_turn(self, request: TurnRequest, io: TurnIO) -> str:
+        session_key, origin = request.session_key, request.origin
         session = await self.deps.sessions.open(session_key)
         if self.deps.mcp is not None:  # `nanobot agent`: the first turn starts them
             await self.deps.mcp.ensure_started()
-        turn = Turn(self.deps, session, get_mode(mode or self.mode_name(session)), progress, stream)
+        turn = Turn(self.deps, session, get_mode(request.mode or self.mode_name(session)), io.progress, io.stream)
         if origin is not None and origin.source == "cron":
             turn.ctx.origin = "cron"
-        if media:  # documents, photos, voice: someone else's content
+        if request.media:  # documents, photos, voice: someone else's content
             turn.ctx.turn.taint("an attached file")
         if origin is not None and origin.untrusted:
             turn.ctx.turn.taint(origin.untrusted)
@@ -270,12 +296,11 @@ class Agent:
         recorded = len(session.messages)
         try:
             attachments = await read_attachments(self.deps.config, self.deps.provider, turn.ctx.workspace,
-                                                 media or [], content, durations or {}, session)
+                                                 request.media, request.content, request.durations or {}, session)
             if attachments.reply is not None:  # a voice note nobody could hear: no model call
                 return attachments.reply
-            content = attachments.text(content)
-            reply = await turn.run(content, attachments, resumed=resumed)
-            outcome = turn.outcome
+            reply = await turn.run(attachments.text(request.content), attachments, resumed=request.resumed)
+            outcome = turn.state.outcome
         except TurnEnded as ended:
             reply, outcome = ended.reply, ended.outcome
             session.append({"role": "assistant", "content": reply})
@@ -292,10 +317,10 @@ class Agent:
                 await session.sync_soon()
             took = time.monotonic() - started
             log.info("turn %s mode=%s model_calls=%d ms=%d outcome=%s", session_key, turn.mode.name,
-                     turn.model_calls, took * 1000, outcome)
+                     turn.state.model_calls, took * 1000, outcome)
             metrics.current.turn(turn.mode.name, took, outcome)
         self.memory.schedule(session, turn.mode.name)  # a background task: the reply does not wait for it
-        return "\n\n".join([reply, *turn.notices]) if turn.notices else reply
+        return "\n\n".join([reply, *turn.state.notices]) if turn.state.notices else reply
 
 
 TURN_CRASHED = ("Sorry, something went wrong while I was working on that (the details are in the log). "

@@ -137,7 +137,7 @@ class ToolsMode:
             reply = strip_think(content)
             turn.add({"role": "assistant", "content": reply})
             return answer_or_failure(reply)
-        return turn.final
+        return turn.state.final
 
     async def run_call(self, turn: Turn, name: str, raw_arguments: str) -> str:
         return await run_tool_call(turn, name, raw_arguments)

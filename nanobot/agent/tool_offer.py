@@ -63,8 +63,8 @@ def find_tools(turn: Turn, raw_arguments: str) -> str:
     if not found:
         return (f"No tool matches {query!r}. Not offered yet: {', '.join(t.name for t in waiting) or 'none'}; "
                 "ask with other words or one of these names.")
-    turn.found_tools.update(t.name for t in found)
-    turn.session.set_meta(found_tools=sorted(turn.found_tools))  # offered in this chat until /new
+    turn.state.found_tools.update(t.name for t in found)
+    turn.session.set_meta(found_tools=sorted(turn.state.found_tools))  # offered in this chat until /new
     lines = [f"- {t.name}: {t.summary}" for t in found]
     return "These tools can be called from your next message on:\n" + "\n".join(lines)
 
@@ -75,7 +75,7 @@ def _waiting(tools: list[Tool], turn: Turn) -> list[Tool]:
     builtin = [t for t in tools if not _is_mcp(t)]
     crowded = sum(t.schema_size for t in builtin) > SCHEMA_BUDGET
     later = on_demand(tools, turn.deps.config, turn.settings.context_tokens)
-    return [t for t in tools if t.name not in turn.found_tools
+    return [t for t in tools if t.name not in turn.state.found_tools
             and (t.name in later or crowded and t.brief and not _is_mcp(t))]
 
 

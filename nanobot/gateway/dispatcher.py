@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol
 
 from nanobot.agent.commands import is_command
-from nanobot.agent.loop import TURN_CRASHED, Origin
+from nanobot.agent.loop import TURN_CRASHED, Origin, TurnIO, TurnRequest
 from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 
@@ -114,10 +114,9 @@ class SessionWorker:
                     started = True
                     self.stream = d.reply_stream(msg)
                     resumed = mark_started(await d.agent.deps.sessions.open(self.key), msg)
-                    return await d.agent.handle(self.key, msg.content, media=msg.media, mode=msg.mode,
-                                                progress=lambda text: d.send(msg, text), origin=origin_of(msg),
-                                                stream=self.stream, durations=msg.durations,
-                                                resumed=resumed)
+                    request = TurnRequest(self.key, msg.content, media=msg.media, mode=msg.mode, origin=origin_of(msg),
+                                          durations=msg.durations, resumed=resumed)
+                    return await d.agent.answer(request, TurnIO(lambda text: d.send(msg, text), self.stream))
                 finally:
                     if typing is not None:
                         await _cancel(typing)

@@ -17,7 +17,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Awaitable, Callable
 
-from nanobot.agent.loop import TASK_RESULT, TASK_SENDER, Origin
+from nanobot.agent.loop import TASK_RESULT, TASK_SENDER, Origin, TurnRequest
 from nanobot.agent.markup import FailedReply
 from nanobot.bus import InboundMessage, split_target
 from nanobot.chat_names import task_key
@@ -114,7 +114,8 @@ class TaskRunner:
         if own.meta.model != chat.meta.model:
             own.set_meta(model=chat.meta.model)
         content = task.task if task.attempts <= 1 else f"{task.task}\n\n{RESUMED}"
-        return await agent.handle(key, content, mode=agent.mode_name(chat), origin=Origin(f"{TASK_SENDER}{task.id}"))
+        return await agent.answer(TurnRequest(key, content, mode=agent.mode_name(chat),
+                                              origin=Origin(f"{TASK_SENDER}{task.id}")))
 
     async def _end(self, task: Task, state: str, result: str) -> None:
         """Record how it ended, then tell its chat (once: the delivery key is the task's)."""
