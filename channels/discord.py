@@ -208,12 +208,6 @@ class DiscordChannel(BaseChannel):
 
     # -- outgoing ------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
-        if msg.kind == "typing":
-            return await self.send_typing(msg.chat_id)
-        if msg.kind == "stream":
-            return await self.send_stream(msg)
-        if msg.kind == "file":
-            return await self.send_file(msg)
         if not msg.content.strip():
             return
         self._check_target(msg)

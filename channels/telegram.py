@@ -280,15 +280,6 @@ class TelegramChannel(BaseChannel):
 
     # ---- outgoing -------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
-        if msg.kind == "typing":
-            await self.send_typing(msg.chat_id)
-            return
-        if msg.kind == "stream":
-            await self.send_stream(msg)
-            return
-        if msg.kind == "file":
-            await self.send_file(msg)
-            return
         if not msg.content.strip():
             return  # Telegram rejects empty text
         reply = ReplyParameters(int(msg.reply_to), allow_sending_without_reply=True) \

@@ -109,8 +109,9 @@ class BaseChannel(ABC):
 
     @abstractmethod
     async def send(self, msg: OutboundMessage) -> None:
-        """Deliver one reply (split as the platform needs); return once the platform took it,
-        raise SendFailed if it did not. Retrying later is the outbox's job (it backs off while
+        """Deliver one text message (split as the platform needs): only ``kind == "text"`` comes
+        here, each other kind has its method (the gateway's Outbound decides which, once).
+        Return once the platform took it, raise SendFailed if it did not. Retrying later is the outbox's job (it backs off while
         the platform is down); an adapter retries only what the platform asks it to (a 429)."""
 
     @abstractmethod

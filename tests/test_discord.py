@@ -156,7 +156,7 @@ async def test_stranger_attachment_is_not_kept(channel: DiscordChannel, fake: Fa
 
 
 async def test_typing(channel: DiscordChannel, fake: FakeDiscord) -> None:
-    await channel.send(OutboundMessage("discord", str(DM), kind="typing"))
+    await channel.send_typing(str(DM))
     assert fake.typing == [str(DM)]
 
 

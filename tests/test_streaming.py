@@ -141,10 +141,10 @@ async def test_the_terminal_prints_words_as_they_come_and_nothing_twice(capsys) 
     def out(text: str, kind: str = "stream") -> OutboundMessage:
         return OutboundMessage("cli", "s", text, kind=kind, stream_id=7)
 
-    await channel.send(out("First"))
+    await channel.send_stream(out("First"))
     assert capsys.readouterr().out == "First"  # a one-line reply shows before it is done
     for partial in ("First li", "First line\nSecond", "First line\nSecond line\nThi"):
-        await channel.send(out(partial))
+        await channel.send_stream(out(partial))
     assert capsys.readouterr().out == " line\nSecond line\nThi"
     await channel.send(out("First line\nSecond line\nThird line.", kind="text"))
     assert capsys.readouterr().out == "rd line.\n"

@@ -186,7 +186,7 @@ async def test_a_send_to_a_server_that_is_down_fails_as_retryable(tg, channel):
 
 
 async def test_typing(tg, channel):
-    await channel.send(OutboundMessage("telegram", "42", kind="typing"))
+    await channel.send_typing("42")
     await channel.send_typing("42")
     assert [a["action"] for a in tg.actions] == ["typing", "typing"]
 

@@ -110,6 +110,7 @@ async def _chat(rt, session: str, mode: str | None) -> None:
     """The terminal chat: lines go through the same dispatcher as the gateway's chats, so
     ``/stop`` typed during a turn cancels it. At end of input, what was asked is finished."""
     from nanobot.cli.terminal_channel import CliChannel
+    from nanobot.gateway.outbound import send_one
     from nanobot.bus import InboundMessage
     from nanobot.gateway.dispatcher import Dispatcher, is_stop
 
@@ -141,7 +142,7 @@ async def _chat(rt, session: str, mode: str | None) -> None:
 
     async def route() -> None:
         while True:
-            await channel.send(await rt.bus.outbound.get())
+            await send_one(channel, await rt.bus.outbound.get())
 
     tasks = [asyncio.create_task(intake()), asyncio.create_task(route())]
     await channel.start()
@@ -151,7 +152,7 @@ async def _chat(rt, session: str, mode: str | None) -> None:
             await asyncio.sleep(0)
         await asyncio.gather(*asked, return_exceptions=True)
         while not rt.bus.outbound.empty():
-            await channel.send(rt.bus.outbound.get_nowait())
+            await send_one(channel, rt.bus.outbound.get_nowait())
     finally:
         await channel.stop()
         for task in tasks:

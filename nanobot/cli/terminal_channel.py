@@ -99,9 +99,7 @@ class CliChannel(BaseChannel):
             await asyncio.gather(self._reader, return_exceptions=True)
 
     async def send(self, msg: OutboundMessage) -> None:
-        if msg.kind == "stream":
-            return await self.send_stream(msg)
-        if msg.kind == "text" and msg.content:
+        if msg.content:
             stream = self._streams.pop(msg.stream_id, None)
             if stream is None:
                 print(msg.content, flush=True)  # on a terminal, patch_stdout puts it above the prompt line

@@ -92,7 +92,7 @@ class Outbound:
         if previous is not None:
             await asyncio.wait({previous})  # the chat's earlier messages go first
         try:
-            await _send_one(channel, msg)
+            await send_one(channel, msg)
         except Exception as exc:  # adapters should not raise, but one that does must not stop the router
             log.warning("channel %s: sending to %s failed: %s", channel.name, msg.chat_id, exc,
                         exc_info=not isinstance(exc, SendFailed))
@@ -109,7 +109,7 @@ class Outbound:
         while True:
             channel = await self.channels.running(msg.channel)
             try:
-                await self._gate(msg.channel).attempt(partial(_send_one, channel, msg))
+                await self._gate(msg.channel).attempt(partial(send_one, channel, msg))
             except SendFailed as exc:
                 failures += 1
                 if not exc.retry or self.outbox.expired(msg):
@@ -145,7 +145,8 @@ class Outbound:
         await asyncio.gather(*late, return_exceptions=True)
 
 
-async def _send_one(channel: BaseChannel, msg: OutboundMessage) -> None:
+async def send_one(channel: BaseChannel, msg: OutboundMessage) -> None:
+    """The one place that decides which method of an adapter a message goes to, by its kind."""
     if msg.kind == "typing":
         await channel.send_typing(msg.chat_id)
     elif msg.kind == "stream":
