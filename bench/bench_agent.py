@@ -52,12 +52,12 @@ async def overhead(llm: FakeOpenAI, home: Path, turns: int = 200) -> tuple[float
 
     os.environ["NANOBOT_HOME"] = str(home)
     from nanobot.config import load_config
-    from nanobot.runtime import Runtime
+    from nanobot.runtime import open_runtime
 
     llm.fallback = reply("ok")
     config, _ = load_config(home / "config.json")
     agent_times = []
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         for i in range(turns):
             t = time.perf_counter()
             await rt.agent.handle(f"cli:bench{i % 10}", "hi")

@@ -38,7 +38,7 @@ def make_workspace(n: int) -> Path:
 
 
 async def run_task(mode: str, n: int) -> tuple[int, int, int]:
-    from nanobot.runtime import Runtime
+    from nanobot.runtime import open_runtime
 
     count = token_counter()
     async with FakeOpenAI() as llm:
@@ -50,7 +50,7 @@ async def run_task(mode: str, n: int) -> tuple[int, int, int]:
                        reply(f"{n * 39} lines in {n} files"))
         os.environ["NANOBOT_HOME"] = tempfile.mkdtemp(prefix="nanobot-bench-home-")
         config = config_for(llm.base_url, make_workspace(n), mode=mode, max_iterations=n + 5)
-        async with Runtime(config) as rt:
+        async with open_runtime(config) as rt:
             await rt.agent.handle("cli:bench", "How many lines do the .py files under src/ have?")
         system_tokens = count.text(llm.chat_requests[0]["messages"][0]["content"])
         return len(llm.chat_requests), sum(count(r) for r in llm.chat_requests), system_tokens

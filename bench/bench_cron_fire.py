@@ -35,11 +35,11 @@ async def main() -> None:
     from nanobot.bus import MessageBus
     from nanobot.coordination import Alone
     from nanobot.gateway.cron_jobs import CronJobs
-    from nanobot.runtime import Runtime
+    from nanobot.runtime import open_runtime
 
     async with FakeOpenAI() as llm:
         config = config_for(llm.base_url, Path(tempfile.mkdtemp(prefix="nanobot-bench-ws-")), mode="code")
-        async with Runtime(config, bus=MessageBus()) as rt:
+        async with open_runtime(config, bus=MessageBus()) as rt:
             jobs = CronJobs(rt, ask=_no_turns, running_channels=lambda: ["telegram"], singletons=Alone())
             await jobs.start()
             await rt.code.run("1", _ctx(rt), limits=config.agents.defaults.code_runtime.model_copy(

@@ -34,7 +34,7 @@ from nanobot.bus import InboundMessage, MessageBus, OutboundMessage  # noqa: E40
 from nanobot.config import Config  # noqa: E402
 from nanobot.gateway import Dispatcher, Gateway  # noqa: E402
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider  # noqa: E402
-from nanobot.runtime import Runtime  # noqa: E402
+from nanobot.runtime import open_runtime  # noqa: E402
 from tests.fakes.discord_api import FakeDiscord  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, reply  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegram  # noqa: E402
@@ -92,7 +92,7 @@ async def next_text(bus: MessageBus) -> OutboundMessage:
 async def bench_dispatch(root: Path) -> None:
     model = InstantModel()
     config = config_in(root)
-    async with Runtime(config, bus=MessageBus(), provider=model, home=root / "home") as rt:
+    async with open_runtime(config, bus=MessageBus(), provider=model, home=root / "home") as rt:
         agent = Clocked(rt.agent)
         dispatcher = Dispatcher(agent, rt.bus, config.gateway)  # type: ignore[arg-type]
         intake = asyncio.create_task(dispatcher.run())
@@ -116,7 +116,7 @@ async def bench_dispatch(root: Path) -> None:
 async def bench_throughput(root: Path) -> None:
     config = config_in(root)
     chats, per_chat = 200, 5
-    async with Runtime(config, bus=MessageBus(), provider=InstantModel(), home=root / "home2") as rt:
+    async with open_runtime(config, bus=MessageBus(), provider=InstantModel(), home=root / "home2") as rt:
         dispatcher = Dispatcher(rt.agent, rt.bus, config.gateway)
         intake = asyncio.create_task(dispatcher.run())
         started = time.perf_counter()
@@ -143,7 +143,7 @@ async def bench_telegram(root: Path) -> None:
     async with FakeTelegram() as tg:
         t = config.channels.telegram
         t.enabled, t.token, t.api_base, t.allow_from = True, tg.token, tg.api_base, ["42"]
-        async with Runtime(config, bus=MessageBus(), provider=InstantModel(), home=root / "home3") as rt:
+        async with open_runtime(config, bus=MessageBus(), provider=InstantModel(), home=root / "home3") as rt:
             gateway = Gateway(rt)
             await gateway.start()
             try:

@@ -21,7 +21,7 @@ from pathlib import Path
 from common import ROOT, token_counter
 
 from nanobot.config import Config, McpServer
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 
 PROGRAMS, CALLS_PER_PROGRAM, RAW_CALLS = 40, 25, 500
@@ -47,7 +47,7 @@ def q(samples: list[float], pct: int) -> float:
 
 async def call_overhead(label: str, server: McpServer, workspace: Path, llm: FakeOpenAI) -> None:
     """Raw SDK calls (the server's own time plus transport) vs the same call from a program."""
-    async with Runtime(config_for(llm.base_url, workspace, {"notes": server})) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, {"notes": server})) as rt:
         await rt.mcp.ensure_started()
         connection = rt.mcp.connections["notes"]
         await connection.call("add_note", {"title": "x"})
@@ -79,7 +79,7 @@ async def prompt_tokens(workspace: Path, llm: FakeOpenAI) -> None:
 
     count = token_counter().text
     servers = {name: stdio("--many", "20") for name in ("tracker", "mail", "calendar")}  # 3 x 30 tools
-    async with Runtime(config_for(llm.base_url, workspace, servers)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, servers)) as rt:
         await rt.mcp.ensure_started()
         ctx = rt.deps.chat_context("cli:bench")
         builtin = count(code_stubs(rt.tools, header=False, ctx=ctx, budgeted=False).split("\ndef tracker_")[0])
@@ -98,7 +98,7 @@ async def task_30(workspace: Path, llm: FakeOpenAI) -> None:
                                     reply("30 notes")])):
         llm.requests.clear()
         llm.script(*script)
-        async with Runtime(config_for(llm.base_url, workspace / mode, {"notes": stdio()}, mode)) as rt:
+        async with open_runtime(config_for(llm.base_url, workspace / mode, {"notes": stdio()}, mode)) as rt:
             answer = await rt.agent.handle(f"cli:{mode}", "add 30 notes")
         tokens = sum(count(r) for r in llm.chat_requests)
         print(f"30-call task, {mode:5}: {len(llm.chat_requests):2} model calls, {tokens:7,} prompt tokens ({answer!r})")
@@ -114,7 +114,7 @@ async def startup(workspace: Path, llm: FakeOpenAI) -> None:
             config = config_for(llm.base_url, workspace, servers)
             config.gateway.heartbeat.enabled = False
             start = time.perf_counter()
-            async with Runtime(config, bus=MessageBus()) as rt:
+            async with open_runtime(config, bus=MessageBus()) as rt:
                 gateway = Gateway(rt)
                 await gateway.start()  # READY follows this
                 samples.append((time.perf_counter() - start) * 1000)

@@ -21,7 +21,7 @@ from pathlib import Path
 import common  # noqa: F401  (puts the repo on sys.path)
 
 from nanobot import metrics
-from nanobot.runtime import Runtime
+from nanobot.runtime import Runtime, open_runtime
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for
 
@@ -59,7 +59,7 @@ async def main(count: int, rounds: int) -> None:
         os.environ["NANOBOT_HOME"] = tmp
         async with FakeOpenAI() as llm:
             config = config_for(llm.base_url, Path(tmp) / "workspace", mode="tools", memory_window=100000)
-            async with Runtime(config) as rt:
+            async with open_runtime(config) as rt:
                 await turns(rt, llm, 20, "warm")
                 off, on = [], []
                 for r in range(rounds):  # each first in every other round

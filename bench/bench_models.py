@@ -19,7 +19,7 @@ from pathlib import Path
 from common import p50
 
 from nanobot.config import Config, ModelChoice, ProviderConfig
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply
 from tests.fakes.telegram_api import FakeTelegram
 
@@ -62,7 +62,7 @@ async def fallback(workspace: Path) -> tuple[float, float]:
         config.providers["openai"].cooldown_seconds = 0  # every turn meets the failure
         config.providers["local"] = ProviderConfig(api_base=backup.base_url, api_key="k")
         config.agents.defaults.fallbacks = [ModelChoice(provider="local", model="small")]
-        async with Runtime(config) as rt:
+        async with open_runtime(config) as rt:
             healthy, failing = [], []
             for _ in range(30):
                 llm.script(reply("ok"))
@@ -84,7 +84,7 @@ async def stream_overhead(workspace: Path) -> tuple[float, float]:
         return None
 
     async with FakeOpenAI() as llm:
-        async with Runtime(base_config(llm, workspace)) as rt:
+        async with open_runtime(base_config(llm, workspace)) as rt:
             off, on = [], []
             for _ in range(40):
                 for samples, stream in ((off, None), (on, ReplyStream(nowhere, 1.0))):

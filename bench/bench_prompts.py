@@ -23,7 +23,7 @@ from pathlib import Path
 import common  # noqa: F401  (puts the repo on sys.path)
 
 from nanobot.config import McpServer
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.workspace_template import copy_template
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for
@@ -59,7 +59,7 @@ async def measure(mode: str, mcp: int) -> tuple[int, int, int]:
             config = config_for(llm.base_url, workspace, mode=mode, memory_window=1000)  # no consolidation call
             config.tools.mcp_servers = mcp_servers(mcp)
             llm.script(reply("hello"), *SIX_CALLS[mode])
-            async with Runtime(config) as rt:
+            async with open_runtime(config) as rt:
                 await rt.agent.handle("cli:a", "hi")
                 await rt.agent.handle("cli:b", "summarize a, b and c into sum.txt")
         first = llm.chat_requests[0]
@@ -90,7 +90,7 @@ async def measure_reading(mode: str, shorten: bool) -> int:
             config = config_for(llm.base_url, workspace, mode=mode, memory_window=1000)
             config.tools.exec.sandbox = "off"  # the bench measures prompts, not the confinement
             llm.script(*READING[mode])
-            async with Runtime(config) as rt:
+            async with open_runtime(config) as rt:
                 await rt.agent.handle("cli:r", "read the cron skill and look at a lot of output")
         return sum(len(compact(r["messages"])) + len(compact(r.get("tools", []))) for r in llm.chat_requests)
 

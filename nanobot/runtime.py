@@ -6,8 +6,11 @@ The CLI, the gateway and cron jobs all start from here, so each part is built on
 from __future__ import annotations
 
 import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, AsyncIterator
 
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.loop import Agent
@@ -30,7 +33,9 @@ from nanobot.usage import UsageStore
 
 if TYPE_CHECKING:
     from nanobot.cron.service import CronService, RunOutcome
+    from nanobot.database import Database
     from nanobot.mcp.servers import McpServers
+    from nanobot.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -68,71 +73,100 @@ class SchedulerLink:
         return await self.service.run_now(job_id)
 
 
+@dataclass
 class Runtime:
-    def __init__(self, config: Config, *, provider: Provider | None = None, bus: MessageBus | None = None,
-                 home: Path | None = None) -> None:
-        if home is not None:
-            config.use_home(home)  # the workspace default and the tools' guards follow it
-        self.config = config
-        self.home = config.home
-        self.bus = bus
-        self._provider = provider
-        self.notices = OwnerNotices(self._to_owner)
+    """Everything a turn needs, started, and whole when built (``open_runtime`` builds it)."""
 
-    async def __aenter__(self) -> "Runtime":
-        workspace = self.config.workspace_path
-        if workspace == self.home.resolve():
-            raise ConfigError("agents.defaults.workspace: must not be the nanobot home itself")
-        self.provider = self._provider or make_provider(self.config)  # a config problem shows before any I/O
-        check_writable(self.home, "NANOBOT_HOME")
-        workspace_ready(self.config)
-        self.db = await open_database(self.config)
-        try:
-            self.usage = await UsageStore.create(self.db)
-            pairing = await PairingStore.open(self.db)
-        except BaseException:
-            await self.db.close()  # aiosqlite's thread would otherwise keep the process alive
-            raise
-        on_files = self.db.engine == "sqlite"  # on PostgreSQL every piece of state is in the one database
-        await rename_legacy_chats(self.db, self.home / "sessions" if on_files else None, workspace)
-        self.sessions: Histories = SessionStore(self.home / "sessions")
-        if not on_files:
-            self.sessions = await DatabaseSessionStore.create(self.db)
-        self.tools = default_registry(self.config)
-        self.code = CodeExecutor(self.tools, self.db, self.usage)  # the sandbox starts on first use
-        self.scheduler = SchedulerLink()
-        self.mcp: McpServers | None = None
-        if self.config.tools.mcp_servers:  # started by the gateway, or by the first turn
-            from nanobot.mcp.servers import McpServers
+    config: Config
+    bus: MessageBus | None  # None: the terminal chat without a gateway
+    provider: Provider
+    db: Database
+    usage: UsageStore
+    sessions: Histories
+    tools: ToolRegistry
+    code: CodeExecutor
+    scheduler: SchedulerLink
+    mcp: McpServers | None
+    deps: AgentDeps
+    agent: Agent
+    notices: OwnerNotices
+    shared: bool  # the store is PostgreSQL: this process may be one worker of several
 
-            self.mcp = McpServers(self.config, self.tools, self.home / "logs")
-        services = Services(db=self.db, sessions=self.sessions, pairing=pairing,
-                            programs=self.code, scheduler=self.scheduler, announce=self.announce)
-        self.deps = AgentDeps(config=self.config, provider=self.provider, tools=self.tools, sessions=self.sessions,
-                              services=services, code=self.code, usage=self.usage, bus=self.bus, mcp=self.mcp)
-        install_skills(self.deps.tools, self.deps.system_extras)  # read_skill and the skills list in the prompt
-        self.agent = Agent(self.deps)
-        return self
+    @property
+    def home(self) -> Path:
+        return self.config.home
 
     async def announce(self, text: str) -> None:
         """Tell the owner, in one line, about a change that steers the assistant (always logged;
         at most one message a minute: ``OwnerNotices``)."""
         await self.notices.announce(text)
 
-    async def _to_owner(self, text: str) -> None:
-        target = owner_chat(self.config)
-        if self.bus is None or target is None:
-            return
-        channel, chat_id = split_target(target)
-        await self.bus.publish_outbound(OutboundMessage(channel, chat_id, text))
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.notices.close()
-        await self.agent.close()  # memory consolidation still needs the provider and sessions
-        if self.mcp is not None:
-            await self.mcp.close()
-        await self.sessions.flush()  # the database journal writes behind: wait for it
-        self.sessions.close()
-        await self.code.close()
-        await self.provider.close()
-        await self.db.close()
+@asynccontextmanager
+async def open_runtime(config: Config, *, provider: Provider | None = None, bus: MessageBus | None = None,
+                       home: Path | None = None) -> AsyncIterator[Runtime]:
+    """The composition root of one process: checks the home and workspace, opens the configured
+    store (SQLite with JSONL histories, or PostgreSQL for everything), and builds the parts in
+    the order they need each other; closes them in reverse."""
+    if home is not None:
+        config.use_home(home)  # the workspace default and the tools' guards follow it
+    if config.workspace_path == config.home.resolve():
+        raise ConfigError("agents.defaults.workspace: must not be the nanobot home itself")
+    provider = provider or make_provider(config)  # a config problem shows before any I/O
+    check_writable(config.home, "NANOBOT_HOME")
+    workspace_ready(config)
+    db = await open_database(config)
+    try:
+        rt = await _build(config, provider, bus, db)
+    except BaseException:
+        await db.close()  # aiosqlite's thread would otherwise keep the process alive
+        raise
+    try:
+        yield rt
+    finally:
+        await _close(rt)
+
+
+async def _build(config: Config, provider: Provider, bus: MessageBus | None, db: Database) -> Runtime:
+    usage = await UsageStore.create(db)
+    pairing = await PairingStore.open(db)
+    shared = db.engine == "postgresql"  # then every piece of state is in the one database
+    sessions_dir = config.home / "sessions"
+    await rename_legacy_chats(db, None if shared else sessions_dir, config.workspace_path)
+    sessions: Histories = await DatabaseSessionStore.create(db) if shared else SessionStore(sessions_dir)
+    tools = default_registry(config)
+    code = CodeExecutor(tools, db, usage)  # the sandbox starts on first use
+    scheduler = SchedulerLink()
+    mcp = None
+    if config.tools.mcp_servers:  # started by the gateway, or by the first turn
+        from nanobot.mcp.servers import McpServers
+
+        mcp = McpServers(config, tools, config.home / "logs")
+    notices = OwnerNotices(partial(_to_owner, config, bus))
+    services = Services(db=db, sessions=sessions, pairing=pairing, programs=code, scheduler=scheduler,
+                        announce=notices.announce)
+    deps = AgentDeps(config=config, provider=provider, tools=tools, sessions=sessions, services=services, code=code,
+                     usage=usage, bus=bus, mcp=mcp)
+    install_skills(deps.tools, deps.system_extras)  # read_skill and the skills list in the prompt
+    return Runtime(config, bus, provider, db, usage, sessions, tools, code, scheduler, mcp, deps, Agent(deps),
+                   notices, shared)
+
+
+async def _to_owner(config: Config, bus: MessageBus | None, text: str) -> None:
+    target = owner_chat(config)
+    if bus is None or target is None:
+        return
+    channel, chat_id = split_target(target)
+    await bus.publish_outbound(OutboundMessage(channel, chat_id, text))
+
+
+async def _close(rt: Runtime) -> None:
+    await rt.notices.close()
+    await rt.agent.close()  # memory consolidation still needs the provider and sessions
+    if rt.mcp is not None:
+        await rt.mcp.close()
+    await rt.sessions.flush()  # the database journal writes behind: wait for it
+    rt.sessions.close()
+    await rt.code.close()
+    await rt.provider.close()
+    await rt.db.close()

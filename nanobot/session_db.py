@@ -94,12 +94,6 @@ class DatabaseSessionStore(OpenSessions):
         await db.migrate("history", MIGRATIONS)
         return cls(db)
 
-    def get(self, key: str) -> Session:
-        session = self._cached(key)
-        if session is None:  # a programming error: every path into a chat opens it first
-            raise RuntimeError(f"session {key!r} used before it was opened (await sessions.open(key))")
-        return session
-
     async def open(self, key: str) -> Session:
         session = self._cached(key)
         if session is None:

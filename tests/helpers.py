@@ -58,9 +58,9 @@ async def running_gateway(config: Config, *, with_services: bool = False) -> Asy
     """A started in-process gateway (channels, dispatcher; cron and heartbeat with ``with_services``)."""
     from nanobot.bus import MessageBus
     from nanobot.gateway import Gateway, add_services
-    from nanobot.runtime import Runtime
+    from nanobot.runtime import open_runtime
 
-    async with Runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config, bus=MessageBus()) as rt:
         gateway = Gateway(rt)
         if with_services:
             add_services(gateway)

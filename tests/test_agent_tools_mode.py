@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call, tool_calls
 from tests.helpers import config_for
 
 
 async def run(llm: FakeOpenAI, workspace: Path, text: str, session: str = "cli:t", **kw) -> str:
-    async with Runtime(config_for(llm.base_url, workspace, **kw)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, **kw)) as rt:
         return await rt.agent.handle(session, text)
 
 
@@ -86,7 +86,7 @@ async def test_history_and_usage_are_kept(llm: FakeOpenAI, workspace: Path, home
     await run(llm, workspace, "two", session="telegram:9")
     contents = [m["content"] for m in llm.chat_requests[1]["messages"][1:]]
     assert contents == ["one", "first", "two"]
-    async with Runtime(config_for(llm.base_url, workspace)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace)) as rt:
         totals = await rt.usage.totals()
     assert totals["tools"].model_calls == 2 and totals["tools"].prompt_tokens == 20
 

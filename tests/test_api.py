@@ -160,9 +160,9 @@ async def test_listening_beyond_loopback_needs_a_key(config: Config) -> None:
     config.gateway.api.listen = f"0.0.0.0:{free_port()}"
     from nanobot.bus import MessageBus
     from nanobot.gateway import Gateway, add_services
-    from nanobot.runtime import Runtime
+    from nanobot.runtime import open_runtime
 
-    async with Runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config, bus=MessageBus()) as rt:
         gateway = Gateway(rt)
         add_services(gateway)
         try:

@@ -15,7 +15,7 @@ from nanobot.chat_names import chat_name, key_of
 from nanobot.chat_names_legacy import UNCLAIMED, legacy_name
 from nanobot.config import Config
 from nanobot.database import SqliteDatabase
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.trust import chat_folder
 from nanobot.usage import UsageStore
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
@@ -101,7 +101,7 @@ async def test_a_member_session_never_reads_an_owner_key_chat(engine_config: Con
 
 
 async def test_a_telegram_group_keeps_its_readable_folder(engine_config: Config, workspace: Path) -> None:
-    async with Runtime(engine_config):
+    async with open_runtime(engine_config):
         pass
     assert chat_folder(workspace, "telegram:-1001234567890").name == "telegram_-1001234567890"
 
@@ -133,7 +133,7 @@ async def test_an_old_home_is_renamed_once_and_a_shared_name_set_aside(llm: Fake
                          [("api:alice_x",), ("api:alice:x",)])
     await db.close()
 
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert [m["content"] for m in (await rt.sessions.open("api:team_admin")).messages] == ["owner words"]
         assert (await rt.sessions.open("api:alice:x")).messages == []  # neither claimant reads the shared file
         assert (await rt.sessions.open("api:alice_x")).messages == []
@@ -146,7 +146,7 @@ async def test_an_old_home_is_renamed_once_and_a_shared_name_set_aside(llm: Fake
     assert len(reports) == 2 and all("api:alice:x, api:alice_x" in r for r in reports)
 
     caplog.clear()
-    async with Runtime(config) as rt:  # once: a second start renames and reports nothing
+    async with open_runtime(config) as rt:  # once: a second start renames and reports nothing
         await rt.sessions.open("api:team:admin")
     assert not [r for r in caplog.records if "could belong to" in r.getMessage() or "renamed" in r.getMessage()]
     assert (workspace / "chats" / "api_team%5Fadmin").is_dir()
@@ -156,11 +156,11 @@ async def test_an_old_member_folder_is_renamed_on_postgresql(pg_url: str, llm: F
     """On PostgreSQL the histories are rows keyed by the chat; its member folders are renamed."""
     config = config_for(llm.base_url, workspace)
     config.database.url = pg_url
-    async with Runtime(config) as rt:  # a database from before: its chats' names were not renamed yet
+    async with open_runtime(config) as rt:  # a database from before: its chats' names were not renamed yet
         await rt.db.execute("INSERT INTO history (session_key, record) VALUES ($1, $2)", "api:team_admin", "{}")
         await rt.db.execute("DELETE FROM schema_versions WHERE component = 'chat_names'")
     (workspace / "chats" / "api_team_admin").mkdir(parents=True)
-    async with Runtime(config):
+    async with open_runtime(config):
         pass
     assert sorted(p.name for p in (workspace / "chats").iterdir()) == ["api_team%5Fadmin"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.config import AgentOverride
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for
 
@@ -29,7 +29,7 @@ def make_files(workspace: Path, n: int) -> None:
 
 async def ask(llm: FakeOpenAI, workspace: Path, *messages: str, session: str = "cli:c", mode: str = "code",
               progress=None, **settings) -> list[str]:
-    async with Runtime(config_for(llm.base_url, workspace, mode=mode, **settings)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, mode=mode, **settings)) as rt:
         return [await rt.agent.handle(session, m, progress=progress) for m in messages]
 
 
@@ -129,7 +129,7 @@ async def test_llm_query_is_a_budgeted_sub_call(llm: FakeOpenAI, workspace: Path
     code_runtime = config_for("", workspace).agents.defaults.code_runtime.model_copy(update={"max_llm_queries": 2})
     assert await ask(llm, workspace, "go", code_runtime=code_runtime) == ["sum-a | sum-b | budget"]
     assert llm.chat_requests[1]["messages"] == [{"role": "user", "content": "summarize: aa"}]
-    async with Runtime(config_for(llm.base_url, workspace)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace)) as rt:
         totals = (await rt.usage.totals())["code"]
     assert totals.model_calls == 3 and totals.executions == 1 and totals.failures == 0
 
@@ -146,7 +146,7 @@ async def test_a_long_message_stays_whole_for_later_turns(llm: FakeOpenAI, works
     pasted = "Line of a log file.\n" * 2000 + "QUESTION: how many lines mention the log?"
     llm.script(reply("That is a long log. Shall I count?"),
                reply("```python\nfinal_answer(str(sum('log' in l for l in context.splitlines())))\n```"))
-    async with Runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
         assert await rt.agent.handle("cli:long", pasted) == "That is a long log. Shall I count?"
         assert await rt.agent.handle("cli:long", "yes, count") == "2001"  # no NameError: context
     preview = llm.chat_requests[0]["messages"][-1]["content"]
@@ -171,23 +171,23 @@ async def test_hybrid_exec_python_shares_state_with_later_programs(llm: FakeOpen
 async def test_mode_precedence_and_persistence(llm: FakeOpenAI, workspace: Path) -> None:
     config = config_for(llm.base_url, workspace, mode="code")
     config.agents.overrides["telegram:5"] = AgentOverride(execution_mode="tools")
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle("telegram:5", "/mode") == "Mode: tools (choose with /mode tools|code|hybrid)."
         assert await rt.agent.handle("telegram:5", "/mode hybrid") == "Mode set to hybrid for this chat."
         assert "Unknown mode" in await rt.agent.handle("telegram:5", "/mode fast")
-    async with Runtime(config) as rt:  # after a restart the chat's choice still wins over the override
+    async with open_runtime(config) as rt:  # after a restart the chat's choice still wins over the override
         assert await rt.agent.handle("telegram:5", "/mode") == "Mode: hybrid (choose with /mode tools|code|hybrid)."
         assert await rt.agent.handle("telegram:6", "/mode") == "Mode: code (choose with /mode tools|code|hybrid)."
         assert await rt.agent.handle("telegram:5", "/mode default") == \
             "Mode reset to the configured default for this chat: tools."  # the override applies again
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle("telegram:5", "/mode") == "Mode: tools (choose with /mode tools|code|hybrid)."
 
 
 async def test_unknown_commands_are_answered_here_and_paths_are_not_commands(llm: FakeOpenAI,
                                                                              workspace: Path) -> None:
     llm.script(reply("It lists hosts."))
-    async with Runtime(config_for(llm.base_url, workspace)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace)) as rt:
         assert await rt.agent.handle("cli:c", "/nonsense now") == "Unknown command /nonsense. /help lists the commands."
         assert await rt.agent.handle("cli:c", "/etc/hosts is what?") == "It lists hosts."
     assert len(llm.chat_requests) == 1
@@ -213,7 +213,7 @@ async def test_use_skill_defines_helpers_in_the_session(llm: FakeOpenAI, workspa
 async def test_use_skill_in_a_stateless_run_as_cron_jobs_have(llm: FakeOpenAI, workspace: Path) -> None:
     from nanobot.tools.registry import ToolContext
 
-    async with Runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
         limits = rt.config.agents.defaults.code_runtime.model_copy(update={"persist_state": False})
         ctx = ToolContext(rt.config, workspace, "telegram:1", services=rt.deps.services)
         ok = await rt.code.run("use_skill('summarize')\nlen(chunk_text('y' * 25, 10, 0))", ctx, limits=limits,

@@ -97,7 +97,7 @@ async def test_prompt_job_is_a_turn_in_the_owning_chat(config: Config, llm: Fake
         [sent] = await tg.wait_sent(1, timeout=10)
     assert sent["text"] == "Time to stretch!"
     assert llm.chat_requests[0]["messages"][-1]["content"] == "remind me to stretch"
-    history = gateway.runtime.sessions.get(f"telegram:{ALICE}").messages
+    history = (await gateway.runtime.sessions.open(f"telegram:{ALICE}")).messages
     assert [m["content"] for m in history[:2]] == ["remind me to stretch", "Time to stretch!"]
 
 

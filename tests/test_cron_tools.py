@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from nanobot.cron.store import CronStore
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.tools.cron_tools import parse_expression
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for
@@ -30,7 +30,7 @@ async def test_code_mode_schedules_lists_and_removes(workspace: Path, home: Path
         llm.script(reply('```python\njob = schedule_cron("0 9 * * 0", "print(\'weekly\')", name="weekly")\n'
                          'final_answer(job)\n```'),
                    reply("```python\nfinal_answer(list_cron())\n```"))
-        async with Runtime(config_for(llm.base_url, workspace, mode="code", timezone="Europe/Berlin")) as rt:
+        async with open_runtime(config_for(llm.base_url, workspace, mode="code", timezone="Europe/Berlin")) as rt:
             job_id = await rt.agent.handle("telegram:7", "every sunday at 9")
             listing = await rt.agent.handle("telegram:7", "list")
             store = CronStore(rt.db)
@@ -46,7 +46,7 @@ async def test_broken_code_is_refused_when_scheduled(workspace: Path, home: Path
         llm.script(tool_call("schedule_cron", {"expression": "every 60", "code": "print('unclosed'"}),
                    tool_call("schedule_cron", {"expression": "61 * * * *", "code": "print(1)"}),
                    reply("could not"))
-        async with Runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+        async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
             assert await rt.agent.handle("discord:1", "schedule") == "could not"
             assert await CronStore(rt.db).list() == []
         errors = [r["messages"][-1]["content"] for r in llm.chat_requests[1:]]
@@ -56,7 +56,7 @@ async def test_broken_code_is_refused_when_scheduled(workspace: Path, home: Path
 
 async def test_remove_only_in_the_owning_chat(workspace: Path, home: Path) -> None:
     async with FakeOpenAI() as llm:
-        async with Runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+        async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
             from nanobot.tools.registry import ToolContext
 
             mine = ToolContext(rt.config, workspace, "telegram:1", services=rt.deps.services)
@@ -77,7 +77,7 @@ async def test_from_the_terminal_a_job_delivers_to_the_terminal_or_to(workspace:
         t.enabled, t.token, t.allow_from = True, "1:x", ["*"]  # "*" names no owner chat
         llm.script(reply('```python\nfinal_answer(schedule_cron("every 1h", "print(1)"))\n```'),
                    reply('```python\nfinal_answer(schedule_cron("every 1h", "print(1)", to="telegram:555"))\n```'))
-        async with Runtime(config) as rt:
+        async with open_runtime(config) as rt:
             here = await CronStore(rt.db).get(await rt.agent.handle("cli:default", "hourly"))
             job_id = await rt.agent.handle("cli:default", "hourly, to 555")
             job = await CronStore(rt.db).get(job_id)

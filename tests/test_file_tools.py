@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.config import Config
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.tools.files import FILE_TOOLS, MAX_READ_BYTES
 from nanobot.tools.paths import FileScope, open_pinned, pinned_parent, resolve_in_workspace
 from nanobot.tools.registry import ToolContext, ToolRegistry
@@ -181,8 +181,9 @@ async def test_a_runtime_given_its_own_home_guards_that_home(llm, tmp_path):
     ws.mkdir()
     config = config_for(llm.base_url, ws)
     config.tools.restrict_to_workspace = False  # only the home rule stands between the tools and it
-    async with Runtime(config, home=other) as rt:
+    async with open_runtime(config, home=other) as rt:
         (other / "config.json").write_text('{"apiKey": "CANARY-other-home"}')
+        await rt.sessions.open("cli:x")
         ctx = rt.deps.chat_context("cli:x")
         with pytest.raises(PermissionError, match="NANOBOT_HOME"):
             await rt.tools.call("read_file", {"path": str(other / "config.json")}, ctx)

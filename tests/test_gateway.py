@@ -15,7 +15,7 @@ from nanobot.config import Config
 from nanobot.agent.loop import TURN_CRASHED as APOLOGY
 from nanobot.gateway.dispatcher import RESTART_NOTICE, SHUTDOWN_NOTE, STOPPED_NOTE, Dispatcher
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider
-from nanobot.runtime import Runtime
+from nanobot.runtime import Runtime, open_runtime
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.helpers import config_for
 
@@ -50,7 +50,7 @@ class Harness:
 
 
 async def harness(config: Config, provider: Any = None, typing_interval: float = 4.0) -> AsyncIterator[Harness]:
-    async with Runtime(config, bus=MessageBus(), provider=provider) as rt:
+    async with open_runtime(config, bus=MessageBus(), provider=provider) as rt:
         dispatcher = Dispatcher(rt.agent, rt.bus, config.gateway, typing_interval=typing_interval)
         intake = asyncio.create_task(dispatcher.run())
         try:

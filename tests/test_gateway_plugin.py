@@ -12,7 +12,7 @@ import pytest
 from nanobot.bus import MessageBus
 from nanobot.config import ConfigError, load_config
 from nanobot.gateway import Gateway
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.trust import MEMBER, OWNER, chat_trust
 from tests.fakes.openai_server import FakeOpenAI, reply
 
@@ -82,7 +82,7 @@ async def test_an_installed_channel_is_configured_started_and_served(
     })
     config, _ = load_config()
     llm.script(reply("hello alice"))
-    async with Runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config, bus=MessageBus()) as rt:
         gateway = Gateway(rt)
         await gateway.start()
         try:

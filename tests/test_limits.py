@@ -13,7 +13,7 @@ import pytest
 from nanobot.bus import MessageBus
 from nanobot.config import Config
 from nanobot.cron.store import CronStore, utcnow
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.tools import paths
 from nanobot.tools.builtin import default_registry
 from nanobot.tools.registry import ToolContext
@@ -68,7 +68,8 @@ def test_parent_directories_are_made_only_beneath_the_workspace(workspace: Path,
 async def test_cron_from_chat_has_a_minimum_interval_and_a_per_chat_cap(llm: FakeOpenAI, workspace: Path) -> None:
     config = config_for(llm.base_url, workspace)
     config.gateway.max_cron_jobs_per_chat = 2
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
+        await rt.sessions.open("telegram:42")
         ctx = rt.deps.chat_context("telegram:42")
         with pytest.raises(ValueError, match="at most once a minute"):
             await rt.tools.call("schedule_cron", {"expression": "every 30s", "code": "print(1)"}, ctx)
@@ -76,6 +77,7 @@ async def test_cron_from_chat_has_a_minimum_interval_and_a_per_chat_cap(llm: Fak
             await rt.tools.call("schedule_cron", {"expression": "every 60s", "code": "print(1)"}, ctx)
         with pytest.raises(PermissionError, match="2 scheduled jobs already"):
             await rt.tools.call("schedule_cron", {"expression": "every 1h", "code": "print(1)"}, ctx)
+        await rt.sessions.open("telegram:43")
         other = rt.deps.chat_context("telegram:43")  # another chat has its own allowance
         await rt.tools.call("schedule_cron", {"expression": "every 1h", "code": "print(1)"}, other)
 

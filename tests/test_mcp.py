@@ -16,7 +16,7 @@ from typing import AsyncIterator
 import pytest
 
 from nanobot.config import McpServer
-from nanobot.runtime import Runtime
+from nanobot.runtime import Runtime, open_runtime
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for
 
@@ -57,7 +57,7 @@ def with_servers(llm: FakeOpenAI, workspace: Path, servers: dict[str, McpServer]
 
 @pytest.fixture
 async def rt(llm: FakeOpenAI, workspace: Path) -> AsyncIterator[Runtime]:
-    async with Runtime(with_servers(llm, workspace, {"notes": stdio_server(tool_timeout=2)}, mode="code")) as runtime:
+    async with open_runtime(with_servers(llm, workspace, {"notes": stdio_server(tool_timeout=2)}, mode="code")) as runtime:
         await runtime.mcp.ensure_started()
         yield runtime
 
@@ -112,7 +112,7 @@ async def test_tools_mode_makes_one_model_call_per_mcp_call_and_marks_results(
     calls = [tool_call("notes_add_note", {"title": f"n{i}"}) for i in range(30)]
     llm.script(*calls, reply("added 30"))
     config = with_servers(llm, workspace, {"notes": stdio_server()}, mode="tools", max_iterations=40)
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle("cli:t", "add 30 notes") == "added 30"
     assert len(llm.chat_requests) == 31
     first = {t["function"]["name"]: t["function"] for t in llm.chat_requests[0]["tools"]}
@@ -133,7 +133,7 @@ async def test_tools_waiting_for_find_tools_stay_offered_until_new(llm: FakeOpen
     llm.script(tool_call("find_tools", {"query": "add note"}), tool_call("notes_add_note", {"title": "a"}),
                reply("added"), tool_call("notes_add_note", {"title": "b"}), reply("added again"), reply("fresh"))
     config = with_servers(llm, workspace, {"notes": server}, mode="tools", **kw)
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle("cli:t", "add a note") == "added"
         assert await rt.agent.handle("cli:t", "and another") == "added again"
         await rt.agent.handle("cli:t", "/new")
@@ -148,7 +148,7 @@ async def test_tools_waiting_for_find_tools_stay_offered_until_new(llm: FakeOpen
 async def test_hybrid_runs_mcp_calls_in_exec_python(llm: FakeOpenAI, workspace: Path) -> None:
     llm.script(tool_call("exec_python", {"code": "ids = [notes_add_note(title=t)['id'] for t in 'abc']\n"
                                                  "final_answer(sum(ids))"}))
-    async with Runtime(with_servers(llm, workspace, {"notes": stdio_server()}, mode="hybrid")) as rt:
+    async with open_runtime(with_servers(llm, workspace, {"notes": stdio_server()}, mode="hybrid")) as rt:
         assert await rt.agent.handle("cli:h", "go") == "6"
 
 
@@ -166,7 +166,7 @@ async def test_member_chats_reach_no_server_unless_allowed(llm: FakeOpenAI, work
     config.channels.telegram.allow_from = ["1"]  # telegram:1 is the owner; the group is a member chat
     config.agents.overrides["telegram:-300"] = AgentOverride(mcp_servers=["notes"])
     llm.script(reply("```python\nnotes_list_notes()\n```"), reply("refused"), reply("```python\nfinal_answer(notes_list_notes())\n```"))
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle("telegram:-200", "list notes") == "refused"
         assert await rt.agent.handle("telegram:-300", "list notes") == "[]"
     member_prompt = llm.chat_requests[0]["messages"][0]["content"]
@@ -176,6 +176,7 @@ async def test_member_chats_reach_no_server_unless_allowed(llm: FakeOpenAI, work
 
 
 async def test_a_crashed_server_is_unavailable_then_restarted(rt: Runtime, llm: FakeOpenAI) -> None:
+    await rt.sessions.open("cli:mcp")
     ctx = rt.deps.chat_context("cli:mcp")
     rt.mcp.connections["notes"].restart_first_s = 0.05
     with pytest.raises(RuntimeError, match="MCP server 'notes' is not available"):
@@ -193,7 +194,7 @@ async def test_servers_that_never_start_leave_the_rest_working(llm: FakeOpenAI, 
                "hangs": McpServer(command="sleep", args=["60"], start_timeout=0.5),
                "away": McpServer(url=f"http://127.0.0.1:{free_port()}/mcp", start_timeout=2)}
     llm.script(reply("```python\nfinal_answer(notes_add_note(title='x')['id'])\n```"))
-    async with Runtime(with_servers(llm, workspace, servers, mode="code")) as rt:
+    async with open_runtime(with_servers(llm, workspace, servers, mode="code")) as rt:
         assert await rt.agent.handle("cli:x", "go") == "1"
         summary = "\n".join(rt.mcp.summary())
     assert "notes (stdio): running, 10 tools" in summary
@@ -204,7 +205,7 @@ async def test_servers_that_never_start_leave_the_rest_working(llm: FakeOpenAI, 
 
 async def test_name_clashes_are_refused(llm: FakeOpenAI, workspace: Path) -> None:
     servers = {"my.notes": stdio_server(), "my-notes": stdio_server()}  # both become my_notes_<tool>
-    async with Runtime(with_servers(llm, workspace, servers)) as rt:
+    async with open_runtime(with_servers(llm, workspace, servers)) as rt:
         await rt.mcp.ensure_started()
         summary = rt.mcp.summary()
     assert summary[0] == "my.notes (stdio): running, 10 tools"
@@ -219,7 +220,7 @@ async def test_network_transports(llm: FakeOpenAI, workspace: Path, transport: s
     try:
         llm.script(reply(LOOP_30))
         servers = {"notes": McpServer(url=url, transport=transport, headers={"X-Test": "1"})}
-        async with Runtime(with_servers(llm, workspace, servers, mode="code")) as rt:
+        async with open_runtime(with_servers(llm, workspace, servers, mode="code")) as rt:
             answer = await rt.agent.handle("cli:n", "go")
         assert answer.startswith("30 notes; matches: [3, 21") and len(llm.chat_requests) == 1
     finally:
@@ -234,7 +235,7 @@ async def test_many_tools_are_listed_within_budget_and_tool_help_gives_the_stub(
     servers = {name: stdio_server("--many", "30") for name in ("tracker", "mail", "calendar")}
     llm.script(reply("```python\nfinal_answer(tool_help('mail_op_007'))\n```"), reply("ok"))
     config = with_servers(llm, workspace, servers, mode="code")
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         stub = await rt.agent.handle("cli:b", "help")
         await rt.agent.handle("cli:b", "again")
     system = llm.chat_requests[0]["messages"][0]["content"]
@@ -256,7 +257,7 @@ async def test_a_cron_code_job_calls_mcp_with_no_model_call(llm: FakeOpenAI, wor
 
     config = with_servers(llm, workspace, {"notes": stdio_server()})
     config.channels.telegram.allow_from = ["1"]  # telegram:1 is the owner's private chat
-    async with Runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config, bus=MessageBus()) as rt:
         await rt.mcp.ensure_started()
         store = CronStore(rt.db)
         await store.migrate()
@@ -284,7 +285,7 @@ def mcp_children(tag: str) -> list[int]:
 async def test_shutdown_leaves_no_child_process(llm: FakeOpenAI, workspace: Path) -> None:
     tag = uuid.uuid4().hex
     servers = {f"s{i}": stdio_server("--tag", tag) for i in range(3)}
-    async with Runtime(with_servers(llm, workspace, servers)) as rt:
+    async with open_runtime(with_servers(llm, workspace, servers)) as rt:
         await rt.mcp.ensure_started()
         assert len(mcp_children(tag)) == 3
     async with asyncio.timeout(10):
@@ -300,6 +301,7 @@ async def test_stop_cancels_an_mcp_call_in_flight(rt: Runtime, llm: FakeOpenAI) 
     llm.script(reply("```python\nnotes_slow(seconds=1.5)\n```"), reply("never"))
     dispatcher = Dispatcher(rt.agent, bus, rt.config.gateway)
     dispatcher.submit(InboundMessage("cli", "mcp", "owner", "wait for it"))
+    await rt.sessions.open("cli:mcp")
     ctx = rt.deps.chat_context("cli:mcp")
     async with asyncio.timeout(10):
         while '"count": 1' not in await rt.tools.call("notes_count_calls", {}, ctx):
@@ -389,7 +391,7 @@ async def test_typed_stubs_pass_the_type_checker(llm: FakeOpenAI, workspace: Pat
     llm.script(reply(program), reply(bad), reply("ok"))
     config = with_servers(llm, workspace, {"notes": stdio_server()}, mode="code",
                           code_runtime=CodeRuntime(type_check=True))
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle("cli:ty", "go") == "[1]"
         assert await rt.agent.handle("cli:ty", "bad") == "ok"
     checked = llm.chat_requests[2]["messages"][-1]["content"]

@@ -14,7 +14,7 @@ from nanobot.agent.loop import FailedReply
 from nanobot.api import keys as api_keys
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config, ModelChoice, Price
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.helpers import config_for, running_gateway
 from tests.test_api import free_port
@@ -36,7 +36,7 @@ def priced(llm: FakeOpenAI, workspace: Path, *, budget: float | None = None, **p
 async def test_a_member_keeps_the_default_model_unless_listed(llm: FakeOpenAI, workspace: Path) -> None:
     config = priced(llm, workspace)
     llm.fallback = lambda body: reply(body["model"])
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         shown = await rt.agent.handle(MEMBER, "/model")
         assert shown.startswith("Model: openai/fake-model.") and "none for member chats (agents.memberModels)" in shown
         refused = await rt.agent.handle(MEMBER, "/model big")
@@ -47,7 +47,7 @@ async def test_a_member_keeps_the_default_model_unless_listed(llm: FakeOpenAI, w
         assert await rt.agent.handle(OWNER, "/model big") == "Model set to openai/big-model for this chat."
         assert await rt.agent.handle(OWNER, "hi") == "big-model"
     config.agents.member_models = ["small"]
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle(MEMBER, "/model small") == "Model set to openai/small-model for this chat."
         assert await rt.agent.handle(MEMBER, "hi") == "small-model"
 
@@ -66,7 +66,7 @@ def test_member_models_must_be_models(tmp_path: Path) -> None:
 async def test_members_stop_at_their_share_and_the_owner_goes_on(llm: FakeOpenAI, workspace: Path) -> None:
     config = priced(llm, workspace, budget=4.0)  # members' share: $2.00, two calls
     llm.fallback = lambda body: reply("ok")
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert [await rt.agent.handle(MEMBER, "hi") for _ in range(2)] == ["ok", "ok"]
         stopped = await rt.agent.handle(MEMBER, "hi")
         assert isinstance(stopped, FailedReply) and "budget for member chats is spent" in stopped
@@ -85,7 +85,7 @@ async def test_a_call_that_would_pass_the_budget_is_not_made(llm: FakeOpenAI, wo
     refused before it is sent; so a turn overshoots by one reply at most."""
     config = priced(llm, workspace, budget=3.5, **{"fake-model": Price(input=1000.0, output=200_000.0)})
     llm.fallback = lambda body: reply("ok")
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle(OWNER, "short") == "ok"  # the prompt: ~$0.55 estimated; $1.01 spent
         refused = await rt.agent.handle(OWNER, "x" * 7000)  # ~2.3k tokens more: ~$2.9, past $3.50 with what was spent
         assert isinstance(refused, FailedReply) and "$1.01 of $3.50, and this call would cost about $" in refused

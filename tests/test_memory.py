@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nanobot.agent.memory import consolidated_upto, parse_answer, plan_cut, prompt_history, transcript
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.chat_names import history_file
 from nanobot.session import Session, load_session
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
@@ -149,7 +149,7 @@ async def test_consolidation_end_to_end(llm: FakeOpenAI, workspace: Path, memory
     model = Model(good_answer())
     llm.fallback = model
     config = config_for(llm.base_url, workspace, memory_window=4, timezone="Europe/Berlin")
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         for text in ("one", "two"):
             await rt.agent.handle("cli:m", text)
         await rt.agent.memory.drain()
@@ -182,7 +182,7 @@ async def test_consolidation_end_to_end(llm: FakeOpenAI, workspace: Path, memory
     assert consolidated_upto(session) == 4
 
     # After a restart the window still starts after the consolidated part.
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         await rt.agent.handle("cli:m", "five")
     prompt = [r for r in llm.chat_requests if not is_consolidation(r)][-1]["messages"]
     assert [m["content"] for m in prompt[1:]] == ["three", "answer 3", "four", "answer 4", "five"]
@@ -198,7 +198,7 @@ async def test_malformed_answer_leaves_memory_untouched(llm: FakeOpenAI, workspa
                                                        answer: dict, caplog: pytest.LogCaptureFixture) -> None:
     model = Model(answer)
     llm.fallback = model
-    async with Runtime(config_for(llm.base_url, workspace, memory_window=6)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, memory_window=6)) as rt:
         with caplog.at_level(logging.WARNING, logger="nanobot.agent.memory"):
             for text in ("one", "two", "three", "four"):
                 await rt.agent.handle("cli:m", text)
@@ -231,7 +231,7 @@ async def test_reply_does_not_wait_for_consolidation_and_shutdown_does(llm: Fake
                                                                       memory_file: Path) -> None:
     model = Model(delayed(good_answer(), 0.5))
     llm.fallback = model
-    async with Runtime(config_for(llm.base_url, workspace, memory_window=4)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, memory_window=4)) as rt:
         for text in ("one", "two"):
             await rt.agent.handle("cli:m", text)
         started = time.monotonic()
@@ -252,7 +252,7 @@ async def test_edit_to_memory_during_consolidation_is_not_lost(llm: FakeOpenAI, 
 
     model = Model(answer)
     llm.fallback = model
-    async with Runtime(config_for(llm.base_url, workspace, memory_window=4)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, memory_window=4)) as rt:
         for text in ("one", "two", "three"):
             await rt.agent.handle("cli:m", text)
         await rt.agent.memory.drain()
@@ -266,8 +266,8 @@ async def test_tool_exchanges_are_consolidated_and_the_window_starts_at_a_user_t
     llm.script(tool_call("read_file", {"path": "a.txt"}), reply("It says alpha."))
     model = Model(good_answer())
     llm.fallback = model
-    async with Runtime(config_for(llm.base_url, workspace, memory_window=3)) as rt:
-        session = rt.agent.session("cli:m")
+    async with open_runtime(config_for(llm.base_url, workspace, memory_window=3)) as rt:
+        session = await rt.sessions.open("cli:m")
         await rt.agent.handle("cli:m", "read a.txt")  # user, assistant (call), tool, assistant
         await rt.agent.memory.drain()
         assert model.consolidations == []  # no user message to cut at yet: not mid-exchange

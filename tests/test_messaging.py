@@ -11,7 +11,7 @@ from nanobot.access import AccessGate, PairingStore
 from nanobot.bus import MessageBus
 from nanobot.config import Config
 from nanobot.tools.builtin import default_registry
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.tools.registry import ToolContext
 
 CURRENT = "telegram:42"
@@ -29,7 +29,8 @@ def config(workspace: Path) -> Config:
 @pytest.fixture
 async def ctx(config: Config, workspace: Path) -> AsyncIterator[ToolContext]:
     config.providers["openai"].api_key = "unused"  # no model is called here
-    async with Runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config, bus=MessageBus()) as rt:
+        await rt.sessions.open(CURRENT)  # every path into a chat opens it first
         yield rt.deps.chat_context(CURRENT)
 
 

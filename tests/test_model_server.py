@@ -10,7 +10,7 @@ import pytest
 
 from nanobot.agent.loop import FailedReply
 from nanobot.providers.openai_provider import request_json
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from tests.fakes.openai_server import HANG_UP, FakeOpenAI, Raw, delayed, error, reply, tool_call, truncated
 from tests.helpers import config_for
 from tests.test_cli import nanobot, write_config
@@ -19,7 +19,7 @@ from tests.test_cli import nanobot, write_config
 async def ask(llm: FakeOpenAI, workspace: Path, text: str, session: str = "cli:t", retries: int = 2, **kw) -> str:
     config = config_for(llm.base_url, workspace, **kw)
     config.providers["openai"].max_retries = retries
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         rt.provider.provider("openai").backoff_s = 0.01
         return await rt.agent.handle(session, text)
 
@@ -71,7 +71,7 @@ async def test_a_timeout_is_not_sent_again_behind_itself(llm: FakeOpenAI, worksp
     llm.script(delayed(reply("too late"), 1.0), reply("copy"))
     config = config_for(llm.base_url, workspace)
     config.providers["openai"].timeout = 0.3
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         answer = await rt.agent.handle("cli:t", "hi")
         totals = await rt.usage.totals()
     assert isinstance(answer, FailedReply) and "did not answer in time" in answer

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.web_pages import WebPages
 from tests.helpers import config_for
@@ -24,7 +24,7 @@ async def test_a_page_of_links_keeps_its_links_and_says_where_it_came_from(llm: 
         config = config_for(llm.base_url, workspace)
         config.tools.web.fetch.allow_private = [f"127.0.0.1:{pages.port}"]
         llm.script(tool_call("web_fetch", {"url": pages.url("/index")}), reply("15 articles"))
-        async with Runtime(config) as rt:
+        async with open_runtime(config) as rt:
             assert await rt.agent.handle("cli:w", "read the index") == "15 articles"
     shown = tool_result(llm)
     assert all(f"[Article number {n}]({pages.url(f'/articles/{n}')})" in shown for n in range(1, 16)), shown
@@ -38,10 +38,10 @@ async def test_a_page_of_links_keeps_its_links_and_says_where_it_came_from(llm: 
 async def test_the_shell_says_it_has_no_network(llm: FakeOpenAI, workspace: Path) -> None:
     llm.script(reply("ok"), reply("ok"))
     config = config_for(llm.base_url, workspace)
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         await rt.agent.handle("cli:s", "hi")
     config.tools.exec.network = True
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         await rt.agent.handle("cli:s", "hi")
     described = [next(t["function"]["description"] for t in r["tools"] if t["function"]["name"] == "exec_command")
                  for r in llm.chat_requests]
@@ -52,7 +52,7 @@ async def test_the_shell_says_it_has_no_network(llm: FakeOpenAI, workspace: Path
 async def test_mcp_results_say_which_server_and_stubs_show_their_fields(llm: FakeOpenAI, workspace: Path) -> None:
     llm.script(tool_call("notes_add_note", {"title": "tea"}), reply("added"), reply("code mode"))
     config = with_servers(llm, workspace, {"notes": stdio_server()}, mode="tools")
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         await rt.agent.handle("cli:m", "add a note")
         await rt.agent.handle("cli:c", "hi", mode="code")
     shown = tool_result(llm)
@@ -84,7 +84,7 @@ async def test_what_was_read_once_is_not_paid_for_on_every_later_call(llm: FakeO
     (workspace / "big.txt").write_text("START " + "x" * 5000 + " END")
     llm.script(tool_call("read_file", {"path": "big.txt"}), tool_call("list_dir", {}), reply("done"),
                reply("```python\nprint('y' * 20000)\n```"), reply("```python\nprint(1)\n```"), reply("fine"))
-    async with Runtime(config_for(llm.base_url, workspace)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace)) as rt:
         await rt.agent.handle("cli:r", "read big.txt")
         await rt.agent.handle("cli:c", "print a lot", mode="code")
         kept = [m["content"] for m in (await rt.sessions.open("cli:r")).messages if m["role"] == "tool"]
@@ -101,7 +101,7 @@ async def test_what_was_read_once_is_not_paid_for_on_every_later_call(llm: FakeO
 async def test_where_the_sandbox_differs_from_python_the_error_says_the_way_round(llm: FakeOpenAI,
                                                                                   workspace: Path) -> None:
     llm.script(reply("```python\nprint(next(x for x in [1, 2, 3] if x > 1))\n```"), reply("ok"))
-    async with Runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
         await rt.agent.handle("cli:g", "go")
     result = tool_result(llm)
     assert "'list' object is not an iterator" in result and "Hint: a generator expression is a list" in result

@@ -10,7 +10,7 @@ import pytest
 
 from nanobot.agent.loop import FailedReply
 from nanobot.config import Config, ModelChoice, Price, ProviderConfig
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply
 from tests.helpers import config_for
 
@@ -36,7 +36,7 @@ async def test_a_failing_model_falls_back_and_cools_down(llm: FakeOpenAI, backup
     config.providers["openai"].timeout = 0.5
     llm.script(failure)
     backup.script(reply("from the backup"), reply("backup again"))
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle("cli:f", "hi") == "from the backup"
         assert await rt.agent.handle("cli:f", "and again") == "backup again"  # primary cooling down: not asked
         assert "openai" in rt.provider.cooling_down()
@@ -52,7 +52,7 @@ async def test_a_failing_model_falls_back_and_cools_down(llm: FakeOpenAI, backup
 
 async def test_a_bad_request_does_not_fall_back(llm: FakeOpenAI, backup: FakeOpenAI, workspace: Path) -> None:
     llm.script(error(400, message="messages: invalid"))
-    async with Runtime(two_providers(llm, backup, workspace)) as rt:
+    async with open_runtime(two_providers(llm, backup, workspace)) as rt:
         answer = await rt.agent.handle("cli:f", "hi")
     assert isinstance(answer, FailedReply) and "HTTP 400" in answer and backup.chat_requests == []
 
@@ -61,7 +61,7 @@ async def test_when_nothing_answers_the_reply_names_what_was_tried(llm: FakeOpen
                                                                     workspace: Path) -> None:
     llm.script(error(502))
     backup.script(error(500, message="out of memory"))
-    async with Runtime(two_providers(llm, backup, workspace)) as rt:
+    async with open_runtime(two_providers(llm, backup, workspace)) as rt:
         answer = await rt.agent.handle("cli:f", "hi")
     assert isinstance(answer, FailedReply)
     assert "no model answered (tried openai/fake-model: the model server answered HTTP 502" in answer
@@ -72,7 +72,7 @@ async def test_a_single_provider_is_asked_even_while_cooling(llm: FakeOpenAI, wo
     llm.script(error(503), reply("back"))
     config = config_for(llm.base_url, workspace)
     config.providers["openai"].max_retries = 0
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert isinstance(await rt.agent.handle("cli:s", "hi"), FailedReply)
         assert await rt.agent.handle("cli:s", "hi again") == "back"
 
@@ -83,11 +83,11 @@ async def test_model_command_persists_across_a_restart(llm: FakeOpenAI, backup: 
     config.agents.models = {"small": ModelChoice(provider="local", model="llama-3b"),
                             "big": ModelChoice(provider="openai", model="gpt-big")}
     backup.script(reply("small answer"))
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert (await rt.agent.handle("telegram:1", "/model")).startswith("Model: openai/fake-model. Choices: small, big")
         assert await rt.agent.handle("telegram:1", "/model small") == "Model set to local/llama-3b for this chat."
         assert "Unknown model 'huge'" in await rt.agent.handle("telegram:1", "/model huge")
-    async with Runtime(config) as rt:  # a new process: the choice is in the session
+    async with open_runtime(config) as rt:  # a new process: the choice is in the session
         assert (await rt.agent.handle("telegram:1", "/model")).startswith("Model: local/llama-3b (small).")
         assert await rt.agent.handle("telegram:1", "hi") == "small answer"
         assert await rt.agent.handle("telegram:2", "hi") == "(script exhausted)"  # other chats keep the default
@@ -107,7 +107,7 @@ async def test_cost_is_shown_per_model_today_and_in_total(llm: FakeOpenAI, works
     from tests.test_cli import nanobot
 
     llm.script(reply("a"), reply("b"))
-    async with Runtime(priced(config_for(llm.base_url, workspace))) as rt:
+    async with open_runtime(priced(config_for(llm.base_url, workspace))) as rt:
         await rt.agent.handle("cli:c", "one")
         await rt.agent.handle("cli:c", "two")
         status = await rt.agent.handle("cli:c", "/status")
@@ -127,7 +127,7 @@ async def test_the_daily_budget_stops_model_calls_and_resets_at_midnight(
     config = priced(config_for(llm.base_url, workspace, timezone="Pacific/Auckland"), budget=0.03)
     config.channels.telegram.enabled, config.channels.telegram.allow_from = True, ["1"]  # the owner chat for notices
     llm.script(reply("a"), reply("b"), reply("after midnight"))
-    async with Runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config, bus=MessageBus()) as rt:
         assert await rt.agent.handle("telegram:1", "one") == "a"
         assert await rt.agent.handle("telegram:1", "two") == "b"  # $0.02 spent: still under $0.03
         spent = await rt.agent.handle("telegram:1", "three")
@@ -151,7 +151,7 @@ async def test_the_terminal_is_told_in_its_reply_without_a_notice_per_run(llm: F
     config = priced(config_for(llm.base_url, workspace), budget=0.01)
     config.channels.telegram.enabled, config.channels.telegram.allow_from = True, ["1"]
     llm.script(reply("a"))
-    async with Runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config, bus=MessageBus()) as rt:
         assert await rt.agent.handle("cli:default", "one") == "a"
         spent = await rt.agent.handle("cli:default", "two")
         assert spent.startswith("Today's model budget is spent") and rt.bus.outbound.qsize() == 0
@@ -161,7 +161,7 @@ async def test_a_member_chat_sees_only_its_own_figures(llm: FakeOpenAI, workspac
     config = priced(config_for(llm.base_url, workspace))
     config.providers["openai"].max_retries = 0
     llm.script(reply("a"), reply("b"), error(503))
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         await rt.agent.handle("cli:c", "one")
         await rt.agent.handle("cli:c", "two")
         await rt.agent.handle("telegram:-100", "three")  # a group: a member chat; the server fails

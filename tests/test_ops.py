@@ -120,7 +120,7 @@ async def test_a_code_mode_turn_is_one_trace(llm: FakeOpenAI, workspace: Path) -
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     from nanobot import logs, tracing
-    from nanobot.runtime import Runtime
+    from nanobot.runtime import open_runtime
     from tests.helpers import config_for
 
     (workspace / "a.txt").write_text("hello")
@@ -128,7 +128,7 @@ async def test_a_code_mode_turn_is_one_trace(llm: FakeOpenAI, workspace: Path) -
     assert tracing.setup(exporter)
     try:
         llm.script(reply("```python\nprint(read_file('a.txt'))\n```"), reply("It says hello."))
-        async with Runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
+        async with open_runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
             with tracing.span("outside"):
                 seen_trace = logs.current_trace()
             assert await rt.agent.handle("cli:t", "what does a.txt say?") == "It says hello."

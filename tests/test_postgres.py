@@ -16,7 +16,7 @@ from nanobot.config import ConfigError, load_config
 from nanobot.cron.store import CronStore
 from nanobot.db import HomeError
 from nanobot.postgres import PostgresDatabase, migrate, open_pool
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.usage import UsageStore
 from tests.fakes.openai_server import reply
 from tests.helpers import config_for, running_gateway, telegram_gateway_config
@@ -91,10 +91,10 @@ async def test_a_chat_lives_in_postgresql_across_restarts(pg_url: str, llm, work
     config = config_for(llm.base_url, workspace, mode="tools")
     config.database.url = pg_url
     llm.script(reply("hello Ada"), reply("you are Ada"))
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle("telegram:5", "/mode code") == "Mode set to code for this chat."
         assert await rt.agent.handle("telegram:5", "I am Ada", mode="tools") == "hello Ada"
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         assert rt.agent.mode_name(await rt.sessions.open("telegram:5")) == "code"
         assert await rt.agent.handle("telegram:5", "who am I?", mode="tools") == "you are Ada"
         records = await rt.sessions.records("telegram:5")
@@ -132,7 +132,7 @@ async def test_a_home_moves_into_postgresql_and_the_chat_goes_on(pg_url: str, ll
     write_config(home, workspace, llm.base_url)
     llm.script(reply("noted: tea"), reply("```python\nx = 41\nprint('kept')\n```"), reply("done"),
                reply("tea, and x is 42"))
-    async with Runtime(load_config()[0]) as rt:  # a week of use in the embedded store
+    async with open_runtime(load_config()[0]) as rt:  # a week of use in the embedded store
         await rt.agent.handle("telegram:5", "I like tea")
         await rt.agent.handle("telegram:5", "remember x", mode="code")
         await rt.deps.services.pairing.request("discord", "77", "zed")
@@ -150,7 +150,7 @@ async def test_a_home_moves_into_postgresql_and_the_chat_goes_on(pg_url: str, ll
     exported_home = await nanobot("history", "export", "telegram:5", home=home)
     config = load_config()[0]
     config.database.url = pg_url
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         records = await rt.sessions.records("telegram:5")
         assert [j.name for j in await CronStore(rt.db).list()] == ["n"]
         assert [r.sender_id for r in await rt.deps.services.pairing.pending()] == ["77"]
@@ -170,7 +170,7 @@ async def test_history_export_from_postgresql(pg_url: str, llm, workspace: Path,
     config = load_config()[0]
     config.database.url = pg_url
     llm.script(reply("hi"))
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         await rt.agent.handle("telegram:8", "hello")
     env = {"NANOBOT_DATABASE__URL": pg_url}
     code, _, err = await nanobot("history", "export", "telegram:8", "--out", str(tmp_path / "h.jsonl"), home=home, env=env)
@@ -183,7 +183,7 @@ async def test_history_export_from_postgresql(pg_url: str, llm, workspace: Path,
 async def test_a_count_that_does_not_match_copies_nothing(pg_url: str, llm, workspace: Path, home: Path) -> None:
     write_config(home, workspace, llm.base_url)
     llm.script(reply("hi"))
-    async with Runtime(load_config()[0]) as rt:
+    async with open_runtime(load_config()[0]) as rt:
         await rt.agent.handle("telegram:5", "hello")
     db = await PostgresDatabase.open(pg_url)
     try:
@@ -271,7 +271,7 @@ async def test_a_migration_refuses_a_running_gateway_and_offers_a_way_forward(pg
 
     write_config(home, workspace, llm.base_url)
     llm.script(reply("one"))
-    async with Runtime(load_config()[0]) as rt:
+    async with open_runtime(load_config()[0]) as rt:
         await rt.agent.handle("telegram:5", "first")
     async with nanobot_process("gateway", home=home):
         for _ in range(200):

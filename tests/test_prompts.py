@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.workspace_template import copy_template
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for
@@ -26,7 +26,7 @@ async def first_request(llm: FakeOpenAI, workspace: Path, mode: str, **provider)
     for key, value in provider.items():
         setattr(config.providers["openai"], key, value)
     llm.script(reply("hello"))
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         await rt.agent.handle("cli:p", "hi")
     return llm.chat_requests[-1]
 
@@ -56,7 +56,7 @@ async def test_tools_mode_offers_core_tools_and_finds_the_rest(llm: FakeOpenAI, 
     (workspace / "old.txt").write_text("x")
     llm.script(tool_call("find_tools", {"query": "move a file"}), tool_call("move_file", {"src": "old.txt", "dst": "new.txt"}),
                reply("Moved."))
-    async with Runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
         assert await rt.agent.handle("cli:f", "rename old.txt to new.txt") == "Moved."
     offered = [[t["function"]["name"] for t in r["tools"]] for r in llm.chat_requests]
     assert "move_file" not in offered[0] and "find_tools" in offered[0] and "read_file" in offered[0]

@@ -10,23 +10,23 @@ import pytest
 from nanobot.session import SessionStore, load_session
 
 
-def test_round_trip_with_metadata_first(tmp_path: Path) -> None:
+async def test_round_trip_with_metadata_first(tmp_path: Path) -> None:
     store = SessionStore(tmp_path)
-    s = store.get("telegram:42")
+    s = await store.open("telegram:42")
     s.append({"role": "user", "content": "hi"})
     s.set_meta(mode="tools")
     s.append({"role": "assistant", "content": "hello"})
     store.close()
     lines = (tmp_path / "telegram_42.jsonl").read_text().splitlines()
     assert json.loads(lines[0])["_meta"]["key"] == "telegram:42"
-    again = SessionStore(tmp_path).get("telegram:42")
+    again = await SessionStore(tmp_path).open("telegram:42")
     assert [m["content"] for m in again.messages] == ["hi", "hello"]
     assert again.meta.mode == "tools" and again.meta.created
 
 
-def test_torn_last_line_and_corrupt_line_are_skipped(tmp_path: Path) -> None:
+async def test_torn_last_line_and_corrupt_line_are_skipped(tmp_path: Path) -> None:
     store = SessionStore(tmp_path)
-    s = store.get("cli:x")
+    s = await store.open("cli:x")
     for i in range(3):
         s.append({"role": "user", "content": f"m{i}"})
     store.close()
@@ -37,25 +37,25 @@ def test_torn_last_line_and_corrupt_line_are_skipped(tmp_path: Path) -> None:
     loaded = load_session("cli:x", path)
     assert [m["content"] for m in loaded.messages] == ["m0", "m1", "m2"]
     # appending after a torn line starts a fresh line, so the new record is readable
-    s2 = SessionStore(tmp_path).get("cli:x")
+    s2 = await SessionStore(tmp_path).open("cli:x")
     s2.append({"role": "assistant", "content": "after"})
     s2.close()
     assert [m["content"] for m in load_session("cli:x", path).messages][-1] == "after"
 
 
-def test_reset_keeps_the_file_but_starts_fresh(tmp_path: Path) -> None:
+async def test_reset_keeps_the_file_but_starts_fresh(tmp_path: Path) -> None:
     store = SessionStore(tmp_path)
-    s = store.get("cli:r")
+    s = await store.open("cli:r")
     s.append({"role": "user", "content": "old"})
     s.reset()
     s.append({"role": "user", "content": "new"})
     store.close()
-    assert [m["content"] for m in SessionStore(tmp_path).get("cli:r").messages] == ["new"]
+    assert [m["content"] for m in (await SessionStore(tmp_path).open("cli:r")).messages] == ["new"]
     assert "old" in (tmp_path / "cli_r.jsonl").read_text()
 
 
-def test_history_window_starts_at_a_user_message_and_drops_unanswered_calls(tmp_path: Path) -> None:
-    s = SessionStore(tmp_path).get("cli:w")
+async def test_history_window_starts_at_a_user_message_and_drops_unanswered_calls(tmp_path: Path) -> None:
+    s = await SessionStore(tmp_path).open("cli:w")
     s.append({"role": "user", "content": "u1"})
     s.append({"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function",
                                                                    "function": {"name": "f", "arguments": "{}"}}]})
@@ -73,7 +73,7 @@ def test_history_window_starts_at_a_user_message_and_drops_unanswered_calls(tmp_
     assert [m["role"] for m in full] == ["user", "assistant", "tool", "assistant", "user"]
 
 
-def test_chat_state_is_typed_and_reads_old_histories(tmp_path: Path) -> None:
+async def test_chat_state_is_typed_and_reads_old_histories(tmp_path: Path) -> None:
     """What a chat remembers has named fields: a misspelt or mistyped setting fails in code
     at once instead of becoming silent, permanent state; old files read as before."""
     path = tmp_path / "telegram_7.jsonl"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from nanobot.config import CodeRuntime
-from nanobot.runtime import Runtime
+from nanobot.runtime import open_runtime
 from nanobot.sandbox import Sandbox
 from nanobot.skills import builtin_skills_dir, find_skill, list_skills, skill_helpers_code, skills_section
 from nanobot.tools.paths import FileScope
@@ -162,7 +162,7 @@ async def test_prompt_lists_skills_and_read_skill_reads_builtin_and_workspace(ll
                tool_call("read_skill", {"name": "weather", "file": "../cron/SKILL.md"}),
                tool_call("read_skill", {"name": "weather", "file": "nope.md"}),
                tool_call("read_skill", {"name": "missing"}), reply("done"))
-    async with Runtime(config_for(llm.base_url, workspace)) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace)) as rt:
         assert await rt.agent.handle("cli:s", "weather?") == "done"
     system = llm.chat_requests[0]["messages"][0]["content"]
     assert "# Skills" in system and "read_skill(name[, file])" in system

@@ -118,10 +118,10 @@ async def test_stop_id_stops_a_task_and_a_tainted_turn_may_not_spawn(config: Con
 
 
 async def _spawn(config: Config, turn) -> str:  # noqa: ANN001
-    from nanobot.runtime import Runtime
+    from nanobot.runtime import open_runtime
     from nanobot.tools.registry import ToolContext
 
-    async with Runtime(config) as rt:
+    async with open_runtime(config) as rt:
         ctx = ToolContext(config, config.workspace_path, f"telegram:{ALICE}", services=rt.deps.services, turn=turn)
         return await rt.tools.call("spawn", {"task": "x"}, ctx)
 

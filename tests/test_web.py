@@ -267,7 +267,7 @@ async def test_tools_register_with_schemas_and_errors(ctx):
 async def test_agent_marks_fetched_pages_untrusted_in_tools_mode_only(allowed: WebPages, workspace,
                                                                       home) -> None:
     """Tools mode wraps web text as external content; code mode hands the program the raw string."""
-    from nanobot.runtime import Runtime
+    from nanobot.runtime import open_runtime
     from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
     from tests.helpers import config_for
 
@@ -277,7 +277,7 @@ async def test_agent_marks_fetched_pages_untrusted_in_tools_mode_only(allowed: W
                    reply(f"```python\npage = web_fetch({url!r})\nfinal_answer(page[:40])\n```"))
         config = config_for(llm.base_url, workspace, mode="tools")
         config.tools.web.fetch.allow_private = [f"127.0.0.1:{allowed.port}"]
-        async with Runtime(config) as rt:
+        async with open_runtime(config) as rt:
             await rt.agent.handle("cli:w", "read the page")
             answer = await rt.agent.handle("cli:w", "again, in code", mode="code")
     seen = llm.chat_requests[1]["messages"][-1]["content"]

@@ -69,12 +69,12 @@ async def _print_progress(text: str) -> None:
 async def _run_agent(config: Config, message: str | None, session: str, mode: str | None,
                      provider=None) -> int:
     from nanobot.bus import MessageBus
-    from nanobot.runtime import Runtime
+    from nanobot.runtime import open_runtime
 
     try:
         # One message needs no bus: send_message to this chat prints. A chat runs on the
         # gateway's machinery (a bus, a dispatcher, the terminal as a channel).
-        async with Runtime(config, provider=provider, bus=None if message is not None else MessageBus()) as rt:
+        async with open_runtime(config, provider=provider, bus=None if message is not None else MessageBus()) as rt:
             if message is not None:
                 from nanobot.agent.loop import FailedReply
 

@@ -15,9 +15,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from nanobot.database import Migrations
     from nanobot.postgres import PostgresDatabase
 
-MIGRATIONS = ["""
+MIGRATIONS: Migrations = {"sqlite": [], "postgresql": ["""
 CREATE FUNCTION nanobot_now() RETURNS DOUBLE PRECISION LANGUAGE sql VOLATILE
     AS $$ SELECT extract(epoch FROM clock_timestamp())::double precision $$;
 CREATE TABLE workers (
@@ -47,7 +48,7 @@ CREATE INDEX chat_leases_worker ON chat_leases (worker);
 """
 CREATE TABLE assistant (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 ALTER TABLE workers ADD COLUMN workspace TEXT NOT NULL DEFAULT '';
-"""]
+"""]}
 
 FORGET_DEAD_AFTER_S = 86400  # a dead worker's row stays this long, for status
 

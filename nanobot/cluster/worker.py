@@ -21,7 +21,6 @@ from nanobot.cluster.registry import MIGRATIONS, Registry
 from nanobot.cluster.router import ChatRouter
 from nanobot.cluster.singletons import AdvisorySingletons
 from nanobot.coordination import worker_id
-from nanobot.postgres import migrate
 
 if TYPE_CHECKING:
     from nanobot.cluster.router import GatewayHooks
@@ -53,7 +52,7 @@ class ClusterWorker:
 
     async def start(self) -> None:
         """Join (WorkerIdInUse if our id is taken by a live worker), then take what is orphaned."""
-        await migrate(self.db.pool, "workers", MIGRATIONS)
+        await self.db.migrate("workers", MIGRATIONS)  # workers exist on PostgreSQL only
         await self.registry.check_workspace(self.workspace)
         await self._join()
         await self.registry.forget_previous_run()

@@ -42,7 +42,7 @@ from nanobot.listener import ListenError
 from nanobot.health import Health
 from nanobot.gateway.task_runner import TaskRunner
 from nanobot.gateway_lock import GatewayLock, GatewayRunning, write_gateway_state
-from nanobot.runtime import Runtime
+from nanobot.runtime import Runtime, open_runtime
 
 if TYPE_CHECKING:
     from nanobot.access import PairingStore
@@ -72,12 +72,12 @@ class Gateway:
 
     def __init__(self, runtime: Runtime, *, typing_interval: float = TYPING_INTERVAL) -> None:
         if runtime.bus is None:
-            raise ValueError("the gateway's Runtime needs a bus: Runtime(config, bus=MessageBus())")
+            raise ValueError("the gateway's Runtime needs a bus: open_runtime(config, bus=MessageBus())")
         self.runtime = runtime
         self.config: Config = runtime.config
         self.bus: MessageBus = runtime.bus
         rt = runtime
-        among_workers = rt.db.engine == "postgresql"  # then this gateway is one worker of several (nanobot.cluster)
+        among_workers = rt.shared  # PostgreSQL: this gateway is one worker of several (nanobot.cluster)
         self.delivery = DeliveryStore(rt.db, worker_id(self.config.gateway) if among_workers else None)
         self.channels = ChannelSupervisor(self.config, on_state=self._write_state)
         self.outbound = Outbound(self.bus, self.channels, self.delivery)  # the one way out
@@ -339,7 +339,7 @@ def _stop_on(sig: signal.Signals, stop: asyncio.Event) -> Any:
 
 async def _serve(config: Config, stop: asyncio.Event) -> int:
     watchdog: asyncio.Task[None] | None = None
-    async with Runtime(config, bus=MessageBus()) as runtime:
+    async with open_runtime(config, bus=MessageBus()) as runtime:
         gateway = Gateway(runtime)
         add_services(gateway)
         try:
