@@ -40,7 +40,7 @@ from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
 from nanobot.coordination import Held, run_while_held
-from nanobot.db import StoreUnavailable
+from nanobot.sqlite_file import StoreUnavailable
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable
 from aiohttp import web
 
 from nanobot.config import TelegramWebhook
-from nanobot.db import StoreUnavailable
+from nanobot.sqlite_file import StoreUnavailable
 from nanobot.listener import BadBody, listen, read_json
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Iterable, Literal, Mapping
 
 import aiosqlite
 
-from nanobot.db import StoreUnavailable, migrate, open_db
+from nanobot.sqlite_file import StoreUnavailable, migrate, open_db
 
 __all__ = ["Database", "Migrations", "Queries", "SqliteDatabase", "StoreUnavailable", "open_database"]
 

@@ -22,7 +22,7 @@ from nanobot.delivery.store import MIGRATIONS as DELIVERY
 from nanobot.postgres import PostgresDatabase
 from nanobot.sandbox.executor import STATE_MIGRATIONS as CODE_STATE
 from nanobot.session import SessionStore
-from nanobot.session_db import MIGRATIONS as HISTORY
+from nanobot.session_rows import MIGRATIONS as HISTORY
 from nanobot.usage import MIGRATIONS as USAGE
 
 # component -> (its migrations, its tables)

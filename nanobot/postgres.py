@@ -1,6 +1,6 @@
 """PostgreSQL through asyncpg: the connection pool for ``database.url`` and schema migrations.
 
-The counterpart of db.py for the second store engine. Errors come out as one line naming the
+The counterpart of sqlite_file.py for the second store engine. Errors come out as one line naming the
 key and where it points (host and port, or the socket folder), never the password. Several
 workers may start at once against one database: migrations take a transaction-scoped advisory
 lock, so one applies them and the others find them done. A database migrated by a newer
@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 
-from nanobot.db import HomeError, StoreUnavailable, schema_too_new
+from nanobot.sqlite_file import HomeError, StoreUnavailable, schema_too_new
 
 SCHEMA_VERSIONS = ("CREATE TABLE IF NOT EXISTS schema_versions "
                    "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)")

@@ -19,11 +19,11 @@ from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.config import Config, ConfigError
 from nanobot.access import PairingStore
 from nanobot.database import open_database
-from nanobot.db import HomeError, check_writable
+from nanobot.sqlite_file import HomeError, check_writable
 from nanobot.notices import OwnerNotices
 from nanobot.providers.base import Provider
 from nanobot.session import Histories, SessionStore
-from nanobot.session_db import DatabaseSessionStore
+from nanobot.session_rows import DatabaseSessionStore
 from nanobot.skills import install_skills
 from nanobot.tools.builtin import default_registry
 from nanobot.sandbox.executor import CodeExecutor

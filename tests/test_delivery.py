@@ -13,7 +13,7 @@ from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.delivery.outbox import SendGate
-from nanobot.db import open_db
+from nanobot.sqlite_file import open_db
 from nanobot.bus import OutboundMessage
 from nanobot.gateway.dispatcher import RESUME_NOTICE
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply

@@ -27,9 +27,9 @@ FOUNDATION = [  # small pieces that know no subsystem: names, settings, the stor
     "nanobot", "nanobot.utf8", "nanobot.eventloop", "nanobot.filecache", "nanobot.listener", "nanobot.metrics",
     "nanobot.notices", "nanobot.sdnotify", "nanobot.prompts", "nanobot.terminal_client",
     "nanobot.workspace_template", "nanobot.confine", "nanobot.chat_names", "nanobot.bus", "nanobot.config",
-    "nanobot.logs", "nanobot.tracing", "nanobot.gateway_lock", "nanobot.db", "nanobot.postgres",
+    "nanobot.logs", "nanobot.tracing", "nanobot.gateway_lock", "nanobot.sqlite_file", "nanobot.postgres",
     "nanobot.database", "nanobot.coordination", "nanobot.periodic", "nanobot.health", "nanobot.access",
-    "nanobot.trust", "nanobot.tasks", "nanobot.usage", "nanobot.session", "nanobot.session_db",
+    "nanobot.trust", "nanobot.tasks", "nanobot.usage", "nanobot.session", "nanobot.session_rows",
     "nanobot.chat_names_legacy", "nanobot.backup",
 ]
 LAYERS: list[list[str]] = [  # the lowest first

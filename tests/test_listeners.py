@@ -148,7 +148,7 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
 async def test_open_sessions_are_bounded_and_one_in_use_is_kept(database_url: str | None, home: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from nanobot.session import OpenSessions, SessionStore
-    from nanobot.session_db import DatabaseSessionStore
+    from nanobot.session_rows import DatabaseSessionStore
 
     monkeypatch.setattr(OpenSessions, "max_open", 5)
     db = None

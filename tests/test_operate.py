@@ -170,7 +170,7 @@ async def test_a_relative_workspace_is_under_the_home_and_created_when_missing(h
 
 async def test_two_connections_migrating_a_fresh_database_at_once(tmp_path: Path) -> None:
     from nanobot.cron.store import MIGRATIONS
-    from nanobot.db import migrate, open_db
+    from nanobot.sqlite_file import migrate, open_db
 
     first, second = await open_db(tmp_path / "x.db"), await open_db(tmp_path / "x.db")
     try:  # both would read version 0, and the second fail on "table cron_jobs already exists"
@@ -183,7 +183,7 @@ async def test_two_connections_migrating_a_fresh_database_at_once(tmp_path: Path
 async def test_a_migration_step_is_all_or_nothing(tmp_path: Path) -> None:
     """A step that fails (or a process killed) half-way leaves nothing behind: the next start
     must not find half its tables ("table cron_jobs already exists")."""
-    from nanobot.db import migrate, open_db
+    from nanobot.sqlite_file import migrate, open_db
 
     broken = ["CREATE TABLE kept (x);", "CREATE TABLE half (x); CREATE TABLE half (y);"]
     conn = await open_db(tmp_path / "x.db")

@@ -14,7 +14,7 @@ from nanobot import logs
 from nanobot.api.keys import ApiKeys
 from nanobot.config import ConfigError, load_config
 from nanobot.cron.store import CronStore
-from nanobot.db import HomeError
+from nanobot.sqlite_file import HomeError
 from nanobot.postgres import PostgresDatabase, migrate, open_pool
 from nanobot.runtime import open_runtime
 from nanobot.usage import UsageStore

@@ -16,7 +16,7 @@ from nanobot.cron.store import CronStore, utcnow
 from nanobot.database import Database, SqliteDatabase
 from nanobot.delivery.store import DeliveryStore
 from nanobot.postgres import PostgresDatabase
-from nanobot.session_db import DatabaseSessionStore
+from nanobot.session_rows import DatabaseSessionStore
 from nanobot.usage import UsageStore
 from tests.fakes.postgres import create_database, drop_database
 

@@ -20,7 +20,7 @@ from nanobot.providers.base import LLMResponse, parse_arguments
 from nanobot.sandbox.executor import CodeExecutor, Extra, code_stubs
 
 if TYPE_CHECKING:
-    from nanobot.media.intake import Attachments
+    from nanobot.media.attachments import Attachments
     from nanobot.agent.loop import Turn
 
 log = logging.getLogger(__name__)

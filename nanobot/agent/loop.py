@@ -15,7 +15,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot import logs, metrics, tracing
-from nanobot.agent.budget import drop_oldest_history, estimate_tokens, prompt_budget, shorten_old_results
+from nanobot.agent.prompt_size import drop_oldest_history, estimate_tokens, prompt_budget, shorten_old_results
 from nanobot.agent.commands import handle_command
 from nanobot.agent.context import build_system_prompt
 from nanobot.agent.deps import AgentDeps
@@ -28,7 +28,7 @@ from nanobot.bus import Source
 from nanobot.config import AgentSettings
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.media.images import RECENT_IMAGES, image_count, sent_images, with_images
-from nanobot.media.intake import Attachments, read_attachments
+from nanobot.media.attachments import Attachments, read_attachments
 from nanobot.media.vision import is_blind, rejects_images, remember_blind
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
 from nanobot.session import Session

@@ -19,7 +19,7 @@ from nanobot.providers.base import LLMResponse, ToolCall, parse_arguments
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Turn
-    from nanobot.media.intake import Attachments
+    from nanobot.media.attachments import Attachments
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
 from nanobot import metrics, tracing
-from nanobot.agent.budget import estimate_tokens
+from nanobot.agent.prompt_size import estimate_tokens
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
 from nanobot.usage import start_of_today
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from nanobot.agent.budget import CHARS_PER_TOKEN
+from nanobot.agent.prompt_size import CHARS_PER_TOKEN
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Turn

@@ -22,7 +22,7 @@ from nanobot.cli.pairing import pairing_app
 from nanobot.cli.status import status
 from nanobot.config import Config, ConfigError, config_path, load_config, private_dir, write_private
 from nanobot.coordination import worker_id
-from nanobot.db import HomeError, check_writable
+from nanobot.sqlite_file import HomeError, check_writable
 from nanobot.workspace_template import copy_template
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,

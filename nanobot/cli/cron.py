@@ -24,7 +24,7 @@ import typer
 from nanobot.config import Config, ConfigError, load_config, nanobot_home
 from nanobot.cron.store import CronJob, CronStore
 from nanobot.database import open_database
-from nanobot.db import HomeError
+from nanobot.sqlite_file import HomeError
 
 cron_app = typer.Typer(name="cron", no_args_is_help=True, rich_markup_mode=None,
                        help="Scheduled jobs. Changes reach a running gateway within about a second.")

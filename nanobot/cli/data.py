@@ -93,7 +93,7 @@ def history_export(ctx: typer.Context, key: str = typer.Argument(..., help="the 
 async def _records(config: Config, key: str) -> list[dict]:
     from nanobot.database import open_database
     from nanobot.session import SessionStore
-    from nanobot.session_db import DatabaseSessionStore
+    from nanobot.session_rows import DatabaseSessionStore
 
     db = await open_database(config)
     try:

@@ -11,7 +11,7 @@ import typer
 
 from nanobot.cli.common import get_config
 from nanobot.config import Config, config_path
-from nanobot.db import HomeError, check_writable
+from nanobot.sqlite_file import HomeError, check_writable
 
 if TYPE_CHECKING:
     from nanobot.database import Database

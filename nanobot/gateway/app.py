@@ -31,7 +31,7 @@ from nanobot.bus import InboundMessage, MessageBus
 from nanobot.cluster.registry import OtherWorkspace, WorkerIdInUse
 from nanobot.coordination import Alone, Singletons, worker_id
 from nanobot.config import Config
-from nanobot.db import check_writable
+from nanobot.sqlite_file import check_writable
 from nanobot.delivery.intake import DurableIntake
 from nanobot.delivery.outbox import Outbox
 from nanobot.gateway.outbound import Outbound
