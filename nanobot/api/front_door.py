@@ -25,25 +25,12 @@ if TYPE_CHECKING:
 
 class FrontDoor(Protocol):
     config: Config
-
-    @property
-    def home(self) -> Path: ...
-
-    @property
-    def db(self) -> Database: ...
-
-    @property
-    def usage(self) -> UsageStore | None: ...
-
-    @property
-    def agent(self) -> Agent: ...
-
-    @property
-    def pairing(self) -> PairingStore: ...
-
-    @property
-    def api_owners(self) -> set[str]:
-        """The owner API keys' names, which the API keeps current (they decide a chat's trust)."""
+    home: Path
+    db: Database
+    usage: UsageStore | None
+    agent: Agent
+    pairing: PairingStore
+    api_owners: set[str]  # the owner API keys' names, which the API keeps current (they decide a chat's trust)
 
     # ---- turns --------------------------------------------------------------------------
     def channel_context(self) -> ChannelContext:

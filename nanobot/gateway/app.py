@@ -43,16 +43,12 @@ from nanobot.health import Health
 from nanobot.gateway.task_runner import TaskRunner
 from nanobot.gateway_lock import GatewayLock, GatewayRunning, write_gateway_state
 from nanobot.runtime import Runtime, open_runtime
+from nanobot.trust import chat_scope
 
 if TYPE_CHECKING:
-    from nanobot.access import PairingStore
-    from nanobot.agent.loop import Agent
     from nanobot.cluster.worker import ClusterWorker
     from nanobot.cron.service import RunOutcome
-    from nanobot.database import Database
     from nanobot.session import Session
-    from nanobot.usage import UsageStore
-from nanobot.trust import chat_scope
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +72,9 @@ class Gateway:
         self.runtime = runtime
         self.config: Config = runtime.config
         self.bus: MessageBus = runtime.bus
+        # What the API, the page and the terminal socket see of the runtime (nanobot.api.front_door).
+        self.home, self.db, self.usage, self.agent = runtime.home, runtime.db, runtime.usage, runtime.agent
+        self.pairing, self.api_owners = runtime.deps.services.pairing, runtime.deps.api_owners
         rt = runtime
         among_workers = rt.shared  # PostgreSQL: this gateway is one worker of several (nanobot.cluster)
         self.delivery = DeliveryStore(rt.db, worker_id(self.config.gateway) if among_workers else None)
@@ -155,30 +154,6 @@ class Gateway:
         return await self.dispatcher.ask(msg, through=among_workers)
 
     # ---- the API's, the page's and the terminal socket's view (nanobot.api.front_door) ----
-    @property
-    def home(self) -> Path:
-        return self.runtime.home
-
-    @property
-    def db(self) -> Database:
-        return self.runtime.db
-
-    @property
-    def usage(self) -> UsageStore | None:
-        return self.runtime.usage
-
-    @property
-    def agent(self) -> Agent:
-        return self.runtime.agent
-
-    @property
-    def pairing(self) -> PairingStore:
-        return self.runtime.deps.services.pairing
-
-    @property
-    def api_owners(self) -> set[str]:
-        return self.runtime.deps.api_owners
-
     def channel_context(self) -> ChannelContext:
         return self._ctx
 
