@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 DEFAULT_API_BASE = "https://slack.com/api/"
 FILE_HOSTS = ("files.slack.com",)  # where the bot token may be sent to fetch a file
 SOCKET = "slack socket mode"  # the singleton: one worker holds the WebSocket
+PING_S = 10.0  # slack_sdk pings the WebSocket this often, and reconnects a dead one at the next ping
+WATCH_S = 2.0  # how often the held WebSocket's state is looked at (for status)
 MESSAGE_SUBTYPES = (None, "file_share", "thread_broadcast")  # what a person wrote; not edits, joins, bots
 MAX_EVENT_BYTES = 1024 * 1024
 
@@ -94,7 +96,7 @@ class SlackChannel(BaseChannel):
         self._socket = asyncio.create_task(self._socket_while_held(held), name="slack-socket-mode")
 
     async def _connect_socket(self) -> AsyncSocketModeHandler:
-        handler = AsyncSocketModeHandler(self.app, self.config.app_token)
+        handler = AsyncSocketModeHandler(self.app, self.config.app_token, ping_interval=PING_S)
         try:
             await handler.connect_async()
         except Exception as exc:
@@ -128,8 +130,19 @@ class SlackChannel(BaseChannel):
             async def disconnect() -> None:  # the next holder's connection must be the only one
                 await handler.close_async()
 
-            await run_while_held(singletons, held, asyncio.Event().wait(), after=disconnect)
+            await run_while_held(singletons, held, self._watch(handler), after=disconnect)
             held = None
+
+    async def _watch(self, handler: AsyncSocketModeHandler) -> None:
+        """While this worker holds the WebSocket: status says when it is down (slack_sdk
+        reconnects it on its own) and when it is back."""
+        down = False
+        while True:
+            await asyncio.sleep(WATCH_S)
+            connected = await handler.client.is_connected()
+            if connected == down:
+                down = not connected
+                self._report("Socket Mode is disconnected, reconnecting" if down else None)
 
     async def stop(self) -> None:
         task, self._socket = self._socket, None

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -146,3 +148,63 @@ async def test_a_refused_token_is_one_clear_reason(llm: FakeOpenAI, workspace: P
     async with running_gateway(config) as gateway:
         assert "invalid_auth" in gateway.channels.state["slack"]  # type: ignore[union-attr]
         assert "xoxb-wrong" not in gateway.channels.state["slack"]  # type: ignore[union-attr]
+
+
+async def test_a_lost_socket_shows_in_status_and_is_reconnected(llm: FakeOpenAI, workspace: Path, slack: FakeSlack,
+                                                              monkeypatch) -> None:
+    """Slack drops the WebSocket and will not hand out a new one for a while: status says so;
+    once it does, slack_sdk reconnects, status is "running" again, and messages are answered."""
+    from nanobot_channels import slack as slack_channel
+
+    monkeypatch.setattr(slack_channel, "PING_S", 0.2)
+    monkeypatch.setattr(slack_channel, "WATCH_S", 0.05)
+    llm.fallback = lambda body: reply("back")
+    async with running_gateway(slack_config(llm, workspace, slack)) as gateway:
+        state = gateway.channels.state
+        assert state["slack"] == "running"
+        slack.refuse_connections = True
+        await slack.drop_sockets()
+        async with asyncio.timeout(10):
+            while "Socket Mode is disconnected" not in state["slack"]:
+                await asyncio.sleep(0.02)
+        assert slack.bot_token not in state["slack"] and slack.app_token not in state["slack"]
+        slack.refuse_connections = False
+        async with asyncio.timeout(10):
+            while state["slack"] != "running":
+                await asyncio.sleep(0.02)
+        await slack.push_message("D1", OWNER, "still there?")
+        await slack.wait_shown("back")
+
+
+@pytest.mark.timeout(120)
+async def test_killed_mid_turn_a_mention_is_resumed_and_answered_once_in_its_thread(
+        llm: FakeOpenAI, home: Path, workspace: Path, slack: FakeSlack, tmp_path: Path) -> None:
+    """kill -9 of a real gateway while the model works on a mention: the event was recorded
+    before it was acknowledged, so after the restart the turn resumes once, in the thread."""
+    import json
+    import os
+    import signal
+
+    from nanobot.delivery.intake import RESUMED_NOTE
+    from tests.fakes.openai_server import delayed
+    from tests.helpers import nanobot_process
+
+    config = slack_config(llm, workspace, slack)
+    (home / "config.json").write_text(json.dumps(config.model_dump(
+        mode="json", by_alias=True, exclude_none=True, include={"agents", "providers", "channels", "gateway"})))
+    llm.fallback = lambda body: delayed(reply("too slow"), 60)
+    with open(tmp_path / "gw.log", "ab") as out:
+        async with nanobot_process("gateway", home=home, stdout=out, stderr=asyncio.subprocess.STDOUT) as proc:
+            await slack.wait_until(lambda: len(slack.open_sockets) == 1, timeout=30)
+            event = await slack.push_message("C1", FRIEND, "<@UBOT> when is tea?", mention=True)
+            await asyncio.wait_for(llm.request_event.wait(), 30)
+            os.kill(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        llm.fallback = lambda body: reply("at four")
+        async with nanobot_process("gateway", home=home, stdout=out, stderr=asyncio.subprocess.STDOUT):
+            answer = await slack.wait_shown("at four", timeout=30)  # streamed: one message, edited
+            await asyncio.sleep(0.5)  # nothing more may come
+    assert len(slack.posted) == 1 and [m["text"] for m in slack.shown()] == ["at four"]
+    assert answer["channel"] == "C1" and answer["thread_ts"] == event["ts"]  # the thread survived the kill
+    resumed = [r for r in llm.chat_requests if r["messages"][-1]["content"] == RESUMED_NOTE]
+    assert len(resumed) == 1

@@ -22,7 +22,8 @@ Usage::
 - Recorded: ``posted`` (chat.postMessage arguments plus ``ts``), ``updates`` (chat.update),
   ``uploads`` (files.completeUploadExternal: channel, thread_ts, initial_comment, name,
   data), ``calls`` (method names), ``connections`` (WebSockets opened; ``open_sockets`` now).
-- Trouble: ``fail_next(n, error="ratelimited", status=429)`` for the next n chat.postMessage.
+- Trouble: ``fail_next(n, error="ratelimited", status=429)`` for the next n chat.postMessage;
+  ``drop_sockets()`` closes the WebSockets, ``refuse_connections`` makes apps.connections.open fail.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class FakeSlack:
         self.calls: list[str] = []
         self.acks: list[str] = []
         self.connections = 0
+        self.refuse_connections = False
         self.open_sockets: list[web.WebSocketResponse] = []
         self._failures: list[tuple[str, int]] = []
         self._files: dict[str, bytes] = {}
@@ -159,6 +161,11 @@ class FakeSlack:
         self._last_envelope = envelope
         await self.open_sockets[-1].send_str(json.dumps(envelope))
 
+    async def drop_sockets(self) -> None:
+        """Close every open WebSocket from Slack's side (a restart of theirs, a network cut)."""
+        for socket in list(self.open_sockets):
+            await socket.close()
+
     def fail_next(self, count: int, *, error: str = "ratelimited", status: int = 429) -> None:
         self._failures += [(error, status)] * count
 
@@ -181,6 +188,8 @@ class FakeSlack:
             return web.json_response({"ok": True, "user_id": self.bot_user, "team_id": self.team, "user": "nanobot",
                                       "bot_id": "B1", "url": "https://test.slack.com/"})
         if method == "apps.connections.open":
+            if self.refuse_connections:  # Slack having trouble: no new WebSocket URL
+                return web.json_response({"ok": False, "error": "internal_error"})
             return web.json_response({"ok": True, "url": f"ws://127.0.0.1:{self.port}/socket"})
         if method == "chat.postMessage":
             if self._failures:
