@@ -208,3 +208,16 @@ async def test_killed_mid_turn_a_mention_is_resumed_and_answered_once_in_its_thr
     assert answer["channel"] == "C1" and answer["thread_ts"] == event["ts"]  # the thread survived the kill
     resumed = [r for r in llm.chat_requests if r["messages"][-1]["content"] == RESUMED_NOTE]
     assert len(resumed) == 1
+
+
+async def test_a_file_goes_into_the_thread_of_a_member_chat(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    """A channel thread is a member chat: the file comes from its own folder and is uploaded
+    into the thread, not the channel."""
+    llm.script(tool_call("write_file", {"path": "note.txt", "content": "for the thread"}),
+               tool_call("send_file", {"path": "note.txt"}), reply("sent"))
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        event = await slack.push_message("C1", FRIEND, "<@UBOT> make me a note", mention=True)
+        await slack.wait_until(lambda: bool(slack.uploads), timeout=10)
+    upload = slack.uploads[0]
+    assert (upload["channel"], upload["thread_ts"], upload["data"]) == ("C1", event["ts"], b"for the thread")
+    assert not (workspace / "note.txt").exists()  # written in the member chat's folder, not the owner's
