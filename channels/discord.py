@@ -198,10 +198,7 @@ class DiscordChannel(BaseChannel):
                 continue
             if len(data) > limit:  # the announced size was wrong
                 continue
-            inbox.mkdir(parents=True, exist_ok=True)
-            path = inbox / f"discord_{att.id}_{_safe_name(att.filename)}"
-            await asyncio.to_thread(path.write_bytes, data)
-            paths.append(path.relative_to(root).as_posix())
+            paths.append(await self._keep(root, inbox, str(att.id), att.filename, data))
             if att.duration is not None:  # a voice message
                 durations[paths[-1]] = float(att.duration)
         return paths, durations
@@ -312,10 +309,6 @@ def _addresses(message: discord.Message, bot_id: int) -> bool:
         return True
     replied = message.reference.resolved if message.reference else None
     return isinstance(replied, discord.Message) and replied.author.id == bot_id
-
-
-def _safe_name(filename: str) -> str:
-    return re.sub(r"[^\w.-]", "_", Path(filename).name)[:100] or "file"
 
 
 def _log_client_exit(task: asyncio.Task[None]) -> None:

@@ -221,10 +221,7 @@ class EmailChannel(BaseChannel):
             if len(data) > self.ctx.max_media_bytes:
                 log.warning("email: skipped attachment %s (%d bytes)", name, len(data))
                 continue
-            inbox.mkdir(parents=True, exist_ok=True)
-            path = inbox / f"email_{int(time.time())}_{index}_{_safe_name(name)}"
-            await asyncio.to_thread(path.write_bytes, data)
-            paths.append(path.relative_to(root).as_posix())
+            paths.append(await self._keep(root, inbox, f"{int(time.time())}_{index}", name, data))
         return paths
 
     # -- sending -------------------------------------------------------------------------
@@ -309,7 +306,3 @@ async def _close(imap: aioimaplib.IMAP4, *, said_goodbye: bool = False) -> None:
 def _said(response: Any) -> str:
     return " ".join(line.decode(errors="replace") if isinstance(line, (bytes, bytearray)) else str(line)
                     for line in response.lines[-1:]) or response.result
-
-
-def _safe_name(filename: str) -> str:
-    return re.sub(r"[^\w.-]", "_", Path(filename).name)[:100] or "file"

@@ -34,7 +34,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
 from nanobot.bus import OutboundMessage
 from nanobot.config import SlackConfig
@@ -197,7 +197,7 @@ class SlackChannel(BaseChannel):
         limit = self.ctx.max_media_bytes
         for file in files:
             url = file.get("url_private_download") or file.get("url_private") or ""
-            name = _safe_name(file.get("name") or "file")
+            name = safe_filename(file.get("name") or "file")
             if int(file.get("size") or 0) > limit or not self._file_host(url):
                 log.warning("slack: skipped file %s (over %d bytes, or not on Slack's file host)", name, limit)
                 continue
@@ -206,10 +206,7 @@ class SlackChannel(BaseChannel):
             except (aiohttp.ClientError, OSError, ValueError) as exc:
                 log.warning("slack: could not download %s: %s", name, exc)
                 continue
-            inbox.mkdir(parents=True, exist_ok=True)
-            path = inbox / f"slack_{_safe_name(str(file.get('id') or ''))}_{name}"
-            await asyncio.to_thread(path.write_bytes, data)
-            paths.append(path.relative_to(root).as_posix())
+            paths.append(await self._keep(root, inbox, safe_filename(str(file.get("id") or "")), name, data))
         return paths
 
     def _file_host(self, url: str) -> bool:
@@ -287,7 +284,3 @@ def _target(chat_id: str) -> tuple[str, str | None]:
     """(channel, thread ts): ``C123:1700000000.000100`` is a thread, ``D123`` a DM."""
     channel, _, thread = chat_id.partition(":")
     return channel, thread or None
-
-
-def _safe_name(filename: str) -> str:
-    return re.sub(r"[^\w.-]", "_", Path(filename).name)[:100] or "file"

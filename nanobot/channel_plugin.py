@@ -10,6 +10,8 @@ adapter can forget it: nothing from an unknown sender reaches the bus, let alone
 
 from __future__ import annotations
 
+import asyncio
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +149,14 @@ class BaseChannel(ABC):
         root = self.chat_root(sender)
         return root, root / "inbox"  # created by the first download
 
+    async def _keep(self, root: Path, inbox: Path, prefix: str, filename: str, data: bytes) -> str:
+        """Write a file someone sent into the chat's inbox as ``<channel>_<prefix>_<filename>``
+        (the name made safe); its path relative to the chat's root, as ``media`` lists it."""
+        inbox.mkdir(parents=True, exist_ok=True)
+        path = inbox / f"{self.name}_{prefix}_{safe_filename(filename)}"
+        await asyncio.to_thread(path.write_bytes, data)
+        return path.relative_to(root).as_posix()
+
     def _addressed(self, is_private: bool, mentioned: bool) -> bool:
         """Whether the bot should read this message at all: always in private chats; in groups
         under ``groupPolicy: "mention"`` only when mentioned or replied to. Adapters ask this
@@ -191,3 +201,8 @@ class BaseChannel(ABC):
                     log.warning("%s: could not send the pairing reply to %s: %s", self.name, msg.chat_id, exc)
             return None
         return msg
+
+
+def safe_filename(filename: str) -> str:
+    """A file name someone else chose, safe to write: no folders, only word characters, ``.``, ``-``."""
+    return re.sub(r"[^\w.-]", "_", Path(filename).name)[:100] or "file"
