@@ -156,7 +156,7 @@ async def test_a_lost_socket_shows_in_status_and_is_reconnected(llm: FakeOpenAI,
     once it does, slack_sdk reconnects, status is "running" again, and messages are answered."""
     from nanobot_channels import slack as slack_channel
 
-    monkeypatch.setattr(slack_channel, "PING_S", 0.2)
+    monkeypatch.setattr(slack_channel, "PING_S", 0.5)  # a pong later than 2 s counts as a dead link
     monkeypatch.setattr(slack_channel, "WATCH_S", 0.05)
     llm.fallback = lambda body: reply("back")
     async with running_gateway(slack_config(llm, workspace, slack)) as gateway:
