@@ -176,16 +176,19 @@ class PairingStore:
             await self.db.execute("UPDATE pairing_requests SET notified_at = $1 WHERE channel = $2 AND sender_id = $3",
                                   now, channel, sender_id)
             return row["code"]
-        await self._make_room()
-        return await self._insert(channel, sender_id, sender_name, now, chat_id or sender_id)
+        code = await self._insert(channel, sender_id, sender_name, now, chat_id or sender_id)
+        if code is not None:  # room is made after the insert: a repeat of a request drops nobody
+            await self._make_room(code)
+        return code
 
-    async def _make_room(self) -> None:
+    async def _make_room(self, new: str) -> None:
+        """Over ``max_pending``: the oldest codes go, never the one just made."""
         pending = await self.pending()
-        excess = len(pending) - self.policy.max_pending + 1
+        excess = len(pending) - self.policy.max_pending
         if excess > 0:
             log.warning("pairing: %d codes pending; dropping the %d oldest", len(pending), excess)
             await self.db.executemany("DELETE FROM pairing_requests WHERE code = $1",
-                                      [(r.code,) for r in pending[:excess]])
+                                      [(r.code,) for r in [r for r in pending if r.code != new][:excess]])
 
     async def _insert(self, channel: str, sender_id: str, sender_name: str | None, now: float,
                       chat_id: str) -> str | None:
