@@ -13,20 +13,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import socket
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import common  # noqa: F401  (puts the repo on sys.path)
-from bench_gateway import rss_kib
-from bench_idle import WRAPPER
+from bench_idle import idle_gateway_rss
 
+from nanobot.config import EmailConfig, SlackConfig
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.mail_servers import Dovecot, SmtpReceiver
+from tests.fakes.mail_servers import Dovecot, SmtpReceiver, email_section
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram
@@ -39,22 +37,13 @@ def percentiles(seconds: list[float]) -> str:
     return f"p50 {statistics.median(ms):.1f} ms, p95 {ms[int(len(ms) * 0.95) - 1]:.1f} ms (n={len(ms)})"
 
 
-def email_section(imap: Dovecot, smtp: SmtpReceiver) -> dict:
-    return {"enabled": True, "address": imap.user, "allowFrom": ["bob@example.org"],
-            "imap": {"host": "127.0.0.1", "port": imap.port, "username": imap.user, "password": imap.password,
-                     "tls": False},
-            "smtp": {"host": "127.0.0.1", "port": smtp.port, "starttls": False}}
-
-
 async def latencies(root: Path, slack_n: int, mail_n: int) -> tuple[list[float], list[float]]:
     async with FakeOpenAI(fallback=lambda body: reply("ok")) as llm, FakeSlack() as slack, Dovecot() as imap, \
             SmtpReceiver() as smtp:
         config = config_for(llm.base_url, root / "workspace", mode="tools")
         config.gateway.heartbeat.enabled = False
-        s = config.channels.slack
-        s.enabled, s.bot_token, s.app_token, s.api_base, s.allow_from, s.streaming = \
-            True, slack.bot_token, slack.app_token, slack.api_base, ["U42"], False
-        config.channels.email = type(config.channels.email).model_validate(email_section(imap, smtp))
+        config.channels.slack = SlackConfig.model_validate({**slack.section(), "streaming": False})
+        config.channels.email = EmailConfig.model_validate(email_section(imap, smtp))
         slack_times, mail_times = [], []
         async with running_gateway(config):
             for n in range(slack_n):
@@ -87,31 +76,8 @@ async def memory_with_five(root: Path) -> float:
                 "telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base, "allowFrom": ["42"]},
                 "discord": {"enabled": True, "token": dc.token, "apiBase": dc.api_base, "gatewayUrl": dc.gateway_url,
                             "allowFrom": ["7"]},
-                "slack": {"enabled": True, "botToken": slack.bot_token, "appToken": slack.app_token,
-                          "apiBase": slack.api_base, "allowFrom": ["U42"]},
-                "email": email_section(imap, smtp)}}))
-        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        notify.bind(f"\0nanobot-five-{os.getpid()}")
-        notify.setblocking(False)
-        env = {**os.environ, "NANOBOT_HOME": str(home), "NOTIFY_SOCKET": f"@nanobot-five-{os.getpid()}",
-               "NANOBOT_BENCH_MODULES": str(root / "modules.txt")}
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", WRAPPER, env=env,
-                                                    stderr=asyncio.subprocess.DEVNULL)
-        try:
-            loop = asyncio.get_running_loop()
-            async with asyncio.timeout(60):
-                while b"READY=1" not in await loop.sock_recv(notify, 4096):
-                    pass
-            await asyncio.sleep(3)
-            return rss_kib(proc.pid) / 1024
-        finally:
-            proc.send_signal(15)
-            try:
-                await asyncio.wait_for(proc.wait(), 30)
-            except TimeoutError:
-                proc.kill()
-                await proc.wait()
-            notify.close()
+                "slack": slack.section(), "email": email_section(imap, smtp)}}))
+        return await idle_gateway_rss(home, root / "modules.txt", ready_within=60)
 
 
 async def main(slack_n: int, mail_n: int) -> None:

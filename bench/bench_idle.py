@@ -37,29 +37,36 @@ async def one_run(root: Path) -> tuple[float, list[str]]:
             "gateway": {"heartbeat": {"enabled": False}},
             "channels": {"telegram": {"enabled": True, "token": tg.token, "apiBase": tg.api_base,
                                       "allowFrom": ["42"]}}}))
-        notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        notify.bind(f"\0nanobot-idle-{os.getpid()}")
-        notify.setblocking(False)
-        env = {**os.environ, "NANOBOT_HOME": str(home), "NOTIFY_SOCKET": f"@nanobot-idle-{os.getpid()}",
-               "NANOBOT_BENCH_MODULES": str(root / "modules.txt")}
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", WRAPPER, env=env,
-                                                    stderr=asyncio.subprocess.DEVNULL)
-        try:
-            loop = asyncio.get_running_loop()
-            async with asyncio.timeout(30):
-                while b"READY=1" not in await loop.sock_recv(notify, 4096):
-                    pass
-            await asyncio.sleep(3)
-            rss = rss_kib(proc.pid) / 1024
-            proc.send_signal(15)
-            await asyncio.wait_for(proc.wait(), 30)
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-            notify.close()
+        rss = await idle_gateway_rss(home, root / "modules.txt")
     loaded = (root / "modules.txt").read_text().split()
     return rss, [m for m in UNUSED_HERE if m in loaded]
+
+
+async def idle_gateway_rss(home: Path, modules_file: Path, ready_within: float = 30) -> float:
+    """A real ``nanobot gateway`` on ``home``: its RSS in MiB once it said READY=1 and idled 3 s.
+    It is stopped with SIGTERM after, and writes the modules it loaded to ``modules_file``."""
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(f"\0nanobot-bench-{os.getpid()}")
+    notify.setblocking(False)
+    env = {**os.environ, "NANOBOT_HOME": str(home), "NOTIFY_SOCKET": f"@nanobot-bench-{os.getpid()}",
+           "NANOBOT_BENCH_MODULES": str(modules_file)}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", WRAPPER, env=env,
+                                                stderr=asyncio.subprocess.DEVNULL)
+    try:
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(ready_within):
+            while b"READY=1" not in await loop.sock_recv(notify, 4096):
+                pass
+        await asyncio.sleep(3)
+        rss = rss_kib(proc.pid) / 1024
+        proc.send_signal(15)
+        await asyncio.wait_for(proc.wait(), 30)
+        return rss
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        notify.close()
 
 
 # The gateway, writing the names of the modules it loaded when it exits.

@@ -80,7 +80,9 @@ class EmailChannel(BaseChannel):
         if held is not None:
             try:
                 mailbox: Mailbox | None = await self._open()  # a wrong password fails start(), with the reason
-            except MailboxUnavailable as exc:  # a server still starting or away: the reader keeps trying
+            # A server still starting or away: unlike a failed start (which the supervisor retries),
+            # the channel runs, so replies and cron output still go out by SMTP; the reader retries.
+            except MailboxUnavailable as exc:
                 why = str(exc).removeprefix("email: ")
                 log.warning("email: the mailbox is unreachable at start (%s); the reader keeps trying", why)
                 mailbox = None
@@ -133,14 +135,14 @@ class EmailChannel(BaseChannel):
 
     async def _read(self, opened: Mailbox | None) -> None:
         """New mail as it comes, reconnecting after trouble (with a pause that grows)."""
-        failures, troubled = 0, opened is None  # not opened yet: start() may have reported trouble
+        failures = 0
         while True:
             mailbox = None
             try:
                 mailbox = opened or await self._open()
-                if troubled:
+                if failures:
                     self._report(None)
-                opened, failures, troubled = None, 0, False
+                opened, failures = None, 0
                 while True:
                     await self._take_new(mailbox)
                     await self._wait_for_mail(mailbox)
@@ -148,7 +150,7 @@ class EmailChannel(BaseChannel):
                 raise
             except Exception as exc:  # the server went away, a timeout, a refusal: try again
                 pause = RETRY_S[min(failures, len(RETRY_S) - 1)]
-                failures, troubled = failures + 1, True
+                failures += 1
                 why = f"{exc or type(exc).__name__}".removeprefix("email: ")
                 log.warning("email: reading the mailbox failed (%s); again in %g s", why, pause)
                 self._report(f"the mailbox is unreachable, retrying ({why})")

@@ -12,8 +12,8 @@ from typing import AsyncIterator
 
 import pytest
 
-from nanobot.config import Config
-from tests.fakes.mail_servers import Dovecot, SmtpReceiver, needs_dovecot
+from nanobot.config import Config, EmailConfig
+from tests.fakes.mail_servers import Dovecot, SmtpReceiver, email_section, needs_dovecot
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for, running_gateway
 
@@ -38,11 +38,8 @@ def email_config(llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpRece
                  trusted: str | None = None) -> Config:
     cfg = config_for(llm.base_url, workspace, mode="tools")
     cfg.gateway.heartbeat.enabled = False
-    e = cfg.channels.email
-    e.enabled, e.address, e.allow_from, e.owners, e.trusted_auth_serv_id = True, imap.user, [OWNER, FRIEND], [OWNER], trusted
-    e.imap.host, e.imap.port, e.imap.username, e.imap.password, e.imap.tls = \
-        "127.0.0.1", imap.port, imap.user, imap.password, False
-    e.smtp.host, e.smtp.port, e.smtp.starttls = "127.0.0.1", smtp.port, False
+    cfg.channels.email = EmailConfig.model_validate(
+        {**email_section(imap, smtp, [OWNER, FRIEND]), "owners": [OWNER], "trustedAuthServId": trusted})
     return cfg
 
 

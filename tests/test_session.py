@@ -92,3 +92,13 @@ async def test_chat_state_is_typed_and_reads_old_histories(tmp_path: Path) -> No
     s.close()
     again = load_session("telegram:7", path)
     assert again.meta.mode is None and again.meta.voice_hint_sent and again.meta.model == "fast"
+
+
+async def test_a_history_is_read_only_once_opened(tmp_path: Path) -> None:
+    """The same contract as the database store: ``get`` before ``open`` is a programming error,
+    so a path that forgets to open a chat fails on SQLite too, not only on PostgreSQL."""
+    store = SessionStore(tmp_path)
+    with pytest.raises(RuntimeError, match="used before it was opened"):
+        store.get("cli:x")
+    opened = await store.open("cli:x")
+    assert store.get("cli:x") is opened

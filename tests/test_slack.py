@@ -11,7 +11,7 @@ from typing import AsyncIterator
 import aiohttp
 import pytest
 
-from nanobot.config import Config, SlackEvents
+from nanobot.config import Config, SlackConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.slack_api import FakeSlack
 from tests.helpers import config_for, running_gateway
@@ -30,13 +30,11 @@ async def slack() -> AsyncIterator[FakeSlack]:
 def slack_config(llm: FakeOpenAI, workspace: Path, slack: FakeSlack, *, events: bool = False) -> Config:
     cfg = config_for(llm.base_url, workspace, mode="tools")
     cfg.gateway.heartbeat.enabled = False
-    s = cfg.channels.slack
-    s.enabled, s.bot_token, s.api_base = True, slack.bot_token, slack.api_base
-    s.allow_from, s.owners = [OWNER, FRIEND], [OWNER]
-    if events:
-        s.signing_secret, s.events = SECRET, SlackEvents(listen=f"127.0.0.1:{free_port()}")
-    else:
-        s.app_token = slack.app_token
+    section = {**slack.section([OWNER, FRIEND]), "owners": [OWNER]}
+    if events:  # the Events API instead of Socket Mode
+        del section["appToken"]
+        section.update(signingSecret=SECRET, events={"listen": f"127.0.0.1:{free_port()}"})
+    cfg.channels.slack = SlackConfig.model_validate(section)
     return cfg
 
 

@@ -353,7 +353,8 @@ async def test_one_worker_holds_slacks_socket_and_one_reads_the_mailbox(
         llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
     """Two workers: one Socket Mode connection and one IMAP reader between them; when the
     holder stops, the other takes both over, and every message is answered once."""
-    from tests.fakes.mail_servers import DOVECOT, Dovecot, SmtpReceiver
+    from nanobot.config import EmailConfig, SlackConfig
+    from tests.fakes.mail_servers import DOVECOT, Dovecot, SmtpReceiver, email_section
     from tests.fakes.slack_api import FakeSlack
     from tests.test_email import mail
 
@@ -363,14 +364,8 @@ async def test_one_worker_holds_slacks_socket_and_one_reads_the_mailbox(
     async with asyncio.timeout(60), FakeSlack() as slack, Dovecot() as imap, SmtpReceiver() as smtp:
         configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
         for config in configs:
-            s, e = config.channels.slack, config.channels.email
-            s.enabled, s.bot_token, s.app_token, s.api_base, s.allow_from = True, slack.bot_token, slack.app_token, \
-                slack.api_base, ["U42"]
-            s.streaming = False
-            e.enabled, e.address, e.allow_from = True, imap.user, ["bob@example.org"]
-            e.imap.host, e.imap.port, e.imap.username, e.imap.password, e.imap.tls = \
-                "127.0.0.1", imap.port, imap.user, imap.password, False
-            e.smtp.host, e.smtp.port, e.smtp.starttls = "127.0.0.1", smtp.port, False
+            config.channels.slack = SlackConfig.model_validate({**slack.section(), "streaming": False})
+            config.channels.email = EmailConfig.model_validate(email_section(imap, smtp))
         async with workers(configs[:1]) as first, workers(configs[1:]) as second:
             assert holder(first, "slack socket mode") == ["w1"] and holder(second, "slack socket mode") == []
             assert holder(first, "email reader") == ["w1"] and holder(second, "email reader") == []

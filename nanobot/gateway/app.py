@@ -80,7 +80,6 @@ class Gateway:
         self.delivery = DeliveryStore(rt.db, worker_id(self.config.gateway) if among_workers else None)
         self.channels = ChannelSupervisor(self.config, on_state=self._write_state)
         self.outbound = Outbound(self.bus, self.channels, self.delivery)  # the one way out
-        assert self.outbound.outbox is not None
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=typing_interval,
                                      stream_pace=self.config.channels.stream_pace, outbox=self.outbound.outbox)
         self.cluster: ClusterWorker | None = self._worker(self.outbound.outbox) if among_workers else None
@@ -91,7 +90,7 @@ class Gateway:
                                    workspace=self.config.workspace_path,
                                    max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
                                    chat_root=self._chat_root, intake=self.intake, singletons=self.singletons,
-                                   report=self._channel_trouble)
+                                   report=self.channels.report)
         self.services: list[Service] = [
             Pruner(self.delivery, self.singletons),  # prunes at once, then every 6 hours
             # Background tasks: one name per home alone (its last run's tasks are its own), the worker id among workers.
@@ -200,14 +199,6 @@ class Gateway:
         return Health(self.runtime.db, lambda: self.channels.failing_since,
                       lambda: self.cluster is not None and self.cluster.line.lost.is_set())
 
-    def running_channels(self) -> list[str]:
-        """Channels that can carry a message nobody asked for (cron output, notices): not the
-        API's and the terminal's, which only answer the requests they are waiting on."""
-        return self.channels.outgoing()
-
-    def _channel_trouble(self, name: str, why: str | None) -> None:
-        self.channels.report(name, why)
-
     def _chat_root(self, sender: Sender) -> Path:
         """Where a chat's downloads go: the workspace for owner chats, its own folder for members."""
         peer = [sender.sender_id, sender.sender_name] if sender.is_private else None
@@ -257,7 +248,7 @@ def add_services(gateway: Gateway) -> None:
     from nanobot.gateway.welcome import PairingWelcome
     from nanobot.heartbeat import Heartbeat
 
-    gateway.add_service(CronJobs(gateway.runtime, gateway.ask, gateway.running_channels, gateway.singletons))
+    gateway.add_service(CronJobs(gateway.runtime, gateway.ask, gateway.channels.outgoing, gateway.singletons))
     from nanobot.api.terminal import TerminalSocket
 
     gateway.add_service(TerminalSocket(gateway))  # nanobot agent reaches this gateway through it
@@ -270,7 +261,7 @@ def add_services(gateway: Gateway) -> None:
 
         gateway.add_service(OpsServer(gateway))
     gateway.add_service(PairingWelcome(gateway.runtime.deps.services.pairing, gateway.bus,
-                                       gateway.running_channels, gateway.singletons))
+                                       gateway.channels.outgoing, gateway.singletons))
     heartbeat = gateway.config.gateway.heartbeat
     if heartbeat.enabled:
         gateway.add_service(Heartbeat(gateway.runtime, heartbeat.interval_minutes * 60, gateway.singletons))

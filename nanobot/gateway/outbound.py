@@ -3,9 +3,8 @@ typing, a notice) goes through ``Outbound``, which alone owns the outbox, the se
 each chat's order.
 
 Replies go out in order per chat and concurrently across chats: one slow chat (a 429
-backoff, a long split reply) does not hold up the others. With a delivery store (the
-gateway), text and files are recorded before they are sent and retried until the platform
-takes them (see ``nanobot.delivery.outbox``); typing indicators and streamed previews are not
+backoff, a long split reply) does not hold up the others. Text and files are recorded before
+they are sent and retried until the platform takes them (see ``nanobot.delivery.outbox``); typing indicators and streamed previews are not
 worth keeping. A failing send never stops the router.
 """
 
@@ -34,10 +33,10 @@ DURABLE_KINDS = ("text", "file")  # recorded in the outbox; typing and stream pr
 class Outbound:
     """Routes ``bus.outbound`` (and the dispatcher's recorded replies) to the running channels."""
 
-    def __init__(self, bus: MessageBus, channels: ChannelSupervisor, store: DeliveryStore | None = None) -> None:
+    def __init__(self, bus: MessageBus, channels: ChannelSupervisor, store: DeliveryStore) -> None:
         self.bus = bus
         self.channels = channels
-        self.outbox = Outbox(store, self.deliver) if store is not None else None
+        self.outbox = Outbox(store, self.deliver)
         self._gates: dict[str, SendGate] = {}
         self._finished_streams: OrderedDict[Any, None] = OrderedDict()  # streams whose final text was sent
         self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
@@ -48,7 +47,7 @@ class Outbound:
         """Deliver ``bus.outbound`` until cancelled; text and files are recorded first."""
         while True:
             msg = await self.bus.outbound.get()
-            if self.outbox is not None and msg.kind in DURABLE_KINDS and msg.outbox_id is None and msg.durable:
+            if msg.kind in DURABLE_KINDS and msg.outbox_id is None and msg.durable:
                 # Recorded in the background (commits are batched); it is delivered once recorded,
                 # and the recordings complete in the order they were asked for.
                 task = asyncio.create_task(self._record(msg))
@@ -58,7 +57,6 @@ class Outbound:
                 self.deliver(msg)
 
     async def _record(self, msg: OutboundMessage) -> None:
-        assert self.outbox is not None
         try:
             await self.outbox.put(msg)
         except Exception:
@@ -73,7 +71,7 @@ class Outbound:
             self._finished_streams[stream_id] = None
             while len(self._finished_streams) > 1000:
                 self._finished_streams.popitem(last=False)
-        durable = self.outbox is not None and msg.outbox_id is not None
+        durable = msg.outbox_id is not None
         channel = self.channels.channels.get(msg.channel)
         if channel is None and not durable:
             log.warning("no running channel %r: dropped a message to %s", msg.channel, msg.target)
@@ -100,7 +98,6 @@ class Outbound:
     async def _send_durable(self, msg: OutboundMessage, previous: asyncio.Task[None] | None) -> None:
         """Send until the platform takes it (waiting for the channel to run, backing off while
         it is down), then mark it sent; mark it failed if the platform refuses it."""
-        assert self.outbox is not None
         if previous is not None:
             await asyncio.wait({previous})
         failures = 0

@@ -163,6 +163,15 @@ service imap-login {{
         return await asyncio.to_thread(count)
 
 
+def email_section(imap: Dovecot, smtp: SmtpReceiver, allow_from: list[str] | None = None) -> dict[str, Any]:
+    """``channels.email`` (as config.json spells it) reading ``imap`` and sending through ``smtp``,
+    plain text on loopback."""
+    return {"enabled": True, "address": imap.user, "allowFrom": allow_from or ["bob@example.org"],
+            "imap": {"host": "127.0.0.1", "port": imap.port, "username": imap.user, "password": imap.password,
+                     "tls": False},
+            "smtp": {"host": "127.0.0.1", "port": smtp.port, "starttls": False}}
+
+
 class SmtpReceiver:
     """aiosmtpd on loopback (its own thread): every mail it is given, parsed."""
 

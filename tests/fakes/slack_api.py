@@ -161,6 +161,11 @@ class FakeSlack:
         self._last_envelope = envelope
         await self.open_sockets[-1].send_str(json.dumps(envelope))
 
+    def section(self, allow_from: list[str] | None = None) -> dict[str, Any]:
+        """``channels.slack`` (as config.json spells it) over Socket Mode to this stand-in."""
+        return {"enabled": True, "botToken": self.bot_token, "appToken": self.app_token, "apiBase": self.api_base,
+                "allowFrom": allow_from or ["U42"]}
+
     async def drop_sockets(self) -> None:
         """Close every open WebSocket from Slack's side (a restart of theirs, a network cut)."""
         for socket in list(self.open_sockets):
