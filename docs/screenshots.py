@@ -35,8 +35,7 @@ SHOTS = [("page-chat.png", 1100, 640, False, "chat"), ("page-chat-dark.png", 110
 
 
 async def shoot(root: str, key: str, name: str, width: int, height: int, dark: bool, view: str) -> None:
-    playwright, browser, page = await browser_page(width=width, height=height, dark=dark)
-    try:
+    async with browser_page(width=width, height=height, dark=dark) as page:
         await sign_in(page, root, key)
         if view == "chat":
             await page.wait_for_function("[...document.querySelectorAll('#messages > li.assistant')]"
@@ -45,9 +44,6 @@ async def shoot(root: str, key: str, name: str, width: int, height: int, dark: b
             await page.click(f"#nav-{view}")
             await page.wait_for_selector({"usage": "#chart rect", "status": "#status-list dt"}[view])
         await page.screenshot(path=str(IMAGES / name))
-    finally:
-        await browser.close()
-        await playwright.stop()
 
 
 async def main() -> None:
@@ -91,17 +87,13 @@ async def some_usage(db) -> None:  # type: ignore[no-untyped-def]
 
 async def ask_once(root: str, key: str) -> None:
     """One real exchange through the page, so every picture shows the same history."""
-    playwright, browser, page = await browser_page()
-    try:
+    async with browser_page() as page:
         await sign_in(page, root, key)
         await page.fill("#text", "what is scheduled?")
         await page.press("#text", "Enter")
         await page.wait_for_function("[...document.querySelectorAll('#messages > li.assistant')]"
                                      ".some(li => li.textContent.includes('log:'))")
         await page.get_by_role("button", name="Stop").wait_for(state="hidden")
-    finally:
-        await browser.close()
-        await playwright.stop()
 
 
 if __name__ == "__main__":

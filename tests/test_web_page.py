@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -21,16 +22,22 @@ XSS = ("Links: [click](javascript:alert(1)) and <script>window.pwned = 1</script
        "<img src=x onerror=\"window.pwned = 2\"> [site](https://example.org)")
 
 
+@asynccontextmanager
 async def browser_page(*, width: int = 1280, height: int = 800, dark: bool = False):  # type: ignore[no-untyped-def]
+    """A page in a real chromium, closed with its browser at the end."""
     from playwright.async_api import async_playwright
 
     playwright = await async_playwright().start()
     browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-    # The page's Content-Security-Policy forbids eval, which Playwright's waits use; the
-    # header itself is checked in test_the_page_is_small_and_locked_down.
-    context = await browser.new_context(bypass_csp=True, viewport={"width": width, "height": height},
-                                        color_scheme="dark" if dark else "light")
-    return playwright, browser, await context.new_page()
+    try:
+        # The page's Content-Security-Policy forbids eval, which Playwright's waits use; the
+        # header itself is checked in test_the_page_is_small_and_locked_down.
+        context = await browser.new_context(bypass_csp=True, viewport={"width": width, "height": height},
+                                            color_scheme="dark" if dark else "light")
+        yield await context.new_page()
+    finally:
+        await browser.close()
+        await playwright.stop()
 
 
 async def shows(page, selector: str, text: str) -> None:  # type: ignore[no-untyped-def]
@@ -62,8 +69,7 @@ async def test_replies_render_as_markdown_safely_and_grow_as_they_stream(api: di
     answer = ("## Three jobs\n\n- **backup** at 02:30\n- *status* weekdays\n\n| job | when |\n| --- | --- |\n"
               "| tea | hourly |\n\n```python\nprint('hi')\n```\n\n" + XSS + "\n\n" + "More words. " * 30)
     llm.script(reply(answer))
-    playwright, browser, page = await browser_page()
-    try:
+    async with browser_page() as page:
         await page.goto(root)
         await page.fill("#key", "nb-not-a-key")
         await page.press("#key", "Enter")
@@ -96,9 +102,6 @@ async def test_replies_render_as_markdown_safely_and_grow_as_they_stream(api: di
         await page.reload()  # the history comes from the server, rendered the same way
         await page.wait_for_function("document.querySelectorAll('#messages > li').length === 2")
         assert await page.locator("#messages li.assistant h2").inner_text() == "Three jobs"
-    finally:
-        await browser.close()
-        await playwright.stop()
 
 
 @needs_browser
@@ -107,8 +110,7 @@ async def test_conversations_mode_model_stop_attach_and_keyboard(api: dict, llm:
     root = api["base"].removesuffix("/v1") + "/"
     llm.fallback = lambda body: reply("you said: " + next(
         m["content"] for m in reversed(body["messages"]) if m["role"] == "user")[-120:])
-    playwright, browser, page = await browser_page()
-    try:
+    async with browser_page() as page:
         await sign_in(page, root, api["owner"])
         message = page.get_by_label("Message")
         await message.fill("first line")
@@ -144,9 +146,6 @@ async def test_conversations_mode_model_stop_attach_and_keyboard(api: dict, llm:
         await page.keyboard.press("Escape")  # Esc stops, like the button
         await shows(page, "#messages", "stopped")
         await no_serious_violations(page)
-    finally:
-        await browser.close()
-        await playwright.stop()
 
 
 @needs_browser
@@ -160,8 +159,7 @@ async def test_notes_and_files_the_assistant_sends_show_in_the_chat(api: dict, l
     llm.script(tool_call("send_message", {"content": "Working on **it**."}),
                tool_calls(("send_file", {"path": "chart.png", "caption": "Sales"}), ("send_file", {"path": "report.csv"})),
                reply("Here they are."))
-    playwright, browser, page = await browser_page()
-    try:
+    async with browser_page() as page:
         await sign_in(page, api["base"].removesuffix("/v1") + "/", api["owner"])
         await page.get_by_label("Message").fill("the report?")
         await page.get_by_label("Message").press("Enter")
@@ -176,9 +174,6 @@ async def test_notes_and_files_the_assistant_sends_show_in_the_chat(api: dict, l
         saved = await (await started.value).path()
         assert Path(saved).read_text() == "month,sales\njan,3\n"
         await no_serious_violations(page)
-    finally:
-        await browser.close()
-        await playwright.stop()
 
 
 @needs_browser
@@ -186,8 +181,7 @@ async def test_an_owner_reads_every_chat_and_a_member_only_its_own(api: dict, ll
     root = api["base"].removesuffix("/v1") + "/"
     llm.script(reply("the owner's secret plan"), reply("hello member"))
     await _owner_says_something(api)
-    playwright, browser, page = await browser_page()
-    try:
+    async with browser_page() as page:
         await sign_in(page, root, api["member"])
         await page.get_by_label("Message").fill("hi")
         await page.get_by_label("Message").press("Enter")
@@ -203,9 +197,6 @@ async def test_an_owner_reads_every_chat_and_a_member_only_its_own(api: dict, ll
         await page.locator("#chat-list button", has_text="api:bob").click()
         await shows(page, "#messages", "hello member")
         assert await page.get_by_label("Message").is_disabled() and await page.locator("#read-only").is_visible()
-    finally:
-        await browser.close()
-        await playwright.stop()
 
 
 async def _owner_says_something(api: dict) -> None:
@@ -253,8 +244,7 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
     await rt.deps.services.pairing.request("telegram", "555", "carol")
     await rt.usage.record_call("api:ada", "tools", "small-model", 100, 20, cost=0.25)
     await rt.usage.record_call("api:bob", "tools", "big-model", 100, 20, cost=1.5)
-    playwright, browser, page = await browser_page()
-    try:
+    async with browser_page() as page:
         await sign_in(page, root, api["owner"])
         await page.click("#nav-cron")
         await shows(page, "#jobs", "weekdays at 09:00 (UTC)")
@@ -279,9 +269,6 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
         await shows(page, "#status-list", "Shell")
         assert "GB free" in await page.locator("#status-list").inner_text()
         await no_serious_violations(page)
-    finally:
-        await browser.close()
-        await playwright.stop()
     job = (await (await CronStore.open(rt.db)).list())[0]
     assert not job.enabled and await rt.deps.services.pairing.is_paired("telegram", "555")
 
@@ -291,8 +278,7 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
 async def test_it_works_at_375_pixels_light_and_dark(api: dict, llm: FakeOpenAI, dark: bool) -> None:  # noqa: F811
     root = api["base"].removesuffix("/v1") + "/"
     llm.script(reply("A reply that is long enough to wrap on a phone, with `code` and **bold** words."))
-    playwright, browser, page = await browser_page(width=375, height=740, dark=dark)
-    try:
+    async with browser_page(width=375, height=740, dark=dark) as page:
         await sign_in(page, root, api["owner"])
         await page.get_by_label("Message").fill("hello from a phone")
         await page.get_by_label("Message").press("Enter")
@@ -301,7 +287,4 @@ async def test_it_works_at_375_pixels_light_and_dark(api: dict, llm: FakeOpenAI,
         background = await page.evaluate("getComputedStyle(document.body).backgroundColor")
         assert (background == "rgb(13, 17, 23)") == dark
         await no_serious_violations(page)
-    finally:
-        await browser.close()
-        await playwright.stop()
     await asyncio.sleep(0)
