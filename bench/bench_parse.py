@@ -38,7 +38,7 @@ async def main() -> None:
             resized_jpeg(path) if kind == "image" else extract_text(path)
             here.append(time.perf_counter() - start)
             start = time.perf_counter()
-            await parse_file(kind, path)
+            await parse_file(kind, folder, name)
             child.append(time.perf_counter() - start)
         print(f"{label}: in the daemon {statistics.median(here) * 1000:.0f} ms, "
               f"in the child {statistics.median(child) * 1000:.0f} ms")
@@ -46,7 +46,7 @@ async def main() -> None:
     bomb.write_bytes(docx_inflating_to(140))
     start = time.perf_counter()
     try:
-        await parse_file("document", bomb)
+        await parse_file("document", folder, "bomb.docx")
     except Unreadable as exc:
         print(f"zip bomb ({bomb.stat().st_size // 1024} KB): refused in {(time.perf_counter() - start) * 1000:.0f} ms: "
               f"{exc}")

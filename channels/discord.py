@@ -26,7 +26,7 @@ from discord.http import Route
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.text import split_message
-from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
 from nanobot.coordination import Held, run_while_held
 
@@ -170,19 +170,19 @@ class DiscordChannel(BaseChannel):
             return  # checked here too, so we never download files for ignored chatter
         content = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
-        allowed = await self._may_download(str(message.author.id), message.author.name)
-        sender = Sender(self.name, str(message.channel.id), str(message.author.id), message.author.name, is_private)
-        media, durations = await self._download(message.attachments, *self.inbox(sender)) if allowed else ([], {})
+        who = _identity(message)
+        allowed = await self._may_download(who)
+        sender = Sender(self.name, str(message.channel.id), who, is_private)
+        media, durations = await self._download(message.attachments, self.chat_root(sender)) if allowed else ([], {})
         # A guild not (yet) in discord.py's cache still has its id on the partial channel.
         guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
         await self._handle(InboundMessage(
-            self.name, str(message.channel.id), str(message.author.id), content, sender_name=message.author.name,
+            self.name, str(message.channel.id), who.id, content, sender_name=who.name, sender_handle=who.handle,
             media=media, is_private=is_private, delivery_key=str(message.id), durations=durations,
             metadata={"message_id": str(message.id), "guild_id": str(guild_id) if guild_id else None}),
             mentioned=mentioned)
 
-    async def _download(self, attachments: list[discord.Attachment], root: Path,
-                        inbox: Path) -> tuple[list[str], dict[str, float]]:
+    async def _download(self, attachments: list[discord.Attachment], root: Path) -> tuple[list[str], dict[str, float]]:
         """(root-relative paths, seconds of each voice message)."""
         paths: list[str] = []
         durations: dict[str, float] = {}
@@ -198,9 +198,11 @@ class DiscordChannel(BaseChannel):
                 continue
             if len(data) > limit:  # the announced size was wrong
                 continue
-            paths.append(await self._keep(root, inbox, str(att.id), att.filename, data))
+            if (kept := await self._keep(root, str(att.id), att.filename, data)) is None:
+                continue
+            paths.append(kept)
             if att.duration is not None:  # a voice message
-                durations[paths[-1]] = float(att.duration)
+                durations[kept] = float(att.duration)
         return paths, durations
 
     # -- outgoing ------------------------------------------------------------------------
@@ -316,3 +318,12 @@ def _log_client_exit(task: asyncio.Task[None]) -> None:
     # (bad token, missing intent), which would otherwise vanish silently.
     if not task.cancelled() and task.exception() is not None:
         log.error("discord: client stopped: %r", task.exception())
+
+
+def _identity(message: discord.Message) -> Identity:
+    """The author's id; their username as a handle only where Discord keeps it unique (accounts
+    moved to the new names have discriminator "0") and not a webhook's (its poster picks any
+    name). The display name is only shown."""
+    author = message.author
+    unique = message.webhook_id is None and getattr(author, "discriminator", "0") in ("0", "")
+    return Identity(str(author.id), author.name if unique else None, getattr(author, "display_name", None))

@@ -32,7 +32,7 @@ import aiosmtplib
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.email_parse import Mail, parse, vouched
-from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import EmailConfig
 from nanobot.coordination import Held, run_while_held
 
@@ -205,11 +205,13 @@ class EmailChannel(BaseChannel):
             log.info("email: not answering mail from %s: %s does not vouch for it (no DMARC or aligned DKIM pass)",
                      mail.sender, authserv)
             return
-        if not await self._may_download(mail.sender, mail.sender_name):
+        # The address is the id (vouched for by trustedAuthServId when set); the From name is shown only.
+        who = Identity(mail.sender, None, mail.sender_name)
+        if not await self._may_download(who):
             log.info("email: not answering mail from %s: not in channels.email.allowFrom", mail.sender)
             return
-        sender = Sender(self.name, mail.sender, mail.sender, mail.sender_name, True)
-        media = await self._save(mail, *self.inbox(sender))
+        sender = Sender(self.name, mail.sender, who, True)
+        media = await self._save(mail, self.chat_root(sender))
         self._threads[mail.sender] = mail.reply_context()
         text = mail.text if not mail.subject or mail.subject.lower().startswith("re:") \
             else f"{mail.subject}\n\n{mail.text}"
@@ -217,14 +219,14 @@ class EmailChannel(BaseChannel):
                                           media=media, is_private=True, delivery_key=f"mail:{mail.message_id or uid_key}",
                                           reply_context=mail.reply_context()))
 
-    async def _save(self, mail: Mail, root: Path, inbox: Path) -> list[str]:
+    async def _save(self, mail: Mail, root: Path) -> list[str]:
         paths = []
         for index, (name, data) in enumerate(mail.attachments):
             if len(data) > self.ctx.max_media_bytes:
                 log.warning("email: skipped attachment %s (%d bytes)", name, len(data))
                 continue
-            paths.append(await self._keep(root, inbox, f"{int(time.time())}_{index}", name, data))
-        return paths
+            paths.append(await self._keep(root, f"{int(time.time())}_{index}", name, data))
+        return [p for p in paths if p]
 
     # -- sending -------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:

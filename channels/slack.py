@@ -36,7 +36,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
-from nanobot.bus import OutboundMessage
+from nanobot.bus import Identity, OutboundMessage
 from nanobot.config import SlackConfig
 from nanobot.coordination import Held, run_while_held
 from nanobot.listener import listen
@@ -183,15 +183,16 @@ class SlackChannel(BaseChannel):
         if not self._addressed(is_private, mentioned):
             return  # checked before any download
         chat_id = channel if is_private else f"{channel}:{event.get('thread_ts') or ts}"
-        sender = Sender(self.name, chat_id, user, None, is_private)
+        who = Identity(user)  # Slack vouches for the user id; names are anyone's to set
+        sender = Sender(self.name, chat_id, who, is_private)
         files = event.get("files") or []
-        media = await self._download(files, *self.inbox(sender)) if files and await self._may_download(user, None) \
+        media = await self._download(files, self.chat_root(sender)) if files and await self._may_download(who) \
             else []
         await self._handle_message(
-            sender_id=user, chat_id=chat_id, content=re.sub(rf"<@{self.bot_user}>", "", text).strip(), media=media,
+            sender=who, chat_id=chat_id, content=re.sub(rf"<@{self.bot_user}>", "", text).strip(), media=media,
             is_private=is_private, mentioned=mentioned, delivery_key=f"{channel}:{ts}", metadata={"message_ts": ts})
 
-    async def _download(self, files: list[dict[str, Any]], root: Path, inbox: Path) -> list[str]:
+    async def _download(self, files: list[dict[str, Any]], root: Path) -> list[str]:
         """Root-relative paths of the files fetched (with the bot token, from Slack's file host only)."""
         paths = []
         limit = self.ctx.max_media_bytes
@@ -206,8 +207,8 @@ class SlackChannel(BaseChannel):
             except (aiohttp.ClientError, OSError, ValueError) as exc:
                 log.warning("slack: could not download %s: %s", name, exc)
                 continue
-            paths.append(await self._keep(root, inbox, safe_filename(str(file.get("id") or "")), name, data))
-        return paths
+            paths.append(await self._keep(root, safe_filename(str(file.get("id") or "")), name, data))
+        return [p for p in paths if p]
 
     def _file_host(self, url: str) -> bool:
         """The bot token goes only to Slack: its file host, or the configured API's host."""

@@ -37,7 +37,7 @@ from nanobot_channels.telegram_html import render_chunks
 from nanobot_channels.telegram_http import AiohttpRequest
 from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot_channels.text import split_message, utf16_len
-from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
 from nanobot.coordination import Held, run_while_held
 from nanobot.sqlite_file import StoreUnavailable
@@ -213,12 +213,14 @@ class TelegramChannel(BaseChannel):
         if not self._addressed(is_private, mentioned):
             return None  # not for us; also spares a download nobody asked for
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
-        allowed = message.effective_attachment is not None and await self._may_download(str(user_id), username)
-        sender = Sender(self.name, str(message.chat_id), str(user_id), username, is_private)
-        media, notes, durations = await self._download_media(message, *self.inbox(sender)) if allowed else ([], [], {})
+        # Telegram vouches for the user id and the @username (unique, theirs while they keep it).
+        who = Identity(str(user_id), username)
+        allowed = message.effective_attachment is not None and await self._may_download(who)
+        sender = Sender(self.name, str(message.chat_id), who, is_private)
+        media, notes, durations = await self._download_media(message, self.chat_root(sender)) if allowed else ([], [], {})
         content = "\n".join(part for part in (text, *notes) if part)
         return await self._admit(InboundMessage(
-            self.name, str(message.chat_id), str(user_id), content, sender_name=username, media=media,
+            self.name, str(message.chat_id), who.id, content, sender_name=username, sender_handle=username, media=media,
             is_private=is_private, delivery_key=str(update_id), durations=durations,
             # someone else's words, whoever passed them on: the turn is marked untrusted
             untrusted="a forwarded message" if message.forward_origin else None,
@@ -231,8 +233,7 @@ class TelegramChannel(BaseChannel):
             return True
         return bool(self._username) and re.search(rf"@{re.escape(self._username)}\b", text, re.I) is not None
 
-    async def _download_media(self, message: Message, root: Path,
-                              inbox: Path) -> tuple[list[str], list[str], dict[str, float]]:
+    async def _download_media(self, message: Message, root: Path) -> tuple[list[str], list[str], dict[str, float]]:
         """Fetch attachments into the chat's inbox: (root-relative paths, notes for the model,
         seconds of each recording). Names carry the kind (``voice.ogg``, ``photo.jpg``), which
         is how the agent tells a voice note from a document."""
@@ -251,7 +252,7 @@ class TelegramChannel(BaseChannel):
             candidates.append((message.video, message.video.file_name or "video.mp4"))
         media, notes, durations = [], [], {}
         for item, filename in candidates:
-            path, note = await self._download(item, filename, root, inbox)
+            path, note = await self._download(item, filename, root)
             if path:
                 media.append(path)
                 if (seconds := _duration(item)) is not None:
@@ -260,23 +261,19 @@ class TelegramChannel(BaseChannel):
                 notes.append(note)
         return media, notes, durations
 
-    async def _download(self, item: Any, filename: str, root: Path, inbox: Path) -> tuple[str | None, str | None]:
+    async def _download(self, item: Any, filename: str, root: Path) -> tuple[str | None, str | None]:
         cap = self.ctx.max_media_bytes
         if item.file_size and item.file_size > cap:
             return None, f"[attachment {filename} refused: {item.file_size} bytes, limit is {cap}]"
-        safe = re.sub(r"[^\w.-]", "_", Path(filename).name)[-100:] or "file"
-        inbox.mkdir(parents=True, exist_ok=True)
-        target = inbox / f"{item.file_unique_id}_{safe}"
         try:
             file = await item.get_file()
-            await file.download_to_drive(target)
+            data = bytes(await file.download_as_bytearray())
         except TelegramError as exc:
             log.warning("telegram: download of %s failed: %s", filename, exc)
             return None, f"[attachment {filename} could not be downloaded]"
-        if target.stat().st_size > cap:  # the size was unknown up front
-            target.unlink()
+        if len(data) > cap:  # the size was unknown up front
             return None, f"[attachment {filename} refused: larger than {cap} bytes]"
-        return str(target.relative_to(root)), None
+        return await self._keep(root, item.file_unique_id, filename, data), None
 
     # ---- outgoing -------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 
+from nanobot.bus import Identity
 from nanobot.database import Database, Migrations
 
 log = logging.getLogger(__name__)
@@ -271,18 +272,19 @@ class PairingStore:
         await self.db.execute("DELETE FROM pairing_requests WHERE expires_at <= $1", now)
 
 
-def listed(allow_from: list[str], sender_id: str, sender_name: str | None) -> bool:
-    """Whether ``allowFrom`` names this sender: ``*``, their id, or their username.
+def listed(allow_from: list[str], who: Identity) -> bool:
+    """Whether ``allowFrom`` names this sender: ``*``, their id, or the handle the platform
+    vouches for (never a display name: ``Identity``).
 
-    An all-digit entry is an id and never matches a username: Discord allows all-digit
-    usernames, and a stranger must not get in by picking someone's id as their name.
+    An all-digit entry is an id and never matches a handle: a stranger must not get in by
+    picking someone's id as their name.
     """
     for entry in allow_from:
         entry = entry.strip()
-        if entry == "*" or entry == sender_id:
+        if entry == "*" or entry == who.id:
             return True
-        name = entry.removeprefix("@")
-        if sender_name and not name.isdigit() and name.lower() == sender_name.lower():
+        handle = entry.removeprefix("@")
+        if who.handle and not handle.isdigit() and handle.lower() == who.handle.lower():
             return True
     return False
 
@@ -308,14 +310,16 @@ class AccessGate:
         self._quiet_until: dict[tuple[str, str], float] = {}
         self._codes: deque[float] = deque()  # when pairing work was last done, for codes_per_minute
 
-    async def is_allowed(self, channel: str, sender_id: str, sender_name: str | None, allow_from: list[str]) -> bool:
+    async def is_allowed(self, channel: str, who: Identity, allow_from: list[str]) -> bool:
         """Admitted already (listed or paired)? Side-effect free: no code is issued."""
-        return listed(allow_from, sender_id, sender_name) or await self.store.is_paired(channel, sender_id)
+        return listed(allow_from, who) or await self.store.is_paired(channel, who.id)
 
-    async def check(self, channel: str, sender_id: str, sender_name: str | None,
-                    allow_from: list[str], is_private: bool, chat_id: str | None = None) -> tuple[bool, str | None]:
-        if await self.is_allowed(channel, sender_id, sender_name, allow_from):
+    async def check(self, channel: str, who: Identity, allow_from: list[str], is_private: bool,
+                    chat_id: str | None = None) -> tuple[bool, str | None]:
+        if await self.is_allowed(channel, who, allow_from):
             return True, None
+        # What the owner is shown: a vouched handle as such, a display name as what it is (a claim).
+        sender_id, sender_name = who.id, f"@{who.handle}" if who.handle else who.name and f"calls itself {who.name!r}"
         if not is_private:
             return False, None
         now = self.store.clock()

@@ -15,6 +15,18 @@ from typing import Any, Literal
 Source = Literal["user", "cron", "task"]  # who asked: a person (any channel, the API), a cron job, a task
 
 
+@dataclass(frozen=True)
+class Identity:
+    """Who sent a message, as far as the platform vouches for it. Access (``allowFrom``,
+    pairing) and trust (``owners``) match ``id`` and ``handle`` and nothing else; ``name`` is
+    only ever shown. A From header's name part, a profile name or a display name is a ``name``:
+    anyone can write one, so no adapter may pass it as anything else."""
+
+    id: str  # the platform's id: a user id, a number, a Matrix user id, an authenticated address
+    handle: str | None = None  # a unique name the platform vouches for (Telegram's @username), else None
+    name: str | None = None  # for showing only
+
+
 @dataclass
 class InboundMessage:
     """A message in. The typed fields are what the layers share; ``metadata`` holds only what
@@ -24,7 +36,7 @@ class InboundMessage:
     chat_id: str
     sender_id: str
     content: str
-    sender_name: str | None = None
+    sender_name: str | None = None  # for showing only (``Identity.name``)
     media: list[str] = field(default_factory=list)  # workspace-relative paths of downloaded files
     is_private: bool = False  # a one-to-one chat with the sender (decides owner trust)
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -39,6 +51,11 @@ class InboundMessage:
     resumed: bool = False  # recorded, its turn begun before a crash or restart: run again, once
     # Travels with the message, never stored: the caller waiting for the reply (Dispatcher.ask, the API).
     reply_future: asyncio.Future[str] | None = field(default=None, repr=False, compare=False)
+    sender_handle: str | None = None  # the platform-vouched handle (``Identity.handle``)
+
+    @property
+    def sender(self) -> Identity:
+        return Identity(self.sender_id, self.sender_handle, self.sender_name)
 
     @property
     def session_key(self) -> str:

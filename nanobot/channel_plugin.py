@@ -19,7 +19,8 @@ from typing import Any, Callable, ClassVar, Protocol
 
 import logging
 
-from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot import beneath
+from nanobot.bus import Identity, InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import ChannelSection
 from nanobot.coordination import Alone, Singletons
 
@@ -42,11 +43,11 @@ class Intake(Protocol):
 
 
 class AccessGate(Protocol):
-    async def check(self, channel: str, sender_id: str, sender_name: str | None,
-                    allow_from: list[str], is_private: bool, chat_id: str | None = None) -> tuple[bool, str | None]:
+    async def check(self, channel: str, who: Identity, allow_from: list[str], is_private: bool,
+                    chat_id: str | None = None) -> tuple[bool, str | None]:
         """Return (admitted, reply); the reply (e.g. a pairing code) goes to the sender if not admitted."""
 
-    async def is_allowed(self, channel: str, sender_id: str, sender_name: str | None, allow_from: list[str]) -> bool:
+    async def is_allowed(self, channel: str, who: Identity, allow_from: list[str]) -> bool:
         """The same verdict as ``check`` for an admitted sender, without side effects (no code issued)."""
 
 
@@ -56,8 +57,7 @@ class Sender:
 
     channel: str
     chat_id: str
-    sender_id: str
-    sender_name: str | None
+    who: Identity
     is_private: bool
 
 
@@ -143,19 +143,18 @@ class BaseChannel(ABC):
     def chat_root(self, sender: Sender) -> Path:
         return self.ctx.chat_root(sender) if self.ctx.chat_root else self.ctx.workspace
 
-    def inbox(self, sender: Sender) -> tuple[Path, Path]:
-        """(the chat's root, its inbox folder): downloads go into the inbox, and the paths the
-        model sees are relative to the root."""
-        root = self.chat_root(sender)
-        return root, root / "inbox"  # created by the first download
-
-    async def _keep(self, root: Path, inbox: Path, prefix: str, filename: str, data: bytes) -> str:
-        """Write a file someone sent into the chat's inbox as ``<channel>_<prefix>_<filename>``
-        (the name made safe); its path relative to the chat's root, as ``media`` lists it."""
-        inbox.mkdir(parents=True, exist_ok=True)
-        path = inbox / f"{self.name}_{prefix}_{safe_filename(filename)}"
-        await asyncio.to_thread(path.write_bytes, data)
-        return path.relative_to(root).as_posix()
+    async def _keep(self, root: Path, prefix: str, filename: str, data: bytes) -> str | None:
+        """Write a file someone sent into the chat's ``inbox/`` as ``<channel>_<prefix>_<filename>``
+        (the name made safe), never through a link the chat made (``beneath``); its path
+        relative to the chat's root, as ``media`` lists it, or None when the folder refused it
+        (the message still goes, without the file)."""
+        relative = f"inbox/{self.name}_{prefix}_{safe_filename(filename)}"
+        try:
+            await asyncio.to_thread(beneath.write_bytes, root, relative, data)
+        except OSError as exc:
+            log.warning("%s: not keeping %s: %s", self.name, relative, exc)
+            return None
+        return relative
 
     def _addressed(self, is_private: bool, mentioned: bool) -> bool:
         """Whether the bot should read this message at all: always in private chats; in groups
@@ -163,20 +162,22 @@ class BaseChannel(ABC):
         before downloading anything, and ``_handle_message`` asks again."""
         return is_private or mentioned or self.config.group_policy != "mention"
 
-    async def _may_download(self, sender_id: str, sender_name: str | None) -> bool:
+    async def _may_download(self, who: Identity) -> bool:
         """Whether this sender is admitted already; ask before fetching their attachments, so a
         stranger's files never touch the disk."""
-        return await self.ctx.access.is_allowed(self.name, sender_id, sender_name, list(self.config.allow_from))
+        return await self.ctx.access.is_allowed(self.name, who, list(self.config.allow_from))
 
-    async def _handle_message(self, *, sender_id: str, chat_id: str, content: str, sender_name: str | None = None,
-                              media: list[str] | None = None, is_private: bool = True, mentioned: bool = False,
-                              delivery_key: str | None = None, metadata: dict[str, Any] | None = None) -> bool:
+    async def _handle_message(self, *, sender: Identity, chat_id: str, content: str, media: list[str] | None = None,
+                              is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None,
+                              metadata: dict[str, Any] | None = None) -> bool:
         """Apply group policy and access control, then hand the message on. True if it went.
+        ``sender``: only what the platform vouches for in ``id`` and ``handle`` (``Identity``).
         ``delivery_key``: the platform's id for it, by which repeats are dropped. (An adapter
         with more to say about a message builds the InboundMessage and calls ``_handle``.)"""
         return await self._handle(InboundMessage(
-            self.name, chat_id, sender_id, content, sender_name=sender_name, media=media or [], is_private=is_private,
-            delivery_key=delivery_key, metadata=metadata or {}), mentioned=mentioned)
+            self.name, chat_id, sender.id, content, sender_name=sender.name, sender_handle=sender.handle,
+            media=media or [], is_private=is_private, delivery_key=delivery_key, metadata=metadata or {}),
+            mentioned=mentioned)
 
     async def _handle(self, msg: InboundMessage, *, mentioned: bool = False) -> bool:
         """``_handle_message`` for a message the adapter built (with durations, reply context)."""
@@ -190,8 +191,8 @@ class BaseChannel(ABC):
         over a batch at a time); a stranger gets the gate's reply (a pairing code)."""
         if not self._addressed(msg.is_private, mentioned):
             return None
-        admitted, reply = await self.ctx.access.check(self.name, msg.sender_id, msg.sender_name,
-                                                      list(self.config.allow_from), msg.is_private, msg.chat_id)
+        admitted, reply = await self.ctx.access.check(self.name, msg.sender, list(self.config.allow_from),
+                                                      msg.is_private, msg.chat_id)
         if not admitted:
             log.debug("%s: ignored message from unknown sender %s (%s)", self.name, msg.sender_id, msg.sender_name)
             if reply:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Iterable, Protocol, TextIO, get_args, get_origin, get_type_hints
 
+from nanobot.bus import Identity
 from nanobot.chat_names import HISTORY_SUFFIX, history_file, history_key, key_of
 from nanobot.config import private_dir
 from nanobot.utf8 import clean_text
@@ -43,7 +44,9 @@ class ChatState:
     created: str | None = None
     mode: str | None = None  # the /mode choice; None: agents.overrides / agents.defaults decide
     model: str | None = None  # the /model choice, a name in agents.models
-    peer: list[str] | None = None  # [sender id, sender name] of a private chat: its trust is decided from it
+    # Who a private chat is with, as the platform vouches (its trust is decided from it): never a name.
+    peer_id: str | None = None
+    peer_handle: str | None = None
     long_message: str | None = None  # the chat file holding the latest long message (code mode's `context`)
     voice_hint_sent: bool = False  # the how-to-enable-transcription reply went out once
     consolidated_upto: int | None = None  # messages since /new that memory consolidation has covered
@@ -52,6 +55,10 @@ class ChatState:
     intake_started_at: int | None = None  # where in the history that turn's message went
     found_tools: list[str] | None = None  # tools find_tools added: offered in this chat until /new
     waiting: int = 0  # messages kept for a reader who was away (the terminal): shown at its next start
+
+    @property
+    def peer(self) -> Identity | None:
+        return Identity(self.peer_id, self.peer_handle) if self.peer_id is not None else None
 
     def check(self, values: dict[str, Any]) -> None:
         """Raise for a name that is not a field or a value of the wrong type (a typo in code)."""
@@ -67,6 +74,9 @@ class ChatState:
         for name, value in record.items():
             if name in _STATE_TYPES and _fits(value, _STATE_TYPES[name]):
                 setattr(self, name, value)
+        old_peer = record.get("peer")  # [id, name] written before names were told from handles: the id only
+        if isinstance(old_peer, list) and old_peer and "peer_id" not in record:
+            self.peer_id, self.peer_handle = str(old_peer[0]), None
 
     def record(self) -> dict[str, Any]:
         """The fields that differ from a new chat's, as the first ``_meta`` line stores them."""

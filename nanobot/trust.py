@@ -7,9 +7,10 @@
   its own folder ``chats/<channel>_<chat_id>/`` (``chat_names``) and never sees the owner's files, memory,
   history, inbox or MCP servers. ``agents.overrides[key].trust`` widens or narrows a chat.
 
-A private chat's user is remembered in its session (``peer``), written only by the daemon when a
-private message arrives, so cron jobs and the heartbeat can tell an owner's Discord DM (whose
-channel id is not the user's id) from a group. On Telegram a private chat's id is the user's id.
+A private chat's user is remembered in its session (``peer_id``, ``peer_handle``: what the
+platform vouches for, never a display name), written only by the daemon when a private message
+arrives, so cron jobs and the heartbeat can tell an owner's Discord DM (whose channel id is not
+the user's id) from a group. On Telegram a private chat's id is the user's id.
 
 **Taint**: a turn that took in web pages, MCP results, documents, media or forwarded messages
 may carry an attacker's instructions. For the rest of that turn it may not change steering
@@ -23,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Collection, Literal
 
 from nanobot.access import listed
+from nanobot.bus import Identity
 from nanobot.chat_names import chat_name, parent_chat
 
 if TYPE_CHECKING:
@@ -53,9 +55,9 @@ def owner_ids(section: ChannelSection | None) -> list[str]:
     return owners or [str(a) for a in section.allow_from if str(a).strip() not in ("", "*")]
 
 
-def chat_trust(config: Config, session_key: str, peer: list[str] | None = None,
+def chat_trust(config: Config, session_key: str, peer: Identity | None = None,
                api_owners: Collection[str] = ()) -> Trust:
-    """Owner or member, from the config and the chat's remembered private peer ``[id, name]``;
+    """Owner or member, from the config and the chat's remembered private peer;
     an API chat (``api:NAME[:S]``) is the owner's when NAME is an owner key (``api_owners``). A
     background task's session has the trust of the chat that spawned it."""
     session_key = parent_chat(session_key)
@@ -72,14 +74,14 @@ def chat_trust(config: Config, session_key: str, peer: list[str] | None = None,
         return MEMBER  # email without a trusted receiving server: From is anyone's to write
     owners = owner_ids(section)
     # An id entry matching the chat id: Telegram private chats (groups have negative ids).
-    if listed([o for o in owners if o.lstrip("-").isdigit()], chat_id, None):
+    if listed([o for o in owners if o.lstrip("-").isdigit()], Identity(chat_id)):
         return OWNER
-    if peer and listed(owners, str(peer[0]), peer[1] if len(peer) > 1 else None):
+    if peer is not None and listed(owners, peer):
         return OWNER
     return MEMBER
 
 
-def chat_scope(config: Config, session_key: str, peer: list[str] | None = None,
+def chat_scope(config: Config, session_key: str, peer: Identity | None = None,
                api_owners: Collection[str] = ()) -> tuple[Trust, Path]:
     """A chat's trust and root: the whole workspace for owner chats, its own folder for members."""
     trust = chat_trust(config, session_key, peer, api_owners)

@@ -12,7 +12,7 @@ from discord.http import Route
 
 from nanobot.channel_plugin import ChannelContext, SendFailed
 from nanobot_channels.discord import DiscordChannel
-from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import Identity, InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import DiscordConfig
 from tests.fakes.discord_api import FakeDiscord
 
@@ -22,14 +22,14 @@ FRIEND, STRANGER, DM, GUILD_CHANNEL, GUILD = 42, 99, 5, 7, 9
 class AllowList:
     """AccessGate stand-in: allow_from decides; strangers in DMs get a pairing hint."""
 
-    async def check(self, channel: str, sender_id: str, sender_name: str | None,
-                    allow_from: list[str], is_private: bool, chat_id: str | None = None) -> tuple[bool, str | None]:
-        if "*" in allow_from or sender_id in allow_from:
+    async def check(self, channel: str, who: Identity, allow_from: list[str], is_private: bool,
+                    chat_id: str | None = None) -> tuple[bool, str | None]:
+        if "*" in allow_from or who.id in allow_from:
             return True, None
         return False, ("pairing code: ABC123" if is_private else None)
 
-    async def is_allowed(self, channel: str, sender_id: str, sender_name: str | None, allow_from: list[str]) -> bool:
-        return "*" in allow_from or sender_id in allow_from
+    async def is_allowed(self, channel: str, who: Identity, allow_from: list[str]) -> bool:
+        return "*" in allow_from or who.id in allow_from
 
 
 @pytest.fixture

@@ -86,7 +86,7 @@ async def test_unknown_sender_is_paired_before_reaching_the_model(
         await tg.wait_sent(2)
         [offer] = texts(tg, MALLORY)
         code = re.search(r"nanobot pairing approve (\w+)", offer).group(1)
-        assert texts(tg, ALICE) == [f"🔔 telegram user {MALLORY} (mallory) asked to talk to me. "
+        assert texts(tg, ALICE) == [f"🔔 telegram user {MALLORY} (@mallory) asked to talk to me. "
                                     f"Approve: nanobot pairing approve {code} (or: nanobot pairing deny {code})"]
         tg.push_text(MALLORY, MALLORY, "hello??", username="mallory")  # rate-limited: no second code
         tg.push_text(-100, MALLORY, f"@{tg.bot_username} hi", chat_type="group")  # groups: silence

@@ -18,7 +18,7 @@ from tests.fakes.openai_server import FakeOpenAI, reply
 
 PLUGIN = '''
 import asyncio
-from nanobot.channel_plugin import BaseChannel
+from nanobot.channel_plugin import BaseChannel, Identity
 from nanobot.config import PluginChannelConfig
 
 
@@ -50,7 +50,7 @@ class EchoChannel(BaseChannel):
         pass
 
     async def receive(self, user, text):
-        return await self._handle_message(sender_id=user, chat_id=user, content=text)
+        return await self._handle_message(sender=Identity(user), chat_id=user, content=text)
 '''
 
 

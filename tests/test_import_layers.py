@@ -30,7 +30,7 @@ FOUNDATION = [  # small pieces that know no subsystem: names, settings, the stor
     "nanobot.logs", "nanobot.tracing", "nanobot.gateway_lock", "nanobot.sqlite_file", "nanobot.postgres",
     "nanobot.database", "nanobot.coordination", "nanobot.periodic", "nanobot.health", "nanobot.access",
     "nanobot.trust", "nanobot.tasks", "nanobot.usage", "nanobot.session", "nanobot.session_rows",
-    "nanobot.chat_names_legacy", "nanobot.backup",
+    "nanobot.chat_names_legacy", "nanobot.backup", "nanobot.beneath",
 ]
 LAYERS: list[list[str]] = [  # the lowest first
     FOUNDATION,

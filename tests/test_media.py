@@ -174,7 +174,7 @@ async def test_images_shown_are_capped_and_unreadable_ones_become_paths(tmp_path
 async def test_a_pdf_reaches_code_mode_as_text(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     config.agents.defaults.execution_mode = "code"
     # The key is the file's name in the inbox, which the prompt gives.
-    llm.script(reply('```python\ntext = files["ufile1_invoice.pdf"]\nprint(text.splitlines()[1])\n```'),
+    llm.script(reply('```python\ntext = files["telegram_ufile1_invoice.pdf"]\nprint(text.splitlines()[1])\n```'),
                reply("The total is 1234 EUR."))
     async with running_gateway(config):
         tg.push_document(ALICE, ALICE, pdf_with_text("Invoice 2026-11", "Total due: 1234 EUR"), "invoice.pdf",
@@ -182,7 +182,7 @@ async def test_a_pdf_reaches_code_mode_as_text(config: Config, llm: FakeOpenAI, 
         [sent] = await tg.wait_sent(1, timeout=15)
     first, second = llm.chat_requests
     prompt = user_message(first)["content"]
-    assert "files['ufile1_invoice.pdf'] (35 chars)" in prompt and "Invoice 2026-11" in prompt  # a preview
+    assert "files['telegram_ufile1_invoice.pdf'] (35 chars)" in prompt and "Invoice 2026-11" in prompt  # a preview
     assert "Total due: 1234 EUR" in user_message(second)["content"]  # the program's output
     assert sent["text"] == "The total is 1234 EUR."
 
@@ -198,8 +198,8 @@ async def test_a_scanned_pdf_says_so_and_a_docx_is_a_path_plus_preview(config: C
     scan = user_message(llm.chat_requests[0])["content"]
     assert "scan.pdf has no text layer" in scan and "no OCR" in scan
     minutes = user_message(llm.chat_requests[1])["content"]
-    assert "Minutes of the meeting" in minutes and "read_file('inbox/ufile2_minutes.docx.txt')" in minutes
-    text = (workspace / "inbox" / "ufile2_minutes.docx.txt").read_text()
+    assert "Minutes of the meeting" in minutes and "read_file('inbox/telegram_ufile2_minutes.docx.txt')" in minutes
+    text = (workspace / "inbox" / "telegram_ufile2_minutes.docx.txt").read_text()
     assert "Action: ship it" in text and "total | 42" in text
 
 
@@ -218,9 +218,9 @@ async def test_a_docx_bomb_from_a_member_is_refused_in_one_line_and_the_bot_answ
         await tg.wait_sent(1, timeout=15)
         tg.push_text(ALICE, ALICE, "hi")
         await tg.wait_sent(2, timeout=15)
-    assert "could not be read: ufile1_report.docx would unpack to 41 MB of text and markup; I read documents up to 16 MB" in seen[0]
+    assert "could not be read: telegram_ufile1_report.docx would unpack to 41 MB of text and markup; I read documents up to 16 MB" in seen[0]
     inbox = workspace / "chats" / f"telegram_{GROUP}" / "inbox"
-    assert "would unpack" in failure_marker(inbox / "ufile1_report.docx").read_text()  # not parsed again
+    assert "would unpack" in failure_marker(inbox / "telegram_ufile1_report.docx").read_text()  # not parsed again
     assert [m["text"] for m in tg.sent] == ["I could not read that file.", "Hello Alice."]
 
 
@@ -230,25 +230,25 @@ async def test_parsing_runs_in_a_child_with_cpu_memory_and_time_limits(tmp_path:
     for limits in (ParseLimits(cpu_seconds=1), ParseLimits(memory_bytes=120 << 20)):
         failure_marker(heavy).unlink(missing_ok=True)
         with pytest.raises(Unreadable, match="more memory or time to read than I allow"):
-            await parse_file("document", heavy, limits)
+            await parse_file("document", tmp_path, "heavy.docx", limits)
     failure_marker(heavy).unlink()
     with pytest.raises(Unreadable, match="took longer than 0.01 s"):
-        await parse_file("document", heavy, ParseLimits(wall_seconds=0.01))
+        await parse_file("document", tmp_path, "heavy.docx", ParseLimits(wall_seconds=0.01))
     small = tmp_path / "small.docx"
     small.write_bytes(docx("fine"))
-    assert "fine" in (await parse_file("document", small))["text"]
+    assert "fine" in (await parse_file("document", tmp_path, "small.docx"))["text"]
 
 
 async def test_a_file_that_failed_is_not_parsed_again_until_it_changes(tmp_path: Path) -> None:
     path = tmp_path / "minutes.docx"
     path.write_bytes(docx("Minutes"))
     with pytest.raises(Unreadable, match="took longer"):
-        await parse_file("document", path, ParseLimits(wall_seconds=0.001))
+        await parse_file("document", tmp_path, "minutes.docx", ParseLimits(wall_seconds=0.001))
     with pytest.raises(Unreadable, match="took longer"):  # recorded: no second try, even with room now
-        await parse_file("document", path)
+        await parse_file("document", tmp_path, "minutes.docx")
     path.write_bytes(docx("Minutes, corrected"))
     os.utime(path, ns=(time.time_ns() + 10**9,) * 2)
-    assert "Minutes, corrected" in (await parse_file("document", path))["text"]
+    assert "Minutes, corrected" in (await parse_file("document", tmp_path, "minutes.docx"))["text"]
 
 
 # ---- files out ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import AsyncIterator
 
 import pytest
 
+from nanobot.bus import Identity
 from nanobot.access import AccessGate, PairingStore
 from nanobot.bus import MessageBus
 from nanobot.config import Config
@@ -54,7 +55,7 @@ async def test_to_the_current_chat(ctx: ToolContext) -> None:
 async def test_to_chats_the_owner_vouched_for(ctx: ToolContext, home: Path) -> None:
     await send(ctx, content="listed", to="telegram:77")  # in allowFrom
     store: PairingStore = ctx.services.pairing
-    _, offer = await AccessGate(store).check("telegram", "555", "carol", [], True)
+    _, offer = await AccessGate(store).check("telegram", Identity("555", "carol"), [], True)
     await store.approve(offer.rsplit(" ", 1)[-1])
     await send(ctx, content="paired", to="telegram:555")  # a paired user's private chat
     (home / "sessions").mkdir(exist_ok=True)

@@ -33,12 +33,12 @@ class StubGate:
     def __init__(self) -> None:
         self.checked: list[tuple[str, str | None, bool]] = []
 
-    async def check(self, channel, sender_id, sender_name, allow_from, is_private, chat_id=None):
-        self.checked.append((sender_id, sender_name, is_private))
-        return (True, None) if sender_id in allow_from else (False, "Pairing code: ABC123")
+    async def check(self, channel, who, allow_from, is_private, chat_id=None):
+        self.checked.append((who.id, who.handle, is_private))
+        return (True, None) if who.id in allow_from else (False, "Pairing code: ABC123")
 
-    async def is_allowed(self, channel, sender_id, sender_name, allow_from):
-        return sender_id in allow_from
+    async def is_allowed(self, channel, who, allow_from):
+        return who.id in allow_from
 
 
 @pytest.fixture

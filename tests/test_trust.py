@@ -137,9 +137,9 @@ async def test_a_document_in_a_member_chat_lands_in_its_own_inbox(config: Config
     async with running_gateway(config):
         tg.push_document(GROUP, MEMBER, b"meeting notes", "notes.txt", chat_type="group", username="bob")
         await tg.wait_sent(1, timeout=15)
-    assert [p.name for p in (workspace / "chats" / f"telegram_{GROUP}" / "inbox").iterdir()] == ["ufile1_notes.txt"]
+    assert [p.name for p in (workspace / "chats" / f"telegram_{GROUP}" / "inbox").iterdir()] == ["telegram_ufile1_notes.txt"]
     assert not (workspace / "inbox").exists()
-    assert "[document inbox/ufile1_notes.txt: 13 characters" in llm.chat_requests[0]["messages"][-1]["content"]
+    assert "[document inbox/telegram_ufile1_notes.txt: 13 characters" in llm.chat_requests[0]["messages"][-1]["content"]
 
 
 @confined

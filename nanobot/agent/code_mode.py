@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from nanobot import beneath
 from nanobot.prompts import render_prompt
 from nanobot.agent.tool_offer import native_schemas, on_demand
 from nanobot.agent.markup import answer_or_failure, extract_code, for_the_user, say_notes, strip_think, without_say
@@ -153,7 +154,7 @@ def _earlier_long_message(turn: Turn) -> str | None:
     if name is None:
         return None
     try:
-        return (turn.ctx.workspace / name).read_text(encoding="utf-8")
+        return beneath.read_bytes(turn.ctx.workspace, name).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return None
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from nanobot import beneath
 from nanobot.filecache import StampedCache
 from nanobot.prompts import render_prompt
 
@@ -22,10 +23,14 @@ _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 
 
 def _read_stripped(path: str) -> str:
-    """The file's text for the prompt: without ``<!-- -->`` notes to the human, and empty when
-    nothing but headings is left (an untouched template costs no prompt)."""
     with open(path, encoding="utf-8") as file:
-        text = _COMMENT.sub("", file.read()).strip()
+        return _stripped(file.read())
+
+
+def _stripped(text: str) -> str:
+    """A file's text for the prompt: without ``<!-- -->`` notes to the human, and empty when
+    nothing but headings is left (an untouched template costs no prompt)."""
+    text = _COMMENT.sub("", text).strip()
     has_content = any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines())
     return text if has_content else ""
 
@@ -37,7 +42,7 @@ def workspace_sections(workspace: Path, chat_root: Path | None = None, *, owner:
     """The steering files' text; a member chat (``owner=False``) gets its own memory, not the owner's."""
     root = chat_root or workspace
     names = [*PERSONA_FILES, *(OWNER_FILES if owner else ())]
-    files = [(name, workspace / name) for name in names] + [(MEMORY_FILE, root / MEMORY_FILE)]
+    files = [(name, workspace / name) for name in names] + ([(MEMORY_FILE, root / MEMORY_FILE)] if owner else [])
     parts = []
     for name, path in files:
         try:
@@ -46,7 +51,17 @@ def workspace_sections(workspace: Path, chat_root: Path | None = None, *, owner:
             continue
         if text:
             parts.append(f"## {name}\n{text}")
+    if not owner and (memory := member_memory(root)):
+        parts.append(f"## {MEMORY_FILE}\n{memory}")
     return "\n\n".join(parts)
+
+
+def member_memory(root: Path) -> str:
+    """A member chat's own memory, read without following a link the chat made (``beneath``)."""
+    try:
+        return _stripped(beneath.read_bytes(root, MEMORY_FILE, 1 << 20).decode("utf-8"))
+    except (OSError, ValueError):
+        return ""
 
 
 def now_line(timezone: str) -> str:

@@ -14,7 +14,7 @@ from nanobot.trust import MEMBER, Trust, chat_scope, chat_trust
 from nanobot.tools.registry import ToolContext
 
 if TYPE_CHECKING:
-    from nanobot.bus import MessageBus
+    from nanobot.bus import Identity, MessageBus
     from nanobot.config import Config
     from nanobot.mcp.servers import McpServers
     from nanobot.providers.base import Provider
@@ -59,6 +59,6 @@ class AgentDeps:
                            services=self.services, trust=trust, origin="task" if chat != session_key else "user",
                            state_key=session_key)
 
-    def _peer(self, session_key: str) -> list[str] | None:
+    def _peer(self, session_key: str) -> Identity | None:
         """The private peer the chat remembers (a task's chat is opened before the task runs)."""
         return self.sessions.get(parent_chat(session_key)).meta.peer

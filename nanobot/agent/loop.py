@@ -24,7 +24,7 @@ from nanobot.agent.spend import BudgetSpent, metered_chat
 from nanobot.agent.streaming import ReplyStream
 from nanobot.agent.memory import Consolidator, prompt_history
 from nanobot.agent.all_modes import get_mode
-from nanobot.bus import Source
+from nanobot.bus import Identity, Source
 from nanobot.config import AgentSettings
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.media.images import RECENT_IMAGES, image_count, sent_images, with_images
@@ -59,8 +59,7 @@ class TurnEnded(Exception):
 class Origin:
     """Who sent a message, as the channel saw it (None for cron jobs and the heartbeat)."""
 
-    sender_id: str
-    sender_name: str | None = None
+    sender: Identity
     private: bool = False
     untrusted: str | None = None  # set when the message carries outside content (a document, a forward)
     source: Source = "user"  # a person's message, a cron prompt job's, a background task's result
@@ -348,6 +347,5 @@ def settle_failed_turn(session: Session, added: int, reply: str) -> None:
 
 def remember_peer(session: Session, origin: Origin) -> None:
     """Record who a private chat is with (trust is decided from it); only when it changes."""
-    peer = [origin.sender_id, origin.sender_name]
-    if session.meta.peer != peer:
-        session.set_meta(peer=peer)
+    if (session.meta.peer_id, session.meta.peer_handle) != (origin.sender.id, origin.sender.handle):
+        session.set_meta(peer_id=origin.sender.id, peer_handle=origin.sender.handle)

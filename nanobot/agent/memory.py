@@ -25,18 +25,16 @@ owns: the user never waits for it, and ``close()`` awaits it (bounded) at shutdo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import os
 import re
-import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
+from nanobot import beneath
 from nanobot.prompts import render_prompt
 from nanobot.agent.markup import strip_think
 from nanobot.agent.spend import metered_chat
@@ -100,44 +98,25 @@ def plan_cut(messages: list[dict[str, Any]], start: int, window: int) -> int | N
 
 
 class MemoryFiles:
-    """``memory/MEMORY.md`` (replaced atomically) and ``memory/HISTORY.md`` (appended)."""
+    """``memory/MEMORY.md`` (replaced atomically: temp file, fsync, rename) and
+    ``memory/HISTORY.md`` (appended) under a chat's root, never through a link a member made
+    there (``beneath``)."""
 
-    def __init__(self, workspace: Path) -> None:
-        self.memory_path = workspace / MEMORY_FILE
-        self.history_path = workspace / HISTORY_FILE
+    def __init__(self, root: Path) -> None:
+        self.root = root
 
     def read_memory(self) -> str:
         try:
-            return self.memory_path.read_text(encoding="utf-8")
+            return beneath.read_bytes(self.root, MEMORY_FILE).decode("utf-8", errors="replace")
         except FileNotFoundError:
             return ""
 
     def write_memory(self, text: str) -> None:
-        """Temp file + fsync + rename: a crash leaves the old file or the new one, never half."""
-        path = self.memory_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        beneath.write_bytes(self.root, MEMORY_FILE, text.encode("utf-8"))
 
     def append_history(self, entry: str) -> None:
-        path = self.history_path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        new = not path.exists() or path.stat().st_size == 0
-        with open(path, "a", encoding="utf-8") as f:
-            if new:
-                f.write("# Conversation history\nOne entry per consolidated part of a chat, oldest first.\n\n")
-            f.write(entry.rstrip("\n") + "\n\n")
-            f.flush()
-            os.fsync(f.fileno())
+        beneath.append_text(self.root, HISTORY_FILE, entry.rstrip("\n") + "\n\n",
+                            header="# Conversation history\nOne entry per consolidated part of a chat, oldest first.\n\n")
 
 
 # ---------------------------------------------------------------------------------- the call

@@ -12,6 +12,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from nanobot import beneath
 from nanobot.prompts import render_prompt
 from nanobot.agent.markup import answer_or_failure, strip_think, text_tool_calls as text_calls_in
 from nanobot.agent.tool_offer import FIND_TOOLS, find_tools, native_schemas
@@ -65,9 +66,7 @@ def keep_long_message(turn: Turn, content: str) -> str | None:
     if len(content) <= turn.settings.code_runtime.large_input_chars:
         return None
     name = f"messages/{time.strftime('%Y%m%d-%H%M%S')}-{len(content)}.txt"
-    path = turn.ctx.workspace / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(content, encoding="utf-8", errors="replace")
+    beneath.write_bytes(turn.ctx.workspace, name, content.encode("utf-8", errors="replace"))
     turn.session.set_meta(long_message=name)
     return name
 

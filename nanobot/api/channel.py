@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
+from nanobot import beneath
 from nanobot.channel_plugin import BaseChannel, ChannelContext
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import PluginChannelConfig
@@ -163,7 +164,7 @@ class ApiChannel(BaseChannel):
         safe = re.sub(r"[^\w.-]", "_", msg.file.name)[-100:] or "file"
         relative = f"sent/{secrets.token_hex(4)}_{safe}"
         folder = await self.chat_folder(f"{self.name}:{msg.chat_id}")
-        await asyncio.to_thread(_write, folder / relative, msg.file.data)
+        await asyncio.to_thread(beneath.write_bytes, folder, relative, msg.file.data)
         if reply is not None:
             reply.aside(Aside(note=msg.content, path=relative, name=safe, photo=msg.file.photo))
 
@@ -188,7 +189,3 @@ class ApiChannel(BaseChannel):
     async def send_typing(self, chat_id: str) -> None:
         return None
 
-
-def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.write_bytes(data)

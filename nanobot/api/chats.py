@@ -13,13 +13,16 @@ channel and reads any one's history (read-only: it writes only to its own conver
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import secrets
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
 
+from nanobot import beneath
 from nanobot.agent.commands import MODES
 from nanobot.chat_names import TASK_MARK
 from nanobot.delivery.intake import RESUMED_NOTE
@@ -114,14 +117,14 @@ class ChatRoutes:
         limit = self.door.config.channels.max_media_mb * 1024 * 1024
         if request.content_length is not None and request.content_length > limit:
             raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
-        data = await request.content.read(limit + 1)
-        if len(data) > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(data))
+        data = await read_whole(request.content, limit)  # stored whole or refused: never cut short
         safe = re.sub(r"[^\w.-]", "_", Path(request.query.get("name", "file")).name)[-100:] or "file"
         root = await self.door.chat_folder(chat)
         relative = f"inbox/page_{secrets.token_hex(4)}_{safe}"
-        (root / "inbox").mkdir(parents=True, exist_ok=True, mode=0o700)
-        (root / relative).write_bytes(data)
+        try:  # never through a link the chat made
+            await asyncio.to_thread(beneath.write_bytes, root, relative, data)
+        except (beneath.LinkRefused, NotADirectoryError) as exc:
+            raise web.HTTPForbidden(text=f"not stored: {exc}") from None
         return web.json_response({"id": relative, "name": safe, "bytes": len(data)})
 
     async def file(self, request: web.Request) -> web.StreamResponse:
@@ -129,11 +132,23 @@ class ChatRoutes:
         chat = self.key_chat(name, request)
         path = request.query.get("path", "")
         root = await self.door.chat_folder(chat)
-        target = (root / path).resolve()
-        if not path.startswith(FILE_FOLDERS) or not target.is_relative_to(root.resolve()) or not target.is_file():
+        if not path.startswith(FILE_FOLDERS):
             raise web.HTTPNotFound()
-        return web.FileResponse(target, headers={"Content-Disposition": f'attachment; filename="{target.name}"',
-                                                 "X-Content-Type-Options": "nosniff"})
+        try:  # checked and served through one descriptor, reached without links: no swap in between
+            fd = await asyncio.to_thread(beneath.open_file, root, path)
+        except (OSError, ValueError):
+            raise web.HTTPNotFound() from None
+        with os.fdopen(fd, "rb") as file:
+            name = re.sub(r"[^\w.-]", "_", PurePosixPath(path).name)
+            response = web.StreamResponse(headers={"Content-Disposition": f'attachment; filename="{name}"',
+                                                   "Content-Type": "application/octet-stream",
+                                                   "X-Content-Type-Options": "nosniff"})
+            response.content_length = os.fstat(fd).st_size
+            await response.prepare(request)
+            while chunk := await asyncio.to_thread(file.read, 1 << 16):
+                await response.write(chunk)
+        await response.write_eof()
+        return response
 
     async def media_of(self, chat: str, messages: Any) -> list[str]:
         """The uploaded files the last user message names (``file`` parts), checked to be this chat's."""
@@ -148,7 +163,7 @@ class ChatRoutes:
         if not named:
             return []  # most messages: no need to open the chat here
         root = await self.door.chat_folder(chat)
-        return [file_id for file_id in named if (root / file_id).is_file()]
+        return [file_id for file_id in named if await asyncio.to_thread(beneath.is_link_free, root, file_id)]
 
 
 STEP_RESULTS = ("<python_result>", "<tool_result")
@@ -174,3 +189,15 @@ def shown_history(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     if reply:
         shown.append({"role": "assistant", "content": reply})
     return shown
+
+
+async def read_whole(content: web.StreamReader, limit: int) -> bytes:
+    """A request body whole (a chunked one too), or 413 once it passes ``limit`` bytes.
+    ``StreamReader.read(n)`` returns what has arrived so far, not ``n`` bytes: never one read."""
+    chunks, size = [], 0
+    while chunk := await content.read(1 << 16):
+        size += len(chunk)
+        if size > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
+        chunks.append(chunk)
+    return b"".join(chunks)

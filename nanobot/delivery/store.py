@@ -313,7 +313,7 @@ async def _nothing(tx: Queries) -> None:
 # What a recorded message keeps: not its intake id (the row's), whether it resumes (decided at
 # start), a waiting caller (a future) or when it arrived (this process's clock).
 _STORED_INBOUND = ("channel", "chat_id", "sender_id", "content", "sender_name", "media", "is_private",
-                   "source", "delivery_key", "durations", "untrusted", "reply_context", "mode")
+                   "source", "delivery_key", "durations", "untrusted", "reply_context", "mode", "sender_handle")
 # Rows written before these were typed fields kept them in metadata.
 _ONCE_METADATA = ("delivery_key", "durations", "untrusted", "reply_context", "mode")
 

@@ -201,7 +201,7 @@ class Gateway:
 
     def _chat_root(self, sender: Sender) -> Path:
         """Where a chat's downloads go: the workspace for owner chats, its own folder for members."""
-        peer = [sender.sender_id, sender.sender_name] if sender.is_private else None
+        peer = sender.who if sender.is_private else None
         return chat_scope(self.config, f"{sender.channel}:{sender.chat_id}", peer)[1]
 
     def _write_state(self) -> None:

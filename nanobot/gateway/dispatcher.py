@@ -332,7 +332,7 @@ def mark_started(session: Session, msg: InboundMessage) -> bool:
 
 def origin_of(msg: InboundMessage) -> Origin:
     """Who sent ``msg`` (a cron job's message is not private, so it never decides a chat's trust)."""
-    return Origin(msg.sender_id, msg.sender_name, msg.is_private, msg.untrusted, msg.source)
+    return Origin(msg.sender, msg.is_private, msg.untrusted, msg.source)
 
 
 def _answer_caller(msg: InboundMessage, reply: str) -> None:

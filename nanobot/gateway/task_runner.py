@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from nanobot.agent.loop import TASK_RESULT, TASK_SENDER, Origin, TurnRequest
 from nanobot.agent.markup import FailedReply
-from nanobot.bus import InboundMessage, split_target
+from nanobot.bus import Identity, InboundMessage, split_target
 from nanobot.chat_names import task_key
 from nanobot.tasks import MAX_ATTEMPTS, Task, TaskStore
 
@@ -115,7 +115,7 @@ class TaskRunner:
             own.set_meta(model=chat.meta.model)
         content = task.task if task.attempts <= 1 else f"{task.task}\n\n{RESUMED}"
         return await agent.answer(TurnRequest(key, content, mode=agent.mode_name(chat),
-                                              origin=Origin(f"{TASK_SENDER}{task.id}")))
+                                              origin=Origin(Identity(f"{TASK_SENDER}{task.id}"))))
 
     async def _end(self, task: Task, state: str, result: str) -> None:
         """Record how it ended, then tell its chat (once: the delivery key is the task's)."""

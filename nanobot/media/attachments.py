@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from nanobot import beneath
 from nanobot.config import Config
 from nanobot.media import kind_of
 from nanobot.media.documents import PARSED_SUFFIXES, DocumentText, NoText, extract_text
@@ -72,14 +74,14 @@ async def read_attachments(config: Config, models: object, root: Path, media: li
     (``models``: the provider router, which also transcribes)."""
     found = Attachments()
     unheard: list[str] = []
-    for rel in media:
-        kind, path = kind_of(rel), root / rel
+    for rel in media:  # every file is opened through ``beneath``: never a link someone made
+        kind = kind_of(rel)
         if kind == "audio":
-            await _hear(config, models, path, rel, durations.get(rel), found, unheard)
+            await _hear(config, models, root, rel, durations.get(rel), found, unheard)
         elif kind == "image":
             found.images.append(rel)
         elif kind == "document":
-            await _read_document(path, rel, root, found)
+            await _read_document(root, rel, found)
         else:
             found.notes.append(f"[attached file: {rel}]")
     if unheard and not content.strip() and not found.voice and len(unheard) == len(media):
@@ -87,15 +89,20 @@ async def read_attachments(config: Config, models: object, root: Path, media: li
     return found
 
 
-async def _hear(config: Config, models: object, path: Path, rel: str, seconds: float | None,
+async def _hear(config: Config, models: object, root: Path, rel: str, seconds: float | None,
                 found: Attachments, unheard: list[str]) -> None:
     if not transcription_enabled(config):
         unheard.append("")
         found.notes.append(f"[voice note {rel}: not transcribed, voice transcription is off]")
         return
     try:
-        check_limits(config, path, seconds)
-        found.voice.append(await transcribe(config, models, path))
+        check_limits(config, await asyncio.to_thread(beneath.size_of, root, rel), seconds)
+        data = await asyncio.to_thread(beneath.read_bytes, root, rel)
+        found.voice.append(await transcribe(config, models, PurePosixPath(rel).name, data))
+    except (OSError, ValueError) as exc:
+        log.warning("voice note %s not read: %s", rel, exc)
+        unheard.append("")
+        found.notes.append(f"[voice note {rel}: could not be read]")
     except TranscriptionError as exc:
         log.warning("transcription of %s failed: %s", rel, exc)
         unheard.append(str(exc))
@@ -112,27 +119,32 @@ def _unheard_reply(reasons: list[str], session: Session) -> str | None:
     return VOICE_OFF_HINT
 
 
-async def _document_text(path: Path) -> DocumentText:
+async def _document_text(root: Path, rel: str) -> DocumentText:
     """PDF and DOCX are parsed in a child process with limits; text is a bounded read here."""
-    if path.suffix.lower() not in PARSED_SUFFIXES:
+    if PurePosixPath(rel).suffix.lower() not in PARSED_SUFFIXES:
         try:
-            return await asyncio.to_thread(extract_text, path)
+            return await asyncio.to_thread(_plain_text, root, rel)
         except NoText as exc:
             raise Unreadable(str(exc), no_text=True) from None
-    parsed = await parse_file("document", path)
+    parsed = await parse_file("document", root, rel)
     return DocumentText(parsed["text"], parsed["truncated"], parsed["pages"])
 
 
-async def _read_document(path: Path, rel: str, root: Path, found: Attachments) -> None:
+def _plain_text(root: Path, rel: str) -> DocumentText:
+    with beneath.opened(root, rel) as fd, os.fdopen(os.dup(fd), "rb") as file:
+        return extract_text(file, PurePosixPath(rel).name)
+
+
+async def _read_document(root: Path, rel: str, found: Attachments) -> None:
+    path = PurePosixPath(rel)
     try:
-        doc = await _document_text(path)
+        doc = await _document_text(root, rel)
     except (ValueError, OSError) as exc:  # Unreadable is a ValueError
         no_text = isinstance(exc, Unreadable) and exc.no_text
         found.notes.append(f"[document {rel}: {exc}]" if no_text else f"[document {rel}: could not be read: {exc}]")
         return
     text_path = None
     if path.suffix.lower() in PARSED_SUFFIXES:  # the file tools read text, not PDF
-        text_file = path.with_name(path.name + ".txt")
-        await asyncio.to_thread(text_file.write_text, doc.text, encoding="utf-8")
-        text_path = text_file.relative_to(root).as_posix()
+        text_path = path.with_name(path.name + ".txt").as_posix()
+        await asyncio.to_thread(beneath.write_bytes, root, text_path, doc.text.encode("utf-8"))
     found.documents.append(Document(rel, path.name, doc.text, text_path, doc.truncated))

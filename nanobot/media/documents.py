@@ -6,8 +6,10 @@ rather than handed over as an empty string the model would take at face value.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 MAX_CHARS = 400_000  # of extracted text per document (about 100 pages)
 MAX_PAGES = 500
@@ -30,70 +32,85 @@ class DocumentText:
     pages: int | None = None
 
 
-def extract_text(path: Path) -> DocumentText:
-    """The document's text; NoText when there is none, ValueError when it cannot be read."""
-    suffix = path.suffix.lower()
+def extract_text(path: Path | BinaryIO, name: str | None = None) -> DocumentText:
+    """The document's text; NoText when there is none, ValueError when it cannot be read.
+    ``path`` may be an open file (one checked through ``beneath``), then ``name`` is its name."""
+    shown = name or Path(path).name  # type: ignore[arg-type]
+    suffix = Path(shown).suffix.lower()
     if suffix == ".pdf":
-        text, pages = _pdf_text(path)
+        text, pages = _pdf_text(path, shown)
     elif suffix == ".docx":
-        text, pages = _docx_text(path), None
+        text, pages = _docx_text(path, shown), None
     else:
-        with path.open("rb") as f:  # only what can be kept, not the whole file
+        with _binary(path) as f:  # only what can be kept, not the whole file
             text, pages = f.read(MAX_CHARS * 4).decode("utf-8", errors="replace"), None
     if not text.strip():
         if suffix == ".pdf":
-            raise NoText(f"{path.name} has no text layer ({pages} page(s), probably scanned images); "
+            raise NoText(f"{shown} has no text layer ({pages} page(s), probably scanned images); "
                          "I cannot read scans (no OCR here)")
-        raise NoText(f"{path.name} has no text")
+        raise NoText(f"{shown} has no text")
     return DocumentText(text[:MAX_CHARS], len(text) > MAX_CHARS, pages)
 
 
-def _pdf_text(path: Path) -> tuple[str, int]:
+@contextlib.contextmanager
+def _binary(path: Path | BinaryIO) -> Iterator[BinaryIO]:
+    """``path`` opened for reading, or the open file itself from its start (left open)."""
+    if isinstance(path, Path):
+        with path.open("rb") as f:
+            yield f
+    else:
+        path.seek(0)
+        yield path
+
+
+def _pdf_text(path: Path | BinaryIO, name: str) -> tuple[str, int]:
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
     try:
-        reader = PdfReader(path)
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise ValueError(f"{path.name} is password-protected")
-        pages, size = [], 0
-        for page in reader.pages[:MAX_PAGES]:
-            pages.append(page.extract_text() or "")
-            size += len(pages[-1])
-            if size > MAX_CHARS:
-                break
-        return "\n\n".join(p.strip() for p in pages), len(reader.pages)
+        with _binary(path) as f:
+            reader = PdfReader(f)
+            if reader.is_encrypted and not reader.decrypt(""):
+                raise ValueError(f"{name} is password-protected")
+            pages, size = [], 0
+            for page in reader.pages[:MAX_PAGES]:
+                pages.append(page.extract_text() or "")
+                size += len(pages[-1])
+                if size > MAX_CHARS:
+                    break
+            return "\n\n".join(p.strip() for p in pages), len(reader.pages)
     except (PdfReadError, OSError, KeyError) as exc:
-        raise ValueError(f"{path.name} is not a PDF I can read ({exc})") from None
+        raise ValueError(f"{name} is not a PDF I can read ({exc})") from None
 
 
-def check_unzipped_size(path: Path) -> None:
+def check_unzipped_size(path: Path | BinaryIO, name: str) -> None:
     """ValueError when the archive would inflate past the caps (sizes from its directory; one
     that lies is still stopped by the parsing process's memory and CPU limits)."""
     import zipfile
 
     try:
-        with zipfile.ZipFile(path) as archive:
+        with _binary(path) as f, zipfile.ZipFile(f) as archive:
             members = archive.infolist()
     except (zipfile.BadZipFile, OSError) as exc:
-        raise ValueError(f"{path.name} is not a Word document I can read ({exc})") from None
+        raise ValueError(f"{name} is not a Word document I can read ({exc})") from None
     xml = sum(m.file_size for m in members if not m.filename.startswith("word/media/"))
     total = sum(m.file_size for m in members)
     for size, limit, what in ((xml, MAX_UNZIPPED_XML, "text and markup"), (total, MAX_UNZIPPED_BYTES, "in all")):
         if size > limit:
-            raise ValueError(f"{path.name} would unpack to {size / 1048576:,.0f} MB of {what}; "
+            raise ValueError(f"{name} would unpack to {size / 1048576:,.0f} MB of {what}; "
                              f"I read documents up to {limit // 1048576} MB")
 
 
-def _docx_text(path: Path) -> str:
+def _docx_text(path: Path | BinaryIO, name: str) -> str:
     import docx
     from docx.opc.exceptions import PackageNotFoundError
 
-    check_unzipped_size(path)
+    check_unzipped_size(path, name)
     try:
-        document = docx.Document(str(path))
+        with _binary(path) as f:
+            document = docx.Document(f)
     except (PackageNotFoundError, KeyError, ValueError, OSError) as exc:
-        raise ValueError(f"{path.name} is not a Word document I can read ({exc})") from None
+        raise ValueError(f"{name} is not a Word document I can read ({exc})") from None
     lines = [p.text for p in document.paragraphs]
     for table in document.tables:  # tables are not in .paragraphs
         for row in table.rows:

@@ -10,12 +10,15 @@ photos does not grow its prompt without bound. Encodings are cached by path and 
 
 from __future__ import annotations
 
+import asyncio
 import io
 import logging
+import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from nanobot import beneath
 from nanobot.media.isolation import parse_file
 
 log = logging.getLogger(__name__)
@@ -29,32 +32,38 @@ _CACHE_SIZE = 16
 _cache: OrderedDict[tuple[str, int, int], str] = OrderedDict()
 
 
-async def encode_image(path: Path) -> str:
-    """A ``data:`` URL of the resized image, made in the parsing process (``isolation``);
-    ValueError if it is not an image that can be read within the limits."""
-    st = path.stat()
-    key = (str(path), st.st_mtime_ns, st.st_size)
+async def encode_image(root: Path, relative: str) -> str:
+    """A ``data:`` URL of the resized image ``relative`` under ``root``, made in the parsing
+    process (``isolation``); ValueError if it is not an image that can be read within the limits."""
+    st = await asyncio.to_thread(_stat, root, relative)
+    key = (str(root / relative), st.st_mtime_ns, st.st_size)
     if key in _cache:
         _cache.move_to_end(key)
         return _cache[key]
-    url = "data:image/jpeg;base64," + (await parse_file("image", path))["jpeg"]
+    url = "data:image/jpeg;base64," + (await parse_file("image", root, relative))["jpeg"]
     _cache[key] = url
     while len(_cache) > _CACHE_SIZE:
         _cache.popitem(last=False)
     return url
 
 
-def resized_jpeg(path: Path) -> bytes:
+def _stat(root: Path, relative: str) -> os.stat_result:
+    with beneath.opened(root, relative) as fd:
+        return os.fstat(fd)
+
+
+def resized_jpeg(path: Path | BinaryIO, name: str | None = None) -> bytes:
     """The image at most MAX_EDGE on its longer side, as a JPEG under MAX_BYTES. Decodes
     untrusted bytes: the daemon runs it only in the parsing process (``isolation``)."""
     from PIL import Image, ImageOps, UnidentifiedImageError
 
     Image.MAX_IMAGE_PIXELS = None  # Pillow's own check (a warning up to 179 MP): ours below says why, once
+    name = name or Path(path).name  # type: ignore[arg-type]
     try:
         with Image.open(path) as img:  # reads the header only
             width, height = img.size
             if width * height > MAX_PIXELS:
-                raise ValueError(f"{path.name} is {width}x{height} pixels; I read images up to "
+                raise ValueError(f"{name} is {width}x{height} pixels; I read images up to "
                                  f"{MAX_PIXELS // 1_000_000} megapixels")
             img.draft("RGB", (MAX_EDGE, MAX_EDGE))  # a JPEG decodes at 1/2, 1/4 or 1/8 scale: less memory
             img = ImageOps.exif_transpose(img)  # phones store the rotation separately
@@ -68,7 +77,7 @@ def resized_jpeg(path: Path) -> bytes:
                     break
             return out.getvalue()
     except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
-        raise ValueError(f"{path.name} is not an image I can read ({exc})") from None
+        raise ValueError(f"{name} is not an image I can read ({exc})") from None
 
 
 def _flatten(img: Any) -> Any:
@@ -116,7 +125,7 @@ async def _expand(message: dict[str, Any], root: Path, shown: set[int]) -> dict[
 
 async def _url(root: Path, rel: str) -> str | None:
     try:
-        return await encode_image(root / rel)
+        return await encode_image(root, rel)
     except (OSError, ValueError) as exc:  # deleted since, or not an image after all
         log.info("image %s not sent: %s", rel, exc)
         return None

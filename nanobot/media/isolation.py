@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from nanobot import beneath
 
 log = logging.getLogger(__name__)
 
@@ -46,27 +49,35 @@ def failure_marker(path: Path) -> Path:
     return path.with_name(f".{path.name}.unreadable")
 
 
-async def parse_file(kind: str, path: Path, limits: ParseLimits = LIMITS) -> dict[str, Any]:
-    """What ``parse_child`` made of the file (``kind``: "document" or "image"); Unreadable
-    when it refused, failed, or failed before (the recorded reason, without parsing again)."""
-    marker = failure_marker(path)
-    previous = _recorded_failure(marker, path)
-    if previous is not None:
-        raise previous
-    slots = _slots.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(CONCURRENT))
-    async with slots:
-        result = await _run_child(kind, path, limits)
+async def parse_file(kind: str, root: Path, relative: str, limits: ParseLimits = LIMITS) -> dict[str, Any]:
+    """What ``parse_child`` made of the file ``relative`` under ``root`` (``kind``: "document"
+    or "image"); Unreadable when it refused, failed, or failed before (the recorded reason,
+    without parsing again). The file is opened here without following links (``beneath``) and
+    the child reads that very descriptor: a link a member made never reaches a parser."""
+    fd = await asyncio.to_thread(beneath.open_file, root, relative)
+    try:
+        st = os.fstat(fd)
+        version = [st.st_mtime_ns, st.st_size]  # the marker speaks for this version of the file only
+        marker = failure_marker(Path(relative)).as_posix()
+        previous = await asyncio.to_thread(_recorded_failure, root, marker, version)
+        if previous is not None:
+            raise previous
+        slots = _slots.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(CONCURRENT))
+        async with slots:
+            result = await _run_child(kind, fd, Path(relative).name, limits)
+    finally:
+        os.close(fd)
     if "error" in result:
         failure = Unreadable(result["error"], bool(result.get("no_text")))
-        _record_failure(marker, failure)
+        await asyncio.to_thread(_record_failure, root, marker, failure, version)
         raise failure
     return result
 
 
-async def _run_child(kind: str, path: Path, limits: ParseLimits) -> dict[str, Any]:
+async def _run_child(kind: str, fd: int, name: str, limits: ParseLimits) -> dict[str, Any]:
     env = {"NANOBOT_PARSE_LIMITS": f"{limits.cpu_seconds},{limits.memory_bytes}"}  # no secret of the daemon's
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-m", "nanobot.media.parse_child", kind, str(path), env=env,
+        sys.executable, "-I", "-m", "nanobot.media.parse_child", kind, str(fd), name, env=env, pass_fds=(fd,),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         out, err = await asyncio.wait_for(child.communicate(), limits.wall_seconds)
@@ -80,23 +91,24 @@ async def _run_child(kind: str, path: Path, limits: ParseLimits) -> dict[str, An
     try:
         return json.loads(out)
     except ValueError:
-        log.warning("parsing %s ended with code %s: %s", path.name, child.returncode,
+        log.warning("parsing %s ended with code %s: %s", name, child.returncode,
                     err.decode(errors="replace")[-300:].strip())
         return {"error": "it needs more memory or time to read than I allow for one file"}
 
 
-def _recorded_failure(marker: Path, path: Path) -> Unreadable | None:
+def _recorded_failure(root: Path, marker: str, version: list[int]) -> Unreadable | None:
     try:
-        if marker.stat().st_mtime_ns < path.stat().st_mtime_ns:
+        record = json.loads(beneath.read_bytes(root, marker, 1 << 16))
+        if record.get("version") != version:
             return None  # the file was replaced since
-        record = json.loads(marker.read_text(encoding="utf-8"))
         return Unreadable(str(record["error"]), bool(record.get("no_text")))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _record_failure(marker: Path, failure: Unreadable) -> None:
+def _record_failure(root: Path, marker: str, failure: Unreadable, version: list[int]) -> None:
     try:
-        marker.write_text(json.dumps({"error": str(failure), "no_text": failure.no_text}), encoding="utf-8")
+        beneath.write_bytes(root, marker, json.dumps({"error": str(failure), "no_text": failure.no_text,
+                                                      "version": version}).encode())
     except OSError as exc:  # not recorded: a restart parses it again, within the same limits
-        log.warning("could not record that %s is unreadable: %s", marker.name, exc)
+        log.warning("could not record that %s is unreadable: %s", marker, exc)

@@ -7,7 +7,6 @@ server), so its key, ``apiBase`` and HTTP client are reused: the call is the ``o
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from nanobot.config import Config, ConfigError
@@ -20,7 +19,7 @@ class TranscriptionError(Exception):
 
 @runtime_checkable
 class Transcriber(Protocol):
-    async def transcribe(self, provider: str, path: Path, model: str, language: str | None,
+    async def transcribe(self, provider: str, audio: tuple[str, bytes], model: str, language: str | None,
                          timeout: float) -> str: ...
 
 
@@ -28,25 +27,25 @@ def transcription_enabled(config: Config) -> bool:
     return bool(config.tools.transcription.provider)
 
 
-def check_limits(config: Config, path: Path, seconds: float | None) -> None:
+def check_limits(config: Config, size: int, seconds: float | None) -> None:
     """Refuse, before any upload, a note over ``maxSeconds`` or ``maxMb``."""
     limits = config.tools.transcription
     if seconds is not None and seconds > limits.max_seconds:
         raise TranscriptionError(f"the voice note is {_duration(seconds)} long; I transcribe up to "
                                  f"{_duration(limits.max_seconds)} (tools.transcription.maxSeconds)")
-    size = path.stat().st_size
     if size > limits.max_mb * 1024 * 1024:
         raise TranscriptionError(f"the recording is {size / 1048576:.1f} MB; I transcribe up to "
                                  f"{limits.max_mb} MB (tools.transcription.maxMb)")
 
 
-async def transcribe(config: Config, models: object, path: Path) -> str:
+async def transcribe(config: Config, models: object, name: str, data: bytes) -> str:
     """The recording's text; TranscriptionError with a short reason on any failure."""
     settings = config.tools.transcription
     if not isinstance(models, Transcriber):  # the offline demo's recorded model
         raise TranscriptionError("this model provider cannot transcribe")
     try:
-        text = await models.transcribe(settings.provider, path, settings.model, settings.language, settings.timeout)
+        text = await models.transcribe(settings.provider, (name, data), settings.model, settings.language,
+                                       settings.timeout)
     except ProviderError as exc:
         raise TranscriptionError(str(exc).replace("model server", "transcription server")) from exc
     except ConfigError as exc:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -114,14 +113,13 @@ class OpenAIProvider(Provider):
                                        cast_to=ChatCompletion if stream else object,
                                        stream=stream, stream_cls=AsyncStream[ChatCompletionChunk])
 
-    async def transcribe(self, path: Path, model: str, language: str | None, timeout: float) -> str:
-        """Speech to text (``/audio/transcriptions``) on this provider's client; no retries:
-        a recording that failed once (too long, unsupported) fails the same way again."""
+    async def transcribe(self, audio: tuple[str, bytes], model: str, language: str | None, timeout: float) -> str:
+        """Speech to text (``/audio/transcriptions``) of ``(file name, bytes)`` on this
+        provider's client; no retries: a recording that failed once (too long, unsupported)
+        fails the same way again."""
         extra = {"language": language} if language else {}
         try:
-            with path.open("rb") as audio:
-                result = await self._client.audio.transcriptions.create(model=model, file=audio, timeout=timeout,
-                                                                        **extra)
+            result = await self._client.audio.transcriptions.create(model=model, file=audio, timeout=timeout, **extra)
         except Exception as exc:
             raise _classify(exc)[0] from exc
         return (result if isinstance(result, str) else getattr(result, "text", None)) or ""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Callable
 
 from nanobot.config import Config, ConfigError
@@ -77,10 +76,11 @@ class ModelRouter(Provider):
             if self._on_change is not None:
                 self._on_change()
 
-    async def transcribe(self, provider: str, path: Path, model: str, language: str | None, timeout: float) -> str:
+    async def transcribe(self, provider: str, audio: tuple[str, bytes], model: str, language: str | None,
+                         timeout: float) -> str:
         """Speech to text with the named provider's client (no fallbacks: the next provider
         would need a transcription model of its own)."""
-        return await self.provider(provider).transcribe(path, model, language, timeout)  # type: ignore[attr-defined]
+        return await self.provider(provider).transcribe(audio, model, language, timeout)  # type: ignore[attr-defined]
 
     async def close(self) -> None:
         for provider in self._providers.values():

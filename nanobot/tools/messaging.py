@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from nanobot.access import listed
-from nanobot.bus import OutboundMessage, OutgoingFile, split_target
+from nanobot.bus import Identity, OutboundMessage, OutgoingFile, split_target
 from nanobot.media import MB, kind_of, upload_limit
 from nanobot.chat_names import history_file
 from nanobot.tools.files import read_checked_bytes
@@ -109,7 +109,7 @@ def count_message(ctx: ToolContext) -> None:
 
 async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str, what: str) -> None:
     section = ctx.config.channels.section(channel)
-    if section and listed([str(a) for a in section.allow_from], chat_id, None):
+    if section and listed([str(a) for a in section.allow_from], Identity(chat_id)):
         return
     if await _paired(ctx, channel, chat_id) or await _has_talked(ctx, f"{channel}:{chat_id}"):
         return

@@ -22,11 +22,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from nanobot.beneath import DIR_FLAGS, LinkRefused, walk_dirs
 from nanobot.trust import OWNER
 
 if TYPE_CHECKING:
@@ -121,45 +121,18 @@ class Pinned:
     shown: str  # the path as the model should see it
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
-
-
 def _walk_to(directory: Path, anchor: Path, shown: str, *, create: bool) -> int:
-    """Open ``directory`` by walking down from ``anchor`` one component at a time, never
-    following a symlink (``O_NOFOLLOW``), creating missing ones when asked. The real path has
-    no symlinks in it, so one found now was swapped in since the check: refused. Directories
-    are made only below the anchor, so a race cannot make ``write_file`` create them elsewhere."""
-    fd = os.open(anchor, _DIR_FLAGS)
+    """Open ``directory`` by walking down from ``anchor`` without following a symlink
+    (``beneath.walk_dirs``), creating missing ones when asked. The real path has no symlinks in
+    it, so one found now was swapped in since the check: refused. Directories are made only
+    below the anchor, so a race cannot make ``write_file`` create them elsewhere."""
+    top = os.open(anchor, DIR_FLAGS)
     try:
-        for part in directory.relative_to(anchor).parts:
-            if create:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(part, 0o777, dir_fd=fd)
-            try:
-                child = os.open(part, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-            except FileNotFoundError:
-                raise FileNotFoundError(f"{shown}: no such file or directory") from None
-            except OSError as exc:
-                # O_DIRECTORY|O_NOFOLLOW on a symlink fails with ENOTDIR (or ELOOP): tell the two apart.
-                if exc.errno == errno.ELOOP or _is_link(part, fd):
-                    raise PermissionError(f"{shown!r}: a directory on the path changed while it was being opened") \
-                        from None
-                if exc.errno == errno.ENOTDIR:
-                    raise NotADirectoryError(f"{shown}: a parent of it is not a directory") from None
-                raise
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _is_link(name: str, dir_fd: int) -> bool:
-    try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
+        return walk_dirs(top, directory.relative_to(anchor).parts, shown, create=create, mode=0o777)
+    except LinkRefused:
+        raise PermissionError(f"{shown!r}: a directory on the path changed while it was being opened") from None
+    finally:
+        os.close(top)
 
 
 @contextlib.contextmanager
