@@ -31,7 +31,7 @@ import aioimaplib
 import aiosmtplib
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
-from nanobot_channels.email_parse import Mail, parse, vouched
+from nanobot_channels.email_parse import Mail, Unreadable, read_body, read_headers, vouched
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import EmailConfig
 from nanobot.coordination import Held, run_while_held
@@ -191,17 +191,25 @@ class EmailChannel(BaseChannel):
             raw = next((line for line in fetched.lines if isinstance(line, bytearray)), None)
             if fetched.result != "OK" or raw is None:
                 raise MailboxError(f"fetching mail {uid} failed: {_said(fetched)}")
-            await self._intake(bytes(raw), f"{uidvalidity}:{uid}")  # recorded (or refused) before the mark
+            try:
+                await self._intake(bytes(raw), f"{uidvalidity}:{uid}")  # recorded (or refused) before the mark
+            except Unreadable as exc:  # passed over once, never read again (marked seen below)
+                log.warning("email: mail %s not read: %s", uid, exc)
             stored = await imap.uid("store", uid, "+FLAGS.SILENT", r"(\Seen)")
             if stored.result != "OK":
                 raise MailboxError(f"marking mail {uid} seen failed: {_said(stored)}")
 
     async def _intake(self, raw: bytes, uid_key: str) -> None:
-        mail, message = parse(raw)
+        """Who sent it is decided from the headers; only then is the body read (bounded, off
+        the event loop): a stranger's 8,000-part mail costs a header parse."""
+        mail = read_headers(raw)
         if mail.auto or mail.sender == self.config.address.lower():
             return  # never answer a robot (or ourselves): two of them can loop forever
+        if not _plausible_address(mail.sender):
+            log.info("email: not answering mail from %r: not an address a chat can have", mail.sender)
+            return
         authserv = self.config.trusted_auth_serv_id
-        if authserv and not vouched(message, mail.sender, authserv):
+        if authserv and not vouched(mail.headers, mail.sender, authserv):
             log.info("email: not answering mail from %s: %s does not vouch for it (no DMARC or aligned DKIM pass)",
                      mail.sender, authserv)
             return
@@ -211,6 +219,7 @@ class EmailChannel(BaseChannel):
             log.info("email: not answering mail from %s: not in channels.email.allowFrom", mail.sender)
             return
         sender = Sender(self.name, mail.sender, who, True)
+        mail = await asyncio.to_thread(read_body, raw, mail)
         media = await self._save(mail, self.chat_root(sender))
         self._threads[mail.sender] = mail.reply_context()
         text = mail.text if not mail.subject or mail.subject.lower().startswith("re:") \
@@ -310,3 +319,12 @@ async def _close(imap: aioimaplib.IMAP4, *, said_goodbye: bool = False) -> None:
 def _said(response: Any) -> str:
     return " ".join(line.decode(errors="replace") if isinstance(line, (bytes, bytearray)) else str(line)
                     for line in response.lines[-1:]) or response.result
+
+
+_ADDRESS = re.compile(r"[a-z0-9!#$%&'*+=?^_`{|}~.-]+@[a-z0-9.-]+")
+
+
+def _plausible_address(address: str) -> bool:
+    """An address a chat may be named by: no ``/``, spaces, quotes or other characters an
+    address has no business holding (a ``/task-`` in one once reached another chat's folder)."""
+    return _ADDRESS.fullmatch(address) is not None and ".." not in address

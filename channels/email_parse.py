@@ -5,7 +5,13 @@ The From header is anyone's to write. What can be trusted is the ``Authenticatio
 header (RFC 8601) that *our* receiving server adds, naming itself (``authserv-id``): DMARC
 passed for the From domain, or DKIM passed for a domain aligned with it. A mail server strips
 such headers claiming its own id from incoming mail, so only the topmost one with that id is
-read.
+read, and it is parsed by ``authres`` (quoting and comments as the RFC says: a quoted
+``smtp.mailfrom`` holding ``;dmarc=pass`` is one value, not a result).
+
+A stranger's mail is read in two steps: the headers (``read_headers``: who sent it, whether it
+is a robot's), which decide whether the body is read at all; then the body
+(``read_body``), bounded in size, parts and nesting, and run off the event loop by the caller.
+A mail that cannot be read is ``Unreadable``: recorded as such and passed over, never retried.
 """
 
 from __future__ import annotations
@@ -13,10 +19,13 @@ from __future__ import annotations
 import email
 import email.policy
 import re
+from email.message import Message
+from email.parser import BytesHeaderParser
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from email.utils import getaddresses
 
+import authres
 from markdownify import markdownify
 
 # Where the quoted earlier mail starts: "On Mon, 1 Jan 2026, Ann <ann@x.org> wrote:" (maybe over
@@ -25,35 +34,75 @@ _QUOTE_HEAD = re.compile(r"^(On\b.{0,300}?\bwrote:|-{2,}\s*Original Message\s*-{
                          re.IGNORECASE | re.MULTILINE | re.DOTALL)
 
 
+MAX_MAIL_BYTES = 50 * 1024 * 1024  # a 25 MB attachment, base64-encoded, and some
+MAX_PARTS = 100  # MIME parts (each "Content-Type"), nesting included
+MAX_DEPTH = 10
+MAX_HTML_CHARS = 300_000  # markdownify is slow on huge HTML: 3 MB took 56 s; the rest is cut
+
+
+class Unreadable(ValueError):
+    """A mail that is not read (too big, too many parts, too deep, broken): one line why."""
+
+
 @dataclass
 class Mail:
     sender: str  # the From address, lower case ("" when there is none)
-    sender_name: str | None
+    sender_name: str | None  # the From name: shown, never an identity
     subject: str
     message_id: str
     references: str  # the References chain a reply extends
-    text: str  # the new part of the body, as text
-    attachments: list[tuple[str, bytes]] = field(default_factory=list)  # (file name, bytes)
+    headers: Message  # the header block (Authentication-Results are read from it)
     auto: bool = False  # an auto-reply, a bounce or a list mail: never answered
+    text: str = ""  # the new part of the body, as text (``read_body``)
+    attachments: list[tuple[str, bytes]] = field(default_factory=list)  # (file name, bytes)
 
     def reply_context(self) -> dict[str, str]:
         """What a reply needs to stay in the thread (kept with the message, handed back with its reply)."""
         return {"subject": self.subject, "message_id": self.message_id, "references": self.references}
 
 
-def parse(raw: bytes) -> tuple[Mail, EmailMessage]:
-    message = email.message_from_bytes(raw, policy=email.policy.default)
-    assert isinstance(message, EmailMessage)
-    name, address = (getaddresses([str(message.get("From", ""))]) or [("", "")])[0]
-    references = " ".join(filter(None, [str(message.get("References", "")).strip(),
-                                        str(message.get("Message-ID", "")).strip()]))
-    auto = str(message.get("Auto-Submitted", "no")).lower() != "no" or bool(message.get("List-Id")) \
-        or str(message.get("Precedence", "")).lower() in ("bulk", "list", "junk") \
+def read_headers(raw: bytes) -> Mail:
+    """Who sent it and what it is, from the header block only (cheap, whatever the body holds)."""
+    headers = BytesHeaderParser(policy=email.policy.default).parsebytes(raw)
+    name, address = (getaddresses([str(headers.get("From", ""))]) or [("", "")])[0]
+    references = " ".join(filter(None, [str(headers.get("References", "")).strip(),
+                                        str(headers.get("Message-ID", "")).strip()]))
+    return Mail(sender=address.strip().lower(), sender_name=name or None, subject=str(headers.get("Subject", "")),
+                message_id=str(headers.get("Message-ID", "")).strip(), references=references, headers=headers,
+                auto=_automatic(headers, address))
+
+
+def _automatic(headers: Message, address: str) -> bool:
+    """Sent by a robot (RFC 3834 Auto-Submitted, vacation replies' own marks, lists, bounces)."""
+    return str(headers.get("Auto-Submitted", "no")).lower() != "no" or bool(headers.get("List-Id")) \
+        or bool(headers.get("X-Autoreply") or headers.get("X-Autorespond")) \
+        or str(headers.get("Precedence", "")).lower() in ("bulk", "list", "junk", "auto_reply") \
         or not address or address.lower().startswith(("mailer-daemon@", "postmaster@"))
-    mail = Mail(sender=address.strip().lower(), sender_name=name or None, subject=str(message.get("Subject", "")),
-                message_id=str(message.get("Message-ID", "")).strip(), references=references,
-                text=trim_quoted(body_text(message)), attachments=list(_attachments(message)), auto=auto)
-    return mail, message
+
+
+def read_body(raw: bytes, mail: Mail) -> Mail:
+    """``mail`` with its new text and attachments; Unreadable past the bounds. Slow on a big
+    mail (the email package's parser): run it off the event loop."""
+    if len(raw) > MAX_MAIL_BYTES:
+        raise Unreadable(f"it is {len(raw) // 1048576} MB, over {MAX_MAIL_BYTES // 1048576} MB")
+    parts = len(re.findall(rb"(?im)^content-type:", raw))
+    if parts > MAX_PARTS:
+        raise Unreadable(f"it has {parts} parts, over {MAX_PARTS}")
+    try:
+        message = email.message_from_bytes(raw, policy=email.policy.default)
+        assert isinstance(message, EmailMessage)
+        if _depth(message) > MAX_DEPTH:
+            raise Unreadable(f"its parts nest deeper than {MAX_DEPTH}")
+        mail.text, mail.attachments = trim_quoted(body_text(message)), _attachments(message)
+    except (LookupError, ValueError, TypeError, AttributeError, IndexError, RecursionError) as exc:
+        raise Unreadable(f"it could not be parsed ({type(exc).__name__}: {exc})"[:300]) from None
+    return mail
+
+
+def _depth(part: Message, level: int = 0) -> int:
+    if level > MAX_DEPTH or not part.is_multipart():
+        return level
+    return max((_depth(p, level + 1) for p in part.get_payload()), default=level)  # type: ignore[union-attr]
 
 
 def body_text(message: EmailMessage) -> str:
@@ -61,9 +110,12 @@ def body_text(message: EmailMessage) -> str:
     part = message.get_body(preferencelist=("plain", "html"))
     if part is None:
         return ""
-    content = part.get_content()
+    try:
+        content = part.get_content()
+    except LookupError:  # an unknown charset: the bytes as UTF-8, what cannot be read replaced
+        content = (part.get_payload(decode=True) or b"").decode("utf-8", errors="replace")
     if part.get_content_subtype() == "html":
-        content = markdownify(content, strip=["img", "script", "style"], heading_style="ATX")
+        content = markdownify(content[:MAX_HTML_CHARS], strip=["img", "script", "style"], heading_style="ATX")
     return re.sub(r"\n{3,}", "\n\n", content.replace("\r\n", "\n")).strip()
 
 
@@ -87,25 +139,40 @@ def _attachments(message: EmailMessage) -> list[tuple[str, bytes]]:
     return found
 
 
-def vouched(message: EmailMessage, sender: str, authserv_id: str) -> bool:
-    """Whether ``authserv_id``'s Authentication-Results shows DMARC passed for the From domain,
-    or DKIM passed for a domain aligned with it (the same, or its parent)."""
+def vouched(headers: Message, sender: str, authserv_id: str) -> bool:
+    """Whether ``authserv_id``'s topmost Authentication-Results shows DMARC passed for the From
+    domain, or DKIM passed for a domain aligned with it (the same, or its parent), and no DMARC
+    result for that domain other than a pass (a later pass does not undo an earlier fail)."""
     domain = sender.rpartition("@")[2].lower()
-    for header in message.get_all("Authentication-Results") or []:
-        server, _, results = str(header).partition(";")
-        names = server.split()
-        if not names or names[0].lower() != authserv_id.lower():
+    for header in headers.get_all("Authentication-Results") or []:
+        try:
+            parsed = authres.AuthenticationResultsHeader.parse(f"Authentication-Results: {header}")
+        except Exception:  # authres raises its own SyntaxError kinds: a header it cannot read vouches for nothing
+            if str(header).split(";")[0].strip().split()[:1] == [authserv_id]:
+                return False
             continue
-        for result in results.split(";"):
-            method = re.match(r"\s*(dmarc|dkim)\s*=\s*(\w+)", result, re.IGNORECASE)
-            if method is None or method.group(2).lower() != "pass":
-                continue
-            props = dict((k.lower(), v.strip("<>@\"").lower())
-                         for k, v in re.findall(r"(header\.(?:from|d|i))\s*=\s*(\S+)", result, re.IGNORECASE))
-            if method.group(1).lower() == "dmarc" and props.get("header.from") == domain:
-                return True
-            signer = props.get("header.d") or props.get("header.i", "").rpartition("@")[2]
-            if method.group(1).lower() == "dkim" and signer and (domain == signer or domain.endswith("." + signer)):
-                return True
-        return False  # only the topmost header of our own server counts
+        if str(parsed.authserv_id).lower() != authserv_id.lower():
+            continue
+        return _passes(parsed.results, domain)  # only the topmost header of our own server counts
     return False
+
+
+def _passes(results: list, domain: str) -> bool:
+    dmarc = [r.result.lower() for r in results if r.method.lower() == "dmarc" and _prop(r, "header", "from") == domain]
+    if any(result != "pass" for result in dmarc):
+        return False
+    if dmarc:
+        return True
+    for r in results:
+        signer = _prop(r, "header", "d") or _prop(r, "header", "i").rpartition("@")[2]
+        if r.method.lower() == "dkim" and r.result.lower() == "pass" and signer \
+                and (domain == signer or domain.endswith("." + signer)):
+            return True
+    return False
+
+
+def _prop(result, kind: str, name: str) -> str:
+    for prop in result.properties:
+        if prop.type.lower() == kind and prop.name.lower() == name:
+            return str(prop.value).strip("<>@\"").lower()
+    return ""

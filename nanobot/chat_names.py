@@ -40,17 +40,24 @@ def chat_name(key: str) -> str:
     return name
 
 
-TASK_MARK = "/task-"  # no chat id holds a "/": a background task's history is "<chat>/task-<id>"
+# A background task's history is "task:<id>:<chat>": its own channel, which no adapter has, so
+# no chat id a platform (or a sender) chooses can name one. (A suffix once could: an email
+# address holding "/task-zz" ran in another chat's folder.)
+TASK_CHANNEL = "task"
 
 
 def task_key(chat: str, task_id: str) -> str:
     """The history of background task ``task_id`` of ``chat`` (its own, beside the chat's)."""
-    return f"{chat}{TASK_MARK}{task_id}"
+    return f"{TASK_CHANNEL}:{task_id}:{chat}"
+
+
+def is_task(session_key: str) -> bool:
+    return session_key.startswith(TASK_CHANNEL + ":")
 
 
 def parent_chat(session_key: str) -> str:
     """The chat a session belongs to: itself, or the chat that spawned a background task."""
-    return session_key.split(TASK_MARK, 1)[0]
+    return session_key.split(":", 2)[2] if is_task(session_key) else session_key
 
 
 def history_file(key: str) -> str:

@@ -291,3 +291,74 @@ async def test_without_a_trusted_server_a_display_name_admits_nobody(
         await imap.deliver(bytes(mail(FRIEND, "hi", "it is bob")))
         await smtp.wait_sent(1)
     assert [m["To"] for m in smtp.sent] == [FRIEND] and len(llm.chat_requests) == 1
+
+
+def nested(depth: int) -> bytes:
+    """A mail of ``depth`` multiparts inside each other (the red team's 1,500)."""
+    head = f"From: {STRANGER}\r\nTo: bot@example.org\r\nSubject: deep\r\nMessage-ID: <deep@x>\r\nMIME-Version: 1.0\r\n"
+    body, tail = "", ""
+    for level in range(depth):
+        body += f'Content-Type: multipart/mixed; boundary="b{level}"\r\n\r\n--b{level}\r\n'
+        tail = f"\r\n--b{level}--\r\n" + tail
+    return (head + body + "Content-Type: text/plain\r\n\r\nhi" + tail).encode()
+
+
+async def test_mail_that_cannot_be_read_is_passed_over_and_the_reader_goes_on(
+        llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver) -> None:
+    llm.fallback = lambda body: reply("hello")
+    odd = mail(FRIEND, "odd", "x")
+    odd.replace_header("Content-Type", 'text/plain; charset="x-no-such-charset"')
+    async with running_gateway(email_config(llm, workspace, imap, smtp)):
+        await imap.deliver(nested(1500).replace(STRANGER.encode(), FRIEND.encode()))  # an allowed sender's, too deep
+        await imap.deliver(bytes(odd))  # an unknown charset: read as UTF-8, answered
+        await imap.deliver(bytes(mail(FRIEND, "hi", "are you there?")))
+        await smtp.wait_sent(2)
+        assert [said(llm, i) for i in range(2)] == ["odd\n\nx", "hi\n\nare you there?"]
+        assert await imap.unseen() == 0  # the unreadable one is marked seen too: never read again
+
+
+def test_a_strangers_huge_mail_costs_a_header_parse() -> None:
+    from nanobot_channels.email_parse import Unreadable, read_body, read_headers
+
+    raw = nested(1500)
+    head = read_headers(raw)
+    assert head.sender == STRANGER and head.text == ""  # who it is, without reading the body
+    with pytest.raises(Unreadable, match="parts"):
+        read_body(raw, head)
+
+
+async def test_an_address_that_could_name_another_chat_is_refused(
+        llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver) -> None:
+    llm.fallback = lambda body: reply("hello")
+    cfg = email_config(llm, workspace, imap, smtp)
+    cfg.channels.email.allow_from = ["*"]
+    async with running_gateway(cfg):
+        await imap.deliver(bytes(mail(f'"x" <{FRIEND}/task-zz>', "hi", "overwrite bob's notes")))
+        await imap.deliver(bytes(mail(FRIEND, "hi", "it is bob")))
+        await smtp.wait_sent(1)
+    assert [m["To"] for m in smtp.sent] == [FRIEND] and len(llm.chat_requests) == 1
+
+
+@pytest.mark.parametrize("results, owner", [
+    (f"{MX}; dmarc=pass header.from=example.org", True),
+    (f"{MX}; dkim=pass (good signature) header.d=example.org", True),
+    # a quoted smtp.mailfrom is one value, whatever it holds
+    (f'{MX}; spf=pass smtp.mailfrom="x;dmarc=pass header.from=example.org"@evil.test', False),
+    (f"{MX}; dmarc=fail header.from=example.org; dmarc=pass header.from=example.org", False),  # fail stands
+    (f"{MX} (comment; dmarc=pass header.from=example.org); spf=none", False),
+    (f"{MX}; dmarc=pass header.from=evil.test", False),
+])
+def test_authentication_results_are_read_as_rfc_8601_says(results: str, owner: bool) -> None:
+    from nanobot_channels.email_parse import read_headers, vouched
+
+    head = read_headers(bytes(mail(OWNER, "s", "b", auth=results)))
+    assert vouched(head.headers, OWNER, MX) is owner
+
+
+def test_vacation_replies_are_robots() -> None:
+    from nanobot_channels.email_parse import read_headers
+
+    for header, value in (("X-Autoreply", "yes"), ("Precedence", "auto_reply")):
+        message = mail(FRIEND, "Out of office", "away")
+        message[header] = value
+        assert read_headers(bytes(message)).auto

@@ -24,7 +24,7 @@ from aiohttp import web
 
 from nanobot import beneath
 from nanobot.agent.commands import MODES
-from nanobot.chat_names import TASK_MARK
+from nanobot.chat_names import is_task
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.trust import API_CHANNEL, MEMBER
 
@@ -81,7 +81,7 @@ class ChatRoutes:
                 if k == f"{API_CHANNEL}:{name}" or k.startswith(f"{API_CHANNEL}:{name}:")]
         listed: dict[str, Any] = {"conversations": [await self._summary(k, session_of=name) for k in mine]}
         if owner:
-            every = [k for k in await self.door.chats("", MAX_LISTED) if TASK_MARK not in k]
+            every = [k for k in await self.door.chats("", MAX_LISTED) if not is_task(k)]
             listed["chats"] = [await self._summary(k) for k in every]
         return web.json_response(listed)
 

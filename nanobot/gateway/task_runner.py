@@ -1,7 +1,7 @@
 """Runs background tasks (``nanobot.tasks``) in the gateway: a gateway service.
 
 Every ``POLL_S`` it claims queued tasks (up to ``maxTotal`` running here), runs each as an agent
-turn in its own history (``<chat>/task-<id>``) with the chat's mode and model, and carries out
+turn in its own history (``task:<id>:<chat>``, ``chat_names.task_key``) with the chat's mode and model, and carries out
 ``/stop ID``. At start it puts back what its last run left running; among workers it also puts
 back, on every look, what dead workers left (so another worker finishes it within about
 ``gateway.failoverSeconds``). A task resumed after a crash is told so, and is resumed once.
