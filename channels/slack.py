@@ -39,7 +39,7 @@ from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_c
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.config import SlackConfig
 from nanobot.coordination import Held, run_while_held
-from nanobot.listener import listen
+from nanobot.listener import listen, read_whole
 
 log = logging.getLogger(__name__)
 
@@ -211,11 +211,9 @@ class SlackChannel(BaseChannel):
         return [p for p in paths if p]
 
     def _file_host(self, url: str) -> bool:
-        """The bot token goes only to Slack: its file host, or the configured API's host."""
-        parts = urlsplit(url)
-        allowed = {*FILE_HOSTS, urlsplit(self.api_base).hostname}
-        return parts.scheme in ("https", "http") and parts.hostname in allowed and \
-            (parts.scheme == "https" or parts.hostname == urlsplit(self.api_base).hostname)
+        """The bot token goes only to Slack: its file host over https, or the configured API's
+        origin (scheme, host and port all the same: another port of that host is another server)."""
+        return _origin(url) in {("https", host, 443) for host in FILE_HOSTS} | {_origin(self.api_base)}
 
     async def _fetch(self, url: str, limit: int) -> bytes:
         headers = {"Authorization": f"Bearer {self.config.bot_token}"}
@@ -223,10 +221,7 @@ class SlackChannel(BaseChannel):
         async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url, headers=headers,
                                                                            allow_redirects=False) as response:
             response.raise_for_status()
-            data = await response.content.read(limit + 1)
-        if len(data) > limit:
-            raise ValueError(f"over {limit} bytes")
-        return data
+            return await read_whole(response.content, limit)
 
     # -- outgoing ------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
@@ -285,3 +280,12 @@ def _target(chat_id: str) -> tuple[str, str | None]:
     """(channel, thread ts): ``C123:1700000000.000100`` is a thread, ``D123`` a DM."""
     channel, _, thread = chat_id.partition(":")
     return channel, thread or None
+
+
+def _origin(url: str) -> tuple[str, str | None, int | None]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
+    except ValueError:  # a port that is not a number
+        return ("", None, None)
+    return parts.scheme, parts.hostname, port

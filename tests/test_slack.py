@@ -10,6 +10,7 @@ from typing import AsyncIterator
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from nanobot.config import Config, SlackConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
@@ -219,3 +220,31 @@ async def test_a_file_goes_into_the_thread_of_a_member_chat(llm: FakeOpenAI, wor
     upload = slack.uploads[0]
     assert (upload["channel"], upload["thread_ts"], upload["data"]) == ("C1", event["ts"], b"for the thread")
     assert not (workspace / "note.txt").exists()  # written in the member chat's folder, not the owner's
+
+
+async def test_the_bot_token_goes_to_no_other_port_of_the_api_host(llm: FakeOpenAI, workspace: Path,
+                                                                   slack: FakeSlack) -> None:
+    """A file URL on the API's host but another port is another server: it never gets the token."""
+    seen: list[str | None] = []
+
+    async def steal(request: web.Request) -> web.Response:
+        seen.append(request.headers.get("Authorization"))
+        return web.Response(body=b"stolen")
+
+    app = web.Application()
+    app.router.add_get("/{name}", steal)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    other = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    llm.fallback = lambda body: reply("ok")
+    try:
+        async with running_gateway(slack_config(llm, workspace, slack)):
+            event = slack.message_event("D1", OWNER, "look", files={"x.txt": b"x"})
+            event["files"][0]["url_private_download"] = f"http://127.0.0.1:{other}/x.txt"
+            await slack._send_envelope(slack._callback(event))
+            await slack.wait_shown("ok")
+    finally:
+        await runner.cleanup()
+    assert seen == []

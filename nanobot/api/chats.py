@@ -25,6 +25,7 @@ from aiohttp import web
 from nanobot import beneath
 from nanobot.agent.commands import MODES
 from nanobot.chat_names import is_task
+from nanobot.listener import read_whole
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.trust import API_CHANNEL, MEMBER
 
@@ -190,14 +191,3 @@ def shown_history(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
         shown.append({"role": "assistant", "content": reply})
     return shown
 
-
-async def read_whole(content: web.StreamReader, limit: int) -> bytes:
-    """A request body whole (a chunked one too), or 413 once it passes ``limit`` bytes.
-    ``StreamReader.read(n)`` returns what has arrived so far, not ``n`` bytes: never one read."""
-    chunks, size = [], 0
-    while chunk := await content.read(1 << 16):
-        size += len(chunk)
-        if size > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=size)
-        chunks.append(chunk)
-    return b"".join(chunks)
