@@ -19,8 +19,17 @@ from nanobot.database import Database, Migrations
 
 ACTIVE = ("queued", "running")
 ENDED = ("done", "failed", "stopped")
-MAX_ATTEMPTS = 2  # the first run and one resumption after a crash
+# Runs a task may begin: the first and the resumptions after crashes. A graceful stop (a
+# deploy) hands its tasks back without counting; what this limits is a crash loop (a task that
+# takes the process down every time), not restarts.
+MAX_ATTEMPTS = 5
 
+# Who a task counts for (``trust.quota_holder``: an API key's sessions together) and whether a
+# member chat started it (members together keep a share of maxTotal free for the owner).
+_QUOTAS = """
+ALTER TABLE tasks ADD COLUMN holder TEXT;
+ALTER TABLE tasks ADD COLUMN member INTEGER NOT NULL DEFAULT 0;
+"""
 MIGRATIONS: Migrations = {
     "sqlite": ["""
     CREATE TABLE tasks (
@@ -29,7 +38,7 @@ MIGRATIONS: Migrations = {
         stop_requested INTEGER NOT NULL DEFAULT 0, result TEXT,
         created REAL NOT NULL, started REAL, finished REAL);
     CREATE INDEX tasks_active ON tasks (state, created);
-    """],
+    """, _QUOTAS],
     "postgresql": ["""
     CREATE TABLE tasks (
         id TEXT PRIMARY KEY, chat TEXT NOT NULL, label TEXT, task TEXT NOT NULL,
@@ -37,7 +46,7 @@ MIGRATIONS: Migrations = {
         stop_requested INTEGER NOT NULL DEFAULT 0, result TEXT,
         created DOUBLE PRECISION NOT NULL, started DOUBLE PRECISION, finished DOUBLE PRECISION);
     CREATE INDEX tasks_active ON tasks (state, created);
-    """],
+    """, _QUOTAS],
 }
 
 
@@ -53,13 +62,15 @@ class Task:
     stop_requested: bool
     result: str | None
     created: float
-    started: float | None
+    started: float | None  # when its first run began: maxMinutes counts from here, across resumptions
     finished: float | None
+    holder: str | None = None
+    member: bool = False
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Task:
         data = dict(row)
-        data["stop_requested"] = bool(data["stop_requested"])
+        data["stop_requested"], data["member"] = bool(data["stop_requested"]), bool(data.get("member"))
         return cls(**data)
 
     @property
@@ -76,10 +87,12 @@ class TaskStore:
         await db.migrate("tasks", MIGRATIONS)
         return cls(db)
 
-    async def add(self, chat: str, task: str, label: str | None) -> Task:
+    async def add(self, chat: str, task: str, label: str | None, *, holder: str | None = None,
+                  member: bool = False) -> Task:
         task_id = "t" + secrets.token_hex(3)
-        await self.db.execute("INSERT INTO tasks (id, chat, label, task, created) VALUES ($1, $2, $3, $4, $5)",
-                              task_id, chat, label, task, time.time())
+        await self.db.execute("INSERT INTO tasks (id, chat, label, task, created, holder, member) "
+                              "VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                              task_id, chat, label, task, time.time(), holder or chat, int(member))
         found = await self.get(task_id)
         assert found is not None
         return found
@@ -92,12 +105,14 @@ class TaskStore:
         rows = await self.db.fetch("SELECT * FROM tasks WHERE chat = $1 ORDER BY created DESC LIMIT $2", chat, limit)
         return [Task.from_row(r) for r in rows]
 
-    async def active(self, chat: str | None = None) -> int:
-        """Queued and running tasks (of one chat, or all)."""
-        if chat is None:
-            return int(await self.db.fetchval("SELECT count(*) FROM tasks WHERE state IN ('queued', 'running')"))
-        return int(await self.db.fetchval(
-            "SELECT count(*) FROM tasks WHERE chat = $1 AND state IN ('queued', 'running')", chat))
+    async def active(self, *, holder: str | None = None, members: bool = False) -> int:
+        """Queued and running tasks: all, one quota holder's, or member chats' together."""
+        where = "state IN ('queued', 'running')"
+        if holder is not None:
+            return int(await self.db.fetchval(f"SELECT count(*) FROM tasks WHERE {where} "
+                                              "AND coalesce(holder, chat) = $1", holder))
+        return int(await self.db.fetchval(f"SELECT count(*) FROM tasks WHERE {where}"
+                                          + (" AND member = 1" if members else "")))
 
     async def status_line(self) -> str:
         """How many run and wait (``nanobot status``, the page's status)."""
@@ -127,6 +142,13 @@ class TaskStore:
             rows = await tx.fetch(f"UPDATE tasks SET state = 'queued', worker = NULL WHERE state = 'running' "
                                   f"AND {where} RETURNING id", *args)
         return [r["id"] for r in rows]
+
+    async def hand_back(self, worker: str, task_ids: list[str]) -> None:
+        """A graceful stop: these tasks wait again for the next start (or another worker), and
+        the run cut short does not count as an attempt."""
+        await self.db.executemany("UPDATE tasks SET state = 'queued', worker = NULL, attempts = attempts - 1 "
+                                  "WHERE id = $1 AND state = 'running' AND worker = $2",
+                                  [(task_id, worker) for task_id in task_ids])
 
     async def finish(self, task_id: str, state: str, result: str) -> None:
         await self.db.execute("UPDATE tasks SET state = $2, result = $3, finished = $4 WHERE id = $1",

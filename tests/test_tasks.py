@@ -170,3 +170,74 @@ async def test_a_task_past_max_minutes_is_stopped_and_says_so(config: Config, ll
         await tg.wait_until(lambda: any(t.startswith(FINISHED) for t in texts(tg)), timeout=10)
     [ended] = [t for t in texts(tg) if t.startswith(FINISHED)]
     assert "stopped:\nstopped: it ran past 0.02 minutes (agents.defaults.tasks.maxMinutes)" in ended
+
+
+async def test_task_limits_count_per_key_and_members_leave_the_owner_a_share(config: Config) -> None:
+    """A member key's sessions count together for maxPerChat, and member chats together keep
+    one chat's worth of maxTotal free: the owner's spawn is never refused because of members."""
+    from nanobot.runtime import open_runtime
+    from nanobot.tools.registry import ToolContext
+    from nanobot.trust import MEMBER
+
+    tasks = config.agents.defaults.tasks
+    tasks.max_total, tasks.max_per_chat = 4, 2  # members together: 2
+    async with open_runtime(config) as rt:
+        async def spawn(chat: str, trust: str = MEMBER) -> str:
+            ctx = ToolContext(config, config.workspace_path, chat, services=rt.deps.services, trust=trust)
+            try:
+                return await rt.tools.call("spawn", {"task": "x"}, ctx)
+            except PermissionError as exc:
+                return f"refused: {exc}"
+
+        assert not (await spawn("api:bob:s1")).startswith("refused")
+        assert not (await spawn("api:bob:s2")).startswith("refused")
+        assert "this chat has 2 background tasks" in await spawn("api:bob:s3")  # one key, many sessions
+        assert "member chats have 2 background tasks" in await spawn("api:carol")
+        assert not (await spawn(f"telegram:{ALICE}", "owner")).startswith("refused")  # the owner's share
+        assert not (await spawn(f"telegram:{ALICE}", "owner")).startswith("refused")
+        assert "4 background tasks are running or waiting already" in await spawn("cli:default", "owner")
+
+
+async def test_deploys_hand_tasks_back_and_max_minutes_counts_from_the_first_start(
+        config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    """Three graceful stops while a task runs: it is resumed each time (not failed "cut off
+    twice"), its attempts not counted; its time limit is wall clock from its first start."""
+    from nanobot.tasks import TaskStore
+
+    runs: list[str] = []
+
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        asked = last_user(body)
+        if "TASK" in asked:
+            runs.append(asked)
+            return delayed(reply("RESULT of long"), 60 if len(runs) <= 3 else 0.05)
+        return model(body)
+
+    llm.fallback = answer
+    for restart in range(4):
+        async with running_gateway(config, with_services=True) as gateway:
+            if restart == 0:
+                tg.push_text(ALICE, ALICE, "spawn long")
+                await tg.wait_sent(1, timeout=10)
+            if restart < 3:
+                await until(lambda: len(runs) == restart + 1)
+            else:
+                await tg.wait_until(lambda: any(t.startswith(FINISHED) for t in texts(tg)), timeout=15)
+            store = await TaskStore.open(gateway.runtime.db)
+            [task] = await store.of_chat(f"telegram:{ALICE}")
+        if restart < 3:
+            async with running_gateway(config) as gateway:  # no services: the task waits, handed back
+                [task] = await (await TaskStore.open(gateway.runtime.db)).of_chat(f"telegram:{ALICE}")
+                assert (task.state, task.attempts) == ("queued", 0)
+    assert [t for t in texts(tg) if t.startswith(FINISHED)] == [f"Background task {task.name} finished:\nRESULT of long"]
+    # The limit: a task first started long ago is stopped at once when it is resumed.
+    config.agents.defaults.tasks.max_minutes = 1
+    tg.sent.clear()
+    async with running_gateway(config) as gateway:
+        store = await TaskStore.open(gateway.runtime.db)
+        old = await store.add(f"telegram:{ALICE}", "TASK old", "old")
+        await gateway.runtime.db.execute("UPDATE tasks SET started = $1 WHERE id = $2", 1.0, old.id)
+    async with running_gateway(config, with_services=True):
+        await tg.wait_until(lambda: any(t.startswith(FINISHED) for t in texts(tg)), timeout=15)
+    assert [t for t in texts(tg) if t.startswith(FINISHED)] == [
+        f"Background task old ({old.id}) stopped:\nstopped: it ran past 1 minutes (agents.defaults.tasks.maxMinutes)"]

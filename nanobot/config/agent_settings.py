@@ -36,6 +36,11 @@ class TaskLimits(Section):
     max_minutes: float = Field(30, gt=0)  # a task running longer is stopped, and says so
     max_iterations: int = Field(50, gt=0)  # model calls of a task's turn
 
+    @property
+    def member_total(self) -> int:
+        """What member chats together may hold: one chat's worth of maxTotal stays the owner's."""
+        return max(1, self.max_total - self.max_per_chat)
+
 
 class AgentSettings(Section):
     workspace: str = "~/.nanobot/workspace"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from nanobot.agent.loop import TASK_RESULT, TASK_SENDER, Origin, TurnRequest
@@ -52,11 +53,19 @@ class TaskRunner:
         self._loop = asyncio.create_task(self._look_forever(), name="background tasks")
 
     async def stop(self) -> None:
-        """Running tasks stay 'running' here: the next start (or another worker) resumes them."""
+        """Running tasks are handed back, not counted as an attempt: the next start (or another
+        worker) resumes them. (After a crash they are still 'running' here; the next start puts
+        them back, and that run counts.)"""
+        running = list(self._running)
         tasks = [t for t in (self._loop, *self._running.values()) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if running and self.store is not None:
+            try:
+                await self.store.hand_back(self.worker, running)
+            except Exception as exc:  # the database is away: they resume as after a crash
+                log.warning("background tasks not handed back (%s); the next start resumes them", exc)
 
     async def _look_forever(self) -> None:
         while True:
@@ -85,10 +94,13 @@ class TaskRunner:
     async def _run(self, task: Task) -> None:
         try:
             if task.attempts > MAX_ATTEMPTS:
-                return await self._end(task, "failed", "it was cut off by a restart twice; not tried again")
+                return await self._end(task, "failed", f"the process running it crashed {MAX_ATTEMPTS} times while "
+                                                       "it ran; it is not tried again")
             limits = self.runtime.config.agent_for(task.chat).tasks
+            # maxMinutes of wall clock from its first start, across resumptions and workers
+            left = limits.max_minutes * 60 - (time.time() - (task.started or time.time()))
             try:
-                async with asyncio.timeout(limits.max_minutes * 60):
+                async with asyncio.timeout(max(left, 0)):
                     reply = await self._turn(task)
             except TimeoutError:
                 return await self._end(task, "stopped", f"stopped: it ran past {limits.max_minutes:g} minutes "

@@ -14,6 +14,7 @@ from typing import Annotated
 from pydantic import Field
 
 from nanobot.tools.registry import ToolContext, tool
+from nanobot.trust import OWNER, quota_holder
 
 
 async def _store(ctx: ToolContext):
@@ -37,13 +38,18 @@ async def spawn(
         raise ValueError("spawn needs the task, said in full")
     limits = ctx.config.agent_for(ctx.session_key).tasks
     store = await _store(ctx)
-    if await store.active(ctx.session_key) >= limits.max_per_chat:
+    holder, member = quota_holder(ctx.session_key), ctx.trust != OWNER
+    if await store.active(holder=holder) >= limits.max_per_chat:  # an API key's sessions count together
         raise PermissionError(f"this chat has {limits.max_per_chat} background tasks running or waiting already "
                               "(agents.defaults.tasks.maxPerChat); wait for one, or stop one with /stop ID")
+    if member and await store.active(members=True) >= limits.member_total:
+        raise PermissionError(f"member chats have {limits.member_total} background tasks running or waiting "
+                              "already (the rest of agents.defaults.tasks.maxTotal is the owner's); try again later")
     if await store.active() >= limits.max_total:
         raise PermissionError(f"{limits.max_total} background tasks are running or waiting already "
                               "(agents.defaults.tasks.maxTotal); try again when one has finished")
-    return (await store.add(ctx.session_key, task.strip(), (label or "").strip()[:60] or None)).id
+    return (await store.add(ctx.session_key, task.strip(), (label or "").strip()[:60] or None,
+                            holder=holder, member=member)).id
 
 
 @tool(brief=True)
