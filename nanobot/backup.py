@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from nanobot.beneath import make_dirs, parts_of, write_bytes
 from nanobot.chat_names import HISTORY_SUFFIX
 
 MANIFEST = "manifest.json"
@@ -34,15 +35,24 @@ class BackupError(Exception):
 
 
 def backup(home: Path, workspace: Path, target: Path, *, with_workspace: bool) -> dict:
-    """Write ``target``; the manifest (counts) it holds."""
+    """Write ``target``; the manifest (counts, and the links left out) it holds. A failure
+    (a full disk) leaves no partial file behind."""
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        return _write_backup(home, workspace, partial, target, with_workspace)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def _write_backup(home: Path, workspace: Path, partial: Path, target: Path, with_workspace: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / DATABASE
         if (home / DATABASE).exists():
             _online_copy(home / DATABASE, copy)
         manifest = {"version": 1, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "tables": _table_counts(copy) if copy.exists() else {}, "histories": {},
-                    "workspace": with_workspace}
-        partial = target.with_name(f".{target.name}.partial")
+                    "workspace": with_workspace, "links_left_out": []}
         with tarfile.open(partial, "w:gz") as tar:
             if copy.exists():
                 tar.add(copy, DATABASE)
@@ -55,34 +65,121 @@ def backup(home: Path, workspace: Path, target: Path, *, with_workspace: bool) -
                 if (home / name).is_file():
                     tar.add(home / name, name)
             if with_workspace and workspace.is_dir():
-                tar.add(workspace, "workspace")
+                tar.add(workspace, "workspace", filter=lambda info: _no_links(info, manifest["links_left_out"]))
             _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=1).encode())
         partial.chmod(0o600)  # it holds the config's keys and every chat
         partial.replace(target)
     return manifest
 
 
-def restore(source: Path, home: Path, workspace_of: Callable[[], Path]) -> dict:
+def _no_links(info: tarfile.TarInfo, left_out: list[str]) -> tarfile.TarInfo | None:
+    """Files and folders only: a link in the workspace (a member chat can make one in its
+    folder) is left out, and named, rather than restored to point who knows where."""
+    if info.isfile() or info.isdir():
+        return info
+    left_out.append(info.name)
+    return None
+
+
+def restore(source: Path, home: Path, workspace_of: Callable[[], Path], workspace: Path | None = None) -> dict:
     """Unpack ``source`` into ``home`` (which must hold no state) and check the counts; the
-    workspace goes where the restored config puts it (``workspace_of``, asked once it is back)."""
+    workspace goes to ``workspace`` (then named in the restored config) or where the restored
+    config puts it (``workspace_of``, asked once it is back). All or nothing: every entry is
+    checked before anything is written, and a failure takes back what was written."""
     if (home / DATABASE).exists() or any((home / "sessions").glob("*" + HISTORY_SUFFIX)):
         raise BackupError(f"{home} holds a nanobot already (nanobot.db or sessions/): restore into an empty "
                           "home (set NANOBOT_HOME to a new folder)")
     with tarfile.open(source, "r:gz") as tar:
         manifest = json.loads(tar.extractfile(MANIFEST).read())  # type: ignore[union-attr]
-        home.mkdir(parents=True, exist_ok=True, mode=0o700)
-        members = [m for m in tar.getmembers() if m.name != MANIFEST]
-        in_workspace = [m for m in members if m.name == "workspace" or m.name.startswith("workspace/")]
-        for member in members:
-            if member not in in_workspace:
-                _extract(tar, member, home)
-        if in_workspace:
-            workspace = workspace_of()
-            if workspace.exists() and any(workspace.iterdir()):
-                raise BackupError(f"the workspace {workspace} is not empty: move it away, and restore again into "
-                                  "an empty home")
-            for member in in_workspace:
-                _extract(tar, member, workspace.parent, rename=("workspace", workspace.name))
+        home_part, workspace_part = _checked_members(tar)
+        written = _Written()
+        try:
+            written.made(home)
+            home.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for member, name in home_part:
+                _extract(tar, member, home, name, written)
+            if workspace is not None:
+                _name_workspace(home, workspace)
+            if workspace_part:
+                target = workspace or workspace_of()
+                if target.exists() and any(target.iterdir()):
+                    raise BackupError(f"the workspace {target} is not empty: move it away, or name another with "
+                                      "--workspace PATH")
+                written.made(target)
+                for member, name in workspace_part:
+                    _extract(tar, member, target, name, written)
+            _check_counts(home, manifest)
+        except BaseException:
+            written.take_back()
+            raise
+    return manifest
+
+
+def _checked_members(tar: tarfile.TarFile) -> tuple[list[tuple[tarfile.TarInfo, str]], list[tuple[tarfile.TarInfo, str]]]:
+    """(home entries, workspace entries), each with its path below where it goes; BackupError
+    for any entry that is not a plain file or folder where a backup puts one (before any write)."""
+    home_part, workspace_part = [], []
+    for member in tar.getmembers():
+        if member.name == MANIFEST:
+            continue
+        unsafe = BackupError(f"the backup holds an unsafe entry ({member.name}): nothing restored")
+        if not (member.isfile() or member.isdir()):
+            raise unsafe
+        try:
+            parts = parts_of(member.name)
+        except ValueError:
+            raise unsafe from None
+        if parts[0] == "workspace":
+            if len(parts) > 1:
+                workspace_part.append((member, "/".join(parts[1:])))
+        elif "/".join(parts) in (DATABASE, *HOME_FILES) or (len(parts) == 2 and parts[0] == "sessions"
+                                                            and parts[1].endswith(HISTORY_SUFFIX)):
+            home_part.append((member, "/".join(parts)))
+        elif not (member.isdir() and parts == ("sessions",)):
+            raise unsafe
+    return home_part, workspace_part
+
+
+class _Written:
+    """What a restore wrote, to take back if it fails half way."""
+
+    def __init__(self) -> None:
+        self.files: list[Path] = []
+        self.roots: list[Path] = []  # folders it made whole (removed with all they hold)
+
+    def made(self, folder: Path) -> None:
+        if not folder.exists():
+            self.roots.append(folder)
+
+    def take_back(self) -> None:
+        for path in reversed(self.files):
+            path.unlink(missing_ok=True)
+        for root in self.roots:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, into: Path, name: str, written: _Written) -> None:
+    """One checked member, written below ``into`` without following any link there (``beneath``)."""
+    if member.isdir():
+        make_dirs(into, name)
+        return
+    existed = (into / name).exists()
+    with tar.extractfile(member) as data:  # type: ignore[union-attr]
+        write_bytes(into, name, data.read())
+    if not existed:
+        written.files.append(into / name)
+
+
+def _name_workspace(home: Path, workspace: Path) -> None:
+    """``--workspace``: the restored config names it, so the home uses it."""
+    path = home / "config.json"
+    config = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    config.setdefault("agents", {}).setdefault("defaults", {})["workspace"] = str(workspace)
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    path.chmod(0o600)
+
+
+def _check_counts(home: Path, manifest: dict) -> None:
     found = {"tables": _table_counts(home / DATABASE) if (home / DATABASE).exists() else {},
              "histories": {p.name: _records(p.read_bytes()) for p in (home / "sessions").glob("*" + HISTORY_SUFFIX)}}
     for part in ("tables", "histories"):
@@ -90,7 +187,6 @@ def restore(source: Path, home: Path, workspace_of: Callable[[], Path]) -> dict:
             wrong = sorted(k for k in {*found[part], *manifest[part]} if found[part].get(k) != manifest[part].get(k))
             raise BackupError(f"the restored {part} differ from the backup's counts ({', '.join(wrong[:5])}): "
                               "the file is damaged")
-    return manifest
 
 
 def _online_copy(source: Path, target: Path) -> None:
@@ -122,20 +218,3 @@ def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime = len(data), 0o600, int(time.time())
     tar.addfile(info, io.BytesIO(data))
-
-
-def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, into: Path, rename: tuple[str, str] | None = None) -> None:
-    """One member, refusing anything that would land outside ``into`` (links, absolute paths, ..)."""
-    name = member.name
-    if rename and (name == rename[0] or name.startswith(rename[0] + "/")):
-        name = rename[1] + name[len(rename[0]):]
-    target = (into / name).resolve()
-    if not target.is_relative_to(into.resolve()) or member.issym() or member.islnk():
-        raise BackupError(f"the backup holds an unsafe entry ({member.name}): not restored")
-    if member.isdir():
-        target.mkdir(parents=True, exist_ok=True, mode=0o700)
-    elif member.isfile():
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        with tar.extractfile(member) as data, open(target, "wb") as out:  # type: ignore[union-attr]
-            shutil.copyfileobj(data, out)
-        target.chmod(0o600)

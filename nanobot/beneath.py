@@ -91,6 +91,16 @@ def parent_of(root: Path, relative: str, *, create: bool = False) -> Iterator[tu
         os.close(folder)
 
 
+def make_dirs(root: Path, relative: str) -> None:
+    """The folder ``relative`` under ``root`` and those above it (0700), made without following a link."""
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    top = os.open(root, DIR_FLAGS)
+    try:
+        os.close(walk_dirs(top, parts_of(relative), relative, create=True))
+    finally:
+        os.close(top)
+
+
 def open_file(root: Path, relative: str) -> int:
     """A descriptor of the regular file ``relative`` under ``root``, for reading: no link on
     the way or at the end, not a FIFO or device, not hard-linked. Check and read through it."""

@@ -127,17 +127,24 @@ def backup(ctx: typer.Context, file: Path = typer.Argument(..., metavar="FILE", 
     typer.echo(f"Wrote {file}: {rows} rows in {len(manifest['tables'])} tables, {records} history records in "
                f"{len(manifest['histories'])} chats{', and the workspace' if with_workspace else ''} "
                f"({time.monotonic() - started:.1f} s)")
+    if left_out := manifest["links_left_out"]:
+        typer.echo(f"Left out {len(left_out)} link(s) in the workspace (links are not backed up): "
+                   + ", ".join(left_out[:5]) + (" …" if len(left_out) > 5 else ""))
 
 
-def restore(ctx: typer.Context, file: Path = typer.Argument(..., metavar="FILE", help="a file nanobot backup wrote")) -> None:
-    """Restore a backup into an empty home (NANOBOT_HOME), checking its counts."""
+def restore(ctx: typer.Context, file: Path = typer.Argument(..., metavar="FILE", help="a file nanobot backup wrote"),
+            workspace: Path = typer.Option(None, "--workspace", metavar="PATH",
+                                           help="restore the workspace here (the restored config then names it)")) -> None:
+    """Restore a backup into an empty home (NANOBOT_HOME), checking its counts: all of it, or
+    nothing."""
     from nanobot.backup import BackupError
     from nanobot.backup import restore as read_backup
     from nanobot.config import nanobot_home
 
     home = nanobot_home()
     try:
-        manifest = read_backup(file, home, lambda: get_config(ctx).workspace_path)
+        manifest = read_backup(file, home, lambda: get_config(ctx).workspace_path,
+                               workspace.expanduser().absolute() if workspace else None)
     except (BackupError, OSError, tarfile.TarError, KeyError, ValueError) as exc:
         fail(f"restore failed: {exc}", 1)
     typer.echo(f"Restored {file} into {home}: {sum(manifest['tables'].values())} rows, "

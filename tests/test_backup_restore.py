@@ -1,0 +1,92 @@
+"""Backups and restores that a member's links or a crafted archive cannot turn into writes
+outside the home and workspace; restores all or nothing; a backup that fails leaves nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import nanobot
+
+
+def home_with_workspace(tmp_path: Path) -> tuple[Path, Path]:
+    home, workspace = tmp_path / "nanobot-home", tmp_path / "ws"
+    (workspace / "chats" / "telegram_-100").mkdir(parents=True)
+    home.mkdir()
+    (home / "config.json").write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace)}}}))
+    (workspace / "notes.md").write_text("kept")
+    (workspace / "chats" / "telegram_-100" / "mine.txt").write_text("the member's")
+    return home, workspace
+
+
+def crafted(path: Path, entries: dict[str, bytes], config: dict) -> None:
+    manifest = {"version": 1, "tables": {}, "histories": {}, "workspace": True}
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in {"config.json": json.dumps(config).encode(), **entries,
+                           "manifest.json": json.dumps(manifest).encode()}.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+async def test_links_in_member_folders_are_left_out_and_said(tmp_path: Path) -> None:
+    home, workspace = home_with_workspace(tmp_path)
+    (workspace / "chats" / "telegram_-100" / "leak").symlink_to(home / "config.json")
+    archive = tmp_path / "b.tar.gz"
+    code, out, err = await nanobot("backup", str(archive), "--with-workspace", home=home)
+    assert code == 0, err
+    assert "Left out 1 link(s)" in out and "workspace/chats/telegram_-100/leak" in out
+    fresh = tmp_path / "fresh"
+    code, out, err = await nanobot("restore", str(archive), "--workspace", str(tmp_path / "ws2"), home=fresh)
+    assert code == 0 and "counts checked" in out, err
+    assert (tmp_path / "ws2" / "chats" / "telegram_-100" / "mine.txt").read_text() == "the member's"
+    assert not (tmp_path / "ws2" / "chats" / "telegram_-100" / "leak").exists()
+    assert json.loads((fresh / "config.json").read_text())["agents"]["defaults"]["workspace"] == str(tmp_path / "ws2")
+
+
+async def test_a_crafted_archive_writes_nothing_anywhere(tmp_path: Path) -> None:
+    workspace = tmp_path / "victim" / "workspace"
+    archive = tmp_path / "evil.tar.gz"
+    crafted(archive, {"workspace/ok.txt": b"fine", "workspace/../X": b"escaped"},
+            {"agents": {"defaults": {"workspace": str(workspace)}}})
+    fresh = tmp_path / "fresh"
+    code, _, err = await nanobot("restore", str(archive), home=fresh)
+    assert code == 1 and "unsafe entry (workspace/../X)" in err
+    assert not (tmp_path / "victim" / "X").exists() and not workspace.exists()
+    assert not fresh.exists() or list(fresh.iterdir()) == []
+
+
+async def test_a_refused_restore_leaves_nothing_and_can_be_tried_again(tmp_path: Path) -> None:
+    home, workspace = home_with_workspace(tmp_path)
+    archive = tmp_path / "b.tar.gz"
+    assert (await nanobot("backup", str(archive), "--with-workspace", home=home))[0] == 0
+    fresh = tmp_path / "fresh"  # the same host: the config's absolute workspace is in use
+    code, _, err = await nanobot("restore", str(archive), home=fresh)
+    assert code == 1 and "is not empty" in err and "--workspace PATH" in err
+    assert not fresh.exists() or list(fresh.iterdir()) == []  # all or nothing
+    code, out, err = await nanobot("restore", str(archive), "--workspace", str(tmp_path / "other"), home=fresh)
+    assert code == 0, err
+    assert (tmp_path / "other" / "notes.md").read_text() == "kept" and (workspace / "notes.md").read_text() == "kept"
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or subprocess.run(
+    ["unshare", "-rm", "true"], capture_output=True).returncode != 0, reason="needs unshare -rm for a small tmpfs")
+def test_a_backup_onto_a_full_disk_leaves_no_partial_file(tmp_path: Path) -> None:
+    home, workspace = home_with_workspace(tmp_path)
+    (workspace / "big.bin").write_bytes(os.urandom(2 * 1024 * 1024))  # does not compress: over the 256 KB disk
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    script = (f"mount -t tmpfs -o size=256k tmpfs {disk} && "
+              f"{sys.executable} -m nanobot backup {disk}/b.tar.gz --with-workspace; echo exit=$?; ls -A {disk}")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NANOBOT_HOME": str(home)})
+    assert "exit=1" in done.stdout and "backup failed" in done.stderr, done.stderr
+    assert done.stdout.strip().endswith("exit=1")  # and ls found nothing: no .b.tar.gz.partial
