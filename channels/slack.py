@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable, TypeVar
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -30,6 +31,7 @@ from aiohttp import web
 from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
@@ -60,14 +62,19 @@ class SlackChannel(BaseChannel):
         super().__init__(config, ctx)
         self.config: SlackConfig = config
         self.api_base = config.api_base or DEFAULT_API_BASE
-        self.client = AsyncWebClient(token=config.bot_token, base_url=self.api_base,
-                                     retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=2)])
+        self.proxy = proxy_for(self.api_base)
+        self.client = _without_env_proxy(self.proxy, AsyncWebClient(
+            token=config.bot_token, base_url=self.api_base, proxy=self.proxy,
+            retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=2)]))
+        # ``authorize``: what auth.test said at start. Bolt's default asks Slack again through a
+        # client of its own, which takes its proxy from the environment whatever NO_PROXY says.
         self.app = AsyncApp(client=self.client, signing_secret=config.signing_secret or None,
-                            process_before_response=True, logger=log,
+                            process_before_response=True, logger=log, authorize=_authorized_as(self),
                             request_verification_enabled=config.events is not None)
         self.app.event("message")(self._on_event)
         self.app.event("app_mention")(self._on_event)
         self.bot_user = ""  # our user id, from auth.test: mentions of it address the bot
+        self.team: str | None = None  # our workspace's id, from auth.test
         self._socket: asyncio.Task[None] | None = None
         self._handler: AsyncSocketModeHandler | None = None  # the WebSocket while this worker holds it
         self._http: web.AppRunner | None = None
@@ -78,7 +85,8 @@ class SlackChannel(BaseChannel):
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         try:
-            self.bot_user = (await self.client.auth_test())["user_id"]
+            me = await self.client.auth_test()
+            self.bot_user, self.team = me["user_id"], me.get("team_id")
         except (SlackApiError, aiohttp.ClientError, OSError) as exc:
             reason = exc.response["error"] if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
             raise RuntimeError(f"slack: the bot token was not accepted at {self.api_base} ({reason})") from None
@@ -96,7 +104,8 @@ class SlackChannel(BaseChannel):
         self._socket = asyncio.create_task(self._socket_while_held(held), name="slack-socket-mode")
 
     async def _connect_socket(self) -> AsyncSocketModeHandler:
-        handler = AsyncSocketModeHandler(self.app, self.config.app_token, ping_interval=PING_S)
+        handler = AsyncSocketModeHandler(self.app, self.config.app_token, ping_interval=PING_S, proxy=self.proxy)
+        _without_env_proxy(self.proxy, handler.client)
         try:
             await handler.connect_async()
         except Exception as exc:
@@ -289,3 +298,32 @@ def _origin(url: str) -> tuple[str, str | None, int | None]:
     except ValueError:  # a port that is not a number
         return ("", None, None)
     return parts.scheme, parts.hostname, port
+
+
+def _authorized_as(channel: SlackChannel) -> Callable[..., Awaitable[AuthorizeResult]]:
+    """Bolt's ``authorize``: the bot as auth.test described it at start (a plain function: bolt
+    passes arguments by the names it finds in the signature)."""
+    async def authorize(team_id: str | None) -> AuthorizeResult:
+        return AuthorizeResult(enterprise_id=None, team_id=team_id or channel.team, bot_user_id=channel.bot_user,
+                               bot_token=channel.config.bot_token)
+    return authorize
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy for ``url`` from the environment, honouring ``NO_PROXY`` as httpx and aiohttp
+    do (slack_sdk reads ``HTTPS_PROXY``/``HTTP_PROXY`` itself and ignores ``NO_PROXY``)."""
+    parts = urlsplit(url)
+    if parts.hostname is None or urllib.request.proxy_bypass(parts.hostname):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
+_Client = TypeVar("_Client")
+
+
+def _without_env_proxy(proxy: str | None, client: _Client) -> _Client:
+    """``client`` going direct when ``NO_PROXY`` names the host: slack_sdk's constructors take
+    the environment's proxy when given none, and have no way to say "direct"."""
+    if proxy is None:
+        client.proxy = None  # type: ignore[attr-defined]
+    return client

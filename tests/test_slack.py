@@ -248,3 +248,17 @@ async def test_the_bot_token_goes_to_no_other_port_of_the_api_host(llm: FakeOpen
     finally:
         await runner.cleanup()
     assert seen == []
+
+
+async def test_no_proxy_is_honoured(llm: FakeOpenAI, workspace: Path, slack: FakeSlack,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy in the environment that cannot be reached, and NO_PROXY naming Slack's host: the
+    Web API and the Socket Mode WebSocket go direct, as every other client of nanobot's does."""
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    llm.fallback = lambda body: reply("direct")
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        await slack.push_message("D1", OWNER, "hello")
+        await slack.wait_shown("direct")
