@@ -141,7 +141,7 @@ class EmailChannel(BaseChannel):
             try:
                 mailbox = opened or await self._open()
                 if failures:
-                    self._report(None)
+                    self._report(None, "mailbox")
                 opened, failures = None, 0
                 while True:
                     await self._take_new(mailbox)
@@ -153,7 +153,7 @@ class EmailChannel(BaseChannel):
                 failures += 1
                 why = f"{exc or type(exc).__name__}".removeprefix("email: ")
                 log.warning("email: reading the mailbox failed (%s); again in %g s", why, pause)
-                self._report(f"the mailbox is unreachable, retrying ({why})")
+                self._report(f"the mailbox is unreachable, retrying ({why})", "mailbox")
                 await asyncio.sleep(pause)
             finally:
                 if mailbox is not None:
@@ -276,7 +276,17 @@ class EmailChannel(BaseChannel):
         return mail
 
     async def _send_mail(self, msg: OutboundMessage, mail: EmailMessage) -> None:
-        server = self.config.smtp
+        """Send, and say in ``status`` and ``/readyz`` while replies cannot go out."""
+        try:
+            await self._smtp_send(msg, mail)
+        except SendFailed as exc:
+            if exc.retry:
+                self._report(f"replies cannot go out: {str(exc).removeprefix('email: ')}", "smtp")
+            raise
+        self._report(None, "smtp")
+
+    async def _smtp_send(self, msg: OutboundMessage, mail: EmailMessage) -> None:
+        server, where = self.config.smtp, f"{self.config.smtp.host}:{self.config.smtp.port}"
         try:
             await aiosmtplib.send(mail, hostname=server.host, port=server.port, username=server.username or None,
                                   password=server.password or None, start_tls=server.starttls and not server.tls,
@@ -285,9 +295,15 @@ class EmailChannel(BaseChannel):
             permanent = 500 <= exc.code < 600
             raise SendFailed(f"email: the SMTP server refused mail to {msg.chat_id}: {exc.code} {exc.message}",
                              retry=not permanent) from None
-        except (aiosmtplib.SMTPException, OSError, asyncio.TimeoutError) as exc:
-            raise SendFailed(f"email: could not reach the SMTP server {server.host}:{server.port}: "
-                             f"{exc or type(exc).__name__}", retry=True) from None
+        except (aiosmtplib.SMTPConnectError, aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPTimeoutError,
+                OSError, asyncio.TimeoutError) as exc:
+            raise SendFailed(f"email: could not reach the SMTP server {where}: {exc or type(exc).__name__}",
+                             retry=True) from None
+        except aiosmtplib.SMTPException as exc:
+            if "STARTTLS" in str(exc) and server.starttls:  # reached, but it has no TLS to offer
+                raise SendFailed(f"email: the SMTP server {where} does not offer STARTTLS; for a local relay "
+                                 "without TLS set channels.email.smtp.starttls: false", retry=True) from None
+            raise SendFailed(f"email: the SMTP server {where} failed: {exc}", retry=True) from None
 
 
 async def _unless_lost(mailbox: Mailbox, work: Any) -> Any:

@@ -95,6 +95,7 @@ class BaseChannel(ABC):
     def __init__(self, config: ChannelSection, ctx: ChannelContext) -> None:
         self.config = config  # this channel's section of the config (TelegramConfig, ...)
         self.ctx = ctx
+        self._troubles: dict[str, str] = {}  # what is wrong now, by part (``_report``)
 
     @abstractmethod
     async def start(self) -> None:
@@ -135,10 +136,18 @@ class BaseChannel(ABC):
     async def send_typing(self, chat_id: str) -> None:
         """Show a typing indicator in the chat, best effort."""
 
-    def _report(self, why: str | None) -> None:
-        """In trouble since it started (``why``), or fine again (None); shown by ``status``."""
+    def _report(self, why: str | None, part: str = "") -> None:
+        """In trouble since it started (``why``), or fine again (None); shown by ``status`` and
+        ``/readyz``. ``part``: a channel with two sides (email's mailbox and its SMTP server)
+        reports each on its own, and is fine when both are."""
+        if why == self._troubles.get(part):
+            return  # nothing new: fine and was, or the same trouble again
+        if why is None:
+            self._troubles.pop(part, None)
+        else:
+            self._troubles[part] = why
         if self.ctx.report is not None:
-            self.ctx.report(self.name, why)
+            self.ctx.report(self.name, "; ".join(self._troubles.values()) or None)
 
     def chat_root(self, sender: Sender) -> Path:
         return self.ctx.chat_root(sender) if self.ctx.chat_root else self.ctx.workspace

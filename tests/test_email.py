@@ -362,3 +362,23 @@ def test_vacation_replies_are_robots() -> None:
         message = mail(FRIEND, "Out of office", "away")
         message[header] = value
         assert read_headers(bytes(message)).auto
+
+
+@pytest.mark.parametrize("smtp_change, said_in_status", [
+    ({"starttls": True}, "does not offer STARTTLS; for a local relay without TLS set channels.email.smtp.starttls: false"),
+    ({"port": 1}, "could not reach the SMTP server 127.0.0.1:1"),
+])
+async def test_replies_that_cannot_go_out_show_in_status_and_readyz(
+        llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver, smtp_change: dict,
+        said_in_status: str) -> None:
+    llm.fallback = lambda body: reply("hello")
+    cfg = email_config(llm, workspace, imap, smtp)
+    cfg.channels.email.smtp = cfg.channels.email.smtp.model_copy(update=smtp_change)
+    async with running_gateway(cfg) as gateway:
+        await imap.deliver(bytes(mail(FRIEND, "hi", "are you there?")))
+        channels = gateway.channels
+        async with asyncio.timeout(15):
+            while "replies cannot go out" not in channels.state["email"]:
+                await asyncio.sleep(0.05)
+        assert said_in_status in channels.state["email"] and "email" in channels.failing_since  # /readyz: 503
+        assert smtp.sent == []
