@@ -137,8 +137,7 @@ class Session:
                 break
         else:
             recent = []
-        return _merge_assistant_runs(_complete_tool_exchanges([{k: v for k, v in m.items() if k != "ts"}
-                                                               for m in recent]))
+        return _merge_assistant_runs(_complete_tool_exchanges([as_sent(m) for m in recent]))
 
     # ---- writing ---------------------------------------------------------------------
     def append(self, message: dict[str, Any]) -> None:
@@ -239,6 +238,19 @@ class JsonlJournal:
             self.sync()
             self._file.close()
             self._file = None
+
+
+def as_sent(message: dict[str, Any]) -> dict[str, Any]:
+    """A history record as the model is sent it, the same way every time: without the record's
+    own stamp (``ts``), and a user message's ``sent`` time at the end of its text."""
+    sent = {k: v for k, v in message.items() if k not in ("ts", "sent")}
+    if isinstance(message.get("sent"), str):
+        content = sent.get("content")
+        if isinstance(content, str):
+            sent["content"] = f"{content}\n\n{message['sent']}"
+        elif isinstance(content, list):
+            sent["content"] = [*content, {"type": "text", "text": message["sent"]}]
+    return sent
 
 
 def _complete_tool_exchanges(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

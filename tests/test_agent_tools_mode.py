@@ -30,7 +30,9 @@ async def test_native_tool_calls_then_answer(llm: FakeOpenAI, workspace: Path) -
     assert json.loads(llm.chat_requests[2]["messages"][-1]["content"]) == ["a.txt", "b.txt"]
     assert {t["function"]["name"] for t in llm.chat_requests[0]["tools"]} >= {"read_file", "write_file", "exec_command"}
     system = llm.chat_requests[0]["messages"][0]["content"]
-    assert "UTC" in system and str(workspace) in system
+    assert "UTC" not in system and str(workspace) in system  # the time ends the user's message instead
+    assert llm.raw_requests[0]["messages"][-1]["content"].startswith("copy please\n\n(sent ")
+    assert llm.raw_requests[0]["messages"][-1]["content"].endswith(" (UTC))")
 
 
 async def test_malformed_arguments_go_back_to_the_model(llm: FakeOpenAI, workspace: Path) -> None:

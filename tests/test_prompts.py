@@ -32,9 +32,8 @@ async def first_request(llm: FakeOpenAI, workspace: Path, mode: str, **provider)
 
 
 def readable(request: dict, workspace: Path) -> str:
-    """The system prompt and the tool schemas, with the clock and the temporary path fixed."""
+    """The system prompt and the tool schemas, with the temporary path fixed (the clock is not in it)."""
     system = request["messages"][0]["content"].replace(str(workspace), "/home/me/.nanobot/workspace")
-    system = re.sub(r"Now: .*? \(UTC\)", "Now: Monday 2026-11-23 09:00 (UTC)", system)
     tools = "".join(f"\n--- tool {t['function']['name']}\n{json.dumps(t, indent=1)}" for t in request.get("tools", []))
     return system + tools + "\n"
 

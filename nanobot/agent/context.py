@@ -84,9 +84,20 @@ def chat_line(session_key: str) -> str:
     return f"Chat: {session_key} ({kind}); scheduled output comes here."
 
 
-def build_system_prompt(workspace: Path, timezone: str, mode_section: str, extra: str = "", *,
+def sent_at(timezone: str) -> str:
+    """When a user message is sent, as it ends that message. The time goes there, not into the
+    system prompt: a new minute then changes nothing sent before, and the provider's prompt
+    cache reuses every earlier byte of the chat (a time up front missed it on every turn)."""
+    return f"(sent {now_line(timezone)})"
+
+
+def build_system_prompt(workspace: Path, mode_section: str, extra: str = "", *,
                         chat_root: Path | None = None, owner: bool = True, chat: str = "") -> str:
+    """What every chat of a mode shares first (identity, rules, functions, skills, the persona
+    files), then what is the chat's own (its memory, name and folder): two chats share the
+    longest prefix a prompt cache can reuse."""
     root = chat_root or workspace
-    return render_prompt("system.md", now=now_line(timezone), chat=chat_line(chat) if chat else "", workspace=root,
+    text = render_prompt("system.md", chat=chat_line(chat) if chat else "", workspace=root,
                          workspace_files=workspace_sections(workspace, root, owner=owner), extra=extra,
-                         mode_section=mode_section).strip() + "\n"
+                         mode_section=mode_section)
+    return re.sub(r"\n{3,}", "\n\n", text).strip().replace("\n\n Workspace", "\n\nWorkspace") + "\n"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from nanobot import logs, metrics, tracing
 from nanobot.agent.prompt_size import drop_oldest_history, estimate_tokens, prompt_budget, shorten_old_results
 from nanobot.agent.commands import handle_command
+from nanobot.agent import context
 from nanobot.agent.context import build_system_prompt
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.markup import FailedReply, strip_think
@@ -31,7 +32,7 @@ from nanobot.media.images import RECENT_IMAGES, image_count, sent_images, with_i
 from nanobot.media.attachments import Attachments, read_attachments
 from nanobot.media.vision import is_blind, rejects_images, remember_blind
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
-from nanobot.session import Session
+from nanobot.session import Session, as_sent
 from nanobot.utf8 import clean_text
 from nanobot.trust import HISTORY_CHANNELS, MEMBER, OWNER
 
@@ -127,7 +128,7 @@ class Turn:
 
     def add(self, message: dict[str, Any]) -> None:
         """Append to both the prompt being built and the session's history."""
-        self.state.messages.append(message)
+        self.state.messages.append(as_sent(message))
         self.session.append(message)
 
     async def say(self, text: str) -> None:
@@ -199,15 +200,15 @@ class Turn:
         return reply
 
     async def run(self, content: str, attachments: Attachments, *, resumed: bool = False) -> str:
-        system = build_system_prompt(self.deps.config.workspace_path, self.settings.timezone,
-                                     self.mode.prompt_section(self),
+        system = build_system_prompt(self.deps.config.workspace_path, self.mode.prompt_section(self),
                                      "\n\n".join(extra(self.ctx) for extra in self.deps.system_extras),
                                      chat_root=self.ctx.workspace, owner=self.ctx.trust == OWNER,
                                      chat=self.session.key)
         history = prompt_history(self.session, self.settings.memory_window)  # the part not yet in memory/
         self.state.messages = [{"role": "system", "content": system}, *history]
         self.state.history_len = len(history)
-        user: dict[str, Any] = {"role": "user", "content": self.mode.user_content(self, content, attachments)}
+        user: dict[str, Any] = {"role": "user", "content": self.mode.user_content(self, content, attachments),
+                                "sent": context.sent_at(self.settings.timezone)}
         if attachments.images:  # the paths only: the pictures are read again for each request
             user["images"] = attachments.images
         if resumed:  # the message, and what the cut turn did, are in the history above: said once

@@ -5,7 +5,12 @@ Usage::
     async with FakeOpenAI() as llm:            # llm.base_url -> "http://127.0.0.1:PORT/v1"
         llm.script(reply("hi"), tool_call("read_file", {"path": "a.txt"}), error(429, retry_after=0))
         ...
-        llm.requests   # every request body received, in order
+        llm.requests   # every request body received, in order, user messages without their time
+        llm.raw_requests  # the same, exactly as received
+
+Each user message ends with the time it was sent (``(sent Friday 2026-11-27 20:06 (UTC))``: at
+the end, for the prompt cache). ``requests`` (and what scripted functions are given) leave it
+out, so a test reads a message as the user wrote it; the prompt-cache tests read ``raw_requests``.
 
 A script item is a response dict (``reply``/``tool_call``/``tool_calls``, optionally
 ``truncated(...)``), an ``error(...)``, a ``Raw(body)`` non-JSON answer, ``HANG_UP`` (the connection is closed
@@ -17,12 +22,29 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+
+_SENT = re.compile(r"\n\n\(sent [^\n]*\)\Z")
+
+
+def without_times(body: dict[str, Any]) -> dict[str, Any]:
+    """The request with each user message's trailing time left out."""
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if message.get("role") != "user":
+            continue
+        if isinstance(content, str):
+            message["content"] = _SENT.sub("", content)
+        elif isinstance(content, list) and content and str(content[-1].get("text", "")).startswith("(sent "):
+            message["content"] = content[:-1]
+    return body
 
 
 def reply(content: str, prompt_tokens: int = 10, completion_tokens: int = 5) -> dict[str, Any]:
@@ -92,6 +114,7 @@ class FakeOpenAI:
 
     def __init__(self, fallback: Any = None) -> None:
         self.requests: list[dict[str, Any]] = []
+        self.raw_requests: list[dict[str, Any]] = []
         self.transcripts: list[Any] = []  # answers of /audio/transcriptions, in order
         self.transcriptions: list[dict[str, Any]] = []  # what was sent there: model, language, filename, data
         self._script: list[Any] = []
@@ -188,7 +211,8 @@ class FakeOpenAI:
         return web.json_response({"text": item})
 
     async def _chat(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        self.raw_requests.append(await request.json())
+        body = without_times(await request.json())
         self.requests.append(body)
         self.request_event.set()
         item = self._script.pop(0) if self._script else self.fallback
