@@ -25,7 +25,7 @@ class NoMetrics:
     def reply_sent(self, channel: str) -> None: ...
     def turn(self, mode: str, seconds: float, outcome: str) -> None: ...
     def model_call(self, provider: str, model: str, outcome: str, prompt_tokens: int = 0,
-                   completion_tokens: int = 0, cost: float = 0.0) -> None: ...
+                   completion_tokens: int = 0, cost: float = 0.0, cached_tokens: int = 0) -> None: ...
     def tool_call(self, tool: str, outcome: str) -> None: ...
     def sandbox_run(self, outcome: str) -> None: ...
     def cron_run(self, outcome: str) -> None: ...
@@ -54,6 +54,7 @@ class PrometheusMetrics(NoMetrics):
         self._model_calls = make(Counter, "model_calls", "Model calls", ("provider", "model", "outcome"))
         self._tokens = make(Counter, "tokens", "Tokens", ("model", "kind"))
         self._cost = make(Counter, "model_cost_usd", "Model cost in USD", ("model",))
+        self._cached = make(Counter, "model_cached_tokens", "Prompt tokens read from the provider's cache", ("model",))
         self._tools = make(Counter, "tool_calls", "Tool calls", ("tool", "outcome"))
         self._sandbox = make(Counter, "sandbox_runs", "Sandbox program runs", ("outcome",))
         self._cron = make(Counter, "cron_runs", "Cron job runs", ("outcome",))
@@ -77,8 +78,10 @@ class PrometheusMetrics(NoMetrics):
         self._turn_outcomes.labels(mode, outcome, self.worker).inc()
 
     def model_call(self, provider: str, model: str, outcome: str, prompt_tokens: int = 0,
-                   completion_tokens: int = 0, cost: float = 0.0) -> None:
+                   completion_tokens: int = 0, cost: float = 0.0, cached_tokens: int = 0) -> None:
         self._model_calls.labels(provider, model, outcome, self.worker).inc()
+        if cached_tokens:
+            self._cached.labels(model, self.worker).inc(cached_tokens)
         if prompt_tokens:
             self._tokens.labels(model, "prompt", self.worker).inc(prompt_tokens)
         if completion_tokens:

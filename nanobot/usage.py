@@ -21,6 +21,8 @@ FAILED = "sum(CASE WHEN outcome != 'ok' THEN 1 ELSE 0 END)"
 
 # Whether the call was a member chat's: members together have their own daily budget.
 MEMBER_COLUMN = "ALTER TABLE model_calls ADD COLUMN member INTEGER NOT NULL DEFAULT 0;"
+# Prompt tokens the provider read from its cache (what the prompt-cache work is measured by).
+CACHED_COLUMN = "ALTER TABLE model_calls ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;"
 SQLITE_MIGRATIONS = [
     """
     CREATE TABLE model_calls (
@@ -41,6 +43,7 @@ SQLITE_MIGRATIONS = [
     CREATE INDEX model_calls_ts ON model_calls (ts);
     """,
     MEMBER_COLUMN,
+    CACHED_COLUMN,
 ]
 MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
     CREATE TABLE model_calls (
@@ -53,7 +56,7 @@ MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
         id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
         session_key TEXT NOT NULL, mode TEXT NOT NULL, duration_ms DOUBLE PRECISION NOT NULL,
         function_calls INTEGER NOT NULL, outcome TEXT NOT NULL);
-    """, MEMBER_COLUMN]}
+    """, MEMBER_COLUMN, CACHED_COLUMN]}
 
 
 def start_of_today(timezone: str) -> float:
@@ -71,12 +74,15 @@ class CallTotals:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    cached_tokens: int = 0
 
     def summary(self, noun: str = "model call", *, cost: bool = True) -> str:
-        """Calls and tokens, and the cost when ``cost`` (members are shown none)."""
+        """Calls and tokens (and how many of the prompt's came from the provider's cache), and
+        the cost when ``cost`` (members are shown none)."""
         failed_calls = f" ({self.failed_calls} failed)" if self.failed_calls else ""
         cost_text = f", ${self.cost_usd:.4f}" if self.cost_usd and cost else ""
-        return (f"{plural(self.model_calls, noun)}{failed_calls}, {self.prompt_tokens} prompt + "
+        cached = f" ({self.cached_tokens} cached)" if self.cached_tokens else ""
+        return (f"{plural(self.model_calls, noun)}{failed_calls}, {self.prompt_tokens} prompt{cached} + "
                 f"{self.completion_tokens} completion tokens{cost_text}")
 
 
@@ -105,12 +111,12 @@ class UsageStore:
 
     async def record_call(self, session_key: str, mode: str, model: str, prompt_tokens: int,
                           completion_tokens: int, purpose: str = "turn", *, outcome: str = "ok", provider: str = "",
-                          cost: float = 0.0, member: bool = False) -> None:
+                          cost: float = 0.0, member: bool = False, cached_tokens: int = 0) -> None:
         await self._record(
             "INSERT INTO model_calls (ts, session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, "
-            "provider, cost_usd, member) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+            "provider, cost_usd, member, cached_tokens) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
             time.time(), session_key, mode, purpose, model, prompt_tokens, completion_tokens, outcome, provider,
-            float(cost), int(member))
+            float(cost), int(member), cached_tokens)
 
     async def record_execution(self, session_key: str, mode: str, duration_ms: float, function_calls: int,
                                outcome: str) -> None:
@@ -129,12 +135,12 @@ class UsageStore:
         """Per execution mode: for the whole bot, or for one chat (what a member chat may see)."""
         where, args = ("WHERE session_key = $1", (session_key,)) if session_key else ("", ())
         result: dict[str, ModeTotals] = {}
-        for mode, calls, prompt, completion, failed, cost in await self.db.fetch(
-                f"SELECT mode, count(*), sum(prompt_tokens), sum(completion_tokens), {FAILED}, sum(cost_usd) "
-                f"FROM model_calls {where} GROUP BY mode", *args):
+        for mode, calls, prompt, completion, failed, cost, cached in await self.db.fetch(
+                f"SELECT mode, count(*), sum(prompt_tokens), sum(completion_tokens), {FAILED}, sum(cost_usd), "
+                f"sum(cached_tokens) FROM model_calls {where} GROUP BY mode", *args):
             result.setdefault(mode, ModeTotals()).__dict__.update(
                 model_calls=calls, prompt_tokens=int(prompt or 0), completion_tokens=int(completion or 0),
-                failed_calls=int(failed or 0), cost_usd=float(cost or 0.0))
+                failed_calls=int(failed or 0), cost_usd=float(cost or 0.0), cached_tokens=int(cached or 0))
         for mode, runs, failures in await self.db.fetch(
                 f"SELECT mode, count(*), {FAILED} FROM executions {where} GROUP BY mode", *args):
             totals = result.setdefault(mode, ModeTotals())
@@ -193,11 +199,11 @@ class UsageStore:
     async def by_model(self, since: float = 0.0) -> dict[str, CallTotals]:
         """Per "provider/model" since ``since`` (0: ever): fallbacks show up as models of their own."""
         rows = await self.db.fetch(
-            f"SELECT provider, model, count(*), {FAILED}, sum(prompt_tokens), sum(completion_tokens), sum(cost_usd) "
-            "FROM model_calls WHERE ts >= $1 GROUP BY provider, model ORDER BY 3 DESC", float(since))
+            f"SELECT provider, model, count(*), {FAILED}, sum(prompt_tokens), sum(completion_tokens), sum(cost_usd), "
+            "sum(cached_tokens) FROM model_calls WHERE ts >= $1 GROUP BY provider, model ORDER BY 3 DESC", float(since))
         return {f"{p}/{m}" if p else m: CallTotals(calls, int(failed or 0), int(prompt or 0), int(completion or 0),
-                                                    float(cost or 0.0))
-                for p, m, calls, failed, prompt, completion, cost in rows}
+                                                    float(cost or 0.0), int(cached or 0))
+                for p, m, calls, failed, prompt, completion, cost, cached in rows}
 
     async def cost_lines(self, timezone: str) -> list[str]:
         """For status and /status: cost today and in total, and each model's calls, tokens and cost."""

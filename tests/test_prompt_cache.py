@@ -52,3 +52,52 @@ async def test_two_chats_share_their_system_prompt_up_to_what_is_their_own(
         await rt.agent.handle("cli:two", "hello")
     one, two = (r["messages"][0]["content"] for r in llm.raw_requests)
     assert shared_prefix(one, two) >= 0.8 * len(one)
+
+
+def cached_reply(text: str, prompt: int, cached: int, completion: int = 10) -> dict:
+    """A reply whose usage says, as OpenAI does, how much of the prompt came from the cache."""
+    return {"message": {"role": "assistant", "content": text},
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "prompt_tokens_details": {"cached_tokens": cached}}}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_cached_prompt_tokens_are_recorded_priced_and_shown(
+        llm: FakeOpenAI, workspace: Path, stream: bool) -> None:
+    from nanobot.config import Price
+
+    config = config_for(llm.base_url, workspace, mode="tools")
+    config.providers["openai"].prices = {"fake-model": Price(input=2.0, output=8.0, cached_input=0.5)}
+    llm.script(cached_reply("one", prompt=2_000, cached=1_536), cached_reply("two", prompt=1_000_000, cached=0))
+    async with open_runtime(config) as rt:
+        if stream:  # the streamed path reads usage from the last chunk
+            from nanobot.agent.streaming import ReplyStream
+
+            async def shown(text: str) -> None:
+                pass
+
+            await rt.agent.handle("cli:c", "hi", stream=ReplyStream(shown))
+        else:
+            await rt.agent.handle("cli:c", "hi")
+        await rt.agent.handle("cli:c", "again")
+        status = await rt.agent.handle("cli:c", "/status")
+        rows = await rt.db.fetch("SELECT prompt_tokens, cached_tokens, cost_usd FROM model_calls ORDER BY id")
+    assert [(r[0], r[1]) for r in rows] == [(2_000, 1_536), (1_000_000, 0)]
+    assert rows[0][2] == pytest.approx((464 * 2.0 + 1_536 * 0.5 + 10 * 8.0) / 1e6)  # the cached part at cachedInput
+    assert rows[1][2] == pytest.approx((1_000_000 * 2.0 + 10 * 8.0) / 1e6)
+    assert "1002000 prompt (1536 cached)" in status
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+async def test_prompt_cache_key_is_per_chat_and_only_when_asked(llm: FakeOpenAI, workspace: Path, enabled: bool) -> None:
+    config = config_for(llm.base_url, workspace, mode="tools")
+    config.providers["openai"].prompt_cache_key = enabled
+    llm.fallback = lambda body: reply("fine")
+    async with open_runtime(config) as rt:
+        for chat in ("cli:one", "cli:one", "cli:two"):
+            await rt.agent.handle(chat, "hi")
+    keys = [r.get("prompt_cache_key") for r in llm.raw_requests]
+    if not enabled:
+        assert keys == [None, None, None]
+        return
+    assert keys[0] == keys[1] != keys[2] and all(k and "one" not in k and "cli" not in k for k in keys)

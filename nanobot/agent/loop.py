@@ -7,6 +7,7 @@ the reply when the turn is over, or None to ask the model again.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -155,7 +156,7 @@ class Turn:
                               model=model, tools=tools or None,
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
                               provider=provider, fallbacks=[(f.provider, f.model) for f in self.settings.fallbacks],
-                              on_text=self.stream.feed if streamed else None)
+                              on_text=self.stream.feed if streamed else None, cache_key=cache_key(self.session.key))
         call = partial(metered_chat, self.deps, session_key=self.session.key, mode=self.mode.name, purpose=purpose,
                        member=self.member)
         self.state.model_calls += 1
@@ -335,6 +336,11 @@ def failure_reply(session_key: str, exc: Exception) -> tuple[FailedReply, str]:
         return FailedReply(f"Sorry, I could not get an answer from the model: {exc}"), "model-error"
     log.error("%s: the turn failed", session_key, exc_info=exc)  # a bug: the traceback is for the log
     return FailedReply(TURN_CRASHED), "error"
+
+
+def cache_key(session_key: str) -> str:
+    """A chat's ``prompt_cache_key``: the same for all its requests, and no chat id in it."""
+    return "nanobot-" + hashlib.sha256(session_key.encode()).hexdigest()[:24]
 
 
 def settle_failed_turn(session: Session, added: int, reply: str) -> None:

@@ -39,7 +39,8 @@ def call_cost(config: Config, response: LLMResponse) -> float:
     price = _price(config, response.provider, response.model)
     if price is None:
         return 0.0
-    return (response.usage.prompt_tokens * price.input + response.usage.completion_tokens * price.output) / 1e6
+    usage = response.usage
+    return price.cost(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens)
 
 
 def prompt_cost(config: Config, request: ChatRequest) -> float:
@@ -93,7 +94,8 @@ async def metered_chat(deps: AgentDeps, request: ChatRequest, *, session_key: st
         if span is not None:
             span.set_attributes({"model": response.model or request.model, "provider": response.provider or "",
                                  "prompt_tokens": response.usage.prompt_tokens,
-                                 "completion_tokens": response.usage.completion_tokens})
+                                 "completion_tokens": response.usage.completion_tokens,
+                                 "cached_tokens": response.usage.cached_tokens})
     return response
 
 
@@ -111,11 +113,11 @@ async def _call(deps: AgentDeps, request: ChatRequest, session_key: str, mode: s
     await _record_failures(deps, response.failed_attempts, session_key, mode, purpose)
     model, cost = response.model or request.model, call_cost(deps.config, response)
     metrics.current.model_call(response.provider, model, "ok", response.usage.prompt_tokens,
-                               response.usage.completion_tokens, cost)
+                               response.usage.completion_tokens, cost, response.usage.cached_tokens)
     if usage:
         await usage.record_call(session_key, mode, model, response.usage.prompt_tokens,
                                 response.usage.completion_tokens, purpose, provider=response.provider,
-                                cost=cost, member=member)
+                                cost=cost, member=member, cached_tokens=response.usage.cached_tokens)
     return response
 
 

@@ -112,6 +112,13 @@ class Agents(Section):
 class Price(Section):
     input: float = Field(ge=0)  # USD per 1M prompt tokens
     output: float = Field(ge=0)  # USD per 1M completion tokens
+    cached_input: float | None = Field(None, ge=0)  # USD per 1M prompt tokens read from the cache (default: input)
+
+    def cost(self, prompt: int, completion: int, cached: int = 0) -> float:
+        """USD for one call: the cached part of the prompt at ``cachedInput``."""
+        cached = min(cached, prompt)
+        rate = self.input if self.cached_input is None else self.cached_input
+        return ((prompt - cached) * self.input + cached * rate + completion * self.output) / 1e6
 
 
 class ProviderConfig(Section):
@@ -124,3 +131,5 @@ class ProviderConfig(Section):
     # tool calling); such blocks are accepted from any model either way.
     text_tool_calls: bool = False
     prices: dict[str, Price] = {}  # model name -> price
+    # Send a per-chat prompt_cache_key (OpenAI's hint that routes a chat's requests to one cache).
+    prompt_cache_key: bool = False

@@ -48,6 +48,7 @@ class ToolCall:
 class Usage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt, read from the provider's prompt cache (billed lower)
 
 
 @dataclass
@@ -72,6 +73,7 @@ class ChatRequest:
     fallbacks: list[tuple[str, str]] = field(default_factory=list)  # (provider, model), tried in order
     # Set: the reply is streamed, and each piece of text is handed here as it arrives.
     on_text: Callable[[str], Awaitable[None]] | None = None
+    cache_key: str | None = None  # the same for every request of a chat (``prompt_cache_key``, where enabled)
 
 
 class Provider:

@@ -35,6 +35,7 @@ class OpenAIProvider(Provider):
         self.name = name
         self.max_retries = config.max_retries
         self.backoff_s = 1.0
+        self.prompt_cache_key = config.prompt_cache_key
         self._client = openai.AsyncOpenAI(
             api_key=config.api_key or "no-key",  # local servers (Ollama, llama.cpp) accept anything
             base_url=config.api_base or None,
@@ -47,6 +48,8 @@ class OpenAIProvider(Provider):
         kwargs: dict[str, Any] = {}
         if request.tools:  # llama.cpp emits native tool calls only when tool_choice is given
             kwargs.update(tools=request.tools, tool_choice="auto")
+        if self.prompt_cache_key and request.cache_key:  # routes a chat's requests to the same cache
+            kwargs.update(prompt_cache_key=request.cache_key)
         for attempt in range(self.max_retries + 1):
             try:
                 if request.on_text is not None:
@@ -77,7 +80,7 @@ class OpenAIProvider(Provider):
             async for chunk in stream:
                 model = chunk.model or model
                 if chunk.usage:
-                    usage = Usage(chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
+                    usage = usage_of(chunk.usage.model_dump())
                 for choice in chunk.choices or []:
                     answered = True
                     finish = choice.finish_reason or finish
@@ -231,10 +234,16 @@ def _to_response(completion: Any) -> LLMResponse:
     calls = [ToolCall(call.get("id") or f"call_{i}", function.get("name") or "", function.get("arguments") or "")
              for i, call in enumerate(message.get("tool_calls") or [])
              if isinstance(call, dict) and (function := _object(call.get("function")))]
-    usage = _object(completion.get("usage"))
-    return LLMResponse(message.get("content"), calls,
-                       Usage(usage.get("prompt_tokens") or 0, usage.get("completion_tokens") or 0),
+    return LLMResponse(message.get("content"), calls, usage_of(_object(completion.get("usage"))),
                        completion.get("model") or "", choice.get("finish_reason"))
+
+
+def usage_of(usage: dict[str, Any]) -> Usage:
+    """Tokens, and the prompt's cached part as each server reports it: OpenAI, vLLM and
+    llama.cpp's ``prompt_tokens_details.cached_tokens``, DeepSeek's ``prompt_cache_hit_tokens``."""
+    details = _object(usage.get("prompt_tokens_details"))
+    cached = details.get("cached_tokens") or usage.get("prompt_cache_hit_tokens") or 0
+    return Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0), int(cached))
 
 
 def _object(value: Any) -> dict[str, Any]:

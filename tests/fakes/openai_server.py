@@ -189,7 +189,7 @@ class FakeOpenAI:
                     await send({"tool_calls": [{"index": index, "function": {"arguments": parts[step]}}]})
         finish = item.get("finish_reason") or ("tool_calls" if calls else "stop")
         await send({}, finish)
-        await send(None, usage={**item["usage"], "total_tokens": sum(item["usage"].values())})
+        await send(None, usage={**item["usage"], "total_tokens": item["usage"]["prompt_tokens"] + item["usage"]["completion_tokens"]})
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -240,6 +240,6 @@ class FakeOpenAI:
             "model": body.get("model", "fake"),
             "choices": [{"index": 0, "message": item["message"], "finish_reason": item.get("finish_reason") or
                          ("tool_calls" if item["message"].get("tool_calls") else "stop")}],
-            "usage": {**item["usage"], "total_tokens": sum(item["usage"].values())},
+            "usage": {**item["usage"], "total_tokens": item["usage"]["prompt_tokens"] + item["usage"]["completion_tokens"]},
         })
 
