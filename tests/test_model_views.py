@@ -108,4 +108,4 @@ async def test_where_the_sandbox_differs_from_python_the_error_says_the_way_roun
     assert "'list' object is not an iterator" in result and "Hint: a generator expression is a list" in result
     system = llm.chat_requests[0]["messages"][0]["content"]
     assert "a generator expression is a list" in system and "isinstance, not hasattr" in system
-    assert "Chat: cli:g (the terminal: what arrives waits for the user); scheduled output comes here." in system
+    assert "Chat: cli:g (the terminal: what arrives waits for the user; no gateway runs now" in system

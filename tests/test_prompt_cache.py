@@ -101,3 +101,15 @@ async def test_prompt_cache_key_is_per_chat_and_only_when_asked(llm: FakeOpenAI,
         assert keys == [None, None, None]
         return
     assert keys[0] == keys[1] != keys[2] and all(k and "one" not in k and "cli" not in k for k in keys)
+
+
+async def test_a_terminal_without_a_gateway_is_told_run_cron_cannot_test_jobs_there(
+        llm: FakeOpenAI, workspace: Path) -> None:
+    """The cron skill says to test every job with run_cron; without a gateway it cannot run
+    one. The model reads that in its prompt instead of paying a call to find out."""
+    llm.fallback = lambda body: reply("fine")
+    async with open_runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
+        assert rt.bus is None  # `nanobot agent` in-process
+        await rt.agent.handle("cli:t", "every morning, count my notes")
+    system = llm.raw_requests[0]["messages"][0]["content"]
+    assert "run_cron cannot test one: run a job's code directly to test it" in system

@@ -202,6 +202,7 @@ async def test_deploys_hand_tasks_back_and_max_minutes_counts_from_the_first_sta
         config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     """Three graceful stops while a task runs: it is resumed each time (not failed "cut off
     twice"), its attempts not counted; its time limit is wall clock from its first start."""
+    from nanobot.runtime import open_runtime
     from nanobot.tasks import TaskStore
 
     runs: list[str] = []
@@ -226,17 +227,17 @@ async def test_deploys_hand_tasks_back_and_max_minutes_counts_from_the_first_sta
             store = await TaskStore.open(gateway.runtime.db)
             [task] = await store.of_chat(f"telegram:{ALICE}")
         if restart < 3:
-            async with running_gateway(config) as gateway:  # no services: the task waits, handed back
-                [task] = await (await TaskStore.open(gateway.runtime.db)).of_chat(f"telegram:{ALICE}")
+            async with open_runtime(config) as rt:  # no gateway: nothing runs it; it waits, handed back
+                [task] = await (await TaskStore.open(rt.db)).of_chat(f"telegram:{ALICE}")
                 assert (task.state, task.attempts) == ("queued", 0)
     assert [t for t in texts(tg) if t.startswith(FINISHED)] == [f"Background task {task.name} finished:\nRESULT of long"]
     # The limit: a task first started long ago is stopped at once when it is resumed.
     config.agents.defaults.tasks.max_minutes = 1
     tg.sent.clear()
-    async with running_gateway(config) as gateway:
-        store = await TaskStore.open(gateway.runtime.db)
+    async with open_runtime(config) as rt:
+        store = await TaskStore.open(rt.db)
         old = await store.add(f"telegram:{ALICE}", "TASK old", "old")
-        await gateway.runtime.db.execute("UPDATE tasks SET started = $1 WHERE id = $2", 1.0, old.id)
+        await rt.db.execute("UPDATE tasks SET started = $1 WHERE id = $2", 1.0, old.id)
     async with running_gateway(config, with_services=True):
         await tg.wait_until(lambda: any(t.startswith(FINISHED) for t in texts(tg)), timeout=15)
     assert [t for t in texts(tg) if t.startswith(FINISHED)] == [

@@ -78,10 +78,16 @@ _CHAT_KINDS = {"cli": "the terminal: what arrives waits for the user", "api": "a
                "heartbeat": "the heartbeat"}
 
 
-def chat_line(session_key: str) -> str:
+# The terminal without a gateway: nothing runs jobs, so run_cron cannot test one (a call the
+# model paid in every mode to find out).
+NO_GATEWAY = ("no gateway runs now, so jobs do not run and run_cron cannot test one: run a job's code "
+              "directly to test it")
+
+
+def chat_line(session_key: str, *, gateway: bool = True) -> str:
     channel = session_key.partition(":")[0]
     kind = _CHAT_KINDS.get(channel, f"on {channel.capitalize()}")
-    return f"Chat: {session_key} ({kind}); scheduled output comes here."
+    return f"Chat: {session_key} ({kind}{'' if gateway else '; ' + NO_GATEWAY}); scheduled output comes here."
 
 
 def sent_at(timezone: str) -> str:
@@ -92,12 +98,12 @@ def sent_at(timezone: str) -> str:
 
 
 def build_system_prompt(workspace: Path, mode_section: str, extra: str = "", *,
-                        chat_root: Path | None = None, owner: bool = True, chat: str = "") -> str:
+                        chat_root: Path | None = None, owner: bool = True, chat: str = "", gateway: bool = True) -> str:
     """What every chat of a mode shares first (identity, rules, functions, skills, the persona
     files), then what is the chat's own (its memory, name and folder): two chats share the
     longest prefix a prompt cache can reuse."""
     root = chat_root or workspace
-    text = render_prompt("system.md", chat=chat_line(chat) if chat else "", workspace=root,
+    text = render_prompt("system.md", chat=chat_line(chat, gateway=gateway) if chat else "", workspace=root,
                          workspace_files=workspace_sections(workspace, root, owner=owner), extra=extra,
                          mode_section=mode_section)
     return re.sub(r"\n{3,}", "\n\n", text).strip().replace("\n\n Workspace", "\n\nWorkspace") + "\n"
