@@ -7,7 +7,7 @@ The workspace is the onboarded template (AGENTS.md, SOUL.md, ... and the built-i
 the model is the scripted server. "Schemas" is the JSON of the ``tools`` field as sent (compact). With
 ``--mcp 3`` three MCP servers of 30 tools each are configured (``tests/fakes/mcp_notes.py --many 20``).
 ``--reading``: a turn whose first call reads a skill and prints 20 KB, then three more calls, with
-older results sent whole or shortened (``agent.prompt_size.shorten_old_results``).
+long results sent whole or cut when first shown (``agent.prompt_size.cut_when_shown``).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ async def measure_reading(mode: str, shorten: bool) -> int:
     """Prompt characters over the reading turn's requests (old results shortened or not)."""
     from nanobot.agent import prompt_size as budget
 
-    budget.OLD_RESULT_CHARS = 2_000 if shorten else 10**9
+    budget.RESULT_CHARS = 16_000 if shorten else 10**9
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["NANOBOT_HOME"] = tmp
         workspace = Path(tmp) / "workspace"

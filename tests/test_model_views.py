@@ -4,6 +4,7 @@ a real MCP server written with the SDK answer, and the test reads what the model
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -79,24 +80,29 @@ async def test_code_modes_working_notes_never_reach_the_user(api: dict, llm: Fak
     assert "Only <say>...</say> notes" in llm.chat_requests[0]["messages"][0]["content"]
 
 
-async def test_what_was_read_once_is_not_paid_for_on_every_later_call(llm: FakeOpenAI, workspace: Path) -> None:
-    """Past the model's latest message, a long tool or program result goes back as its head and
-    tail with a line saying how to see it again; the history keeps it whole."""
-    (workspace / "big.txt").write_text("START " + "x" * 5000 + " END")
-    llm.script(tool_call("read_file", {"path": "big.txt"}), tool_call("list_dir", {}), reply("done"),
+async def test_a_long_result_is_cut_once_when_shown_and_kept_whole(llm: FakeOpenAI, workspace: Path) -> None:
+    """A tool or program result over 16,000 characters is shown as its head and tail, with the
+    path of a file in the chat's folder that holds it whole; every later request repeats those
+    very bytes (never shortened again: the prompt cache); a shorter one goes whole, always."""
+    (workspace / "big.txt").write_text("START " + "x" * 30_000 + " END")
+    (workspace / "small.txt").write_text("small " + "s" * 5_000)
+    llm.script(tool_call("read_file", {"path": "big.txt"}), tool_call("read_file", {"path": "small.txt"}),
+               tool_call("list_dir", {}), reply("done"),
                reply("```python\nprint('y' * 20000)\n```"), reply("```python\nprint(1)\n```"), reply("fine"))
     async with open_runtime(config_for(llm.base_url, workspace)) as rt:
         await rt.agent.handle("cli:r", "read big.txt")
         await rt.agent.handle("cli:c", "print a lot", mode="code")
-        kept = [m["content"] for m in (await rt.sessions.open("cli:r")).messages if m["role"] == "tool"]
-    second, third = (r["messages"] for r in llm.chat_requests[1:3])
-    assert "x" * 5000 in second[-1]["content"]  # the latest result: whole
-    read = next(m["content"] for m in third if m["role"] == "tool" and "START" in m["content"])
-    assert "x" * 5000 not in read and read.endswith(" END") and "not repeated here" in read
-    assert "x" * 5000 in kept[0]  # the history on disk keeps it whole
-    after = llm.chat_requests[5]["messages"]
-    printed = next(m["content"] for m in after if m["content"].startswith("<python_result>") and "yyyy" in m["content"])
-    assert len(printed) < 2000 and "not repeated here" in printed
+    shown = [next(m["content"] for m in r["messages"] if m["role"] == "tool" and "START" in m["content"])
+             for r in llm.chat_requests[1:4]]
+    assert shown[0] == shown[1] == shown[2] and shown[0].startswith("START ") and shown[0].endswith(" END")
+    kept = re.search(r"all of it is in (\.results/\S+\.txt): read the part you need", shown[0]).group(1)
+    assert (workspace / kept).read_text() == "START " + "x" * 30_000 + " END"
+    small = [m["content"] for m in llm.chat_requests[3]["messages"] if m["role"] == "tool" and m["content"].startswith("small")]
+    assert small == ["small " + "s" * 5_000]  # whole, and it stays so
+    printed = [m["content"] for m in llm.chat_requests[5]["messages"] if m["content"].startswith("<python_result>")]
+    assert len(printed) == 1 and 15_000 < len(printed[0]) < 16_000 and "more characters; all of it is in" in printed[0]
+    assert printed[0] == next(m["content"] for m in llm.chat_requests[6]["messages"]
+                              if m["content"].startswith("<python_result>\ny"))
 
 
 async def test_where_the_sandbox_differs_from_python_the_error_says_the_way_round(llm: FakeOpenAI,

@@ -113,3 +113,19 @@ async def test_a_terminal_without_a_gateway_is_told_run_cron_cannot_test_jobs_th
         await rt.agent.handle("cli:t", "every morning, count my notes")
     system = llm.raw_requests[0]["messages"][0]["content"]
     assert "run_cron cannot test one: run a job's code directly to test it" in system
+
+
+async def test_a_long_result_does_not_break_the_prefix(llm: FakeOpenAI, workspace: Path) -> None:
+    """Before, a result over 2 KB was shortened once it was no longer the newest: the request
+    after a big result shared 23% of the one before."""
+    from tests.fakes.openai_server import tool_call
+
+    (workspace / "big.txt").write_text("line\n" * 4_000)  # 20 KB
+    llm.script(tool_call("read_file", {"path": "big.txt"}), tool_call("list_dir", {}), reply("read it"),
+               reply("you're welcome"))
+    async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+        await rt.agent.handle("cli:big", "read big.txt")
+        await rt.agent.handle("cli:big", "thanks")
+    requests = [r["messages"] for r in llm.raw_requests]
+    for before, after in zip(requests, requests[1:]):
+        assert after[:len(before)] == before

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import secrets
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from nanobot import logs, metrics, tracing
-from nanobot.agent.prompt_size import drop_oldest_history, estimate_tokens, prompt_budget, shorten_old_results
+from nanobot import beneath, logs, metrics, tracing
+from nanobot.agent.prompt_size import (RESULTS_DIR, cut_when_shown, drop_oldest_history, estimate_tokens,
+                                       is_long_result, prompt_budget)
 from nanobot.agent.commands import handle_command
 from nanobot.agent import context
 from nanobot.agent.context import build_system_prompt
@@ -128,9 +130,22 @@ class Turn:
                             "Tell me more about what you need, or try another way.", "loop")
 
     def add(self, message: dict[str, Any]) -> None:
-        """Append to both the prompt being built and the session's history."""
+        """Append to both the prompt being built and the session's history (a long result cut
+        once, here: ``prompt_size.cut_when_shown``)."""
+        if is_long_result(message):
+            message = cut_when_shown(message, self.keep_result(message["content"]))
         self.state.messages.append(as_sent(message))
         self.session.append(message)
+
+    def keep_result(self, content: str) -> str | None:
+        """A long result kept whole in the chat's folder; its path (None when it could not be)."""
+        path = f"{RESULTS_DIR}/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.txt"
+        try:
+            beneath.write_bytes(self.ctx.workspace, path, content.encode("utf-8", errors="replace"))
+        except (OSError, ValueError) as exc:
+            log.warning("a long result was not kept (%s); the model sees its head and tail", exc)
+            return None
+        return path
 
     async def say(self, text: str) -> None:
         if self.progress and text:
@@ -151,7 +166,7 @@ class Turn:
         streamed = self.stream is not None and purpose == "turn" and self.mode.streams_text
         if streamed:
             self.stream.begin()
-        prompt = shorten_old_results(messages or self.state.messages)
+        prompt = messages or self.state.messages
         request = ChatRequest(messages=await with_images(prompt, self.ctx.workspace, self.images_shown(provider, model)),
                               model=model, tools=tools or None,
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,

@@ -34,32 +34,28 @@ def prompt_budget(context_tokens: int, max_tokens: int) -> int:
     return max(256, context_tokens - max_tokens)
 
 
-OLD_RESULT_CHARS = 2_000  # an older tool or program result longer than this is sent shortened
-HEAD_CHARS, TAIL_CHARS = 700, 300
+RESULT_CHARS = 16_000  # a tool or program result longer than this is cut when first shown
+HEAD_CHARS, TAIL_CHARS = 12_000, 3_000
+RESULTS_DIR = ".results"  # in the chat's folder: long results, whole
 _RESULT_MARKS = ("<python_result>", "<tool_result")
 
 
-def shorten_old_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The prompt with every tool or program result before the model's latest message cut to its
-    head and tail: the model has read them already, and each later request would otherwise pay
-    for them again (a 4.5 KB skill, a 20 KB printout). The latest results stay whole; the
-    history on disk keeps everything."""
-    last_reply = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    return [_shortened(m) if i < last_reply and _is_result(m) else m for i, m in enumerate(messages)]
-
-
-def _is_result(message: dict[str, Any]) -> bool:
+def is_long_result(message: dict[str, Any]) -> bool:
     content = message.get("content")
-    if not isinstance(content, str) or len(content) <= OLD_RESULT_CHARS:
+    if not isinstance(content, str) or len(content) <= RESULT_CHARS:
         return False
     return message.get("role") == "tool" or message.get("role") == "user" and content.startswith(_RESULT_MARKS)
 
 
-def _shortened(message: dict[str, Any]) -> dict[str, Any]:
+def cut_when_shown(message: dict[str, Any], kept_at: str | None) -> dict[str, Any]:
+    """A long result as it is shown, once and in every later request: its head and tail, and
+    where the whole of it is kept (``kept_at``, in the chat's folder). Never shortened later
+    (it once was, when it grew old): a later request repeats these very bytes, which a prompt
+    cache bills at a tenth of the price or less, where a rewrite would be billed in full."""
     content = message["content"]
     hidden = len(content) - HEAD_CHARS - TAIL_CHARS
-    note = (f"\n[… {hidden:,} characters you read before are not repeated here; call the function again, or print "
-            "the part you need, to see them …]\n")
+    where = f"all of it is in {kept_at}: read the part you need" if kept_at else "print the part you need"
+    note = f"\n[… {hidden:,} more characters; {where} …]\n"
     return {**message, "content": content[:HEAD_CHARS] + note + content[-TAIL_CHARS:]}
 
 
