@@ -105,14 +105,7 @@ def open_file(root: Path, relative: str) -> int:
     """A descriptor of the regular file ``relative`` under ``root``, for reading: no link on
     the way or at the end, not a FIFO or device, not hard-linked. Check and read through it."""
     with parent_of(root, relative) as (folder, name):
-        try:  # O_NONBLOCK: a FIFO must not hang us before it is refused
-            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=folder)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{relative}: no such file") from None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise LinkRefused(f"{relative!r} is a link; links are not followed here") from None
-            raise
+        fd = _open_last(folder, name, os.O_RDONLY | os.O_NONBLOCK, relative)  # a FIFO must not hang us
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -160,27 +153,39 @@ def size_of(root: Path, relative: str) -> int:
         return os.fstat(fd).st_size
 
 
-def write_bytes(root: Path, relative: str, data: bytes, *, exclusive: bool = False) -> None:
+def _open_last(folder: int, name: str, flags: int, relative: str, mode: int = 0o600) -> int:
+    """The last component, opened in ``folder`` without following a link there."""
+    try:
+        return os.open(name, flags | _NOFOLLOW, mode, dir_fd=folder)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{relative}: no such file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise LinkRefused(f"{relative!r} is a link; links are not followed here") from None
+        raise
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd``, then to the disk (fsync)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
+
+
+def write_bytes(root: Path, relative: str, data: bytes) -> None:
     """Write ``relative`` whole (folders made as needed, 0700; the file 0600): into a new
     temporary file in the same folder, then renamed over the name, so a crash leaves the old
-    file or the new one, and a link at the name is replaced, never written through.
-    ``exclusive``: FileExistsError if something has that name already."""
+    file or the new one, and a link at the name is replaced, never written through."""
     with parent_of(root, relative, create=True) as (folder, name):
         tmp = f".{name}.{secrets.token_hex(4)}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=folder)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
+                write_all(fd, data)
             finally:
                 os.close(fd)
-            if exclusive:
-                os.link(tmp, name, src_dir_fd=folder, dst_dir_fd=folder, follow_symlinks=False)
-                os.unlink(tmp, dir_fd=folder)
-            else:
-                os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+            os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=folder)
@@ -190,21 +195,12 @@ def write_bytes(root: Path, relative: str, data: bytes, *, exclusive: bool = Fal
 def append_text(root: Path, relative: str, text: str, header: str = "") -> None:
     """Append to a text file (made with ``header`` when new or empty), without following a link."""
     with parent_of(root, relative, create=True) as (folder, name):
-        try:
-            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o600, dir_fd=folder)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise LinkRefused(f"{relative!r} is a link; links are not followed here") from None
-            raise
+        fd = _open_last(folder, name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, relative)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
                 raise LinkRefused(f"{relative} is not a plain file of this folder")
-            data = ((header if st.st_size == 0 else "") + text).encode("utf-8")
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            write_all(fd, ((header if st.st_size == 0 else "") + text).encode("utf-8"))
         finally:
             os.close(fd)
 

@@ -24,7 +24,7 @@ from nanobot_channels.telegram import TelegramChannel
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import config_for, running_gateway
-from tests.test_api import free_port
+from tests.test_api import config  # noqa: F401  (the gateway with the API on a free port)
 
 CANARY = "sk-CANARY-CONFIG"
 
@@ -34,15 +34,6 @@ def secret(home: Path) -> Path:
     path = home / "config.json"
     path.write_text(json.dumps({"providers": {"openai": {"apiKey": CANARY}}}))
     return path
-
-
-@pytest.fixture
-def config(llm: FakeOpenAI, workspace: Path) -> Config:
-    cfg = config_for(llm.base_url, workspace, mode="tools")
-    cfg.gateway.heartbeat.enabled = False
-    cfg.gateway.api.enabled = True
-    cfg.gateway.api.listen = f"127.0.0.1:{free_port()}"
-    return cfg
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ import os
 import secrets
 import stat
 
+from nanobot.beneath import write_all
 from nanobot.tools.paths import open_pinned, pinned_parent, resolve_in_workspace
 from nanobot.tools.quota import check_quota
 from nanobot.tools.registry import ToolContext, tool
@@ -98,10 +99,7 @@ def _write_bytes(ctx: ToolContext, path: str, data: bytes) -> str:
             try:
                 if old is not None:
                     os.fchmod(fd, stat.S_IMODE(old.st_mode))
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
+                write_all(fd, data)
             finally:
                 os.close(fd)
             os.rename(tmp, pin.name, src_dir_fd=pin.dir_fd, dst_dir_fd=pin.dir_fd)
