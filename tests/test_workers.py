@@ -9,6 +9,7 @@ import socket
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -383,3 +384,50 @@ async def test_one_worker_holds_slacks_socket_and_one_reads_the_mailbox(
             assert [m.get_content().replace("\r\n", "\n").strip() for m in smtp.sent] == [
                 "re: first\n\nmail one", "re: second\n\nmail two"]
             assert holder(second, "slack socket mode") == ["w2"] and holder(second, "email reader") == ["w2"]
+
+
+async def test_a_worker_whose_line_is_down_takes_nothing_over_and_nothing_is_answered_twice(
+        llm, tg, pg_server: str, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """The red team's PostgreSQL restart, made exact: w1's line breaks and cannot come back for
+    a while, though its pool still works (a restart reconnects the pool first). w1 must take
+    nothing over meanwhile (it is dead to the others), and once rejoined hold exactly what its
+    leases say: every message answered once, in order."""
+    llm.fallback = echo
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    database = urlsplit(pg_url).path.lstrip("/")
+    import asyncpg
+
+    admin = await asyncpg.connect(pg_server)  # another database: ours is the one closed to newcomers
+    sent = 0
+
+    async def round_of_messages(tag: str) -> None:
+        nonlocal sent
+        for chat in CHATS:
+            tg.push_text(chat, chat, f"{chat}-{tag}")
+        sent += len(CHATS)
+        await tg.wait_sent(sent, timeout=30)
+
+    try:
+        async with workers(configs) as gateways:
+            await round_of_messages("before")
+            w1 = gateways["w1"].cluster
+            await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')  # no line comes back
+            await admin.execute("SELECT pg_terminate_backend($1)", w1.line.backend[0])
+            await asyncio.wait_for(w1.line.lost.wait(), 10)
+            for n in range(3):  # w1's sweep runs about once a second meanwhile
+                await round_of_messages(f"gap{n}")
+                await asyncio.sleep(1.2)
+            assert w1.router.held == set()  # cut off: took nothing over
+            await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+            await asyncio.wait_for(w1.joined.wait(), 30)
+            for n in range(3):
+                await round_of_messages(f"after{n}")
+            await asyncio.sleep(1.0)  # a second answer would come now
+            held = [gw.cluster.router.held for gw in gateways.values()]
+            assert not held[0] & held[1]
+    finally:
+        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+        await admin.close()
+    tags = ["before", "gap0", "gap1", "gap2", "after0", "after1", "after2"]
+    for chat in CHATS:
+        assert texts(tg, chat) == [f"re: {chat}-{tag}" for tag in tags]

@@ -68,8 +68,12 @@ class ChatLocks:
 
 class ChatRouter:
     def __init__(self, leases: ChatLeases, delivery: DeliveryStore, bus: MessageBus, sessions: Histories,
-                 hooks: GatewayHooks) -> None:
+                 hooks: GatewayHooks, joined: asyncio.Event) -> None:
         self.leases, self.delivery, self.bus, self.sessions = leases, delivery, bus, sessions
+        # Set while this worker is a member (its line up, registered): only then may it claim or
+        # take over. With its line down the others take it for dead; a claim made then (through
+        # the pool, which a database restart reconnects sooner) would serve chats twice.
+        self.joined = joined
         self.resend = hooks.resend
         self.on_lost = hooks.let_go
         self.held: set[str] = set()
@@ -91,7 +95,7 @@ class ChatRouter:
             self._local[_key(msg)] = msg
         for chat in {msg.session_key for msg in messages if msg.reply_future is not None} - self.held:
             async with self._locks.hold(chat):
-                if chat not in self.held and await self.leases.claim(chat):
+                if chat not in self.held and self.joined.is_set() and await self.leases.claim(chat):
                     await self._taken(chat)
 
     async def arrived(self, messages: list[InboundMessage]) -> None:
@@ -141,7 +145,7 @@ class ChatRouter:
 
     async def _pull(self, chat: str, claim: bool, *, only_with_work: bool = False) -> None:
         if chat not in self.held:
-            if not claim:
+            if not claim or not self.joined.is_set():
                 return
             if not await self.leases.claim(chat, only_with_work=only_with_work):
                 if len(self._elsewhere) > MAX_ELSEWHERE:
@@ -171,6 +175,8 @@ class ChatRouter:
     # ---- the sweep ---------------------------------------------------------------------
     async def sweep(self) -> None:
         """Take over what dead workers left, and what no wake-up reached (about once a second)."""
+        if not self.joined.is_set():
+            return  # cut off: the others take over from us, not we from them
         if await self.leases.fence():
             log.warning("cut off a worker whose heartbeat lapsed while it stayed connected")
         workers = await self.leases.live_workers()

@@ -43,7 +43,8 @@ class ClusterWorker:
         self.db, self.failover = db, settings.failover_seconds
         # A heartbeat lapses a sweep and a moment before failoverSeconds: takeover lands within it.
         self.registry = Registry(db, self.id, max(1.0, self.failover - SWEEP_EVERY_S - 0.5))
-        self.router = ChatRouter(ChatLeases(db, self.id), delivery, bus, sessions, hooks)
+        self.joined = asyncio.Event()  # registered on a live line: claims and takeovers allowed
+        self.router = ChatRouter(ChatLeases(db, self.id), delivery, bus, sessions, hooks, self.joined)
         self.line = WorkerLine(db.url, self.router.notified, self.failover)
         self.singletons = AdvisorySingletons(self.line, timeout=self.failover / 2, on_change=self._beat_soon)
         self._started = time.time()
@@ -55,6 +56,7 @@ class ClusterWorker:
         await self.db.migrate("workers", MIGRATIONS)  # workers exist on PostgreSQL only
         await self.registry.check_workspace(self.workspace)
         await self._join()
+        self.joined.set()
         await self.registry.forget_previous_run()
         await self.router.sweep()
         self._tasks = [asyncio.create_task(self._heartbeat(), name="worker heartbeat"),
@@ -107,6 +109,7 @@ class ClusterWorker:
     async def _watch_line(self) -> None:
         while True:
             await self.line.lost.wait()
+            self.joined.clear()  # no claim, takeover or sweep until rejoined
             self.singletons.lose_all()
             self.router.forget_all()
             await self.line.close()
@@ -115,6 +118,8 @@ class ClusterWorker:
                 try:
                     await self._join()
                     await self.router.leases.release_all()  # the others take them (or we, afresh)
+                    self.router.forget_all()  # what memory holds is exactly what the leases say: nothing
+                    self.joined.set()
                     log.warning("worker %s: rejoined after its database connection broke", self.id)
                     break
                 except Exception as exc:
