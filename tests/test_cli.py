@@ -209,3 +209,10 @@ async def test_cron_add_checks_code_with_the_named_config(home: Path, tmp_path: 
     assert code == 2 and "not assignable" in err
     code, out, err = await nanobot(*args, home=home)  # default config: no type check, so it is accepted
     assert code == 0, err
+
+
+async def test_verbose_goes_after_agent_too(home: Path) -> None:
+    """docs/cli.md lists -v after `agent`, and people type it there: it logs what the agent does."""
+    code, out, err = await nanobot("agent", "-v", "--demo", "-m", "count the lines", home=home)
+    assert code == 0, err
+    assert "No such option" not in err and "INFO" in err

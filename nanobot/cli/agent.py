@@ -11,6 +11,7 @@ from typing import Optional
 
 import typer
 
+from nanobot import logs
 from nanobot.cli.common import fail, get_config, show_waiting
 from nanobot.config import Config, ConfigError
 from nanobot.terminal_client import NO_GATEWAY, SOCKET, gateway_config, same_config, send
@@ -24,8 +25,11 @@ def agent(ctx: typer.Context,
           session: str = typer.Option("cli:default", "--session", metavar="KEY", help="session key"),
           mode: Optional[str] = typer.Option(None, "--mode", metavar="MODE", help="tools, code or hybrid"),
           demo: bool = typer.Option(False, "--demo", help="offline, with a recorded model and a temporary workspace"),
-          local: bool = typer.Option(False, "--local", help="run in this process even when a gateway runs")) -> None:
+          local: bool = typer.Option(False, "--local", help="run in this process even when a gateway runs"),
+          verbose: bool = typer.Option(False, "--verbose", "-v", help="log what the agent does (as nanobot -v)")) -> None:
     """Talk to the agent: one message with -m, or an interactive chat."""
+    if verbose:  # after the command too, where docs/cli.md lists it and people type it
+        logs.setup(True)
     if mode is not None and mode not in ("tools", "code", "hybrid"):
         fail(f"--mode must be tools, code or hybrid, not {mode!r}")
     if demo:

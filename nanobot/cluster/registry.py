@@ -162,5 +162,5 @@ async def worker_lines(db: Any) -> list[str]:
         lines.append(f"  WARNING: {name} held by a session that is not a worker: {who}")
     if await db.fetchval("SELECT has_database_privilege('public', current_database(), 'CONNECT')"):
         lines.append("  WARNING: every role may connect to this database (and so NOTIFY and take advisory "
-                     "locks): REVOKE CONNECT ON DATABASE ... FROM PUBLIC (README: PostgreSQL)")
+                     "locks): REVOKE CONNECT ON DATABASE ... FROM PUBLIC (docs/storage.md)")
     return lines
