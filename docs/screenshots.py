@@ -38,7 +38,7 @@ async def shoot(root: str, key: str, name: str, width: int, height: int, dark: b
     async with browser_page(width=width, height=height, dark=dark) as page:
         await sign_in(page, root, key)
         if view == "chat":
-            await page.wait_for_function("[...document.querySelectorAll('#messages > li.assistant')]"
+            await page.wait_for_function("() => [...document.querySelectorAll('#messages > li.assistant')]"
                                          ".some(li => li.textContent.includes('log:'))")
         else:
             await page.click(f"#nav-{view}")
@@ -91,7 +91,7 @@ async def ask_once(root: str, key: str) -> None:
         await sign_in(page, root, key)
         await page.fill("#text", "what is scheduled?")
         await page.press("#text", "Enter")
-        await page.wait_for_function("[...document.querySelectorAll('#messages > li.assistant')]"
+        await page.wait_for_function("() => [...document.querySelectorAll('#messages > li.assistant')]"
                                      ".some(li => li.textContent.includes('log:'))")
         await page.get_by_role("button", name="Stop").wait_for(state="hidden")
 

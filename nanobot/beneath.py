@@ -105,7 +105,7 @@ def open_file(root: Path, relative: str) -> int:
     """A descriptor of the regular file ``relative`` under ``root``, for reading: no link on
     the way or at the end, not a FIFO or device, not hard-linked. Check and read through it."""
     with parent_of(root, relative) as (folder, name):
-        fd = _open_last(folder, name, os.O_RDONLY | os.O_NONBLOCK, relative)  # a FIFO must not hang us
+        fd = open_last(folder, name, os.O_RDONLY | os.O_NONBLOCK, relative)  # a FIFO must not hang us
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -153,12 +153,12 @@ def size_of(root: Path, relative: str) -> int:
         return os.fstat(fd).st_size
 
 
-def _open_last(folder: int, name: str, flags: int, relative: str, mode: int = 0o600) -> int:
-    """The last component, opened in ``folder`` without following a link there."""
+def open_last(folder: int, name: str, flags: int, relative: str, mode: int = 0o600) -> int:
+    """The last component, opened in ``folder`` without following a link there (LinkRefused)."""
     try:
         return os.open(name, flags | _NOFOLLOW, mode, dir_fd=folder)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{relative}: no such file") from None
+        raise FileNotFoundError(f"{relative}: no such file or directory") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise LinkRefused(f"{relative!r} is a link; links are not followed here") from None
@@ -195,7 +195,7 @@ def write_bytes(root: Path, relative: str, data: bytes) -> None:
 def append_text(root: Path, relative: str, text: str, header: str = "") -> None:
     """Append to a text file (made with ``header`` when new or empty), without following a link."""
     with parent_of(root, relative, create=True) as (folder, name):
-        fd = _open_last(folder, name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, relative)
+        fd = open_last(folder, name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, relative)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:

@@ -30,9 +30,9 @@ async def browser_page(*, width: int = 1280, height: int = 800, dark: bool = Fal
     playwright = await async_playwright().start()
     browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
     try:
-        # The page's Content-Security-Policy forbids eval, which Playwright's waits use; the
-        # header itself is checked in test_the_page_is_small_and_locked_down.
-        context = await browser.new_context(bypass_csp=True, viewport={"width": width, "height": height},
+        # Under the page's own Content-Security-Policy, as users get it (it drops inline styles,
+        # and forbids eval: waits are written as functions, which Playwright calls without it).
+        context = await browser.new_context(viewport={"width": width, "height": height},
                                             color_scheme="dark" if dark else "light")
         yield await context.new_page()
     finally:
@@ -82,7 +82,7 @@ async def test_replies_render_as_markdown_safely_and_grow_as_they_stream(api: di
         await page.get_by_label("Message").press("Enter")
         stop = page.get_by_role("button", name="Stop")
         await stop.wait_for()  # shown while the turn runs
-        await page.wait_for_function("document.querySelector('#messages li.assistant strong')")
+        await page.wait_for_function("() => document.querySelector('#messages li.assistant strong')")
         grown = await page.evaluate("document.querySelector('#messages li.assistant').textContent.length")
         await shows(page, "#messages", "More words. More words.")
         reply_box = page.locator("#messages li.assistant").last
@@ -100,7 +100,7 @@ async def test_replies_render_as_markdown_safely_and_grow_as_they_stream(api: di
         await no_serious_violations(page)
         await page.screenshot(path=str(tmp_path / "page-chat.png"))
         await page.reload()  # the history comes from the server, rendered the same way
-        await page.wait_for_function("document.querySelectorAll('#messages > li').length === 2")
+        await page.wait_for_function("() => document.querySelectorAll('#messages > li').length === 2")
         assert await page.locator("#messages li.assistant h2").inner_text() == "Three jobs"
 
 
@@ -121,7 +121,7 @@ async def test_conversations_mode_model_stop_attach_and_keyboard(api: dict, llm:
         await shows(page, "#messages", "you said: first line\nsecond line")
         conversations = page.get_by_role("navigation", name="Conversations")
         await conversations.get_by_role("button", name="New conversation", exact=True).click()
-        await page.wait_for_function("document.querySelectorAll('#messages > li').length === 0")
+        await page.wait_for_function("() => document.querySelectorAll('#messages > li').length === 0")
         await message.fill("about tea")
         await message.press("Enter")
         await shows(page, "#messages", "you said: about tea")

@@ -20,13 +20,12 @@ workspace, so a folder swapped for a symlink cannot widen what the chat reaches.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from nanobot.beneath import DIR_FLAGS, LinkRefused, walk_dirs
+from nanobot.beneath import DIR_FLAGS, LinkRefused, open_last, walk_dirs
 from nanobot.trust import OWNER
 
 if TYPE_CHECKING:
@@ -160,14 +159,11 @@ def pinned_parent(where: ToolContext | FileScope, path: str, *, create_parents: 
 
 
 def open_pinned(pinned: Pinned, flags: int, mode: int = 0o666) -> int:
-    """Open the pinned last component without following a symlink there."""
+    """Open the pinned last component without following a symlink there (``beneath.open_last``);
+    it was resolved away at the check, so a symlink now was swapped in since."""
     try:
-        return os.open(pinned.name, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode, dir_fd=pinned.dir_fd)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{pinned.shown}: no such file or directory") from None
+        return open_last(pinned.dir_fd, pinned.name, flags, pinned.shown, mode)
     except IsADirectoryError:
         raise IsADirectoryError(f"{pinned.shown} is a directory") from None
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise PermissionError(f"{pinned.shown!r} became a symlink while it was being opened") from None
-        raise
+    except LinkRefused:
+        raise PermissionError(f"{pinned.shown!r} became a symlink while it was being opened") from None
