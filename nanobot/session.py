@@ -53,7 +53,6 @@ class ChatState:
     consolidated_ts: str | None = None  # the "ts" of the last of them: a marker from before /new fails it
     intake_started: int | None = None  # the intake id of the latest turn begun (a crash resumes it)
     intake_started_at: int | None = None  # where in the history that turn's message went
-    found_tools: list[str] | None = None  # tools find_tools added: offered in this chat until /new
     waiting: int = 0  # messages kept for a reader who was away (the terminal): shown at its next start
 
     @property

@@ -154,20 +154,22 @@ class UsageStore:
         return (int(row[0]), int(row[1])) if row else (0, 0)
 
     async def per_day(self, timezone: str, days: int) -> list[dict[str, Any]]:
-        """Calls, tokens and cost per local day for the last ``days`` days, oldest first, with
-        each model's calls and cost that day (``models``)."""
+        """Calls, tokens (``cached``: prompt tokens the provider's cache served) and cost per local
+        day for the last ``days`` days, oldest first, with each model's calls and cost that day."""
         zone = ZoneInfo(timezone)
         today = datetime.now(zone).date()
         totals: dict[str, dict[str, Any]] = {
-            (today - timedelta(days=n)).isoformat(): {"calls": 0, "tokens": 0, "cost": 0.0, "models": {}}
+            (today - timedelta(days=n)).isoformat(): {"calls": 0, "tokens": 0, "cached": 0, "cost": 0.0, "models": {}}
             for n in range(days)}
-        for ts, prompt, completion, cost, model in await self.db.fetch(
-                "SELECT ts, prompt_tokens, completion_tokens, cost_usd, model FROM model_calls WHERE ts >= $1",
+        for ts, prompt, completion, cost, model, cached in await self.db.fetch(
+                "SELECT ts, prompt_tokens, completion_tokens, cost_usd, model, cached_tokens FROM model_calls "
+                "WHERE ts >= $1",
                 time.time() - (days + 1) * 86400):
             day = totals.get(datetime.fromtimestamp(ts, zone).date().isoformat())
             if day is not None:
                 day["calls"] += 1
                 day["tokens"] += prompt + completion
+                day["cached"] += cached
                 day["cost"] += cost
                 per_model = day["models"].setdefault(model, {"calls": 0, "cost": 0.0})
                 per_model["calls"] += 1

@@ -124,25 +124,30 @@ async def test_tools_mode_makes_one_model_call_per_mcp_call_and_marks_results(
 
 
 @pytest.mark.parametrize("how", ["onDemand", "crowded"])
-async def test_tools_waiting_for_find_tools_stay_offered_until_new(llm: FakeOpenAI, workspace: Path,
-                                                                   how: str) -> None:
+async def test_tools_waiting_for_find_tools_are_called_through_use_tool(llm: FakeOpenAI, workspace: Path,
+                                                                        how: str) -> None:
     """``"load": "onDemand"``, or MCP schemas past 10% of contextTokens ("auto"): the tools wait
-    behind find_tools; what it finds stays offered in the chat, the next turn too, until /new."""
+    behind find_tools, whose result carries their schemas; use_tool, or a call by the tool's own
+    name, runs one. The tools list is the same in every request of the chat."""
     server = stdio_server(load="onDemand") if how == "onDemand" else stdio_server()
     kw = {} if how == "onDemand" else {"context_tokens": 6000, "max_tokens": 1000}  # 10%: 1,800 of its 2,200
-    llm.script(tool_call("find_tools", {"query": "add note"}), tool_call("notes_add_note", {"title": "a"}),
-               reply("added"), tool_call("notes_add_note", {"title": "b"}), reply("added again"), reply("fresh"))
+    llm.script(tool_call("find_tools", {"query": "add note"}),
+               tool_call("use_tool", {"name": "notes_add_note", "arguments": {"title": "a"}}), reply("added"),
+               tool_call("notes_add_note", {"title": "b"}), reply("added again"),
+               tool_call("use_tool", {"name": "find_tools", "arguments": {}}), reply("no"))
     config = with_servers(llm, workspace, {"notes": server}, mode="tools", **kw)
     async with open_runtime(config) as rt:
         assert await rt.agent.handle("cli:t", "add a note") == "added"
         assert await rt.agent.handle("cli:t", "and another") == "added again"
-        await rt.agent.handle("cli:t", "/new")
-        assert await rt.agent.handle("cli:t", "hi") == "fresh"
+        assert await rt.agent.handle("cli:t", "loop") == "no"
     offered = [{t["function"]["name"] for t in r["tools"]} for r in llm.chat_requests]
     assert "notes_add_note" not in offered[0] and "tools of the notes server" in next(
         t["function"]["description"] for t in llm.chat_requests[0]["tools"] if t["function"]["name"] == "find_tools")
-    assert "notes_add_note" in offered[1] and "notes_add_note" in offered[3]  # the next turn: still offered
-    assert "notes_add_note" not in offered[5]  # after /new
+    assert all(r["tools"] == llm.chat_requests[0]["tools"] for r in llm.chat_requests)
+    assert '"properties": {"title": {' in llm.chat_requests[1]["messages"][-1]["content"]
+    results = [r["messages"][-1]["content"] for r in llm.chat_requests]
+    assert '"title": "a"' in results[2] and '"title": "b"' in results[4]
+    assert "Error: use_tool takes the name of a tool find_tools showed" in llm.chat_requests[-1]["messages"][-1]["content"]
 
 
 async def test_hybrid_runs_mcp_calls_in_exec_python(llm: FakeOpenAI, workspace: Path) -> None:

@@ -13,17 +13,9 @@ import pytest
 from nanobot.agent import context
 from nanobot.runtime import open_runtime
 from nanobot.workspace_template import copy_template
-from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.fakes.prompt_cache import PromptCache, rendered, shared_prefix
 from tests.helpers import config_for
-
-
-def shared_prefix(a: str, b: str) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @pytest.mark.parametrize("mode", ["code", "tools"])
@@ -112,14 +104,12 @@ async def test_a_terminal_without_a_gateway_is_told_run_cron_cannot_test_jobs_th
         assert rt.bus is None  # `nanobot agent` in-process
         await rt.agent.handle("cli:t", "every morning, count my notes")
     system = llm.raw_requests[0]["messages"][0]["content"]
-    assert "run_cron cannot test one: run a job's code directly to test it" in system
+    assert "test one by running its code, not run_cron" in system
 
 
 async def test_a_long_result_does_not_break_the_prefix(llm: FakeOpenAI, workspace: Path) -> None:
     """Before, a result over 2 KB was shortened once it was no longer the newest: the request
     after a big result shared 23% of the one before."""
-    from tests.fakes.openai_server import tool_call
-
     (workspace / "big.txt").write_text("line\n" * 4_000)  # 20 KB
     llm.script(tool_call("read_file", {"path": "big.txt"}), tool_call("list_dir", {}), reply("read it"),
                reply("you're welcome"))
@@ -129,3 +119,54 @@ async def test_a_long_result_does_not_break_the_prefix(llm: FakeOpenAI, workspac
     requests = [r["messages"] for r in llm.raw_requests]
     for before, after in zip(requests, requests[1:]):
         assert after[:len(before)] == before
+
+
+async def test_the_exceptions_are_each_one_debug_line(llm: FakeOpenAI, workspace: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """/new and a mode switch rewrite what the cache holds: each says so once, at debug."""
+    llm.fallback = lambda body: reply("fine")
+    caplog.set_level("DEBUG", logger="nanobot.prompt_cache")
+    async with open_runtime(config_for(llm.base_url, workspace)) as rt:
+        for text in ("hello", "/mode tools", "again", "/new", "hi"):
+            await rt.agent.handle("cli:cache", text)
+    said = [r.getMessage() for r in caplog.records if r.name == "nanobot.prompt_cache"]
+    assert said == ["[cli:cache] the prompt cache starts over: /mode tools",
+                    "[cli:cache] the prompt cache starts over: /new"]
+
+
+async def test_a_tool_found_on_demand_leaves_the_tools_list_as_it_was(workspace: Path) -> None:
+    """find_tools then use_tool, in tools mode: every request, tools list included, starts with
+    the whole previous one, and the cached tokens the server reports reach /status."""
+    copy_template(workspace)
+    (workspace / "a.txt").write_text("a")
+    cache = PromptCache()
+    async with FakeOpenAI(cache=cache) as llm:
+        llm.script(tool_call("find_tools", {"query": "move file"}),
+                   tool_call("use_tool", {"name": "move_file", "arguments": {"src": "a.txt", "dst": "b.txt"}}),
+                   reply("Renamed."), tool_call("list_dir", {"path": "."}), reply("b.txt"))
+        async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+            await rt.agent.handle("cli:found", "rename a.txt to b.txt")
+            await rt.agent.handle("cli:found", "what is there now?")
+            status = await rt.agent.handle("cli:found", "/status")
+    texts = [rendered(r) for r in llm.raw_requests]
+    assert all(shared_prefix(before, after) == len(before) - 1 for before, after in zip(texts, texts[1:]))
+    assert (workspace / "b.txt").exists() and cache.prefix_tokens[-1] > 1024
+    assert f"({sum(n // 128 * 128 for n in cache.prefix_tokens)} cached)" in status
+
+
+async def test_only_the_newest_long_results_are_kept(llm: FakeOpenAI, workspace: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each long result is kept whole in the chat's .results/; the oldest go past KEPT_RESULTS."""
+    from nanobot.agent import loop
+
+    monkeypatch.setattr(loop, "KEPT_RESULTS", 2)
+    for n in range(3):
+        (workspace / f"big{n}.txt").write_text(f"line {n}\n" * 4_000)
+    llm.script(*[tool_call("read_file", {"path": f"big{n}.txt"}) for n in range(3)], reply("read them"))
+    async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+        await rt.agent.handle("cli:big", "read big.txt three times")
+    shown = [r["messages"][-1]["content"] for r in llm.raw_requests[1:]]
+    kept = [line.split("all of it is in ")[1].split(":")[0] for text in shown for line in text.splitlines()
+            if "all of it is in" in line]
+    assert len(kept) == 3 and sorted(p.name for p in (workspace / ".results").iterdir()) == \
+        sorted(Path(k).name for k in kept[1:])

@@ -51,9 +51,12 @@ async def test_each_modes_prompt_is_exactly_the_snapshot(llm: FakeOpenAI, worksp
 
 
 async def test_tools_mode_offers_core_tools_and_finds_the_rest(llm: FakeOpenAI, workspace: Path) -> None:
+    """A tool found on demand comes in find_tools' result, and use_tool runs it: the tools list
+    stays the same, so the next request starts with the bytes of the one before."""
     copy_template(workspace)
     (workspace / "old.txt").write_text("x")
-    llm.script(tool_call("find_tools", {"query": "move a file"}), tool_call("move_file", {"src": "old.txt", "dst": "new.txt"}),
+    llm.script(tool_call("find_tools", {"query": "move a file"}),
+               tool_call("use_tool", {"name": "move_file", "arguments": {"src": "old.txt", "dst": "new.txt"}}),
                reply("Moved."))
     async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
         assert await rt.agent.handle("cli:f", "rename old.txt to new.txt") == "Moved."
@@ -61,8 +64,10 @@ async def test_tools_mode_offers_core_tools_and_finds_the_rest(llm: FakeOpenAI, 
     assert "move_file" not in offered[0] and "find_tools" in offered[0] and "read_file" in offered[0]
     assert "move_file" in [t["function"]["description"] for t in llm.chat_requests[0]["tools"]
                            if t["function"]["name"] == "find_tools"][0]
-    assert "move_file" in offered[1] and (workspace / "new.txt").exists()
-    assert "- move_file: Move or rename a file or folder" in llm.chat_requests[1]["messages"][-1]["content"]
+    assert all(r["tools"] == llm.chat_requests[0]["tools"] for r in llm.chat_requests)
+    found = llm.chat_requests[1]["messages"][-1]["content"]
+    assert "- move_file: Move or rename a file or folder" in found and '"src": {"type": "string"' in found
+    assert (workspace / "new.txt").exists()
 
 
 async def test_the_tool_call_text_form_is_taught_only_when_the_provider_asks(llm: FakeOpenAI, workspace: Path) -> None:

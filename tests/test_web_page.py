@@ -243,7 +243,7 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
                                             payload="print('tea is ready')")
     await rt.deps.services.pairing.request("telegram", "555", "carol")
     await rt.usage.record_call("api:ada", "tools", "small-model", 100, 20, cost=0.25)
-    await rt.usage.record_call("api:bob", "tools", "big-model", 100, 20, cost=1.5)
+    await rt.usage.record_call("api:bob", "tools", "big-model", 100, 20, cost=1.5, cached_tokens=64)
     async with browser_page() as page:
         await sign_in(page, root, api["owner"])
         await page.click("#nav-cron")
@@ -258,7 +258,7 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
         await page.click("#requests button:text('Approve')")
         await shows(page, "#paired", "carol")
         await page.click("#nav-usage")
-        await shows(page, "#usage-note", "$1.7500")
+        await shows(page, "#usage-note", "240 tokens (64 cached), $1.7500")
         assert await page.locator("#chart rect").count() == 2 and await page.locator("#chart text").count() >= 8
         assert "$1.50" in await page.locator("#chart").text_content()  # the axis says the scale
         assert await page.locator("#legend").inner_text() == "big-model\nsmall-model" or "big-model" in \

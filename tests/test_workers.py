@@ -391,13 +391,16 @@ async def test_a_worker_whose_line_is_down_takes_nothing_over_and_nothing_is_ans
     """The red team's PostgreSQL restart, made exact: w1's line breaks and cannot come back for
     a while, though its pool still works (a restart reconnects the pool first). w1 must take
     nothing over meanwhile (it is dead to the others), and once rejoined hold exactly what its
-    leases say: every message answered once, in order."""
-    llm.fallback = echo
-    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
-    database = urlsplit(pg_url).path.lstrip("/")
+    leases say: every message answered once, in order. w1 connects as a role of its own, which
+    alone is kept out (w2 may need a new connection meanwhile, on a loaded machine more so)."""
     import asyncpg
 
-    admin = await asyncpg.connect(pg_server)  # another database: ours is the one closed to newcomers
+    llm.fallback = echo
+    role = f"w1_{urlsplit(pg_url).path.lstrip('/')}"
+    admin = await asyncpg.connect(pg_server)  # another database than the workers'
+    await admin.execute(f"CREATE ROLE {role} LOGIN SUPERUSER")
+    w1_url = pg_url.replace("postgres:@", f"{role}@", 1)
+    configs = [worker_config(llm, workspace, tg, url, name, tmp_path) for name, url in (("w1", w1_url), ("w2", pg_url))]
     sent = 0
 
     async def round_of_messages(tag: str) -> None:
@@ -411,14 +414,14 @@ async def test_a_worker_whose_line_is_down_takes_nothing_over_and_nothing_is_ans
         async with workers(configs) as gateways:
             await round_of_messages("before")
             w1 = gateways["w1"].cluster
-            await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')  # no line comes back
+            await admin.execute(f"ALTER ROLE {role} NOLOGIN")  # w1's line cannot come back
             await admin.execute("SELECT pg_terminate_backend($1)", w1.line.backend[0])
             await asyncio.wait_for(w1.line.lost.wait(), 10)
             for n in range(3):  # w1's sweep runs about once a second meanwhile
                 await round_of_messages(f"gap{n}")
                 await asyncio.sleep(1.2)
             assert w1.router.held == set()  # cut off: took nothing over
-            await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+            await admin.execute(f"ALTER ROLE {role} LOGIN")
             await asyncio.wait_for(w1.joined.wait(), 30)
             for n in range(3):
                 await round_of_messages(f"after{n}")
@@ -426,7 +429,7 @@ async def test_a_worker_whose_line_is_down_takes_nothing_over_and_nothing_is_ans
             held = [gw.cluster.router.held for gw in gateways.values()]
             assert not held[0] & held[1]
     finally:
-        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+        await admin.execute(f"ALTER ROLE {role} LOGIN")
         await admin.close()
     tags = ["before", "gap0", "gap1", "gap2", "after0", "after1", "after2"]
     for chat in CHATS:

@@ -9,9 +9,9 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-from nanobot.usage import start_of_today
-
+from nanobot.agent.context import cache_starts_over
 from nanobot.trust import MEMBER, OWNER
+from nanobot.usage import start_of_today
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -46,8 +46,9 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
     session = agent.session(session_key)
     if name == "/new":
         session.reset()
-        session.set_meta(long_message=None, found_tools=None)  # they belong to the old conversation
+        session.set_meta(long_message=None)  # it belongs to the old conversation
         await agent.reset_state(session_key)
+        cache_starts_over(session_key, "/new")
         return "Started a new conversation."
     if name == "/mode":
         if not arg:
@@ -55,11 +56,13 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
         if arg == "default":  # back to agents.overrides / agents.defaults
             session.set_meta(mode=None)
             session.sync()
+            cache_starts_over(session_key, "/mode default")
             return f"Mode reset to the configured default for this chat: {agent.mode_name(session)}."
         if arg not in MODES:
             return f"Unknown mode {arg!r}: choose tools, code, hybrid or default."
         session.set_meta(mode=arg)
         session.sync()
+        cache_starts_over(session_key, f"/mode {arg}")
         return f"Mode set to {arg} for this chat."
     if name == "/model":
         return model_command(agent, session_key, text.strip().partition(" ")[2].strip())
@@ -101,6 +104,7 @@ def model_command(agent: Agent, session_key: str, arg: str) -> str:
     else:
         return f"Unknown model {arg!r}: choose one of {choices}, or default."
     session.sync()
+    cache_starts_over(session_key, f"/model {arg}")
     provider, model = config.chat_model(session_key, session.meta.model, member=member)
     return f"Model set to {provider}/{model} for this chat."
 

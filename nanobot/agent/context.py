@@ -3,6 +3,7 @@ its chosen execution mode works. Prompt text lives in ``nanobot/prompts/``, not 
 
 from __future__ import annotations
 
+import logging
 import re
 from datetime import datetime
 from pathlib import Path
@@ -11,6 +12,8 @@ from zoneinfo import ZoneInfo
 from nanobot import beneath
 from nanobot.filecache import StampedCache
 from nanobot.prompts import render_prompt
+
+cache_log = logging.getLogger("nanobot.prompt_cache")
 
 # The assistant's steering files, from the workspace root: every chat gets who the assistant is;
 # only owner chats get USER.md (about the owner). Memory comes from the chat's own root.
@@ -80,8 +83,7 @@ _CHAT_KINDS = {"cli": "the terminal: what arrives waits for the user", "api": "a
 
 # The terminal without a gateway: nothing runs jobs, so run_cron cannot test one (a call the
 # model paid in every mode to find out).
-NO_GATEWAY = ("no gateway runs now, so jobs do not run and run_cron cannot test one: run a job's code "
-              "directly to test it")
+NO_GATEWAY = "no gateway runs now: jobs wait; test one by running its code, not run_cron"
 
 
 def chat_line(session_key: str, *, gateway: bool = True) -> str:
@@ -107,3 +109,9 @@ def build_system_prompt(workspace: Path, mode_section: str, extra: str = "", *,
                          workspace_files=workspace_sections(workspace, root, owner=owner), extra=extra,
                          mode_section=mode_section)
     return re.sub(r"\n{3,}", "\n\n", text).strip().replace("\n\n Workspace", "\n\nWorkspace") + "\n"
+
+
+def cache_starts_over(session_key: str, why: str) -> None:
+    """One of the few changes that rewrite bytes a provider's prompt cache holds (``/new``, a
+    memory fold, a model or mode switch): said once each, at debug, so a cache miss is explained."""
+    cache_log.debug("[%s] the prompt cache starts over: %s", session_key, why)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import secrets
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -17,7 +17,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from nanobot import beneath, logs, metrics, tracing
-from nanobot.agent.prompt_size import (RESULTS_DIR, cut_when_shown, drop_oldest_history, estimate_tokens,
+from nanobot.agent.prompt_size import (KEPT_RESULTS, RESULTS_DIR, cut_when_shown, drop_oldest_history, estimate_tokens,
                                        is_long_result, prompt_budget)
 from nanobot.agent.commands import handle_command
 from nanobot.agent import context
@@ -94,7 +94,6 @@ class TurnIO:
 class TurnState:
     """What changes as a turn runs (the modes write here); the rest of a Turn is its fixed setup."""
 
-    found_tools: set[str]  # what find_tools added in this chat (tool_offer)
     messages: list[dict[str, Any]] = field(default_factory=list)  # the prompt being built
     history_len: int = 0  # messages[1:1+history_len] are earlier turns, trimmed first when too long
     inputs: dict[str, Any] = field(default_factory=dict)  # variables handed to code-mode programs (large inputs)
@@ -119,7 +118,7 @@ class Turn:
         self.progress = progress
         self.ctx = deps.chat_context(session.key)
         self.ctx.runs_code = mode.name != "tools"
-        self.state = TurnState(found_tools=set(session.meta.found_tools or ()))
+        self.state = TurnState()
 
     def check_repeat(self, name: str, arguments: str) -> None:
         """Stop a model that keeps making the same call (a weak model can loop for many minutes)."""
@@ -139,9 +138,13 @@ class Turn:
 
     def keep_result(self, content: str) -> str | None:
         """A long result kept whole in the chat's folder; its path (None when it could not be)."""
-        path = f"{RESULTS_DIR}/{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.txt"
+        now = time.time_ns()  # names sort by when: the oldest are pruned first
+        path = f"{RESULTS_DIR}/{time.strftime('%Y%m%d-%H%M%S', time.localtime(now // 10**9))}-{now % 10**9:09d}.txt"
         try:
             beneath.write_bytes(self.ctx.workspace, path, content.encode("utf-8", errors="replace"))
+            with beneath.parent_of(self.ctx.workspace, path) as (folder, _):
+                for old in sorted(n for n in os.listdir(folder) if n.endswith(".txt"))[:-KEPT_RESULTS]:
+                    os.unlink(old, dir_fd=folder)  # the oldest go: a chat's folder must not fill the disk
         except (OSError, ValueError) as exc:
             log.warning("a long result was not kept (%s); the model sees its head and tail", exc)
             return None

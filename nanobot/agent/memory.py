@@ -36,6 +36,7 @@ from zoneinfo import ZoneInfo
 
 from nanobot import beneath
 from nanobot.prompts import render_prompt
+from nanobot.agent.context import cache_starts_over
 from nanobot.agent.markup import strip_think
 from nanobot.agent.spend import metered_chat
 from nanobot.providers.base import ChatRequest, ProviderError
@@ -260,6 +261,7 @@ class Consolidator:
         if session.messages and session.messages[0] is first and cut <= len(session.messages):
             session.set_meta(consolidated_upto=cut, consolidated_ts=last.get("ts"))
             session.sync()
+            cache_starts_over(session.key, f"memory fold of {len(part)} messages")
         else:  # /new while we worked: the facts are saved, but the old marker means nothing now
             log.info("%s: history reset during memory consolidation", session.key)
         log.info("%s: consolidated %d messages into memory", session.key, len(part))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nanobot import beneath
 from nanobot.prompts import render_prompt
 from nanobot.agent.markup import answer_or_failure, strip_think, text_tool_calls as text_calls_in
-from nanobot.agent.tool_offer import FIND_TOOLS, find_tools, native_schemas
+from nanobot.agent.tool_offer import FIND_TOOLS, USE_TOOL, find_tools, native_schemas, use_tool_call
 from nanobot.providers.base import LLMResponse, ToolCall, parse_arguments
 
 if TYPE_CHECKING:
@@ -83,6 +83,11 @@ async def run_tool_call(turn: Turn, name: str, raw_arguments: str) -> str:
     """Run one tool call for the model; every failure becomes an error text it can act on."""
     if name == FIND_TOOLS:
         return find_tools(turn, raw_arguments)
+    if name == USE_TOOL:
+        call = use_tool_call(raw_arguments)
+        if isinstance(call, str):
+            return call
+        name, raw_arguments = call
     try:
         arguments = parse_arguments(raw_arguments)
     except ValueError as exc:

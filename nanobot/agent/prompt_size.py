@@ -37,6 +37,7 @@ def prompt_budget(context_tokens: int, max_tokens: int) -> int:
 RESULT_CHARS = 16_000  # a tool or program result longer than this is cut when first shown
 HEAD_CHARS, TAIL_CHARS = 12_000, 3_000
 RESULTS_DIR = ".results"  # in the chat's folder: long results, whole
+KEPT_RESULTS = 50  # the newest kept there; older ones are removed as new ones come
 _RESULT_MARKS = ("<python_result>", "<tool_result")
 
 

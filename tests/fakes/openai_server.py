@@ -112,7 +112,8 @@ class FakeOpenAI:
     stream_piece_chars = 4
     stream_interval = 0.0
 
-    def __init__(self, fallback: Any = None) -> None:
+    def __init__(self, fallback: Any = None, cache: Any = None) -> None:
+        self.cache = cache  # a prompt_cache.PromptCache: usage then says how many prompt tokens were cached
         self.requests: list[dict[str, Any]] = []
         self.raw_requests: list[dict[str, Any]] = []
         self.transcripts: list[Any] = []  # answers of /audio/transcriptions, in order
@@ -221,6 +222,8 @@ class FakeOpenAI:
         if isinstance(item, Delayed):
             await asyncio.sleep(item.seconds)
             item = item.item
+        if self.cache is not None and isinstance(item, dict):
+            item = {**item, "usage": {**item["usage"], **self.cache.usage(self.raw_requests[-1])}}
         if isinstance(item, Raw):
             return web.Response(text=item.body, status=item.status, content_type=item.content_type)
         if isinstance(item, Error):

@@ -344,14 +344,15 @@ async function loadUsage() {
     return item;
   }));
   const calls = days.reduce((n, d) => n + d.calls, 0), cost = days.reduce((n, d) => n + d.cost, 0);
-  $("usage-note").textContent = `Last 30 days: ${calls} calls, ${days.reduce((n, d) => n + d.tokens, 0)} tokens, $${cost.toFixed(4)}.`;
+  const tokens = days.reduce((n, d) => n + d.tokens, 0), cached = days.reduce((n, d) => n + d.cached, 0);
+  $("usage-note").textContent = `Last 30 days: ${calls} calls, ${tokens} tokens (${cached} cached), $${cost.toFixed(4)}.`;
   $("top-chats").tBodies[0].replaceChildren(...data.top_chats.map((c) => {
     const row = el("tr");
     row.append(el("td", c.chat), el("td", String(c.calls)), el("td", "$" + c.cost.toFixed(4)));
     return row;
   }));
   $("days").replaceChildren(...days.filter((d) => d.calls).map((d) =>
-    el("li", `${d.day}: ${d.calls} calls, ${d.tokens} tokens, $${d.cost.toFixed(4)}`)));
+    el("li", `${d.day}: ${d.calls} calls, ${d.tokens} tokens (${d.cached} cached), $${d.cost.toFixed(4)}`)));
 }
 
 const VIEWS = {"#status": loadStatus, "#cron": loadCron, "#pairing": loadPairing, "#usage": loadUsage};
