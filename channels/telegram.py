@@ -290,9 +290,10 @@ class TelegramChannel(BaseChannel):
             reply = None
 
     async def send_file(self, msg: OutboundMessage) -> None:
-        """A photo (sendPhoto) or a document (sendDocument); a picture Telegram refuses as a
-        photo (over 10 MB, odd dimensions) goes as a document. A caption over Telegram's 1,024
-        characters follows as a message of its own."""
+        """A photo (sendPhoto), a voice note (sendVoice: a spoken reply) or a document
+        (sendDocument); a picture or voice note Telegram refuses as such (a photo over 10 MB,
+        odd dimensions; a voice note that is not OGG/Opus) goes as a document. A caption over
+        Telegram's 1,024 characters follows as a message of its own."""
         file = msg.file
         if file is None:
             return
@@ -306,6 +307,13 @@ class TelegramChannel(BaseChannel):
                 return await self._send_rest(msg, rest)
             except BadRequest as exc:
                 log.info("telegram: %s refused as a photo (%s); sending it as a document", file.name, exc)
+        if file.voice:
+            try:
+                await self._call(self._bot.send_voice, chat_id=msg.chat_id, voice=file.data, filename=file.name,
+                                 caption=caption)
+                return await self._send_rest(msg, rest)
+            except BadRequest as exc:
+                log.info("telegram: %s refused as a voice note (%s); sending it as a document", file.name, exc)
         try:
             await self._call(self._bot.send_document, chat_id=msg.chat_id, document=file.data, filename=file.name,
                              caption=caption)

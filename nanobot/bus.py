@@ -69,6 +69,7 @@ class OutgoingFile:
     name: str
     data: bytes
     photo: bool  # shown as a picture (sendPhoto, an inline image) rather than as a document
+    voice: bool = False  # a spoken reply, OGG/Opus: a voice note where the platform has them (sendVoice)
 
 
 @dataclass
@@ -87,6 +88,7 @@ class OutboundMessage:
     stream_id: int | None = None  # the streamed reply this updates (a "stream"), or completes (a "text")
     durable: bool = True  # False: best effort, not kept in the outbox (a notice that would be stale later)
     turn_reply: bool = False  # the turn's reply: everything else of the turn went out before it
+    voice_follows: float | None = None  # the reply's voice note comes within this many seconds (the API waits)
     reply_context: dict[str, str] | None = None  # the answered message's (``InboundMessage.reply_context``)
     outbox_id: int | None = None  # its record in the outbox, once recorded
     outbox_created: float | None = None  # when it was recorded (a message refused for a day is dropped)

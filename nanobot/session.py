@@ -44,6 +44,7 @@ class ChatState:
     created: str | None = None
     mode: str | None = None  # the /mode choice; None: agents.overrides / agents.defaults decide
     model: str | None = None  # the /model choice, a name in agents.models
+    voice: str | None = None  # the /voice choice (always, whenVoice, never); None: tools.speech.reply
     # Who a private chat is with, as the platform vouches (its trust is decided from it): never a name.
     peer_id: str | None = None
     peer_handle: str | None = None

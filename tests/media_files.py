@@ -100,3 +100,28 @@ def png_claiming(width: int, height: int) -> bytes:
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\0" * 64))
             + chunk(b"IEND", b""))
+
+
+def ogg_opus() -> bytes:
+    """A real OGG/Opus file of 20 ms of silence (the header, the tags, one audio page): what a
+    speech server sends for ``response_format="opus"`` and Telegram takes as a voice note."""
+    import struct
+
+    def crc(data: bytes) -> int:  # Ogg's CRC-32: polynomial 0x04C11DB7, not reflected, no final xor
+        value = 0
+        for byte in data:
+            value ^= byte << 24
+            for _ in range(8):
+                value = ((value << 1) ^ 0x04C11DB7 if value & 0x80000000 else value << 1) & 0xFFFFFFFF
+        return value
+
+    def page(packet: bytes, flags: int, granule: int, sequence: int) -> bytes:
+        lacing = bytes([255] * (len(packet) // 255) + [len(packet) % 255])
+        header = b"OggS" + struct.pack("<BBqIIIB", 0, flags, granule, 0x6E616E6F, sequence, 0, len(lacing)) + lacing
+        checksum = crc(header + packet)
+        return header[:22] + struct.pack("<I", checksum) + header[26:] + packet
+
+    head = b"OpusHead" + struct.pack("<BBHIhB", 1, 1, 312, 48000, 0, 0)
+    tags = b"OpusTags" + struct.pack("<I", 7) + b"nanobot" + struct.pack("<I", 0)
+    silence = bytes([0xF8, 0xFF, 0xFE])  # one 20 ms CELT frame of silence
+    return page(head, 0x02, 0, 0) + page(tags, 0, 0, 1) + page(silence, 0x04, 312 + 960, 2)

@@ -312,3 +312,14 @@ async def test_notes_and_files_a_turn_sends_come_with_its_answer(api: dict, llm:
     assert text == "Here it is."
     assert events.index(next(e for e in events if "nanobot" in e)) < \
         events.index(next(e for e in events if e["choices"][0]["delta"].get("content")))
+
+
+async def test_the_api_answer_carries_the_voice_note(api: dict, llm: FakeOpenAI) -> None:
+    gateway = api["gateway"]
+    gateway.runtime.config.tools.speech.provider = "openai"
+    llm.script(reply("Spoken too."))
+    await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "/voice always"}]})
+    status, body = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "say it"}]})
+    assert status == 200 and body["choices"][0]["message"]["content"] == "Spoken too."
+    [voice] = body["nanobot"]["asides"]
+    assert voice["file"]["name"] == "reply.ogg" and voice["file"]["path"].startswith("sent/")

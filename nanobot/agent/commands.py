@@ -1,4 +1,4 @@
-"""Chat commands, the same on every channel: /new /stop /mode /model /status /budget /help.
+"""Chat commands, the same on every channel: /new /stop /mode /model /voice /status /budget /help.
 
 ``/stop`` needs to cancel a running turn, so the session worker handles it; the rest are here.
 """
@@ -24,6 +24,7 @@ HELP = """Commands:
 /tasks — this chat's background tasks
 /mode [tools|code|hybrid|default] — show or set how I act in this chat
 /model [NAME|default] — show or set the model for this chat
+/voice [always|whenVoice|never|default] — when my replies are also spoken
 /status — model, mode and usage
 /budget — what today's model budget allows
 /help — this list"""
@@ -66,6 +67,8 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
         return f"Mode set to {arg} for this chat."
     if name == "/model":
         return model_command(agent, session_key, text.strip().partition(" ")[2].strip())
+    if name == "/voice":
+        return voice_command(agent, session_key, arg)
     if name == "/status":
         return await status_text(agent, session_key)
     if name == "/budget":
@@ -107,6 +110,22 @@ def model_command(agent: Agent, session_key: str, arg: str) -> str:
     cache_starts_over(session_key, f"/model {arg}")
     provider, model = config.chat_model(session_key, session.meta.model, member=member)
     return f"Model set to {provider}/{model} for this chat."
+
+
+VOICE_CHOICES = {"always": "always", "whenvoice": "whenVoice", "never": "never", "default": None}
+
+
+def voice_command(agent: Agent, session_key: str, arg: str) -> str:
+    """``/voice``: when this chat's replies are spoken too (``tools.speech``), kept in the session."""
+    session, speech = agent.session(session_key), agent.deps.config.tools.speech
+    off = "" if speech.provider else " Spoken replies are off on this assistant (tools.speech.provider)."
+    if not arg:
+        return f"Voice: {session.meta.voice or speech.reply} (choose with /voice always|whenVoice|never|default).{off}"
+    if arg not in VOICE_CHOICES:
+        return f"Unknown choice {arg!r}: choose always, whenVoice, never or default."
+    session.set_meta(voice=VOICE_CHOICES[arg])
+    session.sync()
+    return f"Voice set to {session.meta.voice or speech.reply} for this chat.{off}"
 
 
 async def status_text(agent: Agent, session_key: str) -> str:

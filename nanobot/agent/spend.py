@@ -18,7 +18,9 @@ from zoneinfo import ZoneInfo
 
 from nanobot import metrics, tracing
 from nanobot.agent.prompt_size import estimate_tokens
+from nanobot.media.speech import SpeechError, synthesize
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
+from nanobot.trust import MEMBER
 from nanobot.usage import start_of_today
 
 if TYPE_CHECKING:
@@ -53,10 +55,15 @@ async def check_budget(deps: AgentDeps, request: ChatRequest, session_key: str, 
     """BudgetSpent when ``request`` would take today's spend past ``dailyBudgetUsd``, or a member
     chat's past what member chats together may spend (``Config.member_budget_usd``); so a turn
     overshoots by one reply at most. Members are told no figures (cost is the owner's business)."""
+    await check_spend(deps, prompt_cost(deps.config, request), session_key, member=member)
+
+
+async def check_spend(deps: AgentDeps, coming: float, session_key: str, *, member: bool) -> None:
+    """``check_budget`` for a call that will cost about ``coming`` USD."""
     if deps.usage is None:
         return
     settings = deps.config.agents.defaults
-    since, coming = start_of_today(settings.timezone), prompt_cost(deps.config, request)
+    since = start_of_today(settings.timezone)
     after_midnight = f"I can answer again after midnight ({settings.timezone})"
     if settings.daily_budget_usd is not None:
         spent = await deps.usage.cost_since(since)
@@ -128,3 +135,26 @@ async def _record_failures(deps: AgentDeps, failed: list[tuple[str, str, str]], 
         if deps.usage is not None:
             await deps.usage.record_call(session_key, mode, model, 0, 0, purpose, outcome=error[:200],
                                          provider=provider)
+
+
+async def metered_speech(deps: AgentDeps, session_key: str, text: str) -> bytes:
+    """A reply spoken (``tools.speech``) within the same budgets as model calls, its characters
+    priced at ``prices.<model>.inputChars`` and recorded in usage (purpose "speech"), whether it
+    worked or not. BudgetSpent or SpeechError when it was not spoken."""
+    settings, member = deps.config.tools.speech, deps.trust(session_key) == MEMBER
+    price = _price(deps.config, settings.provider, settings.model)
+    cost = len(text) * price.input_chars / 1e6 if price else 0.0
+    await check_spend(deps, cost, session_key, member=member)
+    try:
+        audio = await synthesize(deps.config, deps.provider, text)
+    except SpeechError as exc:
+        metrics.current.model_call(settings.provider, settings.model, "error")
+        if deps.usage is not None:
+            await deps.usage.record_call(session_key, "speech", settings.model, 0, 0, "speech", outcome=str(exc)[:200],
+                                         provider=settings.provider, member=member)
+        raise
+    metrics.current.model_call(settings.provider, settings.model, "ok", cost=cost)
+    if deps.usage is not None:
+        await deps.usage.record_call(session_key, "speech", settings.model, 0, 0, "speech",
+                                     provider=settings.provider, cost=cost, member=member)
+    return audio

@@ -60,6 +60,7 @@ class Reply:
     final: str = ""
     asides: list[Aside] = field(default_factory=list)
     finished: bool = False
+    closer: asyncio.TimerHandle | None = None  # closes it if the turn's last message is late
 
     def show(self, text: str) -> None:
         """A stream update carries the whole text so far: hand out only what is new."""
@@ -123,7 +124,12 @@ class ApiChannel(BaseChannel):
             earlier.finish(earlier.final)
         reply.final = text
         self._closing[chat_id] = reply
-        asyncio.get_running_loop().call_later(CLOSE_GRACE_S, self._close, chat_id, reply)
+        self._close_in(CLOSE_GRACE_S, chat_id, reply)
+
+    def _close_in(self, seconds: float, chat_id: str, reply: Reply) -> None:
+        if reply.closer is not None:
+            reply.closer.cancel()
+        reply.closer = asyncio.get_running_loop().call_later(seconds, self._close, chat_id, reply)
 
     def _close(self, chat_id: str, reply: Reply) -> None:
         if self._closing.get(chat_id) is reply:
@@ -152,10 +158,19 @@ class ApiChannel(BaseChannel):
         request); notes and notices (<say>) are asides of the request."""
         reply = self._delivered(msg.chat_id)
         if msg.turn_reply:
-            if reply is not None and self._closing.get(msg.chat_id) is reply:
-                self._close(msg.chat_id, reply)
+            self._turn_ended(msg, reply)
         elif reply is not None and msg.content:
             reply.aside(Aside(note=msg.content))
+
+    def _turn_ended(self, msg: OutboundMessage, reply: Reply | None) -> None:
+        """The turn's last message came: close its request, or, when the reply's voice note
+        follows (``voice_follows``), wait for that one."""
+        if reply is None or self._closing.get(msg.chat_id) is not reply:
+            return
+        if msg.voice_follows:
+            self._close_in(msg.voice_follows, msg.chat_id, reply)
+        else:
+            self._close(msg.chat_id, reply)
 
     async def send_file(self, msg: OutboundMessage) -> None:
         """Kept in the chat's ``sent/`` folder; the request gets where, to show or download it."""
@@ -167,6 +182,8 @@ class ApiChannel(BaseChannel):
         await asyncio.to_thread(beneath.write_bytes, folder, relative, msg.file.data)
         if reply is not None:
             reply.aside(Aside(note=msg.content, path=relative, name=safe, photo=msg.file.photo))
+        if msg.turn_reply:  # the reply's voice note
+            self._turn_ended(msg, reply)
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far: its new part goes to the chat's running request at once."""

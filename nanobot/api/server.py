@@ -222,7 +222,7 @@ async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply
 
 # Only the page's own files; pictures also from blob: URLs (a file the assistant sent, fetched
 # with the key since the key is never a cookie).
-CSP = "default-src 'self'; img-src 'self' blob:; frame-ancestors 'none'"
+CSP = "default-src 'self'; img-src 'self' blob:; media-src 'self' blob:; frame-ancestors 'none'"
 BAD_BODY_CODES = {400: "invalid_json", 408: "request_timeout", 413: "request_too_large"}
 
 

@@ -106,6 +106,7 @@ class Config(BaseSettings):
             for i, choice in enumerate(override.fallbacks or []):
                 provider(("agents", "overrides", key, "fallbacks", i, "provider"), choice.provider)
         provider(("tools", "transcription", "provider"), self.tools.transcription.provider)
+        provider(("tools", "speech", "provider"), self.tools.speech.provider)
         for name in BUILTIN_CHANNELS:
             section = self.channels.section(name)
             if isinstance(section, BotChannel) and section.enabled and not section.token.strip():

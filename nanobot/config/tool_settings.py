@@ -1,4 +1,4 @@
-"""``tools``: the shell, the web, MCP servers, transcription."""
+"""``tools``: the shell, the web, MCP servers, transcription, speech."""
 
 from __future__ import annotations
 
@@ -84,6 +84,18 @@ class Transcription(Section):
     timeout: float = Field(120.0, gt=0)
 
 
+class Speech(Section):
+    """Replies spoken as voice notes; ``provider`` names a ``providers`` entry (empty: off)."""
+
+    provider: str = ""
+    model: str = "gpt-4o-mini-tts"
+    voice: str = "alloy"
+    # "whenVoice": a reply to a voice note is spoken too; "always"; "never". /voice sets it per chat.
+    reply: Literal["whenVoice", "always", "never"] = "whenVoice"
+    max_chars: int = Field(1500, gt=0)  # a longer reply is not spoken (its text goes, as always)
+    timeout: float = Field(60.0, gt=0)
+
+
 class Tools(Section):
     restrict_to_workspace: bool = True
     max_workspace_mb: int = Field(1024, gt=0)  # what the file tools may fill the workspace up to
@@ -91,3 +103,4 @@ class Tools(Section):
     web: Web = Web()
     mcp_servers: dict[str, McpServer] = {}
     transcription: Transcription = Transcription()
+    speech: Speech = Speech()

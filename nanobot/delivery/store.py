@@ -339,6 +339,8 @@ def _inbound_from(row_id: int, text: str) -> InboundMessage:
 def _outbound_metadata_json(msg: OutboundMessage) -> str:
     """The metadata column: the platform's metadata and the reply context (for a mail's thread)."""
     kept = {k: v for k, v in msg.metadata.items() if _jsonable(v)}
+    if msg.file and msg.file.voice:
+        kept["voice_note"] = True
     if msg.reply_context:
         kept["reply_context"] = msg.reply_context
     return json.dumps(kept)
@@ -347,8 +349,9 @@ def _outbound_metadata_json(msg: OutboundMessage) -> str:
 def outbound_from(row: Any) -> OutboundMessage:
     """A recorded message, to send again. Not its stream: the streamed message of before the
     restart is not ours to edit."""
-    file = OutgoingFile(row["file_name"], row["file_data"], bool(row["photo"])) if row["file_name"] else None
     metadata = json.loads(row["metadata"])
+    voice = bool(metadata.pop("voice_note", False))
+    file = OutgoingFile(row["file_name"], row["file_data"], bool(row["photo"]), voice) if row["file_name"] else None
     for stale in ("stream_id", "outbox_id", "outbox_created", "turn_reply", "ephemeral"):  # rows from before
         metadata.pop(stale, None)
     reply_context = metadata.pop("reply_context", None)

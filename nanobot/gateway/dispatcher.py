@@ -20,6 +20,7 @@ from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin, TurnIO, TurnRequest
 from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.gateway.spoken import voice_note, voice_wait, will_speak
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -233,18 +234,25 @@ class Dispatcher:
         """``msg``'s reply (none if ``text`` is empty). With an outbox it is recorded before
         this returns, and ``msg`` is settled in the same commit: a crash from now on cannot
         make it run again."""
+        voice = will_speak(self.agent, msg, text)
         reply = OutboundMessage(msg.channel, msg.chat_id, text, stream_id=stream_id, turn_reply=True,
-                                reply_context=msg.reply_context)
-        if self.outbox is None:
-            if text:
-                await self.bus.publish_outbound(reply)
-            return
-        try:
-            await self.outbox.put(reply, finishes=msg.intake_id)
-        except Exception:  # the store failed: send it anyway; the message runs again after a restart
-            log.exception("%s: could not record the reply; sending it unrecorded", msg.session_key)
-            if text:
-                await self.bus.publish_outbound(reply)
+                                reply_context=msg.reply_context, voice_follows=voice_wait(self.agent) if voice else None)
+        await self._put(msg, reply, finishes=msg.intake_id)
+        if voice:  # after the text, never holding it up
+            self._spawn(self._speak(msg, text))
+
+    async def _speak(self, msg: InboundMessage, text: str) -> None:
+        await self._put(msg, await voice_note(self.agent, msg, text))
+
+    async def _put(self, msg: InboundMessage, reply: OutboundMessage, finishes: int | None = None) -> None:
+        """Recorded in the outbox, then sent; without one (or when the store fails), just sent."""
+        if self.outbox is not None and reply.durable:
+            try:
+                return await self.outbox.put(reply, finishes=finishes)
+            except Exception:  # the store failed: send it anyway; the message runs again after a restart
+                log.exception("%s: could not record the reply; sending it unrecorded", msg.session_key)
+        if reply.content or reply.file or not reply.durable:
+            await self.bus.publish_outbound(reply)
 
     def reply_stream(self, msg: InboundMessage) -> ReplyStream | None:
         """A stream for this message's reply, when its channel shows replies as they are written

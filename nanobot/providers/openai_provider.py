@@ -127,6 +127,16 @@ class OpenAIProvider(Provider):
             raise _classify(exc)[0] from exc
         return (result if isinstance(result, str) else getattr(result, "text", None)) or ""
 
+    async def speak(self, text: str, model: str, voice: str, timeout: float) -> bytes:
+        """Text to speech (``/audio/speech``) as OGG/Opus, on this provider's client; no retries:
+        the text reply went already, and a voice note late by a retry's wait is worth less."""
+        try:
+            result = await self._client.audio.speech.create(model=model, voice=voice, input=text,
+                                                            response_format="opus", timeout=timeout)
+        except Exception as exc:
+            raise _classify(exc)[0] from exc
+        return result.content
+
     async def close(self) -> None:
         await self._client.close()
 

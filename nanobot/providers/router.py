@@ -82,6 +82,10 @@ class ModelRouter(Provider):
         would need a transcription model of its own)."""
         return await self.provider(provider).transcribe(audio, model, language, timeout)  # type: ignore[attr-defined]
 
+    async def speak(self, provider: str, text: str, model: str, voice: str, timeout: float) -> bytes:
+        """Text to speech with the named provider's client (no fallbacks, as for transcription)."""
+        return await self.provider(provider).speak(text, model, voice, timeout)  # type: ignore[attr-defined]
+
     async def close(self) -> None:
         for provider in self._providers.values():
             await provider.close()

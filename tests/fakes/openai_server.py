@@ -118,6 +118,8 @@ class FakeOpenAI:
         self.raw_requests: list[dict[str, Any]] = []
         self.transcripts: list[Any] = []  # answers of /audio/transcriptions, in order
         self.transcriptions: list[dict[str, Any]] = []  # what was sent there: model, language, filename, data
+        self.speeches: list[Any] = []  # answers of /audio/speech, in order (default: a real OGG/Opus file)
+        self.speech_requests: list[dict[str, Any]] = []  # what was sent there: model, voice, input, response_format
         self._script: list[Any] = []
         self.fallback = fallback if fallback is not None else reply("(script exhausted)")
         self._runner: web.AppRunner | None = None
@@ -139,6 +141,7 @@ class FakeOpenAI:
         app = web.Application(client_max_size=64 * 1024 * 1024)  # prompts with pictures are big
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
+        app.router.add_post("/v1/audio/speech", self._speak)
         # A short shutdown: a delayed() answer nobody waits for any more (the client was
         # cancelled, e.g. by /stop) must not hold up the test's teardown.
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
@@ -210,6 +213,22 @@ class FakeOpenAI:
             return web.json_response({"error": {"message": item.message, "type": "scripted"}},
                                      status=item.status, headers=item.headers)
         return web.json_response({"text": item})
+
+    async def _speak(self, request: web.Request) -> web.Response:
+        """Text to speech: the next of ``speeches`` (bytes, an Error or delayed(...)), else a real
+        OGG/Opus file of 20 ms of silence."""
+        from tests.media_files import ogg_opus
+
+        self.speech_requests.append(await request.json())
+        self.request_event.set()
+        item = self.speeches.pop(0) if self.speeches else ogg_opus()
+        if isinstance(item, Delayed):
+            await asyncio.sleep(item.seconds)
+            item = item.item
+        if isinstance(item, Error):
+            return web.json_response({"error": {"message": item.message, "type": "scripted"}},
+                                     status=item.status, headers=item.headers)
+        return web.Response(body=item, content_type="audio/ogg")
 
     async def _chat(self, request: web.Request) -> web.Response:
         self.raw_requests.append(await request.json())

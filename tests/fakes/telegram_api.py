@@ -45,7 +45,7 @@ class FakeTelegram:
         self.token, self.bot_id, self.bot_username = token, bot_id, bot_username
         self.sent: list[dict[str, Any]] = []
         self.edits: list[dict[str, Any]] = []
-        self.files: list[dict[str, Any]] = []  # sendPhoto / sendDocument: method, chat_id, caption, filename, data
+        self.files: list[dict[str, Any]] = []  # sendPhoto / sendDocument / sendVoice: method, chat_id, caption, filename, data
         self.confirm_updates = True
         self.pushed_at: dict[int, float] = {}  # update_id -> when it was queued (for latency figures)
         self.held: dict[str, asyncio.Event] = {}  # method -> answers wait until the event is set
@@ -276,6 +276,9 @@ class FakeTelegram:
     async def _m_sendDocument(self, p: dict) -> web.Response:
         return self._file_sent("document", p)
 
+    async def _m_sendVoice(self, p: dict) -> web.Response:
+        return self._file_sent("voice", p)
+
     def _file_sent(self, field: str, p: dict) -> web.Response:
         upload = p.get(field)
         if not hasattr(upload, "file"):
@@ -283,7 +286,7 @@ class FakeTelegram:
         message = self._bot_message(p["chat_id"], "")
         self.files.append({"method": field, "chat_id": p["chat_id"], "caption": p.get("caption"),
                            "filename": upload.filename, "data": upload.file.read(),
-                           "message_id": message["message_id"]})
+                           "message_id": message["message_id"], "at": time.monotonic()})
         return _ok(message)
 
     async def _m_editMessageText(self, p: dict) -> web.Response:

@@ -12,6 +12,7 @@ let session = sessionStorage.getItem("nanobot-session") || null;  // X-Nanobot-S
 let viewing = null;  // an owner reading another channel's chat (read-only)
 let running = false;  // a turn of this conversation is being answered
 let attachments = [];  // uploaded files for the next message: {id, name}
+const AUDIO = /\.(ogg|oga|opus|mp3|m4a|wav)$/i;  // files the page plays (a spoken reply is reply.ogg)
 
 function el(tag, text, attributes = {}) {
   const node = document.createElement(tag);
@@ -224,6 +225,7 @@ async function showFile(item, file) {
   const url = URL.createObjectURL(blob);
   const link = el("a", "Download " + file.name, {href: url, download: file.name});
   if (file.photo) item.append(el("img", undefined, {src: url, alt: file.caption || file.name}));
+  if (AUDIO.test(file.name)) item.append(el("audio", undefined, {src: url, controls: "", "aria-label": file.name}));
   if (file.caption) item.append(el("p", file.caption));
   item.append(link);
 }
