@@ -174,6 +174,18 @@ async def test_notes_and_files_the_assistant_sends_show_in_the_chat(api: dict, l
         saved = await (await started.value).path()
         assert Path(saved).read_text() == "month,sales\njan,3\n"
         await no_serious_violations(page)
+        api["gateway"].runtime.config.tools.speech.provider = "openai"  # the reply spoken: the page plays it
+        llm.script(reply("Spoken."))
+        for text in ("/voice always", "say it"):
+            await page.get_by_label("Message").fill(text)
+            await page.get_by_label("Message").press("Enter")
+        voice = page.get_by_label("reply.ogg")
+        await voice.wait_for()
+        loaded = await voice.evaluate("audio => audio.readyState >= 1 ? 'loaded' : new Promise((done) => {"
+                                      "audio.onloadedmetadata = () => done('loaded'); audio.onerror = () => done('error');"
+                                      "setTimeout(() => done('not loaded in 10 s'), 10000); })")
+        assert loaded == "loaded"  # the page's CSP lets it play, and the stand-in's OGG/Opus is a real one
+        await no_serious_violations(page)
 
 
 @needs_browser
