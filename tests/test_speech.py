@@ -87,17 +87,23 @@ def not_spoken(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 async def test_a_failing_speech_server_leaves_the_text_reply(config: Config, llm: FakeOpenAI, tg: FakeTelegram,
                                                              caplog: pytest.LogCaptureFixture) -> None:
-    llm.transcripts.append("hi")
+    """And a reply past maxChars is not spoken: its text goes, with one log line."""
+    config.tools.speech.max_chars = 20
+    llm.transcripts.extend(["hi", "tell me more"])
     llm.speeches.append(error(500, message="the voice broke"))
-    llm.script(reply("Hello there."))
+    llm.script(reply("Hello there."), reply("A reply much longer than twenty characters."))
     caplog.set_level(logging.INFO, logger="nanobot.gateway.spoken")
     async with running_gateway(config):
         tg.push_voice(ALICE, ALICE, b"OggS-in")
         [text] = await tg.wait_sent(1, timeout=15)
         await tg.wait_until(lambda: not_spoken(caplog), timeout=15)
-    assert text["text"] == "Hello there." and tg.files == []
-    [line] = not_spoken(caplog)
-    assert "the reply was not spoken" in line and "the voice broke" in line
+        tg.push_voice(ALICE, ALICE, b"OggS-in")
+        await tg.wait_until(lambda: len(not_spoken(caplog)) == 2, timeout=15)
+    assert text["text"] == "Hello there." and len(tg.sent) == 2 and tg.files == []
+    failed, too_long = not_spoken(caplog)
+    assert "the reply was not spoken" in failed and "the voice broke" in failed
+    assert "not spoken: 43 characters (tools.speech.maxChars: 20)" in too_long
+    assert len(llm.speech_requests) == 1
 
 
 async def test_a_member_chats_speech_counts_toward_the_members_budget(config: Config, llm: FakeOpenAI,
