@@ -50,6 +50,7 @@ FILE_HOSTS = ("files.slack.com",)  # where the bot token may be sent to fetch a 
 SOCKET = "slack socket mode"  # the singleton: one worker holds the WebSocket
 PING_S = 10.0  # slack_sdk pings the WebSocket this often, and reconnects a dead one at the next ping
 WATCH_S = 2.0  # how often the held WebSocket's state is looked at (for status)
+CONNECT_S = 20.0  # slack_sdk retries a failing first connection forever: ours gives up after this
 MESSAGE_SUBTYPES = (None, "file_share", "thread_broadcast")  # what a person wrote; not edits, joins, bots
 MAX_EVENT_BYTES = 1024 * 1024
 
@@ -104,15 +105,23 @@ class SlackChannel(BaseChannel):
         self._socket = asyncio.create_task(self._socket_while_held(held), name="slack-socket-mode")
 
     async def _connect_socket(self) -> AsyncSocketModeHandler:
+        """The WebSocket, or RuntimeError with the reason. slack_sdk's own connect retries every
+        failure forever (a refused app token too, with a traceback each time): the token is
+        tried first here, and the connection gets ``CONNECT_S``."""
+        try:
+            await self.client.apps_connections_open(app_token=self.config.app_token)
+        except (SlackApiError, aiohttp.ClientError, OSError) as exc:
+            raise _not_connected(exc) from None
         handler = AsyncSocketModeHandler(self.app, self.config.app_token, ping_interval=PING_S, proxy=self.proxy)
         _without_env_proxy(self.proxy, handler.client)
         try:
-            await handler.connect_async()
-        except Exception as exc:
+            async with asyncio.timeout(CONNECT_S):
+                await handler.connect_async()
+        except BaseException as exc:  # cancelled (the gateway stops) included: nothing is left open
             await handler.close_async()
-            reason = exc.response["error"] if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
-            raise RuntimeError(f"slack: Socket Mode did not connect ({reason}); check channels.slack.appToken") \
-                from None
+            if not isinstance(exc, Exception):
+                raise
+            raise _not_connected(exc) from None
         self._handler = handler
         return handler
 
@@ -283,6 +292,16 @@ class SlackChannel(BaseChannel):
                 return None
             retry = status is None or status >= 500 or status == 429
             raise SendFailed(f"slack: {method} to {arguments.get('channel')} failed: {reason}", retry=retry) from exc
+
+
+def _not_connected(exc: BaseException) -> RuntimeError:
+    if isinstance(exc, SlackApiError):
+        reason = exc.response["error"]
+    elif isinstance(exc, TimeoutError):
+        reason = f"no connection within {CONNECT_S:g} s"
+    else:
+        reason = f"{type(exc).__name__}: {exc}"
+    return RuntimeError(f"slack: Socket Mode did not connect ({reason}); check channels.slack.appToken")
 
 
 def _target(chat_id: str) -> tuple[str, str | None]:

@@ -35,10 +35,13 @@ class EchoChannel(BaseChannel):
 
     async def start(self):
         self.outbox = asyncio.Queue()
+        if self.config.greeting == "hang":  # a library that never gives up connecting
+            await asyncio.Event().wait()
         EchoChannel.running.append(self)
 
     async def stop(self):
-        EchoChannel.running.remove(self)
+        if self in EchoChannel.running:
+            EchoChannel.running.remove(self)
 
     async def send(self, msg):
         self.outbox.put_nowait(f"{self.config.greeting} {msg.content}")
@@ -95,6 +98,44 @@ async def test_an_installed_channel_is_configured_started_and_served(
         finally:
             await gateway.stop()
     assert len(llm.chat_requests) == 1
+
+
+async def test_a_channel_whose_start_hangs_holds_neither_start_nor_stop(
+        plugin, llm: FakeOpenAI, home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nanobot.gateway import supervisor
+
+    monkeypatch.setattr(supervisor, "START_DEADLINE_S", 0.2)
+    write_config(home, {
+        "agents": {"defaults": {"workspace": str(workspace), "executionMode": "tools"}},
+        "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}},
+        "channels": {"echo": {"enabled": True, "allowFrom": ["alice"], "greeting": "hang"}},
+    })
+    config, _ = load_config()
+    async with open_runtime(config, bus=MessageBus()) as rt:
+        gateway = Gateway(rt)
+        async with asyncio.timeout(10):
+            await gateway.start()
+            assert gateway.channels.state["echo"].startswith("retrying in ") and \
+                "did not start within 0.2 s" in gateway.channels.state["echo"]
+            await gateway.stop()
+
+
+async def test_a_stop_signal_during_a_hanging_start_ends_the_gateway(
+        plugin, llm: FakeOpenAI, home: Path, workspace: Path) -> None:
+    """SIGTERM (here: the same stop event) while a channel's start still hangs: the gateway
+    stops at once, exit code 0, instead of waiting for the start's deadline."""
+    from nanobot.gateway.app import run_gateway
+
+    write_config(home, {
+        "agents": {"defaults": {"workspace": str(workspace), "executionMode": "tools"}},
+        "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}},
+        "channels": {"echo": {"enabled": True, "allowFrom": ["alice"], "greeting": "hang"}},
+    })
+    config, _ = load_config()
+    stop = asyncio.Event()
+    stop.set()
+    async with asyncio.timeout(10):  # the start's deadline is 60 s
+        assert await run_gateway(config, stop=stop) == 0
 
 
 def test_a_section_no_installed_channel_claims_is_rejected(home: Path) -> None:

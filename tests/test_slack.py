@@ -262,3 +262,15 @@ async def test_no_proxy_is_honoured(llm: FakeOpenAI, workspace: Path, slack: Fak
     async with running_gateway(slack_config(llm, workspace, slack)):
         await slack.push_message("D1", OWNER, "hello")
         await slack.wait_shown("direct")
+
+
+async def test_a_refused_app_token_holds_neither_the_start_nor_the_stop(llm: FakeOpenAI, workspace: Path,
+                                                                        slack: FakeSlack) -> None:
+    """Socket Mode refused (invalid_auth on apps.connections.open): the gateway starts, says why
+    in status, answers elsewhere, and stops at once."""
+    config = slack_config(llm, workspace, slack)
+    config.channels.slack.app_token = "xapp-wrong"
+    async with asyncio.timeout(20):
+        async with running_gateway(config) as gateway:
+            state = gateway.channels.state["slack"]  # type: ignore[union-attr]
+            assert "invalid_auth" in state and "appToken" in state and "xapp-wrong" not in state

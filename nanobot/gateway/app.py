@@ -303,13 +303,32 @@ def _stop_on(sig: signal.Signals, stop: asyncio.Event) -> Any:
     return handler
 
 
+async def _started_unless_stopped(gateway: Gateway, stop: asyncio.Event) -> bool:
+    """Start the gateway; a stop signal meanwhile cancels the start (False): a slow part must
+    not make SIGTERM wait, or systemd would kill -9 it."""
+    starting = asyncio.create_task(gateway.start(), name="gateway start")
+    stopping = asyncio.create_task(stop.wait(), name="stop signal")
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not starting.done():
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        return False
+    starting.result()  # its error, if it failed
+    return True
+
+
 async def _serve(config: Config, stop: asyncio.Event) -> int:
     watchdog: asyncio.Task[None] | None = None
     async with open_runtime(config, bus=MessageBus()) as runtime:
         gateway = Gateway(runtime)
         add_services(gateway)
         try:
-            await gateway.start()
+            if not await _started_unless_stopped(gateway, stop):
+                log.info("gateway stopping before it was ready")
+                return 0
             sdnotify.notify("READY=1")
             interval = sdnotify.watchdog_interval()
             if interval:

@@ -9,7 +9,9 @@ adapter's own keys), validated again with the adapter's ``config_model`` if it h
 
 A channel that fails to start (a network outage, a Bot API that is down) is retried with
 backoff, from ``RETRY_FIRST_S`` doubling to ``RETRY_MAX_S``, for as long as the gateway runs;
-``state`` says where each channel stands, for ``nanobot status``.
+``state`` says where each channel stands, for ``nanobot status``. A start that takes longer
+than ``START_DEADLINE_S`` counts as failed (and is retried): no channel holds the gateway's
+start, and so its stop (a library that retries a refused token forever once did).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ log = logging.getLogger(__name__)
 ENTRY_POINT_GROUP = "nanobot.channels"
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
+START_DEADLINE_S = 60.0
 
 
 def _is_library_error(exc: Exception) -> bool:
@@ -102,7 +105,7 @@ class ChannelSupervisor:
             cls = entry_point.load()
             assert self.ctx is not None
             channel = cls(self._section(name, cls), self.ctx)
-            await channel.start()
+            await self._start_in_time(channel)
         except ListenError:
             if first:
                 raise
@@ -121,6 +124,23 @@ class ChannelSupervisor:
         self._set_state(name, "running")
         log.info("channel %s started", name)
         return True
+
+    @staticmethod
+    async def _start_in_time(channel: BaseChannel) -> None:
+        """``channel.start()`` within ``START_DEADLINE_S``; past it, what it began is stopped and
+        RuntimeError says so."""
+        deadline = asyncio.timeout(START_DEADLINE_S)
+        try:
+            async with deadline:
+                await channel.start()
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            try:
+                await channel.stop()
+            except Exception as exc:  # it never ran: what it left half-done is all there is to stop
+                log.debug("channel %s: stopping a start that timed out: %s", channel.name, exc)
+            raise RuntimeError(f"it did not start within {START_DEADLINE_S:g} s") from None
 
     async def _keep_trying(self, name: str, entry_point: EntryPoint) -> None:
         delay = self.retry_first_s
