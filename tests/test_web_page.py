@@ -275,6 +275,9 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
         assert "$1.50" in await page.locator("#chart").text_content()  # the axis says the scale
         assert await page.locator("#legend").inner_text() == "big-model\nsmall-model" or "big-model" in \
             await page.locator("#legend").inner_text()
+        swatches = await page.locator("#legend span").evaluate_all(
+            "spans => spans.map((s) => getComputedStyle(s).backgroundColor)")
+        assert len(set(swatches)) == 2 and "rgba(0, 0, 0, 0)" not in swatches  # coloured under the real CSP
         assert (await page.locator("#top-chats tbody tr").first.inner_text()).startswith("api:bob")
         await no_serious_violations(page)
         await page.click("#nav-status")
@@ -289,12 +292,18 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
 @pytest.mark.parametrize("dark", [False, True])
 async def test_it_works_at_375_pixels_light_and_dark(api: dict, llm: FakeOpenAI, dark: bool) -> None:  # noqa: F811
     root = api["base"].removesuffix("/v1") + "/"
-    llm.script(reply("A reply that is long enough to wrap on a phone, with `code` and **bold** words."))
+    llm.fallback = lambda body: reply("A reply that is long enough to wrap on a phone, with `code` and **bold** words.")
     async with browser_page(width=375, height=740, dark=dark) as page:
         await sign_in(page, root, api["owner"])
-        await page.get_by_label("Message").fill("hello from a phone")
-        await page.get_by_label("Message").press("Enter")
-        await shows(page, "#messages", "bold")
+        for n in range(4):  # conversations whose names are as long as their first messages
+            if n:
+                await page.get_by_role("button", name="New conversation", exact=True).click()
+                await page.wait_for_function("() => document.querySelectorAll('#messages > li').length === 0")
+            await page.get_by_label("Message").fill(f"conversation {n}: hello from a phone, at some length")
+            await page.get_by_label("Message").press("Enter")
+            await shows(page, "#messages", "bold")
+        await shows(page, "#conversation-list", "conversation 3")
+        assert await page.locator("#conversation-list li").count() >= 4
         assert await page.evaluate("document.scrollingElement.scrollWidth") <= 375  # nothing sideways
         background = await page.evaluate("getComputedStyle(document.body).backgroundColor")
         assert (background == "rgb(13, 17, 23)") == dark

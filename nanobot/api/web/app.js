@@ -341,8 +341,9 @@ async function loadUsage() {
   $("chart").replaceChildren(...nodes);
   $("chart").setAttribute("aria-label", `${measure} per day and model, last 30 days`);
   $("legend").replaceChildren(...models.map((m, n) => {
-    const item = el("li", m);
-    item.prepend(el("span", undefined, {style: `background:${COLORS[n % COLORS.length]}`}));
+    const item = el("li", m), swatch = el("span");
+    swatch.style.background = COLORS[n % COLORS.length];  // CSSOM: the page's CSP drops a style="" attribute
+    item.prepend(swatch);
     return item;
   }));
   const calls = days.reduce((n, d) => n + d.calls, 0), cost = days.reduce((n, d) => n + d.cost, 0);
