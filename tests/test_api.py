@@ -72,6 +72,15 @@ async def test_the_openai_client_chats_plain_and_streamed(api: dict, llm: FakeOp
     assert "".join(pieces) == "You said hello, and I answered."
     sent = [m["content"] for m in llm.chat_requests[1]["messages"] if m["role"] == "user"]
     assert sent == ["hello", "what did I say?"]  # the history is the server's
+    llm.script(reply("Counted.", prompt_tokens=120, completion_tokens=7))
+    stream = await ai.chat.completions.create(model="nanobot", stream=True, stream_options={"include_usage": True},
+                                              messages=[{"role": "user", "content": "and the usage?"}])
+    chunks = [chunk async for chunk in stream]
+    assert chunks[-1].choices == [] and (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (120, 7)
+    assert all(chunk.usage is None for chunk in chunks[:-1])  # only when asked, and only the last one
+    llm.script(reply("Like this:\n```python show\nprint('hi')\n```"))  # tools mode, as the fixture's
+    shown = await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "how?"}])
+    assert shown.choices[0].message.content == "Like this:\n```python\nprint('hi')\n```"
 
 
 async def test_each_session_header_is_its_own_chat(api: dict, llm: FakeOpenAI) -> None:

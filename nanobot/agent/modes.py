@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from nanobot import beneath
 from nanobot.prompts import render_prompt
-from nanobot.agent.markup import answer_or_failure, strip_think, text_tool_calls as text_calls_in
+from nanobot.agent.markup import answer_or_failure, for_the_user, strip_think, text_tool_calls as text_calls_in
 from nanobot.agent.tool_offer import FIND_TOOLS, USE_TOOL, find_tools, native_schemas, use_tool_call
 from nanobot.providers.base import LLMResponse, ToolCall, parse_arguments
 
@@ -138,7 +138,7 @@ class ToolsMode:
         elif payloads := text_calls_in(content):
             await self._text_calls(turn, content, payloads)
         else:
-            reply = strip_think(content)
+            reply = for_the_user(strip_think(content))  # a ```python show fence, as in code mode
             turn.add({"role": "assistant", "content": reply})
             return answer_or_failure(reply)
         return turn.state.final

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from aiohttp import web
 
@@ -117,8 +117,10 @@ class ApiServer:
         assert self.channel is not None
         self._running[name] = self._running.get(name, 0) + 1
         try:
+            options = body.get("stream_options")
             return await answer(request, self.channel, name, chat_id, text, stream=bool(body.get("stream")),
-                                usage=self.door.usage, media=media)
+                                usage=self.door.usage, media=media,
+                                include_usage=isinstance(options, dict) and options.get("include_usage") is True)
         finally:
             self._running[name] -= 1
 
@@ -180,26 +182,31 @@ class ApiServer:
 
 async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id: str, text: str, *,
                  stream: bool, usage: UsageStore | None, mode: str | None = None,
-                 media: list[str] | None = None) -> web.StreamResponse:
-    """Run ``text`` as a message of the chat and answer with its reply, whole or streamed."""
+                 media: list[str] | None = None, include_usage: bool = False) -> web.StreamResponse:
+    """Run ``text`` as a message of the chat and answer with its reply, whole or streamed (with
+    a last chunk holding the turn's usage when ``stream_options.include_usage`` asks, as OpenAI's)."""
     started = time.time()
     reply = await channel.ask(sender, chat_id, text, f"{channel.name}-{uuid.uuid4().hex}", mode=mode, media=media)
+
+    async def used() -> dict[str, int]:
+        prompt, completion = await usage.tokens_since(f"{channel.name}:{chat_id}", started) if usage else (0, 0)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
     if stream:
-        return await _stream(request, channel, chat_id, reply)
+        return await _stream(request, channel, chat_id, reply, used if include_usage else None)
     try:
         while await reply.pieces.get() is not FINAL:
             pass
     finally:
         channel.forget(chat_id, reply)
-    prompt, completion = await usage.tokens_since(f"{channel.name}:{chat_id}", started) if usage else (0, 0)
-    body = _completion(reply.final, {"prompt_tokens": prompt, "completion_tokens": completion,
-                                     "total_tokens": prompt + completion})
+    body = _completion(reply.final, await used())
     if reply.asides:  # nanobot's own field (clients of OpenAI's shape ignore it): notes and files sent
         body["nanobot"] = {"asides": [aside.as_json() for aside in reply.asides]}
     return web.json_response(body)
 
 
-async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply: Reply) -> web.StreamResponse:
+async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply: Reply,
+                  used: Callable[[], Awaitable[dict[str, int]]] | None) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
@@ -211,6 +218,8 @@ async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply
             else:
                 await _event(response, _chunk(ident, created, {"content": piece}))
         await _event(response, _chunk(ident, created, {}, finish="stop"))
+        if used is not None:
+            await _event(response, {**_chunk(ident, created, {}), "choices": [], "usage": await used()})
         await response.write(b"data: [DONE]\n\n")
     except (ConnectionResetError, asyncio.CancelledError):
         # The client left: the turn goes on and its reply stays in the history.
