@@ -18,6 +18,7 @@ from nanobot.config import Config
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
+from nanobot.agent.streaming import TAKEN_BACK
 from tests.helpers import running_gateway, telegram_gateway_config
 
 ALICE, FRIEND, DM = 42, 4242, 5
@@ -55,18 +56,30 @@ async def test_telegram_shows_the_reply_growing_in_one_message(config: Config, t
     assert llm.chat_requests[0]["stream"] is True and llm.chat_requests[0]["stream_options"] == {"include_usage": True}
 
 
-async def test_code_mode_shows_no_program_and_no_working_note(config: Config, tg: FakeTelegram,
-                                                               llm: FakeOpenAI) -> None:
-    """Only <say> notes and the answer reach the user in code mode: not the program, not the
-    text written next to it."""
+async def test_code_mode_shows_no_program_and_takes_a_working_note_back(config: Config, tg: FakeTelegram,
+                                                                        llm: FakeOpenAI) -> None:
+    """Only <say> notes and the answer stay in code mode: never the program, and the text
+    written next to it is taken back from the preview once the program shows."""
     config.agents.defaults.execution_mode = "code"
-    llm.script(reply("Let me count them for you.\n```python\nfinal_answer(str(6 * 7))\n```"))
+    llm.script(reply("Let me count them for you, one by one, carefully and slowly.\n"
+                     "```python\nfinal_answer(str(6 * 7))\n```"))
     async with running_gateway(config):
         tg.push_text(ALICE, ALICE, "count")
-        await tg.wait_sent(1, timeout=10)
-        await asyncio.sleep(0.2)
+        await tg.wait_until(lambda: [e["text"] for e in tg.edits][-1:] == ["42"], timeout=10)
     shown = [m["text"] for m in tg.sent] + [e["text"] for e in tg.edits]
-    assert shown == ["42"]
+    assert shown[-1] == "42" and not any("final_answer" in text for text in shown)
+    note = [i for i, text in enumerate(shown) if text.startswith("Let me count")]
+    assert note and shown[note[-1] + 1] == TAKEN_BACK  # shown as it came, then taken back
+
+
+async def test_code_mode_streams_a_plain_answer(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
+    config.agents.defaults.execution_mode = "code"
+    llm.script(reply(LONG))
+    async with running_gateway(config):
+        tg.push_text(ALICE, ALICE, "tell me")
+        await tg.wait_until(lambda: any(e.get("parse_mode") == "HTML" for e in tg.edits), timeout=10)
+    growing = [e["text"] for e in tg.edits if e.get("parse_mode") != "HTML"]
+    assert len(tg.sent) == 1 and len(growing) >= 2 and all(len(a) < len(b) for a, b in zip(growing, growing[1:]))
 
 
 async def test_streaming_off_sends_one_message(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:

@@ -164,17 +164,26 @@ class Turn:
 
     async def ask_model(self, *, tools: list[dict[str, Any]] | None = None,
                         messages: list[dict[str, Any]] | None = None, purpose: str = "turn") -> LLMResponse:
+        # Side questions (llm_query) are not shown. Code mode's text (Mode.streams_text) is shown
+        # only where a working note can be taken back once its program shows (an edited preview).
+        stream = self.stream if purpose == "turn" and self.stream is not None and (
+            self.mode.streams_text or self.stream.takes_back) else None
+        if stream is None:
+            return await self._ask(tools, messages, purpose, None)
+        stream.begin(notes=self.mode.streams_text)
+        response = await self._ask(tools, messages, purpose, stream.feed)
+        await stream.end()
+        return response
+
+    async def _ask(self, tools: list[dict[str, Any]] | None, messages: list[dict[str, Any]] | None, purpose: str,
+                   on_text: Callable[[str], Awaitable[None]] | None) -> LLMResponse:
         provider, model = self.chat_model()
-        # Side questions (llm_query) are not shown, nor code mode's text (Mode.streams_text).
-        streamed = self.stream is not None and purpose == "turn" and self.mode.streams_text
-        if streamed:
-            self.stream.begin()
         prompt = messages or self.state.messages
         request = ChatRequest(messages=await with_images(prompt, self.ctx.workspace, self.images_shown(provider, model)),
                               model=model, tools=tools or None,
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
                               provider=provider, fallbacks=[(f.provider, f.model) for f in self.settings.fallbacks],
-                              on_text=self.stream.feed if streamed else None, cache_key=cache_key(self.session.key))
+                              on_text=on_text, cache_key=cache_key(self.session.key))
         call = partial(metered_chat, self.deps, session_key=self.session.key, mode=self.mode.name, purpose=purpose,
                        member=self.member)
         self.state.model_calls += 1

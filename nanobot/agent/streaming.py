@@ -7,6 +7,11 @@ never streamed), no ``<say>`` notes (they are sent as notes). A marker split acr
 is held back until it is known not to be one. Each model call of the turn starts the text
 afresh in the same message; the final reply then replaces it.
 
+In code mode, text next to a program is a working note, not for the user. Where the stream is
+a preview the channel edits (``takes_back``: Telegram, Discord, Slack), a model call's text is
+shown as it comes all the same, and taken back (``TAKEN_BACK``) once a program shows in it;
+where it only appends (the API, the terminal), code mode's text is not streamed.
+
 Pieces are kept in a list and the visible text is worked out at most every ``CHECK_EVERY``
 seconds, and never again once a program or call has begun: a reply of a megabyte in
 four-character pieces would otherwise cost time quadratic in its length (it hung a chat).
@@ -25,6 +30,7 @@ _STOPS = ("```", "<run_python>", "<tool_call>")
 _MARKERS = (*_STOPS, "<think>", "<say>")
 _ids = itertools.count(1)
 CHECK_EVERY = 0.05  # seconds between looks at the text so far
+TAKEN_BACK = "…"  # what a preview shows once its text turned out to be a working note
 
 
 def visible_text(raw: str) -> str:
@@ -45,19 +51,34 @@ def _visible(raw: str) -> tuple[str, bool]:
 
 class ReplyStream:
     def __init__(self, publish: Callable[[str], Awaitable[None]], interval: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *, takes_back: bool = False) -> None:
         self.publish = publish
         self.interval = interval
+        self.takes_back = takes_back  # the chat shows one message it edits: text can be taken back
         self.stream_id = next(_ids)  # names the chat message being edited
         self.clock = clock
         self.shown = ""  # what the chat shows now
         self._pieces: list[str] = []
         self._stopped = False  # a program or call began in this model call's text
+        self._notes = True  # text before a program stays shown (False: code mode's working notes)
+        self._published = False  # this model call's text was shown
         self._last = self._checked = float("-inf")
 
-    def begin(self) -> None:
-        """A new model call: its text replaces the last one's."""
+    def begin(self, *, notes: bool = True) -> None:
+        """A new model call: its text replaces the last one's. ``notes=False`` (code mode): text
+        that turns out to precede a program is taken back."""
         self._pieces, self._stopped, self._checked = [], False, float("-inf")
+        self._notes, self._published = notes, False
+
+    async def end(self) -> None:
+        """The model call is over: a working note it showed is taken back (code mode)."""
+        if not self._notes and _visible("".join(self._pieces))[1]:
+            await self._take_back()
+
+    async def _take_back(self) -> None:
+        if self._published and self.shown != TAKEN_BACK:
+            self.shown, self._last = TAKEN_BACK, self.clock()
+            await self.publish(TAKEN_BACK)
 
     async def feed(self, piece: str) -> None:
         self._pieces.append(piece)
@@ -68,7 +89,9 @@ class ReplyStream:
         raw = "".join(self._pieces)
         self._pieces = [raw]
         text, self._stopped = _visible(raw)
-        if text and text != self.shown:
+        if self._stopped and not self._notes:
+            await self._take_back()
+        elif text and text != self.shown:
             self._last = self.clock()
-            self.shown = text
+            self.shown, self._published = text, True
             await self.publish(text)

@@ -266,7 +266,9 @@ class Dispatcher:
             await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text, kind="stream",
                                                             stream_id=stream.stream_id))
 
-        stream = ReplyStream(publish, pace)
+        # A chat platform's preview is one message, edited (pace > 0); the API's and terminal's
+        # streams only append, and cannot take back a working note.
+        stream = ReplyStream(publish, pace, takes_back=pace > 0)
         return stream
 
     async def keep_typing(self, msg: InboundMessage) -> None:
