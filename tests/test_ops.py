@@ -115,6 +115,16 @@ async def test_the_api_listener_answers_probes_without_a_key(config) -> None:
         assert (await get(f"http://{config.gateway.api.listen}/healthz"))[0] == 200
 
 
+async def test_the_start_log_names_the_page_and_the_metrics_listener(config, caplog) -> None:
+    config.gateway.api.enabled, config.gateway.api.listen = True, f"127.0.0.1:{free_port()}"
+    caplog.set_level("INFO")
+    async with running_gateway(config, with_services=True):
+        said = [r.getMessage() for r in caplog.records]
+    api, metrics = config.gateway.api.listen, config.gateway.metrics.listen
+    assert f"API on http://{api}/v1, the web page on http://{api}/" in said
+    assert f"metrics on http://{metrics}/metrics, health probes on /healthz and /readyz" in said
+
+
 async def test_a_code_mode_turn_is_one_trace(llm: FakeOpenAI, workspace: Path) -> None:
     """turn > model calls and a sandbox run > the tool the program called; log lines carry the trace id."""
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter

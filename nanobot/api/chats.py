@@ -80,7 +80,8 @@ class ChatRoutes:
         name, owner = await self.key_of(request)
         mine = [k for k in await self.door.chats(f"{API_CHANNEL}:{name}", MAX_LISTED)
                 if k == f"{API_CHANNEL}:{name}" or k.startswith(f"{API_CHANNEL}:{name}:")]
-        listed: dict[str, Any] = {"conversations": [await self._summary(k, session_of=name) for k in mine]}
+        listed: dict[str, Any] = {"conversations": [await self._summary(k, session_of=name) for k in mine],
+                                  "owner": owner}  # the page shows the owner's views only to an owner key
         if owner:
             every = [k for k in await self.door.chats("", MAX_LISTED) if not is_task(k)]
             listed["chats"] = [await self._summary(k) for k in every]

@@ -84,8 +84,8 @@ class ApiServer:
         self.chats.add_to(app)
         app.router.add_get("/", self.page)
         app.router.add_get("/static/{name:.+}", self.page)
-        self._runner, _ = await listen(app, host, port, "gateway.api.listen")
-        log.info("API listening on http://%s:%d/v1", host, port)
+        self._runner, bound = await listen(app, host, port, "gateway.api.listen")
+        log.info("API on http://%s:%d/v1, the web page on http://%s:%d/", host, bound, host, bound)
 
     async def stop(self) -> None:
         if self._runner is not None:

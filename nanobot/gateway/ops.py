@@ -7,6 +7,7 @@ singletons held, channels up) are read when Prometheus scrapes, so nothing runs 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -17,6 +18,8 @@ from nanobot.listener import listen
 
 if TYPE_CHECKING:
     from nanobot.gateway.app import Gateway
+
+log = logging.getLogger(__name__)
 
 
 class OpsServer:
@@ -31,7 +34,9 @@ class OpsServer:
         app = web.Application()
         app.router.add_get("/metrics", self.scrape)
         self.gateway.health().add_routes(app)
-        self._runner, _ = await listen(app, *settings.metrics.address(), "gateway.metrics.listen")
+        host, port = settings.metrics.address()
+        self._runner, bound = await listen(app, host, port, "gateway.metrics.listen")
+        log.info("metrics on http://%s:%d/metrics, health probes on /healthz and /readyz", host, bound)
 
     async def stop(self) -> None:
         if self._runner is not None:

@@ -12,6 +12,7 @@ let session = sessionStorage.getItem("nanobot-session") || null;  // X-Nanobot-S
 let viewing = null;  // an owner reading another channel's chat (read-only)
 let running = false;  // a turn of this conversation is being answered
 let attachments = [];  // uploaded files for the next message: {id, name}
+const OWNER_VIEWS = ["status", "cron", "pairing", "usage"];
 const AUDIO = /\.(ogg|oga|opus|mp3|m4a|wav)$/i;  // files the page plays (a spoken reply is reply.ogg)
 
 function el(tag, text, attributes = {}) {
@@ -115,6 +116,7 @@ async function loadConversations() {
   $("conversation-list").replaceChildren(...mine.map((c) => entry(c.title, when(c.last),
     !viewing && (c.session || null) === session, () => openConversation(c.session || null))));
   const every = data.chats || [];
+  for (const view of OWNER_VIEWS) $("nav-" + view).hidden = !data.owner;  // a member key would only be refused there
   $("every-chat").hidden = !every.length;
   $("chat-list").replaceChildren(...every.map((c) => entry(c.chat, `${c.trust} · ${c.mode} · ${c.model} · ${when(c.last)}`,
     viewing === c.chat, () => openChat(c.chat))));
