@@ -216,3 +216,81 @@ async def test_verbose_goes_after_agent_too(home: Path) -> None:
     code, out, err = await nanobot("agent", "-v", "--demo", "-m", "count the lines", home=home)
     assert code == 0, err
     assert "No such option" not in err and "INFO" in err
+
+
+def _converse(argv: list[str], env: dict[str, str], steps: list[tuple[str, str]]) -> str:
+    """Run ``argv`` on a pseudo-terminal: wait for each prompt, type its answer; all it printed."""
+    import pty
+    import select
+    import subprocess
+
+    main, child = pty.openpty()
+    def controlling_terminal() -> None:  # as a login shell's: getpass turns its echo off
+        import fcntl
+        import termios
+
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    proc = subprocess.Popen(argv, stdin=child, stdout=child, stderr=child, env=env, close_fds=True,
+                            start_new_session=True, preexec_fn=controlling_terminal)
+    os.close(child)
+    seen = b""
+
+    def read_until(text: bytes | None) -> None:
+        nonlocal seen
+        while text is None or text not in seen:
+            ready, _, _ = select.select([main], [], [], 30)
+            if not ready:
+                raise TimeoutError(f"no {text!r} in {seen.decode(errors='replace')!r}")
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the child closed the terminal: it ended
+                chunk = b""
+            if not chunk:
+                if text is None:
+                    return
+                raise AssertionError(f"ended before {text!r}: {seen.decode(errors='replace')!r}")
+            seen += chunk
+
+    try:
+        for prompt, answer in steps:
+            read_until(prompt.encode())
+            seen = seen.replace(prompt.encode(), b"<asked>", 1)
+            os.write(main, answer.encode() + b"\r")
+        read_until(None)
+        assert proc.wait(30) == 0, seen.decode(errors="replace")
+    finally:
+        proc.kill()
+        os.close(main)
+    return seen.decode(errors="replace")
+
+
+async def test_onboard_asks_in_a_terminal_and_checks_the_server(home: Path) -> None:
+    """Under a pseudo-terminal: the model server's URL and key (one call lists its models), the
+    model, the mode and a Telegram bot with its owner; the config holds the answers."""
+    async with FakeOpenAI() as llm:
+        env = {**os.environ, "NANOBOT_HOME": str(home)}
+        out = await asyncio.to_thread(_converse, [sys.executable, "-m", "nanobot", "onboard"], env, [
+            # a hidden answer is typed once getpass has turned the echo off (it then writes the prompt's last space)
+            ("Model server URL", llm.base_url), ("local servers): ", "sk-CANARY"), ("Model", ""), ("Mode", "tools"),
+            ("Chat channel", "telegram"), ("bot token: ", "123:TOKEN"), ("user id", "4242")])
+    assert "The server answered: 2 models (gpt-4.1-mini, local-model)" in out
+    assert "sk-CANARY" not in out and "123:TOKEN" not in out  # typed unseen
+    assert "Next: nanobot agent (a chat here); nanobot gateway (telegram)" in out
+    saved = json.loads((home / "config.json").read_text())
+    assert saved["providers"]["openai"]["apiBase"] == llm.base_url and saved["providers"]["openai"]["apiKey"] == "sk-CANARY"
+    assert saved["agents"]["defaults"]["model"] == "gpt-4.1-mini" and saved["agents"]["defaults"]["executionMode"] == "tools"
+    telegram = saved["channels"]["telegram"]
+    assert telegram["enabled"] and telegram["token"] == "123:TOKEN" and telegram["allowFrom"] == telegram["owners"] == ["4242"]
+
+
+async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path) -> None:
+    async with FakeOpenAI() as llm:
+        code, out, err = await nanobot("onboard", "--api-base", llm.base_url, "--api-key", "wrong-key",
+                                       "--mode", "hybrid", home=home)
+    assert code == 0, err
+    assert "The server answered 401: Incorrect API key provided. Check the URL and key" in out
+    saved = json.loads((home / "config.json").read_text())
+    assert saved["agents"]["defaults"]["executionMode"] == "hybrid" and saved["providers"]["openai"]["apiKey"] == "wrong-key"
+    code, out, _ = await nanobot("onboard", "--force", "--non-interactive", home=home)
+    assert code == 0 and "Model server" not in out

@@ -57,9 +57,20 @@ async def _validate_job_code(code: str, *, config_file: Path | None) -> str | No
     return await validate_code(code, load_config(config_file)[0])
 
 
-def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", help="rewrite the config with defaults "
-                                                           "(keys and tokens kept, the old file backed up)")) -> None:
-    """Create the config file (if missing) and the workspace from the template."""
+def onboard(ctx: typer.Context,
+            force: bool = typer.Option(False, "--force", help="rewrite the config with defaults "
+                                                              "(keys and tokens kept, the old file backed up)"),
+            non_interactive: bool = typer.Option(False, "--non-interactive", help="ask nothing: write the defaults"),
+            api_base: Optional[str] = typer.Option(None, "--api-base", help="the model server's URL (not asked)"),
+            api_key: Optional[str] = typer.Option(None, "--api-key", help="its API key (not asked)"),
+            model: Optional[str] = typer.Option(None, "--model", help="the model (not asked)"),
+            mode: Optional[str] = typer.Option(None, "--mode", help="code, tools or hybrid (not asked)"),
+            channel: Optional[str] = typer.Option(None, "--channel", help="none, telegram or discord (not asked)"),
+            ) -> None:
+    """Create the config file (if missing) and the workspace from the template. In a terminal it
+    asks for the model server, model, mode and one chat channel first."""
+    from nanobot.cli.onboarding import Answers, ask
+
     path, _ = config_path(ctx.obj.get("config"))
     if path.exists() and not force:
         typer.echo(f"Config exists: {path} (use --force to overwrite)")
@@ -72,13 +83,18 @@ def onboard(ctx: typer.Context, force: bool = typer.Option(False, "--force", hel
             backup = path.with_name(path.name + ".bak")
             write_private(backup, path.read_text(encoding="utf-8"))
             typer.echo(f"Backed up the old config to {backup} (API keys and tokens carried over)")
+        given = Answers(api_base, api_key, model, mode, channel)
+        interactive = not non_interactive and sys.stdin.isatty()
+        if interactive or given != Answers():
+            config = ask(config, given, interactive=interactive)
         write_private(path, config.to_json())
         typer.echo(f"Wrote {path}")
     private_dir(config.home)
     copy_template(config.workspace_path)
     typer.echo(f"Workspace: {config.workspace_path}")
     if config.provider_config().api_key or config.provider_config().api_base:
-        typer.echo("Next: nanobot agent")
+        channels = config.channels.enabled_names()
+        typer.echo(f"Next: nanobot agent (a chat here){'; nanobot gateway (' + ', '.join(channels) + ')' if channels else ''}")
     else:
         typer.echo("Next: set providers.openai.apiKey (and apiBase for other servers), then run: nanobot agent")
 

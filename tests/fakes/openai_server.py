@@ -120,6 +120,7 @@ class FakeOpenAI:
         self.transcriptions: list[dict[str, Any]] = []  # what was sent there: model, language, filename, data
         self.speeches: list[Any] = []  # answers of /audio/speech, in order (default: a real OGG/Opus file)
         self.speech_requests: list[dict[str, Any]] = []  # what was sent there: model, voice, input, response_format
+        self.models = ["gpt-4.1-mini", "local-model"]  # what GET /v1/models lists
         self._script: list[Any] = []
         self.fallback = fallback if fallback is not None else reply("(script exhausted)")
         self._runner: web.AppRunner | None = None
@@ -142,6 +143,7 @@ class FakeOpenAI:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/audio/transcriptions", self._transcribe)
         app.router.add_post("/v1/audio/speech", self._speak)
+        app.router.add_get("/v1/models", self._models)
         # A short shutdown: a delayed() answer nobody waits for any more (the client was
         # cancelled, e.g. by /stop) must not hold up the test's teardown.
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
@@ -213,6 +215,13 @@ class FakeOpenAI:
             return web.json_response({"error": {"message": item.message, "type": "scripted"}},
                                      status=item.status, headers=item.headers)
         return web.json_response({"text": item})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") == "Bearer wrong-key":  # a key the server refuses
+            return web.json_response({"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}},
+                                     status=401)
+        return web.json_response({"object": "list", "data": [
+            {"id": name, "object": "model", "created": 0, "owned_by": "fake"} for name in self.models]})
 
     async def _speak(self, request: web.Request) -> web.Response:
         """Text to speech: the next of ``speeches`` (bytes, an Error or delayed(...)), else a real
