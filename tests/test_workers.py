@@ -434,3 +434,30 @@ async def test_a_worker_whose_line_is_down_takes_nothing_over_and_nothing_is_ans
     tags = ["before", "gap0", "gap1", "gap2", "after0", "after1", "after2"]
     for chat in CHATS:
         assert texts(tg, chat) == [f"re: {chat}-{tag}" for tag in tags]
+
+
+async def test_a_reply_is_recorded_only_while_its_worker_holds_the_chat(pg_url: str) -> None:
+    """The fence on a reply: a worker whose chat went to another while its turn ran (cut off
+    from the database for a while, as after a restart) records no reply for it; the new holder
+    runs the message again and answers it, once."""
+    from nanobot.bus import InboundMessage, OutboundMessage
+    from nanobot.cluster.leases import ChatLeases
+    from nanobot.cluster.registry import MIGRATIONS
+    from nanobot.delivery.store import DeliveryStore
+    from nanobot.postgres import PostgresDatabase
+
+    db = await PostgresDatabase.open(pg_url)
+    try:
+        await db.migrate("workers", MIGRATIONS)
+        store = await DeliveryStore.open(db, worker="w1")
+        [intake] = await store.record_inbound([InboundMessage("telegram", "41", "41", "hi", delivery_key="u1")])
+        assert await ChatLeases(db, "w2").claim("telegram:41")  # w2 holds it now
+        assert await store.record_outbound(OutboundMessage("telegram", "41", "late"), finishes=intake) is None
+        assert await store.unfinished_inbound()  # still to be answered, by w2
+        await db.execute("DELETE FROM chat_leases")
+        assert await ChatLeases(db, "w1").claim("telegram:41")
+        assert await store.record_outbound(OutboundMessage("telegram", "41", "mine"), finishes=intake) is not None
+        assert not await store.unfinished_inbound()
+        await store.close()
+    finally:
+        await db.close()

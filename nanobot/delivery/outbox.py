@@ -37,8 +37,12 @@ class Outbox:
             if finishes is not None:
                 await self.store.finish_inbound(finishes)
             return
-        msg.outbox_id = await self.store.record_outbound(msg, finishes)
-        msg.outbox_created = msg.outbox_created or time.time()
+        outbox_id = await self.store.record_outbound(msg, finishes)
+        if outbox_id is None:
+            log.warning("%s: the chat went to another worker while this one answered (its database connection "
+                        "broke); that worker answers it, so this reply is not sent", msg.target)
+            return
+        msg.outbox_id, msg.outbox_created = outbox_id, msg.outbox_created or time.time()
         self.sender(msg)
 
     async def resend_pending(self) -> int:
