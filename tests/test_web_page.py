@@ -176,9 +176,10 @@ async def test_notes_and_files_the_assistant_sends_show_in_the_chat(api: dict, l
         await no_serious_violations(page)
         api["gateway"].runtime.config.tools.speech.provider = "openai"  # the reply spoken: the page plays it
         llm.script(reply("Spoken."))
-        for text in ("/voice always", "say it"):
+        for text, answer in (("/voice always", "Voice set to always"), ("say it", "Spoken.")):
             await page.get_by_label("Message").fill(text)
             await page.get_by_label("Message").press("Enter")
+            await shows(page, "#messages", answer)  # one turn at a time: the page sends no second meanwhile
         voice = page.get_by_label("reply.ogg")
         await voice.wait_for()
         loaded = await voice.evaluate("audio => audio.readyState >= 1 ? 'loaded' : new Promise((done) => {"

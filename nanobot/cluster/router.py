@@ -77,6 +77,7 @@ class ChatRouter:
         self.resend = hooks.resend
         self.on_lost = hooks.let_go
         self.held: set[str] = set()
+        self.epoch = 0  # counts the times the line broke (forget_all): a claim begun before is stale
         self.queued: dict[str, int] = {}  # per held chat: the last intake id handed to the dispatcher
         self._local: dict[tuple[str, str], InboundMessage] = {}  # received here, not yet queued
         self._awaiting: dict[int, asyncio.Future[str]] = {}  # intake id -> a caller here, the chat elsewhere
@@ -95,7 +96,9 @@ class ChatRouter:
             self._local[_key(msg)] = msg
         for chat in {msg.session_key for msg in messages if msg.reply_future is not None} - self.held:
             async with self._locks.hold(chat):
-                if chat not in self.held and self.joined.is_set() and await self.leases.claim(chat):
+                epoch = self.epoch
+                if chat not in self.held and self.joined.is_set() and await self.leases.claim(chat) \
+                        and await self._still_ours([chat], epoch):
                     await self._taken(chat)
 
     async def arrived(self, messages: list[InboundMessage]) -> None:
@@ -147,13 +150,18 @@ class ChatRouter:
         if chat not in self.held:
             if not claim or not self.joined.is_set():
                 return
+            epoch = self.epoch
             if not await self.leases.claim(chat, only_with_work=only_with_work):
                 if len(self._elsewhere) > MAX_ELSEWHERE:
                     self._elsewhere.clear()
                 self._elsewhere.add(chat)
                 return
+            if not await self._still_ours([chat], epoch):
+                return
             await self._taken(chat)
         for msg in await self.delivery.unfinished_in(chat, self.queued.get(chat, 0)):
+            if chat not in self.held:
+                return  # the line broke meanwhile (forget_all): the chat's new holder runs these
             original = self._local.pop(_key(msg), None)
             if original is not None:
                 original.intake_id = msg.intake_id
@@ -192,12 +200,25 @@ class ChatRouter:
             await self._answer(intake_id)
         others = [chat for chat in orphaned if chat not in self.held]
         if others:
+            epoch = self.epoch
             taken = await self.leases.take_over(others)
+            if not await self._still_ours(taken, epoch):
+                return
             if taken:
                 log.info("took over %d chat(s) nobody alive held", len(taken))
                 metrics.current.failover(len(taken))
             for chat in taken:
                 await self._pull_taken(chat)
+
+    async def _still_ours(self, chats: list[str], epoch: int) -> bool:
+        """Chats a claim or takeover just got: ours only if the line did not break while it ran
+        (with the pool back before the line, after a database restart, it can succeed then).
+        Else they are given back at once: our memory must hold exactly what our leases say."""
+        if epoch == self.epoch and self.joined.is_set():
+            return True
+        for chat in chats:
+            await self.leases.release(chat)
+        return False
 
     async def _pull_taken(self, chat: str) -> None:
         async with self._locks.hold(chat):
@@ -231,6 +252,7 @@ class ChatRouter:
         if self.held:
             log.warning("gave up %d chat(s): this worker lost its database connection", len(self.held))
         chats = list(self.held)
+        self.epoch += 1
         self.held.clear()
         self.queued.clear()
         self.on_lost(chats)

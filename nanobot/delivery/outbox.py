@@ -37,10 +37,18 @@ class Outbox:
             if finishes is not None:
                 await self.store.finish_inbound(finishes)
             return
+        # Shielded: the write is queued and commits even if our caller is cancelled meanwhile (a
+        # turn stopped when the worker lost its database connection); a recorded reply must then
+        # still be handed to the sender, or it would sit in the outbox with nobody to send it.
+        recorded = asyncio.ensure_future(self._record_and_send(msg, finishes))
+        await asyncio.shield(recorded)
+
+    async def _record_and_send(self, msg: OutboundMessage, finishes: int | None) -> None:
         outbox_id = await self.store.record_outbound(msg, finishes)
         if outbox_id is None:
-            log.warning("%s: the chat went to another worker while this one answered (its database connection "
-                        "broke); that worker answers it, so this reply is not sent", msg.target)
+            log.warning("%s: this reply is not sent: its message was answered already, or its chat went to "
+                        "another worker while this one was cut off from the database (that one answers it)",
+                        msg.target)
             return
         msg.outbox_id, msg.outbox_created = outbox_id, msg.outbox_created or time.time()
         self.sender(msg)

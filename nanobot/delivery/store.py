@@ -103,10 +103,10 @@ CREATE TRIGGER inbound_done AFTER UPDATE OF done ON inbound FOR EACH ROW WHEN (O
 
 
 RETRY_FIRST_S, RETRY_MAX_S = 0.25, 5.0  # while the database is away
-# The message's chat is leased to this worker; the lease row is locked until the reply's commit,
-# so a takeover waits for it (and then finds the message answered).
-_LEASE_HELD = ("SELECT 1 FROM inbound i JOIN chat_leases l ON l.chat = i.chat WHERE i.id = $1 AND l.worker = $2 "
-               "FOR SHARE OF l")
+# The message is unanswered and its chat leased to this worker; the lease row is locked until the
+# reply's commit, so a takeover waits for it (and then finds the message answered).
+_LEASE_HELD = ("SELECT 1 FROM inbound i JOIN chat_leases l ON l.chat = i.chat WHERE i.id = $1 AND i.done = 0 "
+               "AND l.worker = $2 FOR SHARE OF l")
 SLOW_BATCH_S = 0.25  # a batch slower than this is logged: replies wait for their marks meanwhile
 KEEP_DONE_S = 3 * 86400  # Telegram keeps unconfirmed updates for 24 h: repeats are caught well past that
 
@@ -245,9 +245,9 @@ class DeliveryStore:
     # ---- outbox ------------------------------------------------------------------------
     async def record_outbound(self, msg: OutboundMessage, finishes: int | None) -> int | None:
         """Store a reply to send, and in the same commit mark the message it answers as done.
-        Among workers, only while this worker still holds the chat (None: it does not): one cut
-        off from the database for a while (a restart) may have lost the chat to another, which
-        runs the message again, and two answers would go out."""
+        Among workers, only while this worker still holds the chat and the message is unanswered
+        (None otherwise): one cut off from the database for a while (a restart) may have lost the
+        chat to another, or been handed the message twice, and two answers would go out."""
         async def op(tx: Queries) -> int | None:
             if self.worker is not None and finishes is not None and await tx.fetchval(
                     _LEASE_HELD, finishes, self.worker) is None:
