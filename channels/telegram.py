@@ -300,20 +300,14 @@ class TelegramChannel(BaseChannel):
         caption = msg.content or None
         rest = caption if caption and utf16_len(caption) > CAPTION_LIMIT else None
         caption = None if rest else caption
-        if file.photo and len(file.data) <= PHOTO_LIMIT:
+        shown_as = "photo" if file.photo and len(file.data) <= PHOTO_LIMIT else "voice" if file.voice else None
+        if shown_as is not None:
+            send = self._bot.send_photo if shown_as == "photo" else self._bot.send_voice
             try:
-                await self._call(self._bot.send_photo, chat_id=msg.chat_id, photo=file.data, filename=file.name,
-                                 caption=caption)
+                await self._call(send, chat_id=msg.chat_id, filename=file.name, caption=caption, **{shown_as: file.data})
                 return await self._send_rest(msg, rest)
             except BadRequest as exc:
-                log.info("telegram: %s refused as a photo (%s); sending it as a document", file.name, exc)
-        if file.voice:
-            try:
-                await self._call(self._bot.send_voice, chat_id=msg.chat_id, voice=file.data, filename=file.name,
-                                 caption=caption)
-                return await self._send_rest(msg, rest)
-            except BadRequest as exc:
-                log.info("telegram: %s refused as a voice note (%s); sending it as a document", file.name, exc)
+                log.info("telegram: %s refused as a %s (%s); sending it as a document", file.name, shown_as, exc)
         try:
             await self._call(self._bot.send_document, chat_id=msg.chat_id, document=file.data, filename=file.name,
                              caption=caption)

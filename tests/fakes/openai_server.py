@@ -208,12 +208,9 @@ class FakeOpenAI:
                                     "filename": getattr(upload, "filename", None),
                                     "data": upload.file.read() if hasattr(upload, "file") else None})
         item = self.transcripts.pop(0) if self.transcripts else "(no transcript scripted)"
-        if isinstance(item, Delayed):
-            await asyncio.sleep(item.seconds)
-            item = item.item
+        item = await _waited(item)
         if isinstance(item, Error):
-            return web.json_response({"error": {"message": item.message, "type": "scripted"}},
-                                     status=item.status, headers=item.headers)
+            return _error_response(item)
         return web.json_response({"text": item})
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -231,12 +228,9 @@ class FakeOpenAI:
         self.speech_requests.append(await request.json())
         self.request_event.set()
         item = self.speeches.pop(0) if self.speeches else ogg_opus()
-        if isinstance(item, Delayed):
-            await asyncio.sleep(item.seconds)
-            item = item.item
+        item = await _waited(item)
         if isinstance(item, Error):
-            return web.json_response({"error": {"message": item.message, "type": "scripted"}},
-                                     status=item.status, headers=item.headers)
+            return _error_response(item)
         return web.Response(body=item, content_type="audio/ogg")
 
     async def _chat(self, request: web.Request) -> web.Response:
@@ -247,16 +241,13 @@ class FakeOpenAI:
         item = self._script.pop(0) if self._script else self.fallback
         if callable(item):
             item = item(body)
-        if isinstance(item, Delayed):
-            await asyncio.sleep(item.seconds)
-            item = item.item
+        item = await _waited(item)
         if self.cache is not None and isinstance(item, dict):
             item = {**item, "usage": {**item["usage"], **self.cache.usage(self.raw_requests[-1])}}
         if isinstance(item, Raw):
             return web.Response(text=item.body, status=item.status, content_type=item.content_type)
         if isinstance(item, Error):
-            return web.json_response({"error": {"message": item.message, "type": "scripted"}},
-                                     status=item.status, headers=item.headers)
+            return _error_response(item)
         if item == HANG_UP:
             assert request.transport is not None
             request.transport.close()
@@ -274,3 +265,15 @@ class FakeOpenAI:
             "usage": {**item["usage"], "total_tokens": item["usage"]["prompt_tokens"] + item["usage"]["completion_tokens"]},
         })
 
+
+async def _waited(item: Any) -> Any:
+    """A ``delayed(...)`` item after its delay; any other as it is."""
+    if isinstance(item, Delayed):
+        await asyncio.sleep(item.seconds)
+        return item.item
+    return item
+
+
+def _error_response(error: Error) -> web.Response:
+    return web.json_response({"error": {"message": error.message, "type": "scripted"}},
+                             status=error.status, headers=error.headers)
