@@ -280,6 +280,24 @@ async def test_history_shows_what_was_seen_live_not_the_programs(api: dict, llm:
     assert not any("python" in text for _, text in shown)
 
 
+async def test_a_reloaded_message_names_its_files_not_the_models_notes(api: dict, llm: FakeOpenAI) -> None:
+    """The page shows "📎 notes.txt" under a message live; after a reload the history must too,
+    not the line made for the model ("[document inbox/...: 21 characters of text; ...]")."""
+    llm.script(reply("Read it."))
+    auth = {"Authorization": f"Bearer {api['owner']}"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(api["base"] + "/nanobot/upload?name=notes.txt", data=b"twenty-one characters", headers=auth) as resp:
+            upload = (await resp.json())["id"]
+        async with http.post(api["base"] + "/chat/completions", headers=auth, json={"model": "nanobot", "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "what is in it?"},
+                                             {"type": "file", "file": {"file_id": upload}}]}]}) as resp:
+            assert resp.status == 200
+        assert "[document inbox/" in str(llm.chat_requests[0]["messages"])  # the model got its note
+        async with http.get(api["base"] + "/nanobot/history", headers=auth) as resp:
+            shown = [(m["role"], m["content"]) for m in (await resp.json())["messages"]]
+    assert shown[-2:] == [("user", "what is in it?\n📎 notes.txt"), ("assistant", "Read it.")]
+
+
 async def test_the_page_has_an_icon(api: dict) -> None:
     root = api["base"].removesuffix("/v1")
     async with aiohttp.ClientSession() as http:

@@ -184,7 +184,7 @@ def shown_history(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
         if m.get("role") == "user" and text:
             if reply:
                 shown.append({"role": "assistant", "content": reply})
-            shown.append({"role": "user", "content": text})
+            shown.append({"role": "user", "content": as_written(text)})
             reply = None
         elif m.get("role") == "assistant" and text and not m.get("tool_calls"):
             reply = text
@@ -192,3 +192,20 @@ def shown_history(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
         shown.append({"role": "assistant", "content": reply})
     return shown
 
+
+# The lines the media pipeline added after a message for the model ("[document inbox/a.pdf: 1,234
+# characters of text; read it with ... It begins:]" and its preview, "[photo: inbox/b.jpg]"):
+# everything from the first of them on is notes about the files the reader sent.
+_ATTACHMENT_NOTE = re.compile(r"^\[(?:document|photo:|attached file:|voice note) (?:[^\s\]:]*/)?([^\s\]:]+)[:\]]",
+                              re.MULTILINE)
+_UPLOADED = re.compile(r"^page_[0-9a-f]{8}_")  # the page's uploads, named in the chat's inbox (upload above)
+
+
+def as_written(text: str) -> str:
+    """A user message as its writer sees it: the notes made for the model about its attached
+    files become "📎 name, ..." (as the page shows them live), not prompt text."""
+    first = _ATTACHMENT_NOTE.search(text)
+    if first is None:
+        return text
+    names = [_UPLOADED.sub("", name) for name in _ATTACHMENT_NOTE.findall(text, first.start())]
+    return f"{text[:first.start()].strip()}\n📎 {', '.join(names)}".strip()
