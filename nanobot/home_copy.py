@@ -23,6 +23,7 @@ from nanobot.postgres import PostgresDatabase
 from nanobot.sandbox.executor import STATE_MIGRATIONS as CODE_STATE
 from nanobot.session import SessionStore
 from nanobot.session_rows import MIGRATIONS as HISTORY
+from nanobot.tasks import MIGRATIONS as TASKS
 from nanobot.usage import MIGRATIONS as USAGE
 
 # component -> (its migrations, its tables)
@@ -33,6 +34,7 @@ COMPONENTS: dict[str, tuple[Migrations, list[str]]] = {
     "delivery": (DELIVERY, ["inbound", "outbox"]),
     "code_state": (CODE_STATE, ["code_state"]),
     "api_keys": (API_KEYS, ["api_keys"]),
+    "tasks": (TASKS, ["tasks"]),  # background tasks: the queued and running ones are resumed there
 }
 _CONVERT: dict[str, Callable[[Any], Any]] = {"double precision": float, "integer": int, "bigint": int, "text": str}
 

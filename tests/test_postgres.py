@@ -17,6 +17,7 @@ from nanobot.cron.store import CronStore
 from nanobot.sqlite_file import HomeError
 from nanobot.postgres import PostgresDatabase, migrate, open_pool
 from nanobot.runtime import open_runtime
+from nanobot.tasks import TaskStore
 from nanobot.usage import UsageStore
 from tests.fakes.openai_server import reply
 from tests.helpers import config_for, running_gateway, telegram_gateway_config
@@ -139,11 +140,12 @@ async def test_a_home_moves_into_postgresql_and_the_chat_goes_on(pg_url: str, ll
         await (await ApiKeys.open(rt.db)).add("phone")
         await (await CronStore.open(rt.db)).add(name="n", owner_session="telegram:5", schedule_kind="every", expression="3600",
                                    timezone="UTC", payload_kind="code", payload="print(1)")
+        task = await (await TaskStore.open(rt.db)).add("telegram:5", "sum the receipts", "receipts")
     code, out, err = await nanobot("db", "migrate", "--to", pg_url, home=home)
     assert code == 0, err
     for line in ("model_calls: 3 in the home, 3 in PostgreSQL", "cron_jobs: 1 in the home, 1 in PostgreSQL",
                  "code_state: 1 in the home, 1 in PostgreSQL", "pairing_requests: 1 in the home, 1 in PostgreSQL",
-                 "api_keys: 1 in the home, 1 in PostgreSQL"):
+                 "api_keys: 1 in the home, 1 in PostgreSQL", "tasks: 1 in the home, 1 in PostgreSQL"):
         assert line in out, out
     again = await nanobot("db", "migrate", "--to", pg_url, home=home)  # harmless: nothing copied twice
     assert again[0] == 0 and "history (records): " in again[1] and "Nothing to copy" in again[1]
@@ -153,6 +155,7 @@ async def test_a_home_moves_into_postgresql_and_the_chat_goes_on(pg_url: str, ll
     async with open_runtime(config) as rt:
         records = await rt.sessions.records("telegram:5")
         assert [j.name for j in await CronStore(rt.db).list()] == ["n"]
+        assert (await TaskStore(rt.db).get(task.id)).task == "sum the receipts"  # type: ignore[union-attr]
         assert [r.sender_id for r in await rt.deps.services.pairing.pending()] == ["77"]
         assert await rt.agent.handle("telegram:5", "what do I like? and x+1?", mode="code") == "tea, and x is 42"
     assert exported_home[1].splitlines() == [json.dumps(r, ensure_ascii=False) for r in records]
