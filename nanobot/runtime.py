@@ -46,18 +46,21 @@ def make_provider(config: Config) -> Provider:
     return make_router(config)
 
 
-def workspace_ready(config: Config) -> None:
-    """A missing workspace is created from the template (a fresh machine, a moved folder)."""
+def workspace_ready(config: Config) -> bool:
+    """A missing workspace is created from the template (a fresh machine, a moved folder);
+    whether it was (a worker must not take a fresh one for the assistant's)."""
     from nanobot.workspace_template import copy_template
 
     workspace = config.workspace_path
     try:
-        if not workspace.exists():
+        created = not workspace.exists()
+        if created:
             copy_template(workspace)
             log.info("created the workspace %s from the template", workspace)
         workspace.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise HomeError(f"workspace {workspace} cannot be created: {exc.strerror or exc}") from None
+    return created
 
 
 class SchedulerLink:
@@ -91,6 +94,7 @@ class Runtime:
     agent: Agent
     notices: OwnerNotices
     shared: bool  # the store is PostgreSQL: this process may be one worker of several
+    workspace_created: bool  # this start made the workspace from the template (it was missing)
 
     @property
     def home(self) -> Path:
@@ -114,10 +118,10 @@ async def open_runtime(config: Config, *, provider: Provider | None = None, bus:
         raise ConfigError("agents.defaults.workspace: must not be the nanobot home itself")
     provider = provider or make_provider(config)  # a config problem shows before any I/O
     check_writable(config.home, "NANOBOT_HOME")
-    workspace_ready(config)
+    created = workspace_ready(config)
     db = await open_database(config)
     try:
-        rt = await _build(config, provider, bus, db)
+        rt = await _build(config, provider, bus, db, created)
     except BaseException:
         await db.close()  # aiosqlite's thread would otherwise keep the process alive
         raise
@@ -127,7 +131,8 @@ async def open_runtime(config: Config, *, provider: Provider | None = None, bus:
         await _close(rt)
 
 
-async def _build(config: Config, provider: Provider, bus: MessageBus | None, db: Database) -> Runtime:
+async def _build(config: Config, provider: Provider, bus: MessageBus | None, db: Database,
+                 workspace_created: bool) -> Runtime:
     usage = await UsageStore.create(db)
     pairing = await PairingStore.open(db)
     shared = db.engine == "postgresql"  # then every piece of state is in the one database
@@ -149,7 +154,7 @@ async def _build(config: Config, provider: Provider, bus: MessageBus | None, db:
                      usage=usage, bus=bus, mcp=mcp)
     install_skills(deps.tools, deps.system_extras)  # read_skill and the skills list in the prompt
     return Runtime(config, bus, provider, db, usage, sessions, tools, code, scheduler, mcp, deps, Agent(deps),
-                   notices, shared)
+                   notices, shared, workspace_created)
 
 
 async def _to_owner(config: Config, bus: MessageBus | None, text: str) -> None:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from nanobot.cluster.registry import list_workers
+from nanobot.cluster.registry import OtherWorkspace, list_workers
 from nanobot.config import Config, TelegramWebhook
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.postgres import PostgresDatabase
@@ -461,3 +461,32 @@ async def test_a_reply_is_recorded_only_while_its_worker_holds_the_chat(pg_url: 
         await store.close()
     finally:
         await db.close()
+
+
+async def test_a_fresh_workspace_is_not_taken_for_the_assistants_and_set_workspace_records_one(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, home: Path, fast) -> None:
+    """The database holds the assistant's history (a home moved in), no workspace recorded yet,
+    and a worker's path is wrong: the workspace it just made from the template is refused, not
+    recorded for good; `nanobot db set-workspace PATH` records the right one."""
+    import json
+
+    from nanobot.runtime import open_runtime
+    from tests.test_cli import nanobot
+
+    llm.fallback = echo
+    moved = worker_config(llm, workspace, tg, pg_url, "w0", tmp_path)
+    async with open_runtime(moved) as rt:  # the history, as `db migrate` leaves it: no worker ran
+        await rt.agent.handle("telegram:41", "remember me")
+    wrong = worker_config(llm, tmp_path / "not-made-yet", tg, pg_url, "w1", tmp_path)
+    with pytest.raises(OtherWorkspace) as refused:
+        async with running_gateway(wrong):
+            pass
+    assert "did not exist and was just made from the template" in str(refused.value)
+    assert f"nanobot db set-workspace {tmp_path / 'not-made-yet'}" in str(refused.value)
+    (home / "config.json").write_text(json.dumps({"database": {"url": pg_url}}))
+    code, out, err = await nanobot("db", "set-workspace", str(workspace), home=home)
+    assert code == 0 and f"The assistant's workspace is {workspace} (it was not recorded)" in out, err
+    right = worker_config(llm, workspace, tg, pg_url, "w2", tmp_path)
+    async with running_gateway(right):
+        tg.push_text(41, 41, "still there?")
+        await tg.wait_sent(1, timeout=15)

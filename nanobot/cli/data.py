@@ -75,6 +75,31 @@ async def _migrate(config: Config, url: str, replace: bool) -> int:
     return 0
 
 
+@db_app.command("set-workspace")
+def db_set_workspace(ctx: typer.Context, path: Path = typer.Argument(..., help="the assistant's workspace, "
+                                                                      "the same path on every worker")) -> None:
+    """Record PATH as the assistant's workspace in PostgreSQL (the first worker records its own;
+    every worker must use that one). Set agents.defaults.workspace to it on every worker too."""
+    from nanobot.cluster.registry import record_workspace
+    from nanobot.postgres import PostgresDatabase
+
+    config = get_config(ctx)
+    if not config.database.url:
+        fail("database.url: the workspace is recorded for workers on PostgreSQL; this home uses SQLite")
+    if not path.is_absolute() or not path.is_dir():
+        fail(f"{path}: give the workspace's absolute path, a folder that exists")
+
+    async def record() -> str | None:
+        db = await PostgresDatabase.open(config.database.url)
+        try:
+            return await record_workspace(db, str(path))
+        finally:
+            await db.close()
+
+    before = asyncio.run(record())
+    typer.echo(f"The assistant's workspace is {path} (it was {before or 'not recorded'}). Restart the workers.")
+
+
 @history_app.command("export")
 def history_export(ctx: typer.Context, key: str = typer.Argument(..., help="the chat, e.g. telegram:123456"),
                    out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="write here, not to stdout")) -> None:

@@ -79,9 +79,19 @@ class Registry:
     def __init__(self, db: PostgresDatabase, worker_id: str, lapse: float) -> None:
         self.db, self.id, self.lapse = db, worker_id, lapse  # a heartbeat is good for ``lapse`` seconds
 
-    async def check_workspace(self, workspace: str) -> None:
+    async def check_workspace(self, workspace: str, *, new: bool = False) -> None:
         """The first worker records the assistant's workspace; OtherWorkspace for one whose
-        workspace differs (each worker would otherwise grow its own memory and files)."""
+        workspace differs (each worker would otherwise grow its own memory and files). A
+        workspace this start just made from the template (``new``) is not recorded over a
+        database that already holds the assistant's history: it is a wrong path, not the
+        assistant's (recording it would lock every worker out of the right one)."""
+        if new and await self.db.fetchval(
+                "SELECT NOT EXISTS (SELECT 1 FROM assistant WHERE key = 'workspace') "
+                "AND (EXISTS (SELECT 1 FROM inbound) OR EXISTS (SELECT 1 FROM history))"):
+            raise OtherWorkspace(f"agents.defaults.workspace: {workspace} did not exist and was just made from the "
+                                 "template, but this database already holds the assistant's history: set it to the "
+                                 "assistant's workspace (shared by every worker), or, if this one is right, record it "
+                                 f"with: nanobot db set-workspace {workspace}")
         await self.db.execute("INSERT INTO assistant (key, value) VALUES ('workspace', $1) ON CONFLICT DO NOTHING",
                               workspace)
         theirs = await self.db.fetchval("SELECT value FROM assistant WHERE key = 'workspace'")
@@ -164,3 +174,12 @@ async def worker_lines(db: Any) -> list[str]:
         lines.append("  WARNING: every role may connect to this database (and so NOTIFY and take advisory "
                      "locks): REVOKE CONNECT ON DATABASE ... FROM PUBLIC (docs/storage.md)")
     return lines
+
+
+async def record_workspace(db: PostgresDatabase, workspace: str) -> str | None:
+    """Record ``workspace`` as the assistant's (``nanobot db set-workspace``); the one before."""
+    await db.migrate("workers", MIGRATIONS)
+    before = await db.fetchval("SELECT value FROM assistant WHERE key = 'workspace'")
+    await db.execute("INSERT INTO assistant (key, value) VALUES ('workspace', $1) "
+                     "ON CONFLICT (key) DO UPDATE SET value = excluded.value", workspace)
+    return before

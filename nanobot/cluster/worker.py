@@ -37,9 +37,9 @@ RECONNECT_FIRST_S, RECONNECT_MAX_S = 0.5, 5.0
 
 class ClusterWorker:
     def __init__(self, db: PostgresDatabase, settings: GatewaySettings, delivery: DeliveryStore, bus: MessageBus,
-                 sessions: Histories, hooks: GatewayHooks, workspace: str) -> None:
+                 sessions: Histories, hooks: GatewayHooks, workspace: str, *, new_workspace: bool = False) -> None:
         self.id = worker_id(settings)
-        self.workspace = workspace
+        self.workspace, self.new_workspace = workspace, new_workspace
         self.db, self.failover = db, settings.failover_seconds
         # A heartbeat lapses a sweep and a moment before failoverSeconds: takeover lands within it.
         self.registry = Registry(db, self.id, max(1.0, self.failover - SWEEP_EVERY_S - 0.5))
@@ -54,7 +54,7 @@ class ClusterWorker:
     async def start(self) -> None:
         """Join (WorkerIdInUse if our id is taken by a live worker), then take what is orphaned."""
         await self.db.migrate("workers", MIGRATIONS)  # workers exist on PostgreSQL only
-        await self.registry.check_workspace(self.workspace)
+        await self.registry.check_workspace(self.workspace, new=self.new_workspace)
         await self._join()
         self.joined.set()
         await self.registry.forget_previous_run()

@@ -140,7 +140,7 @@ class Gateway:
         rt = self.runtime
         hooks = GatewayHooks(resend=outbox.resend, let_go=self.dispatcher.let_go)
         cluster = ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions, hooks,
-                                str(self.config.workspace_path))
+                                str(self.config.workspace_path), new_workspace=rt.workspace_created)
         self.dispatcher.handover(cluster.router)  # the one link made after building: the two need each other
         return cluster
 
