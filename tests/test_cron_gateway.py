@@ -187,7 +187,7 @@ async def test_jobs_survive_a_restart_and_the_cli_works_beside_the_gateway(
                                        "--code", str(tmp_path / "job.py"), "--to", f"telegram:{ALICE}")
         assert code == 0, err
         job_id = out.strip()
-        assert (await tg.wait_sent(1, timeout=15))[0]["text"] == "still here"  # picked up while running
+        assert (await tg.wait_sent(1, timeout=15))[0]["text"] == "⏰ ping\nstill here"  # picked up while running, named
         code, out, _ = await nanobot(home, "cron", "list")
         assert job_id in out and "ping" in out and "ok" in out
         code, _, err = await nanobot(home, "cron", "add", "--every", "60", "--code", str(tmp_path / "broken.py"))

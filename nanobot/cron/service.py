@@ -74,12 +74,12 @@ async def create_job(store: CronStore, *, owner_session: str, schedule_kind: str
         if error:
             raise ValueError(f"the job's code was rejected: {error}")
     next_run = schedule.next_fire(schedule_kind, expression, timezone, utcnow())
-    return await store.add(name=name or _default_name(payload), owner_session=owner_session,
+    return await store.add(name=name or default_name(payload), owner_session=owner_session,
                            schedule_kind=schedule_kind, expression=expression, timezone=timezone,
                            payload_kind=payload_kind, payload=payload, deliver_to=deliver_to, next_run_at=next_run)
 
 
-def _default_name(payload: str) -> str:
+def default_name(payload: str) -> str:
     first_line = payload.strip().splitlines()[0]
     return first_line if len(first_line) <= 40 else first_line[:39] + "…"
 

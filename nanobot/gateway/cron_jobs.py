@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection
 
 from nanobot.bus import InboundMessage, OutboundMessage, split_target
 from nanobot.coordination import Held, run_while_held
-from nanobot.cron.service import CronService, RunOutcome
+from nanobot.cron.service import CronService, RunOutcome, default_name
 from nanobot.cron.store import CronStore
 from nanobot.trust import HISTORY_CHANNELS
 
@@ -98,7 +98,7 @@ class JobRunner:
         text = final[0] if final else "\n".join(p for p in (result.output.rstrip(), result.value) if p)
         if text.strip() and not sent:
             self.check_delivery(job.target)
-            await self.deliver(job.target, text)
+            await self.deliver(job.target, labelled(job, text))
         return RunOutcome("ok", text or "; ".join(sent), result.function_calls)
 
     async def run_prompt(self, job: CronJob) -> RunOutcome:
@@ -158,3 +158,9 @@ class CronJobs:
             await asyncio.gather(self._clock, return_exceptions=True)
         if self.service is not None:
             await self.service.stop()
+
+
+def labelled(job: CronJob, text: str) -> str:
+    """A code job's output, under its name when it was given one ("⏰ tea timer"): a chat with
+    several jobs can tell which spoke. A job named after its code's first line goes bare."""
+    return text if job.name == default_name(job.payload) else f"⏰ {job.name}\n{text}"
