@@ -6,7 +6,6 @@ a small real OGG/Opus file). The API's part is in test_api (the voice note in th
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
@@ -15,25 +14,16 @@ from nanobot.media.speech import CODE_SAID, spoken_text
 from nanobot.usage import start_of_today
 from tests.fakes.openai_server import FakeOpenAI, error, reply
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import fast_channels, running_gateway, telegram_gateway_config
+from tests.helpers import running_gateway
 from tests.media_files import ogg_opus
-
-ALICE, BOB = 42, 77
-
-
-@pytest.fixture(autouse=True)
-def fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    fast_channels(monkeypatch)
+from tests.test_media import ALICE, BOB, fast, config as media_config  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
-def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
-    cfg = telegram_gateway_config(llm.base_url, workspace, tg, ALICE, BOB)
-    cfg.channels.telegram.owners = [str(ALICE)]
-    cfg.channels.telegram.streaming = False
-    cfg.tools.transcription.provider = "openai"
-    cfg.tools.speech.provider = "openai"  # the scripted server answers /audio/speech too
-    return cfg
+def config(media_config: Config) -> Config:
+    """test_media's gateway (Telegram, transcription on), speaking too."""
+    media_config.tools.speech.provider = "openai"  # the scripted server answers /audio/speech too
+    return media_config
 
 
 def test_what_is_spoken_is_the_words_without_markers_or_code() -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from nanobot.agent.commands import is_command
 from nanobot.agent.spend import BudgetSpent, metered_speech
 from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
-from nanobot.media.speech import SPOKEN_NAME, SpeechError, speaks, spoken_text
+from nanobot.media.speech import SPOKEN_NAME, SpeechError, speaks, speech_enabled, spoken_text
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -26,9 +26,10 @@ log = logging.getLogger(__name__)
 def will_speak(agent: Agent, msg: InboundMessage, text: str) -> bool:
     """Whether ``msg``'s reply ``text`` is spoken too: a chat message's reply (not a command's,
     not a cron job's), by the chat's /voice choice or ``tools.speech.reply``."""
-    if not text.strip() or msg.source == "cron" or is_command(msg.content):
-        return False
-    return speaks(agent.deps.config, agent.session(msg.session_key).meta.voice, msg.media)
+    config = agent.deps.config
+    if not speech_enabled(config) or not text.strip() or msg.source == "cron" or is_command(msg.content):
+        return False  # (every reply passes here: the chat's session is looked at only when speech is on)
+    return speaks(config, agent.session(msg.session_key).meta.voice, msg.media)
 
 
 async def voice_note(agent: Agent, msg: InboundMessage, text: str) -> OutboundMessage:

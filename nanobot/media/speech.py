@@ -43,10 +43,8 @@ def speech_enabled(config: Config) -> bool:
 
 
 def speaks(config: Config, chosen: str | None, media: list[str]) -> bool:
-    """Whether the reply to a message with these files is spoken: the chat's ``/voice`` choice,
-    else ``tools.speech.reply``; ``whenVoice`` speaks when a voice note or audio came in."""
-    if not speech_enabled(config):
-        return False
+    """Whether the reply to a message with these files is spoken (speech being on): the chat's
+    ``/voice`` choice, else ``tools.speech.reply``; ``whenVoice`` speaks when audio came in."""
     setting = chosen if chosen in CHOICES else config.tools.speech.reply
     return setting == "always" or setting == "whenVoice" and any(kind_of(rel) == "audio" for rel in media)
 
