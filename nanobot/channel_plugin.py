@@ -12,19 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Any, Awaitable, Callable, ClassVar, Protocol
 
 import logging
 
 from nanobot import beneath
 from nanobot.bus import Identity, InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import ChannelSection
-from nanobot.coordination import Alone, Singletons
+from nanobot.coordination import Alone, Singletons, run_while_held
 
 log = logging.getLogger(__name__)
+
+RECONNECT_FIRST_S, RECONNECT_MAX_S = 1.0, 60.0  # a dropped event stream is read again after these
 
 
 class SendFailed(Exception):
@@ -49,6 +52,27 @@ class AccessGate(Protocol):
 
     async def is_allowed(self, channel: str, who: Identity, allow_from: list[str]) -> bool:
         """The same verdict as ``check`` for an admitted sender, without side effects (no code issued)."""
+
+
+class Positions(Protocol):
+    """Where a channel's event stream stands (a Matrix sync token), kept with its messages."""
+
+    async def position(self, channel: str) -> str | None: ...
+
+    async def keep_position(self, channel: str, position: str) -> None: ...
+
+
+class Remembered:
+    """Positions kept in memory only (a bare channel, tests): a restart reads from the start."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, str] = {}
+
+    async def position(self, channel: str) -> str | None:
+        return self._kept.get(channel)
+
+    async def keep_position(self, channel: str, position: str) -> None:
+        self._kept[channel] = position
 
 
 @dataclass(frozen=True)
@@ -77,6 +101,8 @@ class ChannelContext:
     # Where a started adapter says it is in trouble (channel name, why; None once it is fine
     # again): a dropped mailbox connection being retried shows in status and /readyz.
     report: Callable[[str, str | None], None] | None = None
+    # Where event streams stand: the gateway keeps them in its delivery store.
+    positions: Positions = field(default_factory=Remembered)
 
     async def accept(self, messages: list[InboundMessage]) -> None:
         if self.intake is not None:
@@ -148,6 +174,26 @@ class BaseChannel(ABC):
             self._troubles[part] = why
         if self.ctx.report is not None:
             self.ctx.report(self.name, "; ".join(self._troubles.values()) or None)
+
+    async def _read_while_held(self, singleton: str, read: Callable[[], Awaitable[None]]) -> None:
+        """``read()`` (a platform's event stream) on one worker at a time, for as long as the
+        channel runs: when it ends or fails it is started again, after ``RECONNECT_FIRST_S``
+        doubling to ``RECONNECT_MAX_S``, with the trouble in status meanwhile. ``read`` says
+        ``_report(None)`` once it is connected."""
+        delay = RECONNECT_FIRST_S
+        while True:
+            held = await self.ctx.singletons.hold(singleton)
+            began = time.monotonic()
+            work = await run_while_held(self.ctx.singletons, held, read())
+            if work.cancelled():
+                continue  # lost the singleton: another worker reads now, this one waits its turn
+            why = repr(work.exception()) if work.exception() else "the stream ended"
+            log.warning("%s: %s; reconnecting in %g s", self.name, why, delay)
+            self._report(f"disconnected ({why}), reconnecting")
+            if time.monotonic() - began > RECONNECT_MAX_S:
+                delay = RECONNECT_FIRST_S  # it had been up a while: this is a new outage
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_MAX_S)
 
     def chat_root(self, sender: Sender) -> Path:
         return self.ctx.chat_root(sender) if self.ctx.chat_root else self.ctx.workspace

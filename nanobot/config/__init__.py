@@ -14,8 +14,8 @@ from nanobot.config.base import (AddressAndPort, ConfigError, ExecutionMode, Htt
 from nanobot.config.agent_settings import (AgentOverride, AgentSettings, Agents, CodeRuntime, ModelChoice, Price,
     ProviderConfig, TaskLimits)
 from nanobot.config.channel_settings import (BUILTIN_CHANNELS, BotChannel, ChannelSection, Channels, DiscordConfig,
-    EDIT_EVERY_S, EmailConfig, ImapServer, LIVE_CHANNELS, PluginChannelConfig, SlackConfig, SlackEvents,
-    SmtpServer, TelegramConfig, TelegramWebhook)
+    EDIT_EVERY_S, EmailConfig, ImapServer, LIVE_CHANNELS, MatrixConfig, PluginChannelConfig, SignalConfig, SlackConfig,
+    SlackEvents, SmtpServer, TelegramConfig, TelegramWebhook, WhatsAppConfig, WhatsAppWebhook)
 from nanobot.config.tool_settings import (ExecTool, McpServer, Tools, Transcription, Web, WebFetch, WebSearch)
 from nanobot.config.gateway_settings import (Api, Database, DatabaseUrl, Gateway, Heartbeat, Metrics)
 from nanobot.config.root import (Config, nanobot_home, private_dir, write_private)
@@ -25,7 +25,7 @@ __all__ = ["AddressAndPort", "ConfigError", "ExecutionMode", "HttpProxy", "Id", 
            "address_and_port", "listen_address", "url_password", "url_without_password", "AgentOverride",
            "AgentSettings", "Agents", "CodeRuntime", "ModelChoice", "Price", "ProviderConfig", "TaskLimits",
            "BUILTIN_CHANNELS", "BotChannel", "ChannelSection", "Channels", "DiscordConfig", "EDIT_EVERY_S",
-           "EmailConfig", "ImapServer", "LIVE_CHANNELS", "PluginChannelConfig", "SlackConfig", "SlackEvents",
-           "SmtpServer", "TelegramConfig", "TelegramWebhook", "ExecTool", "McpServer", "Tools", "Transcription",
+           "EmailConfig", "ImapServer", "LIVE_CHANNELS", "MatrixConfig", "PluginChannelConfig", "SignalConfig", "SlackConfig",
+           "SlackEvents", "SmtpServer", "TelegramConfig", "TelegramWebhook", "WhatsAppConfig", "WhatsAppWebhook", "ExecTool", "McpServer", "Tools", "Transcription",
            "Web", "WebFetch", "WebSearch", "Api", "Database", "DatabaseUrl", "Gateway", "Heartbeat", "Metrics",
            "Config", "nanobot_home", "private_dir", "write_private", "config_path", "load_config"]

@@ -27,6 +27,10 @@ class ChannelSection(Section):
         email's From is anyone's to write unless the receiving server vouches for it."""
         return True
 
+    def missing(self) -> list[tuple[str, str]]:
+        """(key, why) for what this section lacks while it is enabled (a built-in's required keys)."""
+        return []
+
 
 class BotChannel(ChannelSection):
     """A built-in chat platform reached with a bot token."""
@@ -34,6 +38,9 @@ class BotChannel(ChannelSection):
     token: str = ""
     api_base: str | None = None
     streaming: bool = True
+
+    def missing(self) -> list[tuple[str, str]]:
+        return [("token", "is empty")] if not self.token.strip() else []
 
 
 def _check_webhook_url(url: str) -> str:
@@ -95,7 +102,6 @@ class SlackConfig(ChannelSection):
     api_base: str | None = None
 
     def missing(self) -> list[tuple[str, str]]:
-        """(key, why) for what an enabled Slack section lacks."""
         found = [("bot_token", "is empty")] if not self.bot_token.strip() else []
         if self.events is None and not self.app_token.strip():
             found.append(("app_token", "is empty and there is no events section (Socket Mode needs an xapp- token)"))
@@ -143,6 +149,65 @@ class EmailConfig(ChannelSection):
         return [(key, "is empty") for key, value in keys if not value.strip()]
 
 
+class MatrixConfig(ChannelSection):
+    """Matrix: one account on ``homeserver`` (its ``accessToken``, or ``password`` to log in).
+    ``allowFrom``/``owners``: Matrix user ids (``@ada:example.org``)."""
+
+    homeserver: str = ""
+    user_id: str = ""
+    access_token: str = ""
+    password: str = ""
+    device_id: str = ""  # kept across restarts with a password login (one device, not one per start)
+    streaming: bool = True
+
+    def missing(self) -> list[tuple[str, str]]:
+        found = [(key, "is empty") for key, value in (("homeserver", self.homeserver), ("user_id", self.user_id))
+                 if not value.strip()]
+        if not self.access_token.strip() and not self.password:
+            found.append(("access_token", "is empty and there is no password to log in with"))
+        return found
+
+
+class WhatsAppWebhook(Section):
+    """``channels.whatsapp.webhook``: Meta posts messages to ``path`` on ``listen``."""
+
+    listen: Annotated[str, AfterValidator(_check_listen)] = "0.0.0.0:8444"
+    path: str = Field("/whatsapp", pattern=r"^/")
+
+    def address(self) -> tuple[str, int]:
+        return listen_address(self.listen)
+
+
+class WhatsAppConfig(ChannelSection):
+    """WhatsApp through the Cloud API: Meta's webhook in (signed with ``appSecret``), the Graph
+    API out. ``allowFrom``/``owners``: wa_ids (the phone number, digits only)."""
+
+    phone_number_id: str = ""
+    access_token: str = ""
+    app_secret: str = ""
+    verify_token: str = ""
+    webhook: WhatsAppWebhook = WhatsAppWebhook()
+    api_base: str = "https://graph.facebook.com/v21.0"
+
+    def missing(self) -> list[tuple[str, str]]:
+        keys = (("phone_number_id", self.phone_number_id), ("access_token", self.access_token),
+                ("app_secret", self.app_secret), ("verify_token", self.verify_token))
+        return [(key, "is empty") for key, value in keys if not value.strip()]
+
+
+class SignalConfig(ChannelSection):
+    """Signal through a ``signal-cli daemon --http`` at ``rpcUrl`` for ``account``.
+    ``allowFrom``/``owners``: phone numbers (``+15550001111``) or Signal's account UUIDs."""
+
+    account: str = ""
+    rpc_url: str = "http://127.0.0.1:8080"
+    # Where signal-cli keeps attachments it received (read without following links)
+    attachments_dir: str = "~/.local/share/signal-cli/attachments"
+
+    def missing(self) -> list[tuple[str, str]]:
+        return [("account", "is empty")] if not self.account.strip() else []
+
+
 class PluginChannelConfig(ChannelSection):
     """The section of a third-party channel: the shared fields, plus the adapter's own keys
     (kept as they are; an adapter with a ``config_model`` validates them in the gateway)."""
@@ -150,7 +215,7 @@ class PluginChannelConfig(ChannelSection):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
 
-BUILTIN_CHANNELS = ("telegram", "discord", "slack", "email")
+BUILTIN_CHANNELS = ("telegram", "discord", "slack", "email", "matrix", "whatsapp", "signal")
 LIVE_CHANNELS = ("cli", "api")  # the gateway's own: replies are shown piece by piece as they come
 EDIT_EVERY_S = 1.0  # a chat platform's streamed message is edited at most this often
 
@@ -165,6 +230,9 @@ class Channels(Section):
     discord: DiscordConfig = DiscordConfig()
     slack: SlackConfig = SlackConfig()
     email: EmailConfig = EmailConfig()
+    matrix: MatrixConfig = MatrixConfig()
+    whatsapp: WhatsAppConfig = WhatsAppConfig()
+    signal: SignalConfig = SignalConfig()
     max_media_mb: int = Field(20, gt=0)
 
     @model_validator(mode="wrap")
@@ -184,9 +252,9 @@ class Channels(Section):
 
     def section(self, name: str) -> ChannelSection | None:
         """``channels.<name>``, built-in or third-party; None when the config has none."""
-        builtin: dict[str, ChannelSection] = {"telegram": self.telegram, "discord": self.discord,
-                                              "slack": self.slack, "email": self.email}
-        return builtin.get(name) or (self.model_extra or {}).get(name)
+        if name in BUILTIN_CHANNELS:
+            return getattr(self, name)
+        return (self.model_extra or {}).get(name)
 
     def streams(self, name: str) -> bool:
         """Whether replies in this channel are shown as they are written (the terminal and the

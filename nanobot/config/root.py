@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from nanobot.chat_names import parent_chat
 from nanobot.config.agent_settings import AgentSettings, Agents, ProviderConfig
 from nanobot.config.base import ConfigError
-from nanobot.config.channel_settings import BUILTIN_CHANNELS, BotChannel, Channels, EmailConfig, SlackConfig
+from nanobot.config.channel_settings import BUILTIN_CHANNELS, Channels
 from nanobot.config.gateway_settings import Database, Gateway
 from nanobot.config.tool_settings import Tools
 
@@ -109,9 +109,7 @@ class Config(BaseSettings):
         provider(("tools", "speech", "provider"), self.tools.speech.provider)
         for name in BUILTIN_CHANNELS:
             section = self.channels.section(name)
-            if isinstance(section, BotChannel) and section.enabled and not section.token.strip():
-                found.append((("channels", name, "token"), f"is empty while channels.{name}.enabled is true"))
-            if isinstance(section, (SlackConfig, EmailConfig)) and section.enabled:
+            if section is not None and section.enabled:
                 found += [(("channels", name, *key.split(".")), f"{why} while channels.{name}.enabled is true")
                           for key, why in section.missing()]
         return found

@@ -90,7 +90,7 @@ class Gateway:
                                    workspace=self.config.workspace_path,
                                    max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
                                    chat_root=self._chat_root, intake=self.intake, singletons=self.singletons,
-                                   report=self.channels.report)
+                                   report=self.channels.report, positions=self.delivery)
         self.services: list[Service] = [
             Pruner(self.delivery, self.singletons),  # prunes at once, then every 6 hours
             # Background tasks: one name per home alone (its last run's tasks are its own), the worker id among workers.

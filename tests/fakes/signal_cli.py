@@ -1,0 +1,164 @@
+"""A stand-in for ``signal-cli daemon --http`` on 127.0.0.1, speaking as signal-cli 0.13 does
+(read from its ``HttpServerHandler``): ``GET /api/v1/check``, ``GET /api/v1/events`` (Server-Sent
+Events: ``event: receive`` and ``data: {"account", "envelope"}``, ``:`` keep-alives) and
+``POST /api/v1/rpc`` (JSON-RPC 2.0).
+
+Usage::
+
+    async with FakeSignalCli("+15550001111", attachments=tmp_path) as signal:
+        config = {"account": signal.account, "rpcUrl": signal.url, "attachmentsDir": str(tmp_path)}
+        signal.push("+15550002222", "hi")                  # a direct message
+        signal.push("+15550002222", "hi all", group="G1", mention=True)
+        sent = await signal.wait_sent(1)                   # the params of each ``send``
+
+- Messages pushed while no stream is open wait for the next one (as they wait at Signal's
+  server while signal-cli has no listener); ``drop_streams()`` cuts the open ones.
+- ``push(..., attachments={"name": bytes})`` stores them in the attachments folder, as
+  signal-cli does, and names them in the envelope; ``source_name`` is the sender's profile name.
+- ``refuse`` (a set of numbers): ``send`` to them answers a JSON-RPC error; ``up = False``:
+  ``/api/v1/check`` answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from aiohttp import web
+
+
+class FakeSignalCli:
+    def __init__(self, account: str, attachments: Path) -> None:
+        self.account = account
+        self.attachments = attachments
+        self.sent: list[dict[str, Any]] = []  # params of each "send"
+        self.calls: list[str] = []
+        self.refuse: set[str] = set()
+        self.up = True
+        self.streams_opened = 0
+        self._waiting: list[dict[str, Any]] = []
+        self._streams: list[asyncio.Queue[dict[str, Any] | None]] = []
+        self._tick = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def __aenter__(self) -> FakeSignalCli:
+        app = web.Application()
+        app.router.add_get("/api/v1/check", self._check)
+        app.router.add_get("/api/v1/events", self._events)
+        app.router.add_post("/api/v1/rpc", self._rpc)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.drop_streams()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # ---- the test's side ------------------------------------------------------------
+    def push(self, number: str, text: str, *, group: str | None = None, mention: bool = False,
+             attachments: dict[str, bytes] | None = None, stored: list[str] = [], source_name: str = "Someone",
+             timestamp: int | None = None) -> dict[str, Any]:
+        """A message from ``number`` (to a group with ``group``), as the next stream event.
+        ``stored``: names already in the attachments folder, attached as they are."""
+        message: dict[str, Any] = {"timestamp": timestamp or time.time_ns() // 1000, "message": text}
+        if group:
+            message["groupInfo"] = {"groupId": group, "type": "DELIVER"}
+        if mention:
+            message["message"] = "\ufffc " + text
+            message["mentions"] = [{"name": self.account, "number": self.account, "uuid": "bot-uuid",
+                                    "start": 0, "length": 1}]
+        if attachments or stored:
+            message["attachments"] = [self._store(name, data) for name, data in (attachments or {}).items()] + [
+                {"contentType": "text/plain", "filename": name, "id": name, "size": 1} for name in stored]
+        envelope = {"source": number, "sourceNumber": number, "sourceUuid": f"uuid-{number}",
+                    "sourceName": source_name, "sourceDevice": 1, "timestamp": message["timestamp"],
+                    "dataMessage": message}
+        self.push_envelope(envelope)
+        return envelope
+
+    def push_envelope(self, envelope: dict[str, Any]) -> None:
+        event = {"account": self.account, "envelope": envelope}
+        if self._streams:
+            for stream in self._streams:
+                stream.put_nowait(event)
+        else:
+            self._waiting.append(event)
+
+    def drop_streams(self) -> None:
+        for stream in self._streams:
+            stream.put_nowait(None)
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await self._tick.wait()
+
+    async def wait_sent(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        await self.wait_until(lambda: len(self.sent) >= count, timeout)
+        return self.sent
+
+    def _store(self, name: str, data: bytes) -> dict[str, Any]:
+        stored = uuid.uuid4().hex + Path(name).suffix
+        (self.attachments / stored).write_bytes(data)
+        return {"contentType": "text/plain", "filename": name, "id": stored, "size": len(data)}
+
+    def _ticked(self) -> None:
+        self._tick.set()
+        self._tick = asyncio.Event()
+
+    # ---- the daemon's side ----------------------------------------------------------
+    async def _check(self, request: web.Request) -> web.Response:
+        return web.Response(status=200 if self.up else 503)
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        if request.query.get("account") not in (None, self.account):
+            return web.Response(status=400, text="unknown account")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        stream: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        for event in self._waiting:
+            stream.put_nowait(event)
+        self._waiting.clear()
+        self._streams.append(stream)
+        self.streams_opened += 1
+        self._ticked()
+        try:
+            await response.write(b":\n\n")  # signal-cli's keep-alive, also sent at once
+            while (event := await stream.get()) is not None:
+                await response.write(f"event: receive\ndata: {json.dumps(event)}\n\n".encode())
+        finally:
+            self._streams.remove(stream)
+            while not stream.empty():  # not written yet: for the next stream
+                if (left := stream.get_nowait()) is not None:
+                    self._waiting.append(left)
+        return response
+
+    async def _rpc(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        method, params = body["method"], body.get("params") or {}
+        self.calls.append(method)
+        answer: dict[str, Any] = {"jsonrpc": "2.0", "id": body.get("id")}
+        if params.get("account") != self.account:
+            answer["error"] = {"code": -32602, "message": "Specified account does not exist"}
+        elif method == "send" and set(params.get("recipient") or []) & self.refuse:
+            answer["error"] = {"code": -1, "message": "Failed to send message: Unregistered user"}
+        elif method == "send":
+            self.sent.append(params)
+            answer["result"] = {"timestamp": time.time_ns() // 1000, "results": []}
+        else:
+            answer["result"] = {}
+        self._ticked()
+        return web.json_response(answer)
