@@ -13,6 +13,7 @@ from nanobot.config import Config, SignalConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.signal_cli import FakeSignalCli
 from tests.helpers import config_for, running_gateway
+from tests.test_cron import eventually
 
 BOT, OWNER, FRIEND, STRANGER = "+15550001111", "+15550002222", "+15550003333", "+15550009999"
 
@@ -137,5 +138,9 @@ async def test_a_number_signal_refuses_is_not_retried(llm: FakeOpenAI, workspace
         signal.push(OWNER, "one")
         signal.push(FRIEND, "two")
         await signal.wait_sent(1)
+
+        async def refused() -> bool:
+            return (await gateway.delivery.backlog())[2] == 1
+
+        await eventually(refused, timeout=5)
         assert signal.calls.count("send") == 2  # the refused one was tried once, not again
-        assert (await gateway.delivery.backlog())[2] == 1

@@ -1,0 +1,255 @@
+"""WhatsApp adapter: the Cloud API. Meta posts each message to our webhook (any worker); we
+send through the Graph API at ``apiBase``.
+
+- The webhook's set-up handshake (``GET`` with ``hub.verify_token``) echoes ``hub.challenge``
+  only for ``verifyToken``. Every ``POST`` must carry ``X-Hub-Signature-256``: ``sha256=`` and
+  the HMAC-SHA256 of the raw body with ``appSecret`` (compared in constant time); anything else
+  gets 401 and is never parsed.
+- A message is answered 200 only once it is recorded, so a crash or a database outage (503)
+  makes Meta post it again; its id (``wamid``) drops the repeat.
+- Identity is the ``wa_id`` Meta delivered the message from; the contact's profile name is the
+  sender's own to write and is only shown. Chats are ``whatsapp:<wa_id>`` (one-to-one).
+- Media in: fetched by id (the Graph API names a download URL); the access token goes only to
+  ``apiBase``'s origin and to Meta's media host over https. Media out: uploaded, then sent.
+- Outside the 24-hour customer-service window WhatsApp refuses free-form messages (error
+  131047): the reply is marked failed (``status`` counts it) and not retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import mimetypes
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
+
+from nanobot.bus import Identity, InboundMessage, OutboundMessage
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.config import WhatsAppConfig
+from nanobot.listener import BadBody, listen, read_whole
+from nanobot.sqlite_file import StoreUnavailable
+from nanobot_channels.text import split_message
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Hub-Signature-256"
+MAX_BODY_BYTES = 1024 * 1024  # a webhook post is a few KB; media are fetched separately
+MEDIA_HOSTS = ("lookaside.fbsbx.com",)  # where Meta's media download URLs point
+OUTSIDE_WINDOW = 131047  # "more than 24 hours have passed since the recipient last replied"
+MEDIA_TYPES = ("image", "audio", "document", "video", "sticker")
+API_TIMEOUT_S = 30.0
+
+
+class WhatsAppChannel(BaseChannel):
+    name = "whatsapp"
+    max_message_len = 4096
+
+    def __init__(self, config: WhatsAppConfig, ctx: ChannelContext) -> None:
+        super().__init__(config, ctx)
+        self.config: WhatsAppConfig = config
+        self.api = config.api_base.rstrip("/")
+        self._http: aiohttp.ClientSession | None = None
+        self._runner: web.AppRunner | None = None
+        self.port = 0  # the webhook's bound port
+        self._last_message: dict[str, str] = {}  # wa_id -> the id of their latest message (typing, read)
+
+    async def start(self) -> None:
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=API_TIMEOUT_S),
+                                           headers={"Authorization": f"Bearer {self.config.access_token}"})
+        try:
+            await self._graph("GET", self.config.phone_number_id, params={"fields": "id"})
+        except SendFailed as exc:
+            await self.stop()
+            raise RuntimeError(f"whatsapp: the Graph API did not accept the access token for phone number "
+                               f"{self.config.phone_number_id} ({exc})") from None
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_get(self.config.webhook.path, self._verify)
+        app.router.add_post(self.config.webhook.path, self._post)
+        try:
+            self._runner, self.port = await listen(app, *self.config.webhook.address(), "channels.whatsapp.webhook.listen")
+        except BaseException:
+            await self.stop()
+            raise
+        log.info("whatsapp: taking webhook posts on %s%s (signed requests only)", self.config.webhook.listen,
+                 self.config.webhook.path)
+
+    async def stop(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+        http, self._http = self._http, None
+        if http is not None:
+            await http.close()
+
+    # -- the webhook ---------------------------------------------------------------------
+    async def _verify(self, request: web.Request) -> web.Response:
+        """Meta's subscription handshake: the challenge back, for our verify token only."""
+        query = request.query
+        token = query.get("hub.verify_token", "").encode("utf-8", "surrogateescape")
+        if query.get("hub.mode") != "subscribe" or not hmac.compare_digest(token, self.config.verify_token.encode()):
+            return web.Response(status=403, text="forbidden")
+        return web.Response(text=query.get("hub.challenge", ""))
+
+    async def _post(self, request: web.Request) -> web.Response:
+        try:
+            raw = await read_whole(request.content, MAX_BODY_BYTES)
+        except ValueError:
+            return web.Response(status=413, text="too large")
+        signature = request.headers.get(SIGNATURE_HEADER, "").encode("utf-8", "surrogateescape")
+        expected = b"sha256=" + hmac.new(self.config.app_secret.encode(), raw, hashlib.sha256).hexdigest().encode()
+        if not hmac.compare_digest(signature, expected):
+            log.info("whatsapp webhook: refused a post from %s without a valid signature", request.remote)
+            return web.Response(status=401, text="unauthorized")
+        try:
+            await self._take(_json(raw))
+        except BadBody as exc:
+            return web.Response(status=exc.status, text=str(exc))
+        except StoreUnavailable as exc:  # not recorded: Meta posts it again later
+            log.warning("whatsapp webhook: not recorded (%s); Meta will retry it", exc)
+            return web.Response(status=503, text="try again")
+        return web.Response(text="ok")
+
+    async def _take(self, body: Any) -> None:
+        """The post's messages, admitted ones recorded together (before the 200)."""
+        admitted: list[InboundMessage] = []
+        for change in (c for e in _list(body, "entry") for c in _list(e, "changes")):
+            value = change.get("value") if isinstance(change, dict) else None
+            if not isinstance(value, dict):
+                continue
+            names = {c.get("wa_id"): (c.get("profile") or {}).get("name") for c in _list(value, "contacts")}
+            for message in _list(value, "messages"):
+                if (msg := await self._message(message, names)) is not None:
+                    admitted.append(msg)
+            for status in _list(value, "statuses"):
+                self._status(status)
+        await self.ctx.accept(admitted)
+
+    async def _message(self, message: dict[str, Any], names: dict[str, str | None]) -> InboundMessage | None:
+        wa_id, kind = str(message.get("from") or ""), message.get("type")
+        if not wa_id or not message.get("id"):
+            return None
+        who = Identity(wa_id, name=names.get(wa_id))
+        self._last_message[wa_id] = str(message["id"])
+        part = message.get(kind) if isinstance(message.get(kind), dict) else {}
+        text = part.get("body") if kind == "text" else part.get("caption") or \
+            (part.get("title") if kind in ("button", "interactive") else "")
+        media: list[str] = []
+        if kind in MEDIA_TYPES and part.get("id") and await self._may_download(who):
+            kept = await self._download(part, Sender(self.name, wa_id, who, True))
+            media = [kept] if kept else []
+        msg = InboundMessage(self.name, wa_id, who.id, (text or "").strip(), sender_name=who.name, media=media,
+                             is_private=True, delivery_key=str(message["id"]))
+        return await self._admit(msg)
+
+    def _status(self, status: dict[str, Any]) -> None:
+        """What became of a message we sent: a refusal after the fact is logged, once."""
+        if status.get("status") == "failed":
+            errors = status.get("errors") or [{}]
+            log.warning("whatsapp: a message to %s was not delivered: %s (%s)", status.get("recipient_id"),
+                        errors[0].get("title") or errors[0].get("message"), errors[0].get("code"))
+
+    async def _download(self, part: dict[str, Any], sender: Sender) -> str | None:
+        """A media file, by id: the Graph API names its URL, fetched with the token (there only)."""
+        media_id = str(part["id"])
+        try:
+            found = await self._graph("GET", media_id)
+            url = str(found.get("url") or "")
+            if int(found.get("file_size") or 0) > self.ctx.max_media_bytes or not self._token_may_go(url):
+                raise ValueError(f"over {self.ctx.max_media_bytes} bytes, or not on Meta's media host")
+            assert self._http is not None
+            async with self._http.get(url, allow_redirects=False) as response:
+                response.raise_for_status()
+                data = await read_whole(response.content, self.ctx.max_media_bytes)
+        except (SendFailed, aiohttp.ClientError, OSError, ValueError, TimeoutError) as exc:
+            log.warning("whatsapp: could not download media %s: %s", media_id, exc)
+            return None
+        kind = part.get("mime_type") or found.get("mime_type") or ""
+        name = part.get("filename") or ("voice.ogg" if part.get("voice") or kind.startswith("audio/ogg")
+                                        else "media" + (mimetypes.guess_extension(kind.split(";")[0]) or ""))
+        return await self._keep(self.chat_root(sender), media_id[:16], name, data)
+
+    def _token_may_go(self, url: str) -> bool:
+        parts, api = urlsplit(url), urlsplit(self.api)
+        return (parts.scheme, parts.netloc) == (api.scheme, api.netloc) or \
+            (parts.scheme == "https" and parts.hostname in MEDIA_HOSTS and parts.port in (None, 443))
+
+    # -- outgoing ------------------------------------------------------------------------
+    async def send(self, msg: OutboundMessage) -> None:
+        for chunk in split_message(msg.content, self.max_message_len):
+            await self._send(msg.chat_id, "text", {"body": chunk, "preview_url": False})
+
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        return None  # WhatsApp messages cannot be edited: the final text is sent whole
+
+    async def send_file(self, msg: OutboundMessage) -> None:
+        """Uploaded, then sent: a photo as an image, a spoken reply as a voice note, else a document."""
+        if msg.file is None:
+            return
+        file = msg.file
+        kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+        form = aiohttp.FormData({"messaging_product": "whatsapp", "type": kind})
+        form.add_field("file", file.data, filename=file.name, content_type=kind)
+        uploaded = await self._graph("POST", f"{self.config.phone_number_id}/media", data=form)
+        shown_as = "image" if file.photo else "audio" if file.voice else "document"
+        media: dict[str, Any] = {"id": uploaded["id"]}
+        if shown_as != "audio" and msg.content:
+            media["caption"] = msg.content[:1024]
+        if shown_as == "document":
+            media["filename"] = file.name
+        await self._send(msg.chat_id, shown_as, media)
+        if shown_as == "audio" and msg.content:
+            await self.send(OutboundMessage(msg.channel, msg.chat_id, msg.content))
+
+    async def send_typing(self, chat_id: str) -> None:
+        """The typing indicator (it marks their latest message read, as WhatsApp requires)."""
+        message = self._last_message.get(chat_id)
+        if message is None:
+            return
+        try:
+            await self._graph("POST", f"{self.config.phone_number_id}/messages", json={
+                "messaging_product": "whatsapp", "status": "read", "message_id": message,
+                "typing_indicator": {"type": "text"}})
+        except SendFailed as exc:
+            log.debug("whatsapp: typing for %s: %s", chat_id, exc)
+
+    async def _send(self, wa_id: str, kind: str, part: dict[str, Any]) -> None:
+        await self._graph("POST", f"{self.config.phone_number_id}/messages", json={
+            "messaging_product": "whatsapp", "recipient_type": "individual", "to": wa_id, "type": kind, kind: part})
+
+    async def _graph(self, method: str, path: str, **request: Any) -> dict[str, Any]:
+        """One Graph API call; SendFailed (retry: no connection, 5xx, 429) when it did not go."""
+        if self._http is None:
+            raise SendFailed("whatsapp: not started", retry=True)
+        try:
+            async with self._http.request(method, f"{self.api}/{path}", allow_redirects=False, **request) as response:
+                answer = await response.json(content_type=None)
+                status = response.status
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            raise SendFailed(f"whatsapp: {method} {path}: {type(exc).__name__}: {exc}", retry=True) from None
+        if status < 300 and isinstance(answer, dict):
+            return answer
+        error = answer.get("error") if isinstance(answer, dict) and isinstance(answer.get("error"), dict) else {}
+        if error.get("code") == OUTSIDE_WINDOW:
+            raise SendFailed("whatsapp: outside the 24-hour window (the person has not written for a day; "
+                             "only a template message may reach them)", retry=False)
+        raise SendFailed(f"whatsapp: {method} {path}: HTTP {status}: {error.get('message') or 'no reason given'}",
+                         retry=status >= 500 or status == 429)
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise BadBody(400, f"the body is not valid JSON: {exc}") from None
+
+
+def _list(node: Any, key: str) -> list[Any]:
+    """``node[key]`` if it is a list of objects, else empty (Meta's payloads, or anyone's)."""
+    found = node.get(key) if isinstance(node, dict) else None
+    return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []

@@ -1,0 +1,144 @@
+"""WhatsApp through a running gateway: the adapter's webhook and Graph API calls against a
+stand-in of the Cloud API (tests/fakes/whatsapp_api.py) that signs and retries as Meta does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import AsyncIterator
+
+import aiohttp
+import pytest
+
+from nanobot.config import Config, WhatsAppConfig
+from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
+from tests.fakes.whatsapp_api import FakeWhatsApp
+from tests.helpers import config_for, running_gateway
+from tests.test_api import free_port
+from tests.test_cron import eventually
+
+OWNER, FRIEND, STRANGER = "15550002222", "15550003333", "15550009999"
+
+
+@pytest.fixture
+async def wa() -> AsyncIterator[FakeWhatsApp]:
+    async with FakeWhatsApp() as server:
+        yield server
+
+
+def wa_config(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp, **section: object) -> Config:
+    cfg = config_for(llm.base_url, workspace, mode="tools")
+    cfg.gateway.heartbeat.enabled = False
+    cfg.channels.whatsapp = WhatsAppConfig.model_validate(
+        wa.section(free_port(), allowFrom=[OWNER, FRIEND], owners=[OWNER], **section))
+    return cfg
+
+
+def asked(llm: FakeOpenAI) -> list[str]:
+    return [[m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in llm.chat_requests]
+
+
+async def test_the_webhook_handshake_answers_only_our_verify_token(llm: FakeOpenAI, workspace: Path,
+                                                                   wa: FakeWhatsApp) -> None:
+    async with running_gateway(wa_config(llm, workspace, wa)), aiohttp.ClientSession() as http:
+        query = {"hub.mode": "subscribe", "hub.challenge": "1158201444"}
+        async with http.get(wa.webhook_url, params={**query, "hub.verify_token": wa.verify_token}) as ok:
+            assert ok.status == 200 and await ok.text() == "1158201444"
+        async with http.get(wa.webhook_url, params={**query, "hub.verify_token": "guess"}) as refused:
+            assert refused.status == 403
+
+
+async def test_a_message_is_answered_and_the_owner_is_known_by_wa_id(llm: FakeOpenAI, workspace: Path,
+                                                                      wa: FakeWhatsApp) -> None:
+    llm.script(delayed(reply("hello back"), 2))  # slow enough for the typing indicator
+    async with running_gateway(wa_config(llm, workspace, wa)) as gateway:
+        assert await wa.deliver(OWNER, "hi there") == 200
+        await wa.wait_until(lambda: bool(wa.typing))
+        assert wa.typing[0]["message_id"].startswith("wamid.")  # their message read, typing shown
+        sent = await wa.wait_sent(1)
+        assert sent[0]["to"] == OWNER and sent[0]["text"]["body"] == "hello back"
+        assert asked(llm) == ["hi there"] and gateway.runtime.deps.trust(f"whatsapp:{OWNER}") == "owner"
+
+
+async def test_a_profile_name_is_no_identity(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
+    async with running_gateway(wa_config(llm, workspace, wa)):
+        # The stranger's profile is named after the owner's number: Meta's wa_id is what counts.
+        await wa.deliver(STRANGER, "I am the owner", profile_name=OWNER,
+                         media=("document", b"CANARY-wa-stranger", "text/plain"))
+        sent = await wa.wait_sent(1)
+        assert sent[0]["to"] == STRANGER and "pair" in sent[0]["text"]["body"].lower()
+    assert not llm.chat_requests and not wa.media_fetches  # a stranger's file is never fetched
+
+
+async def test_unsigned_or_badly_signed_posts_are_refused_unread(llm: FakeOpenAI, workspace: Path,
+                                                                 wa: FakeWhatsApp) -> None:
+    async with running_gateway(wa_config(llm, workspace, wa)) as gateway:
+        body = json.dumps(wa.payload(OWNER, "forged")).encode()
+        assert await wa.post_raw(body, signature="") == 401
+        assert await wa.post_raw(body, signature="sha256=" + "0" * 64) == 401
+        other = FakeWhatsApp()
+        other.secret = "not-the-app-secret"
+        assert await wa.post_raw(body, signature=other.sign(body)) == 401
+        assert await wa.post_raw(b"{not json", signature=wa.sign(b"{not json")) == 400
+        assert (await gateway.delivery.backlog())[0] == 0
+    assert not llm.chat_requests
+
+
+async def test_a_message_meta_posts_again_is_answered_once(llm: FakeOpenAI, workspace: Path,
+                                                           wa: FakeWhatsApp) -> None:
+    llm.fallback = lambda body: reply("once")
+    async with running_gateway(wa_config(llm, workspace, wa)) as gateway:
+        await wa.deliver(OWNER, "only once please", message_id="wamid.same")
+        await wa.deliver(OWNER, "only once please", message_id="wamid.same")  # Meta's retry
+        await wa.deliver(OWNER, "next")
+        await wa.wait_sent(2)
+        assert asked(llm) == ["only once please", "next"] and gateway.intake.repeats == 1
+
+
+async def test_media_both_ways_and_the_token_stays_with_meta(llm: FakeOpenAI, workspace: Path,
+                                                             wa: FakeWhatsApp) -> None:
+    (workspace / "report.csv").write_text("month,sales\njan,3\n")
+    llm.script(lambda body: reply("read: " + ("yes" if "CANARY-wa-file" in str(body["messages"]) else "no")),
+               tool_call("send_file", {"path": "report.csv", "caption": "the report"}), reply("sent"),
+               reply("and this one?"))
+    async with running_gateway(wa_config(llm, workspace, wa)):
+        await wa.deliver(OWNER, "what is in it?", media=("document", b"CANARY-wa-file", "text/plain"))
+        await wa.wait_sent(1)
+        assert wa.texts() == ["read: yes"] and wa.media_fetches == [f"Bearer {wa.token}"]
+        assert list((workspace / "inbox").glob("whatsapp_*_notes.txt"))
+        await wa.deliver(OWNER, "send the report")
+        await wa.wait_sent(3)
+        document = next(m for m in wa.sent if m["type"] == "document")["document"]
+        assert document["caption"] == "the report" and document["filename"] == "report.csv"
+        assert wa.uploads == [("report.csv", "text/csv", b"month,sales\njan,3\n")]
+        # A media URL on another host (or port) never gets the token.
+        wa.media_url_base = f"http://localhost:{wa.port}"  # the same server, under another name
+        await wa.deliver(OWNER, "and this?", media=("document", b"CANARY-elsewhere", "text/plain"))
+        await wa.wait_sent(4)
+        assert wa.media_fetches == [f"Bearer {wa.token}"]
+
+
+async def test_outside_the_24_hour_window_a_reply_fails_once_and_says_so(llm: FakeOpenAI, workspace: Path,
+                                                                         wa: FakeWhatsApp) -> None:
+    wa.closed_window.add(OWNER)
+    llm.script(reply("too late"), reply("fine"))
+    async with running_gateway(wa_config(llm, workspace, wa)) as gateway:
+        await wa.deliver(OWNER, "one")
+        await wa.deliver(FRIEND, "two")
+        await wa.wait_sent(1)
+
+        async def refused() -> bool:
+            row = await gateway.runtime.db.fetchrow("SELECT state, error FROM outbox WHERE chat_id = $1", OWNER)
+            return row is not None and row["state"] == "failed" and "24-hour window" in row["error"]
+
+        await eventually(refused, timeout=5)
+        assert wa.texts() == ["fine"] and (await gateway.delivery.backlog())[2] == 1
+
+
+async def test_a_refused_token_shows_in_status_without_holding_the_start(llm: FakeOpenAI, workspace: Path,
+                                                                         wa: FakeWhatsApp) -> None:
+    cfg = wa_config(llm, workspace, wa)
+    cfg.channels.whatsapp.access_token = "wrong"
+    async with running_gateway(cfg) as gateway:
+        state = gateway.channels.state["whatsapp"]
+        assert "did not accept the access token" in state and "Invalid OAuth access token" in state
