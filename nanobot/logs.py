@@ -130,7 +130,7 @@ def setup(verbose: bool = False) -> None:
     handler.setFormatter(RedactingFormatter(FORMAT))
     root.addHandler(handler)
     root.setLevel(logging.INFO if verbose else logging.WARNING)
-    for noisy in ("httpx", "httpcore", "telegram.ext", "discord", "apscheduler", "openai"):
+    for noisy in ("httpx", "httpcore", "telegram.ext", "discord", "apscheduler", "openai", "nio"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

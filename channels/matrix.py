@@ -1,0 +1,260 @@
+"""Matrix adapter: the client-server API through matrix-nio's ``AsyncClient``.
+
+- One worker syncs (long-polls ``/sync``) at a time. The sync token is kept (``ctx.positions``)
+  only after every message it delivered is recorded, so a restart reads on from there: what
+  was sent while the gateway was down is answered once, nothing twice (an event id is a
+  message's delivery key). The first start reads no history: it begins at "now".
+- Rooms: it joins those an allowed user invites it to and declines the rest. A room of two
+  (the bot and one person) is that person's private chat; any other room is a group chat,
+  answered when mentioned (``groupPolicy``). Chats are ``matrix:<room id>``.
+- Identity is the sender's Matrix user id, which the homeserver vouches for; a display name
+  is anyone's to set and is only shown.
+- Replies are Markdown rendered to Matrix HTML; a streamed reply is one message edited as it
+  grows (``m.replace``). Files go both ways through the homeserver's media repository
+  (``mxc://``); the access token goes to ``homeserver`` only.
+- End-to-end encrypted rooms are not read (no olm here): a message there gets one plain reply
+  saying so, never silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import mimetypes
+from typing import Any
+
+import aiohttp
+from markdown_it import MarkdownIt
+from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomSendResponse, SyncError, UploadResponse, \
+    WhoamiResponse
+
+from nanobot.bus import Identity, OutboundMessage
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.config import MatrixConfig
+from nanobot.listener import read_whole
+from nanobot_channels.text import split_message
+
+log = logging.getLogger(__name__)
+
+SYNC = "matrix sync"  # the singleton: one worker syncs
+SYNC_MS = 30_000  # the long poll
+# Only what a turn needs: no presence, account data or typing (each would move the token).
+FILTER = {"presence": {"types": []}, "account_data": {"types": []},
+          "room": {"ephemeral": {"types": []}, "account_data": {"types": []}, "timeline": {"limit": 50}}}
+MEDIA_KINDS = ("m.image", "m.file", "m.audio", "m.video")
+VOICE = "org.matrix.msc3245.voice"
+ENCRYPTED_REPLY = ("This room is end-to-end encrypted, and I cannot read encrypted messages. Talk to me in a room "
+                   "without encryption (in Element: create the room with encryption turned off).")
+RENDER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
+
+
+class MatrixChannel(BaseChannel):
+    name = "matrix"
+    max_message_len = 16_000  # far below the 65 KB event limit, HTML included
+
+    def __init__(self, config: MatrixConfig, ctx: ChannelContext) -> None:
+        super().__init__(config, ctx)
+        self.config: MatrixConfig = config
+        self.homeserver = config.homeserver.rstrip("/")
+        self.client = AsyncClient(self.homeserver, config.user_id, device_id=config.device_id or None,
+                                  config=AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False,
+                                                           request_timeout=SYNC_MS / 1000 + 30))
+        self._reader: asyncio.Task[None] | None = None
+        self._previews: dict[int, tuple[str, str]] = {}  # stream_id -> (room, event id) of the growing message
+        self._told_encrypted: set[str] = set()
+        self.position_key = f"{self.name} {config.user_id}"  # another account's token would not do
+
+    async def start(self) -> None:
+        try:
+            await self._sign_in()
+        except BaseException:
+            await self.client.close()
+            raise
+        self._reader = asyncio.create_task(self._read_while_held(SYNC, self._sync), name="matrix sync")
+
+    async def _sign_in(self) -> None:
+        c = self.config
+        try:
+            if c.access_token:
+                self.client.restore_login(c.user_id, c.device_id or "", c.access_token)
+                answer: Any = await self.client.whoami()
+                if isinstance(answer, WhoamiResponse) and answer.user_id != c.user_id:
+                    raise RuntimeError(f"the access token is {answer.user_id}'s, not {c.user_id}'s")
+                ok = isinstance(answer, WhoamiResponse)
+            else:
+                answer = await self.client.login(c.password, device_name="nanobot")
+                ok = isinstance(answer, LoginResponse)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise RuntimeError(f"matrix: {self.homeserver} is unreachable ({type(exc).__name__}: {exc})") from None
+        if not ok:
+            how = "access token" if c.access_token else "password"
+            raise RuntimeError(f"matrix: {self.homeserver} did not accept the {how} of {c.user_id} "
+                               f"({getattr(answer, 'message', answer)})")
+
+    async def stop_receiving(self) -> None:
+        task, self._reader = self._reader, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def stop(self) -> None:
+        await self.stop_receiving()
+        await self.client.close()
+
+    # -- incoming ------------------------------------------------------------------------
+    async def _sync(self) -> None:
+        since = await self.ctx.positions.position(self.position_key)
+        first, whole = since is None, True  # whole: every room's state too (who is in it), once per connection
+        while True:
+            answer = await self.client.sync(timeout=0 if first else SYNC_MS, since=since, sync_filter=FILTER,
+                                            full_state=whole)
+            if isinstance(answer, SyncError):
+                raise RuntimeError(f"sync failed: {answer.message}")
+            self._report(None)
+            for room_id, invited in answer.rooms.invite.items():
+                await self._invited(room_id, invited.invite_state)
+            if not first:  # the first sync is history from before this assistant listened
+                for room_id, joined in answer.rooms.join.items():
+                    for event in joined.timeline.events:
+                        await self._event(room_id, event.source)
+            since, first, whole = answer.next_batch, False, False
+            await self.ctx.positions.keep_position(self.position_key, since)
+
+    async def _invited(self, room_id: str, state: list[Any]) -> None:
+        """Join when an allowed user invited us; decline anyone else's invitation."""
+        inviter = next((e.sender for e in state if getattr(e, "membership", None) == "invite"
+                        and getattr(e, "state_key", None) == self.config.user_id), None)
+        if inviter and await self._may_download(Identity(inviter)):
+            joined = await self.client.join(room_id)
+            log.info("matrix: joined %s, invited by %s (%s)", room_id, inviter, type(joined).__name__)
+        else:
+            await self.client.room_leave(room_id)
+            log.info("matrix: declined an invitation to %s from %s (not allowed)", room_id, inviter)
+
+    async def _event(self, room_id: str, event: dict[str, Any]) -> None:
+        sender, content = str(event.get("sender") or ""), event.get("content")
+        if event.get("type") not in ("m.room.message", "m.room.encrypted") or sender == self.config.user_id \
+                or not isinstance(content, dict) or _relation(content) == "m.replace":
+            return  # state, our own messages, edits of earlier messages
+        room = self.client.rooms.get(room_id)
+        is_private = room is not None and room.member_count == 2
+        who = Identity(sender, name=room.user_name(sender) if room else None)
+        body = str(content.get("body") or "")
+        mentioned = self.config.user_id in ((content.get("m.mentions") or {}).get("user_ids") or []) \
+            or self.config.user_id in body + str(content.get("formatted_body") or "")
+        if not self._addressed(is_private, mentioned):
+            return
+        if event["type"] == "m.room.encrypted":
+            await self._cannot_read(room_id, who)
+            return
+        sender_of = Sender(self.name, room_id, who, is_private)
+        media = await self._download(content, sender_of) if content.get("msgtype") in MEDIA_KINDS \
+            and await self._may_download(who) else []
+        text = "" if media else body.replace(self.config.user_id, "").strip().removeprefix(":").strip()
+        await self._handle_message(sender=who, chat_id=room_id, content=text, media=media, is_private=is_private,
+                                   mentioned=mentioned, delivery_key=str(event.get("event_id")))
+
+    async def _cannot_read(self, room_id: str, who: Identity) -> None:
+        if room_id not in self._told_encrypted and await self._may_download(who):
+            self._told_encrypted.add(room_id)
+            await self.send(OutboundMessage(self.name, room_id, ENCRYPTED_REPLY))
+
+    async def _download(self, content: dict[str, Any], sender: Sender) -> list[str]:
+        """The file a message carries, from the homeserver's media repository (the token goes there only)."""
+        url, info = str(content.get("url") or ""), content.get("info") or {}
+        server, _, media_id = url.removeprefix("mxc://").partition("/")
+        limit = self.ctx.max_media_bytes
+        if not url.startswith("mxc://") or not media_id or int(info.get("size") or 0) > limit:
+            log.warning("matrix: skipped a file (no mxc:// URL, or over %d bytes)", limit)
+            return []
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http, http.get(
+                    f"{self.homeserver}/_matrix/client/v1/media/download/{server}/{media_id}",
+                    headers={"Authorization": f"Bearer {self.client.access_token}"}, allow_redirects=False) as got:
+                got.raise_for_status()
+                data = await read_whole(got.content, limit)
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            log.warning("matrix: could not download %s: %s", url, exc)
+            return []
+        name = "voice.ogg" if VOICE in content else str(content.get("filename") or content.get("body") or "file")
+        kept = await self._keep(self.chat_root(sender), media_id[:12], name, data)
+        return [kept] if kept else []
+
+    # -- outgoing ------------------------------------------------------------------------
+    async def send(self, msg: OutboundMessage) -> None:
+        chunks = split_message(msg.content, self.max_message_len)
+        preview = self._previews.pop(msg.stream_id, None) if msg.stream_id is not None else None
+        if preview is not None and chunks:
+            await self._room_send(preview[0], _edit(preview[1], chunks.pop(0)))
+        for chunk in chunks:
+            await self._room_send(msg.chat_id, _text(chunk))
+
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        """The reply so far, in one message: sent once, then replaced (about once a second)."""
+        if not msg.content.strip() or msg.stream_id is None:
+            return
+        text = msg.content[:self.max_message_len]
+        preview = self._previews.get(msg.stream_id)
+        try:
+            if preview is None:
+                sent = await self._room_send(msg.chat_id, _text(text))
+                self._previews[msg.stream_id] = (msg.chat_id, sent)
+            else:
+                await self._room_send(preview[0], _edit(preview[1], text))
+        except SendFailed as exc:
+            log.debug("matrix: a stream preview in %s failed: %s", msg.chat_id, exc)
+
+    async def send_file(self, msg: OutboundMessage) -> None:
+        if msg.file is None:
+            return
+        file = msg.file
+        kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+        uploaded, _ = await self.client.upload(io.BytesIO(file.data), content_type=kind, filename=file.name,
+                                               filesize=len(file.data))
+        if not isinstance(uploaded, UploadResponse):
+            raise SendFailed(f"matrix: uploading {file.name} failed: {getattr(uploaded, 'message', uploaded)}",
+                             retry=True)
+        content: dict[str, Any] = {"msgtype": "m.image" if file.photo else "m.audio" if file.voice else "m.file",
+                                   "body": file.name, "filename": file.name, "url": uploaded.content_uri,
+                                   "info": {"mimetype": kind, "size": len(file.data)}}
+        if file.voice:
+            content[VOICE] = {}
+        await self._room_send(msg.chat_id, content)
+        if msg.content:
+            await self._room_send(msg.chat_id, _text(msg.content))
+
+    async def send_typing(self, chat_id: str) -> None:
+        try:
+            await self.client.room_typing(chat_id, True, timeout=5000)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.debug("matrix: typing in %s: %s", chat_id, exc)
+
+    async def _room_send(self, room_id: str, content: dict[str, Any]) -> str:
+        """The event id; SendFailed when the homeserver did not take it (retry unless refused)."""
+        try:
+            answer = await self.client.room_send(room_id, "m.room.message", content)
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            raise SendFailed(f"matrix: sending to {room_id}: {type(exc).__name__}: {exc}", retry=True) from None
+        if isinstance(answer, RoomSendResponse):
+            return answer.event_id
+        status = getattr(answer, "status_code", None) or ""
+        raise SendFailed(f"matrix: sending to {room_id} failed: {status} {getattr(answer, 'message', answer)}",
+                         retry=status not in ("M_FORBIDDEN", "M_UNKNOWN_TOKEN", "M_NOT_FOUND", "M_TOO_LARGE"))
+
+
+def _text(markdown: str) -> dict[str, Any]:
+    """A message: the Markdown as its plain body, rendered (no raw HTML passed through) as its HTML."""
+    return {"msgtype": "m.text", "body": markdown, "format": "org.matrix.custom.html",
+            "formatted_body": RENDER.render(markdown).strip()}
+
+
+def _edit(event_id: str, markdown: str) -> dict[str, Any]:
+    """``event_id`` replaced with new text (clients that know edits show only the new text)."""
+    return {**_text("* " + markdown), "m.new_content": _text(markdown),
+            "m.relates_to": {"rel_type": "m.replace", "event_id": event_id}}
+
+
+def _relation(content: dict[str, Any]) -> str | None:
+    relates = content.get("m.relates_to")
+    return relates.get("rel_type") if isinstance(relates, dict) else None

@@ -1,0 +1,234 @@
+"""Matrix through a running gateway against a real Synapse homeserver (tests/fakes/synapse.py):
+the people are matrix-nio clients of their own, registered anew for each test."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable, Iterator
+
+import pytest
+from nio import AsyncClient, RoomCreateResponse, RoomVisibility, UploadResponse
+
+from nanobot.config import Config, MatrixConfig
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.fakes.synapse import Homeserver, SynapseUnavailable, homeserver
+from tests.helpers import config_for, running_gateway
+
+pytestmark = pytest.mark.xdist_group("synapse")  # one homeserver for the module, on one test process
+
+
+@pytest.fixture(scope="module")
+def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Homeserver]:
+    try:
+        with homeserver(tmp_path_factory.mktemp("synapse")) as server:
+            yield server
+    except SynapseUnavailable as exc:
+        pytest.skip(f"no Matrix homeserver: {exc}")
+
+
+class Person:
+    """Someone on the homeserver, with their own client: creates rooms, writes, reads replies."""
+
+    def __init__(self, hs: Homeserver, user_id: str, token: str) -> None:
+        self.user_id = user_id
+        self.client = AsyncClient(hs.url, user_id)
+        self.client.restore_login(user_id, "PERSON", token)
+        self.seen: list[dict[str, Any]] = []  # every event of others, in order, as synced
+        self._since: str | None = None
+
+    async def room(self, *invite: str, direct: bool = True, encrypted: bool = False) -> str:
+        state = [{"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}] \
+            if encrypted else []
+        made = await self.client.room_create(visibility=RoomVisibility.private, is_direct=direct, invite=list(invite),
+                                             initial_state=state)
+        assert isinstance(made, RoomCreateResponse), made
+        return made.room_id
+
+    async def say(self, room: str, text: str, *, mention: str | None = None) -> str:
+        content: dict[str, Any] = {"msgtype": "m.text", "body": f"{mention}: {text}" if mention else text}
+        if mention:
+            content["m.mentions"] = {"user_ids": [mention]}
+        sent = await self.client.room_send(room, "m.room.message", content)
+        return sent.event_id
+
+    async def read_until(self, done: Callable[[list[dict[str, Any]]], bool], timeout: float = 20) -> None:
+        """Sync until ``done(self.seen)`` (what others sent, edits included)."""
+        async with asyncio.timeout(timeout):
+            while not done(self.seen):
+                answer = await self.client.sync(timeout=5000, since=self._since)
+                self._since = answer.next_batch
+                for joined in answer.rooms.join.values():
+                    self.seen += [e.source for e in joined.timeline.events
+                                  if e.source.get("type") == "m.room.message" and e.source.get("sender") != self.user_id]
+
+    def shown(self) -> list[str]:
+        """The messages of others as a client shows them: edits applied."""
+        edits = {e["content"]["m.relates_to"]["event_id"]: e["content"]["m.new_content"]["body"]
+                 for e in self.seen if (e["content"].get("m.relates_to") or {}).get("rel_type") == "m.replace"}
+        return [edits.get(e["event_id"], e["content"].get("body"))
+                for e in self.seen if "m.new_content" not in e["content"]]
+
+
+@pytest.fixture
+async def people(synapse: Homeserver) -> AsyncIterator[dict[str, Any]]:
+    """A bot account and three people: the owner, a friend and a stranger."""
+    made = {name: await synapse.register(name) for name in ("bot", "owner", "friend", "stranger")}
+    persons = {name: Person(synapse, *made[name]) for name in ("owner", "friend", "stranger")}
+    yield {"bot": made["bot"], **persons}
+    for person in persons.values():
+        await person.client.close()
+
+
+def matrix_config(llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> Config:
+    cfg = config_for(llm.base_url, workspace, mode="tools")
+    cfg.gateway.heartbeat.enabled = False
+    bot_id, token = people["bot"]
+    cfg.channels.matrix = MatrixConfig.model_validate({
+        "enabled": True, "homeserver": synapse.url, "userId": bot_id, "accessToken": token,
+        "allowFrom": [people["owner"].user_id, people["friend"].user_id], "owners": [people["owner"].user_id]})
+    return cfg
+
+
+def asked(llm: FakeOpenAI) -> list[str]:
+    return [[m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in llm.chat_requests]
+
+
+async def bot_in(person: Person, room: str, bot: str) -> None:
+    """Wait until the bot has joined ``room``."""
+    async with asyncio.timeout(20):
+        while bot not in [m.user_id for m in (await person.client.joined_members(room)).members]:
+            await asyncio.sleep(0.1)  # a join is nothing the person's sync is told of at once
+
+
+async def test_a_direct_chat_is_answered_and_is_the_owners(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
+                                                           people: dict[str, Any]) -> None:
+    owner, bot = people["owner"], people["bot"][0]
+    llm.script(reply("**Hello** there"))
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "hi bot")
+        await owner.read_until(lambda seen: owner.shown() == ["**Hello** there"])  # streamed, then the whole
+        final = owner.seen[-1]["content"].get("m.new_content") or owner.seen[-1]["content"]
+        assert final["formatted_body"] == "<p><strong>Hello</strong> there</p>"
+        assert asked(llm) == ["hi bot"] and gateway.runtime.deps.trust(f"matrix:{room}") == "owner"
+        assert gateway.channels.state["matrix"] == "running"
+
+
+async def test_a_strangers_invitation_is_declined(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
+                                                  people: dict[str, Any]) -> None:
+    stranger, owner, bot = people["stranger"], people["owner"], people["bot"][0]
+    llm.fallback = lambda body: reply("for the owner")
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        theirs = await stranger.room(bot)
+        ours = await owner.room(bot)  # after the stranger's: once the bot is in it, the other was seen
+        await bot_in(owner, ours, bot)
+        members = [m.user_id for m in (await stranger.client.joined_members(theirs)).members]
+        assert bot not in members
+    assert not llm.chat_requests
+
+
+async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
+    owner, friend, bot = people["owner"], people["friend"], people["bot"][0]
+    llm.fallback = lambda body: reply("in the group")
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
+        room = await owner.room(bot, friend.user_id, direct=False)
+        await friend.client.join(room)
+        await bot_in(owner, room, bot)
+        await friend.say(room, "just chatting")
+        await friend.say(room, "what is up?", mention=bot)
+        await owner.read_until(lambda seen: any(e["sender"] == bot for e in seen))
+        assert asked(llm) == ["what is up?"]
+        assert gateway.runtime.deps.trust(f"matrix:{room}") == "member"  # three people: no owner chat
+
+
+async def test_sent_while_down_answered_once_after_the_start_and_never_again(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
+    owner, bot = people["owner"], people["bot"][0]
+    llm.fallback = lambda body: reply("re: " + asked_last(body))
+    cfg = matrix_config(llm, workspace, synapse, people)
+    async with running_gateway(cfg):
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "one")
+        await owner.read_until(lambda seen: owner.shown() == ["re: one"])
+    await owner.say(room, "while you were away")
+    async with running_gateway(cfg):
+        await owner.read_until(lambda seen: len(owner.shown()) == 2)
+    async with running_gateway(cfg):  # a third start: nothing is answered again
+        await owner.say(room, "three")
+        await owner.read_until(lambda seen: owner.shown()[-1:] == ["re: three"])
+    assert owner.shown() == ["re: one", "re: while you were away", "re: three"]
+    assert asked(llm) == ["one", "while you were away", "three"]
+
+
+def asked_last(body: dict) -> str:
+    return [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+
+
+async def test_a_reply_streams_by_editing_one_message(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
+                                                      people: dict[str, Any]) -> None:
+    owner, bot = people["owner"], people["bot"][0]
+    llm.stream_interval, llm.stream_piece_chars = 0.4, 12  # 6 pieces over 2.4 s: edits a second apart
+    llm.script(reply("First part. " * 3 + "Second part. " * 3))
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "tell me")
+        await owner.read_until(lambda seen: "Second part. Second part. Second part." in (owner.shown() or [""])[-1])
+    assert len(owner.shown()) == 1  # one message, replaced as it grew
+    assert any("m.new_content" in e["content"] for e in owner.seen)
+
+
+async def test_files_both_ways(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
+                               people: dict[str, Any]) -> None:
+    owner, bot = people["owner"], people["bot"][0]
+    (workspace / "report.csv").write_text("month,sales\njan,3\n")
+    llm.script(lambda body: reply("read: " + ("yes" if "CANARY-matrix-file" in str(body["messages"]) else "no")),
+               tool_call("send_file", {"path": "report.csv", "caption": "the report"}), reply("sent"))
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        data = b"CANARY-matrix-file"
+        uploaded, _ = await owner.client.upload(io.BytesIO(data), content_type="text/plain", filename="notes.txt",
+                                                filesize=len(data))
+        assert isinstance(uploaded, UploadResponse)
+        await owner.client.room_send(room, "m.room.message", {
+            "msgtype": "m.file", "body": "notes.txt", "url": uploaded.content_uri,
+            "info": {"mimetype": "text/plain", "size": len(data)}})
+        await owner.read_until(lambda seen: owner.shown() == ["read: yes"])
+        assert list((workspace / "inbox").glob("matrix_*_notes.txt"))
+        await owner.say(room, "send the report")
+        await owner.read_until(lambda seen: any(e["content"].get("msgtype") == "m.file" for e in seen))
+        file = next(e["content"] for e in owner.seen if e["content"].get("msgtype") == "m.file")
+        assert file["body"] == "report.csv"
+        got = await owner.client.download(mxc=file["url"])
+        assert got.body == b"month,sales\njan,3\n"
+
+
+async def test_an_encrypted_room_gets_one_plain_reply(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
+                                                      people: dict[str, Any]) -> None:
+    owner, bot = people["owner"], people["bot"][0]
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        room = await owner.room(bot, encrypted=True)
+        await bot_in(owner, room, bot)
+        for _ in range(2):  # what a client with encryption sends: ciphertext the bot cannot read
+            await owner.client.room_send(room, "m.room.encrypted", {
+                "algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnACg...", "sender_key": "k",
+                "device_id": "PERSON", "session_id": "s"}, ignore_unverified_devices=True)
+        await owner.read_until(lambda seen: bool(seen))
+        await owner.say(room, "a last one")  # once the bot read this, it had read both before it
+        await owner.client.room_typing(room, False)
+    assert len(owner.shown()) == 1 and "end-to-end encrypted" in owner.shown()[0] and not llm.chat_requests
+
+
+async def test_a_refused_token_shows_in_status(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
+                                               people: dict[str, Any]) -> None:
+    cfg = matrix_config(llm, workspace, synapse, people)
+    cfg.channels.matrix.access_token = "syt_wrong"
+    async with running_gateway(cfg) as gateway:
+        state = gateway.channels.state["matrix"]
+        assert "did not accept the access token" in state
