@@ -23,7 +23,7 @@ from bench_gateway import rss_kib
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegram
 
-UNUSED_HERE = ("asyncpg", "nanobot.postgres", "nanobot.cluster.worker", "nanobot.api.server", "discord",
+UNUSED_HERE = ("asyncpg", "nanobot.postgres", "nanobot.cluster.worker", "nanobot.api.server", "discord", "nio",
                "prometheus_client", "opentelemetry", "slack_bolt", "slack_sdk", "aioimaplib", "aiosmtplib")
 
 

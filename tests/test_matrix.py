@@ -15,6 +15,7 @@ from nanobot.config import Config, MatrixConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.synapse import Homeserver, SynapseUnavailable, homeserver
 from tests.helpers import config_for, running_gateway
+from tests.test_channels_crash import killed_mid_turn_then_answered_once, write_config
 
 pytestmark = pytest.mark.xdist_group("synapse")  # one homeserver for the module, on one test process
 
@@ -232,3 +233,22 @@ async def test_a_refused_token_shows_in_status(llm: FakeOpenAI, workspace: Path,
     async with running_gateway(cfg) as gateway:
         state = gateway.channels.state["matrix"]
         assert "did not accept the access token" in state
+
+
+async def test_killed_mid_turn_answered_once(llm: FakeOpenAI, home: Path, workspace: Path, tmp_path: Path,
+                                             synapse: Homeserver, people: dict[str, Any]) -> None:
+    owner, bot = people["owner"], people["bot"][0]
+    section = matrix_config(llm, workspace, synapse, people).channels.matrix.model_dump(by_alias=True)
+    write_config(home, workspace, llm, "matrix", section)
+    rooms: list[str] = []
+
+    async def send(text: str) -> None:
+        if not rooms:
+            rooms.append(await owner.room(bot))
+            await bot_in(owner, rooms[0], bot)
+        await owner.say(rooms[0], text)
+
+    async def wait(done: Callable[[], bool], timeout: float) -> None:
+        await owner.read_until(lambda seen: done(), timeout)
+
+    await killed_mid_turn_then_answered_once(home, tmp_path / "gw.log", llm, send, owner.shown, wait)

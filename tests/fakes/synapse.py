@@ -100,6 +100,7 @@ def _free_port() -> int:
 def homeserver(folder: Path) -> Iterator[Homeserver]:
     """A started Synapse with its data in ``folder``; stopped on the way out."""
     python = synapse_python()
+    folder.mkdir(parents=True, exist_ok=True)
     config = folder / "homeserver.yaml"
     subprocess.run([python, "-m", "synapse.app.homeserver", "--server-name", "test.local", "--config-path",
                     str(config), "--generate-config", "--report-stats=no", "--data-directory", str(folder / "data")],
