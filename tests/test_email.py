@@ -370,10 +370,11 @@ def test_vacation_replies_are_robots() -> None:
 ])
 async def test_replies_that_cannot_go_out_show_in_status_and_readyz(
         llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver, smtp_change: dict,
-        said_in_status: str) -> None:
+        said_in_status: str, monkeypatch: pytest.MonkeyPatch) -> None:
     llm.fallback = lambda body: reply("hello")
     cfg = email_config(llm, workspace, imap, smtp)
     cfg.channels.email.smtp = cfg.channels.email.smtp.model_copy(update=smtp_change)
+    monkeypatch.setattr("nanobot.gateway.app.DRAIN_SECONDS", 0.1)  # the reply never goes: no wait for it at the stop
     async with running_gateway(cfg) as gateway:
         await imap.deliver(bytes(mail(FRIEND, "hi", "are you there?")))
         channels = gateway.channels

@@ -334,18 +334,24 @@ async def test_cli_list_tools_and_call(home: Path) -> None:
 
     write_mcp_config(home, {"notes": NOTES_CMD, "missing": {"command": "/nonexistent/x"},
                             "off": {**NOTES_CMD, "enabled": False}})
-    code, out, err = await nanobot("mcp", "list", home=home)
+    # Each command is a process of its own, with servers of its own: they run side by side.
+    listed, tools, added, failed, bad, status = await asyncio.gather(
+        nanobot("mcp", "list", home=home), nanobot("mcp", "tools", "notes", home=home),
+        nanobot("mcp", "call", "notes", "add_note", "--args", '{"title": "milk"}', home=home),
+        nanobot("mcp", "call", "notes", "fail", "--args", '{"reason": "no disk"}', home=home),
+        nanobot("mcp", "call", "notes", "add_note", "--args", "[1]", home=home), nanobot("status", home=home))
+    code, out, err = listed
     assert code == 0, err  # exit 0 even when a server is down
     assert "notes (stdio): running, 10 tools" in out and "missing (stdio): " in out and "off (stdio): disabled" in out
-    code, out, _ = await nanobot("mcp", "tools", "notes", home=home)
+    code, out, _ = tools
     assert code == 0 and "def notes_search(query: str, field: Literal['title', 'body', 'any'] = 'any'" in out
-    code, out, _ = await nanobot("mcp", "call", "notes", "add_note", "--args", '{"title": "milk"}', home=home)
+    code, out, _ = added
     assert code == 0 and json.loads(out) == {"id": 1, "title": "milk", "body": "", "tags": []}
-    code, out, err = await nanobot("mcp", "call", "notes", "fail", "--args", '{"reason": "no disk"}', home=home)
+    code, out, err = failed
     assert code == 1 and "no disk" in err and "Traceback" not in err
-    code, _, err = await nanobot("mcp", "call", "notes", "add_note", "--args", "[1]", home=home)
+    code, _, err = bad
     assert code == 2 and "JSON object" in err
-    code, out, err = await nanobot("status", home=home)
+    code, out, err = status
     assert "MCP:       notes (gateway not running); missing (gateway not running); off (disabled)" in out
 
 
