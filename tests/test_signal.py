@@ -14,6 +14,7 @@ from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.signal_cli import FakeSignalCli
 from tests.helpers import config_for, running_gateway
 from tests.test_cron import eventually
+from tests.test_workers import holder, workers
 
 BOT, OWNER, FRIEND, STRANGER = "+15550001111", "+15550002222", "+15550003333", "+15550009999"
 
@@ -144,3 +145,26 @@ async def test_a_number_signal_refuses_is_not_retried(llm: FakeOpenAI, workspace
 
         await eventually(refused, timeout=5)
         assert signal.calls.count("send") == 2  # the refused one was tried once, not again
+
+
+async def test_among_workers_one_reads_the_stream_and_another_takes_over(
+        llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli, pg_url: str, tmp_path: Path) -> None:
+    llm.fallback = lambda body: reply("ok: " + asked_last(body))
+    configs = []
+    for name in ("w1", "w2"):
+        cfg = signal_config(llm, workspace, signal)
+        cfg.database.url, cfg.gateway.worker_id = pg_url, name
+        (tmp_path / name).mkdir()
+        cfg.use_home(tmp_path / name)
+        configs.append(cfg)
+    async with workers(configs) as gateways:
+        await signal.wait_until(lambda: signal.streams_opened >= 1)
+        signal.push(OWNER, "one")
+        await signal.wait_sent(1)
+        readers = holder(gateways, "signal events")
+        assert len(readers) == 1 and signal.streams_opened == 1  # one worker reads; the other only sends
+        await gateways[readers[0]].stop()  # a normal stop hands the stream over at once
+        await signal.wait_until(lambda: signal.streams_opened >= 2, timeout=10)
+        signal.push(OWNER, "two")
+        await signal.wait_sent(2)
+    assert [s["message"] for s in signal.sent] == ["ok: one", "ok: two"]
