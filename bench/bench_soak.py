@@ -6,8 +6,8 @@ One in-process gateway (SQLite, the default), the stand-in Telegram and the scri
 answering at once (what the stand-ins record of each request is dropped as it goes: it would
 be the biggest thing in the process); messages go round the chats, 20 at a time. After each 1,000 answered, a
 full garbage collection, then the RSS (``/proc/self/status``) and the size of what the open
-chats hold (the histories in memory). A steady climb with flat histories would be a leak;
-a climb that follows the histories is the histories.
+chats hold (the histories in memory). The model folds memory when asked, so a chat holds what is not folded
+yet and the newest ``KEEP_IN_MEMORY`` messages: the histories stay flat, and so should the RSS.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import common  # noqa: F401  (puts the repo on sys.path)
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import running_gateway, telegram_gateway_config
+from tests.fakes.openai_server import reply
+from tests.test_memory import is_consolidation
 from tests.test_workers import echo
 
 BATCH = 20
@@ -35,10 +37,18 @@ def rss_mib() -> float:
     return 0.0
 
 
+def answer(body: dict) -> dict:
+    """Echo, and fold memory when asked (so each chat lets go of what memory has folded)."""
+    if is_consolidation(body):
+        return reply('{"memory": "# Long-term memory\\n- The user asks how things are going.", '
+                     '"history": "They asked how things were going; I answered."}')
+    return echo(body)
+
+
 async def main(messages: int, chats: int) -> None:
     ids = list(range(1000, 1000 + chats))
     with tempfile.TemporaryDirectory() as tmp:
-        async with FakeOpenAI(fallback=echo) as llm, FakeTelegram() as tg:
+        async with FakeOpenAI(fallback=answer) as llm, FakeTelegram() as tg:
             config = telegram_gateway_config(llm.base_url, Path(tmp) / "workspace", tg, *ids)
             config.channels.telegram.streaming = False
             (Path(tmp) / "home").mkdir()

@@ -84,6 +84,8 @@ class ChatState:
 
 
 _STATE_TYPES = get_type_hints(ChatState)
+# Messages of a chat held in memory past what memory has folded (the page shows the last 200).
+KEEP_IN_MEMORY = 200
 
 
 def _fits(value: Any, hint: Any) -> bool:
@@ -120,8 +122,40 @@ class Session:
     key: str
     journal: Journal
     meta: ChatState = field(default_factory=ChatState)
-    messages: list[dict[str, Any]] = field(default_factory=list)  # since the last /new
+    # Since the last /new, but the first ``offset`` of them: those memory has folded are let go
+    # (``forget_folded``), so a chat that runs for months holds a bounded tail in memory.
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    offset: int = 0
+    opening: str = ""  # its first user message since /new (a conversation's title), kept when let go
     _started: bool = False
+
+    # ---- positions since /new (what ``meta`` counts in) -----------------------------------
+    @property
+    def count(self) -> int:
+        """Messages since the last /new, those let go included."""
+        return self.offset + len(self.messages)
+
+    def message(self, index: int) -> dict[str, Any] | None:
+        """The ``index``-th message since /new, if it is still held."""
+        return self.messages[index - self.offset] if self.offset <= index < self.count else None
+
+    def folded_upto(self) -> int:
+        """How many messages since /new memory consolidation has covered: 0 if unknown. A
+        marker from before a /new (or otherwise out of step) fails its timestamp check and
+        counts as 0, so nothing is hidden from the prompt by mistake."""
+        upto = self.meta.consolidated_upto
+        last = self.message(upto - 1) if upto else None
+        return upto if upto and last is not None and last.get("ts") == self.meta.consolidated_ts else 0
+
+    def forget_folded(self) -> None:
+        """Let go of the messages memory has folded, all but the newest ``KEEP_IN_MEMORY`` (the
+        last folded one stays: its timestamp checks the marker), never the current turn's."""
+        started = self.meta.intake_started_at
+        limit = min(self.count - KEEP_IN_MEMORY, self.folded_upto() - 1,
+                    started if started is not None else self.count)
+        if limit > self.offset:
+            del self.messages[:limit - self.offset]
+            self.offset = limit
 
     # ---- reading ---------------------------------------------------------------------
     def history(self, window: int) -> list[dict[str, Any]]:
@@ -143,8 +177,13 @@ class Session:
     def append(self, message: dict[str, Any]) -> None:
         """Record one message at once (flushed to the OS; fsync happens at the end of the turn)."""
         record = {**clean_text(message), "ts": _now()}
-        self.messages.append(record)
+        self.hold(record)
         self._write(record)
+
+    def hold(self, record: dict[str, Any]) -> None:
+        self.messages.append(record)
+        if not self.opening and record.get("role") == "user" and isinstance(record.get("content"), str):
+            self.opening = record["content"]
 
     def set_meta(self, **values: Any) -> None:
         """Change fields of the chat's ``ChatState`` and record the change."""
@@ -162,7 +201,7 @@ class Session:
 
     def reset(self) -> None:
         """``/new``: later turns start from an empty history; the old lines stay in the file."""
-        self.messages = []
+        self.messages, self.offset, self.opening = [], 0, ""
         self._write({"_reset": _now()})
 
     def keep_for_reader(self, text: str) -> None:
@@ -434,8 +473,11 @@ def replay(session: Session, records: Iterable[dict[str, Any]]) -> None:
         if "_meta" in record and isinstance(record["_meta"], dict):
             session.meta.merge(record["_meta"])
         elif "_reset" in record:
-            session.messages = []
+            session.messages, session.offset, session.opening = [], 0, ""
         elif "_drop" in record and isinstance(record["_drop"], int) and record["_drop"] > 0:
             del session.messages[-record["_drop"]:]
         elif "role" in record:
-            session.messages.append(record)
+            session.hold(record)
+            if len(session.messages) > 2 * KEEP_IN_MEMORY:
+                session.forget_folded()  # a long history is read in bounded memory too
+    session.forget_folded()

@@ -14,13 +14,18 @@ import pytest
 from nanobot.agent.memory import consolidated_upto, parse_answer, plan_cut, prompt_history, transcript
 from nanobot.runtime import open_runtime
 from nanobot.chat_names import history_file
-from nanobot.session import Session, load_session
+from nanobot.session import KEEP_IN_MEMORY, Session, load_session
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.helpers import config_for
 
 OLD_MEMORY = "# Long-term memory\n- The user likes tea.\n"
 NEW_MEMORY = "# Long-term memory\n- The user likes tea.\n- Name: Ada; project: orbit-sim in ~/code/orbit.\n"
 HISTORY = "Ada introduced herself and described her orbit-sim project; we fixed its integrator."
+
+
+def held(messages: list[dict[str, Any]]) -> Session:
+    """A chat holding ``messages`` (nothing written anywhere)."""
+    return Session("cli:x", None, messages=messages)  # type: ignore[arg-type]
 
 
 def msgs(*roles: str) -> list[dict[str, Any]]:
@@ -32,19 +37,19 @@ def msgs(*roles: str) -> list[dict[str, Any]]:
 
 
 def test_plan_cut_keeps_half_a_window_and_starts_it_at_a_user_message() -> None:
-    assert plan_cut(msgs(*"ua" * 2), 0, 4) is None  # 4 messages fit a window of 4
-    assert plan_cut(msgs(*"ua" * 3), 0, 4) == 4  # keep the last 2: [u a u a | u a]
-    assert plan_cut(msgs(*"ua" * 3), 4, 4) is None  # already done up to 4
+    assert plan_cut(held(msgs(*"ua" * 2)), 0, 4) is None  # 4 messages fit a window of 4
+    assert plan_cut(held(msgs(*"ua" * 3)), 0, 4) == 4  # keep the last 2: [u a u a | u a]
+    assert plan_cut(held(msgs(*"ua" * 3)), 4, 4) is None  # already done up to 4
     # the kept part starts at a user message even when tool messages sit at the cut
     roles = ["user", "assistant", "tool", "assistant", "user", "assistant", "tool", "assistant", "user", "assistant"]
-    assert plan_cut([{"role": r} for r in roles], 0, 6) == 4  # target 7 -> back to the user message at 4
+    assert plan_cut(held([{"role": r} for r in roles]), 0, 6) == 4  # target 7 -> back to the user message at 4
     # no user message at or before the target: the next one after it
     roles = ["user", "assistant", "tool", "tool", "tool", "tool", "user", "assistant"]
-    assert plan_cut([{"role": r} for r in roles], 0, 4) == 6
+    assert plan_cut(held([{"role": r} for r in roles]), 0, 4) == 6
     # a backlog is worked off at most a window at a time
-    assert plan_cut(msgs(*"ua" * 20), 0, 4) == 4
+    assert plan_cut(held(msgs(*"ua" * 20)), 0, 4) == 4
     # nothing to cut at: a single long tool exchange
-    assert plan_cut([{"role": "user"}] + [{"role": "tool"}] * 9, 0, 4) is None
+    assert plan_cut(held([{"role": "user"}] + [{"role": "tool"}] * 9), 0, 4) is None
 
 
 def session_with(tmp_path: Path, n: int) -> Session:
@@ -64,6 +69,20 @@ def test_prompt_history_skips_what_is_consolidated(tmp_path: Path) -> None:
     assert prompt_history(s, 4) == []
     reloaded = load_session("cli:x", s.journal.path)
     assert consolidated_upto(reloaded) == 6
+
+
+def test_a_long_chat_holds_a_bounded_tail_of_what_memory_folded(tmp_path: Path) -> None:
+    s = session_with(tmp_path, 1000)
+    s.set_meta(consolidated_upto=900, consolidated_ts=s.messages[899]["ts"])
+    s.forget_folded()
+    assert (s.count, s.offset, len(s.messages)) == (1000, 800, KEEP_IN_MEMORY)
+    assert consolidated_upto(s) == 900 and [m["content"] for m in prompt_history(s, 4)] == [f"m{i}" for i in range(996, 1000)]
+    assert s.opening == "m0"  # a conversation keeps its title
+    reloaded = load_session("cli:x", s.journal.path)  # read back in bounded memory too
+    assert (reloaded.count, reloaded.offset, consolidated_upto(reloaded), reloaded.opening) == (1000, 800, 900, "m0")
+    s.set_meta(consolidated_upto=None)  # nothing folded (or a marker out of step): nothing is let go
+    fresh = load_session("cli:x", s.journal.path)
+    assert fresh.offset == 0 and fresh.count == 1000
 
 
 def test_marker_from_before_new_is_ignored(tmp_path: Path) -> None:

@@ -136,7 +136,7 @@ async def status_text(agent: Agent, session_key: str) -> str:
     where = "the whole workspace" if owner else \
         f"its own folder {ctx.workspace.relative_to(agent.deps.config.workspace_path).as_posix()}/"
     provider, model = agent.deps.config.chat_model(session_key, session.meta.model, member=not owner)
-    lines = [f"Session {session_key}: {len(session.messages)} messages, mode {agent.mode_name(session)}, "
+    lines = [f"Session {session_key}: {session.count} messages, mode {agent.mode_name(session)}, "
              f"model {model}.",
              f"This is {'an owner' if owner else 'a member'} chat: it works in {where}."]
     if agent.deps.usage:  # a member chat sees its own figures; the bot's use and cost are the owner's business

@@ -321,7 +321,7 @@ class Agent:
         if origin is not None and origin.untrusted:
             turn.ctx.turn.taint(origin.untrusted)
         started, outcome = time.monotonic(), "ok"
-        recorded = len(session.messages)
+        recorded = session.count
         try:
             attachments = await read_attachments(self.deps.config, self.deps.provider, turn.ctx.workspace,
                                                  request.media, request.content, request.durations or {}, session)
@@ -334,7 +334,7 @@ class Agent:
             session.append({"role": "assistant", "content": reply})
         except Exception as exc:  # the model failed, the budget is spent, or a bug: never a traceback
             reply, outcome = failure_reply(session_key, exc)
-            settle_failed_turn(session, len(session.messages) - recorded, reply)
+            settle_failed_turn(session, session.count - recorded, reply)
         except BaseException:  # /stop or shutdown: the dispatcher records and reports it
             outcome = "cancelled"
             raise

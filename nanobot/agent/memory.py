@@ -59,35 +59,28 @@ SHUTDOWN_GRACE_S = 30.0
 
 
 def consolidated_upto(session: Session) -> int:
-    """How many of the session's messages (since the last /new) are consolidated: 0 if unknown.
-
-    A marker from before a ``/new`` (or otherwise out of step) fails the timestamp check and
-    counts as 0, so nothing is hidden from the prompt by mistake.
-    """
-    upto = session.meta.consolidated_upto
-    if upto is None or not 0 < upto <= len(session.messages):
-        return 0
-    if session.messages[upto - 1].get("ts") != session.meta.consolidated_ts:
-        return 0
-    return upto
+    """How many of the session's messages (since the last /new) are consolidated: 0 if unknown."""
+    return session.folded_upto()
 
 
 def prompt_history(session: Session, window: int) -> list[dict[str, Any]]:
     """The history the prompt carries: the last ``window`` messages, none already consolidated."""
-    count = min(window, len(session.messages) - consolidated_upto(session))
+    count = min(window, session.count - consolidated_upto(session))
     return session.history(count) if count > 0 else []
 
 
-def plan_cut(messages: list[dict[str, Any]], start: int, window: int) -> int | None:
+def plan_cut(session: Session, start: int, window: int) -> int | None:
     """Where the next consolidation ends (exclusive), or None while the rest fits the window.
 
     Everything before the last ``window // 2`` messages goes, at most ``window`` messages at
-    a time, ending where a user message begins so the kept part starts a turn.
+    a time, ending where a user message begins so the kept part starts a turn. (Positions
+    count from /new; what comes after ``start`` is always held.)
     """
-    if len(messages) - start <= window:
+    total = session.count
+    if total - start <= window:
         return None
-    target = min(len(messages) - window // 2, start + window)
-    users = [i for i in range(start + 1, len(messages)) if messages[i].get("role") == "user"]
+    target = min(total - window // 2, start + window)
+    users = [i for i in range(start + 1, total) if (session.message(i) or {}).get("role") == "user"]
     before = [i for i in users if i <= target]
     if before:
         return before[-1]
@@ -211,9 +204,9 @@ class Consolidator:
         if session.key in self._tasks:
             return None  # one at a time per chat; the next turn looks again
         window = self.deps.config.agent_for(session.key).memory_window
-        if plan_cut(session.messages, consolidated_upto(session), window) is None:
+        if plan_cut(session, consolidated_upto(session), window) is None:
             return None
-        if len(session.messages) < self._retry_at.get(session.key, 0):
+        if session.count < self._retry_at.get(session.key, 0):
             return None
         task = asyncio.create_task(self._guarded(session, mode), name=f"memory:{session.key}")
         self._tasks[session.key] = task
@@ -234,10 +227,10 @@ class Consolidator:
         """Consolidate the part of the chat that is due, now; True if memory moved on."""
         settings = self.deps.config.agent_for(session.key)
         start = consolidated_upto(session)
-        cut = plan_cut(session.messages, start, settings.memory_window)
+        cut = plan_cut(session, start, settings.memory_window)
         if cut is None:
             return False
-        part = session.messages[start:cut]
+        part = session.messages[start - session.offset:cut - session.offset]
         first, last = session.messages[0], part[-1]
         # a member chat: its own folder
         _, root = chat_scope(self.deps.config, session.key, session.meta.peer, self.deps.api_owners)
@@ -252,15 +245,16 @@ class Consolidator:
                     break
                 result = None
             if result is None:
-                self._retry_at[session.key] = len(session.messages) + max(settings.memory_window // 2, 1)
+                self._retry_at[session.key] = session.count + max(settings.memory_window // 2, 1)
                 return False
             self._retry_at.pop(session.key, None)
             files.write_memory(result.memory)
             when = _local(part[0].get("ts"), settings.timezone)
             files.append_history(f"[{when:%Y-%m-%d %H:%M}] {session.key}: {result.history}")
-        if session.messages and session.messages[0] is first and cut <= len(session.messages):
+        if session.messages and session.messages[0] is first and cut <= session.count:
             session.set_meta(consolidated_upto=cut, consolidated_ts=last.get("ts"))
             session.sync()
+            session.forget_folded()
             cache_starts_over(session.key, f"memory fold of {len(part)} messages")
         else:  # /new while we worked: the facts are saved, but the old marker means nothing now
             log.info("%s: history reset during memory consolidation", session.key)

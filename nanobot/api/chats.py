@@ -89,9 +89,7 @@ class ChatRoutes:
 
     async def _summary(self, chat: str, session_of: str | None = None) -> dict[str, Any]:
         session = await self.door.open_chat(chat)
-        first = next((m.get("content") for m in session.messages if m.get("role") == "user"
-                      and isinstance(m.get("content"), str)), "")
-        summary: dict[str, Any] = {"chat": chat, "title": " ".join(first.split())[:60] or "(empty)",
+        summary: dict[str, Any] = {"chat": chat, "title": " ".join(session.opening.split())[:60] or "(empty)",
                                    "last": session.messages[-1].get("ts") if session.messages else session.meta.created}
         if session_of is not None:
             summary["session"] = chat[len(f"{API_CHANNEL}:{session_of}:"):] or None

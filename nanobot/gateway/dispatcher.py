@@ -332,11 +332,10 @@ def mark_started(session: Session, msg: InboundMessage) -> bool:
     already (it is then not written again: the model sees it once, then a note)."""
     intake_id = msg.intake_id
     at = session.meta.intake_started_at
-    if msg.resumed and at is not None and at < len(session.messages) \
-            and session.messages[at].get("role") == "user":
+    if msg.resumed and at is not None and (session.message(at) or {}).get("role") == "user":
         return True
     if intake_id is not None:
-        session.set_meta(intake_started=intake_id, intake_started_at=len(session.messages))
+        session.set_meta(intake_started=intake_id, intake_started_at=session.count)
     return False
 
 
