@@ -61,9 +61,9 @@ async def main(messages: int, chats: int) -> None:
                         chat = ids[(sent + n) % chats]
                         tg.push_text(chat, chat, f"message {sent + n}: how are things going today?")
                     sent += BATCH
-                    await tg.wait_sent(sent, timeout=60)
-                    llm.requests.clear()  # the stand-ins' records are not the gateway's memory
-                    llm.raw_requests.clear()
+                    await tg.wait_sent(BATCH, timeout=60)
+                    for record in (llm.requests, llm.raw_requests, tg.sent, tg.calls, tg.actions, tg.pushed_at):
+                        record.clear()  # the stand-ins' records are not the gateway's memory
                     if sent % 1000 == 0:
                         gc.collect()
                         open_chats = list(gateway.runtime.sessions._open.values())  # what it holds

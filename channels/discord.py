@@ -178,8 +178,7 @@ class DiscordChannel(BaseChannel):
         guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
         await self._handle(InboundMessage(
             self.name, str(message.channel.id), who.id, content, sender_name=who.name, sender_handle=who.handle,
-            media=media, is_private=is_private, delivery_key=str(message.id), durations=durations,
-            metadata={"message_id": str(message.id), "guild_id": str(guild_id) if guild_id else None}),
+            media=media, is_private=is_private, delivery_key=str(message.id), durations=durations),
             mentioned=mentioned)
 
     async def _download(self, attachments: list[discord.Attachment], root: Path) -> tuple[list[str], dict[str, float]]:

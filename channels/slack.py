@@ -208,7 +208,7 @@ class SlackChannel(BaseChannel):
             else []
         await self._handle_message(
             sender=who, chat_id=chat_id, content=re.sub(rf"<@{self.bot_user}>", "", text).strip(), media=media,
-            is_private=is_private, mentioned=mentioned, delivery_key=f"{channel}:{ts}", metadata={"message_ts": ts})
+            is_private=is_private, mentioned=mentioned, delivery_key=f"{channel}:{ts}")
 
     async def _download(self, files: list[dict[str, Any]], root: Path) -> list[str]:
         """Root-relative paths of the files fetched (with the bot token, from Slack's file host only)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 
 Source = Literal["user", "cron", "task"]  # who asked: a person (any channel, the API), a cron job, a task
@@ -29,8 +29,7 @@ class Identity:
 
 @dataclass
 class InboundMessage:
-    """A message in. The typed fields are what the layers share; ``metadata`` holds only what
-    one platform needs (its message ids, a chat type)."""
+    """A message in: typed fields only (what one platform alone needs stays in its adapter)."""
 
     channel: str
     chat_id: str
@@ -39,7 +38,6 @@ class InboundMessage:
     sender_name: str | None = None  # for showing only (``Identity.name``)
     media: list[str] = field(default_factory=list)  # workspace-relative paths of downloaded files
     is_private: bool = False  # a one-to-one chat with the sender (decides owner trust)
-    metadata: dict[str, Any] = field(default_factory=dict)
     received_at: float = field(default_factory=time.monotonic)
     source: Source = "user"
     delivery_key: str | None = None  # the platform's id for the message: a repeat of it is dropped
@@ -83,7 +81,6 @@ class OutboundMessage:
     # "file" sends ``file`` with ``content`` as its caption.
     kind: Literal["text", "typing", "stream", "file"] = "text"
     reply_to: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)  # what one platform needs
     file: OutgoingFile | None = None
     stream_id: int | None = None  # the streamed reply this updates (a "stream"), or completes (a "text")
     durable: bool = True  # False: best effort, not kept in the outbox (a notice that would be stale later)

@@ -16,7 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, ClassVar, Protocol
+from typing import Awaitable, Callable, ClassVar, Protocol
 
 import logging
 
@@ -223,15 +223,14 @@ class BaseChannel(ABC):
         return await self.ctx.access.is_allowed(self.name, who, list(self.config.allow_from))
 
     async def _handle_message(self, *, sender: Identity, chat_id: str, content: str, media: list[str] | None = None,
-                              is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None,
-                              metadata: dict[str, Any] | None = None) -> bool:
+                              is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None) -> bool:
         """Apply group policy and access control, then hand the message on. True if it went.
         ``sender``: only what the platform vouches for in ``id`` and ``handle`` (``Identity``).
         ``delivery_key``: the platform's id for it, by which repeats are dropped. (An adapter
         with more to say about a message builds the InboundMessage and calls ``_handle``.)"""
         return await self._handle(InboundMessage(
             self.name, chat_id, sender.id, content, sender_name=sender.name, sender_handle=sender.handle,
-            media=media or [], is_private=is_private, delivery_key=delivery_key, metadata=metadata or {}),
+            media=media or [], is_private=is_private, delivery_key=delivery_key),
             mentioned=mentioned)
 
     async def _handle(self, msg: InboundMessage, *, mentioned: bool = False) -> bool:

@@ -69,7 +69,7 @@ async def test_dm_reaches_the_bus(channel: DiscordChannel, fake: FakeDiscord, bu
     msg = await next_inbound(bus)
     assert (msg.channel, msg.chat_id, msg.sender_id, msg.sender_name, msg.content) == (
         "discord", str(DM), str(FRIEND), "alice", "/new")
-    assert msg.session_key == f"discord:{DM}" and msg.media == [] and msg.metadata["guild_id"] is None
+    assert msg.session_key == f"discord:{DM}" and msg.media == [] and msg.is_private
 
 
 async def test_strangers_bots_and_ourselves_are_not_published(
@@ -89,11 +89,11 @@ async def test_guild_messages_need_a_mention_or_a_reply(
     await fake.push_message(GUILD_CHANNEL, FRIEND, f"<@{fake.bot_id}> what time is it?",
                             guild_id=GUILD, mentions_bot=True)
     msg = await next_inbound(bus)
-    assert (msg.content, msg.chat_id, msg.metadata["guild_id"]) == ("what time is it?", str(GUILD_CHANNEL), str(GUILD))
+    assert (msg.content, msg.chat_id, msg.is_private) == ("what time is it?", str(GUILD_CHANNEL), False)
 
-    await channel.send(OutboundMessage("discord", str(GUILD_CHANNEL), "noon", reply_to=msg.metadata["message_id"]))
+    await channel.send(OutboundMessage("discord", str(GUILD_CHANNEL), "noon", reply_to=msg.delivery_key))
     bot_reply = (await fake.wait_sent(1))[0]
-    assert str(bot_reply["message_reference"]["message_id"]) == msg.metadata["message_id"]
+    assert str(bot_reply["message_reference"]["message_id"]) == msg.delivery_key
     await fake.push_message(GUILD_CHANNEL, FRIEND, "thanks!", guild_id=GUILD, reply_to=bot_reply)
     assert (await next_inbound(bus)).content == "thanks!"
 

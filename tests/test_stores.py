@@ -85,15 +85,14 @@ async def test_cron_store(db: Database) -> None:
 
 async def test_the_envelope_keeps_its_typed_fields_and_never_a_waiting_caller(db: Database) -> None:
     """What the layers share is typed and recorded; a caller's future travels with the message
-    and is never stored; rows written when these lived in ``metadata`` read the same."""
+    and is never stored; rows written when these lived in a ``metadata`` object read the same."""
     store = await DeliveryStore.open(db)
     try:
         waiting = asyncio.get_running_loop().create_future()
         thread = {"subject": "tea", "message_id": "<m1@example.org>", "references": ""}
         msg = InboundMessage("email", "bob@example.org", "bob@example.org", "tea?", source="user", delivery_key="m1",
                              durations={"inbox/a.ogg": 3.5}, untrusted="a forwarded message", reply_context=thread,
-                             mode="tools", resumed=True, intake_id=99, reply_future=waiting,
-                             metadata={"platform": 1, "not json": object()})
+                             mode="tools", resumed=True, intake_id=99, reply_future=waiting)
         [row_id] = await store.record_inbound([msg])
         await db.execute("INSERT INTO inbound (channel, delivery_key, message, received, chat) VALUES "
                          "($1, $2, $3, $4, $5)", "telegram", "old", '{"channel": "telegram", "chat_id": "1", '
@@ -102,14 +101,13 @@ async def test_the_envelope_keeps_its_typed_fields_and_never_a_waiting_caller(db
         back, old = await store.unfinished_inbound()
         assert (back.intake_id, back.delivery_key, back.durations, back.untrusted, back.reply_context, back.mode) == \
             (row_id, "m1", {"inbox/a.ogg": 3.5}, "a forwarded message", thread, "tools")
-        assert back.reply_future is None and not back.resumed and back.metadata == {"platform": 1}
-        assert (old.delivery_key, old.reply_context, old.mode, old.source, old.metadata) == \
-            ("old", {"a": "b"}, "code", "cron", {})
+        assert back.reply_future is None and not back.resumed
+        assert (old.delivery_key, old.reply_context, old.mode, old.source) == ("old", {"a": "b"}, "code", "cron")
         reply = OutboundMessage("email", "bob@example.org", "at four", stream_id=7, turn_reply=True, reply_context=thread)
         reply_id = await store.record_outbound(reply, finishes=row_id)
         [pending] = await store.pending_outbound()
-        assert (pending.outbox_id, pending.reply_context, pending.stream_id, pending.turn_reply, pending.metadata) == \
-            (reply_id, thread, None, False, {})  # the stream of before a restart is not ours to edit
+        assert (pending.outbox_id, pending.reply_context, pending.stream_id, pending.turn_reply) == \
+            (reply_id, thread, None, False)  # the stream of before a restart is not ours to edit
     finally:
         await store.close()
 

@@ -66,7 +66,7 @@ async def test_private_text_reaches_bus(tg, channel, bus):
     msg = await inbound(bus)
     assert (msg.channel, msg.chat_id, msg.sender_id, msg.sender_name) == ("telegram", "42", "42", "alice")
     assert msg.content == "hello there" and msg.media == []
-    assert msg.metadata["chat_type"] == "private"
+    assert msg.is_private
     assert tg.calls[:3] == ["getMe", "deleteWebhook", "getUpdates"]
 
 
@@ -85,7 +85,7 @@ async def test_group_needs_mention_or_reply(tg, channel, bus):
     tg.push_text(GROUP, ALICE, f"/status@{tg.bot_username}", chat_type="group")
     got = [await inbound(bus) for _ in range(3)]
     assert [m.content for m in got] == ["what time is it?", "and in Tokyo?", "/status"]
-    assert all(m.chat_id == str(GROUP) and m.metadata["chat_type"] == "group" for m in got)
+    assert all(m.chat_id == str(GROUP) and not m.is_private for m in got)
     assert bus.inbound.empty()
 
 

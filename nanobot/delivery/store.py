@@ -337,31 +337,28 @@ async def _nothing(tx: Queries) -> None:
 # start), a waiting caller (a future) or when it arrived (this process's clock).
 _STORED_INBOUND = ("channel", "chat_id", "sender_id", "content", "sender_name", "media", "is_private",
                    "source", "delivery_key", "durations", "untrusted", "reply_context", "mode", "sender_handle")
-# Rows written before these were typed fields kept them in metadata.
+# Rows written before these were typed fields kept them in a "metadata" object (read, then dropped).
 _ONCE_METADATA = ("delivery_key", "durations", "untrusted", "reply_context", "mode")
 
 
 def _inbound_json(msg: InboundMessage) -> str:
-    data = {name: getattr(msg, name) for name in _STORED_INBOUND}
-    data["metadata"] = {k: v for k, v in msg.metadata.items() if _jsonable(v)}
-    return json.dumps(data)
+    return json.dumps({name: getattr(msg, name) for name in _STORED_INBOUND})
 
 
 def _inbound_from(row_id: int, text: str) -> InboundMessage:
     data = json.loads(text)
-    metadata = data.setdefault("metadata", {})
+    metadata = data.pop("metadata", None) or {}
     for name in _ONCE_METADATA:
         if name in metadata:
-            data.setdefault(name, metadata.pop(name))
-    metadata.pop("intake_id", None), metadata.pop("resumed", None)
+            data.setdefault(name, metadata[name])
     if str(data.get("sender_id", "")).startswith("cron:"):  # a cron job's, recorded before ``source``
         data.setdefault("source", "cron")
     return InboundMessage(**data, intake_id=row_id)
 
 
 def _outbound_metadata_json(msg: OutboundMessage) -> str:
-    """The metadata column: the platform's metadata and the reply context (for a mail's thread)."""
-    kept = {k: v for k, v in msg.metadata.items() if _jsonable(v)}
+    """The metadata column: what a reply carries besides its columns (a voice note, a mail's thread)."""
+    kept: dict[str, Any] = {}
     if msg.file and msg.file.voice:
         kept["voice_note"] = True
     if msg.reply_context:
@@ -372,20 +369,9 @@ def _outbound_metadata_json(msg: OutboundMessage) -> str:
 def outbound_from(row: Any) -> OutboundMessage:
     """A recorded message, to send again. Not its stream: the streamed message of before the
     restart is not ours to edit."""
-    metadata = json.loads(row["metadata"])
-    voice = bool(metadata.pop("voice_note", False))
+    extras = json.loads(row["metadata"])  # anything else in it is from rows of before: not read
+    voice = bool(extras.get("voice_note", False))
     file = OutgoingFile(row["file_name"], row["file_data"], bool(row["photo"]), voice) if row["file_name"] else None
-    for stale in ("stream_id", "outbox_id", "outbox_created", "turn_reply", "ephemeral"):  # rows from before
-        metadata.pop(stale, None)
-    reply_context = metadata.pop("reply_context", None)
     return OutboundMessage(row["channel"], row["chat_id"], row["content"], kind=row["kind"],
-                           reply_to=row["reply_to"], metadata=metadata, file=file, reply_context=reply_context,
+                           reply_to=row["reply_to"], file=file, reply_context=extras.get("reply_context"),
                            outbox_id=row["id"], outbox_created=row["created"])
-
-
-def _jsonable(value: Any) -> bool:
-    try:
-        json.dumps(value)
-        return True
-    except (TypeError, ValueError):
-        return False
