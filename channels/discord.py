@@ -29,6 +29,7 @@ from nanobot_channels.text import split_message
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
 from nanobot.coordination import Held, run_while_held
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +150,7 @@ class DiscordChannel(BaseChannel):
                 await client.close()  # ends the gateway loop and the HTTP session
             except Exception:
                 log.exception("discord: error while closing the client")
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
     # -- incoming ------------------------------------------------------------------------
     async def _on_message(self, message: discord.Message) -> None:
@@ -174,8 +173,6 @@ class DiscordChannel(BaseChannel):
         allowed = await self._may_download(who)
         sender = Sender(self.name, str(message.channel.id), who, is_private)
         media, durations = await self._download(message.attachments, self.chat_root(sender)) if allowed else ([], {})
-        # A guild not (yet) in discord.py's cache still has its id on the partial channel.
-        guild_id = message.guild.id if message.guild else getattr(message.channel, "guild_id", None)
         await self._handle(InboundMessage(
             self.name, str(message.channel.id), who.id, content, sender_name=who.name, sender_handle=who.handle,
             media=media, is_private=is_private, delivery_key=str(message.id), durations=durations),

@@ -35,6 +35,7 @@ from nanobot_channels.email_parse import Mail, Unreadable, read_body, read_heade
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import EmailConfig
 from nanobot.coordination import Held, run_while_held
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +97,7 @@ class EmailChannel(BaseChannel):
 
     async def stop(self) -> None:
         task, self._reader = self._reader, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
     # -- reading -------------------------------------------------------------------------
     async def _open(self) -> Mailbox:

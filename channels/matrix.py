@@ -34,6 +34,7 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
 from nanobot_channels.text import split_message
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -94,9 +95,7 @@ class MatrixChannel(BaseChannel):
 
     async def stop_receiving(self) -> None:
         task, self._reader = self._reader, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
     async def stop(self) -> None:
         await self.stop_receiving()

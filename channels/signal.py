@@ -31,6 +31,7 @@ from nanobot.bus import Identity, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot.config import SignalConfig
 from nanobot_channels.text import split_message
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +69,7 @@ class SignalChannel(BaseChannel):
 
     async def stop_receiving(self) -> None:
         task, self._reader = self._reader, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
 
     async def stop(self) -> None:
         await self.stop_receiving()

@@ -42,6 +42,7 @@ from nanobot.bus import Identity, OutboundMessage
 from nanobot.config import SlackConfig
 from nanobot.coordination import Held, run_while_held
 from nanobot.listener import listen, read_whole
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +165,7 @@ class SlackChannel(BaseChannel):
 
     async def stop(self) -> None:
         task, self._socket = self._socket, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await cancel_and_wait(task)
         runner, self._http = self._http, None
         if runner is not None:
             await runner.cleanup()

@@ -41,6 +41,7 @@ from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
 from nanobot.coordination import Held, run_while_held
 from nanobot.sqlite_file import StoreUnavailable
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +131,7 @@ class TelegramChannel(BaseChannel):
         """Stop polling at shutdown: later messages wait on Telegram's server for the next start
         (or another worker's poll: polling is handed over at once)."""
         poller, self._poller = self._poller, None
-        if poller is not None:
-            poller.cancel()
-            await asyncio.gather(poller, return_exceptions=True)
+        await cancel_and_wait(poller)
         webhook, self._webhook = self._webhook, None
         if webhook is not None:
             await webhook.stop()

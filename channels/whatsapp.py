@@ -17,7 +17,6 @@ send through the Graph API at ``apiBase``.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import json

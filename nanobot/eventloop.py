@@ -31,3 +31,11 @@ def run(main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         return runner.run(main)
+
+
+async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
+    """Cancel ``tasks`` (None ones skipped) and wait until each has ended, whatever it raised."""
+    running = [task for task in tasks if task is not None]
+    for task in running:
+        task.cancel()
+    await asyncio.gather(*running, return_exceptions=True)

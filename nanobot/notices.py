@@ -11,6 +11,8 @@ import logging
 import time
 from typing import Awaitable, Callable
 
+from nanobot.eventloop import cancel_and_wait
+
 log = logging.getLogger(__name__)
 
 NEW_JOB = "New scheduled job "  # how cron_tools starts its notice: batched ones are listed together
@@ -48,10 +50,8 @@ class OwnerNotices:
 
     async def close(self) -> None:
         """Send what waits now (shutdown), rather than lose it."""
-        if self._later is not None:
-            self._later.cancel()
-            await asyncio.gather(self._later, return_exceptions=True)
-            self._later = None
+        await cancel_and_wait(self._later)
+        self._later = None
         await self.flush()
 
 

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 from nanobot.coordination import Alone, Singletons
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,7 @@ class Periodic:
         self._task = asyncio.create_task(self._loop(), name=self.name)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await cancel_and_wait(self._task)
 
     async def _loop(self) -> None:
         if not self.tick_first:

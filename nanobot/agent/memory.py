@@ -41,6 +41,7 @@ from nanobot.agent.markup import strip_think
 from nanobot.agent.spend import metered_chat
 from nanobot.providers.base import ChatRequest, ProviderError
 from nanobot.trust import MEMBER, chat_scope
+from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.agent.deps import AgentDeps
@@ -296,6 +297,4 @@ class Consolidator:
         except TimeoutError:
             log.warning("memory consolidation still running after %.0fs at shutdown; cancelled", timeout)
             tasks = list(self._tasks.values())
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await cancel_and_wait(*tasks)

@@ -16,6 +16,7 @@ from nanobot.cli.common import fail, get_config, show_waiting
 from nanobot.config import Config, ConfigError
 from nanobot.terminal_client import NO_GATEWAY, SOCKET, gateway_config, same_config, send
 from nanobot.workspace_template import copy_template
+from nanobot.eventloop import cancel_and_wait
 
 DEMO_RECORDING = Path(__file__).resolve().parent.parent / "demo" / "demo.jsonl"
 
@@ -159,9 +160,7 @@ async def _chat(rt, session: str, mode: str | None) -> None:
             await send_one(channel, rt.bus.outbound.get_nowait())
     finally:
         await channel.stop()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(*tasks)
         await dispatcher.shutdown(0)
 
 

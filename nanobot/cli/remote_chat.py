@@ -19,6 +19,7 @@ from nanobot.bus import MessageBus, OutboundMessage
 from nanobot.cli.common import show_waiting
 from nanobot.gateway.dispatcher import is_stop
 from nanobot.terminal_client import aside_text
+from nanobot.eventloop import cancel_and_wait
 
 URL = "http://gateway/v1/chat/completions"  # the host is not used: the connection is the socket
 
@@ -56,9 +57,7 @@ class RemoteChat:
             await asyncio.gather(*self.running, return_exceptions=True)
         finally:
             await self.channel.stop()
-            for worker in workers:
-                worker.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await cancel_and_wait(*workers)
 
     async def ask(self, text: str) -> None:
         stream_id, shown = next(self._stream_ids), ""

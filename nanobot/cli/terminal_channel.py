@@ -20,6 +20,7 @@ from typing import Any, Callable
 from nanobot.channel_plugin import BaseChannel
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.logs import terminal_line
+from nanobot.eventloop import cancel_and_wait
 
 PROMPT = "you> "
 
@@ -94,9 +95,7 @@ class CliChannel(BaseChannel):
         self._reader = asyncio.create_task(self._read(), name="terminal input")
 
     async def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            await asyncio.gather(self._reader, return_exceptions=True)
+        await cancel_and_wait(self._reader)
 
     async def send(self, msg: OutboundMessage) -> None:
         if msg.content:

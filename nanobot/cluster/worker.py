@@ -21,6 +21,7 @@ from nanobot.cluster.registry import MIGRATIONS, Registry
 from nanobot.cluster.router import ChatRouter
 from nanobot.cluster.singletons import AdvisorySingletons
 from nanobot.coordination import worker_id
+from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.cluster.router import GatewayHooks
@@ -129,9 +130,7 @@ class ClusterWorker:
 
     async def stop(self) -> None:
         """After the dispatcher stopped: free our chats and singletons for the others."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(*self._tasks)
         await self.router.close()
         for held in list(self.singletons.held.values()):
             await self.singletons.release(held)

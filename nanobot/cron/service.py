@@ -26,6 +26,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from nanobot import metrics
 from nanobot.cron import schedule
 from nanobot.cron.store import CronJob, CronStore, utcnow
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +144,7 @@ class CronService:
         if self._scheduler is not None and self._scheduler.running:
             self._scheduler.shutdown(wait=False)
         tasks = [*self._tasks, *([self._poll_task] if self._poll_task else [])]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(*tasks)
         await asyncio.sleep(0)  # AsyncIOScheduler.shutdown takes effect in a loop callback
         self._poll_task, self._scheduler = None, None
         self._registered.clear()

@@ -19,6 +19,7 @@ from nanobot import metrics
 from nanobot.database import Database, Migrations, Queries, StoreUnavailable
 from nanobot.coordination import Singletons
 from nanobot.periodic import Periodic
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,7 @@ class DeliveryStore:
                 await asyncio.wait_for(self.put(_nothing), timeout=5)  # FIFO: everything before it is committed
             except Exception as exc:
                 log.warning("delivery store: could not flush at close: %s", exc)
-        self._writer.cancel()
-        await asyncio.gather(self._writer, return_exceptions=True)
+        await cancel_and_wait(self._writer)
 
     async def put(self, op: Op) -> Any:
         """Run ``op`` in the next batch; return its value once the batch is committed."""

@@ -44,6 +44,7 @@ from nanobot.gateway.task_runner import TaskRunner
 from nanobot.gateway_lock import GatewayLock, GatewayRunning, write_gateway_state
 from nanobot.runtime import Runtime, open_runtime
 from nanobot.trust import chat_scope
+from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.cluster.worker import ClusterWorker
@@ -214,24 +215,19 @@ class Gateway:
         """Safe to call after a failed or partial start()."""
         await self.channels.stop_retrying()
         await self.channels.stop_receiving()
-        await _cancel(self._intake)
+        await cancel_and_wait(self._intake)
         services, self._started_services = self._started_services[::-1], []
         # Services (a cron run, say) and running turns wind down side by side, not one grace after another.
         stopping = [_stop_service(s) for s in services]
         stopping.append(self.dispatcher.shutdown(self.config.gateway.shutdown_grace_seconds))
         await asyncio.gather(*stopping)
-        await _cancel(self._router)
+        await cancel_and_wait(self._router)
         await self.outbound.drain(DRAIN_SECONDS)
         if self.cluster is not None:  # after our last replies went out: the others take over from here
             await self.cluster.stop()
         await self.channels.stop()
         await self.delivery.close()
 
-
-async def _cancel(task: asyncio.Task[Any] | None) -> None:
-    if task is not None:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def _stop_service(service: Service) -> None:
@@ -313,8 +309,7 @@ async def _started_unless_stopped(gateway: Gateway, stop: asyncio.Event) -> bool
     finally:
         stopping.cancel()
     if not starting.done():
-        starting.cancel()
-        await asyncio.gather(starting, return_exceptions=True)
+        await cancel_and_wait(starting)
         return False
     starting.result()  # its error, if it failed
     return True
@@ -347,5 +342,5 @@ async def _serve(config: Config, stop: asyncio.Event) -> int:
         finally:
             sdnotify.notify("STOPPING=1")
             await gateway.stop()
-            await _cancel(watchdog)
+            await cancel_and_wait(watchdog)
     return 0

@@ -21,6 +21,7 @@ from nanobot.coordination import Held, run_while_held
 from nanobot.cron.service import CronService, RunOutcome, default_name
 from nanobot.cron.store import CronStore
 from nanobot.trust import HISTORY_CHANNELS
+from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.cron.store import CronJob
@@ -153,9 +154,7 @@ class CronJobs:
             held = None
 
     async def stop(self) -> None:
-        if self._clock is not None:
-            self._clock.cancel()
-            await asyncio.gather(self._clock, return_exceptions=True)
+        await cancel_and_wait(self._clock)
         if self.service is not None:
             await self.service.stop()
 

@@ -21,6 +21,7 @@ from nanobot.agent.loop import TURN_CRASHED, Origin, TurnIO, TurnRequest
 from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.gateway.spoken import voice_note, voice_wait, will_speak
+from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -120,7 +121,7 @@ class SessionWorker:
                     return await d.agent.answer(request, TurnIO(lambda text: d.send(msg, text), self.stream))
                 finally:
                     if typing is not None:
-                        await _cancel(typing)
+                        await cancel_and_wait(typing)
         except asyncio.CancelledError:
             # Recorded here, inside the turn, so the note is in the history before anyone
             # waiting on this turn (the /stop handler, the next queued message) runs.
@@ -350,7 +351,3 @@ def _answer_caller(msg: InboundMessage, reply: str) -> None:
     if done is not None and not done.done():
         done.set_result(reply)
 
-
-async def _cancel(task: asyncio.Task[Any]) -> None:
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)

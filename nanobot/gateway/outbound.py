@@ -20,6 +20,7 @@ from nanobot import metrics
 from nanobot.bus import MessageBus, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, SendFailed
 from nanobot.delivery.outbox import Outbox, SendGate
+from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.delivery.store import DeliveryStore
@@ -137,9 +138,7 @@ class Outbound:
         _, late = await asyncio.wait(set(self._inflight), timeout=timeout)
         if late:
             log.warning("shutdown: %d message(s) could not be sent in time", len(late))
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
+        await cancel_and_wait(*late)
 
 
 async def send_one(channel: BaseChannel, msg: OutboundMessage) -> None:

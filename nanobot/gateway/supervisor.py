@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from nanobot.channel_plugin import BaseChannel, ChannelContext
 from nanobot.config import ChannelSection, Config, PluginChannelConfig
 from nanobot.listener import ListenError
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +173,7 @@ class ChannelSupervisor:
 
     async def stop_retrying(self) -> None:
         tasks, self._retries = list(self._retries.values()), {}
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(*tasks)
 
     async def stop_receiving(self) -> None:
         await asyncio.gather(*(self._safely(c.stop_receiving, c.name) for c in self.channels.values()))

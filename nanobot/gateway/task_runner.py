@@ -23,6 +23,7 @@ from nanobot.agent.markup import FailedReply
 from nanobot.bus import Identity, InboundMessage, split_target
 from nanobot.chat_names import task_key
 from nanobot.tasks import MAX_ATTEMPTS, Task, TaskStore
+from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.runtime import Runtime
@@ -58,9 +59,7 @@ class TaskRunner:
         them back, and that run counts.)"""
         running = list(self._running)
         tasks = [t for t in (self._loop, *self._running.values()) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(*tasks)
         if running and self.store is not None:
             try:
                 await self.store.hand_back(self.worker, running)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from nanobot.config import McpServer
+from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -112,8 +113,7 @@ class McpConnection:
                 async with asyncio.timeout(10):
                     await asyncio.gather(self._holder, return_exceptions=True)
             except TimeoutError:
-                self._holder.cancel()
-                await asyncio.gather(self._holder, return_exceptions=True)
+                await cancel_and_wait(self._holder)
         if self._errlog is not None:
             self._errlog.close()
             self._errlog = None
