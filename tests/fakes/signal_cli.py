@@ -26,13 +26,16 @@ import json
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.ticks import Ticks
 
-class FakeSignalCli:
+
+class FakeSignalCli(Ticks):
     def __init__(self, account: str, attachments: Path) -> None:
+        super().__init__()
         self.account = account
         self.attachments = attachments
         self.sent: list[dict[str, Any]] = []  # params of each "send"
@@ -42,7 +45,6 @@ class FakeSignalCli:
         self.streams_opened = 0
         self._waiting: list[dict[str, Any]] = []
         self._streams: list[asyncio.Queue[dict[str, Any] | None]] = []
-        self._tick = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -101,11 +103,6 @@ class FakeSignalCli:
         for stream in self._streams:
             stream.put_nowait(None)
 
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                await self._tick.wait()
-
     async def wait_sent(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
         await self.wait_until(lambda: len(self.sent) >= count, timeout)
         return self.sent
@@ -117,7 +114,6 @@ class FakeSignalCli:
 
     def _ticked(self) -> None:
         self._tick.set()
-        self._tick = asyncio.Event()
 
     # ---- the daemon's side ----------------------------------------------------------
     async def _check(self, request: web.Request) -> web.Response:
@@ -134,7 +130,7 @@ class FakeSignalCli:
         self._waiting.clear()
         self._streams.append(stream)
         self.streams_opened += 1
-        self._ticked()
+        self.ticked()
         try:
             await response.write(b":\n\n")  # signal-cli's keep-alive, also sent at once
             while (event := await stream.get()) is not None:
@@ -160,5 +156,5 @@ class FakeSignalCli:
             answer["result"] = {"timestamp": time.time_ns() // 1000, "results": []}
         else:
             answer["result"] = {}
-        self._ticked()
+        self.ticked()
         return web.json_response(answer)

@@ -20,22 +20,24 @@ Usage::
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import hmac
 import itertools
 import json
 import time
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.ticks import Ticks
+
 PHONE_ID = "1098765"
 
 
-class FakeWhatsApp:
+class FakeWhatsApp(Ticks):
     def __init__(self) -> None:
+        super().__init__()
         self.token, self.secret, self.verify_token = "EAAG-test-token", "app-secret-for-tests", "verify-me"
         self.sent: list[dict[str, Any]] = []
         self.typing: list[dict[str, Any]] = []
@@ -47,7 +49,6 @@ class FakeWhatsApp:
         self.webhook_url = ""
         self._media: dict[str, tuple[bytes, str]] = {}
         self._ids = itertools.count(1)
-        self._tick = asyncio.Event()
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -124,11 +125,6 @@ class FakeWhatsApp:
     def sign(self, body: bytes) -> str:
         return "sha256=" + hmac.new(self.secret.encode(), body, hashlib.sha256).hexdigest()
 
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-        async with asyncio.timeout(timeout):
-            while not predicate():
-                await self._tick.wait()
-
     async def wait_sent(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
         await self.wait_until(lambda: len(self.sent) >= count, timeout)
         return self.sent
@@ -138,7 +134,6 @@ class FakeWhatsApp:
 
     def _ticked(self) -> None:
         self._tick.set()
-        self._tick = asyncio.Event()
 
     # ---- the Graph API -----------------------------------------------------------------
     def _authorized(self, request: web.Request) -> bool:
@@ -168,13 +163,13 @@ class FakeWhatsApp:
         body = await request.json()
         if body.get("status") == "read":
             self.typing.append(body)
-            self._ticked()
+            self.ticked()
             return web.json_response({"success": True})
         if body.get("to") in self.closed_window:
-            self._ticked()
+            self.ticked()
             return self._error(400, 131047, "Re-engagement message")
         self.sent.append(body)
-        self._ticked()
+        self.ticked()
         return web.json_response({"messaging_product": "whatsapp", "contacts": [{"input": body["to"], "wa_id": body["to"]}],
                                   "messages": [{"id": f"wamid.out{next(self._ids)}"}]})
 
@@ -189,7 +184,7 @@ class FakeWhatsApp:
 
     async def _media_bytes(self, request: web.Request) -> web.Response:
         self.media_fetches.append(request.headers.get("Authorization"))
-        self._ticked()
+        self.ticked()
         if not self._authorized(request):
             return web.Response(status=401)
         data, mime = self._media[request.match_info["media_id"]]
