@@ -17,7 +17,8 @@ from tests.fakes.synapse import Homeserver, SynapseUnavailable, homeserver
 from tests.helpers import config_for, running_gateway
 from tests.test_channels_crash import killed_mid_turn_then_answered_once, write_config
 
-pytestmark = pytest.mark.xdist_group("synapse")  # one homeserver for the module, on one test process
+# One homeserver for the module, on one test process; its first test may install it (about a minute).
+pytestmark = [pytest.mark.xdist_group("synapse"), pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
