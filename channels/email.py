@@ -34,7 +34,6 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot_channels.email_parse import Mail, Unreadable, read_body, read_headers, vouched
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import EmailConfig
-from nanobot.coordination import Held, run_while_held
 from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -77,23 +76,26 @@ class EmailChannel(BaseChannel):
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
+        first: list[Mailbox] = []  # the connection opened here: the reader's first round uses it
         held = await self.ctx.singletons.try_hold(READER)
-        if held is not None:
+        if held is None:
+            log.info("email: another worker reads the mailbox; this one sends, and takes over if it stops")
+        else:
             try:
-                mailbox: Mailbox | None = await self._open()  # a wrong password fails start(), with the reason
+                first.append(await self._open())  # a wrong password fails start(), with the reason
             # A server still starting or away: unlike a failed start (which the supervisor retries),
             # the channel runs, so replies and cron output still go out by SMTP; the reader retries.
             except MailboxUnavailable as exc:
                 why = str(exc).removeprefix("email: ")
                 log.warning("email: the mailbox is unreachable at start (%s); the reader keeps trying", why)
-                mailbox = None
             except BaseException:
                 await self.ctx.singletons.release(held)
                 raise
-            self._reader = asyncio.create_task(self._read_while_held(held, mailbox), name="email-reader")
-        else:
-            log.info("email: another worker reads the mailbox; this one sends, and takes over if it stops")
-            self._reader = asyncio.create_task(self._read_while_held(None, None), name="email-reader")
+
+        async def read() -> None:
+            await self._read(first.pop() if first else None)
+
+        self._reader = asyncio.create_task(self._read_while_held(READER, read), name="email-reader")
 
     async def stop(self) -> None:
         task, self._reader = self._reader, None
@@ -122,15 +124,6 @@ class EmailChannel(BaseChannel):
                 f"email: IMAP {server.host}:{server.port}: {exc or type(exc).__name__}") from None
         found = re.search(rb"UIDVALIDITY (\d+)", b" ".join(line for line in selected.lines if isinstance(line, bytes)))
         return Mailbox(imap, found.group(1).decode() if found else "0", lost)
-
-    async def _read_while_held(self, held: Held | None, opened: Mailbox | None) -> None:
-        singletons = self.ctx.singletons
-        while True:
-            if held is None:
-                held = await singletons.hold(READER)
-                log.info("email: this worker now reads the mailbox")
-            await run_while_held(singletons, held, self._read(opened))
-            held, opened = None, None
 
     async def _read(self, opened: Mailbox | None) -> None:
         """New mail as it comes, reconnecting after trouble (with a pause that grows)."""
