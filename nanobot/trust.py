@@ -14,7 +14,7 @@ the user's id) from a group. On Telegram a private chat's id is the user's id.
 
 **Taint**: a turn that took in web pages, MCP results, documents, media or forwarded messages
 may carry an attacker's instructions. For the rest of that turn it may not change steering
-files, cron jobs or pairing, nor write to another chat (``TurnState.require_clean``).
+files, cron jobs or pairing, nor write to another chat (``TurnGuard.require_clean``).
 """
 
 from __future__ import annotations
@@ -128,8 +128,9 @@ def steering_name(relative: str) -> str | None:
 
 
 @dataclass
-class TurnState:
-    """What one turn has done so far that the rules care about."""
+class TurnGuard:
+    """What one turn has done so far that the trust rules care about (what it read from outside,
+    what it sent): a tool context's ``guard``; not to be mixed up with the agent's TurnState."""
 
     tainted_by: str | None = None  # the first source of external content this turn read
     messages_sent: int = 0

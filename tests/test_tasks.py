@@ -109,9 +109,9 @@ async def test_stop_id_stops_a_task_and_a_tainted_turn_may_not_spawn(config: Con
         assert any(t.startswith(f"Stopping task slow ({task_id})") for t in texts(tg))
         assert f"Background task slow ({task_id}) stopped:\nstopped (/stop)" in texts(tg)
     from nanobot.tools.registry import ToolContext
-    from nanobot.trust import TurnState
+    from nanobot.trust import TurnGuard
 
-    turn = TurnState()
+    turn = TurnGuard()
     turn.taint("the web page https://evil.example")
     with pytest.raises(PermissionError, match="spawn refused: this turn read external content"):
         await _spawn(config, turn)
@@ -122,7 +122,7 @@ async def _spawn(config: Config, turn) -> str:  # noqa: ANN001
     from nanobot.tools.registry import ToolContext
 
     async with open_runtime(config) as rt:
-        ctx = ToolContext(config, config.workspace_path, f"telegram:{ALICE}", services=rt.deps.services, turn=turn)
+        ctx = ToolContext(config, config.workspace_path, f"telegram:{ALICE}", services=rt.deps.services, guard=turn)
         return await rt.tools.call("spawn", {"task": "x"}, ctx)
 
 

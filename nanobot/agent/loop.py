@@ -317,9 +317,9 @@ class Agent:
         if origin is not None and origin.source == "cron":
             turn.ctx.origin = "cron"
         if request.media:  # documents, photos, voice: someone else's content
-            turn.ctx.turn.taint("an attached file")
+            turn.ctx.guard.taint("an attached file")
         if origin is not None and origin.untrusted:
-            turn.ctx.turn.taint(origin.untrusted)
+            turn.ctx.guard.taint(origin.untrusted)
         started, outcome = time.monotonic(), "ok"
         recorded = session.count
         try:

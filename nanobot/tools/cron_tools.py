@@ -71,7 +71,7 @@ async def schedule_cron(
 
     if bool(code.strip()) == bool(message):
         raise ValueError("schedule_cron needs exactly one of code or message")
-    ctx.turn.require_clean("schedule_cron")
+    ctx.guard.require_clean("schedule_cron")
     kind, expr = parse_expression(expression)
     if kind == "every" and int(expr) < MIN_EVERY_SECONDS:
         raise ValueError(f"jobs made from a chat run at most once a minute: use 'every {MIN_EVERY_SECONDS}s' or more")
@@ -107,7 +107,7 @@ async def list_cron(ctx: ToolContext) -> list[dict]:
 @tool(brief=True)
 async def remove_cron(ctx: ToolContext, job_id: str) -> str:
     """Delete one of this chat's scheduled jobs."""
-    ctx.turn.require_clean("remove_cron")
+    ctx.guard.require_clean("remove_cron")
     store = await _store(ctx)
     job = await store.get(job_id)
     if job is None or job.owner_session != ctx.session_key:

@@ -62,7 +62,7 @@ def read_checked_bytes(ctx: ToolContext, path: str, limit: int, hint: str) -> tu
                 if size > limit:  # grew since fstat
                     raise too_big
             if pin.shown.startswith("inbox/"):
-                ctx.turn.taint(f"the received file {pin.shown}")
+                ctx.guard.taint(f"the received file {pin.shown}")
             return b"".join(chunks), pin.shown
         finally:
             os.close(fd)

@@ -80,7 +80,7 @@ async def allowed_target(ctx: ToolContext, to: str | None, what: str) -> tuple[s
     if target != ctx.session_key:
         if ctx.trust != OWNER:
             raise PermissionError(f"{what}: this chat may only send messages to itself")
-        ctx.turn.require_clean(f"{what} to {target}")
+        ctx.guard.require_clean(f"{what} to {target}")
         await _check_allowed(ctx, channel, chat_id, what)
     return channel, chat_id, target
 
@@ -101,10 +101,10 @@ def _no_channels(ctx: ToolContext) -> RuntimeError:
 def count_message(ctx: ToolContext) -> None:
     """One more message out this turn, within ``gateway.maxMessagesPerTurn``."""
     limit = ctx.config.gateway.max_messages_per_turn
-    if ctx.turn.messages_sent >= limit:
+    if ctx.guard.messages_sent >= limit:
         raise PermissionError(f"at most {limit} messages per turn (gateway.maxMessagesPerTurn); "
                               "put the rest into the reply")
-    ctx.turn.messages_sent += 1
+    ctx.guard.messages_sent += 1
 
 
 async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str, what: str) -> None:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from nanobot import metrics, tracing
-from nanobot.trust import OWNER, Trust, TurnState
+from nanobot.trust import OWNER, Trust, TurnGuard
 
 if TYPE_CHECKING:
     from nanobot.bus import MessageBus
@@ -45,7 +45,7 @@ class ToolContext:
     bus: MessageBus | None = None
     services: Services | None = None  # None in a bare context (tests of single tools)
     trust: Trust = OWNER
-    turn: TurnState = field(default_factory=TurnState)
+    guard: TurnGuard = field(default_factory=TurnGuard)
     runs_code: bool = True  # the model can write programs this turn (code, hybrid): code-only hints apply
     # What started the turn: "user" (a message), "cron" (a job), "task" (a background task).
     origin: str = "user"
@@ -268,7 +268,7 @@ class ToolRegistry:
             with tracing.span("nanobot.tool", tool=name):
                 result = await t.func(ctx, **kwargs)
             if t.untrusted:  # what it returned was written by someone else: the turn is tainted
-                ctx.turn.taint(t.origin(arguments) or name)
+                ctx.guard.taint(t.origin(arguments) or name)
         except TOOL_ERRORS as exc:
             metrics.current.tool_call(name, type(exc).__name__)
             raise

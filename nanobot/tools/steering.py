@@ -37,7 +37,7 @@ def refusal(ctx: ToolContext, name: str) -> PermissionError | None:
     """Why this turn may not change steering file(s) ``name``, or None when it may."""
     if ctx.trust != OWNER:
         return PermissionError(f"{name} steers the assistant and can only be changed from the owner's chat")
-    return ctx.turn.refusal(f"changing {name}")
+    return ctx.guard.refusal(f"changing {name}")
 
 
 def check_change(ctx: ToolContext, name: str) -> None:

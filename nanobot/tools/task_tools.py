@@ -33,7 +33,7 @@ async def spawn(
     and its result comes to this chat as one message. For long work (many pages, a report)."""
     if ctx.origin != "user":
         raise PermissionError(f"a {ctx.origin} turn may not start background tasks")
-    ctx.turn.require_clean("spawn")
+    ctx.guard.require_clean("spawn")
     if not task.strip():
         raise ValueError("spawn needs the task, said in full")
     limits = ctx.config.agent_for(ctx.session_key).tasks
