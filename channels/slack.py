@@ -40,7 +40,6 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.config import SlackConfig
-from nanobot.coordination import Held, run_while_held
 from nanobot.listener import listen, read_whole
 from nanobot.eventloop import cancel_and_wait
 
@@ -78,7 +77,6 @@ class SlackChannel(BaseChannel):
         self.bot_user = ""  # our user id, from auth.test: mentions of it address the bot
         self.team: str | None = None  # our workspace's id, from auth.test
         self._socket: asyncio.Task[None] | None = None
-        self._handler: AsyncSocketModeHandler | None = None  # the WebSocket while this worker holds it
         self._http: web.AppRunner | None = None
         self.port = 0  # the events listener's bound port
         self._previews: dict[Any, tuple[str, str]] = {}  # stream_id -> (channel, ts) of the growing message
@@ -98,12 +96,21 @@ class SlackChannel(BaseChannel):
             self._http, self.port = await listen(http, *self.config.events.address(), "channels.slack.events.listen")
             log.info("slack: taking events on %s (signed requests only)", self.config.events.listen)
             return
-        held = await self.ctx.singletons.try_hold(SOCKET)
-        if held is None:
+        first: list[AsyncSocketModeHandler] = []  # the connection made here: the first round uses it
+        if await self.ctx.singletons.try_hold(SOCKET) is None:
             log.info("slack: another worker holds the Socket Mode connection; this one sends, and takes over")
         else:
-            await self._connect_socket()  # the first connection's errors fail start(), with their reason
-        self._socket = asyncio.create_task(self._socket_while_held(held), name="slack-socket-mode")
+            first.append(await self._connect_socket())  # its errors fail start(), with their reason
+
+        async def socket() -> None:  # slack_sdk reconnects a dropped one on its own
+            handler = first.pop() if first else await self._connect_socket()
+            try:
+                self._report(None)
+                await self._watch(handler)
+            finally:  # the next holder's connection must be the only one
+                await handler.close_async()
+
+        self._socket = asyncio.create_task(self._read_while_held(SOCKET, socket), name="slack-socket-mode")
 
     async def _connect_socket(self) -> AsyncSocketModeHandler:
         """The WebSocket, or RuntimeError with the reason. slack_sdk's own connect retries every
@@ -123,34 +130,7 @@ class SlackChannel(BaseChannel):
             if not isinstance(exc, Exception):
                 raise
             raise _not_connected(exc) from None
-        self._handler = handler
         return handler
-
-    async def _socket_while_held(self, held: Held | None) -> None:
-        """The WebSocket, on one worker at a time (slack_sdk reconnects it on its own)."""
-        singletons = self.ctx.singletons
-        while True:
-            if held is None:
-                held = await singletons.hold(SOCKET)
-                log.info("slack: this worker now holds the Socket Mode connection")
-                try:
-                    await self._connect_socket()
-                    self._report(None)
-                except RuntimeError as exc:
-                    log.error("%s", exc)
-                    self._report(f"Socket Mode is not connected, retrying ({exc})")
-                    await singletons.release(held)
-                    held = None
-                    await asyncio.sleep(5)
-                    continue
-            handler = self._handler
-            assert handler is not None
-
-            async def disconnect() -> None:  # the next holder's connection must be the only one
-                await handler.close_async()
-
-            await run_while_held(singletons, held, self._watch(handler), after=disconnect)
-            held = None
 
     async def _watch(self, handler: AsyncSocketModeHandler) -> None:
         """While this worker holds the WebSocket: status says when it is down (slack_sdk

@@ -187,7 +187,9 @@ class BaseChannel(ABC):
             work = await run_while_held(self.ctx.singletons, held, read())
             if work.cancelled():
                 continue  # lost the singleton: another worker reads now, this one waits its turn
-            why = repr(work.exception()) if work.exception() else "the stream ended"
+            failed = work.exception()
+            why = (str(failed) or type(failed).__name__).removeprefix(f"{self.name}: ") if failed \
+                else "the stream ended"
             log.warning("%s: %s; reconnecting in %g s", self.name, why, delay)
             self._report(f"disconnected ({why}), reconnecting")
             if time.monotonic() - began > RECONNECT_MAX_S:
