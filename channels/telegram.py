@@ -39,7 +39,6 @@ from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
-from nanobot.coordination import Held, run_while_held
 from nanobot.sqlite_file import StoreUnavailable
 from nanobot.eventloop import cancel_and_wait
 
@@ -103,14 +102,21 @@ class TelegramChannel(BaseChannel):
 
     async def _start_polling(self) -> None:
         """Poll if no other worker does; else wait in the background to take over."""
-        held = await self.ctx.singletons.try_hold(POLLING)
-        if held is not None:
-            await self._bot.delete_webhook()  # getUpdates is refused while a webhook is set
+        deleted = False  # getUpdates is refused while a webhook is set: each round deletes it first
+        if await self.ctx.singletons.try_hold(POLLING) is not None:
+            await self._bot.delete_webhook()  # here, so that a refused token fails start()
+            deleted = True
             log.info("telegram: polling as @%s", self._username)
         else:
             log.info("telegram: @%s is polled by another worker; this one sends, and takes over if it stops",
                      self._username)
-        self._poller = asyncio.create_task(self._receive(held), name="telegram polling")
+
+        async def poll() -> None:  # two pollers would both get 409 Conflict: one worker at a time
+            nonlocal deleted
+            first, deleted = (None if deleted else self._bot.delete_webhook), False
+            await self._poll(first)
+
+        self._poller = asyncio.create_task(self._read_while_held(POLLING, poll), name="telegram polling")
 
     async def _start_webhook(self) -> None:
         """Tell Telegram where to post updates (every worker says the same), and serve that path.
@@ -154,18 +160,6 @@ class TelegramChannel(BaseChannel):
             log.exception("telegram: error during shutdown")
 
     # ---- incoming -------------------------------------------------------------------
-    async def _receive(self, held: Held | None) -> None:
-        """Poll while this worker holds the polling; two pollers would both get 409 Conflict."""
-        singletons = self.ctx.singletons
-        while True:
-            first = None
-            if held is None:
-                held = await singletons.hold(POLLING)
-                log.info("telegram: this worker now polls @%s", self._username)
-                first = self._bot.delete_webhook
-            await run_while_held(singletons, held, self._poll(first))  # polls until lost or stopped
-            held = None
-
     async def _poll(self, first: Callable[[], Awaitable[Any]] | None = None) -> None:
         offset: int | None = None  # None: everything Telegram still holds for us (unconfirmed)
         delay = 0.0
