@@ -117,8 +117,9 @@ class MatrixChannel(BaseChannel):
                 for room_id, joined in answer.rooms.join.items():
                     for event in joined.timeline.events:
                         await self._event(room_id, event.source)
+            if answer.next_batch != since:  # an idle long poll ends where it began: nothing to write
+                await self.ctx.positions.keep_position(self.position_key, answer.next_batch)
             since, first, whole = answer.next_batch, False, False
-            await self.ctx.positions.keep_position(self.position_key, since)
 
     async def _invited(self, room_id: str, state: list[Any]) -> None:
         """Join when an allowed user invited us; decline anyone else's invitation."""
