@@ -152,11 +152,13 @@ async def test_sent_while_down_answered_once_after_the_start_and_never_again(
     owner, bot = people["owner"], people["bot"][0]
     llm.fallback = lambda body: reply("re: " + asked_last(body))
     cfg = matrix_config(llm, workspace, synapse, people)
-    async with running_gateway(cfg):
+    async with running_gateway(cfg) as gateway:
         room = await owner.room(bot)
         await bot_in(owner, room, bot)
         await owner.say(room, "one")
         await owner.read_until(lambda seen: owner.shown() == ["re: one"])
+        # kept once "one" was recorded: the next start reads on from there, not from "now"
+        assert await gateway.delivery.position(f"matrix {bot}") is not None
     await owner.say(room, "while you were away")
     async with running_gateway(cfg):
         await owner.read_until(lambda seen: len(owner.shown()) == 2)
