@@ -22,6 +22,7 @@ import asyncio
 import io
 import logging
 import mimetypes
+import time
 from typing import Any
 
 import aiohttp
@@ -47,6 +48,10 @@ MEDIA_KINDS = ("m.image", "m.file", "m.audio", "m.video")
 VOICE = "org.matrix.msc3245.voice"
 ENCRYPTED_REPLY = ("This room is end-to-end encrypted, and I cannot read encrypted messages. Talk to me in a room "
                    "without encryption (in Element: create the room with encryption turned off).")
+# A room joined with history: what was said before the invitation is not for the bot. The
+# invitation's time is not in the state Matrix shows an invitee, so the join's time counts,
+# less this grace (what the inviter wrote while the bot was joining; clocks a little apart).
+JOIN_GRACE_MS = 60_000
 RENDER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
 
 
@@ -64,6 +69,7 @@ class MatrixChannel(BaseChannel):
         self._reader: asyncio.Task[None] | None = None
         self._previews: dict[int, tuple[str, str]] = {}  # stream_id -> (room, event id) of the growing message
         self._told_encrypted: set[str] = set()
+        self._joined_at: dict[str, float] = {}  # room -> when we joined it here (ms since the epoch)
         self.position_key = f"{self.name} {config.user_id}"  # another account's token would not do
 
     async def start(self) -> None:
@@ -127,6 +133,7 @@ class MatrixChannel(BaseChannel):
                         and getattr(e, "state_key", None) == self.config.user_id), None)
         if inviter and await self._may_download(Identity(inviter)):
             joined = await self.client.join(room_id)
+            self._joined_at[room_id] = time.time() * 1000
             log.info("matrix: joined %s, invited by %s (%s)", room_id, inviter, type(joined).__name__)
         else:
             await self.client.room_leave(room_id)
@@ -135,8 +142,9 @@ class MatrixChannel(BaseChannel):
     async def _event(self, room_id: str, event: dict[str, Any]) -> None:
         sender, content = str(event.get("sender") or ""), event.get("content")
         if event.get("type") not in ("m.room.message", "m.room.encrypted") or sender == self.config.user_id \
-                or not isinstance(content, dict) or _relation(content) == "m.replace":
-            return  # state, our own messages, edits of earlier messages
+                or not isinstance(content, dict) or _relation(content) == "m.replace" \
+                or int(event.get("origin_server_ts") or 0) < self._joined_at.get(room_id, 0) - JOIN_GRACE_MS:
+            return  # state, our own messages, edits of earlier messages, history from before we came
         room = self.client.rooms.get(room_id)
         is_private = room is not None and room.member_count == 2
         who = Identity(sender, name=room.user_name(sender) if room else None)

@@ -147,6 +147,24 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(
         assert gateway.runtime.deps.trust(f"matrix:{room}") == "member"  # three people: no owner chat
 
 
+async def test_history_from_before_the_bot_joined_is_not_answered(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from nanobot_channels import matrix as matrix_channel
+
+    monkeypatch.setattr(matrix_channel, "JOIN_GRACE_MS", 0)  # (an hour-old message, without the hour)
+    owner, bot = people["owner"], people["bot"][0]
+    llm.fallback = lambda body: reply("re: " + asked_last(body))
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        room = await owner.room(direct=False)
+        await owner.say(room, "old news", mention=bot)  # before the bot was there
+        await owner.client.room_invite(room, bot)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "new question", mention=bot)
+        await owner.read_until(lambda seen: owner.shown()[-1:] == ["re: new question"])
+    assert asked(llm) == ["new question"]
+
+
 async def test_sent_while_down_answered_once_after_the_start_and_never_again(
         llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
     owner, bot = people["owner"], people["bot"][0]
