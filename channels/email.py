@@ -76,13 +76,13 @@ class EmailChannel(BaseChannel):
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
-        first: list[Mailbox] = []  # the connection opened here: the reader's first round uses it
+        first = None  # the reader's first round, with the connection opened here
         held = await self.ctx.singletons.try_hold(READER)
         if held is None:
             log.info("email: another worker reads the mailbox; this one sends, and takes over if it stops")
         else:
             try:
-                first.append(await self._open())  # a wrong password fails start(), with the reason
+                first = self._read(await self._open())  # a wrong password fails start(), with the reason
             # A server still starting or away: unlike a failed start (which the supervisor retries),
             # the channel runs, so replies and cron output still go out by SMTP; the reader retries.
             except MailboxUnavailable as exc:
@@ -91,11 +91,8 @@ class EmailChannel(BaseChannel):
             except BaseException:
                 await self.ctx.singletons.release(held)
                 raise
-
-        async def read() -> None:
-            await self._read(first.pop() if first else None)
-
-        self._reader = asyncio.create_task(self._read_while_held(READER, read), name="email-reader")
+        self._reader = asyncio.create_task(self._read_while_held(READER, lambda: self._read(None), first),
+                                           name="email-reader")
 
     async def stop(self) -> None:
         task, self._reader = self._reader, None

@@ -33,9 +33,9 @@ from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomSendResponse,
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot.config import MatrixConfig
+from nanobot.eventloop import cancel_and_wait
 from nanobot.listener import read_whole
 from nanobot_channels.text import split_message
-from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 

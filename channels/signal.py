@@ -30,8 +30,8 @@ from nanobot import beneath
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot.config import SignalConfig
-from nanobot_channels.text import split_message
 from nanobot.eventloop import cancel_and_wait
+from nanobot_channels.text import split_message
 
 log = logging.getLogger(__name__)
 
@@ -194,5 +194,7 @@ async def _server_sent_events(content: aiohttp.StreamReader) -> AsyncIterator[tu
 
 
 def _reason(exc: BaseException) -> str:
-    return str(exc) if isinstance(exc, RuntimeError) else f"{type(exc).__name__}: {exc}" if str(exc) \
-        else type(exc).__name__
+    """An HTTP status we raised says it all; a library's error needs its kind too."""
+    if isinstance(exc, RuntimeError) or not str(exc):
+        return str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"

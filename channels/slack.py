@@ -96,21 +96,13 @@ class SlackChannel(BaseChannel):
             self._http, self.port = await listen(http, *self.config.events.address(), "channels.slack.events.listen")
             log.info("slack: taking events on %s (signed requests only)", self.config.events.listen)
             return
-        first: list[AsyncSocketModeHandler] = []  # the connection made here: the first round uses it
+        first = None  # the first round, on the connection made here
         if await self.ctx.singletons.try_hold(SOCKET) is None:
             log.info("slack: another worker holds the Socket Mode connection; this one sends, and takes over")
         else:
-            first.append(await self._connect_socket())  # its errors fail start(), with their reason
-
-        async def socket() -> None:  # slack_sdk reconnects a dropped one on its own
-            handler = first.pop() if first else await self._connect_socket()
-            try:
-                self._report(None)
-                await self._watch(handler)
-            finally:  # the next holder's connection must be the only one
-                await handler.close_async()
-
-        self._socket = asyncio.create_task(self._read_while_held(SOCKET, socket), name="slack-socket-mode")
+            first = self._socket_round(await self._connect_socket())  # its errors fail start(), with their reason
+        self._socket = asyncio.create_task(self._read_while_held(SOCKET, self._socket_round, first),
+                                           name="slack-socket-mode")
 
     async def _connect_socket(self) -> AsyncSocketModeHandler:
         """The WebSocket, or RuntimeError with the reason. slack_sdk's own connect retries every
@@ -131,6 +123,15 @@ class SlackChannel(BaseChannel):
                 raise
             raise _not_connected(exc) from None
         return handler
+
+    async def _socket_round(self, handler: AsyncSocketModeHandler | None = None) -> None:
+        """The WebSocket while this worker holds it (slack_sdk reconnects a dropped one itself)."""
+        handler = handler or await self._connect_socket()
+        try:
+            self._report(None)
+            await self._watch(handler)
+        finally:  # the next holder's connection must be the only one
+            await handler.close_async()
 
     async def _watch(self, handler: AsyncSocketModeHandler) -> None:
         """While this worker holds the WebSocket: status says when it is down (slack_sdk

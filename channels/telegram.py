@@ -102,21 +102,18 @@ class TelegramChannel(BaseChannel):
 
     async def _start_polling(self) -> None:
         """Poll if no other worker does; else wait in the background to take over."""
-        deleted = False  # getUpdates is refused while a webhook is set: each round deletes it first
+        # getUpdates is refused while a webhook is set: each round deletes it first; the first
+        # round here, so that a refused token fails start(). Two pollers would both get 409 Conflict.
+        first = None
         if await self.ctx.singletons.try_hold(POLLING) is not None:
-            await self._bot.delete_webhook()  # here, so that a refused token fails start()
-            deleted = True
+            await self._bot.delete_webhook()
+            first = self._poll()
             log.info("telegram: polling as @%s", self._username)
         else:
             log.info("telegram: @%s is polled by another worker; this one sends, and takes over if it stops",
                      self._username)
-
-        async def poll() -> None:  # two pollers would both get 409 Conflict: one worker at a time
-            nonlocal deleted
-            first, deleted = (None if deleted else self._bot.delete_webhook), False
-            await self._poll(first)
-
-        self._poller = asyncio.create_task(self._read_while_held(POLLING, poll), name="telegram polling")
+        again = lambda: self._poll(self._bot.delete_webhook)  # noqa: E731  (a later round)
+        self._poller = asyncio.create_task(self._read_while_held(POLLING, again, first), name="telegram polling")
 
     async def _start_webhook(self) -> None:
         """Tell Telegram where to post updates (every worker says the same), and serve that path.

@@ -71,7 +71,8 @@ class WhatsAppChannel(BaseChannel):
         app.router.add_get(self.config.webhook.path, self._verify)
         app.router.add_post(self.config.webhook.path, self._post)
         try:
-            self._runner, self.port = await listen(app, *self.config.webhook.address(), "channels.whatsapp.webhook.listen")
+            self._runner, self.port = await listen(app, *self.config.webhook.address(),
+                                                   "channels.whatsapp.webhook.listen")
         except BaseException:
             await self.stop()
             raise

@@ -16,7 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, ClassVar, Protocol
+from typing import Any, Awaitable, Callable, ClassVar, Coroutine, Protocol
 
 import logging
 
@@ -175,27 +175,36 @@ class BaseChannel(ABC):
         if self.ctx.report is not None:
             self.ctx.report(self.name, "; ".join(self._troubles.values()) or None)
 
-    async def _read_while_held(self, singleton: str, read: Callable[[], Awaitable[None]]) -> None:
+    async def _read_while_held(self, singleton: str, read: Callable[[], Awaitable[None]],
+                               first: Coroutine[Any, Any, None] | None = None) -> None:
         """``read()`` (a platform's event stream) on one worker at a time, for as long as the
         channel runs: when it ends or fails it is started again, after ``RECONNECT_FIRST_S``
         doubling to ``RECONNECT_MAX_S``, with the trouble in status meanwhile. ``read`` says
-        ``_report(None)`` once it is connected."""
+        ``_report(None)`` once it is connected. ``first``: the first round instead of ``read()``,
+        when start() held the singleton and connected already (so a refused token failed it)."""
         delay = RECONNECT_FIRST_S
-        while True:
-            held = await self.ctx.singletons.hold(singleton)
-            began = time.monotonic()
-            work = await run_while_held(self.ctx.singletons, held, read())
-            if work.cancelled():
-                continue  # lost the singleton: another worker reads now, this one waits its turn
-            failed = work.exception()
-            why = (str(failed) or type(failed).__name__).removeprefix(f"{self.name}: ") if failed \
-                else "the stream ended"
-            log.warning("%s: %s; reconnecting in %g s", self.name, why, delay)
-            self._report(f"disconnected ({why}), reconnecting")
-            if time.monotonic() - began > RECONNECT_MAX_S:
-                delay = RECONNECT_FIRST_S  # it had been up a while: this is a new outage
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, RECONNECT_MAX_S)
+        try:
+            while True:
+                held = await self.ctx.singletons.hold(singleton)
+                began = time.monotonic()
+                work = await run_while_held(self.ctx.singletons, held, first or read())
+                first = None
+                if not work.cancelled():  # cancelled: lost the singleton; another worker reads now
+                    delay = await self._reconnect_after(work.exception(), delay, began)
+        finally:
+            if first is not None:
+                first.close()  # stopped before its round: never started, nothing to undo
+
+    async def _reconnect_after(self, failed: BaseException | None, delay: float, began: float) -> float:
+        """Say why a stream stopped, wait ``delay``; the next delay."""
+        why = (str(failed) or type(failed).__name__).removeprefix(f"{self.name}: ") if failed \
+            else "the stream ended"
+        log.warning("%s: %s; reconnecting in %g s", self.name, why, delay)
+        self._report(f"disconnected ({why}), reconnecting")
+        if time.monotonic() - began > RECONNECT_MAX_S:
+            delay = RECONNECT_FIRST_S  # it had been up a while: this is a new outage
+        await asyncio.sleep(delay)
+        return min(delay * 2, RECONNECT_MAX_S)
 
     def chat_root(self, sender: Sender) -> Path:
         return self.ctx.chat_root(sender) if self.ctx.chat_root else self.ctx.workspace

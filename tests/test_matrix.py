@@ -15,6 +15,7 @@ from nanobot.config import Config, MatrixConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.synapse import Homeserver, SynapseUnavailable, homeserver
 from tests.helpers import config_for, running_gateway
+from tests.test_signal import asked_last
 from tests.test_channels_crash import killed_mid_turn_then_answered_once, write_config
 
 # One homeserver for the module, on one test process; its first test may install it (about a minute).
@@ -185,10 +186,6 @@ async def test_sent_while_down_answered_once_after_the_start_and_never_again(
         await owner.read_until(lambda seen: owner.shown()[-1:] == ["re: three"])
     assert owner.shown() == ["re: one", "re: while you were away", "re: three"]
     assert asked(llm) == ["one", "while you were away", "three"]
-
-
-def asked_last(body: dict) -> str:
-    return [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
 
 
 async def test_a_reply_streams_by_editing_one_message(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from nanobot.agent.memory import consolidated_upto, parse_answer, plan_cut, prompt_history, transcript
+from nanobot.agent.memory import parse_answer, plan_cut, prompt_history, transcript
 from nanobot.runtime import open_runtime
 from nanobot.chat_names import history_file
 from nanobot.session import KEEP_IN_MEMORY, Session, load_session
@@ -63,12 +63,12 @@ def test_prompt_history_skips_what_is_consolidated(tmp_path: Path) -> None:
     s = session_with(tmp_path, 6)
     assert [m["content"] for m in prompt_history(s, 4)] == ["m2", "m3", "m4", "m5"]
     s.set_meta(consolidated_upto=4, consolidated_ts=s.messages[3]["ts"])
-    assert consolidated_upto(s) == 4
+    assert s.folded_upto() == 4
     assert [m["content"] for m in prompt_history(s, 4)] == ["m4", "m5"]
     s.set_meta(consolidated_upto=6, consolidated_ts=s.messages[5]["ts"])
     assert prompt_history(s, 4) == []
     reloaded = load_session("cli:x", s.journal.path)
-    assert consolidated_upto(reloaded) == 6
+    assert reloaded.folded_upto() == 6
 
 
 def test_a_long_chat_holds_a_bounded_tail_of_what_memory_folded(tmp_path: Path) -> None:
@@ -76,10 +76,10 @@ def test_a_long_chat_holds_a_bounded_tail_of_what_memory_folded(tmp_path: Path) 
     s.set_meta(consolidated_upto=900, consolidated_ts=s.messages[899]["ts"])
     s.forget_folded()
     assert (s.count, s.offset, len(s.messages)) == (1000, 800, KEEP_IN_MEMORY)
-    assert consolidated_upto(s) == 900 and [m["content"] for m in prompt_history(s, 4)] == [f"m{i}" for i in range(996, 1000)]
+    assert s.folded_upto() == 900 and [m["content"] for m in prompt_history(s, 4)] == [f"m{i}" for i in range(996, 1000)]
     assert s.opening == "m0"  # a conversation keeps its title
     reloaded = load_session("cli:x", s.journal.path)  # read back in bounded memory too
-    assert (reloaded.count, reloaded.offset, consolidated_upto(reloaded), reloaded.opening) == (1000, 800, 900, "m0")
+    assert (reloaded.count, reloaded.offset, reloaded.folded_upto(), reloaded.opening) == (1000, 800, 900, "m0")
     s.set_meta(consolidated_upto=None)  # nothing folded (or a marker out of step): nothing is let go
     fresh = load_session("cli:x", s.journal.path)
     assert fresh.offset == 0 and fresh.count == 1000
@@ -88,15 +88,15 @@ def test_a_long_chat_holds_a_bounded_tail_of_what_memory_folded(tmp_path: Path) 
 def test_marker_from_before_new_is_ignored(tmp_path: Path) -> None:
     s = session_with(tmp_path, 6)
     s.set_meta(consolidated_upto=4, consolidated_ts="2000-01-01T00:00:00+0000")  # not this history's
-    assert consolidated_upto(s) == 0
+    assert s.folded_upto() == 0
     s.set_meta(consolidated_upto=4, consolidated_ts=s.messages[3]["ts"])
     s.reset()  # /new
     for i in range(6):
         s.messages.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"n{i}", "ts": f"later {i}"})
-    assert consolidated_upto(s) == 0 and len(prompt_history(s, 10)) == 6
+    assert s.folded_upto() == 0 and len(prompt_history(s, 10)) == 6
     with s.journal.path.open("a") as f:  # a hand-edited marker of the wrong type is not taken
         f.write('{"_meta": {"consolidated_upto": "4"}}\n')
-    assert consolidated_upto(load_session("cli:x", s.journal.path)) == 0
+    assert load_session("cli:x", s.journal.path).folded_upto() == 0
 
 
 @pytest.mark.parametrize("text", [
@@ -198,7 +198,7 @@ async def test_consolidation_end_to_end(llm: FakeOpenAI, workspace: Path, memory
 
     session = load_session("cli:m", home / "sessions" / history_file("cli:m"))
     assert len(session.messages) == 8  # the JSONL keeps everything
-    assert consolidated_upto(session) == 4
+    assert session.folded_upto() == 4
 
     # After a restart the window still starts after the consolidated part.
     async with open_runtime(config) as rt:
@@ -227,7 +227,7 @@ async def test_malformed_answer_leaves_memory_untouched(llm: FakeOpenAI, workspa
         assert not (workspace / "memory" / "HISTORY.md").exists()
         assert "MEMORY.md left as it was" in caplog.text
         session = rt.agent.session("cli:m")
-        assert consolidated_upto(session) == 0
+        assert session.folded_upto() == 0
 
         # Not retried at once (only after half a window more); the prompt keeps the last 6 messages.
         await rt.agent.handle("cli:m", "five")
@@ -243,7 +243,7 @@ async def test_malformed_answer_leaves_memory_untouched(llm: FakeOpenAI, workspa
         await rt.agent.memory.drain()
         assert len(model.consolidations) == 2
         assert memory_file.read_text() == NEW_MEMORY
-        assert consolidated_upto(session) == 6
+        assert session.folded_upto() == 6
 
 
 async def test_reply_does_not_wait_for_consolidation_and_shutdown_does(llm: FakeOpenAI, workspace: Path,
@@ -294,10 +294,10 @@ async def test_tool_exchanges_are_consolidated_and_the_window_starts_at_a_user_t
         await rt.agent.memory.drain()
         conversation = model.consolidations[0]["messages"][1]["content"]
         assert 'called read_file({"path": "a.txt"})' in conversation and "tool read_file returned: alpha" in conversation
-        assert "two" not in conversation and consolidated_upto(session) == 4
+        assert "two" not in conversation and session.folded_upto() == 4
         await rt.agent.handle("cli:m", "three")
         await rt.agent.memory.drain()
-        assert len(model.consolidations) == 2 and consolidated_upto(session) == 6
+        assert len(model.consolidations) == 2 and session.folded_upto() == 6
         await rt.agent.handle("cli:m", "four")
     prompt = [r for r in llm.chat_requests if not is_consolidation(r)][-1]["messages"]
     assert [m["content"] for m in prompt[1:]] == ["three", "answer 2", "four"]

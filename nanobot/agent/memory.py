@@ -59,14 +59,9 @@ SHUTDOWN_GRACE_S = 30.0
 # ---------------------------------------------------------------------------------- the window
 
 
-def consolidated_upto(session: Session) -> int:
-    """How many of the session's messages (since the last /new) are consolidated: 0 if unknown."""
-    return session.folded_upto()
-
-
 def prompt_history(session: Session, window: int) -> list[dict[str, Any]]:
     """The history the prompt carries: the last ``window`` messages, none already consolidated."""
-    count = min(window, session.count - consolidated_upto(session))
+    count = min(window, session.count - session.folded_upto())
     return session.history(count) if count > 0 else []
 
 
@@ -205,7 +200,7 @@ class Consolidator:
         if session.key in self._tasks:
             return None  # one at a time per chat; the next turn looks again
         window = self.deps.config.agent_for(session.key).memory_window
-        if plan_cut(session, consolidated_upto(session), window) is None:
+        if plan_cut(session, session.folded_upto(), window) is None:
             return None
         if session.count < self._retry_at.get(session.key, 0):
             return None
@@ -227,7 +222,7 @@ class Consolidator:
     async def consolidate(self, session: Session, mode: str = "tools") -> bool:
         """Consolidate the part of the chat that is due, now; True if memory moved on."""
         settings = self.deps.config.agent_for(session.key)
-        start = consolidated_upto(session)
+        start = session.folded_upto()
         cut = plan_cut(session, start, settings.memory_window)
         if cut is None:
             return False
