@@ -33,6 +33,29 @@ async def test_the_api_streams_each_piece_as_it_comes(api: dict, llm: FakeOpenAI
     assert arrivals[-1][0] - arrivals[0][0] > 0.5  # spread over the writing, as the model wrote it
 
 
+async def test_code_mode_streams_a_long_answer_to_the_api_and_never_a_working_note(
+        config, llm: FakeOpenAI, monkeypatch) -> None:  # noqa: F811
+    """The API only appends: code mode's text is held while it may still be a working note
+    (a short line before a program), then streams; the note and the program never arrive."""
+    from nanobot.agent.streaming import HOLD_CHARS
+    from nanobot.api import keys as api_keys
+
+    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)  # the key made below works at once
+    config.agents.defaults.execution_mode = "code"
+    llm.stream_interval = 0.025
+    answer = (TEXT * 4).strip()
+    assert len(answer) > 2 * HOLD_CHARS
+    llm.script(reply("Let me look that up.\n```python\nprint(6 * 7)\n```"), reply(answer))
+    async with running_gateway(config, with_services=True) as gateway:
+        key = await api_keys.ApiKeys(gateway.runtime.db).add("ada", owner=True)
+        stream = await client({"base": f"http://{config.gateway.api.listen}/v1"}, key).chat.completions.create(
+            model="nanobot", stream=True, messages=[{"role": "user", "content": "go"}])
+        pieces = [chunk.choices[0].delta.content async for chunk in stream
+                  if chunk.choices and chunk.choices[0].delta.content]
+    assert "".join(pieces) == answer  # no note, no program
+    assert len(pieces) > 5, pieces  # streamed once past the hold, not whole at the end
+
+
 async def _read_timed(stream: asyncio.StreamReader) -> list[tuple[float, bytes]]:
     chunks = []
     while piece := await stream.read(64):

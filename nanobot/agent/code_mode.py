@@ -82,7 +82,7 @@ def prompt_stubs(turn: Turn) -> str:
 
 class CodeMode:
     name = "code"
-    streams_text = False  # see Mode: a reply without a program arrives whole
+    keeps_notes = False  # see Mode: text next to a program is a working note
 
     def prompt_section(self, turn: Turn) -> str:
         rt = turn.settings.code_runtime

@@ -164,13 +164,12 @@ class Turn:
 
     async def ask_model(self, *, tools: list[dict[str, Any]] | None = None,
                         messages: list[dict[str, Any]] | None = None, purpose: str = "turn") -> LLMResponse:
-        # Side questions (llm_query) are not shown. Code mode's text (Mode.streams_text) is shown
-        # only where a working note can be taken back once its program shows (an edited preview).
-        stream = self.stream if purpose == "turn" and self.stream is not None and (
-            self.mode.streams_text or self.stream.takes_back) else None
+        # Side questions (llm_query) are not shown. Code mode's text may be a working note
+        # (Mode.keeps_notes is False): the stream takes it back or holds it (agent/streaming.py).
+        stream = self.stream if purpose == "turn" else None
         if stream is None:
             return await self._ask(tools, messages, purpose, None)
-        stream.begin(notes=self.mode.streams_text)
+        stream.begin(notes=self.mode.keeps_notes)
         response = await self._ask(tools, messages, purpose, stream.feed)
         await stream.end()
         return response

@@ -27,10 +27,10 @@ log = logging.getLogger(__name__)
 
 class Mode(Protocol):
     name: str
-    # Whether a model call's text is streamed as it is written. Code mode's is not: text next to a
-    # program is a working note, and only <say> notes and the final answer reach the user (an
-    # append-only stream, the API's or the terminal's, could not take a shown note back).
-    streams_text: bool
+    # Whether text written before a program or call is for the user. Code mode's is a working
+    # note: only <say> notes and the final answer reach the user, so a stream takes such text
+    # back or holds it (agent/streaming.py).
+    keeps_notes: bool
 
     def prompt_section(self, turn: Turn) -> str: ...
 
@@ -116,7 +116,7 @@ def text_tool_calls(turn: Turn) -> bool:
 
 class ToolsMode:
     name = "tools"
-    streams_text = True
+    keeps_notes = True
 
     def prompt_section(self, turn: Turn) -> str:
         return render_prompt("tools_mode.md", text_calls=TEXT_CALLS_NOTE if text_tool_calls(turn) else "")

@@ -9,8 +9,11 @@ afresh in the same message; the final reply then replaces it.
 
 In code mode, text next to a program is a working note, not for the user. Where the stream is
 a preview the channel edits (``takes_back``: Telegram, Discord, Slack), a model call's text is
-shown as it comes all the same, and taken back (``TAKEN_BACK``) once a program shows in it;
-where it only appends (the API, the terminal), code mode's text is not streamed.
+shown as it comes all the same, and taken back (``TAKEN_BACK``) once a program shows in it.
+Where it only appends (the API, the page, the terminal), nothing shown can be taken back, so
+code mode's text is held until it is ``HOLD_CHARS`` long: a working note is a sentence or two
+before its program, an answer worth streaming is longer. A note longer than that stays shown
+(the answer then follows it on a new line).
 
 Pieces are kept in a list and the visible text is worked out at most every ``CHECK_EVERY``
 seconds, and never again once a program or call has begun: a reply of a megabyte in
@@ -31,6 +34,7 @@ _MARKERS = (*_STOPS, "<think>", "<say>")
 _ids = itertools.count(1)
 CHECK_EVERY = 0.05  # seconds between looks at the text so far
 TAKEN_BACK = "…"  # what a preview shows once its text turned out to be a working note
+HOLD_CHARS = 280  # append-only streams, code mode: text shorter than this may still be a working note
 
 
 def visible_text(raw: str) -> str:
@@ -91,7 +95,7 @@ class ReplyStream:
         text, self._stopped = _visible(raw)
         if self._stopped and not self._notes:
             await self._take_back()
-        elif text and text != self.shown:
+        elif text and text != self.shown and (self._notes or self.takes_back or len(text) >= HOLD_CHARS):
             self._last = self.clock()
             self.shown, self._published = text, True
             await self.publish(text)
