@@ -163,17 +163,28 @@ async def test_the_terminal_prints_words_as_they_come_and_nothing_twice(capsys) 
     assert capsys.readouterr().out == "rd line.\n"
 
 
-def test_under_a_prompt_whole_lines_go_above_and_the_line_being_written_stays_in_the_prompt() -> None:
+def test_under_a_prompt_whole_blocks_go_above_rendered_and_the_block_being_written_stays_in_the_prompt() -> None:
     from nanobot.cli.terminal_channel import TerminalStream
 
     written: list[str] = []
-    stream = TerminalStream(written.append, whole_lines=True)
+    stream = TerminalStream(written.append, render=lambda block: f"<{block.strip()}>\n")
     stream.feed("Hello")
     assert written == [] and stream.partial == "Hello"
-    stream.feed("Hello there\nSecond")
-    assert written == ["Hello there\n"] and stream.partial == "Second"
-    stream.finish("Hello there\nSecond line.")
-    assert written == ["Hello there\n", "Second line.\n"] and stream.partial == ""
+    stream.feed("Hello there\nstill the same paragraph")
+    assert written == [] and stream.partial == "Hello there\nstill the same paragraph"
+    stream.feed("Hello there\nstill the same paragraph\n\n```\ncode\n\nmore code")
+    assert written == ["<Hello there\nstill the same paragraph>\n"]  # a blank line inside a fence ends nothing
+    assert stream.partial == "```\ncode\n\nmore code"
+    stream.finish("Hello there\nstill the same paragraph\n\n```\ncode\n\nmore code\n```")
+    assert written[1:] == ["\n<```\ncode\n\nmore code\n```>\n"] and stream.partial == ""
+
+
+def test_the_terminal_renders_markdown() -> None:
+    from nanobot.cli.terminal_channel import render_markdown
+
+    shown = render_markdown("# Plan\n\nSome **bold** words.\n\n- one\n- two")
+    assert "**" not in shown and "\x1b[1mbold" in shown and " • \x1b[0mone" in shown
+    assert not any(line.endswith(" ") for line in shown.splitlines())  # rich pads lines to the width
 
 
 async def test_a_megabyte_reply_in_small_pieces_streams_in_linear_time() -> None:

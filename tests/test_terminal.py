@@ -82,6 +82,20 @@ async def test_arrows_edit_the_line_and_ctrl_c_cancels_then_leaves(home: Path, w
     assert "Traceback" not in term.screen
 
 
+async def test_a_reply_is_shown_as_markdown_on_a_terminal(home: Path, workspace: Path) -> None:
+    term = Terminal()
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        llm.script(reply("Some **bold** words.\n\n- first item\n- second item"))
+        async with chat_on(term, home) as proc:
+            await term.wait_for("you>")
+            term.type("markdown please\r")
+            await term.wait_for("second item")
+            term.type("\x04")  # Ctrl-D: leave
+            assert await asyncio.wait_for(proc.wait(), 15) == 0
+    assert "**bold**" not in term.screen and "\x1b[1mbold" in term.screen and "- first item" not in term.screen
+
+
 async def test_the_chat_goes_through_a_running_gateway(home: Path, workspace: Path) -> None:
     """With a gateway on the home, the terminal chat is its front end: the gateway runs the
     turns and writes the history (one writer), Ctrl-C still stops a turn and then leaves."""

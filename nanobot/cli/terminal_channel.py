@@ -4,7 +4,8 @@ Lines typed go to ``bus.inbound``; messages for the chat are printed. The person
 terminal owns the bot, so no access gate applies.
 
 On a terminal, input is read with prompt_toolkit: line editing, arrows, and a history kept
-in ``$NANOBOT_HOME/cli_history``; printing goes above the prompt line. Ctrl-C during a turn
+in ``$NANOBOT_HOME/cli_history``; printing goes above the prompt line, replies rendered as
+Markdown (rich). Ctrl-C during a turn
 cancels it (as ``/stop`` does), Ctrl-C at an idle prompt or Ctrl-D leaves. From a pipe, lines
 are read by a daemon thread, so an interrupt or the end of the program never waits on it.
 """
@@ -23,35 +24,67 @@ from nanobot.logs import terminal_line
 from nanobot.eventloop import cancel_and_wait
 
 PROMPT = "you> "
+PARTIAL_LINES = 12  # the most of a block being written that the prompt area shows
+
+
+def render_markdown(text: str) -> str:
+    """Markdown as a terminal shows it (rich): bold, lists, highlighted code, no trailing padding."""
+    import io
+    import shutil
+
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    console = Console(file=io.StringIO(), force_terminal=True, width=shutil.get_terminal_size().columns)
+    console.print(Markdown(text))
+    lines = [line.rstrip(" ") for line in console.file.getvalue().split("\n")]  # type: ignore[attr-defined]
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def complete_blocks(text: str) -> int:
+    """Where the Markdown blocks that are surely whole end: after the last blank line outside a
+    code fence (the block after it may still grow)."""
+    end = pos = 0
+    fenced = False
+    for line in text.splitlines(keepends=True):
+        pos += len(line)
+        if not line.endswith("\n"):
+            break
+        if line.lstrip().startswith(("```", "~~~")):
+            fenced = not fenced
+        elif not fenced and not line.strip():
+            end = pos
+    return end
 
 
 class TerminalStream:
-    """A reply printed word by word as it is written, then finished by the final text.
+    """A reply printed as it is written, then finished by the final text.
 
-    ``write`` puts text on the terminal without a newline (a plain stream), or, under an
-    input prompt, shows whole lines above it and keeps the line being written in the prompt
-    area (``partial``): prompt_toolkit redraws its prompt after every write, so a partial
-    line printed above it would be cut in two.
+    Without ``render`` (a pipe), text goes out raw, word by word. Under an input prompt it goes
+    out as Markdown blocks, each rendered by ``render`` once whole and printed above the
+    prompt, while the block being written stays in the prompt area (``partial``):
+    prompt_toolkit redraws its prompt after every write, so a partial line printed above it
+    would be cut in two, and Markdown cannot be rendered before its block ends.
     """
 
-    def __init__(self, write: Callable[[str], None], *, whole_lines: bool = False) -> None:
+    def __init__(self, write: Callable[[str], None], *, render: Callable[[str], str] | None = None) -> None:
         self.write = write
-        self.whole_lines = whole_lines
-        self.printed = ""  # what the terminal shows of the reply so far
-        self.partial = ""  # under a prompt: the line being written, not yet printed
+        self.render = render
+        self.printed = ""  # the reply's text printed so far (as written, before rendering)
+        self.partial = ""  # under a prompt: the block being written, not yet printed
 
     def feed(self, text: str) -> None:
         """The visible reply so far; only what extends what is printed is written."""
         shown = self.printed + self.partial
         if not text.startswith(shown) or len(text) == len(shown):
             return  # a new model call rewrote the text: the final reply shows it
-        if not self.whole_lines:
+        if self.render is None:
             self.write(text[len(self.printed):])
             self.printed = text
             return
-        done = text[:text.rfind("\n") + 1]
+        done = text[:complete_blocks(text)]
         if len(done) > len(self.printed):
-            self.write(done[len(self.printed):])
+            self._print_blocks(done[len(self.printed):])
             self.printed = done
         self.partial = text[len(done):]
 
@@ -62,8 +95,15 @@ class TerminalStream:
             rest = reply[len(self.printed):]
         else:
             rest = ("\n" if self.printed and not self.printed.endswith("\n") else "") + reply
-        self.write(rest + "\n" if not rest.endswith("\n") else rest)
+        if self.render is not None:
+            self._print_blocks(rest)
+        else:
+            self.write(rest + "\n" if not rest.endswith("\n") else rest)
         self.printed = ""
+
+    def _print_blocks(self, text: str) -> None:
+        if self.render is not None and text.strip():
+            self.write(("\n" if self.printed else "") + self.render(text))  # a blank line between blocks
 
 
 def write_stdout(text: str) -> None:
@@ -100,8 +140,8 @@ class CliChannel(BaseChannel):
     async def send(self, msg: OutboundMessage) -> None:
         if msg.content:
             stream = self._streams.pop(msg.stream_id, None)
-            if stream is None:
-                print(msg.content, flush=True)  # on a terminal, patch_stdout puts it above the prompt line
+            if stream is None:  # on a terminal, patch_stdout puts it above the prompt line
+                write_stdout(render_markdown(msg.content) if self._tty else msg.content + "\n")
             else:
                 stream.finish(msg.content)
                 self._redraw()
@@ -110,12 +150,14 @@ class CliChannel(BaseChannel):
         """The reply as it is written: word by word (under the prompt, in the prompt area)."""
         stream = self._streams.get(msg.stream_id)
         if stream is None:
-            stream = self._streams[msg.stream_id] = TerminalStream(write_stdout, whole_lines=self._tty)
+            stream = self._streams[msg.stream_id] = TerminalStream(write_stdout,
+                                                                     render=render_markdown if self._tty else None)
         stream.feed(msg.content)
         self._redraw()
 
     def _prompt_message(self) -> str:
         partial = next((s.partial for s in self._streams.values() if s.partial), "")
+        partial = "\n".join(partial.splitlines()[-PARTIAL_LINES:])  # a long block keeps the prompt in view
         return f"{partial}\n{PROMPT}" if partial else PROMPT
 
     def _redraw(self) -> None:
