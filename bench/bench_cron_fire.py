@@ -3,7 +3,7 @@ model calls per run.
 
 One-shot ``at`` jobs are set for known instants; each prints its number, and the moment its
 message reaches ``bus.outbound`` (what the gateway's channel router reads) is compared with
-the instant it was due. Everything in between is real: APScheduler, the store, the Monty
+the instant it was due. Everything in between is real: the cron clock, the store, the Monty
 sandbox running the stored code, and delivery.
 
     python bench_cron_fire.py
@@ -42,6 +42,7 @@ async def main() -> None:
         async with open_runtime(config, bus=MessageBus()) as rt:
             jobs = CronJobs(rt, ask=_no_turns, running_channels=lambda: ["telegram"], singletons=Alone())
             await jobs.start()
+            await rt.sessions.open("cron:warmup")
             await rt.code.run("1", _ctx(rt), limits=config.agents.defaults.code_runtime.model_copy(
                 update={"persist_state": False}), timezone="UTC", mode="warmup")  # a warm worker, as in a daemon
             start = datetime.now(timezone.utc) + timedelta(seconds=1)

@@ -451,15 +451,33 @@ def test_cli_config_error_exits_2(home: Path, tmp_path: Path):
 
 # ---- every: anchored to the last run ------------------------------------------------------
 async def test_every_is_anchored_to_the_last_run_across_restarts(store, make_service):
-    """A daily job on a daemon restarted more than once a day must still fire once a day."""
+    """A daily job on a daemon restarted more than once a day must still fire once a day: its
+    next time is the due time plus a day, whatever restarts come between."""
     job = await add(store, "every", "86400")
-    last = utcnow() - timedelta(hours=20)
-    await store.record_run(job.id, last, 5, "ok")
-    for _ in range(3):  # three restarts: the next run stays 24 h after the last one
-        service = await make_service(lambda job: RunOutcome("ok"))
-        next_run = (await store.get(job.id)).next_run_at
-        assert abs((next_run - (last + timedelta(days=1))).total_seconds()) < 2, next_run
+    due = utcnow() - timedelta(seconds=1)
+    await store.update_next_run(job.id, due)
+    runner = Recorder()
+    service = await make_service(runner)
+    await runner.wait_for(1)
+    await service.stop()
+    for _ in range(3):  # three restarts: the next run stays a day after the last one was due
+        service = await make_service(runner)
+        assert (await store.get(job.id)).next_run_at == due + timedelta(days=1)
         await service.stop()
+    assert len(runner.calls) == 1
+
+
+async def test_two_clocks_run_a_due_job_once(store, make_service):
+    """The row is the schedule: a clock claims a due run by moving next_run_at on, and a second
+    clock (two workers over one hand-over) finds nothing left to claim."""
+    job = await add(store, "every", "3600")
+    await store.update_next_run(job.id, utcnow() - timedelta(seconds=1))
+    runner = Recorder()
+    first, second = await asyncio.gather(make_service(runner), make_service(runner))
+    await runner.wait_for(1)
+    await eventually(lambda: _status(store, job.id, "ok"))
+    await asyncio.gather(first.stop(), second.stop())
+    assert len(runner.calls) == 1 and len(await store.runs(job.id)) == 1
 
 
 async def test_a_missed_interval_run_is_caught_up_within_the_grace(store, make_service):

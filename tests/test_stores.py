@@ -77,7 +77,7 @@ async def test_cron_store(db: Database) -> None:
     await store.record_run(job.id, started + timedelta(seconds=1), 3, "ok")
     assert (await store.get(job.id)).consecutive_failures == 0
     assert [r.status for r in await store.runs(job.id)] == ["ok", "error"]
-    await store.update_next_runs([(job.id, started)])
+    await store.set_first_runs([(job.id, started)])
     assert (await store.get(job.id)).next_run_at == started
     assert await store.remove(job.id) and await store.get(job.id) is None
 

@@ -1,4 +1,4 @@
-"""Schedules: parse and validate them, build APScheduler triggers, compute next fire times.
+"""Schedules: parse and validate them, compute next fire times (with APScheduler's cron trigger).
 
 Three kinds, each stored as (kind, expression, timezone) text:
 
@@ -21,8 +21,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from apscheduler.triggers.base import BaseTrigger
 from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
-from apscheduler.triggers.date import DateTrigger
-from apscheduler.triggers.interval import IntervalTrigger
 
 ScheduleKind = Literal["cron", "every", "at"]
 KINDS: tuple[str, ...] = ("cron", "every", "at")
@@ -154,34 +152,19 @@ def validate(kind: str, expression: str, timezone: str, *, now: datetime | None 
     return moment.isoformat()
 
 
-def build_trigger(kind: str, expression: str, timezone: str, anchor: datetime | None = None) -> BaseTrigger:
-    """The APScheduler trigger for a stored (already validated) schedule.
-
-    An ``every`` schedule fires at ``anchor + k * interval``: anchored to the job's last run,
-    so restarting the gateway does not restart the interval (a daily job on a daemon
-    restarted twice a day would otherwise never fire).
-    """
-    tz = zone(timezone)
-    if kind == "cron":
-        return cron_trigger(expression, tz)
-    if kind == "every":
-        return IntervalTrigger(seconds=every_seconds(expression), timezone=tz, start_date=anchor)
-    if kind == "at":
-        return DateTrigger(run_date=at_datetime(expression, tz), timezone=tz)
-    raise ValueError(f"unknown schedule kind {kind!r}")
-
-
 def next_fire(kind: str, expression: str, timezone: str, after: datetime) -> datetime | None:
     """The first fire time at or after ``after`` (aware), or None when the schedule is over.
 
-    ``every`` counts from ``after``, like a job registered at that moment.
+    ``every`` counts from ``after``, like a job created at that moment.
     """
     if kind == "every":
         return after + timedelta(seconds=every_seconds(expression))
     if kind == "at":
         moment = at_datetime(expression, zone(timezone))
         return moment if moment >= after else None
-    return build_trigger(kind, expression, timezone).get_next_fire_time(None, after)
+    if kind == "cron":
+        return cron_trigger(expression, zone(timezone)).get_next_fire_time(None, after)
+    raise ValueError(f"unknown schedule kind {kind!r}")
 
 
 def describe(kind: str, expression: str) -> str:

@@ -1,13 +1,16 @@
 """The cron service: runs stored jobs on time inside the gateway.
 
-The store is the source of truth and APScheduler's memory job store the live copy. At start
-every enabled job is registered; afterwards a poll loop watches the store's change token and
-re-syncs, which is how jobs added or removed by the CLI (another process) reach a running
-gateway. What a job *does* is not decided here: an injected ``runner`` executes it (the
-gateway runs code jobs in the sandbox and prompt jobs as agent turns).
+The table is the schedule: each enabled job's row holds its ``next_run_at``, and one clock
+loop claims the rows that came due (a conditional update moves ``next_run_at`` on to the
+trigger's next fire time; a row another clock already moved is not claimed again), then runs
+them. Between looks it sleeps until the earliest ``next_run_at``, at most ``poll_interval``,
+which is how jobs added, removed or asked to run by the CLI (another process) are seen.
+APScheduler's triggers compute the next times (nanobot.cron.schedule); nothing keeps a
+second copy of the schedule. What a job *does* is not decided here: an injected ``runner``
+executes it (the gateway runs code jobs in the sandbox and prompt jobs as agent turns).
 
-APScheduler only tells us *when*; each fire spawns a task this service owns, so ``stop()``
-can cancel and await every run, and overlapping runs of one job are skipped here.
+Each run is a task this service owns, so ``stop()`` cancels and awaits every run, and
+overlapping runs of one job are skipped.
 """
 
 from __future__ import annotations
@@ -19,9 +22,6 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Awaitable, Callable, Literal
-
-from apscheduler.jobstores.base import JobLookupError
-from apscheduler.schedulers.asyncio import AsyncIOScheduler
 
 from nanobot import metrics
 from nanobot.cron import schedule
@@ -85,19 +85,6 @@ def default_name(payload: str) -> str:
     return first_line if len(first_line) <= 40 else first_line[:39] + "…"
 
 
-def _anchor(job: CronJob) -> datetime | None:
-    """Where an ``every`` job's interval counts from: its last run (or its creation)."""
-    if job.schedule_kind != "every":
-        return None
-    return (job.last_run_at or job.created_at) + timedelta(seconds=schedule.every_seconds(job.expression))
-
-
-def _signature(job: CronJob) -> tuple[str, str, str]:
-    """What the registered trigger depends on; payload edits need no re-registration
-    because each run reads the job afresh from the store."""
-    return job.schedule_kind, job.expression, job.timezone
-
-
 def _excerpt(text: str, limit: int = 200) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -114,40 +101,24 @@ class CronService:
         self._poll_interval = poll_interval
         self._on_notice = on_notice
         self._validate_code = validate_code
-        self._scheduler: AsyncIOScheduler | None = None
-        self._registered: dict[str, tuple[str, str, str]] = {}
         self._running: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
-        self._poll_task: asyncio.Task | None = None
-        self._sync_lock = asyncio.Lock()
-        self._token = -1
+        self._clock: asyncio.Task | None = None
+        self._wake = asyncio.Event()  # a job added here: look again before the poll interval is up
         self._stopping = False
 
     # ---- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
-        """Register every enabled job, catch up on missed runs, then watch the store."""
+        """Schedule what has no next time, run or record what came due while down, then keep time."""
         self._stopping = False
-        self._scheduler = AsyncIOScheduler(timezone=self.timezone, job_defaults={
-            "coalesce": True, "max_instances": 1,
-            # Late fires (a blocked loop, a suspended laptop) still run within our grace.
-            "misfire_grace_time": max(1, int(self._grace)),
-        })
-        # Paused while registering: otherwise each add_job queues its own scheduler wakeup.
-        self._scheduler.start(paused=True)
-        await self._sync()
-        self._scheduler.resume()
-        self._poll_task = asyncio.create_task(self._poll(), name="cron-poll")
+        await self._tick()
+        self._clock = asyncio.create_task(self._keep_time(), name="cron clock")
 
     async def stop(self) -> None:
-        """Cancel and await the poll loop and any running jobs; never waits on APScheduler."""
+        """Cancel and await the clock and any running jobs."""
         self._stopping = True
-        if self._scheduler is not None and self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
-        tasks = [*self._tasks, *([self._poll_task] if self._poll_task else [])]
-        await cancel_and_wait(*tasks)
-        await asyncio.sleep(0)  # AsyncIOScheduler.shutdown takes effect in a loop callback
-        self._poll_task, self._scheduler = None, None
-        self._registered.clear()
+        await cancel_and_wait(*self._tasks, self._clock)
+        self._clock = None
 
     # ---- public operations ----------------------------------------------------------
     async def add_job(self, *, owner_session: str, schedule_kind: str, expression: str, payload_kind: str,
@@ -157,14 +128,12 @@ class CronService:
                                expression=expression, timezone=timezone or self.timezone,
                                payload_kind=payload_kind, payload=payload, name=name, deliver_to=deliver_to,
                                validate_code=self._validate_code)
-        if self._scheduler is not None:
-            await self._sync()
+        self._wake.set()  # it may come due before the clock's next look
         return job
 
     async def remove_job(self, job_id: str) -> None:
         if not await self.store.remove(job_id):
             raise ValueError(f"no cron job with id {job_id!r}")
-        self._unregister(job_id)
 
     async def run_now(self, job_id: str) -> RunOutcome:
         """Run the job at once (enabled or not) and return how it went; its schedule is untouched."""
@@ -180,83 +149,79 @@ class CronService:
     async def list_jobs(self, owner_session: str | None = None) -> list[CronJob]:
         return await self.store.list(owner_session)
 
-    # ---- syncing the store into APScheduler -----------------------------------------
-    async def _poll(self) -> None:
+    # ---- the clock --------------------------------------------------------------------
+    async def _keep_time(self) -> None:
         while True:
-            await asyncio.sleep(self._poll_interval)
+            wait = await self._until_next_look()
             try:
-                if await self.store.change_token() != self._token:
-                    await self._sync()
-            except Exception:  # a locked or briefly unavailable database: try again next tick
-                log.exception("cron: syncing jobs from the store failed")
-
-    async def _sync(self) -> None:
-        """Make the live scheduler match the store; run what is due or requested."""
-        async with self._sync_lock:
-            # Read the token first: a change landing during this sync bumps it past this value.
-            self._token = await self.store.change_token()
-            jobs = await self.store.list()
-            now = utcnow()
-            wanted = {job.id: job for job in jobs if job.enabled}
-            for job_id in set(self._registered) - wanted.keys():
-                self._unregister(job_id)
-            next_runs, due = [], []
-            for job in wanted.values():
-                if self._registered.get(job.id) == _signature(job):
-                    continue
-                if job.next_run_at is not None and job.next_run_at <= now:
-                    due.append(job)  # it should have run while no scheduler had it
-                next_runs.append((job.id, self._register(job, now)))
-            await self.store.update_next_runs(next_runs)
-            for job in due:
-                await self._catch_up(job, now)
-            for job in jobs:
-                if job.run_requested:
-                    await self.store.request_run(job.id, False)
-                    self._spawn(self._execute(job.id, scheduled=False))
-
-    def _register(self, job: CronJob, now: datetime) -> datetime | None:
-        """Put the job into APScheduler; returns its next fire time."""
-        assert self._scheduler is not None
-        self._registered[job.id] = _signature(job)
-        try:
-            trigger = schedule.build_trigger(job.schedule_kind, job.expression, job.timezone, _anchor(job))
-        except ValueError as exc:  # only a hand-edited row gets here; create_job validates
-            log.warning("cron: job %s has a bad schedule, not scheduling it: %s", job.id, exc)
-            return None
-        if job.schedule_kind == "at" and trigger.run_date <= now:
-            return None  # past one-shot: _catch_up runs it or records it as missed
-        aps_job = self._scheduler.add_job(self._on_fire, trigger, args=[job.id], id=job.id, name=job.name,
-                                          replace_existing=True)
-        return aps_job.next_run_time
-
-    def _unregister(self, job_id: str) -> None:
-        self._registered.pop(job_id, None)
-        if self._scheduler is not None:
-            try:
-                self._scheduler.remove_job(job_id)
-            except JobLookupError:
+                await asyncio.wait_for(self._wake.wait(), wait)
+            except TimeoutError:
                 pass
+            self._wake.clear()
+            try:
+                await self._tick()
+            except Exception:  # a locked or briefly unavailable database: look again after a poll
+                log.exception("cron: reading the schedule failed")
+                await asyncio.sleep(self._poll_interval)
 
-    async def _catch_up(self, job: CronJob, now: datetime) -> None:
-        """A run came due while no scheduler had the job: run it once if recent, else log it missed."""
+    async def _until_next_look(self) -> float:
+        """Seconds until the earliest next run, at most ``poll_interval`` (what the CLI changes)."""
+        try:
+            earliest = await self.store.earliest_run()
+        except Exception:
+            log.exception("cron: reading the schedule failed")
+            earliest = None
+        if earliest is None:
+            return self._poll_interval
+        return min(self._poll_interval, max(0.0, (earliest - utcnow()).total_seconds()))
+
+    async def _tick(self) -> None:
+        """Claim and start what is due now: jobs without a next time get one, due jobs run (or are
+        recorded as missed past the grace), and runs asked for from outside start."""
+        now = utcnow()
+        jobs = await self.store.due(now)
+        firsts = [(job, self._next_time(job, now)) for job in jobs if job.enabled and job.next_run_at is None]
+        await self.store.set_first_runs([(job.id, when) for job, when in firsts if when is not None])
+        for job, when in firsts:
+            if when is None:  # a bad schedule, or a one-shot whose time passed while it was paused
+                await self.store.set_enabled(job.id, False)
+        for job in jobs:
+            if job.run_requested and await self.store.claim_request(job.id):
+                self._spawn(self._execute(job.id, scheduled=False))
+            if job.enabled and job.next_run_at is not None and job.next_run_at <= now:
+                await self._came_due(job, now)
+
+    @staticmethod
+    def _next_time(job: CronJob, now: datetime) -> datetime | None:
+        """The schedule's first time after ``now`` (runs missed meanwhile are one run). An
+        ``every`` job keeps its phase: from its due time, or from its last run (or creation)."""
+        try:
+            if job.schedule_kind != "every":
+                return schedule.next_fire(job.schedule_kind, job.expression, job.timezone,
+                                          now + timedelta(microseconds=1))
+            interval = timedelta(seconds=schedule.every_seconds(job.expression))
+        except ValueError as exc:  # only a hand-edited row gets here; create_job validates
+            log.warning("cron: job %s has a bad schedule: %s", job.id, exc)
+            return None
+        anchor = job.next_run_at or (job.last_run_at or job.created_at) + interval
+        return anchor + interval * max(0, (now - anchor) // interval + 1)
+
+    async def _came_due(self, job: CronJob, now: datetime) -> None:
         assert job.next_run_at is not None
-        late = (now - job.next_run_at).total_seconds()
+        due = job.next_run_at
+        if not await self.store.claim(job.id, due, self._next_time(job, now)):
+            return  # another clock (or a change from the CLI) moved it meanwhile
+        late = (now - due).total_seconds()
         if late <= self._grace:
-            self._spawn(self._execute(job.id, scheduled=True, catch_up=True))
+            self._spawn(self._execute(job.id, scheduled=True))
             return
-        await self.store.record_run(job.id, job.next_run_at, 0, "missed", f"nanobot was not running ({late:.0f} s ago)")
+        await self.store.record_run(job.id, due, 0, "missed", f"nanobot was not running ({late:.0f} s ago)")
         if job.schedule_kind == "at":
-            await self.remove_job(job.id)
+            await self.store.remove(job.id)
         await self._notify(job, f"Cron job '{job.name}' ({job.id}) missed its run at "
-                                f"{job.next_run_at.isoformat(timespec='minutes')}: nanobot was not running.")
+                                f"{due.isoformat(timespec='minutes')}: nanobot was not running.")
 
     # ---- running a job --------------------------------------------------------------
-    async def _on_fire(self, job_id: str) -> None:
-        """APScheduler's callback: hand the run to a task we own and return at once."""
-        if not self._stopping:
-            self._spawn(self._execute(job_id, scheduled=True))
-
     def _spawn(self, coro) -> asyncio.Task:
         if self._stopping:
             coro.close()
@@ -272,20 +237,15 @@ class CronService:
         if not task.cancelled() and task.exception() is not None:
             log.error("cron: a job run failed outside its runner", exc_info=task.exception())
 
-    async def _execute(self, job_id: str, *, scheduled: bool, catch_up: bool = False) -> RunOutcome | None:
+    async def _execute(self, job_id: str, *, scheduled: bool) -> RunOutcome | None:
         if job_id in self._running:
             log.info("cron: job %s is still running; skipping this run", job_id)
             return None
         self._running.add(job_id)
         try:
-            job = await self.store.get(job_id)
+            job = await self.store.get(job_id)  # afresh: a payload edited since the claim is run as edited
             if job is None or (scheduled and not job.enabled):
-                self._unregister(job_id)  # removed or paused by another process since the last sync
-                return None
-            if scheduled and not catch_up:
-                # Record the next time before running: a crash mid-run must not replay this one.
-                aps_job = self._scheduler.get_job(job_id) if self._scheduler else None
-                await self.store.update_next_run(job_id, aps_job.next_run_time if aps_job else None)
+                return None  # removed or paused by another process since the claim
             started, t0 = utcnow(), time.perf_counter()
             try:
                 outcome = await self._runner(job)
@@ -308,7 +268,6 @@ class CronService:
     async def _after_run(self, job: CronJob, outcome: RunOutcome, *, one_shot_done: bool) -> None:
         if one_shot_done:  # an 'at' job has nothing left to do; its runs stay in cron_runs
             await self.store.remove(job.id)
-            self._unregister(job.id)
         if outcome.status != "error":
             return
         error = _excerpt(outcome.output) or "no output"
@@ -316,7 +275,6 @@ class CronService:
             await self._notify(job, f"Cron job '{job.name}' ({job.id}) failed: {error}")
         elif job.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:
             await self.store.set_enabled(job.id, False)
-            self._unregister(job.id)
             await self._notify(job, f"Cron job '{job.name}' ({job.id}) failed {job.consecutive_failures} times in a "
                                     f"row and is paused. Last error: {error}. "
                                     f"Resume it with `nanobot cron enable {job.id}`.")

@@ -250,7 +250,28 @@ class CronStore:
         await self._write("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2",
                           _to_text(next_run_at), job_id, notify=False)
 
-    async def update_next_runs(self, pairs: list[tuple[str, datetime | None]]) -> None:
-        """Many next_run_at updates in one transaction (1,000 jobs at start: one commit)."""
-        await self.db.executemany("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2",
-                                  [(_to_text(moment), job_id) for job_id, moment in pairs])
+    # ---- the schedule (nanobot.cron.service's clock) ------------------------------------
+    async def due(self, now: datetime) -> list[CronJob]:
+        """Jobs a clock must act on: due, without a next time yet, or asked to run."""
+        rows = await self.db.fetch("SELECT * FROM cron_jobs WHERE run_requested = 1 OR (enabled = 1 AND"
+                                   " (next_run_at IS NULL OR next_run_at <= $1)) ORDER BY next_run_at, id",
+                                   _to_text(now))
+        return [CronJob.from_row(row) for row in rows]
+
+    async def earliest_run(self) -> datetime | None:
+        return _from_text(await self.db.fetchval("SELECT MIN(next_run_at) FROM cron_jobs WHERE enabled = 1"))
+
+    async def claim(self, job_id: str, due: datetime, next_run_at: datetime | None) -> bool:
+        """Move a due job on to its next time; False when another clock (or an edit) moved it first."""
+        return await self._write("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2 AND next_run_at = $3",
+                                 _to_text(next_run_at), job_id, _to_text(due), notify=False) > 0
+
+    async def claim_request(self, job_id: str) -> bool:
+        return await self._write("UPDATE cron_jobs SET run_requested = 0 WHERE id = $1 AND run_requested = 1",
+                                 job_id, notify=False) > 0
+
+    async def set_first_runs(self, pairs: list[tuple[str, datetime]]) -> None:
+        """Next times for jobs that had none, in one transaction (1,000 jobs at start: one commit)."""
+        if pairs:
+            await self.db.executemany("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2 AND next_run_at IS NULL",
+                                      [(_to_text(moment), job_id) for job_id, moment in pairs])
