@@ -20,6 +20,7 @@ from nanobot.config import Config
 from nanobot.tools.builtin import default_registry
 from nanobot.tools.registry import ToolContext
 from nanobot.tools.shell import confinement
+from nanobot.trust import OWNER
 
 RUNS = 100
 
@@ -29,7 +30,7 @@ async def measure(sandbox: str, workspace: Path) -> list[float]:
     config.agents.defaults.workspace = str(workspace)
     config.tools.exec.sandbox = sandbox
     registry = default_registry(config)
-    ctx = ToolContext(config=config, workspace=workspace)
+    ctx = ToolContext(config=config, workspace=workspace, session_key="cli:bench", trust=OWNER)
     for _ in range(5):
         await registry.call("exec_command", {"command": "true"}, ctx)
     samples = []

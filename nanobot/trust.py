@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Collection, Literal
+from typing import TYPE_CHECKING, Container, Iterable, Literal
 
 from nanobot.access import listed
 from nanobot.bus import Identity
@@ -55,8 +55,22 @@ def owner_ids(section: ChannelSection | None) -> list[str]:
     return owners or [str(a) for a in section.allow_from if str(a).strip() not in ("", "*")]
 
 
+class OwnerKeys:
+    """The names of the API's owner keys: the API puts the current names in, a turn asks about
+    one. Built once and handed to both; a reload replaces the whole set in one step."""
+
+    def __init__(self) -> None:
+        self._names: frozenset[str] = frozenset()
+
+    def replace(self, names: Iterable[str]) -> None:
+        self._names = frozenset(names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+
 def chat_trust(config: Config, session_key: str, peer: Identity | None = None,
-               api_owners: Collection[str] = ()) -> Trust:
+               api_owners: Container[str] = ()) -> Trust:
     """Owner or member, from the config and the chat's remembered private peer;
     an API chat (``api:NAME[:S]``) is the owner's when NAME is an owner key (``api_owners``). A
     background task's session has the trust of the chat that spawned it."""
@@ -82,7 +96,7 @@ def chat_trust(config: Config, session_key: str, peer: Identity | None = None,
 
 
 def chat_scope(config: Config, session_key: str, peer: Identity | None = None,
-               api_owners: Collection[str] = ()) -> tuple[Trust, Path]:
+               api_owners: Container[str] = ()) -> tuple[Trust, Path]:
     """A chat's trust and root: the whole workspace for owner chats, its own folder for members."""
     trust = chat_trust(config, session_key, peer, api_owners)
     root = config.workspace_path

@@ -15,13 +15,14 @@ from nanobot.tools.paths import FileScope, open_pinned, pinned_parent, resolve_i
 from nanobot.tools.registry import ToolContext, ToolRegistry
 from nanobot.tools.shell import SHELL_TOOLS
 from tests.helpers import config_for
+from nanobot.trust import OWNER
 
 registry = ToolRegistry(FILE_TOOLS + SHELL_TOOLS)
 
 
 @pytest.fixture
 def ctx(config: Config, workspace: Path) -> ToolContext:
-    return ToolContext(config=config, workspace=workspace)
+    return ToolContext(config=config, workspace=workspace, session_key="cli:default", trust=OWNER)
 
 
 @pytest.fixture
@@ -126,7 +127,7 @@ def home_ctx(config: Config, home: Path) -> ToolContext:
     ws = home / "workspace"
     ws.mkdir()
     (ws / "notes.txt").write_text("mine")
-    return ToolContext(config=config, workspace=ws)
+    return ToolContext(config=config, workspace=ws, session_key="cli:default", trust=OWNER)
 
 
 @pytest.mark.parametrize("path", [
@@ -168,7 +169,7 @@ async def test_home_inside_workspace_is_refused(config, tmp_path, monkeypatch):
     home.mkdir(parents=True)
     (home / "config.json").write_text("{}")
     config.use_home(home)
-    ctx = ToolContext(config=config, workspace=ws)
+    ctx = ToolContext(config=config, workspace=ws, session_key="cli:default", trust=OWNER)
     with pytest.raises(PermissionError, match="NANOBOT_HOME"):
         await call(ctx, "read_file", path=".nanobot/config.json")
     assert await call(ctx, "list_dir") == [".nanobot/"]
@@ -215,7 +216,7 @@ async def test_symlink_inside_workspace_is_followed(ctx, workspace):
 async def test_workspace_reached_through_a_symlink(config, tmp_path, workspace):
     link = tmp_path / "ws-link"
     link.symlink_to(workspace, target_is_directory=True)
-    ctx = ToolContext(config=config, workspace=link)
+    ctx = ToolContext(config=config, workspace=link, session_key="cli:default", trust=OWNER)
     await call(ctx, "write_file", path="x.txt", content="ok")
     assert await call(ctx, "read_file", path=str(link / "x.txt")) == "ok"
 

@@ -19,11 +19,12 @@ from nanobot.tools.builtin import default_registry
 from nanobot.tools.registry import ToolContext
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers import config_for
+from nanobot.trust import OWNER
 
 
 @pytest.fixture
 def ctx(config: Config, workspace: Path) -> ToolContext:
-    return ToolContext(config=config, workspace=workspace, session_key="telegram:42", bus=MessageBus())
+    return ToolContext(config=config, workspace=workspace, session_key="telegram:42", trust=OWNER, bus=MessageBus())
 
 
 async def call(ctx: ToolContext, name: str, **args):

@@ -13,13 +13,14 @@ from nanobot.config import Config
 from nanobot.tools.files import FILE_TOOLS
 from nanobot.tools.registry import ToolContext, ToolRegistry
 from nanobot.tools.shell import SHELL_TOOLS, denied_reason
+from nanobot.trust import OWNER
 
 registry = ToolRegistry(FILE_TOOLS + SHELL_TOOLS)
 
 
 @pytest.fixture
 def ctx(config: Config, workspace: Path) -> ToolContext:
-    return ToolContext(config=config, workspace=workspace)
+    return ToolContext(config=config, workspace=workspace, session_key="cli:default", trust=OWNER)
 
 
 async def run(ctx: ToolContext, command: str, **kwargs) -> str:

@@ -18,6 +18,7 @@ from nanobot.config import Config
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import fast_channels, nanobot_process, running_gateway, telegram_gateway_config
+from nanobot.trust import OWNER
 
 ALICE = 42
 FINISHED = "Background task "
@@ -122,7 +123,7 @@ async def _spawn(config: Config, turn) -> str:  # noqa: ANN001
     from nanobot.tools.registry import ToolContext
 
     async with open_runtime(config) as rt:
-        ctx = ToolContext(config, config.workspace_path, f"telegram:{ALICE}", services=rt.deps.services, guard=turn)
+        ctx = ToolContext(config, config.workspace_path, f"telegram:{ALICE}", OWNER, services=rt.deps.services, guard=turn)
         return await rt.tools.call("spawn", {"task": "x"}, ctx)
 
 
@@ -183,7 +184,7 @@ async def test_task_limits_count_per_key_and_members_leave_the_owner_a_share(con
     tasks.max_total, tasks.max_per_chat = 4, 2  # members together: 2
     async with open_runtime(config) as rt:
         async def spawn(chat: str, trust: str = MEMBER) -> str:
-            ctx = ToolContext(config, config.workspace_path, chat, services=rt.deps.services, trust=trust)
+            ctx = ToolContext(config, config.workspace_path, chat, trust, services=rt.deps.services)
             try:
                 return await rt.tools.call("spawn", {"task": "x"}, ctx)
             except PermissionError as exc:

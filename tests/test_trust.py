@@ -231,3 +231,14 @@ def test_home_is_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert os.stat(fresh).st_mode & 0o777 == 0o700
     assert os.stat(fresh / "config.json").st_mode & 0o777 == 0o600
     assert os.stat(fresh / "nanobot.db").st_mode & 0o777 == 0o600
+
+
+def test_a_tool_context_built_with_too_little_is_an_error_not_the_owner(tmp_path: Path) -> None:
+    """No default chat and no default trust: a context missing them never acts as the owner."""
+    from nanobot.config import Config
+    from nanobot.tools.registry import ToolContext
+
+    with pytest.raises(TypeError):
+        ToolContext(config=Config(), workspace=tmp_path)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        ToolContext(config=Config(), workspace=tmp_path, session_key="telegram:7")  # type: ignore[call-arg]

@@ -15,13 +15,14 @@ from nanobot.tools.registry import ToolContext, ToolRegistry
 from nanobot.tools.html_markdown import html_to_markdown
 from nanobot.tools.web import WEB_TOOLS, web_fetch, web_search, wrap_untrusted
 from tests.fakes.web_pages import WebPages
+from nanobot.trust import OWNER
 
 pytestmark = pytest.mark.timeout(20)
 
 
 @pytest.fixture
 def ctx(config: Config, workspace) -> ToolContext:
-    return ToolContext(config=config, workspace=workspace)
+    return ToolContext(config=config, workspace=workspace, session_key="cli:default", trust=OWNER)
 
 
 @pytest.fixture

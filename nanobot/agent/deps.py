@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from nanobot.chat_names import parent_chat
-from nanobot.trust import MEMBER, Trust, chat_scope, chat_trust
+from nanobot.trust import MEMBER, OwnerKeys, Trust, chat_scope, chat_trust
 from nanobot.tools.registry import ToolContext
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class AgentDeps:
     usage: UsageStore | None = None
     bus: MessageBus | None = None  # None: the terminal (`nanobot agent`) has no chat channels
     mcp: McpServers | None = None  # the configured MCP servers, if any (their tools are in the registry)
-    api_owners: set[str] = field(default_factory=set)  # owner API keys' names, kept current by the API
+    api_owners: OwnerKeys = field(default_factory=OwnerKeys)  # owner API keys' names, kept current by the API
     system_extras: list[PromptSection] = field(default_factory=list)
 
     def trust(self, session_key: str) -> Trust:

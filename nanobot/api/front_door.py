@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from nanobot.health import Health
     from nanobot.access import PairingStore
     from nanobot.session import Session
+    from nanobot.trust import OwnerKeys
     from nanobot.usage import UsageStore
 
 
@@ -30,7 +31,7 @@ class FrontDoor(Protocol):
     usage: UsageStore | None
     agent: Agent
     pairing: PairingStore
-    api_owners: set[str]  # the owner API keys' names, which the API keeps current (they decide a chat's trust)
+    api_owners: OwnerKeys  # the owner API keys' names, which the API keeps current (they decide a chat's trust)
 
     # ---- turns --------------------------------------------------------------------------
     def channel_context(self) -> ChannelContext:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from nanobot.database import Database, Migrations
+from nanobot.trust import OwnerKeys
 
 MIGRATIONS: Migrations = {
     "sqlite": ["CREATE TABLE api_keys (name TEXT PRIMARY KEY, key_hash TEXT NOT NULL, owner INTEGER NOT NULL, "
@@ -76,7 +77,7 @@ class ApiKeys:
 class KeyCheck:
     """Which key a request carries: the active keys, read at most every ``REFRESH_S``."""
 
-    def __init__(self, keys: ApiKeys, owners: set[str]) -> None:
+    def __init__(self, keys: ApiKeys, owners: OwnerKeys) -> None:
         self.keys = keys
         self._active: list[tuple[str, str, bool]] = []
         self._read_at = float("-inf")
@@ -85,8 +86,7 @@ class KeyCheck:
     async def refresh(self) -> None:
         self._active = await self.keys.active()
         self._read_at = time.monotonic()
-        self.owners.clear()
-        self.owners.update(name for name, _, owner in self._active if owner)
+        self.owners.replace(name for name, _, owner in self._active if owner)
 
     @property
     def any_active(self) -> bool:

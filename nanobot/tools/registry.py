@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from nanobot import metrics, tracing
-from nanobot.trust import OWNER, Trust, TurnGuard
+from nanobot.trust import Trust, TurnGuard
 
 if TYPE_CHECKING:
     from nanobot.bus import MessageBus
@@ -41,10 +41,12 @@ class ToolContext:
 
     config: Config
     workspace: Path  # the chat's root: the whole workspace for owner chats, its own folder for members
-    session_key: str = "cli:default"
+    # Whose chat and how far it is trusted: no defaults, so a context built with too little is
+    # an error, never the owner's terminal chat by omission.
+    session_key: str
+    trust: Trust
     bus: MessageBus | None = None
     services: Services | None = None  # None in a bare context (tests of single tools)
-    trust: Trust = OWNER
     guard: TurnGuard = field(default_factory=TurnGuard)
     runs_code: bool = True  # the model can write programs this turn (code, hybrid): code-only hints apply
     # What started the turn: "user" (a message), "cron" (a job), "task" (a background task).
