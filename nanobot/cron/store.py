@@ -1,8 +1,9 @@
-"""The cron tables in nanobot.db: the source of truth for jobs and their run history.
+"""The cron tables in nanobot.db: the jobs, their schedule (each row's ``next_run_at``) and
+their run history.
 
-The gateway's scheduler keeps only a live copy in memory. The CLI writes here from another
-process; every change to what a scheduler must act on (add, remove, enable/disable, a run
-request) bumps a counter row, so the gateway can notice with one cheap query per poll.
+The gateway's clock reads and claims rows here (nanobot.cron.service); the CLI writes here
+from another process, and the clock sees it at its next look. (``cron_meta`` held a change
+counter the clock once polled; it is no longer read.)
 Timestamps are stored as UTC ISO 8601 text with microseconds, so they also sort as text.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, Literal, Mapping
 
 from pathlib import Path
 
-from nanobot.database import Database, Migrations, Queries, SqliteDatabase
+from nanobot.database import Database, Migrations, SqliteDatabase
 
 PayloadKind = Literal["code", "prompt"]
 RunStatus = Literal["ok", "error", "missed"]
@@ -174,23 +175,7 @@ class CronStore:
         rows = await self.db.fetch("SELECT * FROM cron_runs WHERE job_id = $1 ORDER BY id DESC LIMIT $2", job_id, limit)
         return [CronRun.from_row(row) for row in rows]
 
-    async def change_token(self) -> int:
-        """A counter that grows whenever a scheduler has something new to act on."""
-        return int(await self.db.fetchval("SELECT value FROM cron_meta WHERE key = 'change_token'"))
-
     # ---- writes ---------------------------------------------------------------------
-    async def _write(self, sql: str, *args: Any, notify: bool = True) -> int:
-        """Run one statement (plus the change-token bump, in the same commit); rows changed."""
-        async with self.db.transaction() as tx:
-            return await self._changed(tx, sql, args, notify)
-
-    @staticmethod
-    async def _changed(tx: Queries, sql: str, args: tuple[Any, ...], notify: bool) -> int:
-        changed = await tx.execute(sql, *args)
-        if notify and changed:
-            await tx.execute("UPDATE cron_meta SET value = value + 1 WHERE key = 'change_token'")
-        return changed
-
     async def add(self, *, name: str, owner_session: str, schedule_kind: str, expression: str, timezone: str,
                   payload_kind: str, payload: str, deliver_to: str | None = None,
                   next_run_at: datetime | None = None) -> CronJob:
@@ -198,7 +183,7 @@ class CronStore:
         now = _to_text(utcnow())
         for _ in range(5):  # 2**32 ids: a collision is rare, a retry cheap
             job_id = secrets.token_hex(4)
-            if await self._write(
+            if await self.db.execute(
                     "INSERT INTO cron_jobs (id, name, owner_session, schedule_kind, expression, timezone, payload_kind,"
                     " payload, deliver_to, created_at, updated_at, next_run_at)"
                     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING",
@@ -211,20 +196,20 @@ class CronStore:
 
     async def remove(self, job_id: str) -> bool:
         """Delete the job (its run history stays); False if there was no such job."""
-        return await self._write("DELETE FROM cron_jobs WHERE id = $1", job_id) > 0
+        return await self.db.execute("DELETE FROM cron_jobs WHERE id = $1", job_id) > 0
 
     async def set_enabled(self, job_id: str, enabled: bool) -> bool:
         """Pause or resume. Clears next_run_at: the scheduler sets it again when it registers
         the job, and a stale time must not read as a run missed while paused."""
-        return await self._write(
+        return await self.db.execute(
             "UPDATE cron_jobs SET enabled = $1, next_run_at = NULL, consecutive_failures = "
             "CASE WHEN $1 = 1 THEN 0 ELSE consecutive_failures END, updated_at = $2 WHERE id = $3",
             int(enabled), _to_text(utcnow()), job_id) > 0
 
     async def request_run(self, job_id: str, requested: bool = True) -> bool:
         """Ask a running scheduler (maybe in another process) to run the job now, or clear the ask."""
-        return await self._write("UPDATE cron_jobs SET run_requested = $1 WHERE id = $2",
-                                 int(requested), job_id, notify=requested) > 0
+        return await self.db.execute("UPDATE cron_jobs SET run_requested = $1 WHERE id = $2",
+                                 int(requested), job_id) > 0
 
     async def record_run(self, job_id: str, started: datetime, duration_ms: int, status: RunStatus,
                          output: str = "", function_calls: int = 0) -> CronJob | None:
@@ -247,8 +232,8 @@ class CronStore:
         return await self.get(job_id)
 
     async def update_next_run(self, job_id: str, next_run_at: datetime | None) -> None:
-        await self._write("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2",
-                          _to_text(next_run_at), job_id, notify=False)
+        await self.db.execute("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2",
+                          _to_text(next_run_at), job_id)
 
     # ---- the schedule (nanobot.cron.service's clock) ------------------------------------
     async def due(self, now: datetime) -> list[CronJob]:
@@ -263,12 +248,12 @@ class CronStore:
 
     async def claim(self, job_id: str, due: datetime, next_run_at: datetime | None) -> bool:
         """Move a due job on to its next time; False when another clock (or an edit) moved it first."""
-        return await self._write("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2 AND next_run_at = $3",
-                                 _to_text(next_run_at), job_id, _to_text(due), notify=False) > 0
+        return await self.db.execute("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2 AND next_run_at = $3",
+                                 _to_text(next_run_at), job_id, _to_text(due)) > 0
 
     async def claim_request(self, job_id: str) -> bool:
-        return await self._write("UPDATE cron_jobs SET run_requested = 0 WHERE id = $1 AND run_requested = 1",
-                                 job_id, notify=False) > 0
+        return await self.db.execute("UPDATE cron_jobs SET run_requested = 0 WHERE id = $1 AND run_requested = 1",
+                                 job_id) > 0
 
     async def set_first_runs(self, pairs: list[tuple[str, datetime]]) -> None:
         """Next times for jobs that had none, in one transaction (1,000 jobs at start: one commit)."""
