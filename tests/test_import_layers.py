@@ -23,17 +23,22 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "nanobot"
 CHANNELS = ROOT / "channels"
 
-FOUNDATION = [  # small pieces that know no subsystem: names, settings, the stores' engines, the bus
-    "nanobot", "nanobot.utf8", "nanobot.eventloop", "nanobot.filecache", "nanobot.listener", "nanobot.metrics",
-    "nanobot.notices", "nanobot.sdnotify", "nanobot.prompts", "nanobot.terminal_client",
-    "nanobot.workspace_template", "nanobot.confine", "nanobot.chat_names", "nanobot.bus", "nanobot.config",
-    "nanobot.logs", "nanobot.tracing", "nanobot.gateway_lock", "nanobot.sqlite_file", "nanobot.postgres",
-    "nanobot.database", "nanobot.coordination", "nanobot.periodic", "nanobot.health", "nanobot.access",
-    "nanobot.trust", "nanobot.tasks", "nanobot.usage", "nanobot.session", "nanobot.session_rows",
-    "nanobot.chat_names_legacy", "nanobot.backup", "nanobot.beneath",
+FOUNDATION: list[list[str]] = [  # the top-level modules, in their own order (the lowest first)
+    # Pieces that know no other module: names, the envelope, paths, small loops.
+    ["nanobot", "nanobot.utf8", "nanobot.eventloop", "nanobot.filecache", "nanobot.listener", "nanobot.metrics",
+     "nanobot.sdnotify", "nanobot.prompts", "nanobot.terminal_client", "nanobot.workspace_template",
+     "nanobot.confine", "nanobot.chat_names", "nanobot.bus", "nanobot.beneath"],
+    ["nanobot.config", "nanobot.notices", "nanobot.backup"],  # the settings, and what needs only names
+    # The process and its files: logging, the home's lock, the SQLite file, who does what once.
+    ["nanobot.logs", "nanobot.tracing", "nanobot.gateway_lock", "nanobot.sqlite_file", "nanobot.coordination",
+     "nanobot.periodic"],
+    ["nanobot.postgres", "nanobot.database"],  # the stores' engines
+    # Stores and the rules read from them: histories, access, trust, tasks, usage, health.
+    ["nanobot.session", "nanobot.session_rows", "nanobot.chat_names_legacy", "nanobot.tasks", "nanobot.usage",
+     "nanobot.health", "nanobot.access", "nanobot.trust"],
 ]
 LAYERS: list[list[str]] = [  # the lowest first
-    FOUNDATION,
+    *FOUNDATION,
     ["nanobot.providers"],  # the model, through the openai SDK
     ["nanobot.channel_plugin"],  # what a channel adapter is given and implements
     ["nanobot.delivery"],  # messages in and out, recorded
@@ -49,7 +54,7 @@ LAYERS: list[list[str]] = [  # the lowest first
     ["channels"],  # the adapters (see ADAPTERS_MAY_USE)
     ["nanobot.cli", "nanobot.home_copy", "nanobot.entry", "nanobot.__main__"],  # the command
 ]
-ADAPTERS_MAY_USE = {"nanobot.channel_plugin", *FOUNDATION}
+ADAPTERS_MAY_USE = {"nanobot.channel_plugin", *(module for layer in FOUNDATION for module in layer)}
 
 
 def module_name(path: Path) -> str:
