@@ -159,17 +159,19 @@ async def test_a_lost_socket_shows_in_status_and_is_reconnected(llm: FakeOpenAI,
     monkeypatch.setattr(slack_channel, "WATCH_S", 0.05)
     llm.fallback = lambda body: reply("back")
     async with running_gateway(slack_config(llm, workspace, slack)) as gateway:
-        state = gateway.channels.state
-        assert state["slack"] == "running"
+        def state() -> str:
+            return gateway.channels.state["slack"]
+
+        assert state() == "running"
         slack.refuse_connections = True
         await slack.drop_sockets()
         async with asyncio.timeout(10):
-            while "Socket Mode is disconnected" not in state["slack"]:
+            while "Socket Mode is disconnected" not in state():
                 await asyncio.sleep(0.02)
-        assert slack.bot_token not in state["slack"] and slack.app_token not in state["slack"]
+        assert slack.bot_token not in state() and slack.app_token not in state()
         slack.refuse_connections = False
         async with asyncio.timeout(10):
-            while state["slack"] != "running":
+            while state() != "running":
                 await asyncio.sleep(0.02)
         await slack.push_message("D1", OWNER, "still there?")
         await slack.wait_shown("back")

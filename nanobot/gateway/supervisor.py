@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Callable
 
@@ -46,6 +47,20 @@ def installed_channels() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
+@dataclass(eq=False)
+class ChannelRecord:
+    """One channel: its adapter while it runs, else why not and since when."""
+
+    name: str
+    internal: bool = False  # the gateway's own (the API): started already, never retried
+    channel: BaseChannel | None = None
+    state: str = ""  # "running", or why not, for status ("" for the gateway's own)
+    why: str | None = None  # the last start's failure, while it is not running
+    failing_since: float | None = None  # not running since (monotonic; /readyz)
+    retry: asyncio.Task[None] | None = None
+    up: asyncio.Event = field(default_factory=asyncio.Event)  # set while it runs: durable sends wait for it
+
+
 class ChannelSupervisor:
     """Owns the running channels: starts them, retries those that fail, keeps their state."""
 
@@ -53,34 +68,51 @@ class ChannelSupervisor:
         self.config = config
         self.on_state = on_state  # called (no arguments) whenever ``state`` changes
         self.ctx: ChannelContext | None = None  # what the adapters are given: known at start()
-        self.channels: dict[str, BaseChannel] = {}
-        self.failed: dict[str, str] = {}  # enabled channels not running now, and why
-        self.state: dict[str, str] = {}  # every enabled channel: "running" or why not, for status
-        self.failing_since: dict[str, float] = {}  # channels not running, since when (monotonic; /readyz)
         self.retry_first_s = RETRY_FIRST_S
-        self._retries: dict[str, asyncio.Task[None]] = {}
-        self._up: dict[str, asyncio.Event] = {}  # set while the channel runs: durable sends wait for it
-        self._internal: list[str] = []  # channels of the gateway itself (the API), not of the config
+        self._records: dict[str, ChannelRecord] = {}
+
+    def _record(self, name: str) -> ChannelRecord:
+        return self._records.setdefault(name, ChannelRecord(name))
+
+    @property
+    def channels(self) -> dict[str, BaseChannel]:
+        """The running channels by name."""
+        return {name: r.channel for name, r in self._records.items() if r.channel is not None}
+
+    @property
+    def state(self) -> dict[str, str]:
+        """Every enabled channel: "running" or why not, for status."""
+        return {name: r.state for name, r in self._records.items() if r.state}
+
+    @property
+    def failed(self) -> dict[str, str]:
+        """Enabled channels not running now, and why."""
+        return {name: r.why for name, r in self._records.items() if r.why is not None}
+
+    @property
+    def failing_since(self) -> dict[str, float]:
+        return {name: r.failing_since for name, r in self._records.items() if r.failing_since is not None}
 
     async def running(self, name: str) -> BaseChannel:
         """Channel ``name`` once it runs (an enabled one that failed to start is being retried)."""
-        while (channel := self.channels.get(name)) is None:
-            await self._up.setdefault(name, asyncio.Event()).wait()
-        return channel
+        record = self._record(name)
+        while record.channel is None:
+            await record.up.wait()
+        return record.channel
 
     def enabled(self) -> list[str]:
         """Names of the channels the config enables (``channels.<name>.enabled``), and the gateway's own."""
-        return [*self.config.channels.enabled_names(), *self._internal]
+        return [*self.config.channels.enabled_names(), *(r.name for r in self._records.values() if r.internal)]
 
     def outgoing(self) -> list[str]:
         """The running channels of the config (the gateway's own ones reach no one unasked)."""
-        return [name for name in self.channels if name not in self._internal]
+        return [r.name for r in self._records.values() if r.channel is not None and not r.internal]
 
     def add_internal(self, channel: BaseChannel) -> None:
         """A channel the gateway runs itself (the API): started already, never retried."""
-        self.channels[channel.name] = channel
-        self._internal.append(channel.name)
-        self._up.setdefault(channel.name, asyncio.Event()).set()
+        record = self._record(channel.name)
+        record.internal, record.channel = True, channel
+        record.up.set()
 
     # ---- lifecycle ----------------------------------------------------------------------
     async def start(self, ctx: ChannelContext) -> None:
@@ -92,9 +124,10 @@ class ChannelSupervisor:
                                          for name in self.enabled()))
         for name, started in zip(self.enabled(), results):
             if not started and installed.get(name) is not None:
-                self._set_state(name, f"retrying in {self.retry_first_s:g} s ({self.failed[name]})")
-                self._retries[name] = asyncio.create_task(self._keep_trying(name, installed[name]),
-                                                          name=f"retry channel {name}")
+                record = self._record(name)
+                self._set_state(name, f"retrying in {self.retry_first_s:g} s ({record.why})")
+                record.retry = asyncio.create_task(self._keep_trying(name, installed[name]),
+                                                   name=f"retry channel {name}")
 
     async def _start_one(self, name: str, entry_point: EntryPoint | None, *, first: bool = False) -> bool:
         """Start one channel; False when it failed (it is retried). An address of ours that
@@ -110,18 +143,18 @@ class ChannelSupervisor:
         except ListenError:
             if first:
                 raise
-            self.failed[name] = "its address is in use"
+            self._record(name).why = "its address is in use"
             self._set_state(name, "not running (its address is in use)")
             return False
         except Exception as exc:
-            self.failed[name] = f"{type(exc).__name__}: {exc}"
-            log.error("channel %s failed to start: %s", name, self.failed[name], exc_info=not isinstance(
+            why = self._record(name).why = f"{type(exc).__name__}: {exc}"
+            log.error("channel %s failed to start: %s", name, why, exc_info=not isinstance(
                 exc, (RuntimeError, ValidationError, OSError)) and not _is_library_error(exc))
-            self._set_state(name, f"not running ({self.failed[name]})")
+            self._set_state(name, f"not running ({why})")
             return False
-        self.channels[name] = channel
-        self._up.setdefault(name, asyncio.Event()).set()
-        self.failed.pop(name, None)
+        record = self._record(name)
+        record.channel, record.why = channel, None
+        record.up.set()
         self._set_state(name, "running")
         log.info("channel %s started", name)
         return True
@@ -150,19 +183,20 @@ class ChannelSupervisor:
             if await self._start_one(name, entry_point):
                 return
             delay = min(RETRY_MAX_S, delay * 2)
-            self._set_state(name, f"retrying in {delay:g} s ({self.failed[name]})")
+            self._set_state(name, f"retrying in {delay:g} s ({self._record(name).why})")
 
     def report(self, name: str, why: str | None) -> None:
         """A running channel's own word on its health (``ChannelContext.report``)."""
-        if name in self.channels:
+        if self._record(name).channel is not None:
             self._set_state(name, "running" if why is None else f"running, but {why}")
 
     def _set_state(self, name: str, state: str) -> None:
-        self.state[name] = state
+        record = self._record(name)
+        record.state = state
         if state == "running":
-            self.failing_since.pop(name, None)
-        else:
-            self.failing_since.setdefault(name, time.monotonic())
+            record.failing_since = None
+        elif record.failing_since is None:
+            record.failing_since = time.monotonic()
         self.on_state()
 
     def _section(self, name: str, cls: type[BaseChannel]) -> ChannelSection:
@@ -172,16 +206,19 @@ class ChannelSupervisor:
         return section
 
     async def stop_retrying(self) -> None:
-        tasks, self._retries = list(self._retries.values()), {}
+        tasks = [r.retry for r in self._records.values()]
+        for record in self._records.values():
+            record.retry = None
         await cancel_and_wait(*tasks)
 
     async def stop_receiving(self) -> None:
         await asyncio.gather(*(self._safely(c.stop_receiving, c.name) for c in self.channels.values()))
 
     async def stop(self) -> None:
-        for event in self._up.values():
-            event.clear()
-        channels, self.channels = list(self.channels.values()), {}
+        channels = list(self.channels.values())
+        for record in self._records.values():
+            record.up.clear()
+            record.channel = None
         await asyncio.gather(*(self._safely(c.stop, c.name) for c in channels))
 
     @staticmethod
