@@ -463,6 +463,35 @@ async def test_every_is_anchored_to_the_last_run_across_restarts(store, make_ser
     assert len(runner.calls) == 1
 
 
+async def test_a_one_shot_running_past_the_next_look_is_neither_paused_nor_run_again(store, make_service):
+    """A claimed one-shot has no next time while it runs; the clock's next look must not take it
+    for a job to schedule (it would pause it) or run it again."""
+    started, release = asyncio.Event(), asyncio.Event()
+    runs = 0
+
+    async def slow(job: CronJob) -> RunOutcome:
+        nonlocal runs
+        runs += 1
+        started.set()
+        await release.wait()
+        return RunOutcome("ok")
+
+    due = utcnow() - timedelta(seconds=1)  # stored as it was when it was made, a moment ago
+    job = await store.add(name="once", owner_session="telegram:1", schedule_kind="at", expression=due.isoformat(),
+                          timezone="UTC", payload_kind="code", payload="print(1)", next_run_at=due)
+    service = await make_service(slow, poll_interval=3600)
+    await asyncio.wait_for(started.wait(), 5)
+    await service._tick()  # the clock's next look, while the run goes on
+    assert (await store.get(job.id)).enabled and runs == 1
+    release.set()
+    await eventually(lambda: _gone(store, job.id))
+    assert runs == 1
+
+
+async def _gone(store: CronStore, job_id: str) -> bool:
+    return await store.get(job_id) is None
+
+
 async def test_two_clocks_run_a_due_job_once(store, make_service):
     """The row is the schedule: a clock claims a due run by moving next_run_at on, and a second
     clock (two workers over one hand-over) finds nothing left to claim."""

@@ -139,9 +139,10 @@ class CronService:
         """Run the job at once (enabled or not) and return how it went; its schedule is untouched."""
         if await self.store.get(job_id) is None:
             raise ValueError(f"no cron job with id {job_id!r}")
-        if job_id in self._running:
+        run = self._start_run(job_id, scheduled=False)
+        if run is None:
             raise RuntimeError(f"cron job {job_id} is already running")
-        outcome = await self._spawn(self._execute(job_id, scheduled=False))
+        outcome = await run
         if outcome is None:
             raise RuntimeError(f"cron job {job_id} could not run")
         return outcome
@@ -180,14 +181,15 @@ class CronService:
         recorded as missed past the grace), and runs asked for from outside start."""
         now = utcnow()
         jobs = await self.store.due(now)
-        firsts = [(job, self._next_time(job, now)) for job in jobs if job.enabled and job.next_run_at is None]
+        firsts = [(job, self._next_time(job, now)) for job in jobs
+                  if job.enabled and job.next_run_at is None and job.id not in self._running]
         await self.store.set_first_runs([(job.id, when) for job, when in firsts if when is not None])
         for job, when in firsts:
             if when is None:  # a bad schedule, or a one-shot whose time passed while it was paused
                 await self.store.set_enabled(job.id, False)
         for job in jobs:
             if job.run_requested and await self.store.claim_request(job.id):
-                self._spawn(self._execute(job.id, scheduled=False))
+                self._start_run(job.id, scheduled=False)
             if job.enabled and job.next_run_at is not None and job.next_run_at <= now:
                 await self._came_due(job, now)
 
@@ -213,7 +215,7 @@ class CronService:
             return  # another clock (or a change from the CLI) moved it meanwhile
         late = (now - due).total_seconds()
         if late <= self._grace:
-            self._spawn(self._execute(job.id, scheduled=True))
+            self._start_run(job.id, scheduled=True)
             return
         await self.store.record_run(job.id, due, 0, "missed", f"nanobot was not running ({late:.0f} s ago)")
         if job.schedule_kind == "at":
@@ -222,11 +224,16 @@ class CronService:
                                 f"{due.isoformat(timespec='minutes')}: nanobot was not running.")
 
     # ---- running a job --------------------------------------------------------------
-    def _spawn(self, coro) -> asyncio.Task:
+    def _start_run(self, job_id: str, *, scheduled: bool) -> asyncio.Task[RunOutcome | None] | None:
+        """A task of ours runs the job (None: it is running already; this run is skipped). It
+        counts as running from here: the clock must not take its cleared next time for a new job."""
         if self._stopping:
-            coro.close()
             raise RuntimeError("the cron service is stopping")
-        task = asyncio.create_task(coro)
+        if job_id in self._running:
+            log.info("cron: job %s is still running; skipping this run", job_id)
+            return None
+        self._running.add(job_id)
+        task = asyncio.create_task(self._execute(job_id, scheduled=scheduled))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
@@ -238,10 +245,6 @@ class CronService:
             log.error("cron: a job run failed outside its runner", exc_info=task.exception())
 
     async def _execute(self, job_id: str, *, scheduled: bool) -> RunOutcome | None:
-        if job_id in self._running:
-            log.info("cron: job %s is still running; skipping this run", job_id)
-            return None
-        self._running.add(job_id)
         try:
             job = await self.store.get(job_id)  # afresh: a payload edited since the claim is run as edited
             if job is None or (scheduled and not job.enabled):
