@@ -5,9 +5,9 @@ terminal owns the bot, so no access gate applies.
 
 On a terminal, input is read with prompt_toolkit: line editing, arrows, and a history kept
 in ``$NANOBOT_HOME/cli_history``; printing goes above the prompt line, replies rendered as
-Markdown (rich). Ctrl-C during a turn
-cancels it (as ``/stop`` does), Ctrl-C at an idle prompt or Ctrl-D leaves. From a pipe, lines
-are read by a daemon thread, so an interrupt or the end of the program never waits on it.
+Markdown (rich). Ctrl-C during a turn cancels it (as ``/stop`` does), Ctrl-C at an idle
+prompt or Ctrl-D leaves. From a pipe, lines are read by a daemon thread, so an interrupt or
+the end of the program never waits on it, and replies are printed as written.
 """
 
 from __future__ import annotations
