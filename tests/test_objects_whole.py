@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # The links still made after building, each with why; the list only shrinks.
 KNOWN = {
-    # The cron service is built in the gateway's CronJobs.start (its store needs the database's
-    # tables first), and the runtime's SchedulerLink is how the cron tools reach it.
-    "nanobot/gateway/cron_jobs.py: rt.scheduler.service = self.service",
+    # The cron service is built with the gateway's CronJobs (its runner asks the gateway for
+    # turns), and the runtime's SchedulerLink is how the cron tools reach it.
+    "nanobot/gateway/cron_jobs.py: runtime.scheduler.service = self.service",
 }
 
 

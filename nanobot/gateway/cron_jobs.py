@@ -124,20 +124,16 @@ class CronJobs:
         self.runtime = runtime
         self.runner = JobRunner(runtime, ask, running_channels)
         self.singletons = singletons  # the gateway's: among workers, one holds the clock
-        self.poll_interval = poll_interval
-        self.service: CronService | None = None
+        settings, limits = runtime.config.agents.defaults, runtime.config.agents.defaults.code_runtime
+        self.service = CronService(CronStore(runtime.db), self.runner, timezone=settings.timezone,
+                                   grace_seconds=runtime.config.gateway.cron_grace_seconds,
+                                   poll_interval=poll_interval, on_notice=self.runner.notice,
+                                   validate_code=lambda code: runtime.code.check(code, limits))
+        runtime.scheduler.service = self.service
         self._clock: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        rt = self.runtime
-        store = CronStore(rt.db)
-        await store.migrate()
-        limits = rt.config.agents.defaults.code_runtime
-        self.service = CronService(store, self.runner, timezone=rt.config.agents.defaults.timezone,
-                                   grace_seconds=rt.config.gateway.cron_grace_seconds,
-                                   poll_interval=self.poll_interval, on_notice=self.runner.notice,
-                                   validate_code=lambda code: rt.code.check(code, limits))
-        rt.scheduler.service = self.service
+        await self.service.store.migrate()
         held = await self.singletons.try_hold(self.CLOCK)
         if held is not None:  # alone, or the first worker: fire from the start
             await self.service.start()
@@ -145,7 +141,6 @@ class CronJobs:
 
     async def _keep_clock(self, held: Held | None) -> None:
         """Fire jobs while we hold the clock; wait for it while another worker does."""
-        assert self.service is not None
         while True:
             if held is None:
                 held = await self.singletons.hold(self.CLOCK)
@@ -155,8 +150,7 @@ class CronJobs:
 
     async def stop(self) -> None:
         await cancel_and_wait(self._clock)
-        if self.service is not None:
-            await self.service.stop()
+        await self.service.stop()
 
 
 def labelled(job: CronJob, text: str) -> str:
