@@ -157,9 +157,9 @@ async def test_a_tool_found_on_demand_leaves_the_tools_list_as_it_was(workspace:
 async def test_only_the_newest_long_results_are_kept(llm: FakeOpenAI, workspace: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Each long result is kept whole in the chat's .results/; the oldest go past KEPT_RESULTS."""
-    from nanobot.agent import loop
+    from nanobot.agent import turn
 
-    monkeypatch.setattr(loop, "KEPT_RESULTS", 2)
+    monkeypatch.setattr(turn, "KEPT_RESULTS", 2)
     for n in range(3):
         (workspace / f"big{n}.txt").write_text(f"line {n}\n" * 4_000)
     llm.script(*[tool_call("read_file", {"path": f"big{n}.txt"}) for n in range(3)], reply("read them"))

@@ -5,7 +5,8 @@ Lives above both modules so that each imports only downwards."""
 from __future__ import annotations
 
 from nanobot.agent.code_mode import CodeMode, HybridMode
-from nanobot.agent.modes import Mode, ToolsMode
+from nanobot.agent.modes import ToolsMode
+from nanobot.agent.turn import Mode
 
 
 def get_mode(name: str) -> Mode:

@@ -22,7 +22,7 @@ from nanobot.sandbox.executor import CodeExecutor, Extra, code_stubs
 
 if TYPE_CHECKING:
     from nanobot.media.attachments import Attachments
-    from nanobot.agent.loop import Turn
+    from nanobot.agent.turn import Turn
 
 log = logging.getLogger(__name__)
 

@@ -7,14 +7,27 @@ from __future__ import annotations
 
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from nanobot.agent.context import cache_starts_over
 from nanobot.trust import MEMBER, OWNER
 from nanobot.usage import start_of_today
 
 if TYPE_CHECKING:
-    from nanobot.agent.loop import Agent
+    from nanobot.agent.deps import AgentDeps
+    from nanobot.session import Session
+
+
+class Agent(Protocol):
+    """What the commands use of the agent (``loop.Agent``, which calls them)."""
+
+    deps: AgentDeps
+
+    def session(self, key: str) -> Session: ...
+
+    def mode_name(self, session: Session) -> str: ...
+
+    async def reset_state(self, session_key: str) -> None: ...
 
 MODES = ("tools", "code", "hybrid")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from nanobot import beneath
 from nanobot.prompts import render_prompt
@@ -19,26 +19,10 @@ from nanobot.agent.tool_offer import FIND_TOOLS, USE_TOOL, find_tools, native_sc
 from nanobot.providers.base import LLMResponse, ToolCall, parse_arguments
 
 if TYPE_CHECKING:
-    from nanobot.agent.loop import Turn
+    from nanobot.agent.turn import Turn
     from nanobot.media.attachments import Attachments
 
 log = logging.getLogger(__name__)
-
-
-class Mode(Protocol):
-    name: str
-    # Whether text written before a program or call is for the user. Code mode's is a working
-    # note: only <say> notes and the final answer reach the user, so a stream takes such text
-    # back or holds it (agent/streaming.py).
-    keeps_notes: bool
-
-    def prompt_section(self, turn: Turn) -> str: ...
-
-    def native_tools(self, turn: Turn) -> list[dict[str, Any]] | None: ...
-
-    def user_content(self, turn: Turn, content: str, attachments: Attachments) -> str: ...
-
-    async def step(self, turn: Turn, response: LLMResponse) -> str | None: ...
 
 
 def attachments_note(attachments: Attachments) -> str:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from nanobot.agent.prompt_size import CHARS_PER_TOKEN
 
 if TYPE_CHECKING:
-    from nanobot.agent.loop import Turn
+    from nanobot.agent.turn import Turn
     from nanobot.config import Config
     from nanobot.tools.registry import Tool
 

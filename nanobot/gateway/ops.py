@@ -8,7 +8,7 @@ singletons held, channels up) are read when Prometheus scrapes, so nothing runs 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import web
 
@@ -17,13 +17,30 @@ from nanobot.coordination import worker_id
 from nanobot.listener import listen
 
 if TYPE_CHECKING:
-    from nanobot.gateway.app import Gateway
+    from nanobot.cluster.worker import ClusterWorker
+    from nanobot.config import Config
+    from nanobot.delivery.store import DeliveryStore
+    from nanobot.gateway.dispatcher import Dispatcher
+    from nanobot.gateway.supervisor import ChannelSupervisor
+    from nanobot.health import Health
 
 log = logging.getLogger(__name__)
 
 
+class Observed(Protocol):
+    """What the metrics endpoint reads of the gateway (``app.Gateway``, which starts it)."""
+
+    config: Config
+    cluster: ClusterWorker | None
+    delivery: DeliveryStore
+    dispatcher: Dispatcher
+    channels: ChannelSupervisor
+
+    def health(self) -> Health: ...
+
+
 class OpsServer:
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Observed) -> None:
         self.gateway = gateway
         self._runner: web.AppRunner | None = None
         self._metrics: metrics.PrometheusMetrics | None = None
