@@ -41,7 +41,7 @@ MAX_ELSEWHERE = 100_000  # chats remembered as held elsewhere (forgotten wholesa
 class GatewayHooks:
     """What the router asks of the gateway it serves."""
 
-    resend: Callable[[list[OutboundMessage]], None]  # recorded replies to the channels, in order (Outbox.resend)
+    resend: Callable[[list[OutboundMessage]], None]  # recorded replies to the channels, in order (Outbound.resend)
     let_go: Callable[[list[str]], None]  # chats no longer ours: stop their turns (Dispatcher.let_go)
 
 

@@ -6,6 +6,7 @@
 - ``intake``: messages are recorded before the platform is told they arrived (Telegram's
   offset moves only past stored updates), repeats are dropped, and unfinished ones are queued
   again at start.
-- ``outbox``: a reply is recorded before it is sent and marked when the platform accepted it;
-  unsent replies are retried, in order per chat, for as long as the platform is down.
+- ``outbox``: how unsent replies are retried, in order per chat, for as long as the platform
+  is down (``SendGate``); recording a reply before it is sent and marking it when the
+  platform accepted it is ``gateway.outbound.Outbound``'s.
 """

@@ -1,6 +1,6 @@
 """Messages in: recorded before they are confirmed, repeats dropped, unfinished ones resumed.
 
-A message counts as finished when its reply is in the outbox (``Outbox.put(finishes=...)``)
+A message counts as finished when its reply is in the outbox (``Outbound.put(finishes=...)``)
 or it needs none (``/stop`` of it, an empty reply). At start every unfinished message is
 queued again in its chat's order. If its turn had begun before the crash (the chat's history
 says so: the dispatcher records the message's ``intake_id`` in the session's meta when the

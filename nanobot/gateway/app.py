@@ -33,7 +33,6 @@ from nanobot.coordination import Alone, Singletons, worker_id
 from nanobot.config import Config
 from nanobot.sqlite_file import check_writable
 from nanobot.delivery.intake import DurableIntake
-from nanobot.delivery.outbox import Outbox
 from nanobot.gateway.outbound import Outbound
 from nanobot.delivery.store import DeliveryStore, Pruner
 from nanobot.gateway.supervisor import ChannelSupervisor
@@ -82,8 +81,8 @@ class Gateway:
         self.channels = ChannelSupervisor(self.config, on_state=self._write_state)
         self.outbound = Outbound(self.bus, self.channels, self.delivery)  # the one way out
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=typing_interval,
-                                     stream_pace=self.config.channels.stream_pace, outbox=self.outbound.outbox)
-        self.cluster: ClusterWorker | None = self._worker(self.outbound.outbox) if among_workers else None
+                                     stream_pace=self.config.channels.stream_pace, outbound=self.outbound)
+        self.cluster: ClusterWorker | None = self._worker() if among_workers else None
         # Telegram polling, Discord, the cron clock, periodic services: once across workers.
         self.singletons: Singletons = self.cluster.singletons if self.cluster else Alone()
         self.intake = DurableIntake(self.delivery, self.bus, self.cluster.router if self.cluster else None)
@@ -111,7 +110,7 @@ class Gateway:
         if self.cluster is not None:  # takes over what dead workers (or our last run) left
             await self.cluster.start()
         else:
-            await self.outbound.outbox.resend_pending()  # they wait for their channel to start
+            await self.outbound.resend_pending()  # they wait for their channel to start
             await self.intake.resume(rt.sessions)  # queued before anything new arrives: each chat keeps its order
         rt.provider.watch_cooldowns(self._write_state)  # the model router: a provider went into cooldown
         if rt.mcp is not None:  # their functions exist before the first message
@@ -133,13 +132,13 @@ class Gateway:
         log.info("gateway ready: channels %s; event loop %s", ", ".join(self.channels.channels) or "none",
                  type(asyncio.get_running_loop()).__module__.split(".")[0])  # uvloop, or asyncio
 
-    def _worker(self, outbox: Outbox) -> ClusterWorker:
+    def _worker(self) -> ClusterWorker:
         """On PostgreSQL: chats, singletons and turns are shared out with the other workers."""
         from nanobot.cluster.router import GatewayHooks
         from nanobot.cluster.worker import ClusterWorker
 
         rt = self.runtime
-        hooks = GatewayHooks(resend=outbox.resend, let_go=self.dispatcher.let_go)
+        hooks = GatewayHooks(resend=self.outbound.resend, let_go=self.dispatcher.let_go)
         cluster = ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions, hooks,
                                 str(self.config.workspace_path), new_workspace=rt.workspace_created)
         self.dispatcher.handover(cluster.router)  # the one link made after building: the two need each other

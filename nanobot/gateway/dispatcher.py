@@ -25,7 +25,7 @@ from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
-    from nanobot.delivery.outbox import Outbox
+    from nanobot.gateway.outbound import Outbound
     from nanobot.session import Session
     from nanobot.config import Gateway as GatewaySettings
 
@@ -148,10 +148,11 @@ class Dispatcher:
 
     def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, *,
                  typing_interval: float = TYPING_INTERVAL,
-                 stream_pace: Callable[[str], float | None] = lambda channel: None, outbox: Outbox | None = None) -> None:
+                 stream_pace: Callable[[str], float | None] = lambda channel: None,
+                 outbound: Outbound | None = None) -> None:
         self.agent = agent
         self.bus = bus
-        self.outbox = outbox  # durable replies (the gateway); without it, replies go straight to the bus
+        self.outbound = outbound  # records and sends replies (the gateway); without it, straight to the bus
         self.settings = settings
         self.typing_interval = typing_interval
         self.stream_pace = stream_pace  # how often a channel shows a reply as it is written (None: not)
@@ -247,9 +248,9 @@ class Dispatcher:
 
     async def _put(self, msg: InboundMessage, reply: OutboundMessage, finishes: int | None = None) -> None:
         """Recorded in the outbox, then sent; without one (or when the store fails), just sent."""
-        if self.outbox is not None and reply.durable:
+        if self.outbound is not None and reply.durable:
             try:
-                return await self.outbox.put(reply, finishes=finishes)
+                return await self.outbound.put(reply, finishes=finishes)
             except Exception:  # the store failed: send it anyway; the message runs again after a restart
                 log.exception("%s: could not record the reply; sending it unrecorded", msg.session_key)
         if reply.content or reply.file or not reply.durable:

@@ -1,10 +1,12 @@
 """The one way out: every outbound message (a final reply, a progress note, a stream update,
-typing, a notice) goes through ``Outbound``, which alone owns the outbox, the send gates and
-each chat's order.
+typing, a notice) goes through ``Outbound``, which alone records, sends and marks them, with
+a send gate per channel and each chat's order.
 
 Replies go out in order per chat and concurrently across chats: one slow chat (a 429
 backoff, a long split reply) does not hold up the others. Text and files are recorded before
-they are sent and retried until the platform takes them (see ``nanobot.delivery.outbox``); typing indicators and streamed previews are not
+they are sent (``put``: in the same commit, the message they answer is finished), retried
+until the platform takes them, then marked sent: a crash between a send and its mark sends
+that one message again at start, nothing else. Typing indicators and streamed previews are not
 worth keeping. A failing send never stops the router.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -19,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from nanobot import metrics
 from nanobot.bus import MessageBus, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, SendFailed
-from nanobot.delivery.outbox import Outbox, SendGate
+from nanobot.delivery.outbox import GIVE_UP_S, SendGate
 from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -32,12 +35,12 @@ DURABLE_KINDS = ("text", "file")  # recorded in the outbox; typing and stream pr
 
 
 class Outbound:
-    """Routes ``bus.outbound`` (and the dispatcher's recorded replies) to the running channels."""
+    """Routes ``bus.outbound`` and the dispatcher's replies to the running channels."""
 
     def __init__(self, bus: MessageBus, channels: ChannelSupervisor, store: DeliveryStore) -> None:
         self.bus = bus
         self.channels = channels
-        self.outbox = Outbox(store, self.deliver)
+        self.store = store  # the outbox's rows
         self._gates: dict[str, SendGate] = {}
         self._finished_streams: OrderedDict[Any, None] = OrderedDict()  # streams whose final text was sent
         self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
@@ -59,9 +62,43 @@ class Outbound:
 
     async def _record(self, msg: OutboundMessage) -> None:
         try:
-            await self.outbox.put(msg)
+            await self.put(msg)
         except Exception:
             log.exception("could not record a message to %s; sending it unrecorded", msg.target)
+            self.deliver(msg)
+
+    async def put(self, msg: OutboundMessage, *, finishes: int | None = None) -> None:
+        """Record ``msg`` durably, then send it; ``finishes``: the intake id it answers."""
+        if msg.kind == "text" and not msg.content.strip():  # nothing to send: only finish the message
+            if finishes is not None:
+                await self.store.finish_inbound(finishes)
+            return
+        # Shielded: the write is queued and commits even if our caller is cancelled meanwhile (a
+        # turn stopped when the worker lost its database connection); a recorded reply must then
+        # still be sent, or it would sit in the outbox with nobody to send it.
+        await asyncio.shield(asyncio.ensure_future(self._record_and_send(msg, finishes)))
+
+    async def _record_and_send(self, msg: OutboundMessage, finishes: int | None) -> None:
+        outbox_id = await self.store.record_outbound(msg, finishes)
+        if outbox_id is None:
+            log.warning("%s: this reply is not sent: its message was answered already, or its chat went to "
+                        "another worker while this one was cut off from the database (that one answers it)",
+                        msg.target)
+            return
+        msg.outbox_id, msg.outbox_created = outbox_id, msg.outbox_created or time.time()
+        self.deliver(msg)
+
+    async def resend_pending(self) -> int:
+        """At start: what the last run recorded but did not see accepted, in order."""
+        pending = await self.store.pending_outbound()
+        self.resend(pending)
+        if pending:
+            log.warning("sending %d message(s) the last run did not get out", len(pending))
+        return len(pending)
+
+    def resend(self, recorded: list[OutboundMessage]) -> None:
+        """Send messages recorded earlier (by a run or a worker now gone), in order."""
+        for msg in recorded:
             self.deliver(msg)
 
     def deliver(self, msg: OutboundMessage) -> None:
@@ -103,23 +140,40 @@ class Outbound:
             await asyncio.wait({previous})
         failures = 0
         if msg.channel not in self.channels.enabled():
-            return self.outbox.failed(msg, f"channel {msg.channel!r} is not enabled")
+            return self._failed(msg, f"channel {msg.channel!r} is not enabled")
         while True:
             channel = await self.channels.running(msg.channel)
             try:
                 await self._gate(msg.channel).attempt(partial(send_one, channel, msg))
             except SendFailed as exc:
                 failures += 1
-                if not exc.retry or self.outbox.expired(msg):
-                    return self.outbox.failed(msg, str(exc))
+                if not exc.retry or _expired(msg):
+                    return self._failed(msg, str(exc))
                 if failures == 1 or failures % 30 == 0:
                     log.warning("%s is not taking messages (%s); will keep trying (attempt %d)",
                                 msg.channel, exc, failures)
                 continue
             except Exception as exc:  # an adapter's bug: trying again would fail the same way
                 log.exception("channel %s: sending to %s failed", channel.name, msg.chat_id)
-                return self.outbox.failed(msg, f"{type(exc).__name__}: {exc}")
-            return await self.outbox.sent(msg)
+                return self._failed(msg, f"{type(exc).__name__}: {exc}")
+            return await self._marked_sent(msg)
+
+    async def _marked_sent(self, msg: OutboundMessage) -> None:
+        """Mark ``msg`` sent, and wait until that is written: the chat's next message goes out
+        only then, so a crash can repeat at most one reply per chat."""
+        try:
+            await self._mark(msg, "sent")
+        except Exception as exc:
+            log.warning("could not mark a message to %s as sent: %s", msg.target, exc)
+
+    def _failed(self, msg: OutboundMessage, why: str) -> None:
+        log.error("gave up on a message to %s: %s", msg.target, why)
+        self._mark(msg, "failed", why).add_done_callback(_log_failure)
+
+    def _mark(self, msg: OutboundMessage, state: str, why: str | None = None) -> asyncio.Future[Any]:
+        # Only recorded messages are marked: put() and resend_pending() gave each its outbox_id.
+        assert msg.outbox_id is not None
+        return self.store.mark_outbound(msg.outbox_id, state, why)  # with other chats' marks
 
     def _gate(self, channel: str) -> SendGate:
         return self._gates.setdefault(channel, SendGate())
@@ -153,3 +207,13 @@ async def send_one(channel: BaseChannel, msg: OutboundMessage) -> None:
     else:
         await channel.send(msg)
         metrics.current.reply_sent(msg.channel)
+
+
+def _expired(msg: OutboundMessage) -> bool:
+    """Still not taken after ``GIVE_UP_S``: dropped (logged)."""
+    return msg.outbox_created is not None and time.time() - msg.outbox_created > GIVE_UP_S
+
+
+def _log_failure(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not mark an outbox message: %s", task.exception())
