@@ -9,9 +9,9 @@ import pytest
 
 from nanobot.config import AgentOverride
 from nanobot.runtime import open_runtime
+from nanobot.trust import OWNER
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for
-from nanobot.trust import OWNER
 
 COUNT_PROGRAM = """```python
 total = 0

@@ -488,10 +488,6 @@ async def test_a_one_shot_running_past_the_next_look_is_neither_paused_nor_run_a
     assert runs == 1
 
 
-async def _gone(store: CronStore, job_id: str) -> bool:
-    return await store.get(job_id) is None
-
-
 async def test_two_clocks_run_a_due_job_once(store, make_service):
     """The row is the schedule: a clock claims a due run by moving next_run_at on, and a second
     clock (two workers over one hand-over) finds nothing left to claim."""

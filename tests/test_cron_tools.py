@@ -10,9 +10,9 @@ import pytest
 from nanobot.cron.store import CronStore
 from nanobot.runtime import open_runtime
 from nanobot.tools.cron_tools import parse_expression
+from nanobot.trust import OWNER
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for
-from nanobot.trust import OWNER
 
 
 @pytest.mark.parametrize("text, parsed", [

@@ -14,8 +14,8 @@ from nanobot.tools.files import FILE_TOOLS, MAX_READ_BYTES
 from nanobot.tools.paths import FileScope, open_pinned, pinned_parent, resolve_in_workspace
 from nanobot.tools.registry import ToolContext, ToolRegistry
 from nanobot.tools.shell import SHELL_TOOLS
-from tests.helpers import config_for
 from nanobot.trust import OWNER
+from tests.helpers import config_for
 
 registry = ToolRegistry(FILE_TOOLS + SHELL_TOOLS)
 

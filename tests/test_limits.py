@@ -17,9 +17,9 @@ from nanobot.runtime import open_runtime
 from nanobot.tools import paths
 from nanobot.tools.builtin import default_registry
 from nanobot.tools.registry import ToolContext
+from nanobot.trust import OWNER
 from tests.fakes.openai_server import FakeOpenAI
 from tests.helpers import config_for
-from nanobot.trust import OWNER
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.slack_api import FakeSlack
 from tests.helpers import config_for, running_gateway
 from tests.test_api import free_port
+from tests.fakes.loopback import serve
 
 OWNER, FRIEND, STRANGER = "U42", "U43", "U99"
 SECRET = "signing-secret-for-tests"
@@ -235,11 +236,7 @@ async def test_the_bot_token_goes_to_no_other_port_of_the_api_host(llm: FakeOpen
 
     app = web.Application()
     app.router.add_get("/{name}", steal)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    other = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, other = await serve(app)
     llm.fallback = lambda body: reply("ok")
     try:
         async with running_gateway(slack_config(llm, workspace, slack)):

@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nanobot.config import Config
+from nanobot.trust import OWNER
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import fast_channels, nanobot_process, running_gateway, telegram_gateway_config
-from nanobot.trust import OWNER
 
 ALICE = 42
 FINISHED = "Background task "
@@ -109,7 +107,6 @@ async def test_stop_id_stops_a_task_and_a_tainted_turn_may_not_spawn(config: Con
         await tg.wait_until(lambda: any(t.startswith(FINISHED) for t in texts(tg)), timeout=10)
         assert any(t.startswith(f"Stopping task slow ({task_id})") for t in texts(tg))
         assert f"Background task slow ({task_id}) stopped:\nstopped (/stop)" in texts(tg)
-    from nanobot.tools.registry import ToolContext
     from nanobot.trust import TurnGuard
 
     turn = TurnGuard()
@@ -123,7 +120,8 @@ async def _spawn(config: Config, turn) -> str:  # noqa: ANN001
     from nanobot.tools.registry import ToolContext
 
     async with open_runtime(config) as rt:
-        ctx = ToolContext(config, config.workspace_path, f"telegram:{ALICE}", OWNER, services=rt.deps.services, guard=turn)
+        ctx = ToolContext(config, config.workspace_path, f"telegram:{ALICE}", OWNER, services=rt.deps.services,
+                          guard=turn)
         return await rt.tools.call("spawn", {"task": "x"}, ctx)
 
 

@@ -14,8 +14,8 @@ from nanobot.tools import ssrf, web
 from nanobot.tools.registry import ToolContext, ToolRegistry
 from nanobot.tools.html_markdown import html_to_markdown
 from nanobot.tools.web import WEB_TOOLS, web_fetch, web_search, wrap_untrusted
-from tests.fakes.web_pages import WebPages
 from nanobot.trust import OWNER
+from tests.fakes.web_pages import WebPages
 
 pytestmark = pytest.mark.timeout(20)
 

@@ -205,7 +205,3 @@ async def _alive(db: PostgresDatabase, name: str) -> bool:
     if await db.fetchval("SELECT to_regclass('workers')") is None:
         return False
     return name in {r.id for r in await list_workers(db) if r.alive}
-
-
-async def _true(value: bool) -> bool:
-    return value

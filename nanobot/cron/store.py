@@ -199,17 +199,16 @@ class CronStore:
         return await self.db.execute("DELETE FROM cron_jobs WHERE id = $1", job_id) > 0
 
     async def set_enabled(self, job_id: str, enabled: bool) -> bool:
-        """Pause or resume. Clears next_run_at: the scheduler sets it again when it registers
-        the job, and a stale time must not read as a run missed while paused."""
+        """Pause or resume. Clears next_run_at: the clock gives a resumed job its next time at its
+        next look, and a stale time must not read as a run missed while paused."""
         return await self.db.execute(
             "UPDATE cron_jobs SET enabled = $1, next_run_at = NULL, consecutive_failures = "
             "CASE WHEN $1 = 1 THEN 0 ELSE consecutive_failures END, updated_at = $2 WHERE id = $3",
             int(enabled), _to_text(utcnow()), job_id) > 0
 
-    async def request_run(self, job_id: str, requested: bool = True) -> bool:
-        """Ask a running scheduler (maybe in another process) to run the job now, or clear the ask."""
-        return await self.db.execute("UPDATE cron_jobs SET run_requested = $1 WHERE id = $2",
-                                 int(requested), job_id) > 0
+    async def request_run(self, job_id: str) -> bool:
+        """Ask the running clock (maybe in another process) to run the job now (``claim_request``)."""
+        return await self.db.execute("UPDATE cron_jobs SET run_requested = 1 WHERE id = $1", job_id) > 0
 
     async def record_run(self, job_id: str, started: datetime, duration_ms: int, status: RunStatus,
                          output: str = "", function_calls: int = 0) -> CronJob | None:
@@ -232,8 +231,8 @@ class CronStore:
         return await self.get(job_id)
 
     async def update_next_run(self, job_id: str, next_run_at: datetime | None) -> None:
-        await self.db.execute("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2",
-                          _to_text(next_run_at), job_id)
+        """Set a job's next time by hand (what a run missed while nanobot was down looks like)."""
+        await self.db.execute("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2", _to_text(next_run_at), job_id)
 
     # ---- the schedule (nanobot.cron.service's clock) ------------------------------------
     async def due(self, now: datetime) -> list[CronJob]:
@@ -249,11 +248,12 @@ class CronStore:
     async def claim(self, job_id: str, due: datetime, next_run_at: datetime | None) -> bool:
         """Move a due job on to its next time; False when another clock (or an edit) moved it first."""
         return await self.db.execute("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2 AND next_run_at = $3",
-                                 _to_text(next_run_at), job_id, _to_text(due)) > 0
+                                     _to_text(next_run_at), job_id, _to_text(due)) > 0
 
     async def claim_request(self, job_id: str) -> bool:
+        """Take a run asked for (``request_run``); False when another clock took it first."""
         return await self.db.execute("UPDATE cron_jobs SET run_requested = 0 WHERE id = $1 AND run_requested = 1",
-                                 job_id) > 0
+                                     job_id) > 0
 
     async def set_first_runs(self, pairs: list[tuple[str, datetime]]) -> None:
         """Next times for jobs that had none, in one transaction (1,000 jobs at start: one commit)."""

@@ -51,6 +51,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.loopback import serve
+
 _ids = itertools.count(100_000)
 
 
@@ -115,11 +117,7 @@ class FakeDiscord:
         app.router.add_post("/api/v10/channels/{cid}/typing", self._post_typing)
         app.router.add_patch("/api/v10/channels/{cid}/messages/{mid}", self._patch_message)
         app.router.add_get("/attachments/{aid}/{name}", self._attachment)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, port = await serve(app)
         self.base = f"127.0.0.1:{port}"
         return self
 

@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fakes.ticks import Ticks
+from tests.fakes.loopback import serve
 
 
 class FakeSignalCli(Ticks):
@@ -57,11 +58,7 @@ class FakeSignalCli(Ticks):
         app.router.add_get("/api/v1/check", self._check)
         app.router.add_get("/api/v1/events", self._events)
         app.router.add_post("/api/v1/rpc", self._rpc)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await serve(app, self.port, access_log=None, handler_cancellation=True)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -38,6 +38,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.fakes.loopback import serve
+
 
 class FakeSlack:
     def __init__(self) -> None:
@@ -71,11 +73,7 @@ class FakeSlack:
         app.router.add_get("/socket", self._socket)
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/files/{name}", self._file)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await serve(app, access_log=None)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

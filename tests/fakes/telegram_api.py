@@ -36,6 +36,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import serve
+
 _STRING_PARAMS = {"text", "caption", "parse_mode", "action", "file_id", "inline_message_id"}
 
 
@@ -80,11 +82,7 @@ class FakeTelegram:
         app.router.add_post("/bot{token}/{method}", self._api)
         app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         # A client that hangs up (a killed poller) ends its long poll here too, as at Telegram.
-        self._runner = web.AppRunner(app, shutdown_timeout=0.5, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await serve(app, shutdown_timeout=0.5, handler_cancellation=True)
         return self
 
     async def stop(self) -> None:

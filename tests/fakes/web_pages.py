@@ -18,6 +18,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import serve
+
 # A typical article page: site chrome around a main article. The short list, the list of
 # links and the heading that is itself a link are what readability's own cleanup drops.
 ARTICLE_HTML = """<!doctype html>
@@ -75,11 +77,8 @@ class WebPages:
     async def __aenter__(self) -> "WebPages":
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)  # /slow must not hold up teardown
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # the OS picked a free port
+        # /slow must not hold up teardown
+        self._runner, self.port = await serve(app, access_log=None, shutdown_timeout=0.5)
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -31,6 +31,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.fakes.ticks import Ticks
+from tests.fakes.loopback import serve
 
 PHONE_ID = "1098765"
 
@@ -68,10 +69,7 @@ class FakeWhatsApp(Ticks):
         app.router.add_post("/v21.0/{phone}/messages", self._messages)
         app.router.add_post("/v21.0/{phone}/media", self._upload)
         app.router.add_get("/media-bytes/{media_id}", self._media_bytes)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.port = self._runner.addresses[0][1]
+        self._runner, self.port = await serve(app, access_log=None)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
