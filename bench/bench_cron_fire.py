@@ -32,14 +32,13 @@ async def _no_turns(msg):  # code jobs only: no prompt job asks for a turn
 
 async def main() -> None:
     os.environ["NANOBOT_HOME"] = tempfile.mkdtemp(prefix="nanobot-bench-home-")
-    from nanobot.bus import MessageBus
     from nanobot.coordination import Alone
     from nanobot.gateway.cron_jobs import CronJobs
     from nanobot.runtime import open_runtime
 
     async with FakeOpenAI() as llm:
         config = config_for(llm.base_url, Path(tempfile.mkdtemp(prefix="nanobot-bench-ws-")), mode="code")
-        async with open_runtime(config, bus=MessageBus()) as rt:
+        async with open_runtime(config) as rt:
             jobs = CronJobs(rt, ask=_no_turns, running_channels=lambda: ["telegram"], singletons=Alone())
             await jobs.start()
             await rt.sessions.open("cron:warmup")

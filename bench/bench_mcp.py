@@ -105,7 +105,6 @@ async def task_30(workspace: Path, llm: FakeOpenAI) -> None:
 
 
 async def startup(workspace: Path, llm: FakeOpenAI) -> None:
-    from nanobot.bus import MessageBus
     from nanobot.gateway import Gateway
 
     for label, servers in (("no MCP servers", {}), ("3 stdio servers", {f"s{i}": stdio() for i in range(3)})):
@@ -114,7 +113,7 @@ async def startup(workspace: Path, llm: FakeOpenAI) -> None:
             config = config_for(llm.base_url, workspace, servers)
             config.gateway.heartbeat.enabled = False
             start = time.perf_counter()
-            async with open_runtime(config, bus=MessageBus()) as rt:
+            async with open_runtime(config) as rt:
                 gateway = Gateway(rt)
                 await gateway.start()  # READY follows this
                 samples.append((time.perf_counter() - start) * 1000)

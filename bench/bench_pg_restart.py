@@ -70,6 +70,7 @@ async def one_run(server, root: Path) -> dict:
                 pass
             await asyncio.sleep(2.0)  # late second answers
         counts = Counter(m["text"] for m in tg.sent)
+        expected = [f"re: {chat}-{n}" for chat in CHATS for n in range(ROUNDS)]
         answers = [m for m in tg.sent if m["text"].startswith("re: ")]
         in_order = all(_numbers(answers, chat) == sorted(_numbers(answers, chat)) for chat in CHATS)
         others = Counter(m["text"] for m in tg.sent if not m["text"].startswith("re: "))

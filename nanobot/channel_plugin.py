@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, ClassVar, Coroutine, Protocol
 import logging
 
 from nanobot import beneath
-from nanobot.bus import Identity, InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import ChannelSection
 from nanobot.coordination import Alone, Singletons, run_while_held
 
@@ -87,15 +87,13 @@ class Sender:
 
 @dataclass
 class ChannelContext:
-    bus: MessageBus
+    intake: Intake  # where admitted messages go: the gateway's durable intake
     access: AccessGate
     workspace: Path
     max_media_bytes: int = 20 * 1024 * 1024
     # The chat's own root for downloads (its inbox/ is there); the gateway supplies the trust
     # rule (a member chat's folder). The default, the whole workspace, suits a bare channel.
     chat_root: Callable[[Sender], Path] | None = None
-    # Where admitted messages go: the gateway's durable intake; without one, straight to the bus.
-    intake: Intake | None = None
     # Work one process at a time may do (Telegram polling, a Discord connection); alone, always ours.
     singletons: Singletons = field(default_factory=Alone)
     # Where a started adapter says it is in trouble (channel name, why; None once it is fine
@@ -105,11 +103,7 @@ class ChannelContext:
     positions: Positions = field(default_factory=Remembered)
 
     async def accept(self, messages: list[InboundMessage]) -> None:
-        if self.intake is not None:
-            await self.intake.accept(messages)
-        else:
-            for msg in messages:
-                await self.bus.publish_inbound(msg)
+        await self.intake.accept(messages)
 
 
 class BaseChannel(ABC):

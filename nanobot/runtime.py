@@ -81,7 +81,7 @@ class Runtime:
     """Everything a turn needs, started, and whole when built (``open_runtime`` builds it)."""
 
     config: Config
-    bus: MessageBus | None  # None: the terminal chat without a gateway
+    bus: MessageBus
     provider: Provider
     db: Database
     usage: UsageStore
@@ -94,6 +94,7 @@ class Runtime:
     agent: Agent
     notices: OwnerNotices
     shared: bool  # the store is PostgreSQL: this process may be one worker of several
+    terminal: bool  # this process is the terminal chat (nanobot agent), not the home's gateway
     workspace_created: bool  # this start made the workspace from the template (it was missing)
 
     @property
@@ -107,11 +108,12 @@ class Runtime:
 
 
 @asynccontextmanager
-async def open_runtime(config: Config, *, provider: Provider | None = None, bus: MessageBus | None = None,
+async def open_runtime(config: Config, *, provider: Provider | None = None, terminal: bool = False,
                        home: Path | None = None) -> AsyncIterator[Runtime]:
     """The composition root of one process: checks the home and workspace, opens the configured
     store (SQLite with JSONL histories, or PostgreSQL for everything), and builds the parts in
-    the order they need each other; closes them in reverse."""
+    the order they need each other; closes them in reverse. ``terminal``: this process is the
+    terminal chat (``nanobot agent``), which reaches no other chat."""
     if home is not None:
         config.use_home(home)  # the workspace default and the tools' guards follow it
     if config.workspace_path == config.home.resolve():
@@ -121,7 +123,7 @@ async def open_runtime(config: Config, *, provider: Provider | None = None, bus:
     created = workspace_ready(config)
     db = await open_database(config)
     try:
-        rt = await _build(config, provider, bus, db, created)
+        rt = await _build(config, provider, terminal, db, created)
     except BaseException:
         await db.close()  # aiosqlite's thread would otherwise keep the process alive
         raise
@@ -131,8 +133,9 @@ async def open_runtime(config: Config, *, provider: Provider | None = None, bus:
         await _close(rt)
 
 
-async def _build(config: Config, provider: Provider, bus: MessageBus | None, db: Database,
+async def _build(config: Config, provider: Provider, terminal: bool, db: Database,
                  workspace_created: bool) -> Runtime:
+    bus = MessageBus()
     usage = await UsageStore.create(db)
     pairing = await PairingStore.open(db)
     shared = db.engine == "postgresql"  # then every piece of state is in the one database
@@ -147,17 +150,18 @@ async def _build(config: Config, provider: Provider, bus: MessageBus | None, db:
         from nanobot.mcp.servers import McpServers
 
         mcp = McpServers(config, tools, config.home / "logs")
-    notices = OwnerNotices(partial(_to_owner, config, bus))
+    notices = OwnerNotices(partial(_to_owner, config, None if terminal else bus))
     services = Services(db=db, sessions=sessions, pairing=pairing, programs=code, scheduler=scheduler,
-                        announce=notices.announce)
+                        announce=notices.announce, bus=bus, terminal=terminal)
     deps = AgentDeps(config=config, provider=provider, tools=tools, sessions=sessions, services=services, code=code,
-                     usage=usage, bus=bus, mcp=mcp)
+                     usage=usage, mcp=mcp)
     install_skills(deps.tools, deps.system_extras)  # read_skill and the skills list in the prompt
     return Runtime(config, bus, provider, db, usage, sessions, tools, code, scheduler, mcp, deps, Agent(deps),
-                   notices, shared, workspace_created)
+                   notices, shared, terminal, workspace_created)
 
 
 async def _to_owner(config: Config, bus: MessageBus | None, text: str) -> None:
+    """Into the owner's chat; the terminal chat's process (no ``bus`` here) reaches none but its own."""
     target = owner_chat(config)
     if bus is None or target is None:
         return

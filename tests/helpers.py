@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, AsyncIterator
 from nanobot.config import Config
 
 if TYPE_CHECKING:
+    from nanobot.delivery.intake import DurableIntake
     from nanobot.gateway import Gateway
 
 
@@ -30,6 +31,25 @@ def fast_channels(monkeypatch) -> None:
     # discord.py keeps its URLs process-wide; the adapter rewrites them, put them back after.
     monkeypatch.setattr(Route, "BASE", Route.BASE)
     monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+
+
+@asynccontextmanager
+async def recorded_intake() -> AsyncIterator["DurableIntake"]:
+    """The gateway's intake on a throwaway database, for a channel tested alone: admitted
+    messages are recorded (repeats dropped), then reach ``intake.bus.inbound``."""
+    from nanobot.bus import MessageBus
+    from nanobot.database import SqliteDatabase
+    from nanobot.delivery.intake import DurableIntake
+    from nanobot.delivery.store import DeliveryStore
+
+    db = await SqliteDatabase.open(":memory:")
+    store = DeliveryStore(db, None)
+    try:
+        await store.migrate()
+        yield DurableIntake(store, MessageBus())
+    finally:
+        await store.close()
+        await db.close()
 
 
 def config_for(llm_base_url: str, workspace: Path, *, mode: str = "tools", **defaults) -> Config:
@@ -56,11 +76,10 @@ def telegram_gateway_config(llm_base_url: str, workspace: Path, tg, *allowed: in
 @asynccontextmanager
 async def running_gateway(config: Config, *, with_services: bool = False) -> AsyncIterator["Gateway"]:
     """A started in-process gateway (channels, dispatcher; cron and heartbeat with ``with_services``)."""
-    from nanobot.bus import MessageBus
     from nanobot.gateway import Gateway, add_services
     from nanobot.runtime import open_runtime
 
-    async with open_runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config) as rt:
         gateway = Gateway(rt)
         if with_services:
             add_services(gateway)

@@ -167,11 +167,10 @@ async def test_the_keys_cli(home: Path) -> None:
 
 async def test_listening_beyond_loopback_needs_a_key(config: Config) -> None:
     config.gateway.api.listen = f"0.0.0.0:{free_port()}"
-    from nanobot.bus import MessageBus
     from nanobot.gateway import Gateway, add_services
     from nanobot.runtime import open_runtime
 
-    async with open_runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config) as rt:
         gateway = Gateway(rt)
         add_services(gateway)
         try:

@@ -14,7 +14,9 @@ from nanobot.channel_plugin import ChannelContext, SendFailed
 from nanobot_channels.discord import DiscordChannel
 from nanobot.bus import Identity, InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import DiscordConfig
+from nanobot.delivery.intake import DurableIntake
 from tests.fakes.discord_api import FakeDiscord
+from tests.helpers import recorded_intake
 
 FRIEND, STRANGER, DM, GUILD_CHANNEL, GUILD = 42, 99, 5, 7, 9
 
@@ -39,19 +41,25 @@ async def fake() -> AsyncIterator[FakeDiscord]:
 
 
 @pytest.fixture
-def bus() -> MessageBus:
-    return MessageBus()
+async def intake() -> AsyncIterator[DurableIntake]:
+    async with recorded_intake() as intake:
+        yield intake
 
 
 @pytest.fixture
-async def channel(fake: FakeDiscord, bus: MessageBus, workspace: Path,
+def bus(intake: DurableIntake) -> MessageBus:
+    return intake.bus
+
+
+@pytest.fixture
+async def channel(fake: FakeDiscord, intake: DurableIntake, workspace: Path,
                   monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[DiscordChannel]:
     # start() rewrites these process-wide class attributes; put them back afterwards.
     monkeypatch.setattr(Route, "BASE", Route.BASE)
     monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
     config = DiscordConfig(enabled=True, token=fake.token, allow_from=[str(FRIEND)],
                            api_base=fake.api_base, gateway_url=fake.gateway_url)
-    ctx = ChannelContext(bus=bus, access=AllowList(), workspace=workspace, max_media_bytes=1000)
+    ctx = ChannelContext(intake=intake, access=AllowList(), workspace=workspace, max_media_bytes=1000)
     ch = DiscordChannel(config, ctx, ready_timeout=5, guild_ready_timeout=0.01, retry_delays=(0.01, 0.01),
                         reidentify_delay=0.01)
     await ch.start()
@@ -160,12 +168,12 @@ async def test_typing(channel: DiscordChannel, fake: FakeDiscord) -> None:
     assert fake.typing == [str(DM)]
 
 
-async def test_bad_token_fails_start_clearly(fake: FakeDiscord, bus: MessageBus, workspace: Path,
+async def test_bad_token_fails_start_clearly(fake: FakeDiscord, intake: DurableIntake, workspace: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Route, "BASE", Route.BASE)
     monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
     config = DiscordConfig(enabled=True, token="wrong", api_base=fake.api_base, gateway_url=fake.gateway_url)
-    ch = DiscordChannel(config, ChannelContext(bus=bus, access=AllowList(), workspace=workspace), ready_timeout=5)
+    ch = DiscordChannel(config, ChannelContext(intake=intake, access=AllowList(), workspace=workspace), ready_timeout=5)
     with pytest.raises(RuntimeError, match="LoginFailure"):
         await ch.start()
     await ch.stop()  # idempotent

@@ -1,5 +1,6 @@
-"""The dispatcher between the bus and the agent, with the real agent and openai SDK against the
-scripted model server: order per chat, parallel chats, /stop, crashes, idle workers, shutdown."""
+"""The dispatcher between the channels and the agent, in the real gateway with the real agent and
+openai SDK against the scripted model server: order per chat, parallel chats, /stop, crashes,
+idle workers, shutdown."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from typing import Any, AsyncIterator
 
 import pytest
 
-from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.channel_plugin import BaseChannel
 from nanobot.config import Config
 from nanobot.agent.loop import TURN_CRASHED as APOLOGY
-from nanobot.gateway.dispatcher import RESTART_NOTICE, SHUTDOWN_NOTE, STOPPED_NOTE, Dispatcher
+from nanobot.gateway.app import Gateway
+from nanobot.gateway.dispatcher import RESUME_NOTICE, SHUTDOWN_NOTE, STOPPED_NOTE
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider
 from nanobot.runtime import Runtime, open_runtime
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
@@ -29,35 +32,60 @@ def config(llm: FakeOpenAI, workspace: Path) -> Config:
     return config_for(llm.base_url, workspace)
 
 
-class Harness:
-    """A dispatcher on a runtime, fed and read through the bus like the gateway does."""
+class Platform(BaseChannel):
+    """The chat platform's side of the gateway: what it is sent, in order."""
 
-    def __init__(self, runtime: Runtime, dispatcher: Dispatcher) -> None:
-        self.rt, self.dispatcher, self.bus = runtime, dispatcher, runtime.bus
+    name = "telegram"
+    max_message_len = 4096
+
+    def __init__(self) -> None:
+        self.sent: asyncio.Queue[OutboundMessage] = asyncio.Queue()
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def send(self, msg: OutboundMessage) -> None:
+        self.sent.put_nowait(msg)
+
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        return None  # the final text comes to send()
+
+    async def send_typing(self, chat_id: str) -> None:
+        self.sent.put_nowait(OutboundMessage(self.name, chat_id, kind="typing"))
+
+
+class Harness:
+    """A gateway on a runtime with one channel, fed through its intake and read at the channel."""
+
+    def __init__(self, runtime: Runtime, gateway: Gateway, platform: Platform) -> None:
+        self.rt, self.gateway, self.dispatcher, self.platform = runtime, gateway, gateway.dispatcher, platform
         self.typing: list[OutboundMessage] = []
 
     async def say(self, text: str, chat: str = "1") -> None:
-        await self.bus.publish_inbound(InboundMessage("telegram", chat, chat, text))
+        await self.gateway.intake.accept([InboundMessage("telegram", chat, chat, text)])
 
     async def replies(self, count: int, timeout: float = 5.0) -> list[OutboundMessage]:
         """The next ``count`` text messages (typing indicators are set aside)."""
         out: list[OutboundMessage] = []
         async with asyncio.timeout(timeout):
             while len(out) < count:
-                msg = await self.bus.outbound.get()
+                msg = await self.platform.sent.get()
                 (out if msg.kind == "text" else self.typing).append(msg)
         return out
 
 
 async def harness(config: Config, provider: Any = None, typing_interval: float = 4.0) -> AsyncIterator[Harness]:
-    async with open_runtime(config, bus=MessageBus(), provider=provider) as rt:
-        dispatcher = Dispatcher(rt.agent, rt.bus, config.gateway, typing_interval=typing_interval)
-        intake = asyncio.create_task(dispatcher.run())
+    async with open_runtime(config, provider=provider) as rt:
+        gateway, platform = Gateway(rt, typing_interval=typing_interval), Platform()
+        gateway.add_internal_channel(platform)
+        await gateway.start()
         try:
-            yield Harness(rt, dispatcher)
+            yield Harness(rt, gateway, platform)
         finally:
-            intake.cancel()
-            await dispatcher.shutdown(0)
+            await gateway.stop()
 
 
 @pytest.fixture
@@ -92,13 +120,19 @@ async def test_order_within_a_chat_and_overlap_across_chats(h: Harness, llm: Fak
 
 async def test_concurrency_is_capped(llm: FakeOpenAI, config: Config) -> None:
     config.gateway.max_concurrent_sessions = 1
-    llm.fallback = lambda body: delayed(reply(f"re: {last_user(body)}"), 0.1)
     async for h in harness(config):
+        chats = [await h.rt.sessions.open(key) for key in ("telegram:X", "telegram:Y")]
+        turns_ended_at_each_call: list[int] = []
+
+        def answer(body: dict[str, Any]) -> Any:
+            turns_ended_at_each_call.append(sum(m["role"] == "assistant" for c in chats for m in c.messages))
+            return delayed(reply(f"re: {last_user(body)}"), 0.1)
+
+        llm.fallback = answer
         await h.say("x", chat="X")
         await h.say("y", chat="Y")
-        await h.replies(1)
-        assert len(llm.chat_requests) == 1  # the second chat waited for a slot
-        await h.replies(1)
+        await h.replies(2)
+        assert turns_ended_at_each_call == [0, 1]  # the second chat waited for the first one's slot
 
 
 async def test_typing_is_shown_while_a_turn_runs(config: Config, llm: FakeOpenAI) -> None:
@@ -109,7 +143,7 @@ async def test_typing_is_shown_while_a_turn_runs(config: Config, llm: FakeOpenAI
         assert len(h.typing) >= 3 and all(t.chat_id == "1" for t in h.typing)
         await h.say("/help")  # commands answer at once: no typing indicator
         await h.replies(1)
-        assert not h.bus.outbound.qsize()
+        assert h.platform.sent.empty()
 
 
 async def test_stop_cancels_the_running_turn_and_keeps_the_queue(h: Harness, llm: FakeOpenAI) -> None:
@@ -184,7 +218,7 @@ async def test_shutdown_cancels_turns_after_the_grace(h: Harness, llm: FakeOpenA
     await h.dispatcher.shutdown(grace=0.1)
     assert time.monotonic() - started < 1
     assert h.rt.agent.session("telegram:1").messages[-1]["content"] == SHUTDOWN_NOTE
-    assert [m.content for m in await h.replies(1)] == [RESTART_NOTICE]  # the user is told to ask again
+    assert [m.content for m in await h.replies(1)] == [RESUME_NOTICE]  # answered after the restart
 
 
 async def test_shutdown_tells_chats_whose_messages_were_still_queued(h: Harness, llm: FakeOpenAI) -> None:
@@ -193,4 +227,4 @@ async def test_shutdown_tells_chats_whose_messages_were_still_queued(h: Harness,
     await llm.request_event.wait()
     await h.say("second, queued behind the first")
     await h.dispatcher.shutdown(grace=5)
-    assert sorted(m.content for m in await h.replies(2)) == sorted(["first", RESTART_NOTICE])
+    assert sorted(m.content for m in await h.replies(2)) == sorted(["first", RESUME_NOTICE])

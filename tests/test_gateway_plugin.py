@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.bus import MessageBus
 from nanobot.config import ConfigError, load_config
 from nanobot.gateway import Gateway
 from nanobot.runtime import open_runtime
@@ -85,7 +84,7 @@ async def test_an_installed_channel_is_configured_started_and_served(
     })
     config, _ = load_config()
     llm.script(reply("hello alice"))
-    async with open_runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config) as rt:
         gateway = Gateway(rt)
         await gateway.start()
         try:
@@ -111,7 +110,7 @@ async def test_a_channel_whose_start_hangs_holds_neither_start_nor_stop(
         "channels": {"echo": {"enabled": True, "allowFrom": ["alice"], "greeting": "hang"}},
     })
     config, _ = load_config()
-    async with open_runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config) as rt:
         gateway = Gateway(rt)
         async with asyncio.timeout(10):
             await gateway.start()

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from nanobot.bus import MessageBus
 from nanobot.config import Config
 from nanobot.cron.store import CronStore, utcnow
 from nanobot.runtime import open_runtime
@@ -24,20 +23,24 @@ from tests.helpers import config_for
 
 @pytest.fixture
 def ctx(config: Config, workspace: Path) -> ToolContext:
-    return ToolContext(config=config, workspace=workspace, session_key="telegram:42", trust=OWNER, bus=MessageBus())
+    return ToolContext(config=config, workspace=workspace, session_key="telegram:42", trust=OWNER)
 
 
 async def call(ctx: ToolContext, name: str, **args):
     return await default_registry(ctx.config).call(name, args, ctx)
 
 
-async def test_messages_per_turn_are_capped(ctx: ToolContext) -> None:
-    ctx.config.gateway.max_messages_per_turn = 3
-    for i in range(3):
-        await call(ctx, "send_message", content=f"m{i}")
-    with pytest.raises(PermissionError, match="at most 3 messages per turn"):
-        await call(ctx, "send_message", content="one too many")
-    assert ctx.bus.outbound.qsize() == 3
+async def test_messages_per_turn_are_capped(config: Config) -> None:
+    config.gateway.max_messages_per_turn = 3
+    config.providers["openai"].api_key = "unused"
+    async with open_runtime(config) as rt:
+        await rt.sessions.open("telegram:42")
+        ctx = rt.deps.chat_context("telegram:42")
+        for i in range(3):
+            await call(ctx, "send_message", content=f"m{i}")
+        with pytest.raises(PermissionError, match="at most 3 messages per turn"):
+            await call(ctx, "send_message", content="one too many")
+        assert rt.bus.outbound.qsize() == 3
 
 
 async def test_write_file_stays_within_the_workspace_quota(ctx: ToolContext, workspace: Path) -> None:

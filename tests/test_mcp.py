@@ -258,11 +258,10 @@ async def test_a_cron_code_job_calls_mcp_with_no_model_call(llm: FakeOpenAI, wor
     from nanobot.gateway.cron_jobs import JobRunner
     from nanobot.cron.store import CronStore
     from nanobot.cron.service import create_job
-    from nanobot.bus import MessageBus
 
     config = with_servers(llm, workspace, {"notes": stdio_server()})
     config.channels.telegram.allow_from = ["1"]  # telegram:1 is the owner's private chat
-    async with open_runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config) as rt:
         await rt.mcp.ensure_started()
         store = CronStore(rt.db)
         await store.migrate()
@@ -299,27 +298,26 @@ async def test_shutdown_leaves_no_child_process(llm: FakeOpenAI, workspace: Path
 
 
 async def test_stop_cancels_an_mcp_call_in_flight(rt: Runtime, llm: FakeOpenAI) -> None:
-    from nanobot.bus import InboundMessage, MessageBus
-    from nanobot.gateway.dispatcher import Dispatcher
+    from nanobot.bus import InboundMessage
+    from nanobot.gateway import Gateway
+    from nanobot.gateway.dispatcher import STOPPED_NOTE
 
-    bus = MessageBus()
     llm.script(reply("```python\nnotes_slow(seconds=1.5)\n```"), reply("never"))
-    dispatcher = Dispatcher(rt.agent, bus, rt.config.gateway)
-    dispatcher.submit(InboundMessage("cli", "mcp", "owner", "wait for it"))
-    await rt.sessions.open("cli:mcp")
-    ctx = rt.deps.chat_context("cli:mcp")
-    async with asyncio.timeout(10):
-        while '"count": 1' not in await rt.tools.call("notes_count_calls", {}, ctx):
-            await asyncio.sleep(0.02)
-    dispatcher.submit(InboundMessage("cli", "mcp", "owner", "/stop"))
-    async with asyncio.timeout(5):
-        while True:
-            msg = await bus.outbound.get()
-            if msg.kind == "text":
-                break
-    assert msg.content == "Stopped."
-    assert '"cancelled": 1' in await rt.tools.call("notes_count_calls", {}, ctx)
-    await dispatcher.shutdown(0)
+    gateway = Gateway(rt)
+    await gateway.start()
+    try:
+        asked = asyncio.create_task(gateway.dispatcher.ask(InboundMessage("cli", "mcp", "owner", "wait for it")))
+        await rt.sessions.open("cli:mcp")
+        ctx = rt.deps.chat_context("cli:mcp")
+        async with asyncio.timeout(10):
+            while '"count": 1' not in await rt.tools.call("notes_count_calls", {}, ctx):
+                await asyncio.sleep(0.02)
+        async with asyncio.timeout(5):
+            assert await gateway.dispatcher.ask(InboundMessage("cli", "mcp", "owner", "/stop")) == "Stopped."
+            assert await asked == STOPPED_NOTE
+        assert '"cancelled": 1' in await rt.tools.call("notes_count_calls", {}, ctx)
+    finally:
+        await gateway.stop()
 
 
 def write_mcp_config(home: Path, servers: dict) -> None:

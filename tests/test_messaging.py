@@ -9,7 +9,6 @@ import pytest
 
 from nanobot.bus import Identity
 from nanobot.access import AccessGate, PairingStore
-from nanobot.bus import MessageBus
 from nanobot.config import Config
 from nanobot.tools.builtin import default_registry
 from nanobot.runtime import open_runtime
@@ -30,7 +29,7 @@ def config(workspace: Path) -> Config:
 @pytest.fixture
 async def ctx(config: Config, workspace: Path) -> AsyncIterator[ToolContext]:
     config.providers["openai"].api_key = "unused"  # no model is called here
-    async with open_runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config) as rt:
         await rt.sessions.open(CURRENT)  # every path into a chat opens it first
         yield rt.deps.chat_context(CURRENT)
 
@@ -41,8 +40,9 @@ async def send(ctx: ToolContext, **args: str) -> str:
 
 def sent(ctx: ToolContext) -> list[tuple[str, str]]:
     out = []
-    while not ctx.bus.outbound.empty():
-        msg = ctx.bus.outbound.get_nowait()
+    bus = ctx.needs_services("a test").bus
+    while not bus.outbound.empty():
+        msg = bus.outbound.get_nowait()
         out.append((msg.target, msg.content))
     return out
 
@@ -83,9 +83,13 @@ async def test_bad_arguments(ctx: ToolContext, config: Config) -> None:
         await send(ctx, content="x", to="discord:5")
 
 
-async def test_without_a_gateway(ctx: ToolContext, capsys: pytest.CaptureFixture[str]) -> None:
-    ctx.bus = None  # `nanobot agent`: no channels in this process
-    assert "Shown" in await send(ctx, content="look here")
-    assert capsys.readouterr().out == "look here\n"
-    with pytest.raises(RuntimeError, match="nanobot gateway"):
-        await send(ctx, content="x", to="telegram:77")
+async def test_the_terminal_chat_reaches_only_itself(config: Config) -> None:
+    """`nanobot agent` runs its own gateway with the terminal alone: this chat, no other."""
+    config.providers["openai"].api_key = "unused"
+    async with open_runtime(config, terminal=True) as rt:
+        await rt.sessions.open("cli:default")
+        ctx = rt.deps.chat_context("cli:default")
+        assert await send(ctx, content="look here") == "Message sent to cli:default."
+        assert sent(ctx) == [("cli:default", "look here")]
+        with pytest.raises(RuntimeError, match="nanobot gateway"):
+            await send(ctx, content="x", to="telegram:77")

@@ -108,7 +108,7 @@ async def test_a_long_result_is_cut_once_when_shown_and_kept_whole(llm: FakeOpen
 async def test_where_the_sandbox_differs_from_python_the_error_says_the_way_round(llm: FakeOpenAI,
                                                                                   workspace: Path) -> None:
     llm.script(reply("```python\nprint(next(x for x in [1, 2, 3] if x > 1))\n```"), reply("ok"))
-    async with open_runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
+    async with open_runtime(config_for(llm.base_url, workspace, mode="code"), terminal=True) as rt:
         await rt.agent.handle("cli:g", "go")
     result = tool_result(llm)
     assert "'list' object is not an iterator" in result and "Hint: a generator expression is a list" in result

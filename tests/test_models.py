@@ -122,12 +122,11 @@ async def test_cost_is_shown_per_model_today_and_in_total(llm: FakeOpenAI, works
 
 async def test_the_daily_budget_stops_model_calls_and_resets_at_midnight(
         llm: FakeOpenAI, workspace: Path) -> None:
-    from nanobot.bus import MessageBus
 
     config = priced(config_for(llm.base_url, workspace, timezone="Pacific/Auckland"), budget=0.03)
     config.channels.telegram.enabled, config.channels.telegram.allow_from = True, ["1"]  # the owner chat for notices
     llm.script(reply("a"), reply("b"), reply("after midnight"))
-    async with open_runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle("telegram:1", "one") == "a"
         assert await rt.agent.handle("telegram:1", "two") == "b"  # $0.02 spent: still under $0.03
         spent = await rt.agent.handle("telegram:1", "three")
@@ -146,12 +145,11 @@ async def test_the_daily_budget_stops_model_calls_and_resets_at_midnight(
 
 
 async def test_the_terminal_is_told_in_its_reply_without_a_notice_per_run(llm: FakeOpenAI, workspace: Path) -> None:
-    from nanobot.bus import MessageBus
 
     config = priced(config_for(llm.base_url, workspace), budget=0.01)
     config.channels.telegram.enabled, config.channels.telegram.allow_from = True, ["1"]
     llm.script(reply("a"))
-    async with open_runtime(config, bus=MessageBus()) as rt:
+    async with open_runtime(config) as rt:
         assert await rt.agent.handle("cli:default", "one") == "a"
         spent = await rt.agent.handle("cli:default", "two")
         assert spent.startswith("Today's model budget is spent") and rt.bus.outbound.qsize() == 0

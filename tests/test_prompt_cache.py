@@ -100,8 +100,7 @@ async def test_a_terminal_without_a_gateway_is_told_run_cron_cannot_test_jobs_th
     """The cron skill says to test every job with run_cron; without a gateway it cannot run
     one. The model reads that in its prompt instead of paying a call to find out."""
     llm.fallback = lambda body: reply("fine")
-    async with open_runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
-        assert rt.bus is None  # `nanobot agent` in-process
+    async with open_runtime(config_for(llm.base_url, workspace, mode="code"), terminal=True) as rt:  # nanobot agent
         await rt.agent.handle("cli:t", "every morning, count my notes")
     system = llm.raw_requests[0]["messages"][0]["content"]
     assert "test one by running its code, not run_cron" in system

@@ -26,7 +26,7 @@ async def first_request(llm: FakeOpenAI, workspace: Path, mode: str, **provider)
     for key, value in provider.items():
         setattr(config.providers["openai"], key, value)
     llm.script(reply("hello"))
-    async with open_runtime(config) as rt:
+    async with open_runtime(config, terminal=True) as rt:  # nanobot agent
         await rt.agent.handle("cli:p", "hi")
     return llm.chat_requests[-1]
 

@@ -19,7 +19,7 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from nanobot.agent.streaming import TAKEN_BACK
-from tests.helpers import running_gateway, telegram_gateway_config
+from tests.helpers import recorded_intake, running_gateway, telegram_gateway_config
 
 ALICE, FRIEND, DM = 42, 4242, 5
 LONG = ("Here is a longer answer that arrives in many small pieces, so the chat can show it "
@@ -147,9 +147,10 @@ async def test_hybrid_exec_python_streamed(config: Config, tg: FakeTelegram, llm
 
 async def test_the_terminal_prints_words_as_they_come_and_nothing_twice(capsys) -> None:
     from nanobot.cli.terminal_channel import CliChannel
-    from nanobot.bus import MessageBus, OutboundMessage
+    from nanobot.bus import OutboundMessage
 
-    channel = CliChannel("cli:s", MessageBus())
+    async with recorded_intake() as intake:  # nothing is typed here: only what is printed is tested
+        channel = CliChannel(intake, "cli:s")
 
     def out(text: str, kind: str = "stream") -> OutboundMessage:
         return OutboundMessage("cli", "s", text, kind=kind, stream_id=7)

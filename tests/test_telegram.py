@@ -6,6 +6,7 @@ import asyncio
 import re
 import socket
 from pathlib import Path
+from typing import AsyncIterator
 
 import pytest
 from telegram import Bot
@@ -18,8 +19,10 @@ from nanobot_channels.telegram_html import markdown_to_html, render_chunks
 from nanobot_channels.text import utf16_len
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage, OutgoingFile
 from nanobot.config import TelegramConfig
+from nanobot.delivery.intake import DurableIntake
 from tests.fakes.http_proxy import ForwardProxy
 from tests.fakes.telegram_api import FakeTelegram
+from tests.helpers import recorded_intake
 from tests.media_files import png
 
 ALICE = 42  # allowed; in private chats chat id == user id
@@ -42,14 +45,20 @@ class StubGate:
 
 
 @pytest.fixture
-def bus() -> MessageBus:
-    return MessageBus()
+async def intake() -> AsyncIterator[DurableIntake]:
+    async with recorded_intake() as intake:
+        yield intake
 
 
 @pytest.fixture
-async def channel(tg: FakeTelegram, bus: MessageBus, workspace: Path):
+def bus(intake: DurableIntake) -> MessageBus:
+    return intake.bus
+
+
+@pytest.fixture
+async def channel(tg: FakeTelegram, intake: DurableIntake, workspace: Path):
     config = TelegramConfig(enabled=True, token=tg.token, api_base=tg.api_base, allow_from=[str(ALICE)])
-    ctx = ChannelContext(bus=bus, access=StubGate(), workspace=workspace, max_media_bytes=1000)
+    ctx = ChannelContext(intake=intake, access=StubGate(), workspace=workspace, max_media_bytes=1000)
     ch = TelegramChannel(config, ctx, poll_timeout=1, poll_interval=0.01)
     await ch.start()
     yield ch
@@ -191,20 +200,20 @@ async def test_typing(tg, channel):
     assert [a["action"] for a in tg.actions] == ["typing", "typing"]
 
 
-async def test_start_fails_cleanly_on_bad_token(tg, bus, workspace):
+async def test_start_fails_cleanly_on_bad_token(tg, intake, workspace):
     config = TelegramConfig(enabled=True, token="999:WRONG", api_base=tg.api_base)
-    ch = TelegramChannel(config, ChannelContext(bus=bus, access=StubGate(), workspace=workspace))
+    ch = TelegramChannel(config, ChannelContext(intake=intake, access=StubGate(), workspace=workspace))
     with pytest.raises(Exception):
         await ch.start()
     await ch.stop()  # harmless after a failed start
 
 
 # ---- HTTP: python-telegram-bot's requests over aiohttp (channels/telegram_http.py) ------
-async def test_every_call_goes_through_the_configured_proxy(tg, bus, workspace):
+async def test_every_call_goes_through_the_configured_proxy(tg, intake, bus, workspace):
     async with ForwardProxy() as proxy:
         config = TelegramConfig(enabled=True, token=tg.token, api_base=tg.api_base, allow_from=[str(ALICE)],
                                 proxy=proxy.url)
-        ch = TelegramChannel(config, ChannelContext(bus=bus, access=StubGate(), workspace=workspace),
+        ch = TelegramChannel(config, ChannelContext(intake=intake, access=StubGate(), workspace=workspace),
                              poll_timeout=1, poll_interval=0.01)
         await ch.start()
         try:

@@ -14,7 +14,7 @@ from nanobot.trust import MEMBER, OwnerKeys, Trust, chat_scope, chat_trust
 from nanobot.tools.registry import ToolContext
 
 if TYPE_CHECKING:
-    from nanobot.bus import Identity, MessageBus
+    from nanobot.bus import Identity
     from nanobot.config import Config
     from nanobot.mcp.servers import McpServers
     from nanobot.providers.base import Provider
@@ -38,7 +38,6 @@ class AgentDeps:
     services: Services
     code: CodeExecutor  # runs the chat's programs (code and hybrid mode)
     usage: UsageStore | None = None
-    bus: MessageBus | None = None  # None: the terminal (`nanobot agent`) has no chat channels
     mcp: McpServers | None = None  # the configured MCP servers, if any (their tools are in the registry)
     api_owners: OwnerKeys = field(default_factory=OwnerKeys)  # owner API keys' names, kept current by the API
     system_extras: list[PromptSection] = field(default_factory=list)
@@ -55,7 +54,7 @@ class AgentDeps:
         if trust == MEMBER:
             root.mkdir(parents=True, exist_ok=True)
         chat = parent_chat(session_key)
-        return ToolContext(config=self.config, workspace=root, session_key=chat, bus=self.bus,
+        return ToolContext(config=self.config, workspace=root, session_key=chat,
                            services=self.services, trust=trust, origin="task" if chat != session_key else "user",
                            state_key=session_key)
 

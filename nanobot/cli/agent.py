@@ -16,7 +16,6 @@ from nanobot.cli.common import fail, get_config, show_waiting
 from nanobot.config import Config, ConfigError
 from nanobot.terminal_client import NO_GATEWAY, SOCKET, gateway_config, same_config, send
 from nanobot.workspace_template import copy_template
-from nanobot.eventloop import cancel_and_wait
 
 DEMO_RECORDING = Path(__file__).resolve().parent.parent / "demo" / "demo.jsonl"
 
@@ -67,101 +66,44 @@ def _in_process_because(config: Config, sock: Path, session: str, local: bool) -
     return None
 
 
-async def _print_progress(text: str) -> None:
-    typer.echo(f"… {text}")
-
-
 async def _run_agent(config: Config, message: str | None, session: str, mode: str | None,
                      provider=None) -> int:
-    from nanobot.bus import MessageBus
     from nanobot.runtime import open_runtime
 
     try:
-        # One message needs no bus: send_message to this chat prints. A chat runs on the
-        # gateway's machinery (a bus, a dispatcher, the terminal as a channel).
-        async with open_runtime(config, provider=provider, bus=None if message is not None else MessageBus()) as rt:
-            if message is not None:
-                from nanobot.agent.loop import FailedReply
-
-                reply, printed = await _one_message(rt, session, message, mode)
-                printed.finish(reply)
-                return 1 if isinstance(reply, FailedReply) else 0
-            await _chat(rt, session, mode)
-            return 0
+        async with open_runtime(config, provider=provider, terminal=True) as rt:
+            return await _converse(rt, session, mode, message)
     except ConfigError as exc:
         fail(str(exc))
     return 1
 
 
-TERMINAL_STREAM_INTERVAL = 0.05  # seconds between the terminal's looks at a reply being written
-
-
-async def _one_message(rt, session: str, message: str, mode: str | None):
-    """``agent -m``: the reply printed as it is written; the caller prints the rest of it."""
-    from nanobot.cli.terminal_channel import TerminalStream, write_stdout
-    from nanobot.agent.streaming import ReplyStream
-
-    printed = TerminalStream(write_stdout)
-
-    async def show(text: str) -> None:
-        printed.feed(text)
-
-    stream = ReplyStream(show, TERMINAL_STREAM_INTERVAL)
-    reply = await rt.agent.handle(session, message, mode=mode, progress=_print_progress, stream=stream)
-    return reply, printed
-
-
-async def _chat(rt, session: str, mode: str | None) -> None:
-    """The terminal chat: lines go through the same dispatcher as the gateway's chats, so
-    ``/stop`` typed during a turn cancels it. At end of input, what was asked is finished."""
+async def _converse(rt, session: str, mode: str | None, message: str | None) -> int:
+    """The terminal chat: a gateway with one channel, the terminal, so lines go through the same
+    dispatcher as the gateway's chats (``/stop`` typed during a turn cancels it). With
+    ``message``, that one message; 1 when a reply is a failure."""
+    from nanobot.agent.loop import FailedReply
     from nanobot.cli.terminal_channel import CliChannel
-    from nanobot.gateway.outbound import send_one
-    from nanobot.bus import InboundMessage
-    from nanobot.gateway.dispatcher import Dispatcher, is_stop
+    from nanobot.database import SqliteDatabase
+    from nanobot.gateway.app import Gateway
 
-    typer.echo(f"nanobot chat ({session}). /help for commands; Ctrl-C cancels a turn, Ctrl-C or Ctrl-D "
-               "at the prompt leaves.")
-    show_waiting((await rt.sessions.open(session)).take_waiting())
-    dispatcher = Dispatcher(rt.agent, rt.bus, rt.config.gateway, stream_pace=rt.config.channels.stream_pace)
-    asked: list[asyncio.Task[str]] = []
-
-    def interrupt() -> bool:
-        """Ctrl-C: cancel the running turn (True), or leave when nothing runs (False)."""
-        worker = dispatcher.workers.get(session)
-        if worker is None or worker.turn is None or worker.turn.done():
-            return False
-        channel_name, _, chat_id = session.partition(":")
-        dispatcher.submit(InboundMessage(channel_name, chat_id, "owner", "/stop"))
-        return True
-
-    channel = CliChannel(session, rt.bus, mode=mode,
-                         history_file=rt.home / "cli_history", on_interrupt=interrupt)
-
-    async def intake() -> None:
-        while True:
-            msg = await rt.bus.inbound.get()
-            if is_stop(msg.content):
-                dispatcher.submit(msg)
-            else:
-                asked.append(asyncio.create_task(dispatcher.ask(msg)))
-
-    async def route() -> None:
-        while True:
-            await send_one(channel, await rt.bus.outbound.get())
-
-    tasks = [asyncio.create_task(intake()), asyncio.create_task(route())]
-    await channel.start()
+    if message is None:
+        typer.echo(f"nanobot chat ({session}). /help for commands; Ctrl-C cancels a turn, Ctrl-C or Ctrl-D "
+                   "at the prompt leaves.")
+        show_waiting((await rt.sessions.open(session)).take_waiting())
+    scratch = await SqliteDatabase.open(":memory:")
+    gateway = Gateway(rt, scratch=scratch)
+    channel = CliChannel(gateway.dispatcher, session, mode=mode, message=message,
+                         history_file=rt.home / "cli_history")
+    gateway.add_internal_channel(channel)
     try:
-        await channel.closed.wait()
-        while not rt.bus.inbound.empty():  # lines typed just before the end are still asked
-            await asyncio.sleep(0)
-        await asyncio.gather(*asked, return_exceptions=True)
-        while not rt.bus.outbound.empty():
-            await send_one(channel, rt.bus.outbound.get_nowait())
+        await gateway.start()
+        await channel.start()
+        replies = await channel.finished()
     finally:
-        await channel.stop()
-        await cancel_and_wait(*tasks)
-        await dispatcher.shutdown(0)
+        await gateway.stop()
+        await scratch.close()
+    return 1 if any(isinstance(reply, FailedReply) for reply in replies) else 0
 
 
 async def _run_demo(message: str | None) -> int:

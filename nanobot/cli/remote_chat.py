@@ -3,6 +3,7 @@
 ``$NANOBOT_HOME/api.sock``. One process then writes the chat's history: the gateway.
 
 Lines are asked one after another; ``/stop`` (typed, or Ctrl-C during a turn) goes at once.
+At the end of input, what was asked is answered before it leaves.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import aiohttp
 
 from nanobot.cli.terminal_channel import CliChannel
-from nanobot.bus import MessageBus, OutboundMessage
+from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.cli.common import show_waiting
 from nanobot.gateway.dispatcher import is_stop
 from nanobot.terminal_client import aside_text
@@ -34,67 +35,62 @@ async def chat_via_gateway(sock: Path, home: Path, session: str, mode: str | Non
 
 
 class RemoteChat:
-    """The terminal in front of the gateway's turns: lines typed are asked one after another
-    (``/stop`` at once), and each reply is shown as it streams in."""
+    """The terminal in front of the gateway's turns: the terminal channel hands its lines here,
+    which asks them one after another (``/stop`` at once) and shows each reply as it streams in."""
 
     def __init__(self, http: aiohttp.ClientSession, headers: dict[str, str], session: str, home: Path) -> None:
         self.http, self.headers = http, headers
-        self.bus = MessageBus()
         self.chat_id = session.partition(":")[2]
-        self.channel = CliChannel(session, self.bus, history_file=home / "cli_history", on_interrupt=self.interrupt)
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
-        self.running: list[asyncio.Task[None]] = []
+        self.channel = CliChannel(self, session, history_file=home / "cli_history")
+        self.queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
+        self.stops: set[asyncio.Task[None]] = set()
         self._stream_ids = itertools.count(1)
 
     async def run(self) -> None:
-        workers = [asyncio.create_task(self._intake()), asyncio.create_task(self._asker())]
+        asker = asyncio.create_task(self._asker())
         await self.channel.start()
         try:
-            await self.channel.closed.wait()
-            while not self.bus.inbound.empty():  # lines typed just before the end are still asked
-                await asyncio.sleep(0)
-            await self.queue.join()
-            await asyncio.gather(*self.running, return_exceptions=True)
+            await self.channel.finished()
         finally:
             await self.channel.stop()
-            await cancel_and_wait(*workers)
+            await cancel_and_wait(asker, *self.stops)
 
-    async def ask(self, text: str) -> None:
-        stream_id, shown = next(self._stream_ids), ""
-        body = {"model": "nanobot", "stream": True, "messages": [{"role": "user", "content": text}]}
-        async with self.http.post(URL, json=body, headers=self.headers) as response:
-            async for raw in response.content:
-                line = raw.decode("utf-8", "replace").strip()
-                if not line.startswith("data: {"):
-                    continue
-                event = json.loads(line[6:])
-                if aside := event.get("nanobot"):  # a note or a file the turn sent
-                    await self.channel.send(OutboundMessage("cli", self.chat_id, aside_text(aside)))
-                for choice in event.get("choices", []):
-                    if piece := choice.get("delta", {}).get("content"):
-                        shown += piece
-                        await self.channel.send_stream(OutboundMessage("cli", self.chat_id, shown, kind="stream",
-                                                                       stream_id=stream_id))
-        await self.channel.send(OutboundMessage("cli", self.chat_id, shown, stream_id=stream_id))
-
-    def interrupt(self) -> bool:
-        """Ctrl-C: stop the running turn (True), or leave when nothing runs (False)."""
-        if not any(not task.done() for task in self.running):
-            return False
-        self.running.append(asyncio.create_task(self.ask("/stop")))
-        return True
-
-    async def _intake(self) -> None:
-        while True:
-            text = (await self.bus.inbound.get()).content
-            if is_stop(text):
-                self.running.append(asyncio.create_task(self.ask(text)))
+    async def accept(self, messages: list[InboundMessage]) -> None:
+        """The terminal's lines: ``/stop`` is asked at once, the others in turn."""
+        for msg in messages:
+            if is_stop(msg.content):
+                task = asyncio.create_task(self.ask(msg))
+                self.stops.add(task)
+                task.add_done_callback(self.stops.discard)
             else:
-                self.queue.put_nowait(text)
+                self.queue.put_nowait(msg)
 
     async def _asker(self) -> None:
         while True:
-            task = asyncio.create_task(self.ask(await self.queue.get()))
-            self.running.append(task)
-            await asyncio.gather(task, return_exceptions=True)
-            self.queue.task_done()
+            msg = await self.queue.get()
+            try:
+                await self.ask(msg)
+            except aiohttp.ClientError as exc:  # the gateway went away: said, and the next line tried
+                await self.channel.send(OutboundMessage("cli", self.chat_id, f"(the gateway did not answer: {exc})"))
+
+    async def ask(self, msg: InboundMessage) -> None:
+        stream_id, shown = next(self._stream_ids), ""
+        body = {"model": "nanobot", "stream": True, "messages": [{"role": "user", "content": msg.content}]}
+        try:
+            async with self.http.post(URL, json=body, headers=self.headers) as response:
+                async for raw in response.content:
+                    line = raw.decode("utf-8", "replace").strip()
+                    if not line.startswith("data: {"):
+                        continue
+                    event = json.loads(line[6:])
+                    if aside := event.get("nanobot"):  # a note or a file the turn sent
+                        await self.channel.send(OutboundMessage("cli", self.chat_id, aside_text(aside)))
+                    for choice in event.get("choices", []):
+                        if piece := choice.get("delta", {}).get("content"):
+                            shown += piece
+                            await self.channel.send_stream(OutboundMessage("cli", self.chat_id, shown,
+                                                                           kind="stream", stream_id=stream_id))
+            await self.channel.send(OutboundMessage("cli", self.chat_id, shown, stream_id=stream_id))
+        finally:  # the terminal waits for every answer before it leaves
+            if msg.reply_future is not None and not msg.reply_future.done():
+                msg.reply_future.set_result(shown)

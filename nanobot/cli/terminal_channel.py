@@ -1,13 +1,14 @@
-"""The terminal as a channel, for the interactive ``nanobot agent``.
+"""The terminal as a channel: ``nanobot agent`` runs a gateway with this one channel.
 
-Lines typed go to ``bus.inbound``; messages for the chat are printed. The person at the
-terminal owns the bot, so no access gate applies.
+Lines typed are handed to an intake (the gateway's); messages for the chat are printed. The
+person at the terminal owns the bot, so no access gate applies.
 
 On a terminal, input is read with prompt_toolkit: line editing, arrows, and a history kept
 in ``$NANOBOT_HOME/cli_history``; printing goes above the prompt line, replies rendered as
 Markdown (rich). Ctrl-C during a turn cancels it (as ``/stop`` does), Ctrl-C at an idle
-prompt or Ctrl-D leaves. From a pipe, lines are read by a daemon thread, so an interrupt or
-the end of the program never waits on it, and replies are printed as written.
+prompt or Ctrl-D leaves. From a pipe (or with one message, ``-m``), lines are read by a daemon
+thread, so an interrupt or the end of the program never waits on it, and replies are printed
+as written. At the end of input, what was asked is answered before the channel is done.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from nanobot.channel_plugin import BaseChannel
-from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.channel_plugin import BaseChannel, Intake
+from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.gateway.dispatcher import is_stop
 from nanobot.logs import terminal_line
 from nanobot.eventloop import cancel_and_wait
 
@@ -117,17 +119,17 @@ class CliChannel(BaseChannel):
     name = "cli"
     max_message_len = 1_000_000
 
-    def __init__(self, session_key: str, bus: MessageBus, *, mode: str | None = None,
-                 history_file: Path | None = None, on_interrupt: Callable[[], bool] | None = None) -> None:
+    def __init__(self, intake: Intake, session_key: str, *, mode: str | None = None,
+                 message: str | None = None, history_file: Path | None = None) -> None:
         # No config section and no gate: the terminal is the owner's.
+        self.intake = intake  # the gateway's (nanobot agent), or the running gateway's socket (remote_chat)
         self.channel, _, self.chat_id = session_key.partition(":")
-        self.bus = bus
         self.mode = mode  # the execution mode the lines typed ask for (``nanobot agent --mode``)
+        self.message = message  # ``-m``: this one message instead of reading lines
         self.history_file = history_file
-        self.on_interrupt = on_interrupt or (lambda: False)  # True: a turn was cancelled, keep reading
-        self.closed = asyncio.Event()  # set when the user ends input (EOF, Ctrl-D, Ctrl-C when idle, "exit")
+        self.answers: list[asyncio.Future[str]] = []  # one per message handed in: its reply
         self._reader: asyncio.Task[None] | None = None
-        self._tty = sys.stdin.isatty() and sys.stdout.isatty()
+        self._tty = message is None and sys.stdin.isatty() and sys.stdout.isatty()
         self._streams: dict[Any, TerminalStream] = {}  # stream_id -> what is printed of it
         self._prompt: Any = None  # the prompt_toolkit session, to redraw the line being written
 
@@ -136,6 +138,16 @@ class CliChannel(BaseChannel):
 
     async def stop(self) -> None:
         await cancel_and_wait(self._reader)
+
+    async def finished(self) -> list[str]:
+        """Once input has ended (EOF, Ctrl-D, Ctrl-C when idle, "exit") and what was asked is
+        answered: the replies."""
+        if self._reader is not None:
+            await asyncio.wait({self._reader})
+        return list(await asyncio.gather(*self.answers))
+
+    def _busy(self) -> bool:
+        return any(not answer.done() for answer in self.answers)
 
     async def send(self, msg: OutboundMessage) -> None:
         if msg.content:
@@ -169,16 +181,19 @@ class CliChannel(BaseChannel):
 
     async def _read(self) -> None:
         lines = self._terminal_lines() if self._tty else self._piped_lines()
-        try:
-            async for line in lines:
-                line = line.strip()
-                if line in ("exit", "quit"):
-                    return
-                if line:
-                    await self.bus.publish_inbound(InboundMessage(self.channel, self.chat_id, "owner", line,
-                                                                  mode=self.mode))
-        finally:
-            self.closed.set()
+        async for line in lines:
+            line = line.strip()
+            if line in ("exit", "quit"):
+                return
+            if line:
+                await self._hand_in(line)
+
+    async def _hand_in(self, text: str) -> None:
+        msg = InboundMessage(self.channel, self.chat_id, "owner", text, mode=self.mode)
+        if not is_stop(text):  # /stop is answered, but what it stopped is the answer waited for
+            msg.reply_future = asyncio.get_running_loop().create_future()
+            self.answers.append(msg.reply_future)
+        await self.intake.accept([msg])
 
     async def _terminal_lines(self):
         from prompt_toolkit import PromptSession
@@ -192,13 +207,17 @@ class CliChannel(BaseChannel):
             while True:
                 try:
                     yield await session.prompt_async(self._prompt_message)
-                except KeyboardInterrupt:
-                    if not self.on_interrupt():
+                except KeyboardInterrupt:  # cancels the running turn, or leaves when none runs
+                    if not self._busy():
                         return
+                    await self._hand_in("/stop")
                 except EOFError:
                     return
 
     async def _piped_lines(self):
+        if self.message is not None:
+            yield self.message
+            return
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[str | None] = asyncio.Queue()
 

@@ -47,6 +47,7 @@ from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.cluster.worker import ClusterWorker
+    from nanobot.database import Database
     from nanobot.cron.service import RunOutcome
     from nanobot.session import Session
 
@@ -64,34 +65,43 @@ class Service(Protocol):
 
 
 class Gateway:
-    """Channels, dispatcher and router around one started ``Runtime``, plus added services."""
+    """Channels, dispatcher and router around one started ``Runtime``, plus added services.
 
-    def __init__(self, runtime: Runtime, *, typing_interval: float = TYPING_INTERVAL) -> None:
-        if runtime.bus is None:
-            raise ValueError("the gateway's Runtime needs a bus: open_runtime(config, bus=MessageBus())")
-        self.runtime = runtime
+    The terminal chat (``nanobot agent``, a Runtime opened with ``terminal=True``) runs the same
+    gateway with one channel, the terminal, added as an internal channel: no channel of the
+    config, no worker, no background tasks; its lines go straight to the dispatcher and its
+    replies are recorded in ``scratch`` (a throwaway database): the home's database belongs to
+    the home's gateway, which may be running.
+    """
+
+    def __init__(self, runtime: Runtime, *, scratch: Database | None = None,
+                 typing_interval: float = TYPING_INTERVAL) -> None:
+        rt = self.runtime = runtime
         self.config: Config = runtime.config
         self.bus: MessageBus = runtime.bus
+        self.terminal = runtime.terminal
+        if self.terminal != (scratch is not None):
+            raise ValueError("the terminal chat's gateway, and only it, records in a scratch database")
         # What the API, the page and the terminal socket see of the runtime (nanobot.api.front_door).
         self.home, self.db, self.usage, self.agent = runtime.home, runtime.db, runtime.usage, runtime.agent
         self.pairing, self.api_owners = runtime.deps.services.pairing, runtime.deps.api_owners
-        rt = runtime
-        among_workers = rt.shared  # PostgreSQL: this gateway is one worker of several (nanobot.cluster)
-        self.delivery = DeliveryStore(rt.db, worker_id(self.config.gateway) if among_workers else None)
+        among_workers = rt.shared and not self.terminal  # PostgreSQL: one worker of several (nanobot.cluster)
+        self.delivery = DeliveryStore(scratch or rt.db, worker_id(self.config.gateway) if among_workers else None)
         self.channels = ChannelSupervisor(self.config, on_state=self._write_state)
         self.outbound = Outbound(self.bus, self.channels, self.delivery)  # the one way out
-        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, typing_interval=typing_interval,
-                                     stream_pace=self.config.channels.stream_pace, outbound=self.outbound)
+        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, self.outbound,
+                                     typing_interval=typing_interval, stream_pace=self.config.channels.stream_pace)
         self.cluster: ClusterWorker | None = self._worker() if among_workers else None
         # Telegram polling, Discord, the cron clock, periodic services: once across workers.
         self.singletons: Singletons = self.cluster.singletons if self.cluster else Alone()
         self.intake = DurableIntake(self.delivery, self.bus, self.cluster.router if self.cluster else None)
-        self._ctx = ChannelContext(bus=self.bus, access=AccessGate(rt.deps.services.pairing, notify_owner=rt.announce),
+        self._ctx = ChannelContext(intake=self.intake,
+                                   access=AccessGate(rt.deps.services.pairing, notify_owner=rt.announce),
                                    workspace=self.config.workspace_path,
                                    max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
-                                   chat_root=self._chat_root, intake=self.intake, singletons=self.singletons,
+                                   chat_root=self._chat_root, singletons=self.singletons,
                                    report=self.channels.report, positions=self.delivery)
-        self.services: list[Service] = [
+        self.services: list[Service] = [] if self.terminal else [
             Pruner(self.delivery, self.singletons),  # prunes at once, then every 6 hours
             # Background tasks: one name per home alone (its last run's tasks are its own), the worker id among workers.
             TaskRunner(rt, self.intake.accept, self.cluster.id if self.cluster else "gateway",
@@ -116,11 +126,12 @@ class Gateway:
         if rt.mcp is not None:  # their functions exist before the first message
             rt.mcp.watch(self._write_state)
             await rt.mcp.ensure_started()
-        await self.channels.start(self._ctx)
+        if not self.terminal:
+            await self.channels.start(self._ctx)
         if self.channels.failed:  # retried with backoff: the daemon stays up for cron and the others
             log.warning("channels not running yet (retrying): %s", "; ".join(
                 f"{name}: {why}" for name, why in self.channels.failed.items()))
-        if not self.config.channels.enabled_names():
+        if not self.config.channels.enabled_names() and not self.terminal:
             serving = "the API (gateway.api), cron" if self.config.gateway.api.enabled else "cron"
             log.warning("no chat channel is enabled (channels.*.enabled): running for %s, the terminal "
                         "(nanobot agent) and the heartbeat", serving)
@@ -316,7 +327,7 @@ async def _started_unless_stopped(gateway: Gateway, stop: asyncio.Event) -> bool
 
 async def _serve(config: Config, stop: asyncio.Event) -> int:
     watchdog: asyncio.Task[None] | None = None
-    async with open_runtime(config, bus=MessageBus()) as runtime:
+    async with open_runtime(config) as runtime:
         gateway = Gateway(runtime)
         add_services(gateway)
         try:

@@ -64,6 +64,8 @@ class SessionWorker:
         self.turn: asyncio.Task[str] | None = None  # the running turn, for /stop
         self.stream: ReplyStream | None = None  # the running turn's streamed reply, if the channel streams
         self._stop_requested = False
+        self.stop_answered = asyncio.Event()  # cleared while a /stop is being answered
+        self.stop_answered.set()
         self.task = asyncio.create_task(self._work(), name=f"session {key}")
 
     async def _work(self) -> None:
@@ -87,18 +89,24 @@ class SessionWorker:
         self._stop_requested = False
         self.turn = asyncio.create_task(self._turn(msg), name=f"turn {self.key}")
         try:
-            reply = await self.turn
+            await self._settle(msg, self.turn)
+        finally:  # only now: a shutdown lets a worker that is sending its reply finish
+            self.turn = None
+
+    async def _settle(self, msg: InboundMessage, turn: asyncio.Task[str]) -> None:
+        """Wait for the turn, then answer its caller and send its reply."""
+        try:
+            reply = await turn
         except asyncio.CancelledError:
             if asyncio.current_task().cancelling():  # type: ignore[union-attr]
                 raise  # the worker itself is being cancelled (shutdown); the turn went with it
             _answer_caller(msg, STOPPED_NOTE)
             await self.dispatcher.finish(msg, "")  # /stop's handler answers; this message is settled
+            await self.stop_answered.wait()  # "Stopped." goes out before the next message's reply
             return
         except Exception:  # a crashing turn must not take the worker (or the daemon) with it
             log.exception("%s: the turn failed", self.key)
             reply = TURN_CRASHED
-        finally:
-            self.turn = None
         _answer_caller(msg, reply)
         stream, self.stream = self.stream, None
         if self._stop_requested:
@@ -138,6 +146,7 @@ class SessionWorker:
         if turn is None or turn.done():
             return False
         self._stop_requested = True
+        self.stop_answered.clear()
         turn.cancel()
         await asyncio.wait({turn}, timeout=STOP_WAIT)
         return True
@@ -146,13 +155,12 @@ class SessionWorker:
 class Dispatcher:
     """Reads ``bus.inbound`` and hands each message to its chat's worker."""
 
-    def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, *,
+    def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, outbound: Outbound, *,
                  typing_interval: float = TYPING_INTERVAL,
-                 stream_pace: Callable[[str], float | None] = lambda channel: None,
-                 outbound: Outbound | None = None) -> None:
+                 stream_pace: Callable[[str], float | None] = lambda channel: None) -> None:
         self.agent = agent
         self.bus = bus
-        self.outbound = outbound  # records and sends replies (the gateway); without it, straight to the bus
+        self.outbound = outbound  # records and sends replies
         self.settings = settings
         self.typing_interval = typing_interval
         self.stream_pace = stream_pace  # how often a channel shows a reply as it is written (None: not)
@@ -186,6 +194,12 @@ class Dispatcher:
         while True:
             self.submit(await self.bus.inbound.get())
 
+    async def accept(self, messages: list[InboundMessage]) -> None:
+        """Straight to the chats' workers, unrecorded: the terminal chat's lines (``nanobot
+        agent``), whose history the home's gateway, not this process, may resume."""
+        for msg in messages:
+            self.submit(msg)
+
     def submit(self, msg: InboundMessage) -> None:
         if self.closing:
             self.tell_restarting(msg)
@@ -218,13 +232,17 @@ class Dispatcher:
 
     async def _stop(self, msg: InboundMessage) -> None:
         worker = self.workers.get(msg.session_key)
-        stopped = worker is not None and await worker.stop_turn()
-        if stopped:
-            self.agent.session(msg.session_key).sync()
-            log.info("%s: turn stopped by the user", msg.session_key)
-        answer = "Stopped." if stopped else "Nothing is running."
-        _answer_caller(msg, answer)
-        await self.finish(msg, answer)
+        try:
+            stopped = worker is not None and await worker.stop_turn()
+            if stopped:
+                self.agent.session(msg.session_key).sync()
+                log.info("%s: turn stopped by the user", msg.session_key)
+            answer = "Stopped." if stopped else "Nothing is running."
+            _answer_caller(msg, answer)
+            await self.finish(msg, answer)
+        finally:
+            if worker is not None:
+                worker.stop_answered.set()
 
     async def send(self, msg: InboundMessage, text: str) -> None:
         """A message to the chat ``msg`` came from (a progress note)."""
@@ -247,8 +265,8 @@ class Dispatcher:
         await self._put(msg, await voice_note(self.agent, msg, text))
 
     async def _put(self, msg: InboundMessage, reply: OutboundMessage, finishes: int | None = None) -> None:
-        """Recorded in the outbox, then sent; without one (or when the store fails), just sent."""
-        if self.outbound is not None and reply.durable:
+        """Recorded in the outbox, then sent; when the store fails, just sent."""
+        if reply.durable:
             try:
                 return await self.outbound.put(reply, finishes=finishes)
             except Exception:  # the store failed: send it anyway; the message runs again after a restart

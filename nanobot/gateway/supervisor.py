@@ -119,10 +119,9 @@ class ChannelSupervisor:
         """Start every enabled channel with ``ctx``, concurrently. A channel that fails is
         logged, recorded in ``failed`` and retried; the others carry on."""
         self.ctx = ctx
-        installed = installed_channels()
-        results = await asyncio.gather(*(self._start_one(name, installed.get(name), first=True)
-                                         for name in self.enabled()))
-        for name, started in zip(self.enabled(), results):
+        installed, names = installed_channels(), self.config.channels.enabled_names()  # not the gateway's own
+        results = await asyncio.gather(*(self._start_one(name, installed.get(name), first=True) for name in names))
+        for name, started in zip(names, results):
             if not started and installed.get(name) is not None:
                 record = self._record(name)
                 self._set_state(name, f"retrying in {self.retry_first_s:g} s ({record.why})")

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 
 from nanobot.access import listed
-from nanobot.bus import Identity, OutboundMessage, OutgoingFile, split_target
+from nanobot.bus import Identity, MessageBus, OutboundMessage, OutgoingFile, split_target
 from nanobot.media import MB, kind_of, upload_limit
 from nanobot.chat_names import history_file
 from nanobot.tools.files import read_checked_bytes
@@ -34,12 +34,7 @@ async def send_message(ctx: ToolContext, content: str, to: str | None = None) ->
     if not content.strip():
         raise ValueError("send_message: the content is empty")
     channel, chat_id, target = await _checked_target(ctx, to, "send_message")
-    if ctx.bus is None:
-        if target == ctx.session_key:  # `nanobot agent`: the user is reading this terminal
-            print(content, flush=True)
-            return "Shown to the user (no chat channels in this process)."
-        raise _no_channels(ctx)
-    await ctx.bus.publish_outbound(OutboundMessage(channel, chat_id, content))
+    await _bus(ctx, "send_message").publish_outbound(OutboundMessage(channel, chat_id, content))
     return f"Message sent to {target}."
 
 
@@ -52,21 +47,18 @@ async def send_file(ctx: ToolContext, path: str, caption: str | None = None, to:
     channel, chat_id, target = await _checked_target(ctx, to, "send_file")
     limit = upload_limit(channel)
     data, shown = read_checked_bytes(ctx, path, limit, f"{channel} takes files up to {limit // MB} MB")
-    if ctx.bus is None:
-        if target == ctx.session_key:
-            print(f"[file: {shown}]" + (f" {caption}" if caption else ""), flush=True)
-            return f"Shown to the user as a path ({shown}); no chat channels in this process."
-        raise _no_channels(ctx)
     photo = kind_of(shown) == "image"
-    await ctx.bus.publish_outbound(OutboundMessage(channel, chat_id, caption or "", kind="file",
-                                                   file=OutgoingFile(Path(shown).name, data, photo)))
+    await _bus(ctx, "send_file").publish_outbound(OutboundMessage(channel, chat_id, caption or "", kind="file",
+                                                                  file=OutgoingFile(Path(shown).name, data, photo)))
     return f"{'Photo' if photo else 'File'} {shown} ({len(data):,} bytes) sent to {target}."
 
 
 async def _checked_target(ctx: ToolContext, to: str | None, what: str) -> tuple[str, str, str]:
     """(channel, chat_id, target) of a chat this turn may write to, counted against the turn's limit."""
     channel, chat_id, target = await allowed_target(ctx, to, what)
-    if target != ctx.session_key and ctx.bus is not None and not _enabled(ctx, channel):
+    if target != ctx.session_key and ctx.needs_services(what).terminal:
+        raise _no_channels(ctx)
+    if target != ctx.session_key and not _enabled(ctx, channel):
         raise RuntimeError(f"{what}: channel {channel!r} is not enabled (channels.{channel}.enabled)")
     count_message(ctx)
     return channel, chat_id, target
@@ -96,6 +88,10 @@ def _no_channels(ctx: ToolContext) -> RuntimeError:
     return RuntimeError(f"this terminal session cannot send to other chats: the gateway running on this home "
                         f"(PID {pid}) holds the chat connections, and the terminal cannot hand it messages yet. "
                         "Ask for it in a chat with the bot, or schedule it (schedule_cron) so the gateway sends it")
+
+
+def _bus(ctx: ToolContext, what: str) -> MessageBus:
+    return ctx.needs_services(what).bus
 
 
 def count_message(ctx: ToolContext) -> None:

@@ -26,7 +26,6 @@ from nanobot import metrics, tracing
 from nanobot.trust import Trust, TurnGuard
 
 if TYPE_CHECKING:
-    from nanobot.bus import MessageBus
     from nanobot.config import Config
     from nanobot.tools.services import Services
 
@@ -45,7 +44,6 @@ class ToolContext:
     # an error, never the owner's terminal chat by omission.
     session_key: str
     trust: Trust
-    bus: MessageBus | None = None
     services: Services | None = None  # None in a bare context (tests of single tools)
     guard: TurnGuard = field(default_factory=TurnGuard)
     runs_code: bool = True  # the model can write programs this turn (code, hybrid): code-only hints apply

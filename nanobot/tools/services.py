@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 if TYPE_CHECKING:
     from nanobot.access import PairingStore
+    from nanobot.bus import MessageBus
     from nanobot.config import CodeRuntime
     from nanobot.cron.service import RunOutcome
     from nanobot.database import Database
@@ -37,3 +38,5 @@ class Services:
     programs: ProgramChecker  # checks a cron job's code when it is scheduled
     scheduler: Scheduler  # run_cron's way to the scheduler (only the gateway runs one)
     announce: Announce  # one short line to the owner chat(s), always logged
+    bus: MessageBus  # messages out (send_message, send_file) go onto it
+    terminal: bool  # this process is the terminal chat (nanobot agent): it reaches no other chat
