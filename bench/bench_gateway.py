@@ -161,7 +161,7 @@ async def bench_throughput(root: Path) -> None:
             async with asyncio.timeout(120):
                 for _ in range(chats * per_chat):
                     msg = await sink.texts.get()
-                    replies.setdefault(msg.chat_id, []).append(msg.content)
+                    replies.setdefault(msg.chat_id, []).append(msg.content.split("\n")[0])  # not the "(sent …)" note
             elapsed = time.perf_counter() - started
     in_order = all(replies.get(str(c)) == [f"re: {c}/{n}" for n in range(per_chat)] for c in range(chats))
     total = sum(map(len, replies.values()))

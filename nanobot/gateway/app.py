@@ -37,8 +37,6 @@ from nanobot.gateway.outbound import Outbound
 from nanobot.delivery.store import DeliveryStore, Pruner
 from nanobot.gateway.supervisor import ChannelSupervisor
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
-from nanobot.listener import ListenError
-from nanobot.health import Health
 from nanobot.gateway.task_runner import TaskRunner
 from nanobot.gateway_lock import GatewayLock, GatewayRunning, write_gateway_state
 from nanobot.runtime import Runtime, open_runtime
@@ -47,6 +45,7 @@ from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.cluster.worker import ClusterWorker
+    from nanobot.health import Health
     from nanobot.database import Database
     from nanobot.cron.service import RunOutcome
     from nanobot.session import Session
@@ -207,6 +206,8 @@ class Gateway:
 
     def health(self) -> Health:
         """What /readyz checks: the store, the worker's database line, the channels."""
+        from nanobot.health import Health  # aiohttp: not loaded for the terminal chat (nanobot agent)
+
         return Health(self.runtime.db, lambda: self.channels.failing_since,
                       lambda: self.cluster is not None and self.cluster.line.lost.is_set())
 
@@ -326,6 +327,7 @@ async def _started_unless_stopped(gateway: Gateway, stop: asyncio.Event) -> bool
 
 
 async def _serve(config: Config, stop: asyncio.Event) -> int:
+    from nanobot.listener import ListenError  # aiohttp: the daemon's, not the terminal chat's
     watchdog: asyncio.Task[None] | None = None
     async with open_runtime(config) as runtime:
         gateway = Gateway(runtime)

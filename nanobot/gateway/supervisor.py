@@ -27,7 +27,6 @@ from pydantic import ValidationError
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext
 from nanobot.config import ChannelSection, Config, PluginChannelConfig
-from nanobot.listener import ListenError
 from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -132,6 +131,8 @@ class ChannelSupervisor:
         """Start one channel; False when it failed (it is retried). An address of ours that
         cannot be bound at the first start (a webhook's listen) ends the gateway instead: a
         retry would not free it, and systemd or the operator should hear at once."""
+        from nanobot.listener import ListenError  # aiohttp: not loaded for the terminal chat (nanobot agent)
+
         try:
             if entry_point is None:
                 raise RuntimeError(f"no adapter installed under entry point {ENTRY_POINT_GROUP}:{name}")
