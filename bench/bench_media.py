@@ -89,9 +89,6 @@ async def voice_vs_text(workspace: Path) -> tuple[float, float]:
 
 
 async def main() -> None:
-    from nanobot_channels.telegram import TelegramChannel
-
-    TelegramChannel.poll_timeout, TelegramChannel.poll_interval = 1.0, 0.01
     with tempfile.TemporaryDirectory() as tmp:
         import os
 

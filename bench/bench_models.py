@@ -36,10 +36,8 @@ def base_config(llm: FakeOpenAI, workspace: Path) -> Config:
 
 
 async def first_text(workspace: Path, streaming: bool) -> float:
-    from nanobot_channels.telegram import TelegramChannel
-    from tests.helpers import running_gateway
+    from tests.helpers import running_gateway  # at the tests' pace: short polls
 
-    TelegramChannel.poll_timeout, TelegramChannel.poll_interval = 1.0, 0.01
     text = "word " * TOKENS  # 5 characters a token here: 4-character pieces stream a bit faster than 50/s
     async with FakeOpenAI() as llm, FakeTelegram() as tg:
         llm.stream_interval = 1 / TOKENS_PER_S

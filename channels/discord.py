@@ -61,31 +61,20 @@ class _Client(discord.Client):
 class DiscordChannel(BaseChannel):
     name = "discord"
     max_message_len = 2000
-    # Timings (tests shrink them, on the class or per instance):
-    ready_timeout: float = 30.0  # how long start() waits for READY
-    # How long discord.py waits for more GUILD_CREATEs before on_ready (its default is 2 s);
-    # no guild cache is needed to answer, so it is short.
-    guild_ready_timeout: float = 0.5
-    # Pauses between attempts at a failed send (429s excluded: discord.py retries those itself).
-    retry_delays: tuple[float, ...] = (1.0, 2.0, 4.0)
-    # Pause before a fresh IDENTIFY after an invalidated session (RESUMEs are immediate).
-    reidentify_delay: float = 5.0
-
-    def __init__(self, config: DiscordConfig, ctx: ChannelContext, *, ready_timeout: float | None = None,
-                 guild_ready_timeout: float | None = None, retry_delays: Sequence[float] | None = None,
-                 reidentify_delay: float | None = None) -> None:
-        """The keyword arguments override the class's timings for this channel."""
+    def __init__(self, config: DiscordConfig, ctx: ChannelContext, *, ready_timeout: float = 30.0,
+                 guild_ready_timeout: float = 0.5, retry_delays: Sequence[float] = (1.0, 2.0, 4.0),
+                 reidentify_delay: float = 5.0) -> None:
         super().__init__(config, ctx)
         self.config: DiscordConfig = config
-        if ready_timeout is not None:
-            self.ready_timeout = ready_timeout
-        if guild_ready_timeout is not None:
-            self.guild_ready_timeout = guild_ready_timeout
-        if retry_delays is not None:
-            self.retry_delays = tuple(retry_delays)
+        self.ready_timeout = ready_timeout  # how long start() waits for READY
+        # How long discord.py waits for more GUILD_CREATEs before on_ready (its default is 2 s);
+        # no guild cache is needed to answer, so it is short.
+        self.guild_ready_timeout = guild_ready_timeout
+        # Pauses between attempts at a failed send (429s excluded: discord.py retries those itself).
+        self.retry_delays = tuple(retry_delays)
+        # Pause before a fresh IDENTIFY after an invalidated session (RESUMEs are immediate).
+        self.reidentify_delay = reidentify_delay
         self._previews: dict[Any, discord.Message] = {}  # stream_id -> the message a reply streams into
-        if reidentify_delay is not None:
-            self.reidentify_delay = reidentify_delay
         self._client: _Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()

@@ -56,20 +56,16 @@ class TelegramChannel(BaseChannel):
     name: ClassVar[str] = "telegram"
     max_message_len: ClassVar[int] = 4096
 
-    # Knobs with production defaults; tests shrink them (constructor kwargs or attributes).
-    poll_timeout: float = 30.0  # seconds a getUpdates long poll may wait on the server
-    poll_interval: float = 0.25  # the first wait after a failed poll, doubled up to poll_backoff_max
-    poll_backoff_max: float = 2.0
-    send_retries: int = 5  # 429s waited out per API call before the send counts as failed
-    max_retry_after: float = 60.0  # honour Telegram's 429 wait, but never longer than this
-
-    def __init__(self, config: TelegramConfig, ctx: ChannelContext, **knobs: float) -> None:
+    def __init__(self, config: TelegramConfig, ctx: ChannelContext, *, poll_timeout: float = 30.0,
+                 poll_interval: float = 0.25, poll_backoff_max: float = 2.0, send_retries: int = 5,
+                 max_retry_after: float = 60.0) -> None:
         super().__init__(config, ctx)
         self.config: TelegramConfig = config
-        for key, value in knobs.items():
-            if not hasattr(type(self), key):
-                raise TypeError(f"unknown TelegramChannel option {key!r}")
-            setattr(self, key, value)
+        self.poll_timeout = poll_timeout  # seconds a getUpdates long poll may wait on the server
+        self.poll_interval = poll_interval  # the first wait after a failed poll, doubled up to poll_backoff_max
+        self.poll_backoff_max = poll_backoff_max
+        self.send_retries = send_retries  # 429s waited out per API call before the send counts as failed
+        self.max_retry_after = max_retry_after  # honour Telegram's 429 wait, but never longer than this
         self._app: Application | None = None
         self._poller: asyncio.Task[None] | None = None
         self._webhook: WebhookServer | None = None

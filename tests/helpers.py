@@ -7,30 +7,33 @@ import os
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from nanobot.config import Config
 
 if TYPE_CHECKING:
     from nanobot.delivery.intake import DurableIntake
     from nanobot.gateway import Gateway
+    from nanobot.gateway.app import Pace
 
 
-def fast_channels(monkeypatch) -> None:
-    """The gateway builds adapters without arguments, so their speed knobs are set on the classes."""
+def keep_discord_urls(monkeypatch) -> None:
+    """discord.py keeps its URLs process-wide and the adapter points them at the stand-in: put
+    them back after the test."""
     from discord.gateway import DiscordWebSocket
     from discord.http import Route
 
-    from nanobot_channels.discord import DiscordChannel
-    from nanobot_channels.telegram import TelegramChannel
-
-    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
-    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
-    monkeypatch.setattr(DiscordChannel, "guild_ready_timeout", 0.01)
-    monkeypatch.setattr(DiscordChannel, "retry_delays", (0.01,))
-    # discord.py keeps its URLs process-wide; the adapter rewrites them, put them back after.
     monkeypatch.setattr(Route, "BASE", Route.BASE)
     monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+
+
+def fast_pace(**changes: Any) -> "Pace":
+    """The gateway's waits for tests: short polls against the stand-ins, quick retries."""
+    from nanobot.gateway.app import Pace
+
+    adapters = {"telegram": {"poll_timeout": 1.0, "poll_interval": 0.01, "poll_backoff_max": 0.05},
+                "discord": {"guild_ready_timeout": 0.01, "retry_delays": (0.01,)}}
+    return Pace(**{"send_retry": (0.01, 0.05), "adapters": adapters, **changes})
 
 
 @asynccontextmanager
@@ -74,13 +77,15 @@ def telegram_gateway_config(llm_base_url: str, workspace: Path, tg, *allowed: in
 
 
 @asynccontextmanager
-async def running_gateway(config: Config, *, with_services: bool = False) -> AsyncIterator["Gateway"]:
-    """A started in-process gateway (channels, dispatcher; cron and heartbeat with ``with_services``)."""
+async def running_gateway(config: Config, *, with_services: bool = False,
+                          pace: "Pace | None" = None) -> AsyncIterator["Gateway"]:
+    """A started in-process gateway (channels, dispatcher; cron and heartbeat with
+    ``with_services``), at the tests' pace (``fast_pace``) unless told another."""
     from nanobot.gateway import Gateway, add_services
     from nanobot.runtime import open_runtime
 
     async with open_runtime(config) as rt:
-        gateway = Gateway(rt)
+        gateway = Gateway(rt, pace=pace or fast_pace())
         if with_services:
             add_services(gateway)
         try:

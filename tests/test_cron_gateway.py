@@ -15,7 +15,6 @@ from typing import AsyncIterator
 
 import pytest
 
-from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.cron.store import CronStore
 from nanobot.heartbeat import Heartbeat
@@ -24,12 +23,6 @@ from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import running_gateway, telegram_gateway_config
 
 ALICE = 42
-
-
-@pytest.fixture(autouse=True)
-def fast_telegram(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
-    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
 
 
 @pytest.fixture

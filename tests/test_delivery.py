@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from nanobot.channel_plugin import SendFailed
-from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.delivery.outbox import SendGate
@@ -19,19 +18,10 @@ from nanobot.gateway.dispatcher import RESUME_NOTICE
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import fast_channels, running_gateway, telegram_gateway_config
+from tests.helpers import keep_discord_urls, running_gateway, telegram_gateway_config
 from tests.test_cli import nanobot
 
 ALICE, BOB = 42, 77
-
-
-@pytest.fixture(autouse=True)
-def fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
-    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
-    monkeypatch.setattr(TelegramChannel, "poll_backoff_max", 0.05)
-    monkeypatch.setattr(SendGate, "first", 0.01)
-    monkeypatch.setattr(SendGate, "cap", 0.05)
 
 
 @pytest.fixture
@@ -66,7 +56,7 @@ async def test_an_update_delivered_again_is_answered_once(config: Config, llm: F
 async def test_a_discord_message_dispatched_again_is_answered_once(config: Config, llm: FakeOpenAI,
                                                                    dc: FakeDiscord, monkeypatch: pytest.MonkeyPatch,
                                                                    home: Path) -> None:
-    fast_channels(monkeypatch)
+    keep_discord_urls(monkeypatch)
     d = config.channels.discord
     d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, ["9"]
     d.streaming = config.channels.telegram.enabled = False
@@ -141,8 +131,7 @@ async def outbox_rows(home: Path) -> list[tuple[str, str]]:
 
 async def test_a_send_gate_probes_alone_while_down_and_lets_all_through_after(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(SendGate, "first", 0.2)
-    gate, calls, up = SendGate(), [], False
+    gate, calls, up = SendGate(first=0.2), [], False
     inflight, most = 0, 0
 
     async def send(name: str) -> None:

@@ -15,7 +15,7 @@ import pytest
 from nanobot.config import Config, EmailConfig
 from tests.fakes.mail_servers import Dovecot, SmtpReceiver, email_section, needs_dovecot
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
-from tests.helpers import config_for, running_gateway
+from tests.helpers import config_for, fast_pace, running_gateway
 
 pytestmark = needs_dovecot
 OWNER, FRIEND, STRANGER = "ada@example.org", "bob@example.org", "eve@elsewhere.example"
@@ -374,8 +374,7 @@ async def test_replies_that_cannot_go_out_show_in_status_and_readyz(
     llm.fallback = lambda body: reply("hello")
     cfg = email_config(llm, workspace, imap, smtp)
     cfg.channels.email.smtp = cfg.channels.email.smtp.model_copy(update=smtp_change)
-    monkeypatch.setattr("nanobot.gateway.app.DRAIN_SECONDS", 0.1)  # the reply never goes: no wait for it at the stop
-    async with running_gateway(cfg) as gateway:
+    async with running_gateway(cfg, pace=fast_pace(drain_s=0.1)) as gateway:  # the reply never goes: no wait at the stop
         await imap.deliver(bytes(mail(FRIEND, "hi", "are you there?")))
         channels = gateway.channels
         async with asyncio.timeout(15):

@@ -15,7 +15,7 @@ from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel
 from nanobot.config import Config
 from nanobot.agent.loop import TURN_CRASHED as APOLOGY
-from nanobot.gateway.app import Gateway
+from nanobot.gateway.app import Gateway, Pace
 from nanobot.gateway.dispatcher import RESUME_NOTICE, SHUTDOWN_NOTE, STOPPED_NOTE
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider
 from nanobot.runtime import Runtime, open_runtime
@@ -79,7 +79,7 @@ class Harness:
 
 async def harness(config: Config, provider: Any = None, typing_interval: float = 4.0) -> AsyncIterator[Harness]:
     async with open_runtime(config, provider=provider) as rt:
-        gateway, platform = Gateway(rt, typing_interval=typing_interval), Platform()
+        gateway, platform = Gateway(rt, pace=Pace(typing_s=typing_interval)), Platform()
         gateway.add_internal_channel(platform)
         await gateway.start()
         try:

@@ -21,7 +21,7 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from nanobot.trust import chat_trust
-from tests.helpers import config_for, fast_channels, running_gateway
+from tests.helpers import config_for, fast_pace, keep_discord_urls, running_gateway
 
 ALICE, BOB, MALLORY = 42, 77, 666  # Telegram private chats: chat id == user id
 DM, FRIEND, STRANGER, GUILD_CHANNEL = 5, 4242, 99, 7
@@ -29,7 +29,7 @@ DM, FRIEND, STRANGER, GUILD_CHANNEL = 5, 4242, 99, 7
 
 @pytest.fixture(autouse=True)
 def fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    fast_channels(monkeypatch)
+    keep_discord_urls(monkeypatch)
 
 
 @pytest.fixture
@@ -203,10 +203,9 @@ async def test_a_channel_that_fails_to_start_does_not_stop_the_others(
 
 async def test_a_channel_that_fails_to_start_is_retried_until_it_runs(
         config: Config, dc: FakeDiscord, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("nanobot.gateway.supervisor.RETRY_FIRST_S", 0.05)
     good_token, config.channels.discord.token = config.channels.discord.token, "wrong-token"
     config.channels.telegram.enabled = False
-    async with running_gateway(config) as gateway:  # up, for cron and the other channels
+    async with running_gateway(config, pace=fast_pace(channel_retry_s=0.05)) as gateway:  # up, for cron and the other channels
         assert gateway.channels.channels == {} and gateway.channels.state["discord"].startswith("retrying in")
         assert "retrying in" in (home / "gateway-state.json").read_text()
         config.channels.discord.token = good_token  # the outage ends

@@ -19,7 +19,7 @@ from nanobot.media.images import with_images
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import fast_channels, running_gateway, telegram_gateway_config
+from tests.helpers import keep_discord_urls, running_gateway, telegram_gateway_config
 from nanobot.media.isolation import ParseLimits, Unreadable, failure_marker, parse_file
 from tests.media_files import docx, docx_inflating_to, jpeg, pdf_with_text, png, png_claiming, scanned_pdf
 
@@ -29,7 +29,7 @@ FRIEND, DM = 4242, 5
 
 @pytest.fixture(autouse=True)
 def fast(monkeypatch: pytest.MonkeyPatch) -> None:
-    fast_channels(monkeypatch)
+    keep_discord_urls(monkeypatch)
 
 
 @pytest.fixture

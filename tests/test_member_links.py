@@ -20,7 +20,6 @@ from nanobot import beneath
 from nanobot.api import keys as api_keys
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
-from nanobot_channels.telegram import TelegramChannel
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import config_for, running_gateway
@@ -131,8 +130,6 @@ async def test_a_linked_member_memory_stays_out_of_the_prompt(
 
 async def test_a_document_sent_to_a_group_never_lands_through_a_linked_inbox(
         llm: FakeOpenAI, tg: FakeTelegram, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
-    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
     cfg = config_for(llm.base_url, workspace, mode="tools")
     cfg.gateway.heartbeat.enabled = False
     t = cfg.channels.telegram

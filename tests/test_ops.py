@@ -13,7 +13,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from nanobot_channels.telegram import TelegramChannel
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import running_gateway, telegram_gateway_config
@@ -26,8 +25,6 @@ ALICE = 42
 
 @pytest.fixture
 def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
-    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
     cfg = telegram_gateway_config(llm.base_url, workspace, tg, ALICE)
     cfg.channels.telegram.streaming = False
     cfg.gateway.metrics.enabled = True

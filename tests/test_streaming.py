@@ -9,17 +9,13 @@ import json
 from pathlib import Path
 
 import pytest
-from discord.gateway import DiscordWebSocket
-from discord.http import Route
 
-from nanobot_channels.discord import DiscordChannel
-from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from nanobot.agent.streaming import TAKEN_BACK
-from tests.helpers import recorded_intake, running_gateway, telegram_gateway_config
+from tests.helpers import keep_discord_urls, recorded_intake, running_gateway, telegram_gateway_config
 
 ALICE, FRIEND, DM = 42, 4242, 5
 LONG = ("Here is a longer answer that arrives in many small pieces, so the chat can show it "
@@ -28,11 +24,7 @@ LONG = ("Here is a longer answer that arrives in many small pieces, so the chat 
 
 @pytest.fixture(autouse=True)
 def fast(monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAI) -> None:
-    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
-    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
-    monkeypatch.setattr(DiscordChannel, "guild_ready_timeout", 0.01)
-    monkeypatch.setattr(Route, "BASE", Route.BASE)
-    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+    keep_discord_urls(monkeypatch)
     monkeypatch.setattr("nanobot.config.channel_settings.EDIT_EVERY_S", 0.05)
     llm.stream_interval = 0.01  # one 4-character piece every 10 ms
 

@@ -16,7 +16,7 @@ from nanobot.config import Config
 from nanobot.trust import OWNER
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import fast_channels, nanobot_process, running_gateway, telegram_gateway_config
+from tests.helpers import keep_discord_urls, nanobot_process, running_gateway, telegram_gateway_config
 
 ALICE = 42
 FINISHED = "Background task "
@@ -42,7 +42,7 @@ def model(body: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
-    fast_channels(monkeypatch)
+    keep_discord_urls(monkeypatch)
     cfg = telegram_gateway_config(llm.base_url, workspace, tg, ALICE, mode="code")
     cfg.channels.telegram.streaming = False
     llm.fallback = model

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from nanobot_channels.telegram import TelegramChannel
 from nanobot.config import Config
 from nanobot.cron.store import CronStore
 from nanobot import confine
@@ -25,12 +24,6 @@ OWNER, MEMBER, GROUP = 42, 77, -100200
 SLEEPER = f"{300 + os.getpid() % 600}.5"  # a sleep only this test run starts
 CANARIES = ("CANARY-CONFIG", "CANARY-HISTORY", "CANARY-SSH", "CANARY-USER", "CANARY-MEMORY")
 confined = pytest.mark.skipif(not confine.probe().ok, reason="this kernel cannot confine the shell")
-
-
-@pytest.fixture(autouse=True)
-def fast_telegram(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(TelegramChannel, "poll_timeout", 1.0)
-    monkeypatch.setattr(TelegramChannel, "poll_interval", 0.01)
 
 
 @pytest.fixture

@@ -20,14 +20,14 @@ from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.postgres import PostgresDatabase
 from tests.fakes.openai_server import reply
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import fast_channels, running_gateway, telegram_gateway_config
+from tests.helpers import keep_discord_urls, running_gateway, telegram_gateway_config
 
 CHATS = (41, 42, 43)
 
 
 @pytest.fixture
 def fast(monkeypatch) -> None:
-    fast_channels(monkeypatch)
+    keep_discord_urls(monkeypatch)
 
 
 def echo(body: dict) -> dict:

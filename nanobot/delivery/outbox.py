@@ -22,10 +22,9 @@ class SendGate:
     probes, after a wait that doubles from ``first`` to ``cap``; the others wait their turn,
     so a dead API gets one request every few seconds, not one per waiting chat."""
 
-    first: float = 0.25  # seconds before the first probe (tests shrink both)
-    cap: float = 2.0  # the longest wait between probes: a recovered platform is noticed this soon
-
-    def __init__(self) -> None:
+    def __init__(self, first: float = 0.25, cap: float = 2.0) -> None:
+        self.first = first  # seconds before the first probe
+        self.cap = cap  # the longest wait between probes: a recovered platform is noticed this soon
         self.delay = 0.0  # 0: healthy
         self._until = 0.0
         self._probe = asyncio.Lock()

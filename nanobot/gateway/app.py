@@ -20,6 +20,7 @@ import asyncio
 import logging
 import shutil
 import signal
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pathlib import Path
@@ -33,9 +34,9 @@ from nanobot.coordination import Alone, Singletons, worker_id
 from nanobot.config import Config
 from nanobot.sqlite_file import check_writable
 from nanobot.delivery.intake import DurableIntake
-from nanobot.gateway.outbound import Outbound
+from nanobot.gateway.outbound import SEND_RETRY, Outbound
 from nanobot.delivery.store import DeliveryStore, Pruner
-from nanobot.gateway.supervisor import ChannelSupervisor
+from nanobot.gateway.supervisor import RETRY_FIRST_S, AdapterOptions, ChannelSupervisor
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.gateway.task_runner import TaskRunner
 from nanobot.gateway_lock import GatewayLock, GatewayRunning, write_gateway_state
@@ -63,6 +64,17 @@ class Service(Protocol):
     async def stop(self) -> None: ...
 
 
+@dataclass(frozen=True)
+class Pace:
+    """How long the gateway's parts wait: production's by default; tests pass shorter ones."""
+
+    typing_s: float = TYPING_INTERVAL  # between typing indicators while a turn runs
+    channel_retry_s: float = RETRY_FIRST_S  # before a channel that did not start is tried again (doubling)
+    send_retry: tuple[float, float] = SEND_RETRY  # a platform that is down: the first probe's wait, the longest
+    drain_s: float = DRAIN_SECONDS  # how long queued replies may take to go out at shutdown
+    adapters: AdapterOptions = field(default_factory=dict)  # an adapter's own keyword arguments, by channel
+
+
 class Gateway:
     """Channels, dispatcher and router around one started ``Runtime``, plus added services.
 
@@ -73,8 +85,7 @@ class Gateway:
     the home's gateway, which may be running.
     """
 
-    def __init__(self, runtime: Runtime, *, scratch: Database | None = None,
-                 typing_interval: float = TYPING_INTERVAL) -> None:
+    def __init__(self, runtime: Runtime, *, scratch: Database | None = None, pace: Pace = Pace()) -> None:
         rt = self.runtime = runtime
         self.config: Config = runtime.config
         self.bus: MessageBus = runtime.bus
@@ -86,10 +97,12 @@ class Gateway:
         self.pairing, self.api_owners = runtime.deps.services.pairing, runtime.deps.api_owners
         among_workers = rt.shared and not self.terminal  # PostgreSQL: one worker of several (nanobot.cluster)
         self.delivery = DeliveryStore(scratch or rt.db, worker_id(self.config.gateway) if among_workers else None)
-        self.channels = ChannelSupervisor(self.config, on_state=self._write_state)
-        self.outbound = Outbound(self.bus, self.channels, self.delivery)  # the one way out
+        self.pace = pace
+        self.channels = ChannelSupervisor(self.config, on_state=self._write_state, retry_first_s=pace.channel_retry_s,
+                                          adapter_options=pace.adapters)
+        self.outbound = Outbound(self.bus, self.channels, self.delivery, send_retry=pace.send_retry)  # the one way out
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, self.outbound,
-                                     typing_interval=typing_interval, stream_pace=self.config.channels.stream_pace)
+                                     typing_interval=pace.typing_s, stream_pace=self.config.channels.stream_pace)
         self.cluster: ClusterWorker | None = self._worker() if among_workers else None
         # Telegram polling, Discord, the cron clock, periodic services: once across workers.
         self.singletons: Singletons = self.cluster.singletons if self.cluster else Alone()
@@ -233,7 +246,7 @@ class Gateway:
         stopping.append(self.dispatcher.shutdown(self.config.gateway.shutdown_grace_seconds))
         await asyncio.gather(*stopping)
         await cancel_and_wait(self._router)
-        await self.outbound.drain(DRAIN_SECONDS)
+        await self.outbound.drain(self.pace.drain_s)
         if self.cluster is not None:  # after our last replies went out: the others take over from here
             await self.cluster.stop()
         await self.channels.stop()

@@ -32,15 +32,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DURABLE_KINDS = ("text", "file")  # recorded in the outbox; typing and stream previews are not
+SEND_RETRY = (0.25, 2.0)  # seconds: a platform that is down is probed after the first, then at most the second
 
 
 class Outbound:
     """Routes ``bus.outbound`` and the dispatcher's replies to the running channels."""
 
-    def __init__(self, bus: MessageBus, channels: ChannelSupervisor, store: DeliveryStore) -> None:
+    def __init__(self, bus: MessageBus, channels: ChannelSupervisor, store: DeliveryStore, *,
+                 send_retry: tuple[float, float] = SEND_RETRY) -> None:
         self.bus = bus
         self.channels = channels
         self.store = store  # the outbox's rows
+        self.send_retry = send_retry  # a channel that is down: the first probe's wait, the longest wait
         self._gates: dict[str, SendGate] = {}
         self._finished_streams: OrderedDict[Any, None] = OrderedDict()  # streams whose final text was sent
         self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
@@ -176,7 +179,7 @@ class Outbound:
         return self.store.mark_outbound(msg.outbox_id, state, why)  # with other chats' marks
 
     def _gate(self, channel: str) -> SendGate:
-        return self._gates.setdefault(channel, SendGate())
+        return self._gates.setdefault(channel, SendGate(*self.send_retry))
 
     def _sent(self, target: str, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)

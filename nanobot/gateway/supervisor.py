@@ -21,7 +21,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pydantic import ValidationError
 
@@ -35,6 +35,10 @@ ENTRY_POINT_GROUP = "nanobot.channels"
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
 START_DEADLINE_S = 60.0
+
+
+# An adapter's own keyword arguments, by channel name (TelegramChannel's poll_timeout, say).
+AdapterOptions = Mapping[str, Mapping[str, Any]]
 
 
 def _is_library_error(exc: Exception) -> bool:
@@ -63,11 +67,13 @@ class ChannelRecord:
 class ChannelSupervisor:
     """Owns the running channels: starts them, retries those that fail, keeps their state."""
 
-    def __init__(self, config: Config, on_state: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, config: Config, on_state: Callable[[], None] = lambda: None, *,
+                 retry_first_s: float = RETRY_FIRST_S, adapter_options: AdapterOptions | None = None) -> None:
         self.config = config
         self.on_state = on_state  # called (no arguments) whenever ``state`` changes
         self.ctx: ChannelContext | None = None  # what the adapters are given: known at start()
-        self.retry_first_s = RETRY_FIRST_S
+        self.retry_first_s = retry_first_s
+        self.adapter_options = adapter_options or {}
         self._records: dict[str, ChannelRecord] = {}
 
     def _record(self, name: str) -> ChannelRecord:
@@ -138,7 +144,7 @@ class ChannelSupervisor:
                 raise RuntimeError(f"no adapter installed under entry point {ENTRY_POINT_GROUP}:{name}")
             cls = entry_point.load()
             assert self.ctx is not None
-            channel = cls(self._section(name, cls), self.ctx)
+            channel = cls(self._section(name, cls), self.ctx, **self.adapter_options.get(name, {}))
             await self._start_in_time(channel)
         except ListenError:
             if first:
