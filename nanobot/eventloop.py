@@ -39,3 +39,21 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
     for task in running:
         task.cancel()
     await asyncio.gather(*running, return_exceptions=True)
+
+
+class Changed:
+    """A flag that something a status shows has changed (a provider's cooldown, an MCP server's
+    state): set by whatever changed, taken by the one reader (the gateway's state file), so
+    changes between two looks are one. The parts that change are built with it; nobody
+    registers a callback later."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def next(self) -> None:
+        """Wait for a change not yet taken, and take it."""
+        await self._event.wait()
+        self._event.clear()

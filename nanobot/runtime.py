@@ -19,12 +19,13 @@ from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.config import Config, ConfigError
 from nanobot.access import PairingStore
 from nanobot.database import open_database
+from nanobot.eventloop import Changed
 from nanobot.sqlite_file import HomeError, check_writable
 from nanobot.notices import OwnerNotices
 from nanobot.providers.base import Provider
 from nanobot.session import Histories, SessionStore
 from nanobot.session_rows import DatabaseSessionStore
-from nanobot.skills import install_skills
+from nanobot.skills import read_skill, skills_prompt
 from nanobot.tools.builtin import default_registry
 from nanobot.sandbox.executor import CodeExecutor
 from nanobot.tools.services import Services
@@ -40,10 +41,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def make_provider(config: Config) -> Provider:
+def make_provider(config: Config, changed: Changed | None = None) -> Provider:
     from nanobot.providers.router import make_router
 
-    return make_router(config)
+    return make_router(config, changed)
 
 
 def workspace_ready(config: Config) -> bool:
@@ -96,6 +97,7 @@ class Runtime:
     shared: bool  # the store is PostgreSQL: this process may be one worker of several
     terminal: bool  # this process is the terminal chat (nanobot agent), not the home's gateway
     workspace_created: bool  # this start made the workspace from the template (it was missing)
+    status_changed: Changed  # set when a provider's cooldown or an MCP server's state changes
 
     @property
     def home(self) -> Path:
@@ -118,12 +120,13 @@ async def open_runtime(config: Config, *, provider: Provider | None = None, term
         config.use_home(home)  # the workspace default and the tools' guards follow it
     if config.workspace_path == config.home.resolve():
         raise ConfigError("agents.defaults.workspace: must not be the nanobot home itself")
-    provider = provider or make_provider(config)  # a config problem shows before any I/O
+    status_changed = Changed()  # a provider's cooldown, an MCP server's state: the gateway's state file
+    provider = provider or make_provider(config, status_changed)  # a config problem shows before any I/O
     check_writable(config.home, "NANOBOT_HOME")
     created = workspace_ready(config)
     db = await open_database(config)
     try:
-        rt = await _build(config, provider, terminal, db, created)
+        rt = await _build(config, provider, terminal, db, created, status_changed)
     except BaseException:
         await db.close()  # aiosqlite's thread would otherwise keep the process alive
         raise
@@ -134,7 +137,7 @@ async def open_runtime(config: Config, *, provider: Provider | None = None, term
 
 
 async def _build(config: Config, provider: Provider, terminal: bool, db: Database,
-                 workspace_created: bool) -> Runtime:
+                 workspace_created: bool, status_changed: Changed) -> Runtime:
     bus = MessageBus()
     usage = await UsageStore.create(db)
     pairing = await PairingStore.open(db)
@@ -143,21 +146,21 @@ async def _build(config: Config, provider: Provider, terminal: bool, db: Databas
     await rename_legacy_chats(db, None if shared else sessions_dir, config.workspace_path)
     sessions: Histories = await DatabaseSessionStore.create(db) if shared else SessionStore(sessions_dir)
     tools = default_registry(config)
+    tools.register(read_skill)
     code = CodeExecutor(tools, db, usage)  # the sandbox starts on first use
     scheduler = SchedulerLink()
     mcp = None
     if config.tools.mcp_servers:  # started by the gateway, or by the first turn
         from nanobot.mcp.servers import McpServers
 
-        mcp = McpServers(config, tools, config.home / "logs")
+        mcp = McpServers(config, tools, config.home / "logs", status_changed)
     notices = OwnerNotices(partial(_to_owner, config, None if terminal else bus))
     services = Services(db=db, sessions=sessions, pairing=pairing, programs=code, scheduler=scheduler,
                         announce=notices.announce, bus=bus, terminal=terminal)
     deps = AgentDeps(config=config, provider=provider, tools=tools, sessions=sessions, services=services, code=code,
-                     usage=usage, mcp=mcp)
-    install_skills(deps.tools, deps.system_extras)  # read_skill and the skills list in the prompt
+                     usage=usage, mcp=mcp, system_extras=(skills_prompt,))
     return Runtime(config, bus, provider, db, usage, sessions, tools, code, scheduler, mcp, deps, Agent(deps),
-                   notices, shared, terminal, workspace_created)
+                   notices, shared, terminal, workspace_created, status_changed)
 
 
 async def _to_owner(config: Config, bus: MessageBus | None, text: str) -> None:

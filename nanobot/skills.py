@@ -29,7 +29,6 @@ import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
 
 import yaml
 
@@ -39,11 +38,8 @@ from nanobot.workspace_template import builtin_skills_dir
 from nanobot.tools.paths import FileScope, file_scope, resolve_in_workspace
 from nanobot.tools.registry import ToolContext, tool
 
-if TYPE_CHECKING:
-    from nanobot.tools.registry import ToolRegistry
-
 __all__ = ["Skill", "builtin_skills_dir", "list_skills", "find_skill", "skills_section", "skill_helpers_code",
-           "read_skill", "install_skills"]
+           "read_skill", "skills_prompt"]
 
 log = logging.getLogger(__name__)
 
@@ -311,7 +307,6 @@ TOOLS_MODE_NOTE = ("[You act with tool calls in this chat, not programs: where t
 # ---------------------------------------------------------------------------------- wiring
 
 
-def install_skills(tools: ToolRegistry, system_extras: list[Callable[[ToolContext], str]]) -> None:
-    """Offer ``read_skill`` and put the skills list into every system prompt."""
-    tools.register(read_skill)
-    system_extras.append(lambda ctx: skills_section(ctx.workspace, code=ctx.runs_code))  # a member chat: its own folder
+def skills_prompt(ctx: ToolContext) -> str:
+    """The skills list every system prompt carries (a member chat: its own folder's skills)."""
+    return skills_section(ctx.workspace, code=ctx.runs_code)

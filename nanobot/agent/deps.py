@@ -40,7 +40,7 @@ class AgentDeps:
     usage: UsageStore | None = None
     mcp: McpServers | None = None  # the configured MCP servers, if any (their tools are in the registry)
     api_owners: OwnerKeys = field(default_factory=OwnerKeys)  # owner API keys' names, kept current by the API
-    system_extras: list[PromptSection] = field(default_factory=list)
+    system_extras: tuple[PromptSection, ...] = ()  # extra system-prompt sections (the skills list)
 
     def trust(self, session_key: str) -> Trust:
         """Whether a chat is the owner's or a member's (``nanobot.trust``)."""

@@ -28,7 +28,7 @@ from pathlib import Path
 from nanobot.channel_plugin import BaseChannel, ChannelContext, Sender
 from nanobot import sdnotify, tracing
 from nanobot.access import AccessGate
-from nanobot.bus import InboundMessage, MessageBus
+from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.cluster.registry import OtherWorkspace, WorkerIdInUse
 from nanobot.coordination import Alone, Singletons, worker_id
 from nanobot.config import Config
@@ -98,11 +98,8 @@ class Gateway:
         among_workers = rt.shared and not self.terminal  # PostgreSQL: one worker of several (nanobot.cluster)
         self.delivery = DeliveryStore(scratch or rt.db, worker_id(self.config.gateway) if among_workers else None)
         self.pace = pace
-        self.channels = ChannelSupervisor(self.config, on_state=self._write_state, retry_first_s=pace.channel_retry_s,
-                                          adapter_options=pace.adapters)
-        self.outbound = Outbound(self.bus, self.channels, self.delivery, send_retry=pace.send_retry)  # the one way out
-        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, self.outbound,
-                                     typing_interval=pace.typing_s, stream_pace=self.config.channels.stream_pace)
+        # Built in the order each needs the other; where two need each other (the cluster and the
+        # dispatcher, the channels and their context), one is handed a method of the gateway's.
         self.cluster: ClusterWorker | None = self._worker() if among_workers else None
         # Telegram polling, Discord, the cron clock, periodic services: once across workers.
         self.singletons: Singletons = self.cluster.singletons if self.cluster else Alone()
@@ -112,7 +109,13 @@ class Gateway:
                                    workspace=self.config.workspace_path,
                                    max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
                                    chat_root=self._chat_root, singletons=self.singletons,
-                                   report=self.channels.report, positions=self.delivery)
+                                   report=self._report, positions=self.delivery)
+        self.channels = ChannelSupervisor(self.config, self._ctx, on_state=self._write_state,
+                                          retry_first_s=pace.channel_retry_s, adapter_options=pace.adapters)
+        self.outbound = Outbound(self.bus, self.channels, self.delivery, send_retry=pace.send_retry)  # the one way out
+        self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, self.outbound,
+                                     holder=self.cluster.router if self.cluster else None,
+                                     typing_interval=pace.typing_s, stream_pace=self.config.channels.stream_pace)
         self.services: list[Service] = [] if self.terminal else [
             Pruner(self.delivery, self.singletons),  # prunes at once, then every 6 hours
             # Background tasks: one name per home alone (its last run's tasks are its own), the worker id among workers.
@@ -121,6 +124,7 @@ class Gateway:
         self._started_services: list[Service] = []
         self._intake: asyncio.Task[None] | None = None
         self._router: asyncio.Task[None] | None = None
+        self._state_writer: asyncio.Task[None] | None = None
 
     def add_service(self, service: Service) -> None:
         """Start ``service`` after the channels are up and stop it at shutdown (before start())."""
@@ -134,12 +138,11 @@ class Gateway:
         else:
             await self.outbound.resend_pending()  # they wait for their channel to start
             await self.intake.resume(rt.sessions)  # queued before anything new arrives: each chat keeps its order
-        rt.provider.watch_cooldowns(self._write_state)  # the model router: a provider went into cooldown
+        self._state_writer = asyncio.create_task(self._write_state_on_change(), name="state file")
         if rt.mcp is not None:  # their functions exist before the first message
-            rt.mcp.watch(self._write_state)
             await rt.mcp.ensure_started()
         if not self.terminal:
-            await self.channels.start(self._ctx)
+            await self.channels.start()
         if self.channels.failed:  # retried with backoff: the daemon stays up for cron and the others
             log.warning("channels not running yet (retrying): %s", "; ".join(
                 f"{name}: {why}" for name, why in self.channels.failed.items()))
@@ -161,11 +164,18 @@ class Gateway:
         from nanobot.cluster.worker import ClusterWorker
 
         rt = self.runtime
-        hooks = GatewayHooks(resend=self.outbound.resend, let_go=self.dispatcher.let_go)
-        cluster = ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions, hooks,
-                                str(self.config.workspace_path), new_workspace=rt.workspace_created)
-        self.dispatcher.handover(cluster.router)  # the one link made after building: the two need each other
-        return cluster
+        hooks = GatewayHooks(resend=self._resend, let_go=self._let_go)
+        return ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions, hooks,
+                             str(self.config.workspace_path), new_workspace=rt.workspace_created)
+
+    def _resend(self, recorded: list[OutboundMessage]) -> None:
+        self.outbound.resend(recorded)
+
+    def _let_go(self, chats: list[str]) -> None:
+        self.dispatcher.let_go(chats)
+
+    def _report(self, channel: str, why: str | None) -> None:
+        self.channels.report(channel, why)
 
     async def ask(self, msg: InboundMessage) -> str:
         """Run ``msg`` as a turn of its chat and return the reply (cron prompt jobs); the reply
@@ -229,6 +239,11 @@ class Gateway:
         peer = sender.who if sender.is_private else None
         return chat_scope(self.config, f"{sender.channel}:{sender.chat_id}", peer)[1]
 
+    async def _write_state_on_change(self) -> None:
+        while True:  # a provider went into cooldown, an MCP server's state changed
+            await self.runtime.status_changed.next()
+            self._write_state()
+
     def _write_state(self) -> None:
         """Where each channel stands, for ``nanobot status`` (a file in the home)."""
         mcp = self.runtime.mcp
@@ -245,7 +260,7 @@ class Gateway:
         stopping = [_stop_service(s) for s in services]
         stopping.append(self.dispatcher.shutdown(self.config.gateway.shutdown_grace_seconds))
         await asyncio.gather(*stopping)
-        await cancel_and_wait(self._router)
+        await cancel_and_wait(self._router, self._state_writer)
         await self.outbound.drain(self.pace.drain_s)
         if self.cluster is not None:  # after our last replies went out: the others take over from here
             await self.cluster.stop()

@@ -156,7 +156,7 @@ class Dispatcher:
     """Reads ``bus.inbound`` and hands each message to its chat's worker."""
 
     def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, outbound: Outbound, *,
-                 typing_interval: float = TYPING_INTERVAL,
+                 holder: ChatHolder | None = None, typing_interval: float = TYPING_INTERVAL,
                  stream_pace: Callable[[str], float | None] = lambda channel: None) -> None:
         self.agent = agent
         self.bus = bus
@@ -169,11 +169,8 @@ class Dispatcher:
         self.closing = False
         self._tasks: set[asyncio.Task[Any]] = set()  # /stop handlers in flight
         self._told: set[str] = set()  # chats told about the restart
-        self._holder: ChatHolder | None = None  # among workers: gives quiet chats back
-
-    def handover(self, holder: ChatHolder) -> None:
-        """Among workers: a chat that goes quiet here is given back, and at shutdown the
-        others answer what is queued (its chats are told nothing)."""
+        # Among workers: a chat that goes quiet here is given back to it, and at shutdown the
+        # others answer what is queued (its chats are told nothing).
         self._holder = holder
 
     def let_go(self, keys: list[str]) -> None:

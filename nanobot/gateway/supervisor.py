@@ -67,11 +67,11 @@ class ChannelRecord:
 class ChannelSupervisor:
     """Owns the running channels: starts them, retries those that fail, keeps their state."""
 
-    def __init__(self, config: Config, on_state: Callable[[], None] = lambda: None, *,
+    def __init__(self, config: Config, ctx: ChannelContext, on_state: Callable[[], None] = lambda: None, *,
                  retry_first_s: float = RETRY_FIRST_S, adapter_options: AdapterOptions | None = None) -> None:
         self.config = config
+        self.ctx = ctx  # what the adapters are given
         self.on_state = on_state  # called (no arguments) whenever ``state`` changes
-        self.ctx: ChannelContext | None = None  # what the adapters are given: known at start()
         self.retry_first_s = retry_first_s
         self.adapter_options = adapter_options or {}
         self._records: dict[str, ChannelRecord] = {}
@@ -120,10 +120,9 @@ class ChannelSupervisor:
         record.up.set()
 
     # ---- lifecycle ----------------------------------------------------------------------
-    async def start(self, ctx: ChannelContext) -> None:
-        """Start every enabled channel with ``ctx``, concurrently. A channel that fails is
-        logged, recorded in ``failed`` and retried; the others carry on."""
-        self.ctx = ctx
+    async def start(self) -> None:
+        """Start every enabled channel, concurrently. A channel that fails is logged, recorded
+        in ``failed`` and retried; the others carry on."""
         installed, names = installed_channels(), self.config.channels.enabled_names()  # not the gateway's own
         results = await asyncio.gather(*(self._start_one(name, installed.get(name), first=True) for name in names))
         for name, started in zip(names, results):
@@ -143,7 +142,6 @@ class ChannelSupervisor:
             if entry_point is None:
                 raise RuntimeError(f"no adapter installed under entry point {ENTRY_POINT_GROUP}:{name}")
             cls = entry_point.load()
-            assert self.ctx is not None
             channel = cls(self._section(name, cls), self.ctx, **self.adapter_options.get(name, {}))
             await self._start_in_time(channel)
         except ListenError:

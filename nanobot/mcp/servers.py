@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
+from nanobot.eventloop import Changed
 from nanobot.mcp.connection import McpConnection
 from nanobot.mcp.tools import McpTool, make_tool
 
@@ -25,12 +26,13 @@ log = logging.getLogger(__name__)
 
 
 class McpServers:
-    def __init__(self, config: Config, registry: ToolRegistry, log_dir: Path | None = None) -> None:
+    def __init__(self, config: Config, registry: ToolRegistry, log_dir: Path | None = None,
+                 changed: Changed | None = None) -> None:
         self.registry = registry
+        self.changed = changed or Changed()  # set whenever a server's state changes (the gateway's state file)
         self.connections = {name: McpConnection(name, server, log_dir, on_connect=self._reconnected,
-                                                on_state=self._state_changed)
+                                                on_state=self.changed.set)
                             for name, server in config.tools.mcp_servers.items() if server.enabled}
-        self._watchers: list[Callable[[], None]] = []
         self.clashes: dict[str, list[str]] = {}  # server -> refused tool names
         self._started: asyncio.Task[None] | None = None
 
@@ -66,14 +68,6 @@ class McpServers:
         """A restart may bring a changed tool list (the first start registers them all at once)."""
         if self._started is not None and self._started.done():
             self.register(connection)
-
-    def watch(self, on_change: Callable[[], None]) -> None:
-        """Call ``on_change`` whenever a server's state changes (the gateway's state file)."""
-        self._watchers.append(on_change)
-
-    def _state_changed(self) -> None:
-        for watcher in self._watchers:
-            watcher()
 
     def states(self) -> dict[str, str]:
         return {name: f"{c.state}, {self.tool_count(name)} tools" for name, c in self.connections.items()}

@@ -91,5 +91,3 @@ class Provider:
         """Providers skipped after a failure, and for how many more seconds (the router's)."""
         return {}
 
-    def watch_cooldowns(self, on_change: Callable[[], None]) -> None:
-        """Have ``on_change`` called when ``cooling_down`` changes (for ``nanobot status``)."""

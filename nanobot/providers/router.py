@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Callable
 
 from nanobot.config import Config, ConfigError
+from nanobot.eventloop import Changed
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError
 
 log = logging.getLogger(__name__)
@@ -24,13 +25,14 @@ log = logging.getLogger(__name__)
 class ModelRouter(Provider):
     name = "router"
 
-    def __init__(self, config: Config, make: Callable[[str], Provider], clock: Callable[[], float] = time.monotonic):
+    def __init__(self, config: Config, make: Callable[[str], Provider], clock: Callable[[], float] = time.monotonic,
+                 changed: Changed | None = None):
         self.config = config
         self.make = make
         self.clock = clock
+        self.changed = changed or Changed()  # set when a provider goes into cooldown (for status)
         self._providers: dict[str, Provider] = {}
         self._cooldown_until: dict[str, float] = {}
-        self._on_change: Callable[[], None] | None = None  # cooldowns changed (for status)
 
     def provider(self, name: str) -> Provider:
         if name not in self._providers:
@@ -41,9 +43,6 @@ class ModelRouter(Provider):
         """Providers being skipped, and for how many more seconds."""
         now = self.clock()
         return {name: until - now for name, until in self._cooldown_until.items() if until > now}
-
-    def watch_cooldowns(self, on_change: Callable[[], None]) -> None:
-        self._on_change = on_change
 
     async def chat(self, request: ChatRequest) -> LLMResponse:
         targets = [(request.provider or self.config.agents.defaults.provider, request.model), *request.fallbacks]
@@ -73,8 +72,7 @@ class ModelRouter(Provider):
         seconds = self.config.provider_config(name).cooldown_seconds
         if seconds > 0:
             self._cooldown_until[name] = self.clock() + seconds
-            if self._on_change is not None:
-                self._on_change()
+            self.changed.set()
 
     async def transcribe(self, provider: str, audio: tuple[str, bytes], model: str, language: str | None,
                          timeout: float) -> str:
@@ -91,7 +89,7 @@ class ModelRouter(Provider):
             await provider.close()
 
 
-def make_router(config: Config) -> ModelRouter:
+def make_router(config: Config, changed: Changed | None = None) -> ModelRouter:
     """The router over OpenAI-compatible providers; a missing key is a config error up front."""
     from nanobot.providers.openai_provider import OpenAIProvider
 
@@ -102,6 +100,6 @@ def make_router(config: Config) -> ModelRouter:
                               f"NANOBOT_PROVIDERS__{name.upper()}__API_KEY (or set apiBase for a local server)")
         return OpenAIProvider(name, settings)
 
-    router = ModelRouter(config, make)
+    router = ModelRouter(config, make, changed=changed)
     router.provider(config.agents.defaults.provider)  # the default provider's problems show at start
     return router
