@@ -17,6 +17,7 @@ from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
 from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.config import Config, ConfigError
+from nanobot.cron.store import CronStore
 from nanobot.access import PairingStore
 from nanobot.database import open_database
 from nanobot.eventloop import Changed
@@ -30,6 +31,7 @@ from nanobot.tools.builtin import default_registry
 from nanobot.sandbox.executor import CodeExecutor
 from nanobot.tools.services import Services
 from nanobot.trust import owner_chat
+from nanobot.tasks import TaskStore
 from nanobot.usage import UsageStore
 
 if TYPE_CHECKING:
@@ -87,6 +89,8 @@ class Runtime:
     db: Database
     usage: UsageStore
     sessions: Histories
+    tasks: TaskStore
+    cron: CronStore
     tools: ToolRegistry
     code: CodeExecutor
     scheduler: SchedulerLink
@@ -141,6 +145,7 @@ async def _build(config: Config, provider: Provider, terminal: bool, db: Databas
     bus = MessageBus()
     usage = await UsageStore.create(db)
     pairing = await PairingStore.open(db)
+    tasks, cron = await TaskStore.open(db), await CronStore.open(db)
     shared = db.engine == "postgresql"  # then every piece of state is in the one database
     sessions_dir = config.home / "sessions"
     await rename_legacy_chats(db, None if shared else sessions_dir, config.workspace_path)
@@ -155,12 +160,14 @@ async def _build(config: Config, provider: Provider, terminal: bool, db: Databas
 
         mcp = McpServers(config, tools, config.home / "logs", status_changed)
     notices = OwnerNotices(partial(_to_owner, config, None if terminal else bus))
-    services = Services(db=db, sessions=sessions, pairing=pairing, programs=code, scheduler=scheduler,
-                        announce=notices.announce, bus=bus, terminal=terminal)
+    services = Services(db=db, sessions=sessions, pairing=pairing, tasks=tasks, cron=cron, programs=code,
+                        scheduler=scheduler, announce=notices.announce, bus=bus, terminal=terminal)
     deps = AgentDeps(config=config, provider=provider, tools=tools, sessions=sessions, services=services, code=code,
                      usage=usage, mcp=mcp, system_extras=(skills_prompt,))
-    return Runtime(config, bus, provider, db, usage, sessions, tools, code, scheduler, mcp, deps, Agent(deps),
-                   notices, shared, terminal, workspace_created, status_changed)
+    return Runtime(config=config, bus=bus, provider=provider, db=db, usage=usage, sessions=sessions, tasks=tasks,
+                   cron=cron, tools=tools, code=code, scheduler=scheduler, mcp=mcp, deps=deps, agent=Agent(deps),
+                   notices=notices, shared=shared, terminal=terminal, workspace_created=workspace_created,
+                   status_changed=status_changed)
 
 
 async def _to_owner(config: Config, bus: MessageBus | None, text: str) -> None:

@@ -12,7 +12,6 @@ from aiohttp import web
 
 from nanobot.cron.schedule import in_words
 from nanobot.listener import BadBody, read_json
-from nanobot.cron.store import CronStore
 
 if TYPE_CHECKING:
     from nanobot.api.front_door import FrontDoor
@@ -25,13 +24,6 @@ class AdminRoutes:
     def __init__(self, door: FrontDoor, owner_only: Callable[[web.Request], Awaitable[None]]) -> None:
         self.door = door
         self.owner_only = owner_only  # raises the API's 401/403 unless the request has an owner key
-        self._cron: CronStore | None = None
-
-    async def cron_store(self) -> CronStore:
-        """Opened (and its tables checked) on first use, then kept."""
-        if self._cron is None:
-            self._cron = await CronStore.open(self.door.db)
-        return self._cron
 
     def add_to(self, app: web.Application) -> None:
         for method, path, handler in (
@@ -50,7 +42,7 @@ class AdminRoutes:
 
     # ---- cron ---------------------------------------------------------------------------
     async def cron(self, request: web.Request) -> web.Response:
-        store = await self.cron_store()
+        store = self.door.cron
         jobs = []
         for job in await store.list():
             runs = await store.runs(job.id, limit=5)
@@ -64,7 +56,7 @@ class AdminRoutes:
 
     async def cron_action(self, request: web.Request) -> web.Response:
         job_id, action = request.match_info["job"], request.match_info["action"]
-        store = await self.cron_store()
+        store = self.door.cron
         if await store.get(job_id) is None:
             raise web.HTTPNotFound()
         if action in ("enable", "disable"):

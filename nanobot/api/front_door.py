@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from nanobot.database import Database
     from nanobot.health import Health
     from nanobot.access import PairingStore
+    from nanobot.cron.store import CronStore
     from nanobot.session import Session
     from nanobot.trust import OwnerKeys
     from nanobot.usage import UsageStore
@@ -28,6 +29,7 @@ class FrontDoor(Protocol):
     config: Config
     home: Path
     db: Database
+    cron: CronStore
     usage: UsageStore | None
     agent: Agent
     pairing: PairingStore

@@ -27,7 +27,6 @@ from nanobot.api.chats import ChatRoutes
 from nanobot.api.keys import ApiKeys, KeyCheck
 from nanobot.listener import BadBody, listen, read_json
 from nanobot.agent.commands import is_command
-from nanobot.trust import API_CHANNEL
 
 if TYPE_CHECKING:
     from nanobot.api.front_door import FrontDoor

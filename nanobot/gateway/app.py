@@ -94,6 +94,7 @@ class Gateway:
             raise ValueError("the terminal chat's gateway, and only it, records in a scratch database")
         # What the API, the page and the terminal socket see of the runtime (nanobot.api.front_door).
         self.home, self.db, self.usage, self.agent = runtime.home, runtime.db, runtime.usage, runtime.agent
+        self.cron = runtime.cron
         self.pairing, self.api_owners = runtime.deps.services.pairing, runtime.deps.api_owners
         among_workers = rt.shared and not self.terminal  # PostgreSQL: one worker of several (nanobot.cluster)
         self.delivery = DeliveryStore(scratch or rt.db, worker_id(self.config.gateway) if among_workers else None)
@@ -211,7 +212,6 @@ class Gateway:
         return await self.runtime.scheduler.run_now(job_id)
 
     async def status_lines(self) -> list[str]:
-        from nanobot.tasks import TaskStore
         from nanobot.tools.shell import shell_status
 
         rt, states = self.runtime, self.channels.state
@@ -219,7 +219,7 @@ class Gateway:
                  f"MCP:      {'; '.join(rt.mcp.summary()) if rt.mcp else 'none configured'}",
                  f"Shell:    {shell_status(rt.config)}",
                  f"Database: {rt.db.engine}",
-                 f"Tasks:    {await (await TaskStore.open(rt.db)).status_line()}",
+                 f"Tasks:    {await rt.tasks.status_line()}",
                  f"Disk:     {shutil.disk_usage(rt.home).free / 1073741824:.1f} GB free for the home"]
         if self.cluster is not None:
             from nanobot.cluster.registry import worker_lines

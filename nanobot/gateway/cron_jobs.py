@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection
 from nanobot.bus import InboundMessage, OutboundMessage, split_target
 from nanobot.coordination import Held, run_while_held
 from nanobot.cron.service import CronService, RunOutcome, default_name
-from nanobot.cron.store import CronStore
 from nanobot.trust import HISTORY_CHANNELS
 from nanobot.eventloop import cancel_and_wait
 
@@ -125,7 +124,7 @@ class CronJobs:
         self.runner = JobRunner(runtime, ask, running_channels)
         self.singletons = singletons  # the gateway's: among workers, one holds the clock
         settings, limits = runtime.config.agents.defaults, runtime.config.agents.defaults.code_runtime
-        self.service = CronService(CronStore(runtime.db), self.runner, timezone=settings.timezone,
+        self.service = CronService(runtime.cron, self.runner, timezone=settings.timezone,
                                    grace_seconds=runtime.config.gateway.cron_grace_seconds,
                                    poll_interval=poll_interval, on_notice=self.runner.notice,
                                    validate_code=lambda code: runtime.code.check(code, limits))
@@ -133,7 +132,6 @@ class CronJobs:
         self._clock: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await self.service.store.migrate()
         held = await self.singletons.try_hold(self.CLOCK)
         if held is not None:  # alone, or the first worker: fire from the start
             await self.service.start()

@@ -22,7 +22,7 @@ from nanobot.agent.loop import TASK_RESULT, TASK_SENDER, Origin, TurnRequest
 from nanobot.agent.markup import FailedReply
 from nanobot.bus import Identity, InboundMessage, split_target
 from nanobot.chat_names import task_key
-from nanobot.tasks import MAX_ATTEMPTS, Task, TaskStore
+from nanobot.tasks import MAX_ATTEMPTS, Task
 from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
@@ -41,13 +41,12 @@ class TaskRunner:
         self.accept = accept  # the durable intake: results go to the chat as recorded messages
         self.worker = worker
         self.among_workers = among_workers
-        self.store: TaskStore | None = None
+        self.store = runtime.tasks
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stop_asked: set[str] = set()  # running here, cancelled by /stop (not by a shutdown)
         self._loop: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        self.store = await TaskStore.open(self.runtime.db)
         resumed = await self.store.requeue(self.worker)
         if resumed:
             log.info("resuming %d background task(s) a restart cut off: %s", len(resumed), ", ".join(resumed))
@@ -76,7 +75,6 @@ class TaskRunner:
 
     async def look(self) -> None:
         """Take back dead workers' tasks, carry out stops, start what waits."""
-        assert self.store is not None
         if self.among_workers and await self.store.requeue(self.worker, dead_workers=True):
             log.info("took over background tasks of a worker that died")
         for task in await self.store.stops(self.worker):
@@ -130,7 +128,6 @@ class TaskRunner:
 
     async def _end(self, task: Task, state: str, result: str) -> None:
         """Record how it ended, then tell its chat (once: the delivery key is the task's)."""
-        assert self.store is not None
         await self.store.finish(task.id, state, result)
         headline = {"done": "finished", "failed": "failed", "stopped": "stopped"}[state]
         text = f"Background task {task.name} {headline}:\n{result}" if result else f"Background task {task.name} {headline}."

@@ -33,11 +33,7 @@ def parse_expression(expression: str) -> tuple[str, str]:
 
 
 async def _store(ctx: ToolContext):
-    from nanobot.cron.store import CronStore
-
-    store = CronStore(ctx.needs_services("cron").db)
-    await store.migrate()
-    return store
+    return ctx.needs_services("cron").cron
 
 
 async def _validator(ctx: ToolContext):

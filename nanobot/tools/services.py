@@ -14,8 +14,10 @@ if TYPE_CHECKING:
     from nanobot.bus import MessageBus
     from nanobot.config import CodeRuntime
     from nanobot.cron.service import RunOutcome
+    from nanobot.cron.store import CronStore
     from nanobot.database import Database
     from nanobot.session import Histories
+    from nanobot.tasks import TaskStore
 
 Announce = Callable[[str], Awaitable[None]]
 
@@ -35,6 +37,8 @@ class Services:
     db: Database
     sessions: Histories
     pairing: PairingStore
+    tasks: TaskStore  # background tasks
+    cron: CronStore  # the cron jobs (their rows are the schedule)
     programs: ProgramChecker  # checks a cron job's code when it is scheduled
     scheduler: Scheduler  # run_cron's way to the scheduler (only the gateway runs one)
     announce: Announce  # one short line to the owner chat(s), always logged

@@ -18,9 +18,7 @@ from nanobot.trust import OWNER, quota_holder
 
 
 async def _store(ctx: ToolContext):
-    from nanobot.tasks import TaskStore
-
-    return await TaskStore.open(ctx.needs_services("background tasks").db)
+    return ctx.needs_services("background tasks").tasks
 
 
 @tool(brief=True)
