@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # for tests.fakes
 
 from nanobot.bus import InboundMessage, OutboundMessage  # noqa: E402
-from nanobot.channel_plugin import BaseChannel  # noqa: E402
 from nanobot.config import Config  # noqa: E402
 from nanobot.eventloop import cancel_and_wait  # noqa: E402
 from nanobot.gateway import Dispatcher, Gateway  # noqa: E402
@@ -40,6 +39,7 @@ from nanobot.providers.base import ChatRequest, LLMResponse, Provider  # noqa: E
 from nanobot.runtime import Runtime, open_runtime  # noqa: E402
 from tests.fakes.discord_api import FakeDiscord  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAI, reply  # noqa: E402
+from tests.fakes.recorder import Recorder  # noqa: E402
 from tests.fakes.telegram_api import FakeTelegram  # noqa: E402
 
 
@@ -85,35 +85,16 @@ def pct(samples: list[float], q: float) -> float:
     return sorted(samples)[min(len(samples) - 1, int(q * len(samples)))]
 
 
-class Sink(BaseChannel):
-    """The chat platform's side: the texts the gateway sends, in order."""
-
-    name = "bench"
-    max_message_len = 1_000_000
-
-    def __init__(self) -> None:
-        self.texts: asyncio.Queue[OutboundMessage] = asyncio.Queue()
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
-
-    async def send(self, msg: OutboundMessage) -> None:
-        self.texts.put_nowait(msg)
-
-    async def send_stream(self, msg: OutboundMessage) -> None:
-        return None
-
-    async def send_typing(self, chat_id: str) -> None:
-        return None
+async def next_text(sink: Recorder) -> OutboundMessage:
+    while (msg := await sink.sent.get()).kind != "text":  # a typing indicator of a slow turn
+        pass
+    return msg
 
 
 @asynccontextmanager
-async def dispatching(rt: Runtime, agent: Any) -> AsyncIterator[Sink]:
-    """``agent`` behind a dispatcher, its replies recorded and sent by the gateway's Outbound to a sink."""
-    gateway, sink = Gateway(rt), Sink()
+async def dispatching(rt: Runtime, agent: Any) -> AsyncIterator[Recorder]:
+    """``agent`` behind a dispatcher, its replies recorded and sent by the gateway's Outbound to a channel."""
+    gateway, sink = Gateway(rt), Recorder("bench")
     gateway.add_internal_channel(sink)
     await gateway.delivery.migrate()
     dispatcher = Dispatcher(agent, rt.bus, rt.config.gateway, gateway.outbound)
@@ -137,7 +118,7 @@ async def bench_dispatch(root: Path) -> None:
             for i in range(500):
                 sent = time.perf_counter()
                 await rt.bus.publish_inbound(InboundMessage("bench", "1", "1", f"message {i}"))
-                await sink.texts.get()
+                await next_text(sink)
                 done = time.perf_counter()
                 to_turn.append((agent.started_at[-1] - sent) * 1000)
                 to_model.append((model.called_at[-1] - sent) * 1000)
@@ -160,7 +141,7 @@ async def bench_throughput(root: Path) -> None:
             replies: dict[str, list[str]] = {}
             async with asyncio.timeout(120):
                 for _ in range(chats * per_chat):
-                    msg = await sink.texts.get()
+                    msg = await next_text(sink)
                     replies.setdefault(msg.chat_id, []).append(msg.content.split("\n")[0])  # not the "(sent …)" note
             elapsed = time.perf_counter() - started
     in_order = all(replies.get(str(c)) == [f"re: {c}/{n}" for n in range(per_chat)] for c in range(chats))

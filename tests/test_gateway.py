@@ -12,7 +12,6 @@ from typing import Any, AsyncIterator
 import pytest
 
 from nanobot.bus import InboundMessage, OutboundMessage
-from nanobot.channel_plugin import BaseChannel
 from nanobot.config import Config
 from nanobot.agent.loop import TURN_CRASHED as APOLOGY
 from nanobot.gateway.app import Gateway, Pace
@@ -20,6 +19,7 @@ from nanobot.gateway.dispatcher import RESUME_NOTICE, SHUTDOWN_NOTE, STOPPED_NOT
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider
 from nanobot.runtime import Runtime, open_runtime
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
+from tests.fakes.recorder import Recorder
 from tests.helpers import config_for
 
 
@@ -32,35 +32,10 @@ def config(llm: FakeOpenAI, workspace: Path) -> Config:
     return config_for(llm.base_url, workspace)
 
 
-class Platform(BaseChannel):
-    """The chat platform's side of the gateway: what it is sent, in order."""
-
-    name = "telegram"
-    max_message_len = 4096
-
-    def __init__(self) -> None:
-        self.sent: asyncio.Queue[OutboundMessage] = asyncio.Queue()
-
-    async def start(self) -> None:
-        return None
-
-    async def stop(self) -> None:
-        return None
-
-    async def send(self, msg: OutboundMessage) -> None:
-        self.sent.put_nowait(msg)
-
-    async def send_stream(self, msg: OutboundMessage) -> None:
-        return None  # the final text comes to send()
-
-    async def send_typing(self, chat_id: str) -> None:
-        self.sent.put_nowait(OutboundMessage(self.name, chat_id, kind="typing"))
-
-
 class Harness:
     """A gateway on a runtime with one channel, fed through its intake and read at the channel."""
 
-    def __init__(self, runtime: Runtime, gateway: Gateway, platform: Platform) -> None:
+    def __init__(self, runtime: Runtime, gateway: Gateway, platform: Recorder) -> None:
         self.rt, self.gateway, self.dispatcher, self.platform = runtime, gateway, gateway.dispatcher, platform
         self.typing: list[OutboundMessage] = []
 
@@ -79,7 +54,7 @@ class Harness:
 
 async def harness(config: Config, provider: Any = None, typing_interval: float = 4.0) -> AsyncIterator[Harness]:
     async with open_runtime(config, provider=provider) as rt:
-        gateway, platform = Gateway(rt, pace=Pace(typing_s=typing_interval)), Platform()
+        gateway, platform = Gateway(rt, pace=Pace(typing_s=typing_interval)), Recorder("telegram")
         gateway.add_internal_channel(platform)
         await gateway.start()
         try:
