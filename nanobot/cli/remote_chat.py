@@ -70,7 +70,7 @@ class RemoteChat:
             msg = await self.queue.get()
             try:
                 await self.ask(msg)
-            except aiohttp.ClientError as exc:  # the gateway went away: said, and the next line tried
+            except (aiohttp.ClientError, ValueError) as exc:  # the gateway went away (or garbled): said, next line
                 await self.channel.send(OutboundMessage("cli", self.chat_id, f"(the gateway did not answer: {exc})"))
 
     async def ask(self, msg: InboundMessage) -> None:

@@ -294,9 +294,6 @@ class Dispatcher:
             await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, kind="typing"))
             await asyncio.sleep(self.typing_interval)
 
-    def running_turns(self) -> list[asyncio.Task[str]]:
-        return [w.turn for w in self.workers.values() if w.turn is not None]
-
     async def shutdown(self, grace: float) -> None:
         """Take no new messages; give running turns ``grace`` seconds, then cancel the rest.
 
