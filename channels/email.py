@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import aioimaplib
 import aiosmtplib
@@ -67,9 +67,11 @@ class EmailChannel(BaseChannel):
     name = "email"
     max_message_len = 1_000_000
 
-    def __init__(self, config: EmailConfig, ctx: ChannelContext) -> None:
+    def __init__(self, config: EmailConfig, ctx: ChannelContext, *, retry_s: Sequence[float] = RETRY_S,
+                 imap_timeout_s: float = IMAP_TIMEOUT_S) -> None:
         super().__init__(config, ctx)
         self.config: EmailConfig = config
+        self.retry_s, self.imap_timeout_s = tuple(retry_s), imap_timeout_s
         self.domain = config.address.rpartition("@")[2] or "localhost"
         self._threads: dict[str, dict[str, str]] = {}  # chat_id -> the last mail's reply context
         self._reader: asyncio.Task[None] | None = None
@@ -102,7 +104,7 @@ class EmailChannel(BaseChannel):
     async def _open(self) -> Mailbox:
         """A logged-in connection with the mailbox selected."""
         server, lost = self.config.imap, asyncio.Event()
-        imap = aioimaplib.IMAP4(server.host, server.port, timeout=IMAP_TIMEOUT_S, conn_lost_cb=lambda exc: lost.set(),
+        imap = aioimaplib.IMAP4(server.host, server.port, timeout=self.imap_timeout_s, conn_lost_cb=lambda exc: lost.set(),
                                 ssl_context=ssl.create_default_context() if server.tls else None)
         try:
             await imap.wait_hello_from_server()
@@ -138,7 +140,7 @@ class EmailChannel(BaseChannel):
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the server went away, a timeout, a refusal: try again
-                pause = RETRY_S[min(failures, len(RETRY_S) - 1)]
+                pause = self.retry_s[min(failures, len(self.retry_s) - 1)]
                 failures += 1
                 why = f"{exc or type(exc).__name__}".removeprefix("email: ")
                 log.warning("email: reading the mailbox failed (%s); again in %g s", why, pause)

@@ -59,9 +59,11 @@ class SlackChannel(BaseChannel):
     name = "slack"
     max_message_len = MAX_TEXT
 
-    def __init__(self, config: SlackConfig, ctx: ChannelContext) -> None:
+    def __init__(self, config: SlackConfig, ctx: ChannelContext, *, ping_s: float = PING_S,
+                 watch_s: float = WATCH_S) -> None:
         super().__init__(config, ctx)
         self.config: SlackConfig = config
+        self.ping_s, self.watch_s = ping_s, watch_s
         self.api_base = config.api_base or DEFAULT_API_BASE
         self.proxy = proxy_for(self.api_base)
         self.client = _without_env_proxy(self.proxy, AsyncWebClient(
@@ -112,7 +114,7 @@ class SlackChannel(BaseChannel):
             await self.client.apps_connections_open(app_token=self.config.app_token)
         except (SlackApiError, aiohttp.ClientError, OSError) as exc:
             raise _not_connected(exc) from None
-        handler = AsyncSocketModeHandler(self.app, self.config.app_token, ping_interval=PING_S, proxy=self.proxy)
+        handler = AsyncSocketModeHandler(self.app, self.config.app_token, ping_interval=self.ping_s, proxy=self.proxy)
         _without_env_proxy(self.proxy, handler.client)
         try:
             async with asyncio.timeout(CONNECT_S):
@@ -138,7 +140,7 @@ class SlackChannel(BaseChannel):
         reconnects it on its own) and when it is back."""
         down = False
         while True:
-            await asyncio.sleep(WATCH_S)
+            await asyncio.sleep(self.watch_s)
             connected = await handler.client.is_connected()
             if connected == down:
                 down = not connected

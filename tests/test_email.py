@@ -173,13 +173,11 @@ async def test_a_restart_never_answers_a_mail_twice(llm: FakeOpenAI, workspace: 
 
 
 async def test_a_mailbox_outage_shows_in_status_and_mail_waits(llm: FakeOpenAI, workspace: Path, imap: Dovecot,
-                                                               smtp: SmtpReceiver, monkeypatch) -> None:
-    from nanobot_channels import email as email_channel
-
-    monkeypatch.setattr(email_channel, "RETRY_S", (0.1,))
-    monkeypatch.setattr(email_channel, "IMAP_TIMEOUT_S", 1.0)  # a dying server may take a connection and not greet
+                                                               smtp: SmtpReceiver) -> None:
     llm.fallback = lambda body: reply("back")
-    async with running_gateway(email_config(llm, workspace, imap, smtp)) as gateway:
+    # A dying server may take a connection and not greet: a short IMAP timeout.
+    pace = fast_pace(adapters={"email": {"retry_s": (0.1,), "imap_timeout_s": 1.0}})
+    async with running_gateway(email_config(llm, workspace, imap, smtp), pace=pace) as gateway:
         channels = gateway.channels
         assert channels is not None and channels.state["email"] == "running"
         await imap.pause()
@@ -195,16 +193,14 @@ async def test_a_mailbox_outage_shows_in_status_and_mail_waits(llm: FakeOpenAI, 
 
 
 async def test_a_mailbox_down_at_start_is_read_once_it_is_back(llm: FakeOpenAI, workspace: Path, imap: Dovecot,
-                                                               smtp: SmtpReceiver, monkeypatch) -> None:
+                                                               smtp: SmtpReceiver) -> None:
     """An unreachable server is no reason to fail the channel (a wrong password is): it starts,
     says so in status, and reads the mail that waited once the server is back."""
-    from nanobot_channels import email as email_channel
-
-    monkeypatch.setattr(email_channel, "RETRY_S", (0.1,))
     llm.fallback = lambda body: reply("here now")
     await imap.deliver(bytes(mail(FRIEND, "waiting", "sent while you were away")))
     await imap.pause()
-    async with running_gateway(email_config(llm, workspace, imap, smtp)) as gateway:
+    pace = fast_pace(adapters={"email": {"retry_s": (0.1,)}})
+    async with running_gateway(email_config(llm, workspace, imap, smtp), pace=pace) as gateway:
         channels = gateway.channels
         assert channels is not None
         async with asyncio.timeout(10):
@@ -370,7 +366,7 @@ def test_vacation_replies_are_robots() -> None:
 ])
 async def test_replies_that_cannot_go_out_show_in_status_and_readyz(
         llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver, smtp_change: dict,
-        said_in_status: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        said_in_status: str) -> None:
     llm.fallback = lambda body: reply("hello")
     cfg = email_config(llm, workspace, imap, smtp)
     cfg.channels.email.smtp = cfg.channels.email.smtp.model_copy(update=smtp_change)

@@ -15,7 +15,7 @@ from aiohttp import web
 from nanobot.config import Config, SlackConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.slack_api import FakeSlack
-from tests.helpers import config_for, running_gateway
+from tests.helpers import config_for, fast_pace, running_gateway
 from tests.test_api import free_port
 from tests.fakes.loopback import serve
 
@@ -150,16 +150,13 @@ async def test_a_refused_token_is_one_clear_reason(llm: FakeOpenAI, workspace: P
         assert "xoxb-wrong" not in gateway.channels.state["slack"]  # type: ignore[union-attr]
 
 
-async def test_a_lost_socket_shows_in_status_and_is_reconnected(llm: FakeOpenAI, workspace: Path, slack: FakeSlack,
-                                                              monkeypatch) -> None:
+async def test_a_lost_socket_shows_in_status_and_is_reconnected(llm: FakeOpenAI, workspace: Path,
+                                                              slack: FakeSlack) -> None:
     """Slack drops the WebSocket and will not hand out a new one for a while: status says so;
     once it does, slack_sdk reconnects, status is "running" again, and messages are answered."""
-    from nanobot_channels import slack as slack_channel
-
-    monkeypatch.setattr(slack_channel, "PING_S", 0.5)  # a pong later than 2 s counts as a dead link
-    monkeypatch.setattr(slack_channel, "WATCH_S", 0.05)
     llm.fallback = lambda body: reply("back")
-    async with running_gateway(slack_config(llm, workspace, slack)) as gateway:
+    pace = fast_pace(adapters={"slack": {"ping_s": 0.5, "watch_s": 0.05}})  # a pong later than 2 s: a dead link
+    async with running_gateway(slack_config(llm, workspace, slack), pace=pace) as gateway:
         def state() -> str:
             return gateway.channels.state["slack"]
 
