@@ -13,7 +13,6 @@ import aiohttp
 import openai
 import pytest
 
-from nanobot.api import keys as api_keys
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
@@ -37,9 +36,8 @@ def config(llm: FakeOpenAI, workspace: Path) -> Config:
 
 
 @pytest.fixture
-async def api(config: Config, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[dict[str, str]]:
+async def api(config: Config) -> AsyncIterator[dict[str, str]]:
     """A running gateway with the API, an owner key and a member key."""
-    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)  # a revoked key stops working at once
     async with running_gateway(config, with_services=True) as gateway:
         keys = ApiKeys(gateway.runtime.db)
         yield {"base": f"http://{config.gateway.api.listen}/v1", "owner": await keys.add("ada", owner=True),

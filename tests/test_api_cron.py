@@ -9,7 +9,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from nanobot.api import keys as api_keys
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
 from nanobot.cron.store import CronStore
@@ -24,7 +23,6 @@ OWNER = 42
 
 @pytest.fixture
 def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
-    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)
     monkeypatch.setattr(OwnerNotices, "interval_s", 1.0)
     cfg = telegram_gateway_config(llm.base_url, workspace, tg, OWNER)
     cfg.gateway.api.enabled = True

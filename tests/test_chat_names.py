@@ -9,7 +9,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from nanobot.api import keys as api_keys
 from nanobot.api.keys import ApiKeys
 from nanobot.chat_names import chat_name, key_of
 from nanobot.chat_names_legacy import UNCLAIMED, legacy_name
@@ -73,10 +72,9 @@ async def _history(base: str, key: str, session: str | None = None) -> str:
 
 
 async def test_a_member_session_never_reads_an_owner_key_chat(engine_config: Config, llm: FakeOpenAI, workspace: Path,
-                                                             home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                             home: Path) -> None:
     """Member key ``team`` with session ``admin`` against owner key ``team_admin``; member ``alice``
     with session ``x`` against member key ``alice_x``: four chats, four histories, two folders."""
-    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)  # keys added below work at once
     llm.fallback = lambda body: reply("ok")
     base = f"http://{engine_config.gateway.api.listen}"
     async with running_gateway(engine_config, with_services=True) as gateway:

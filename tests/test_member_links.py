@@ -17,7 +17,6 @@ import aiohttp
 import pytest
 
 from nanobot import beneath
-from nanobot.api import keys as api_keys
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
 from tests.fakes.openai_server import FakeOpenAI, reply
@@ -36,8 +35,7 @@ def secret(home: Path) -> Path:
 
 
 @pytest.fixture
-async def api(config: Config, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[dict]:
-    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)
+async def api(config: Config) -> AsyncIterator[dict]:
     async with running_gateway(config, with_services=True) as gateway:
         yield {"base": f"http://{config.gateway.api.listen}/v1", "key": await ApiKeys(gateway.runtime.db).add("bob"),
                "gateway": gateway}
@@ -129,7 +127,7 @@ async def test_a_linked_member_memory_stays_out_of_the_prompt(
 
 
 async def test_a_document_sent_to_a_group_never_lands_through_a_linked_inbox(
-        llm: FakeOpenAI, tg: FakeTelegram, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> None:
     cfg = config_for(llm.base_url, workspace, mode="tools")
     cfg.gateway.heartbeat.enabled = False
     t = cfg.channels.telegram

@@ -11,7 +11,6 @@ import aiohttp
 import pytest
 
 from nanobot.agent.loop import FailedReply
-from nanobot.api import keys as api_keys
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config, ModelChoice, Price
 from nanobot.runtime import open_runtime
@@ -101,9 +100,7 @@ def api_config(llm: FakeOpenAI, workspace: Path) -> Config:
     return config
 
 
-async def test_a_member_key_never_locks_the_owner_out(api_config: Config, llm: FakeOpenAI,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)
+async def test_a_member_key_never_locks_the_owner_out(api_config: Config, llm: FakeOpenAI) -> None:
     llm.fallback = lambda body: reply("ok")
     base = f"http://{api_config.gateway.api.listen}/v1/chat/completions"
 

@@ -39,15 +39,13 @@ async def mallory(pg_server: str, pg_url: str) -> str:
 
 
 async def test_notifications_from_another_role_steer_nothing(llm, tg, pg_url: str, mallory: str, workspace: Path,
-                                                             tmp_path: Path, fast, monkeypatch,  # noqa: F811
+                                                             tmp_path: Path, fast,  # noqa: F811
                                                              caplog: pytest.LogCaptureFixture) -> None:
     import openai
 
-    from nanobot.api import keys as api_keys
     from nanobot.api.keys import ApiKeys
 
     caplog.set_level(logging.INFO)
-    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)
     llm.fallback = lambda body: delayed(echo(body), 1.5)
     configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
     for config in configs:

@@ -34,13 +34,12 @@ async def test_the_api_streams_each_piece_as_it_comes(api: dict, llm: FakeOpenAI
 
 
 async def test_code_mode_streams_a_long_answer_to_the_api_and_never_a_working_note(
-        config, llm: FakeOpenAI, monkeypatch) -> None:  # noqa: F811
+        config, llm: FakeOpenAI) -> None:  # noqa: F811
     """The API only appends: code mode's text is held while it may still be a working note
     (a short line before a program), then streams; the note and the program never arrive."""
     from nanobot.agent.streaming import HOLD_CHARS
     from nanobot.api import keys as api_keys
 
-    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)  # the key made below works at once
     config.agents.defaults.execution_mode = "code"
     llm.stream_interval = 0.025
     answer = (TEXT * 4).strip()

@@ -194,16 +194,14 @@ async def test_one_worker_holds_the_discord_connection_and_another_takes_it(
 
 
 async def test_an_api_request_on_another_worker_than_its_chat_gets_the_reply(
-        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast, monkeypatch) -> None:
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
     """Behind a load balancer a conversation's requests land on any worker: the one holding
     the chat runs the turn, the one holding the request answers it (streamed or not)."""
     import openai
 
-    from nanobot.api import keys as api_keys
     from nanobot.api.keys import ApiKeys
     from tests.fakes.openai_server import delayed
 
-    monkeypatch.setattr(api_keys, "REFRESH_S", 0.0)
     llm.fallback = lambda body: delayed(echo(body), 0.3)
     configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
     for config in configs:

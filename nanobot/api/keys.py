@@ -75,10 +75,11 @@ class ApiKeys:
 
 
 class KeyCheck:
-    """Which key a request carries: the active keys, read at most every ``REFRESH_S``."""
+    """Which key a request carries: the active keys, read at most every ``refresh_s``."""
 
-    def __init__(self, keys: ApiKeys, owners: OwnerKeys) -> None:
+    def __init__(self, keys: ApiKeys, owners: OwnerKeys, *, refresh_s: float = REFRESH_S) -> None:
         self.keys = keys
+        self.refresh_s = refresh_s  # a key added or revoked in another process counts after this
         self._active: list[tuple[str, str, bool]] = []
         self._read_at = float("-inf")
         self.owners = owners  # names of the owner keys, kept current (the agent decides trust from it)
@@ -95,7 +96,7 @@ class KeyCheck:
 
     async def find(self, key: str) -> tuple[str, bool] | None:
         """(name, owner) of the key, or None; every active hash is compared, in constant time."""
-        if time.monotonic() - self._read_at > REFRESH_S:
+        if time.monotonic() - self._read_at > self.refresh_s:
             await self.refresh()
         wanted, found = key_hash(key), None
         for name, stored, owner in self._active:

@@ -66,7 +66,8 @@ class ApiServer:
         self._running: dict[str, int] = {}  # key name -> its turns running now
 
     async def start(self) -> None:
-        self.check = KeyCheck(await ApiKeys.open(self.door.db), self.door.api_owners)
+        self.check = KeyCheck(await ApiKeys.open(self.door.db), self.door.api_owners,
+                              refresh_s=self.door.key_refresh_s)
         await self.check.refresh()
         host, port = self.settings.address()
         if not _loopback(host) and not self.check.any_active:

@@ -28,6 +28,7 @@ from pathlib import Path
 from nanobot.channel_plugin import BaseChannel, ChannelContext, Sender
 from nanobot import sdnotify, tracing
 from nanobot.access import AccessGate
+from nanobot.api.keys import REFRESH_S as KEY_REFRESH_S
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.cluster.registry import OtherWorkspace, WorkerIdInUse
 from nanobot.coordination import Alone, Singletons, worker_id
@@ -72,6 +73,7 @@ class Pace:
     channel_retry_s: float = RETRY_FIRST_S  # before a channel that did not start is tried again (doubling)
     send_retry: tuple[float, float] = SEND_RETRY  # a platform that is down: the first probe's wait, the longest
     drain_s: float = DRAIN_SECONDS  # how long queued replies may take to go out at shutdown
+    key_refresh_s: float = KEY_REFRESH_S  # the API reads its keys again after this (one added elsewhere)
     adapters: AdapterOptions = field(default_factory=dict)  # an adapter's own keyword arguments, by channel
 
 
@@ -98,7 +100,7 @@ class Gateway:
         self.pairing, self.api_owners = runtime.deps.services.pairing, runtime.deps.api_owners
         among_workers = rt.shared and not self.terminal  # PostgreSQL: one worker of several (nanobot.cluster)
         self.delivery = DeliveryStore(scratch or rt.db, worker_id(self.config.gateway) if among_workers else None)
-        self.pace = pace
+        self.pace, self.key_refresh_s = pace, pace.key_refresh_s
         # Built in the order each needs the other; where two need each other (the cluster and the
         # dispatcher, the channels and their context), one is handed a method of the gateway's.
         self.cluster: ClusterWorker | None = self._worker() if among_workers else None
