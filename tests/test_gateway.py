@@ -75,6 +75,7 @@ async def test_a_message_becomes_a_turn_and_the_reply_goes_out(h: Harness, llm: 
     [out] = await h.replies(1)
     assert (out.channel, out.chat_id, out.content) == ("telegram", "1", "hello, human")
     assert last_user(llm.chat_requests[0]) == "hi"
+    assert h.gateway.channels.failed == {}  # the gateway's own channel is not started as an installed one
 
 
 async def test_order_within_a_chat_and_overlap_across_chats(h: Harness, llm: FakeOpenAI) -> None:

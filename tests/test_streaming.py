@@ -141,19 +141,18 @@ async def test_the_terminal_prints_words_as_they_come_and_nothing_twice(capsys) 
     from nanobot.cli.terminal_channel import CliChannel
     from nanobot.bus import OutboundMessage
 
-    async with recorded_intake() as intake:  # nothing is typed here: only what is printed is tested
-        channel = CliChannel(intake, "cli:s")
-
     def out(text: str, kind: str = "stream") -> OutboundMessage:
         return OutboundMessage("cli", "s", text, kind=kind, stream_id=7)
 
-    await channel.send_stream(out("First"))
-    assert capsys.readouterr().out == "First"  # a one-line reply shows before it is done
-    for partial in ("First li", "First line\nSecond", "First line\nSecond line\nThi"):
-        await channel.send_stream(out(partial))
-    assert capsys.readouterr().out == " line\nSecond line\nThi"
-    await channel.send(out("First line\nSecond line\nThird line.", kind="text"))
-    assert capsys.readouterr().out == "rd line.\n"
+    async with recorded_intake() as intake:  # nothing is typed here: only what is printed is tested
+        channel = CliChannel(intake, "cli:s")
+        await channel.send_stream(out("First"))
+        assert capsys.readouterr().out == "First"  # a one-line reply shows before it is done
+        for partial in ("First li", "First line\nSecond", "First line\nSecond line\nThi"):
+            await channel.send_stream(out(partial))
+        assert capsys.readouterr().out == " line\nSecond line\nThi"
+        await channel.send(out("First line\nSecond line\nThird line.", kind="text"))
+        assert capsys.readouterr().out == "rd line.\n"
 
 
 def test_under_a_prompt_whole_blocks_go_above_rendered_and_the_block_being_written_stays_in_the_prompt() -> None:
