@@ -11,6 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.service import CronService, RunOutcome
 from nanobot.cron.store import CronStore
 
@@ -38,7 +39,7 @@ async def main(count: int) -> float:
             await store.add(name=f"job {i}", owner_session="telegram:1", schedule_kind=kind,
                             expression=expression, timezone="Europe/Berlin", payload_kind="code",
                             payload="print('hi')")
-        service = CronService(store, never_called, timezone="Europe/Berlin", poll_interval=1.0)
+        service = CronService(RunRequests(store), never_called, timezone="Europe/Berlin", poll_interval=1.0)
         started = time.perf_counter()
         await service.start()
         elapsed = time.perf_counter() - started

@@ -17,6 +17,7 @@ from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
 from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.config import Config, ConfigError
+from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.store import CronStore
 from nanobot.access import PairingStore
 from nanobot.database import open_database
@@ -35,7 +36,6 @@ from nanobot.tasks import TaskStore
 from nanobot.usage import UsageStore
 
 if TYPE_CHECKING:
-    from nanobot.cron.service import CronService, RunOutcome
     from nanobot.database import Database
     from nanobot.mcp.servers import McpServers
     from nanobot.tools.registry import ToolRegistry
@@ -66,19 +66,6 @@ def workspace_ready(config: Config) -> bool:
     return created
 
 
-class SchedulerLink:
-    """``run_cron``'s way to the cron scheduler, which only the gateway runs (it attaches it)."""
-
-    def __init__(self) -> None:
-        self.service: CronService | None = None
-
-    async def run_now(self, job_id: str) -> RunOutcome:
-        if self.service is None:
-            raise RuntimeError("jobs run in the gateway (nanobot gateway), not in this terminal chat; to test a "
-                               "code job here, run its code directly")
-        return await self.service.run_now(job_id)
-
-
 @dataclass
 class Runtime:
     """Everything a turn needs, started, and whole when built (``open_runtime`` builds it)."""
@@ -91,9 +78,9 @@ class Runtime:
     sessions: Histories
     tasks: TaskStore
     cron: CronStore
+    cron_runs: RunRequests  # runs asked for now, which the gateway's cron clock takes
     tools: ToolRegistry
     code: CodeExecutor
-    scheduler: SchedulerLink
     mcp: McpServers | None
     deps: AgentDeps
     agent: Agent
@@ -153,7 +140,7 @@ async def _build(config: Config, provider: Provider, terminal: bool, db: Databas
     tools = default_registry(config)
     tools.register(read_skill)
     code = CodeExecutor(tools, db, usage)  # the sandbox starts on first use
-    scheduler = SchedulerLink()
+    cron_runs = RunRequests(cron)
     mcp = None
     if config.tools.mcp_servers:  # started by the gateway, or by the first turn
         from nanobot.mcp.servers import McpServers
@@ -161,11 +148,11 @@ async def _build(config: Config, provider: Provider, terminal: bool, db: Databas
         mcp = McpServers(config, tools, config.home / "logs", status_changed)
     notices = OwnerNotices(partial(_to_owner, config, None if terminal else bus))
     services = Services(db=db, sessions=sessions, pairing=pairing, tasks=tasks, cron=cron, programs=code,
-                        scheduler=scheduler, announce=notices.announce, bus=bus, terminal=terminal)
+                        cron_runs=cron_runs, announce=notices.announce, bus=bus, terminal=terminal)
     deps = AgentDeps(config=config, provider=provider, tools=tools, sessions=sessions, services=services, code=code,
                      usage=usage, mcp=mcp, system_extras=(skills_prompt,))
     return Runtime(config=config, bus=bus, provider=provider, db=db, usage=usage, sessions=sessions, tasks=tasks,
-                   cron=cron, tools=tools, code=code, scheduler=scheduler, mcp=mcp, deps=deps, agent=Agent(deps),
+                   cron=cron, cron_runs=cron_runs, tools=tools, code=code, mcp=mcp, deps=deps, agent=Agent(deps),
                    notices=notices, shared=shared, terminal=terminal, workspace_created=workspace_created,
                    status_changed=status_changed)
 

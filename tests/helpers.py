@@ -82,13 +82,11 @@ async def running_gateway(config: Config, *, with_services: bool = False,
                           pace: "Pace | None" = None) -> AsyncIterator["Gateway"]:
     """A started in-process gateway (channels, dispatcher; cron and heartbeat with
     ``with_services``), at the tests' pace (``fast_pace``) unless told another."""
-    from nanobot.gateway import Gateway, add_services
+    from nanobot.gateway import Gateway
     from nanobot.runtime import open_runtime
 
     async with open_runtime(config) as rt:
-        gateway = Gateway(rt, pace=pace or fast_pace())
-        if with_services:
-            add_services(gateway)
+        gateway = Gateway(rt, pace=pace or fast_pace(), with_services=with_services)
         try:
             await gateway.start()
             yield gateway

@@ -165,12 +165,11 @@ async def test_the_keys_cli(home: Path) -> None:
 
 async def test_listening_beyond_loopback_needs_a_key(config: Config) -> None:
     config.gateway.api.listen = f"0.0.0.0:{free_port()}"
-    from nanobot.gateway import Gateway, add_services
+    from nanobot.gateway import Gateway
     from nanobot.runtime import open_runtime
 
     async with open_runtime(config) as rt:
-        gateway = Gateway(rt)
-        add_services(gateway)
+        gateway = Gateway(rt, with_services=True)
         try:
             with pytest.raises(RuntimeError, match="no API key exists: make one first"):
                 await gateway.start()

@@ -74,10 +74,10 @@ async def test_a_job_made_in_an_api_chat_runs_and_its_output_is_in_that_chats_hi
                    reply("scheduled a message"), reply("PROMPT-JOB-REPLY"))
         await chat(config, owner, "desk", "print something hourly")
         await chat(config, owner, "desk", "and ask for the weather")
-        store, cron = CronStore(gateway.runtime.db), gateway.runtime.scheduler.service
+        store = CronStore(gateway.runtime.db)
         for job in await store.list():
-            outcome = await cron.run_now(job.id)
-            assert outcome.status == "ok", outcome.output
+            run = await gateway.runtime.cron_runs.run(job.id, 15)
+            assert run.status == "ok", run.output_excerpt
             assert job.target == "api:ada:desk"
         shown = await history(config, owner, "desk")
     assert "CODE-OUTPUT" in shown and "PROMPT-JOB-REPLY" in shown

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from nanobot.cron import schedule
 from nanobot.cli.cron import cron_app
+from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.service import CronService, RunOutcome, create_job
 from nanobot.cron.store import MIGRATIONS, CronJob, CronStore, utcnow
 
@@ -62,7 +63,7 @@ async def make_service(store: CronStore):
 
     async def make(runner, **kwargs) -> CronService:
         kwargs = {"timezone": "UTC", "grace_seconds": 60, "poll_interval": 0.2, **kwargs}
-        service = CronService(store, runner, **kwargs)
+        service = CronService(RunRequests(store, poll_interval=0.2), runner, **kwargs)
         await service.start()
         services.append(service)
         return service
@@ -218,7 +219,7 @@ async def test_three_failures_pause_the_job_and_tell_the_owner(store, make_servi
     job = await service.add_job(owner_session="telegram:1", schedule_kind="cron", expression="0 9 * * *",
                                 payload_kind="code", payload="1/0")
     for _ in range(3):
-        assert (await service.run_now(job.id)).status == "error"
+        assert (await service.requests.run(job.id, 5)).status == "error"
     paused = await store.get(job.id)
     assert (paused.enabled, paused.consecutive_failures, paused.next_run_at) == (False, 3, None)
     assert [text.split(": ")[0] for _, text in notices[:2]] == [
@@ -232,8 +233,8 @@ async def test_runner_exception_counts_as_a_failure(store, make_service):
 
     service = await make_service(broken)
     job = await add(store, "every", "3600")
-    outcome = await service.run_now(job.id)
-    assert outcome.status == "error" and "sandbox gone" in outcome.output
+    run = await service.requests.run(job.id, 5)
+    assert run.status == "error" and "sandbox gone" in run.output_excerpt
     assert (await store.get(job.id)).consecutive_failures == 1
 
 
@@ -297,15 +298,15 @@ async def test_stop_cancels_a_running_job(store, make_service):
             raise
         return RunOutcome("ok")
 
-    service = CronService(store, slow, poll_interval=0.2)
+    requests = RunRequests(store, poll_interval=0.2)
+    service = CronService(requests, slow, poll_interval=0.2)
     await service.start()
     job = await add(store, "every", "3600")
-    run = asyncio.create_task(service.run_now(job.id))
+    await store.request_run(job.id)
+    requests.asked.set()
     await asyncio.wait_for(started.wait(), 2)
     await asyncio.wait_for(service.stop(), 2)
     assert cancelled.is_set()
-    with pytest.raises(asyncio.CancelledError):
-        await run
 
 
 # ---- CLI ------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 
 from nanobot.config import Config
 from nanobot.cron.store import CronStore
+from nanobot.runtime import open_runtime
 from nanobot.heartbeat import Heartbeat
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.telegram_api import FakeTelegram
@@ -55,7 +56,7 @@ async def test_a_code_job_sends_a_file_with_no_model_call(config: Config, llm: F
                                                           workspace: Path) -> None:
     (workspace / "report.csv").write_text("day,total\nmon,3\n")
     async with running_gateway(config, with_services=True) as gateway:
-        job = await gateway.runtime.scheduler.service.add_job(
+        job = await gateway.cron_jobs.service.add_job(
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="3600", payload_kind="code",
             payload='send_file("report.csv", caption="the daily report")', name="report")
         await CronStore(gateway.runtime.db).request_run(job.id)
@@ -69,7 +70,7 @@ async def test_a_code_job_sends_a_file_with_no_model_call(config: Config, llm: F
 async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     async with running_gateway(config, with_services=True) as gateway:
         store = CronStore(gateway.runtime.db)
-        await gateway.runtime.scheduler.service.add_job(
+        await gateway.cron_jobs.service.add_job(
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="code",
             payload="read_file('missing.txt')", name="broken")
         sent = await tg.wait_sent(3, timeout=10)
@@ -84,7 +85,7 @@ async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: 
 async def test_prompt_job_is_a_turn_in_the_owning_chat(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     llm.script(reply("Time to stretch!"))
     async with running_gateway(config, with_services=True) as gateway:
-        await gateway.runtime.scheduler.service.add_job(
+        await gateway.cron_jobs.service.add_job(
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="prompt",
             payload="remind me to stretch")
         [sent] = await tg.wait_sent(1, timeout=10)
@@ -114,15 +115,14 @@ async def test_heartbeat_speaks_only_when_there_is_something_to_say(config: Conf
 
 async def test_output_for_a_chat_that_cannot_be_reached_is_a_failed_run(config: Config, tg: FakeTelegram) -> None:
     async with running_gateway(config, with_services=True) as gateway:
-        cron = gateway.runtime.scheduler.service
+        cron = gateway.cron_jobs.service
         store = CronStore(gateway.runtime.db)
         for target in ("discord:5",):  # discord is not running
             job = await cron.add_job(owner_session=target, schedule_kind="every", expression="3600",
                                      payload_kind="code", payload="print('lost?')")
-            outcome = await cron.run_now(job.id)
-            assert outcome.status == "error" and f"cannot deliver to {target}" in outcome.output
-            [run] = await store.runs(job.id)
-            assert run.status == "error"
+            run = await gateway.runtime.cron_runs.run(job.id, 15)
+            assert run.status == "error" and f"cannot deliver to {target}" in run.output_excerpt
+            assert await store.runs(job.id) == [run]
 
 
 async def test_a_job_made_in_the_terminal_delivers_to_the_terminal_and_can_be_tried_at_once(
@@ -140,6 +140,17 @@ async def test_a_job_made_in_the_terminal_delivers_to_the_terminal_and_can_be_tr
     assert "'status': 'ok'" in answer and "'output': 'tick'" in answer
     assert "New scheduled job" in announced["text"] and "tick" in history
 
+
+
+async def test_the_terminal_chat_on_its_own_is_told_where_jobs_run(config: Config, llm: FakeOpenAI) -> None:
+    """Without the gateway nothing would take the run it asks for: the program hears so at once."""
+    program = 'job = schedule_cron("every 1h", "print(\'tick\')")\nfinal_answer(run_cron(job))'
+    llm.script(reply(f"```python\n{program}\n```"), reply("I will test it once the gateway runs."))
+    async with open_runtime(config, terminal=True) as rt:
+        answer = await rt.agent.handle("cli:default", "tick every hour and try it")
+        [job] = await rt.cron.list()
+    assert answer == "I will test it once the gateway runs." and not job.run_requested
+    assert "jobs run in the gateway (nanobot gateway)" in llm.chat_requests[1]["messages"][-1]["content"]
 
 # ------------------------------------------------------------------------- as real processes
 

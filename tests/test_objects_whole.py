@@ -24,18 +24,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The links still made after building, each with why; the list only shrinks.
-KNOWN = {
-    # The cron service is built with the gateway's CronJobs (its runner asks the gateway for
-    # turns), and the runtime's SchedulerLink is how the cron tools reach it.
-    "nanobot/gateway/cron_jobs.py: runtime.scheduler.service = self.service",
-}
-# Methods that keep what they are given, each with why; the list only shrinks.
-KNOWN_SETTERS = {
-    # Services that need the gateway itself (its ask, its front door for the API) are added
-    # to it before start(): they cannot be built before it.
-    "nanobot/gateway/app.py: Gateway.add_service keeps service",
-}
 # Parameters of these types are data, not collaborators (Aside: a note the API streams).
 DATA_TYPES = {"str", "int", "float", "bool", "bytes", "None", "Path", "list", "dict", "tuple", "set", "Any", "Aside"}
 MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault"}
@@ -110,15 +98,11 @@ def everywhere(check) -> set[str]:
 
 def test_no_collaborator_is_assigned_after_construction() -> None:
     found = everywhere(late_links)
-    assert found - KNOWN == set(), "assigned after construction (pass it to the constructor):\n" + "\n".join(
-        sorted(found - KNOWN))
-    assert KNOWN - found == set(), f"gone, so take them off KNOWN: {KNOWN - found}"
+    assert found == set(), "assigned after construction (pass it to the constructor):\n" + "\n".join(sorted(found))
 
 
 def test_no_method_keeps_a_collaborator_after_construction() -> None:
-    found = everywhere(method_setters)
-    assert found - KNOWN_SETTERS == set(), "pass it to the constructor instead"
-    assert KNOWN_SETTERS - found == set(), f"gone, so take them off KNOWN_SETTERS: {KNOWN_SETTERS - found}"
+    assert everywhere(method_setters) == set(), "pass it to the constructor instead"
 
 
 def test_no_collaborators_container_is_filled_from_outside() -> None:

@@ -126,10 +126,10 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
         config = config_for(llm.base_url, workspace)
         config.gateway.heartbeat.enabled = False
         async with running_gateway(config, with_services=True) as gateway:
-            cron = gateway.runtime.scheduler.service
+            cron = gateway.cron_jobs.service
             job = await cron.add_job(owner_session="cli:default", schedule_kind="every", expression="3600",
                                      payload_kind="code", payload="print('the backup finished: 41 s')")
-            assert (await cron.run_now(job.id)).status == "ok"
+            assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
             async with chat_on(term, home) as proc:
                 await term.wait_for("While you were away (1):")
                 await term.wait_for("the backup finished: 41 s")

@@ -63,8 +63,11 @@ class AdminRoutes:
             await store.set_enabled(job_id, action == "enable")
             return web.json_response({"ok": True})
         if action == "run":
-            outcome = await self.door.run_cron_now(job_id)
-            return web.json_response({"status": outcome.status, "output": outcome.output})
+            try:
+                run = await self.door.run_cron_now(job_id)
+            except TimeoutError as exc:  # the clock is busy or stopping: the request stays queued
+                return web.json_response({"error": str(exc)}, status=504)
+            return web.json_response({"status": run.status, "output": run.output_excerpt})
         raise web.HTTPNotFound()
 
     # ---- pairing ------------------------------------------------------------------------

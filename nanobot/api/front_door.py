@@ -15,11 +15,10 @@ if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
     from nanobot.channel_plugin import BaseChannel, ChannelContext
     from nanobot.config import Config
-    from nanobot.cron.service import RunOutcome
     from nanobot.database import Database
     from nanobot.health import Health
     from nanobot.access import PairingStore
-    from nanobot.cron.store import CronStore
+    from nanobot.cron.store import CronRun, CronStore
     from nanobot.session import Session
     from nanobot.trust import OwnerKeys
     from nanobot.usage import UsageStore
@@ -60,7 +59,8 @@ class FrontDoor(Protocol):
     async def status_lines(self) -> list[str]:
         """Channels, MCP servers, the shell, the database, tasks, disk (and workers)."""
 
-    async def run_cron_now(self, job_id: str) -> RunOutcome: ...
+    async def run_cron_now(self, job_id: str) -> CronRun:
+        """Ask the cron clock for a run of the job now and wait for its record."""
 
     def health(self) -> Health:
         """What /readyz checks."""

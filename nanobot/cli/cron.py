@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional
 
 import typer
 
 from nanobot.config import Config, ConfigError, load_config, nanobot_home
+from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.store import CronJob, CronStore
 from nanobot.database import open_database
 from nanobot.sqlite_file import HomeError
@@ -252,20 +252,17 @@ def run(
         if running_gateway_pid(nanobot_home()) is None:
             raise CliError(f"no gateway is running on {nanobot_home()}, so nothing would run job {job_id} or "
                            "deliver its output; start it (nanobot gateway, or the systemd service) and try again", 1)
-        previous = await store.runs(job_id, limit=1)
-        await store.request_run(job_id)
         if wait <= 0:
+            await store.request_run(job_id)
             typer.echo(f"Run of {job_id} requested; the running gateway starts it within about a second.")
             return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-            latest = await store.runs(job_id, limit=1)
-            if latest and (not previous or latest[0].id != previous[0].id):
-                typer.echo(f"{latest[0].status} ({latest[0].duration_ms} ms)\n{latest[0].output_excerpt}".rstrip())
-                if latest[0].status != "ok":
-                    raise CliError(f"job {job_id} ended with status {latest[0].status}", 1)
-                return
-        raise CliError(f"no run of {job_id} within {wait:g} s: is the gateway running? (the request stays queued)", 1)
+        try:
+            run = await RunRequests(store, poll_interval=0.2).run(job_id, wait)
+        except TimeoutError:
+            raise CliError(f"no run of {job_id} within {wait:g} s: is the gateway running? (the request stays "
+                           "queued)", 1) from None
+        typer.echo(f"{run.status} ({run.duration_ms} ms)\n{run.output_excerpt}".rstrip())
+        if run.status != "ok":
+            raise CliError(f"job {job_id} ended with status {run.status}", 1)
 
     _run(ctx, action)

@@ -4,7 +4,8 @@ The table is the schedule: each enabled job's row holds its ``next_run_at``, and
 loop claims the rows that came due (a conditional update moves ``next_run_at`` on to the
 trigger's next fire time; a row another clock already moved is not claimed again), then runs
 them. Between looks it sleeps until the earliest ``next_run_at``, at most ``poll_interval``,
-which is how jobs added, removed or asked to run by the CLI (another process) are seen.
+which is how jobs added, removed or asked to run elsewhere (the CLI, another worker) are
+seen; a run asked for now is a marked row too (nanobot.cron.run_requests).
 APScheduler's triggers compute the next times (nanobot.cron.schedule); nothing keeps a
 second copy of the schedule. What a job *does* is not decided here: an injected ``runner``
 executes it (the gateway runs code jobs in the sandbox and prompt jobs as agent turns).
@@ -25,6 +26,7 @@ from typing import Awaitable, Callable, Literal
 
 from nanobot import metrics
 from nanobot.cron import schedule
+from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.store import CronJob, CronStore, utcnow
 from nanobot.eventloop import cancel_and_wait
 
@@ -91,11 +93,12 @@ def _excerpt(text: str, limit: int = 200) -> str:
 
 
 class CronService:
-    def __init__(self, store: CronStore, runner: Runner, *, timezone: str = "UTC", grace_seconds: float = 3600,
-                 poll_interval: float = 1.0, on_notice: NoticeHook | None = None,
+    def __init__(self, requests: RunRequests, runner: Runner, *, timezone: str = "UTC",
+                 grace_seconds: float = 3600, poll_interval: float = 1.0, on_notice: NoticeHook | None = None,
                  validate_code: CodeValidator | None = None):
         self.timezone = schedule.zone(timezone).key  # fail fast on a bad configured zone
-        self.store = store
+        self.requests = requests  # runs asked for now; its ``asked`` wakes the clock
+        self.store = requests.store
         self._runner = runner
         self._grace = grace_seconds
         self._poll_interval = poll_interval
@@ -104,7 +107,6 @@ class CronService:
         self._running: set[str] = set()
         self._tasks: set[asyncio.Task] = set()
         self._clock: asyncio.Task | None = None
-        self._wake = asyncio.Event()  # a job added here: look again before the poll interval is up
         self._stopping = False
 
     # ---- lifecycle ------------------------------------------------------------------
@@ -128,24 +130,12 @@ class CronService:
                                expression=expression, timezone=timezone or self.timezone,
                                payload_kind=payload_kind, payload=payload, name=name, deliver_to=deliver_to,
                                validate_code=self._validate_code)
-        self._wake.set()  # it may come due before the clock's next look
+        self.requests.asked.set()  # it may come due before the clock's next look
         return job
 
     async def remove_job(self, job_id: str) -> None:
         if not await self.store.remove(job_id):
             raise ValueError(f"no cron job with id {job_id!r}")
-
-    async def run_now(self, job_id: str) -> RunOutcome:
-        """Run the job at once (enabled or not) and return how it went; its schedule is untouched."""
-        if await self.store.get(job_id) is None:
-            raise ValueError(f"no cron job with id {job_id!r}")
-        run = self._start_run(job_id, scheduled=False)
-        if run is None:
-            raise RuntimeError(f"cron job {job_id} is already running")
-        outcome = await run
-        if outcome is None:
-            raise RuntimeError(f"cron job {job_id} could not run")
-        return outcome
 
     async def list_jobs(self, owner_session: str | None = None) -> list[CronJob]:
         return await self.store.list(owner_session)
@@ -155,10 +145,10 @@ class CronService:
         while True:
             wait = await self._until_next_look()
             try:
-                await asyncio.wait_for(self._wake.wait(), wait)
+                await asyncio.wait_for(self.requests.asked.wait(), wait)
             except TimeoutError:
                 pass
-            self._wake.clear()
+            self.requests.asked.clear()
             try:
                 await self._tick()
             except Exception:  # a locked or briefly unavailable database: look again after a poll
@@ -224,31 +214,30 @@ class CronService:
                                 f"{due.isoformat(timespec='minutes')}: nanobot was not running.")
 
     # ---- running a job --------------------------------------------------------------
-    def _start_run(self, job_id: str, *, scheduled: bool) -> asyncio.Task[RunOutcome | None] | None:
-        """A task of ours runs the job (None: it is running already; this run is skipped). It
+    def _start_run(self, job_id: str, *, scheduled: bool) -> None:
+        """A task of ours runs the job, unless it is running already (this run is skipped). It
         counts as running from here: the clock must not take its cleared next time for a new job."""
         if self._stopping:
             raise RuntimeError("the cron service is stopping")
         if job_id in self._running:
             log.info("cron: job %s is still running; skipping this run", job_id)
-            return None
+            return
         self._running.add(job_id)
         task = asyncio.create_task(self._execute(job_id, scheduled=scheduled))
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
-        return task
 
     def _task_done(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
-        # Scheduled runs have no awaiting caller: surface a failure (e.g. a locked database) here.
+        # Runs have no awaiting caller: surface a failure (e.g. a locked database) here.
         if not task.cancelled() and task.exception() is not None:
             log.error("cron: a job run failed outside its runner", exc_info=task.exception())
 
-    async def _execute(self, job_id: str, *, scheduled: bool) -> RunOutcome | None:
+    async def _execute(self, job_id: str, *, scheduled: bool) -> None:
         try:
             job = await self.store.get(job_id)  # afresh: a payload edited since the claim is run as edited
             if job is None or (scheduled and not job.enabled):
-                return None  # removed or paused by another process since the claim
+                return  # removed or paused by another process since the claim
             started, t0 = utcnow(), time.perf_counter()
             try:
                 outcome = await self._runner(job)
@@ -264,7 +253,7 @@ class CronService:
             log.info("cron run %s (%s) kind=%s ms=%d status=%s%s", job_id, job.name, job.payload_kind, duration_ms,
                      outcome.status, "" if outcome.status == "ok" else f" error={_excerpt(outcome.output)!r}")
             await self._after_run(updated or job, outcome, one_shot_done=scheduled and job.schedule_kind == "at")
-            return outcome
+            self.requests.ran()  # after its notices: whoever asked for it sees the run whole
         finally:
             self._running.discard(job_id)
 

@@ -47,9 +47,10 @@ from nanobot.eventloop import cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.cluster.worker import ClusterWorker
+    from nanobot.gateway.cron_jobs import CronJobs
     from nanobot.health import Health
     from nanobot.database import Database
-    from nanobot.cron.service import RunOutcome
+    from nanobot.cron.store import CronRun
     from nanobot.session import Session
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,8 @@ class Gateway:
     the home's gateway, which may be running.
     """
 
-    def __init__(self, runtime: Runtime, *, scratch: Database | None = None, pace: Pace = Pace()) -> None:
+    def __init__(self, runtime: Runtime, *, scratch: Database | None = None, pace: Pace = Pace(),
+                 with_services: bool = False) -> None:
         rt = self.runtime = runtime
         self.config: Config = runtime.config
         self.bus: MessageBus = runtime.bus
@@ -119,19 +121,47 @@ class Gateway:
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, self.outbound,
                                      holder=self.cluster.router if self.cluster else None,
                                      typing_interval=pace.typing_s, stream_pace=self.config.channels.stream_pace)
+        # The cron scheduler: its runner asks us for turns (prompt jobs).
+        self.cron_jobs: CronJobs | None = self._cron_jobs() if with_services else None
         self.services: list[Service] = [] if self.terminal else [
             Pruner(self.delivery, self.singletons),  # prunes at once, then every 6 hours
             # Background tasks: one name per home alone (its last run's tasks are its own), the worker id among workers.
             TaskRunner(rt, self.intake.accept, self.cluster.id if self.cluster else "gateway",
-                       among_workers=self.cluster is not None)]
+                       among_workers=self.cluster is not None),
+            *self._daemon_services()]
         self._started_services: list[Service] = []
         self._intake: asyncio.Task[None] | None = None
         self._router: asyncio.Task[None] | None = None
         self._state_writer: asyncio.Task[None] | None = None
 
-    def add_service(self, service: Service) -> None:
-        """Start ``service`` after the channels are up and stop it at shutdown (before start())."""
-        self.services.append(service)
+    def _cron_jobs(self) -> CronJobs:
+        from nanobot.gateway import cron_jobs  # APScheduler: not loaded for the terminal chat
+
+        return cron_jobs.CronJobs(self.runtime, self.ask, self.channels.outgoing, self.singletons)
+
+    def _daemon_services(self) -> list[Service]:
+        """What lives and dies with the daemon (``with_services``): the cron scheduler, the terminal
+        socket, the API and the metrics, approval notices and the heartbeat."""
+        if self.cron_jobs is None:
+            return []
+        from nanobot.api.terminal import TerminalSocket
+        from nanobot.gateway.welcome import PairingWelcome
+        from nanobot.heartbeat import Heartbeat
+
+        gateway, heartbeat = self.config.gateway, self.config.gateway.heartbeat
+        services: list[Service] = [self.cron_jobs, TerminalSocket(self)]  # nanobot agent reaches us through it
+        if gateway.api.enabled:
+            from nanobot.api.server import ApiServer
+
+            services.append(ApiServer(self))
+        if gateway.metrics.enabled:
+            from nanobot.gateway.ops import OpsServer
+
+            services.append(OpsServer(self))
+        services.append(PairingWelcome(self.pairing, self.bus, self.channels.outgoing, self.singletons))
+        if heartbeat.enabled:
+            services.append(Heartbeat(self.runtime, heartbeat.interval_minutes * 60, self.singletons))
+        return services
 
     async def start(self) -> None:
         rt = self.runtime
@@ -210,8 +240,9 @@ class Gateway:
         await self.open_chat(chat)  # a private chat's trust reads its session
         return self.runtime.deps.chat_context(chat).workspace
 
-    async def run_cron_now(self, job_id: str) -> RunOutcome:
-        return await self.runtime.scheduler.run_now(job_id)
+    async def run_cron_now(self, job_id: str) -> CronRun:
+        limits = self.config.agents.defaults.code_runtime
+        return await self.runtime.cron_runs.run(job_id, limits.max_execution_ms / 1000 + 10)
 
     async def status_lines(self) -> list[str]:
         from nanobot.tools.shell import shell_status
@@ -278,32 +309,6 @@ async def _stop_service(service: Service) -> None:
         log.exception("error while stopping %r", service)
 
 
-def add_services(gateway: Gateway) -> None:
-    """The services that live and die with the gateway: the cron scheduler, approval notices and
-    the heartbeat."""
-    from nanobot.gateway.cron_jobs import CronJobs
-    from nanobot.gateway.welcome import PairingWelcome
-    from nanobot.heartbeat import Heartbeat
-
-    gateway.add_service(CronJobs(gateway.runtime, gateway.ask, gateway.channels.outgoing, gateway.singletons))
-    from nanobot.api.terminal import TerminalSocket
-
-    gateway.add_service(TerminalSocket(gateway))  # nanobot agent reaches this gateway through it
-    if gateway.config.gateway.api.enabled:
-        from nanobot.api.server import ApiServer
-
-        gateway.add_service(ApiServer(gateway))
-    if gateway.config.gateway.metrics.enabled:
-        from nanobot.gateway.ops import OpsServer
-
-        gateway.add_service(OpsServer(gateway))
-    gateway.add_service(PairingWelcome(gateway.runtime.deps.services.pairing, gateway.bus,
-                                       gateway.channels.outgoing, gateway.singletons))
-    heartbeat = gateway.config.gateway.heartbeat
-    if heartbeat.enabled:
-        gateway.add_service(Heartbeat(gateway.runtime, heartbeat.interval_minutes * 60, gateway.singletons))
-
-
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # SIGHUP: the terminal closed; stop cleanly
 
 
@@ -360,8 +365,7 @@ async def _serve(config: Config, stop: asyncio.Event) -> int:
     from nanobot.listener import ListenError  # aiohttp: the daemon's, not the terminal chat's
     watchdog: asyncio.Task[None] | None = None
     async with open_runtime(config) as runtime:
-        gateway = Gateway(runtime)
-        add_services(gateway)
+        gateway = Gateway(runtime, with_services=True)
         try:
             if not await _started_unless_stopped(gateway, stop):
                 log.info("gateway stopping before it was ready")

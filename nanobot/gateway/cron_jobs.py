@@ -124,11 +124,10 @@ class CronJobs:
         self.runner = JobRunner(runtime, ask, running_channels)
         self.singletons = singletons  # the gateway's: among workers, one holds the clock
         settings, limits = runtime.config.agents.defaults, runtime.config.agents.defaults.code_runtime
-        self.service = CronService(runtime.cron, self.runner, timezone=settings.timezone,
+        self.service = CronService(runtime.cron_runs, self.runner, timezone=settings.timezone,
                                    grace_seconds=runtime.config.gateway.cron_grace_seconds,
                                    poll_interval=poll_interval, on_notice=self.runner.notice,
                                    validate_code=lambda code: runtime.code.check(code, limits))
-        runtime.scheduler.service = self.service
         self._clock: asyncio.Task[None] | None = None
 
     async def start(self) -> None:

@@ -121,8 +121,14 @@ async def run_cron(ctx: ToolContext, job_id: str) -> dict:
         raise ValueError(f"no job {job_id!r} in this chat; list_cron() shows them")
     if job.payload_kind != "code":  # its turn would queue behind this one, which waits for it
         raise ValueError("only code jobs can be run from a chat; a message job runs as a turn at its time")
-    outcome = await ctx.needs_services("run_cron").scheduler.run_now(job_id)
-    return {"status": outcome.status, "output": outcome.output}
+    services = ctx.needs_services("run_cron")
+    if services.terminal:
+        raise RuntimeError("jobs run in the gateway (nanobot gateway), not in this terminal chat; to test a code "
+                           "job here, run its code directly")
+    # The job's own time limit, and the clock's look at the table (it may be another worker's).
+    wait = ctx.config.agent_for(job.owner_session).code_runtime.max_execution_ms / 1000 + 10
+    run = await services.cron_runs.run(job_id, wait)
+    return {"status": run.status, "output": run.output_excerpt}
 
 
 CRON_TOOLS = [schedule_cron, list_cron, remove_cron, run_cron]

@@ -1,7 +1,7 @@
 """The process's shared parts that tools use, built once by the Runtime.
 
 The tools layer owns these small interfaces, so it names nothing above it: the code executor
-(sandbox package) and the cron scheduler (gateway) satisfy them without tools importing them.
+(sandbox package) satisfies them without tools importing them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from nanobot.access import PairingStore
     from nanobot.bus import MessageBus
     from nanobot.config import CodeRuntime
-    from nanobot.cron.service import RunOutcome
+    from nanobot.cron.run_requests import RunRequests
     from nanobot.cron.store import CronStore
     from nanobot.database import Database
     from nanobot.session import Histories
@@ -27,11 +27,6 @@ class ProgramChecker(Protocol):
         """Why the program would not run (syntax, and types with typeCheck), or None."""
 
 
-class Scheduler(Protocol):
-    async def run_now(self, job_id: str) -> RunOutcome:
-        """Run a cron job once now, as the scheduler would; RuntimeError where none runs."""
-
-
 @dataclass(frozen=True)
 class Services:
     db: Database
@@ -40,7 +35,7 @@ class Services:
     tasks: TaskStore  # background tasks
     cron: CronStore  # the cron jobs (their rows are the schedule)
     programs: ProgramChecker  # checks a cron job's code when it is scheduled
-    scheduler: Scheduler  # run_cron's way to the scheduler (only the gateway runs one)
+    cron_runs: RunRequests  # run_cron's: the gateway's cron clock runs what is asked for
     announce: Announce  # one short line to the owner chat(s), always logged
     bus: MessageBus  # messages out (send_message, send_file) go onto it
     terminal: bool  # this process is the terminal chat (nanobot agent): it reaches no other chat
