@@ -130,12 +130,6 @@ def opened(root: Path, relative: str) -> Iterator[int]:
         os.close(fd)
 
 
-def fd_path(fd: int) -> str:
-    """A name for an open descriptor that a library (or a child given the same fd) can open:
-    it reaches the very file checked, not whatever the name points to now."""
-    return f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else f"/dev/fd/{fd}"
-
-
 def read_bytes(root: Path, relative: str, limit: int | None = None) -> bytes:
     """The whole file (ValueError past ``limit`` bytes)."""
     with opened(root, relative) as fd:

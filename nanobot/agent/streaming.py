@@ -37,10 +37,6 @@ TAKEN_BACK = "…"  # what a preview shows once its text turned out to be a work
 HOLD_CHARS = 280  # append-only streams, code mode: text shorter than this may still be a working note
 
 
-def visible_text(raw: str) -> str:
-    return _visible(raw)[0]
-
-
 def _visible(raw: str) -> tuple[str, bool]:
     """The visible text, and whether a program or call has begun (nothing after it is shown)."""
     text = _SAY.sub("", _THINK.sub("", raw))

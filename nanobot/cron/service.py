@@ -133,10 +133,6 @@ class CronService:
         self.requests.asked.set()  # it may come due before the clock's next look
         return job
 
-    async def remove_job(self, job_id: str) -> None:
-        if not await self.store.remove(job_id):
-            raise ValueError(f"no cron job with id {job_id!r}")
-
     async def list_jobs(self, owner_session: str | None = None) -> list[CronJob]:
         return await self.store.list(owner_session)
 

@@ -238,9 +238,6 @@ class ToolRegistry:
     def register(self, t: Tool) -> None:
         self._tools[t.name] = t
 
-    def unregister(self, name: str) -> None:
-        self._tools.pop(name, None)
-
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
