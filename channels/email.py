@@ -157,7 +157,8 @@ class EmailChannel(BaseChannel):
         if "IDLE" not in imap.protocol.capabilities:
             await _unless_lost(mailbox, asyncio.sleep(self.config.poll_seconds))
             return
-        idle = await imap.idle_start(timeout=IDLE_RENEW_S)
+        # The server may go between our last command and IDLE: its "+ idling" then never comes.
+        idle = await _unless_lost(mailbox, imap.idle_start(timeout=IDLE_RENEW_S))
         try:
             while True:
                 pushed = await _unless_lost(mailbox, imap.wait_server_push(timeout=IDLE_RENEW_S + 60))
@@ -321,6 +322,8 @@ async def _close(imap: aioimaplib.IMAP4, *, said_goodbye: bool = False) -> None:
     finally:
         if imap.protocol is not None and imap.protocol.transport is not None:
             imap.protocol.transport.close()
+        for task in list(imap.tasks):  # a command the server left unanswered as it went would wait for ever
+            task.cancel()
 
 
 def _said(response: Any) -> str:

@@ -8,6 +8,7 @@ import logging
 from email.message import EmailMessage
 from email.utils import make_msgid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import AsyncIterator
 
 import pytest
@@ -191,6 +192,38 @@ async def test_a_mailbox_outage_shows_in_status_and_mail_waits(llm: FakeOpenAI, 
         assert channels.state["email"] == "running"
 
 
+
+async def test_a_server_gone_as_idle_begins_is_seen_at_once(llm: FakeOpenAI, workspace: Path,
+                                                           smtp: SmtpReceiver) -> None:
+    """A server that goes between our last command and IDLE never says "+ idling": the reader
+    must see the closed connection, not wait for that answer for ever (a restart of Dovecot
+    at that moment once left the mailbox unread, and status saying "running")."""
+    async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"* OK [CAPABILITY IMAP4rev1 IDLE] ready\r\n")
+        while line := await reader.readline():
+            tag, _, command = line.decode().strip().partition(" ")
+            if command.startswith("CAPABILITY"):
+                writer.write(b"* CAPABILITY IMAP4rev1 IDLE\r\n")
+            elif command.startswith("SELECT"):
+                writer.write(b"* 0 EXISTS\r\n* OK [UIDVALIDITY 7] UIDs valid\r\n")
+            elif command.startswith("UID SEARCH"):
+                writer.write(b"* SEARCH\r\n")
+            writer.write(f"{tag} OK done\r\n".encode())
+            if command.startswith("UID SEARCH"):  # shut down as the reader is about to say IDLE
+                writer.write(b"* BYE Server shutting down.\r\n")
+                await writer.drain()
+                await reader.readline()  # its IDLE
+                server.close()  # no more connections either: the outage lasts
+                writer.close()
+                return
+
+    server = await asyncio.start_server(session, "127.0.0.1", 0)
+    going = SimpleNamespace(user="bot@example.org", password="secret", port=server.sockets[0].getsockname()[1])
+    pace = fast_pace(adapters={"email": {"retry_s": (0.1,), "imap_timeout_s": 1.0}})
+    async with running_gateway(email_config(llm, workspace, going, smtp), pace=pace) as gateway:
+        async with asyncio.timeout(10):
+            while "mailbox is unreachable" not in gateway.channels.state["email"]:
+                await asyncio.sleep(0.05)
 
 async def test_a_mailbox_down_at_start_is_read_once_it_is_back(llm: FakeOpenAI, workspace: Path, imap: Dovecot,
                                                                smtp: SmtpReceiver) -> None:
