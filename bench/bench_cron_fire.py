@@ -62,7 +62,7 @@ async def main() -> None:
 
 
 def _ctx(rt):
-    return rt.deps.chat_context("cron:warmup")
+    return rt.chat_context("cron:warmup")
 
 
 if __name__ == "__main__":

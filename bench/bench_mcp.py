@@ -56,7 +56,7 @@ async def call_overhead(label: str, server: McpServer, workspace: Path, llm: Fak
             start = time.perf_counter()
             await connection.call("get_note", {"note_id": 1})
             raw.append((time.perf_counter() - start) * 1000)
-        ctx = rt.deps.chat_context("cli:bench")
+        ctx = rt.chat_context("cli:bench")
         program = f"for i in range({CALLS_PER_PROGRAM}):\n    notes_get_note(1)\n"
         empty = f"for i in range({CALLS_PER_PROGRAM}):\n    pass\n"
         limits = rt.config.agents.defaults.code_runtime.model_copy(update={"persist_state": False})
@@ -81,7 +81,7 @@ async def prompt_tokens(workspace: Path, llm: FakeOpenAI) -> None:
     servers = {name: stdio("--many", "20") for name in ("tracker", "mail", "calendar")}  # 3 x 30 tools
     async with open_runtime(config_for(llm.base_url, workspace, servers)) as rt:
         await rt.mcp.ensure_started()
-        ctx = rt.deps.chat_context("cli:bench")
+        ctx = rt.chat_context("cli:bench")
         builtin = count(code_stubs(rt.tools, header=False, ctx=ctx, budgeted=False).split("\ndef tracker_")[0])
         full = count(code_stubs(rt.tools, header=False, ctx=ctx)) - builtin
         listed = count(code_stubs(rt.tools, header=False, ctx=ctx, budgeted=True)) - builtin

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, AsyncIterator
@@ -30,15 +30,12 @@ from nanobot.session_rows import DatabaseSessionStore
 from nanobot.skills import read_skill, skills_prompt
 from nanobot.tools.builtin import default_registry
 from nanobot.sandbox.executor import CodeExecutor
-from nanobot.tools.services import Services
 from nanobot.trust import owner_chat
 from nanobot.tasks import TaskStore
 from nanobot.usage import UsageStore
 
 if TYPE_CHECKING:
     from nanobot.database import Database
-    from nanobot.mcp.servers import McpServers
-    from nanobot.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
 
@@ -66,38 +63,23 @@ def workspace_ready(config: Config) -> bool:
     return created
 
 
-@dataclass
-class Runtime:
-    """Everything a turn needs, started, and whole when built (``open_runtime`` builds it)."""
+@dataclass(kw_only=True)
+class Runtime(AgentDeps):
+    """The process's one assembly: the parts an agent and its tools use (``AgentDeps``), the
+    agent built on them, and what this process is; started, and whole when built
+    (``open_runtime`` builds it)."""
 
-    config: Config
-    bus: MessageBus
-    provider: Provider
-    db: Database
-    usage: UsageStore
-    sessions: Histories
-    tasks: TaskStore
-    cron: CronStore
-    cron_runs: RunRequests  # runs asked for now, which the gateway's cron clock takes
-    tools: ToolRegistry
-    code: CodeExecutor
-    mcp: McpServers | None
-    deps: AgentDeps
-    agent: Agent
-    notices: OwnerNotices
     shared: bool  # the store is PostgreSQL: this process may be one worker of several
-    terminal: bool  # this process is the terminal chat (nanobot agent), not the home's gateway
     workspace_created: bool  # this start made the workspace from the template (it was missing)
     status_changed: Changed  # set when a provider's cooldown or an MCP server's state changes
+    agent: Agent = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.agent = Agent(self)
 
     @property
     def home(self) -> Path:
         return self.config.home
-
-    async def announce(self, text: str) -> None:
-        """Tell the owner, in one line, about a change that steers the assistant (always logged;
-        at most one message a minute: ``OwnerNotices``)."""
-        await self.notices.announce(text)
 
 
 @asynccontextmanager
@@ -147,14 +129,10 @@ async def _build(config: Config, provider: Provider, terminal: bool, db: Databas
 
         mcp = McpServers(config, tools, config.home / "logs", status_changed)
     notices = OwnerNotices(partial(_to_owner, config, None if terminal else bus))
-    services = Services(db=db, sessions=sessions, pairing=pairing, tasks=tasks, cron=cron, programs=code,
-                        cron_runs=cron_runs, announce=notices.announce, bus=bus, terminal=terminal)
-    deps = AgentDeps(config=config, provider=provider, tools=tools, sessions=sessions, services=services, code=code,
-                     usage=usage, mcp=mcp, system_extras=(skills_prompt,))
-    return Runtime(config=config, bus=bus, provider=provider, db=db, usage=usage, sessions=sessions, tasks=tasks,
-                   cron=cron, cron_runs=cron_runs, tools=tools, code=code, mcp=mcp, deps=deps, agent=Agent(deps),
-                   notices=notices, shared=shared, terminal=terminal, workspace_created=workspace_created,
-                   status_changed=status_changed)
+    return Runtime(config=config, provider=provider, tools=tools, sessions=sessions, code=code, db=db,
+                   pairing=pairing, tasks=tasks, cron=cron, cron_runs=cron_runs, bus=bus, notices=notices,
+                   terminal=terminal, usage=usage, mcp=mcp, system_extras=(skills_prompt,), shared=shared,
+                   workspace_created=workspace_created, status_changed=status_changed)
 
 
 async def _to_owner(config: Config, bus: MessageBus | None, text: str) -> None:

@@ -216,7 +216,7 @@ async def test_use_skill_in_a_stateless_run_as_cron_jobs_have(llm: FakeOpenAI, w
 
     async with open_runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
         limits = rt.config.agents.defaults.code_runtime.model_copy(update={"persist_state": False})
-        ctx = ToolContext(rt.config, workspace, "telegram:1", OWNER, services=rt.deps.services)
+        ctx = ToolContext(rt.config, workspace, "telegram:1", OWNER, services=rt)
         ok = await rt.code.run("use_skill('summarize')\nlen(chunk_text('y' * 25, 10, 0))", ctx, limits=limits,
                                timezone="UTC", mode="cron")
         bad = await rt.code.run("use_skill('nope')", ctx, limits=limits, timezone="UTC", mode="cron")

@@ -60,8 +60,8 @@ async def test_remove_only_in_the_owning_chat(workspace: Path, home: Path) -> No
         async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
             from nanobot.tools.registry import ToolContext
 
-            mine = ToolContext(rt.config, workspace, "telegram:1", OWNER, services=rt.deps.services)
-            other = ToolContext(rt.config, workspace, "telegram:2", OWNER, services=rt.deps.services)
+            mine = ToolContext(rt.config, workspace, "telegram:1", OWNER, services=rt)
+            other = ToolContext(rt.config, workspace, "telegram:2", OWNER, services=rt)
             job_id = await rt.tools.call("schedule_cron", {"expression": "every 5m", "message": "stretch!"}, mine)
             with pytest.raises(ValueError, match="no job"):
                 await rt.tools.call("remove_cron", {"job_id": job_id}, other)

@@ -185,7 +185,7 @@ async def test_a_runtime_given_its_own_home_guards_that_home(llm, tmp_path):
     async with open_runtime(config, home=other) as rt:
         (other / "config.json").write_text('{"apiKey": "CANARY-other-home"}')
         await rt.sessions.open("cli:x")
-        ctx = rt.deps.chat_context("cli:x")
+        ctx = rt.chat_context("cli:x")
         with pytest.raises(PermissionError, match="NANOBOT_HOME"):
             await rt.tools.call("read_file", {"path": str(other / "config.json")}, ctx)
         assert rt.config.workspace_path == ws.resolve() and (other / "nanobot.db").exists()

@@ -121,7 +121,7 @@ async def test_a_flood_of_strangers_costs_no_writes_past_the_pairing_rate(
             tg.push_text(uid, uid, "let me in", username=None)
         tg.push_text(ALICE, ALICE, "ping")  # behind 300 strangers in Telegram's queue
         await tg.wait_until(lambda: "pong" in texts(tg, ALICE), timeout=15)
-        store = gateway.runtime.deps.services.pairing
+        store = gateway.runtime.pairing
         pending = len(await store.pending())
     codes = [m for m in tg.sent if m["chat_id"] >= 10_000]
     assert len(codes) == PairingPolicy().codes_per_minute == 10  # the rest: no code, no database row
@@ -138,7 +138,7 @@ async def test_a_denied_stranger_gets_no_new_code(config: Config, tg: FakeTelegr
         code = re.search(r"nanobot pairing approve (\w+)", texts(tg, BOB + 1)[0]).group(1)
         result = await asyncio.to_thread(CliRunner().invoke, app, ["pairing", "deny", code])
         assert result.exit_code == 0 and "Denied telegram user 78" in result.output
-        store = gateway.runtime.deps.services.pairing
+        store = gateway.runtime.pairing
         assert await store.request("telegram", str(BOB + 1), "eve") is None  # even after the quiet period
         assert await store.pending() == [] and isinstance(store.policy, PairingPolicy)
 

@@ -35,7 +35,7 @@ async def test_messages_per_turn_are_capped(config: Config) -> None:
     config.providers["openai"].api_key = "unused"
     async with open_runtime(config) as rt:
         await rt.sessions.open("telegram:42")
-        ctx = rt.deps.chat_context("telegram:42")
+        ctx = rt.chat_context("telegram:42")
         for i in range(3):
             await call(ctx, "send_message", content=f"m{i}")
         with pytest.raises(PermissionError, match="at most 3 messages per turn"):
@@ -74,7 +74,7 @@ async def test_cron_from_chat_has_a_minimum_interval_and_a_per_chat_cap(llm: Fak
     config.gateway.max_cron_jobs_per_chat = 2
     async with open_runtime(config) as rt:
         await rt.sessions.open("telegram:42")
-        ctx = rt.deps.chat_context("telegram:42")
+        ctx = rt.chat_context("telegram:42")
         with pytest.raises(ValueError, match="at most once a minute"):
             await rt.tools.call("schedule_cron", {"expression": "every 30s", "code": "print(1)"}, ctx)
         for _ in range(2):
@@ -82,7 +82,7 @@ async def test_cron_from_chat_has_a_minimum_interval_and_a_per_chat_cap(llm: Fak
         with pytest.raises(PermissionError, match="2 scheduled jobs already"):
             await rt.tools.call("schedule_cron", {"expression": "every 1h", "code": "print(1)"}, ctx)
         await rt.sessions.open("telegram:43")
-        other = rt.deps.chat_context("telegram:43")  # another chat has its own allowance
+        other = rt.chat_context("telegram:43")  # another chat has its own allowance
         await rt.tools.call("schedule_cron", {"expression": "every 1h", "code": "print(1)"}, other)
 
 

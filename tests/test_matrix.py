@@ -116,7 +116,7 @@ async def test_a_direct_chat_is_answered_and_is_the_owners(llm: FakeOpenAI, work
         await owner.read_until(lambda seen: owner.shown() == ["**Hello** there"])  # streamed, then the whole
         final = owner.seen[-1]["content"].get("m.new_content") or owner.seen[-1]["content"]
         assert final["formatted_body"] == "<p><strong>Hello</strong> there</p>"
-        assert asked(llm) == ["hi bot"] and gateway.runtime.deps.trust(f"matrix:{room}") == "owner"
+        assert asked(llm) == ["hi bot"] and gateway.runtime.trust(f"matrix:{room}") == "owner"
         assert gateway.channels.state["matrix"] == "running"
 
 
@@ -145,7 +145,7 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(
         await friend.say(room, "what is up?", mention=bot)
         await owner.read_until(lambda seen: any(e["sender"] == bot for e in seen))
         assert asked(llm) == ["what is up?"]
-        assert gateway.runtime.deps.trust(f"matrix:{room}") == "member"  # three people: no owner chat
+        assert gateway.runtime.trust(f"matrix:{room}") == "member"  # three people: no owner chat
 
 
 async def test_history_from_before_the_bot_joined_is_not_answered(

@@ -102,7 +102,7 @@ final_answer(out)
     assert values[4] == "RuntimeError: notes_fail: Error executing tool fail: disk full"
     assert values[5].startswith("TimeoutError: notes_slow: no answer within 2 s") and "cancelled" in values[5]
     assert "no note 99" in values[6]
-    counts = json.loads(await rt.tools.call("notes_count_calls", {}, rt.deps.chat_context("cli:mcp")))
+    counts = json.loads(await rt.tools.call("notes_count_calls", {}, rt.chat_context("cli:mcp")))
     assert counts["cancelled"] == 1  # the server was told to stop the timed-out call
 
 
@@ -182,7 +182,7 @@ async def test_member_chats_reach_no_server_unless_allowed(llm: FakeOpenAI, work
 
 async def test_a_crashed_server_is_unavailable_then_restarted(rt: Runtime, llm: FakeOpenAI) -> None:
     await rt.sessions.open("cli:mcp")
-    ctx = rt.deps.chat_context("cli:mcp")
+    ctx = rt.chat_context("cli:mcp")
     rt.mcp.connections["notes"].restart_first_s = 0.05
     with pytest.raises(RuntimeError, match="MCP server 'notes' is not available"):
         await rt.tools.call("notes_crash", {}, ctx)
@@ -308,7 +308,7 @@ async def test_stop_cancels_an_mcp_call_in_flight(rt: Runtime, llm: FakeOpenAI) 
     try:
         asked = asyncio.create_task(gateway.dispatcher.ask(InboundMessage("cli", "mcp", "owner", "wait for it")))
         await rt.sessions.open("cli:mcp")
-        ctx = rt.deps.chat_context("cli:mcp")
+        ctx = rt.chat_context("cli:mcp")
         async with asyncio.timeout(10):
             while '"count": 1' not in await rt.tools.call("notes_count_calls", {}, ctx):
                 await asyncio.sleep(0.02)

@@ -31,7 +31,7 @@ async def ctx(config: Config, workspace: Path) -> AsyncIterator[ToolContext]:
     config.providers["openai"].api_key = "unused"  # no model is called here
     async with open_runtime(config) as rt:
         await rt.sessions.open(CURRENT)  # every path into a chat opens it first
-        yield rt.deps.chat_context(CURRENT)
+        yield rt.chat_context(CURRENT)
 
 
 async def send(ctx: ToolContext, **args: str) -> str:
@@ -88,7 +88,7 @@ async def test_the_terminal_chat_reaches_only_itself(config: Config) -> None:
     config.providers["openai"].api_key = "unused"
     async with open_runtime(config, terminal=True) as rt:
         await rt.sessions.open("cli:default")
-        ctx = rt.deps.chat_context("cli:default")
+        ctx = rt.chat_context("cli:default")
         assert await send(ctx, content="look here") == "Message sent to cli:default."
         assert sent(ctx) == [("cli:default", "look here")]
         with pytest.raises(RuntimeError, match="nanobot gateway"):

@@ -136,7 +136,7 @@ async def test_a_home_moves_into_postgresql_and_the_chat_goes_on(pg_url: str, ll
     async with open_runtime(load_config()[0]) as rt:  # a week of use in the embedded store
         await rt.agent.handle("telegram:5", "I like tea")
         await rt.agent.handle("telegram:5", "remember x", mode="code")
-        await rt.deps.services.pairing.request("discord", "77", "zed")
+        await rt.pairing.request("discord", "77", "zed")
         await (await ApiKeys.open(rt.db)).add("phone")
         await (await CronStore.open(rt.db)).add(name="n", owner_session="telegram:5", schedule_kind="every", expression="3600",
                                    timezone="UTC", payload_kind="code", payload="print(1)")
@@ -156,7 +156,7 @@ async def test_a_home_moves_into_postgresql_and_the_chat_goes_on(pg_url: str, ll
         records = await rt.sessions.records("telegram:5")
         assert [j.name for j in await CronStore(rt.db).list()] == ["n"]
         assert (await TaskStore(rt.db).get(task.id)).task == "sum the receipts"  # type: ignore[union-attr]
-        assert [r.sender_id for r in await rt.deps.services.pairing.pending()] == ["77"]
+        assert [r.sender_id for r in await rt.pairing.pending()] == ["77"]
         assert await rt.agent.handle("telegram:5", "what do I like? and x+1?", mode="code") == "tea, and x is 42"
     assert exported_home[1].splitlines() == [json.dumps(r, ensure_ascii=False) for r in records]
     asked = [m["content"] for m in llm.chat_requests[-1]["messages"] if m["role"] == "user"]

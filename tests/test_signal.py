@@ -48,7 +48,7 @@ async def test_a_direct_message_is_answered_and_is_an_owner_chat(llm: FakeOpenAI
         sent = await signal.wait_sent(1)
         assert sent[0]["recipient"] == [OWNER] and sent[0]["message"] == "hello back"
         assert asked(llm) == ["hi there"]
-        assert gateway.runtime.deps.trust(f"signal:{OWNER}") == "owner"
+        assert gateway.runtime.trust(f"signal:{OWNER}") == "owner"
         assert gateway.channels.state["signal"] == "running"
 
 
@@ -73,7 +73,7 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(llm: FakeO
         sent = await signal.wait_sent(1)
         assert sent[0]["groupId"] == "R1" and "recipient" not in sent[0]
         assert asked(llm) == ["what is up?"]  # the mention mark is gone; the unmentioned one unread
-        assert gateway.runtime.deps.trust("signal:group.R1") == "member"  # a group is no owner chat
+        assert gateway.runtime.trust("signal:group.R1") == "member"  # a group is no owner chat
 
 
 async def test_a_dropped_stream_is_read_again_and_nothing_is_answered_twice(

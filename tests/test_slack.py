@@ -52,7 +52,7 @@ async def test_a_dm_is_answered_in_place_and_is_an_owner_chat(llm: FakeOpenAI, w
         shown = await slack.wait_shown("*Hello* Ada, see <https://example.org|docs>.")  # mrkdwn, not Markdown
         assert shown["channel"] == "D1" and "thread_ts" not in shown
         assert said(llm) == "hi there"
-        assert gateway.runtime.deps.trust("slack:D1") == "owner"
+        assert gateway.runtime.trust("slack:D1") == "owner"
         assert slack.acks  # the envelope was acknowledged (after it was recorded)
 
 
@@ -69,7 +69,7 @@ async def test_in_a_channel_a_mention_is_answered_in_its_thread_once(llm: FakeOp
         await slack.wait_posted(2)
         history = await gateway.runtime.sessions.open(f"slack:C1:{event['ts']}")
         assert [m["content"] for m in history.messages if m["role"] == "user"] == ["what is up?", "and now?"]
-        assert gateway.runtime.deps.trust(f"slack:C1:{event['ts']}") == "member"  # a channel is no owner chat
+        assert gateway.runtime.trust(f"slack:C1:{event['ts']}") == "member"  # a channel is no owner chat
         await slack.push_message("C1", STRANGER, "<@UBOT> let me in", mention=True)
         await slack.wait_until(lambda: len(slack.acks) >= 6)
         assert len(slack.posted) == 2  # a stranger in a channel gets nothing at all

@@ -120,7 +120,7 @@ async def _spawn(config: Config, turn) -> str:  # noqa: ANN001
     from nanobot.tools.registry import ToolContext
 
     async with open_runtime(config) as rt:
-        ctx = ToolContext(config, config.workspace_path, f"telegram:{ALICE}", OWNER, services=rt.deps.services,
+        ctx = ToolContext(config, config.workspace_path, f"telegram:{ALICE}", OWNER, services=rt,
                           guard=turn)
         return await rt.tools.call("spawn", {"task": "x"}, ctx)
 
@@ -182,7 +182,7 @@ async def test_task_limits_count_per_key_and_members_leave_the_owner_a_share(con
     tasks.max_total, tasks.max_per_chat = 4, 2  # members together: 2
     async with open_runtime(config) as rt:
         async def spawn(chat: str, trust: str = MEMBER) -> str:
-            ctx = ToolContext(config, config.workspace_path, chat, trust, services=rt.deps.services)
+            ctx = ToolContext(config, config.workspace_path, chat, trust, services=rt)
             try:
                 return await rt.tools.call("spawn", {"task": "x"}, ctx)
             except PermissionError as exc:

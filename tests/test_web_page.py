@@ -254,7 +254,7 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
     await (await CronStore.open(rt.db)).add(name="tea timer", owner_session="api:ada", schedule_kind="cron",
                                             expression="0 9 * * 1-5", timezone="UTC", payload_kind="code",
                                             payload="print('tea is ready')")
-    await rt.deps.services.pairing.request("telegram", "555", "carol")
+    await rt.pairing.request("telegram", "555", "carol")
     await rt.usage.record_call("api:ada", "tools", "small-model", 100, 20, cost=0.25)
     await rt.usage.record_call("api:bob", "tools", "big-model", 100, 20, cost=1.5, cached_tokens=64)
     async with browser_page() as page:
@@ -286,7 +286,7 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
         assert "GB free" in await page.locator("#status-list").inner_text()
         await no_serious_violations(page)
     job = (await (await CronStore.open(rt.db)).list())[0]
-    assert not job.enabled and await rt.deps.services.pairing.is_paired("telegram", "555")
+    assert not job.enabled and await rt.pairing.is_paired("telegram", "555")
 
 
 @needs_browser

@@ -57,7 +57,7 @@ async def test_a_message_is_answered_and_the_owner_is_known_by_wa_id(llm: FakeOp
         assert wa.typing[0]["message_id"].startswith("wamid.")  # their message read, typing shown
         sent = await wa.wait_sent(1)
         assert sent[0]["to"] == OWNER and sent[0]["text"]["body"] == "hello back"
-        assert asked(llm) == ["hi there"] and gateway.runtime.deps.trust(f"whatsapp:{OWNER}") == "owner"
+        assert asked(llm) == ["hi there"] and gateway.runtime.trust(f"whatsapp:{OWNER}") == "owner"
 
 
 async def test_a_profile_name_is_no_identity(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:

@@ -289,7 +289,7 @@ async def test_an_approved_user_is_welcomed_once_whatever_the_number_of_workers(
     monkeypatch.setattr(PairingWelcome, "every_seconds", 0.05)
     configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2, 3)]
     async with workers(configs, with_services=True) as gateways:
-        pairing = gateways["w3"].runtime.deps.services.pairing
+        pairing = gateways["w3"].runtime.pairing
         code = await pairing.request("telegram", "77", "mallory", "77")
         await pairing.approve(code)
         await tg.wait_sent(1, timeout=10)

@@ -189,7 +189,7 @@ async def budget_text(agent: Agent, session_key: str) -> str:
 async def tasks_text(agent: Agent, session_key: str) -> str:
     """``/tasks``: the chat's background tasks (id, label, state, age, model calls; cost for owners)."""
     from nanobot.chat_names import task_key
-    tasks = await agent.deps.services.tasks.of_chat(session_key, limit=10)
+    tasks = await agent.deps.tasks.of_chat(session_key, limit=10)
     if not tasks:
         return "No background tasks in this chat (the model starts them with spawn)."
     owner = agent.deps.trust(session_key) == OWNER
@@ -203,7 +203,7 @@ async def tasks_text(agent: Agent, session_key: str) -> str:
 
 
 async def stop_task(agent: Agent, session_key: str, task_id: str) -> str:
-    task = await agent.deps.services.tasks.request_stop(session_key, task_id)
+    task = await agent.deps.tasks.request_stop(session_key, task_id)
     if task is None or task.chat != session_key:
         return f"No background task {task_id!r} in this chat; /tasks lists them."
     if task.state not in ("queued", "running"):

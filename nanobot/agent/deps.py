@@ -21,7 +21,13 @@ if TYPE_CHECKING:
     from nanobot.sandbox.executor import CodeExecutor
     from nanobot.session import Histories
     from nanobot.tools.registry import ToolRegistry
-    from nanobot.tools.services import Services
+    from nanobot.access import PairingStore
+    from nanobot.bus import MessageBus
+    from nanobot.cron.run_requests import RunRequests
+    from nanobot.cron.store import CronStore
+    from nanobot.database import Database
+    from nanobot.notices import OwnerNotices
+    from nanobot.tasks import TaskStore
     from nanobot.usage import UsageStore
 
 PromptSection = Callable[[ToolContext], str]  # an extra system-prompt section, for one chat
@@ -29,18 +35,30 @@ PromptSection = Callable[[ToolContext], str]  # an extra system-prompt section, 
 
 @dataclass
 class AgentDeps:
-    """Everything an agent needs, built once by the Runtime."""
+    """Everything an agent and its tools need, built once by the Runtime (the tools see it as
+    ``nanobot.tools.services.Services``)."""
 
     config: Config
     provider: Provider
     tools: ToolRegistry
     sessions: Histories
-    services: Services
-    code: CodeExecutor  # runs the chat's programs (code and hybrid mode)
+    code: CodeExecutor  # runs the chat's programs (code and hybrid mode), checks a cron job's
+    db: Database
+    pairing: PairingStore
+    tasks: TaskStore  # background tasks
+    cron: CronStore  # the cron jobs (their rows are the schedule)
+    cron_runs: RunRequests  # run_cron's: the gateway's cron clock runs what is asked for
+    bus: MessageBus  # messages out (send_message, send_file) go onto it
+    notices: OwnerNotices  # one short line to the owner chat(s)
+    terminal: bool  # this process is the terminal chat (nanobot agent): it reaches no other chat
     usage: UsageStore | None = None
     mcp: McpServers | None = None  # the configured MCP servers, if any (their tools are in the registry)
     api_owners: OwnerKeys = field(default_factory=OwnerKeys)  # owner API keys' names, kept current by the API
     system_extras: tuple[PromptSection, ...] = ()  # extra system-prompt sections (the skills list)
+
+    async def announce(self, text: str) -> None:
+        """Tell the owner, in one line (always logged; at most one message a minute)."""
+        await self.notices.announce(text)
 
     def trust(self, session_key: str) -> Trust:
         """Whether a chat is the owner's or a member's (``nanobot.trust``)."""
@@ -55,7 +73,7 @@ class AgentDeps:
             root.mkdir(parents=True, exist_ok=True)
         chat = parent_chat(session_key)
         return ToolContext(config=self.config, workspace=root, session_key=chat,
-                           services=self.services, trust=trust, origin="task" if chat != session_key else "user",
+                           services=self, trust=trust, origin="task" if chat != session_key else "user",
                            state_key=session_key)
 
     def _peer(self, session_key: str) -> Identity | None:

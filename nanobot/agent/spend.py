@@ -88,7 +88,7 @@ async def _tell_owner_once(deps: AgentDeps, session_key: str, spent: float, budg
     today = datetime.now(ZoneInfo(deps.config.agents.defaults.timezone)).date().isoformat()
     if deps.usage.budget_notice_day != today and not session_key.startswith("cli:"):
         deps.usage.budget_notice_day = today
-        await deps.services.announce(f"Today's model budget is spent (${spent:.2f} of ${budget:.2f}, "
+        await deps.announce(f"Today's model budget is spent (${spent:.2f} of ${budget:.2f}, "
                                      "agents.defaults.dailyBudgetUsd): no model calls until midnight.")
 
 

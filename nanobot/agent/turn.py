@@ -212,7 +212,7 @@ class Turn:
         system = build_system_prompt(self.deps.config.workspace_path, self.mode.prompt_section(self),
                                      "\n\n".join(extra(self.ctx) for extra in self.deps.system_extras),
                                      chat_root=self.ctx.workspace, owner=self.ctx.trust == OWNER,
-                                     chat=self.session.key, gateway=not self.deps.services.terminal)
+                                     chat=self.session.key, gateway=not self.deps.terminal)
         history = prompt_history(self.session, self.settings.memory_window)  # the part not yet in memory/
         self.state.messages = [{"role": "system", "content": system}, *history]
         self.state.history_len = len(history)

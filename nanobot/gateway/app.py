@@ -99,7 +99,7 @@ class Gateway:
         # What the API, the page and the terminal socket see of the runtime (nanobot.api.front_door).
         self.home, self.db, self.usage, self.agent = runtime.home, runtime.db, runtime.usage, runtime.agent
         self.cron = runtime.cron
-        self.pairing, self.api_owners = runtime.deps.services.pairing, runtime.deps.api_owners
+        self.pairing, self.api_owners = runtime.pairing, runtime.api_owners
         among_workers = rt.shared and not self.terminal  # PostgreSQL: one worker of several (nanobot.cluster)
         self.delivery = DeliveryStore(scratch or rt.db, worker_id(self.config.gateway) if among_workers else None)
         self.pace, self.key_refresh_s = pace, pace.key_refresh_s
@@ -110,7 +110,7 @@ class Gateway:
         self.singletons: Singletons = self.cluster.singletons if self.cluster else Alone()
         self.intake = DurableIntake(self.delivery, self.bus, self.cluster.router if self.cluster else None)
         self._ctx = ChannelContext(intake=self.intake,
-                                   access=AccessGate(rt.deps.services.pairing, notify_owner=rt.announce),
+                                   access=AccessGate(rt.pairing, notify_owner=rt.announce),
                                    workspace=self.config.workspace_path,
                                    max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
                                    chat_root=self._chat_root, singletons=self.singletons,
@@ -238,7 +238,7 @@ class Gateway:
 
     async def chat_folder(self, chat: str) -> Path:
         await self.open_chat(chat)  # a private chat's trust reads its session
-        return self.runtime.deps.chat_context(chat).workspace
+        return self.runtime.chat_context(chat).workspace
 
     async def run_cron_now(self, job_id: str) -> CronRun:
         limits = self.config.agents.defaults.code_runtime

@@ -75,7 +75,7 @@ class JobRunner:
         # The job runs with the rights of the chat that owns it; its target is "this chat" for
         # its functions (send_message, list_cron...).
         await rt.sessions.open(job.owner_session)
-        ctx = replace(rt.deps.chat_context(job.owner_session), session_key=job.target, origin="cron")
+        ctx = replace(rt.chat_context(job.owner_session), session_key=job.target, origin="cron")
         sent: list[str] = []
         final: list[str] = []
 

@@ -39,7 +39,7 @@ async def _store(ctx: ToolContext):
 async def _validator(ctx: ToolContext):
     if ctx.services is None:
         return None
-    programs = ctx.services.programs
+    programs = ctx.services.code
     limits = ctx.config.agent_for(ctx.session_key).code_runtime
 
     async def validate(program: str) -> str | None:
