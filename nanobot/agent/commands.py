@@ -169,7 +169,7 @@ async def budget_text(agent: Agent, session_key: str) -> str:
     config, usage = agent.deps.config, agent.deps.usage
     settings = config.agents.defaults
     share = config.member_budget_usd()
-    if settings.daily_budget_usd is None and share is None or usage is None:
+    if settings.daily_budget_usd is None and share is None:
         return "No daily budget is set (agents.defaults.dailyBudgetUsd)."
     since = start_of_today(settings.timezone)
     spent, members = await usage.cost_since(since), await usage.cost_since(since, members=True)

@@ -51,7 +51,7 @@ class AgentDeps:
     bus: MessageBus  # messages out (send_message, send_file) go onto it
     notices: OwnerNotices  # one short line to the owner chat(s)
     terminal: bool  # this process is the terminal chat (nanobot agent): it reaches no other chat
-    usage: UsageStore | None = None
+    usage: UsageStore  # every model call, its tokens and cost
     mcp: McpServers | None = None  # the configured MCP servers, if any (their tools are in the registry)
     api_owners: OwnerKeys = field(default_factory=OwnerKeys)  # owner API keys' names, kept current by the API
     system_extras: tuple[PromptSection, ...] = ()  # extra system-prompt sections (the skills list)

@@ -60,8 +60,6 @@ async def check_budget(deps: AgentDeps, request: ChatRequest, session_key: str, 
 
 async def check_spend(deps: AgentDeps, coming: float, session_key: str, *, member: bool) -> None:
     """``check_budget`` for a call that will cost about ``coming`` USD."""
-    if deps.usage is None:
-        return
     settings = deps.config.agents.defaults
     since = start_of_today(settings.timezone)
     after_midnight = f"I can answer again after midnight ({settings.timezone})"
@@ -84,7 +82,6 @@ async def check_spend(deps: AgentDeps, coming: float, session_key: str, *, membe
 async def _tell_owner_once(deps: AgentDeps, session_key: str, spent: float, budget: float) -> None:
     """The owner hears once a day, unless the one asking is the owner at the terminal (the reply
     says it, and a notice per ``nanobot agent`` run would repeat in the log)."""
-    assert deps.usage is not None
     today = datetime.now(ZoneInfo(deps.config.agents.defaults.timezone)).date().isoformat()
     if deps.usage.budget_notice_day != today and not session_key.startswith("cli:"):
         deps.usage.budget_notice_day = today
@@ -109,7 +106,6 @@ async def metered_chat(deps: AgentDeps, request: ChatRequest, *, session_key: st
 async def _call(deps: AgentDeps, request: ChatRequest, session_key: str, mode: str, purpose: str,
                 member: bool) -> LLMResponse:
     """The call, recorded in usage and metrics whether it worked or not."""
-    usage = deps.usage
     try:
         response = await deps.provider.chat(request)
     except ProviderError as exc:
@@ -121,10 +117,9 @@ async def _call(deps: AgentDeps, request: ChatRequest, session_key: str, mode: s
     model, cost = response.model or request.model, call_cost(deps.config, response)
     metrics.current.model_call(response.provider, model, "ok", response.usage.prompt_tokens,
                                response.usage.completion_tokens, cost, response.usage.cached_tokens)
-    if usage:
-        await usage.record_call(session_key, mode, model, response.usage.prompt_tokens,
-                                response.usage.completion_tokens, purpose, provider=response.provider,
-                                cost=cost, member=member, cached_tokens=response.usage.cached_tokens)
+    await deps.usage.record_call(session_key, mode, model, response.usage.prompt_tokens,
+                                 response.usage.completion_tokens, purpose, provider=response.provider,
+                                 cost=cost, member=member, cached_tokens=response.usage.cached_tokens)
     return response
 
 
@@ -132,9 +127,8 @@ async def _record_failures(deps: AgentDeps, failed: list[tuple[str, str, str]], 
                            purpose: str) -> None:
     for provider, model, error in failed:
         metrics.current.model_call(provider, model, "error")  # not its text: labels hold no message
-        if deps.usage is not None:
-            await deps.usage.record_call(session_key, mode, model, 0, 0, purpose, outcome=error[:200],
-                                         provider=provider)
+        await deps.usage.record_call(session_key, mode, model, 0, 0, purpose, outcome=error[:200],
+                                     provider=provider)
 
 
 async def metered_speech(deps: AgentDeps, session_key: str, text: str) -> bytes:
@@ -149,12 +143,10 @@ async def metered_speech(deps: AgentDeps, session_key: str, text: str) -> bytes:
         audio = await synthesize(deps.config, deps.provider, text)
     except SpeechError as exc:
         metrics.current.model_call(settings.provider, settings.model, "error")
-        if deps.usage is not None:
-            await deps.usage.record_call(session_key, "speech", settings.model, 0, 0, "speech", outcome=str(exc)[:200],
-                                         provider=settings.provider, member=member)
+        await deps.usage.record_call(session_key, "speech", settings.model, 0, 0, "speech", outcome=str(exc)[:200],
+                                     provider=settings.provider, member=member)
         raise
     metrics.current.model_call(settings.provider, settings.model, "ok", cost=cost)
-    if deps.usage is not None:
-        await deps.usage.record_call(session_key, "speech", settings.model, 0, 0, "speech",
-                                     provider=settings.provider, cost=cost, member=member)
+    await deps.usage.record_call(session_key, "speech", settings.model, 0, 0, "speech",
+                                 provider=settings.provider, cost=cost, member=member)
     return audio

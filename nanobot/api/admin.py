@@ -99,8 +99,6 @@ class AdminRoutes:
     async def usage(self, request: web.Request) -> web.Response:
         """Calls, tokens and cost per day for the last 30 days, in the configured time zone."""
         usage = self.door.usage
-        if usage is None:
-            return web.json_response({"days": [], "top_chats": []})
         days = await usage.per_day(self.door.config.agents.defaults.timezone, DAYS)
         top = await usage.top_chats(time.time() - DAYS * 86400)
         return web.json_response({"days": days, "top_chats": top})

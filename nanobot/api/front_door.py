@@ -29,7 +29,7 @@ class FrontDoor(Protocol):
     home: Path
     db: Database
     cron: CronStore
-    usage: UsageStore | None
+    usage: UsageStore
     agent: Agent
     pairing: PairingStore
     api_owners: OwnerKeys  # the owner API keys' names, which the API keeps current (they decide a chat's trust)

@@ -45,8 +45,12 @@ class ApiKeys:
 
     @classmethod
     async def open(cls, db: Database) -> ApiKeys:
-        await db.migrate("api_keys", MIGRATIONS)
-        return cls(db)
+        keys = cls(db)
+        await keys.migrate()
+        return keys
+
+    async def migrate(self) -> None:
+        await self.db.migrate("api_keys", MIGRATIONS)
 
     async def add(self, name: str, *, owner: bool = False) -> str:
         """A new key for ``name`` (returned once, never stored); ValueError for a bad or taken name."""

@@ -58,22 +58,20 @@ class ApiServer:
     def __init__(self, door: FrontDoor) -> None:
         self.door = door
         self.settings = door.config.gateway.api
-        self.channel: ApiChannel | None = None
-        self.check: KeyCheck | None = None
+        self.channel = ApiChannel(door.channel_context(), door.chat_folder)
+        self.check = KeyCheck(ApiKeys(door.db), door.api_owners, refresh_s=door.key_refresh_s)
         self._runner: web.AppRunner | None = None
         self.chats = ChatRoutes(door, self._key, lambda message: ApiError(400, message, "invalid_session"))
         self._calls: dict[str, deque[float]] = {}  # key name -> its requests' times in the last minute
         self._running: dict[str, int] = {}  # key name -> its turns running now
 
     async def start(self) -> None:
-        self.check = KeyCheck(await ApiKeys.open(self.door.db), self.door.api_owners,
-                              refresh_s=self.door.key_refresh_s)
+        await self.check.keys.migrate()
         await self.check.refresh()
         host, port = self.settings.address()
         if not _loopback(host) and not self.check.any_active:
             raise RuntimeError(f"gateway.api.listen is {self.settings.listen}, reachable from other machines, and "
                                "no API key exists: make one first (nanobot api keys add NAME)")
-        self.channel = ApiChannel(self.door.channel_context(), self.door.chat_folder)
         self.door.add_internal_channel(self.channel)
         app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
         self.door.health().add_routes(app)  # no key: for load balancers and probes
@@ -114,7 +112,6 @@ class ApiServer:
         if self._running.get(name, 0) >= self.settings.concurrent_turns:
             raise ApiError(429, f"this key has {self.settings.concurrent_turns} turns running already "
                            "(gateway.api.concurrentTurns)", "rate_limit_exceeded", "requests")
-        assert self.channel is not None
         self._running[name] = self._running.get(name, 0) + 1
         try:
             options = body.get("stream_options")
@@ -141,7 +138,6 @@ class ApiServer:
     # ---- checks -------------------------------------------------------------------------
     async def _key(self, request: web.Request) -> tuple[str, bool]:
         scheme, _, key = request.headers.get("Authorization", "").partition(" ")
-        assert self.check is not None
         found = await self.check.find(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
         if found is None:
             raise ApiError(401, "Incorrect API key provided (Authorization: Bearer KEY; keys are made with "
@@ -170,8 +166,6 @@ class ApiServer:
 
         usage, config = self.door.usage, self.door.config
         settings = config.agents.defaults
-        if usage is None:
-            return
         since = start_of_today(settings.timezone)
         share = None if owner else config.member_budget_usd()
         spent = settings.daily_budget_usd is not None and await usage.cost_since(since) >= settings.daily_budget_usd
@@ -181,7 +175,7 @@ class ApiServer:
 
 
 async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id: str, text: str, *,
-                 stream: bool, usage: UsageStore | None, mode: str | None = None,
+                 stream: bool, usage: UsageStore, mode: str | None = None,
                  media: list[str] | None = None, include_usage: bool = False) -> web.StreamResponse:
     """Run ``text`` as a message of the chat and answer with its reply, whole or streamed (with
     a last chunk holding the turn's usage when ``stream_options.include_usage`` asks, as OpenAI's)."""
@@ -189,7 +183,7 @@ async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id
     reply = await channel.ask(sender, chat_id, text, f"{channel.name}-{uuid.uuid4().hex}", mode=mode, media=media)
 
     async def used() -> dict[str, int]:
-        prompt, completion = await usage.tokens_since(f"{channel.name}:{chat_id}", started) if usage else (0, 0)
+        prompt, completion = await usage.tokens_since(f"{channel.name}:{chat_id}", started)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
     if stream:

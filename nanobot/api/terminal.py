@@ -33,11 +33,10 @@ class TerminalSocket:
     def __init__(self, door: FrontDoor) -> None:
         self.door = door
         self.path = door.home / SOCKET
-        self.channel: ApiChannel | None = None
+        self.channel = ApiChannel(door.channel_context(), door.chat_folder, name="cli")
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        self.channel = ApiChannel(self.door.channel_context(), self.door.chat_folder, name="cli")
         self.door.add_internal_channel(self.channel)
         app = web.Application(middlewares=[errors])
         app.router.add_post("/v1/chat/completions", self.completions)
@@ -77,7 +76,6 @@ class TerminalSocket:
         mode = request.headers.get("X-Nanobot-Mode") or None
         if mode is not None and mode not in MODES:
             raise ApiError(400, "X-Nanobot-Mode must be tools, code or hybrid", "invalid_mode")
-        assert self.channel is not None
         return await answer(request, self.channel, "owner", session.partition(":")[2],
                             last_user_text(body.get("messages")), stream=bool(body.get("stream")),
                             usage=self.door.usage, mode=mode)

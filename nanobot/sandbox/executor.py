@@ -56,10 +56,9 @@ def code_stubs(tools: ToolRegistry, *, header: bool = True, ctx: ToolContext | N
 class CodeExecutor:
     """Runs programs for chats: the sandbox, host functions, saved Python state, telemetry."""
 
-    def __init__(self, tools: ToolRegistry, db: Database | None = None,
-                 usage: UsageStore | None = None) -> None:
+    def __init__(self, tools: ToolRegistry, db: Database, usage: UsageStore) -> None:
         self.tools = tools
-        self.db = db  # where each chat's Python state is kept between processes; None: not kept
+        self.db = db  # where each chat's Python state is kept between processes
         self.usage = usage
         self._sandbox: Sandbox | None = None
         self._restored: set[str] = set()
@@ -104,8 +103,7 @@ class CodeExecutor:
             await self._save(state_key, result.state)
         outcome = "ok" if result.ok else (result.error_type or "error")
         metrics.current.sandbox_run(outcome)
-        if self.usage:
-            await self.usage.record_execution(ctx.session_key, mode, result.duration_ms, result.function_calls, outcome)
+        await self.usage.record_execution(ctx.session_key, mode, result.duration_ms, result.function_calls, outcome)
         return result
 
     @staticmethod
@@ -140,21 +138,18 @@ class CodeExecutor:
         if self._sandbox is not None:
             await self._sandbox.reset(session_key)
         self._restored.discard(session_key)
-        db = await self._db()
-        if db is not None:
-            await db.execute("DELETE FROM code_state WHERE session_key = $1", session_key)
+        await (await self._db()).execute("DELETE FROM code_state WHERE session_key = $1", session_key)
 
     async def close(self) -> None:
         if self._sandbox is not None:
             await self._sandbox.close()
             self._sandbox = None
 
-    async def _db(self) -> Database | None:
-        db = self.db
-        if db is not None and not self._migrated:
-            await db.migrate("code_state", STATE_MIGRATIONS)
+    async def _db(self) -> Database:
+        if not self._migrated:  # on first use: a start that runs no program need not wait for it
+            await self.db.migrate("code_state", STATE_MIGRATIONS)
             self._migrated = True
-        return db
+        return self.db
 
     async def _restore(self, key: str) -> bool:
         """Seed the chat's state from the last process's dump, once per process; False while
@@ -163,7 +158,7 @@ class CodeExecutor:
             return True
         try:
             db = await self._db()
-            state = None if db is None or self.sandbox.has_state(key) else \
+            state = None if self.sandbox.has_state(key) else \
                 await db.fetchval("SELECT state FROM code_state WHERE session_key = $1", key)
         except StoreUnavailable as exc:
             log.warning("[%s] Python state not restored: %s", key, exc)
@@ -176,8 +171,6 @@ class CodeExecutor:
     async def _save(self, key: str, state: bytes | None) -> None:
         try:
             db = await self._db()
-            if db is None:
-                return
             if state is None:  # too large to keep (the result carries the notice) or lost
                 await db.execute("DELETE FROM code_state WHERE session_key = $1", key)
             else:
