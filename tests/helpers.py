@@ -29,12 +29,13 @@ def keep_discord_urls(monkeypatch) -> None:
 
 def fast_pace(**changes: Any) -> "Pace":
     """The gateway's waits for tests: short polls against the stand-ins, quick retries, API keys
-    made or revoked by a test counted at once."""
+    made or revoked and users approved by a test counted at once."""
     from nanobot.gateway.app import Pace
 
     adapters = {"telegram": {"poll_timeout": 1.0, "poll_interval": 0.01, "poll_backoff_max": 0.05},
                 "discord": {"guild_ready_timeout": 0.01, "retry_delays": (0.01,)}}
-    return Pace(**{"send_retry": (0.01, 0.05), "key_refresh_s": 0.0, "adapters": adapters, **changes})
+    return Pace(**{"send_retry": (0.01, 0.05), "key_refresh_s": 0.0, "welcome_s": 0.05, "adapters": adapters,
+                   **changes})
 
 
 @asynccontextmanager

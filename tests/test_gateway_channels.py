@@ -16,7 +16,6 @@ from nanobot.cli import app
 from nanobot.config import Config
 from nanobot.access import WELCOME
 from nanobot.gateway import Gateway
-from nanobot.gateway.welcome import PairingWelcome
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
@@ -78,8 +77,7 @@ async def test_discord_end_to_end(gateway: Gateway, dc: FakeDiscord, llm: FakeOp
 
 
 async def test_unknown_sender_is_paired_before_reaching_the_model(
-        config: Config, tg: FakeTelegram, llm: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(PairingWelcome, "every_seconds", 0.05)
+        config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
     config.gateway.heartbeat.enabled = False
     async with running_gateway(config, with_services=True):
         tg.push_text(MALLORY, MALLORY, "let me in", username="mallory")

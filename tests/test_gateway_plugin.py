@@ -11,6 +11,7 @@ import pytest
 
 from nanobot.config import ConfigError, load_config
 from nanobot.gateway import Gateway
+from nanobot.gateway.app import Pace
 from nanobot.runtime import open_runtime
 from nanobot.trust import MEMBER, OWNER, chat_trust
 from tests.fakes.openai_server import FakeOpenAI, reply
@@ -100,10 +101,7 @@ async def test_an_installed_channel_is_configured_started_and_served(
 
 
 async def test_a_channel_whose_start_hangs_holds_neither_start_nor_stop(
-        plugin, llm: FakeOpenAI, home: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nanobot.gateway import supervisor
-
-    monkeypatch.setattr(supervisor, "START_DEADLINE_S", 0.2)
+        plugin, llm: FakeOpenAI, home: Path, workspace: Path) -> None:
     write_config(home, {
         "agents": {"defaults": {"workspace": str(workspace), "executionMode": "tools"}},
         "providers": {"openai": {"apiKey": "k", "apiBase": llm.base_url}},
@@ -111,7 +109,7 @@ async def test_a_channel_whose_start_hangs_holds_neither_start_nor_stop(
     })
     config, _ = load_config()
     async with open_runtime(config) as rt:
-        gateway = Gateway(rt)
+        gateway = Gateway(rt, pace=Pace(channel_start_s=0.2))
         async with asyncio.timeout(10):
             await gateway.start()
             assert gateway.channels.state["echo"].startswith("retrying in ") and \

@@ -281,12 +281,10 @@ async def test_the_webhook_serves_one_gateway_on_sqlite_too(llm, tg, workspace: 
 
 
 async def test_an_approved_user_is_welcomed_once_whatever_the_number_of_workers(
-        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast, monkeypatch) -> None:
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
     """Periodic services (approval notices, the heartbeat, pruning) tick on one worker only."""
     from nanobot.access import WELCOME
-    from nanobot.gateway.welcome import PairingWelcome
 
-    monkeypatch.setattr(PairingWelcome, "every_seconds", 0.05)
     configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2, 3)]
     async with workers(configs, with_services=True) as gateways:
         pairing = gateways["w3"].runtime.pairing

@@ -37,7 +37,8 @@ from nanobot.sqlite_file import check_writable
 from nanobot.delivery.intake import DurableIntake
 from nanobot.gateway.outbound import SEND_RETRY, Outbound
 from nanobot.delivery.store import DeliveryStore, Pruner
-from nanobot.gateway.supervisor import RETRY_FIRST_S, AdapterOptions, ChannelSupervisor
+from nanobot.gateway.supervisor import RETRY_FIRST_S, START_DEADLINE_S, AdapterOptions, ChannelSupervisor
+from nanobot.gateway.welcome import WELCOME_EVERY_S, PairingWelcome
 from nanobot.gateway.dispatcher import TYPING_INTERVAL, Dispatcher
 from nanobot.gateway.task_runner import TaskRunner
 from nanobot.gateway_lock import GatewayLock, GatewayRunning, write_gateway_state
@@ -72,6 +73,8 @@ class Pace:
 
     typing_s: float = TYPING_INTERVAL  # between typing indicators while a turn runs
     channel_retry_s: float = RETRY_FIRST_S  # before a channel that did not start is tried again (doubling)
+    channel_start_s: float = START_DEADLINE_S  # a channel's start taking longer counts as failed
+    welcome_s: float = WELCOME_EVERY_S  # how often approvals made elsewhere are looked for
     send_retry: tuple[float, float] = SEND_RETRY  # a platform that is down: the first probe's wait, the longest
     drain_s: float = DRAIN_SECONDS  # how long queued replies may take to go out at shutdown
     key_refresh_s: float = KEY_REFRESH_S  # the API reads its keys again after this (one added elsewhere)
@@ -116,7 +119,8 @@ class Gateway:
                                    chat_root=self._chat_root, singletons=self.singletons,
                                    report=self._report, positions=self.delivery)
         self.channels = ChannelSupervisor(self.config, self._ctx, on_state=self._write_state,
-                                          retry_first_s=pace.channel_retry_s, adapter_options=pace.adapters)
+                                          retry_first_s=pace.channel_retry_s, start_deadline_s=pace.channel_start_s,
+                                          adapter_options=pace.adapters)
         self.outbound = Outbound(self.bus, self.channels, self.delivery, send_retry=pace.send_retry)  # the one way out
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, self.outbound,
                                      holder=self.cluster.router if self.cluster else None,
@@ -145,7 +149,6 @@ class Gateway:
         if self.cron_jobs is None:
             return []
         from nanobot.api.terminal import TerminalSocket
-        from nanobot.gateway.welcome import PairingWelcome
         from nanobot.heartbeat import Heartbeat
 
         gateway, heartbeat = self.config.gateway, self.config.gateway.heartbeat
@@ -158,7 +161,8 @@ class Gateway:
             from nanobot.gateway.ops import OpsServer
 
             services.append(OpsServer(self))
-        services.append(PairingWelcome(self.pairing, self.bus, self.channels.outgoing, self.singletons))
+        services.append(PairingWelcome(self.pairing, self.bus, self.channels.outgoing, self.singletons,
+                                       every_s=self.pace.welcome_s))
         if heartbeat.enabled:
             services.append(Heartbeat(self.runtime, heartbeat.interval_minutes * 60, self.singletons))
         return services

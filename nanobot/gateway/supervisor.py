@@ -68,11 +68,13 @@ class ChannelSupervisor:
     """Owns the running channels: starts them, retries those that fail, keeps their state."""
 
     def __init__(self, config: Config, ctx: ChannelContext, on_state: Callable[[], None] = lambda: None, *,
-                 retry_first_s: float = RETRY_FIRST_S, adapter_options: AdapterOptions | None = None) -> None:
+                 retry_first_s: float = RETRY_FIRST_S, start_deadline_s: float = START_DEADLINE_S,
+                 adapter_options: AdapterOptions | None = None) -> None:
         self.config = config
         self.ctx = ctx  # what the adapters are given
         self.on_state = on_state  # called (no arguments) whenever ``state`` changes
         self.retry_first_s = retry_first_s
+        self.start_deadline_s = start_deadline_s
         self.adapter_options = adapter_options or {}
         self._records: dict[str, ChannelRecord] = {}
 
@@ -163,11 +165,10 @@ class ChannelSupervisor:
         log.info("channel %s started", name)
         return True
 
-    @staticmethod
-    async def _start_in_time(channel: BaseChannel) -> None:
-        """``channel.start()`` within ``START_DEADLINE_S``; past it, what it began is stopped and
+    async def _start_in_time(self, channel: BaseChannel) -> None:
+        """``channel.start()`` within ``start_deadline_s``; past it, what it began is stopped and
         RuntimeError says so."""
-        deadline = asyncio.timeout(START_DEADLINE_S)
+        deadline = asyncio.timeout(self.start_deadline_s)
         try:
             async with deadline:
                 await channel.start()
@@ -178,7 +179,7 @@ class ChannelSupervisor:
                 await channel.stop()
             except Exception as exc:  # it never ran: what it left half-done is all there is to stop
                 log.debug("channel %s: stopping a start that timed out: %s", channel.name, exc)
-            raise RuntimeError(f"it did not start within {START_DEADLINE_S:g} s") from None
+            raise RuntimeError(f"it did not start within {self.start_deadline_s:g} s") from None
 
     async def _keep_trying(self, name: str, entry_point: EntryPoint) -> None:
         delay = self.retry_first_s

@@ -14,16 +14,17 @@ from nanobot.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
+WELCOME_EVERY_S = 2.0  # how soon an approval (by `nanobot pairing approve`, another process) is noticed
+
 
 class PairingWelcome(Periodic):
     name = "pairing welcome"
     once_across_workers = True
     tick_first = True
-    every_seconds = 2.0  # how soon an approval (by `nanobot pairing approve`, another process) is noticed
 
     def __init__(self, store: PairingStore, bus: MessageBus, running_channels: Callable[[], Collection[str]],
-                 singletons: Singletons | None = None) -> None:
-        super().__init__(self.every_seconds, singletons)
+                 singletons: Singletons | None = None, *, every_s: float = WELCOME_EVERY_S) -> None:
+        super().__init__(every_s, singletons)
         self.store, self.bus, self.running_channels = store, bus, running_channels
 
     async def tick(self) -> None:
