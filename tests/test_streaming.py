@@ -15,7 +15,9 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from nanobot.agent.streaming import TAKEN_BACK
-from tests.helpers import keep_discord_urls, recorded_intake, running_gateway, telegram_gateway_config
+from tests.helpers import fast_pace, keep_discord_urls, recorded_intake, running_gateway, telegram_gateway_config
+
+EDITS_FAST = fast_pace(edit_s=0.05)  # a streamed message edited every 50 ms, not every second
 
 ALICE, FRIEND, DM = 42, 4242, 5
 LONG = ("Here is a longer answer that arrives in many small pieces, so the chat can show it "
@@ -25,7 +27,6 @@ LONG = ("Here is a longer answer that arrives in many small pieces, so the chat 
 @pytest.fixture(autouse=True)
 def fast(monkeypatch: pytest.MonkeyPatch, llm: FakeOpenAI) -> None:
     keep_discord_urls(monkeypatch)
-    monkeypatch.setattr("nanobot.config.channel_settings.EDIT_EVERY_S", 0.05)
     llm.stream_interval = 0.01  # one 4-character piece every 10 ms
 
 
@@ -37,7 +38,7 @@ def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
 async def test_telegram_shows_the_reply_growing_in_one_message(config: Config, tg: FakeTelegram,
                                                                llm: FakeOpenAI) -> None:
     llm.script(reply(LONG))
-    async with running_gateway(config):
+    async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "tell me")
         await tg.wait_until(lambda: any(e.get("parse_mode") == "HTML" for e in tg.edits), timeout=10)
     assert len(tg.sent) == 1 and LONG.startswith(tg.sent[0]["text"])  # one message: the first piece of text
@@ -55,7 +56,7 @@ async def test_code_mode_shows_no_program_and_takes_a_working_note_back(config: 
     config.agents.defaults.execution_mode = "code"
     llm.script(reply("Let me count them for you, one by one, carefully and slowly.\n"
                      "```python\nfinal_answer(str(6 * 7))\n```"))
-    async with running_gateway(config):
+    async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "count")
         await tg.wait_until(lambda: [e["text"] for e in tg.edits][-1:] == ["42"], timeout=10)
     shown = [m["text"] for m in tg.sent] + [e["text"] for e in tg.edits]
@@ -67,7 +68,7 @@ async def test_code_mode_shows_no_program_and_takes_a_working_note_back(config: 
 async def test_code_mode_streams_a_plain_answer(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
     config.agents.defaults.execution_mode = "code"
     llm.script(reply(LONG))
-    async with running_gateway(config):
+    async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "tell me")
         await tg.wait_until(lambda: any(e.get("parse_mode") == "HTML" for e in tg.edits), timeout=10)
     growing = [e["text"] for e in tg.edits if e.get("parse_mode") != "HTML"]
@@ -77,7 +78,7 @@ async def test_code_mode_streams_a_plain_answer(config: Config, tg: FakeTelegram
 async def test_streaming_off_sends_one_message(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
     config.channels.telegram.streaming = False
     llm.script(reply(LONG))
-    async with running_gateway(config):
+    async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "tell me")
         await tg.wait_sent(1)
         await asyncio.sleep(0.2)
@@ -90,7 +91,7 @@ async def test_discord_edits_the_same_way(config: Config, dc: FakeDiscord, llm: 
         str(FRIEND)]
     config.channels.telegram.enabled = False
     llm.script(reply(LONG))
-    async with running_gateway(config):
+    async with running_gateway(config, pace=EDITS_FAST):
         await dc.push_message(DM, FRIEND, "tell me", username="friend")
         async with asyncio.timeout(10):
             while not dc.edits or dc.edits[-1]["content"] != LONG:
@@ -101,7 +102,7 @@ async def test_discord_edits_the_same_way(config: Config, dc: FakeDiscord, llm: 
 async def test_stop_during_streaming_stops_cleanly(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
     llm.stream_interval = 0.05
     llm.script(reply(LONG * 5), reply("next answer"))
-    async with running_gateway(config):
+    async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "tell me a lot")
         await tg.wait_until(lambda: len(tg.edits) >= 1, timeout=10)
         tg.push_text(ALICE, ALICE, "/stop")
@@ -119,7 +120,7 @@ async def test_streamed_tool_calls_assemble_exactly(config: Config, tg: FakeTele
     llm.script(tool_calls(("write_file", {"path": "a/one.txt", "content": body}),
                           ("write_file", {"path": "b/two.txt", "content": body.upper()}), content="Writing both."),
                reply("Both written."))
-    async with running_gateway(config):
+    async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "write two files")
         await tg.wait_until(lambda: any("Both written." in e["text"] for e in tg.edits), timeout=10)
     assert (workspace / "a/one.txt").read_text() == body and (workspace / "b/two.txt").read_text() == body.upper()
@@ -131,7 +132,7 @@ async def test_streamed_tool_calls_assemble_exactly(config: Config, tg: FakeTele
 async def test_hybrid_exec_python_streamed(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
     config.agents.defaults.execution_mode = "hybrid"
     llm.script(tool_calls(("exec_python", {"code": "final_answer(str(sum(range(10))))"})))
-    async with running_gateway(config):
+    async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "sum")
         await tg.wait_sent(1, timeout=10)
     assert tg.sent[0]["text"] == "45"

@@ -261,14 +261,14 @@ class Channels(Section):
         API: always; the API sends them only to clients that ask for a stream)."""
         return self.stream_pace(name) is not None
 
-    def stream_pace(self, name: str) -> float | None:
+    def stream_pace(self, name: str, edit_every_s: float = EDIT_EVERY_S) -> float | None:
         """How often a reply being written is shown, in seconds (None: not streamed). The
         terminal and the API get each visible piece as it comes (0: at most 50 ms behind the
         model); a chat platform's message is edited about once a second (its rate limits)."""
         if name in LIVE_CHANNELS:
             return 0.0
         section = self.section(name)
-        return EDIT_EVERY_S if section is not None and section.streaming else None
+        return edit_every_s if section is not None and section.streaming else None
 
     def enabled_names(self) -> list[str]:
         """Names of the channels switched on (``channels.<name>.enabled``), third-party ones included."""

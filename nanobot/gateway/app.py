@@ -20,6 +20,7 @@ import asyncio
 import logging
 import shutil
 import signal
+from functools import partial
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,7 +33,7 @@ from nanobot.api.keys import REFRESH_S as KEY_REFRESH_S
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.cluster.registry import OtherWorkspace, WorkerIdInUse
 from nanobot.coordination import Alone, Singletons, worker_id
-from nanobot.config import Config
+from nanobot.config import EDIT_EVERY_S, Config
 from nanobot.sqlite_file import check_writable
 from nanobot.delivery.intake import DurableIntake
 from nanobot.gateway.outbound import SEND_RETRY, Outbound
@@ -75,6 +76,7 @@ class Pace:
     channel_retry_s: float = RETRY_FIRST_S  # before a channel that did not start is tried again (doubling)
     channel_start_s: float = START_DEADLINE_S  # a channel's start taking longer counts as failed
     welcome_s: float = WELCOME_EVERY_S  # how often approvals made elsewhere are looked for
+    edit_s: float = EDIT_EVERY_S  # a chat platform's streamed reply is edited at most this often
     send_retry: tuple[float, float] = SEND_RETRY  # a platform that is down: the first probe's wait, the longest
     drain_s: float = DRAIN_SECONDS  # how long queued replies may take to go out at shutdown
     key_refresh_s: float = KEY_REFRESH_S  # the API reads its keys again after this (one added elsewhere)
@@ -124,7 +126,7 @@ class Gateway:
         self.outbound = Outbound(self.bus, self.channels, self.delivery, send_retry=pace.send_retry)  # the one way out
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, self.outbound,
                                      holder=self.cluster.router if self.cluster else None,
-                                     typing_interval=pace.typing_s, stream_pace=self.config.channels.stream_pace)
+                                     typing_interval=pace.typing_s, stream_pace=partial(self.config.channels.stream_pace, edit_every_s=pace.edit_s))
         # The cron scheduler: its runner asks us for turns (prompt jobs).
         self.cron_jobs: CronJobs | None = self._cron_jobs() if with_services else None
         self.services: list[Service] = [] if self.terminal else [
