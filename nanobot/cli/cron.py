@@ -1,9 +1,10 @@
 """``nanobot cron``: manage jobs in nanobot.db, also while the gateway runs.
 
-The CLI never schedules anything itself. It writes the store (same SQLite file, WAL mode)
-and bumps its change token; a running gateway's poll loop picks the change up within about
-a second. ``run ID`` therefore *requests* a run, which the gateway performs: only the
-gateway has the sandbox, the model and the connected channels a job needs.
+The CLI never schedules anything itself. It writes the store (same SQLite file, WAL mode,
+or the PostgreSQL database); the table is the schedule, and a running gateway's cron clock
+looks at it about every second. ``run ID`` therefore *requests* a run (marks the row), which
+the gateway performs: only the gateway has the sandbox, the model and the connected channels
+a job needs.
 
 Convention with the parent app: ``ctx.obj`` may be a dict with
 ``"config"`` (the ``--config`` path or None; ``load_config`` also honours NANOBOT_CONFIG)
@@ -20,7 +21,8 @@ from typing import Any, Awaitable, Callable, Optional
 
 import typer
 
-from nanobot.config import Config, ConfigError, load_config, nanobot_home
+from nanobot.cli.common import fail, get_config
+from nanobot.config import Config, nanobot_home
 from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.store import CronJob, CronStore
 from nanobot.database import open_database
@@ -40,21 +42,13 @@ class CliError(Exception):
         self.code = code
 
 
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"nanobot: {message}", err=True)
-    return typer.Exit(code)
-
-
 def _options(ctx: typer.Context) -> dict[str, Any]:
     return ctx.obj if isinstance(ctx.obj, dict) else {}
 
 
 def _run(ctx: typer.Context, action: Callable[[CronStore, Config], Awaitable[None]]) -> None:
     """Load the config, open the store, run ``action``, and map failures to exit codes."""
-    try:
-        config, _ = load_config(_options(ctx).get("config"))
-    except ConfigError as exc:
-        raise _fail(str(exc), 2) from None
+    config = get_config(ctx)
 
     async def main() -> None:
         db = await open_database(config)
@@ -66,13 +60,13 @@ def _run(ctx: typer.Context, action: Callable[[CronStore, Config], Awaitable[Non
     try:
         asyncio.run(main())
     except CliError as exc:
-        raise _fail(str(exc), exc.code) from None
+        fail(str(exc), exc.code)
     except ValueError as exc:  # create_job's validation: a bad expression, zone, target or code
-        raise _fail(str(exc), 2) from None
+        fail(str(exc), 2)
     except HomeError as exc:
-        raise _fail(str(exc), 1) from None
+        fail(str(exc), 1)
     except (sqlite3.Error, OSError) as exc:
-        raise _fail(f"database {config.home / 'nanobot.db'}: {exc}", 1) from None
+        fail(f"database {config.home / 'nanobot.db'}: {exc}", 1)
 
 
 # ---- list -------------------------------------------------------------------------
@@ -117,7 +111,7 @@ def list_jobs(ctx: typer.Context) -> None:
 def _one_of(options: dict[str, Any]) -> tuple[str, Any]:
     given = [(name, value) for name, value in options.items() if value is not None]
     if len(given) != 1:
-        raise _fail(f"give exactly one of {' / '.join('--' + name for name in options)}", 2)
+        fail(f"give exactly one of {' / '.join('--' + name for name in options)}", 2)
     return given[0]
 
 
@@ -147,7 +141,7 @@ def add(
         try:
             payload = Path(payload_source).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise _fail(f"cannot read --code file {payload_source}: {exc}", 2) from None
+            fail(f"cannot read --code file {payload_source}: {exc}", 2)
     else:
         payload = payload_source
     validate_code = _options(ctx).get("validate_code")
