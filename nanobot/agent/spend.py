@@ -86,7 +86,7 @@ async def _tell_owner_once(deps: AgentDeps, session_key: str, spent: float, budg
     if deps.usage.budget_notice_day != today and not session_key.startswith("cli:"):
         deps.usage.budget_notice_day = today
         await deps.announce(f"Today's model budget is spent (${spent:.2f} of ${budget:.2f}, "
-                                     "agents.defaults.dailyBudgetUsd): no model calls until midnight.")
+                            "agents.defaults.dailyBudgetUsd): no model calls until midnight.")
 
 
 async def metered_chat(deps: AgentDeps, request: ChatRequest, *, session_key: str, mode: str,
