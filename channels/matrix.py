@@ -59,8 +59,9 @@ class MatrixChannel(BaseChannel):
     name = "matrix"
     max_message_len = 16_000  # far below the 65 KB event limit, HTML included
 
-    def __init__(self, config: MatrixConfig, ctx: ChannelContext) -> None:
+    def __init__(self, config: MatrixConfig, ctx: ChannelContext, *, join_grace_ms: int = JOIN_GRACE_MS) -> None:
         super().__init__(config, ctx)
+        self.join_grace_ms = join_grace_ms  # messages this much older than our join are still answered
         self.config: MatrixConfig = config
         self.homeserver = config.homeserver.rstrip("/")
         self.client = AsyncClient(self.homeserver, config.user_id, device_id=config.device_id or None,
@@ -143,7 +144,7 @@ class MatrixChannel(BaseChannel):
         sender, content = str(event.get("sender") or ""), event.get("content")
         if event.get("type") not in ("m.room.message", "m.room.encrypted") or sender == self.config.user_id \
                 or not isinstance(content, dict) or _relation(content) == "m.replace" \
-                or int(event.get("origin_server_ts") or 0) < self._joined_at.get(room_id, 0) - JOIN_GRACE_MS:
+                or int(event.get("origin_server_ts") or 0) < self._joined_at.get(room_id, 0) - self.join_grace_ms:
             return  # state, our own messages, edits of earlier messages, history from before we came
         room = self.client.rooms.get(room_id)
         is_private = room is not None and room.member_count == 2

@@ -14,7 +14,7 @@ from nio import AsyncClient, RoomCreateResponse, RoomVisibility, UploadResponse
 from nanobot.config import Config, MatrixConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.synapse import Homeserver, SynapseUnavailable, homeserver
-from tests.helpers import config_for, running_gateway
+from tests.helpers import config_for, fast_pace, running_gateway
 from tests.test_signal import asked_last
 from tests.test_channels_crash import killed_mid_turn_then_answered_once, write_config
 
@@ -149,14 +149,11 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(
 
 
 async def test_history_from_before_the_bot_joined_is_not_answered(
-        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from nanobot_channels import matrix as matrix_channel
-
-    monkeypatch.setattr(matrix_channel, "JOIN_GRACE_MS", 0)  # (an hour-old message, without the hour)
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
     owner, bot = people["owner"], people["bot"][0]
     llm.fallback = lambda body: reply("re: " + asked_last(body))
-    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+    no_grace = fast_pace(adapters={"matrix": {"join_grace_ms": 0}})  # (an hour-old message, without the hour)
+    async with running_gateway(matrix_config(llm, workspace, synapse, people), pace=no_grace):
         room = await owner.room(direct=False)
         await owner.say(room, "old news", mention=bot)  # before the bot was there
         await owner.client.room_invite(room, bot)
