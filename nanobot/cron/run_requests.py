@@ -11,8 +11,18 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import suppress
+from typing import TYPE_CHECKING
 
 from nanobot.cron.store import CronRun, CronStore
+
+if TYPE_CHECKING:
+    from nanobot.config import CodeRuntime
+
+
+def run_wait_s(limits: CodeRuntime) -> float:
+    """How long an asker waits for a code job's run: its time limit, and the clock's look at the
+    table (which may be another worker's)."""
+    return limits.max_execution_ms / 1000 + 10
 
 
 class RunRequests:

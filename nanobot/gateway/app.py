@@ -35,6 +35,7 @@ from nanobot.cluster.registry import OtherWorkspace, WorkerIdInUse
 from nanobot.coordination import Alone, Singletons, worker_id
 from nanobot.config import EDIT_EVERY_S, Config
 from nanobot.sqlite_file import check_writable
+from nanobot.cron.run_requests import run_wait_s
 from nanobot.delivery.intake import DurableIntake
 from nanobot.gateway.outbound import SEND_RETRY, Outbound
 from nanobot.delivery.store import DeliveryStore, Pruner
@@ -126,7 +127,8 @@ class Gateway:
         self.outbound = Outbound(self.bus, self.channels, self.delivery, send_retry=pace.send_retry)  # the one way out
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, self.outbound,
                                      holder=self.cluster.router if self.cluster else None,
-                                     typing_interval=pace.typing_s, stream_pace=partial(self.config.channels.stream_pace, edit_every_s=pace.edit_s))
+                                     typing_interval=pace.typing_s,
+                                     stream_pace=partial(self.config.channels.stream_pace, edit_every_s=pace.edit_s))
         # The cron scheduler: its runner asks us for turns (prompt jobs).
         self.cron_jobs: CronJobs | None = self._cron_jobs() if with_services else None
         self.services: list[Service] = [] if self.terminal else [
@@ -247,8 +249,7 @@ class Gateway:
         return self.runtime.chat_context(chat).workspace
 
     async def run_cron_now(self, job_id: str) -> CronRun:
-        limits = self.config.agents.defaults.code_runtime
-        return await self.runtime.cron_runs.run(job_id, limits.max_execution_ms / 1000 + 10)
+        return await self.runtime.cron_runs.run(job_id, run_wait_s(self.config.agents.defaults.code_runtime))
 
     async def status_lines(self) -> list[str]:
         from nanobot.tools.shell import shell_status

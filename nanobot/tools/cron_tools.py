@@ -125,9 +125,9 @@ async def run_cron(ctx: ToolContext, job_id: str) -> dict:
     if services.terminal:
         raise RuntimeError("jobs run in the gateway (nanobot gateway), not in this terminal chat; to test a code "
                            "job here, run its code directly")
-    # The job's own time limit, and the clock's look at the table (it may be another worker's).
-    wait = ctx.config.agent_for(job.owner_session).code_runtime.max_execution_ms / 1000 + 10
-    run = await services.cron_runs.run(job_id, wait)
+    from nanobot.cron.run_requests import run_wait_s
+
+    run = await services.cron_runs.run(job_id, run_wait_s(ctx.config.agent_for(job.owner_session).code_runtime))
     return {"status": run.status, "output": run.output_excerpt}
 
 
