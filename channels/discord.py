@@ -29,7 +29,6 @@ from nanobot_channels.text import split_message
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
 from nanobot.coordination import Held, run_while_held
-from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +75,6 @@ class DiscordChannel(BaseChannel):
         self.reidentify_delay = reidentify_delay
         self._previews: dict[Any, discord.Message] = {}  # stream_id -> the message a reply streams into
         self._client: _Client | None = None
-        self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._chat_locks: dict[int, asyncio.Lock] = {}
 
@@ -98,18 +96,17 @@ class DiscordChannel(BaseChannel):
             await self.stop()
             raise RuntimeError(f"discord: could not log in at {Route.BASE} ({type(exc).__name__}: {exc})") from exc
         held = await self.ctx.singletons.try_hold(SHARD)
-        self._task = asyncio.create_task(self._connect_while_held(held), name="discord-client")
-        self._task.add_done_callback(_log_client_exit)
+        connection = self.receiving.run(self._connect_while_held(held), name="discord client")
         if held is None:
             log.info("discord: another worker holds the connection; this one sends, and takes over if it stops")
             return
         ready = asyncio.ensure_future(self._ready.wait())
-        done, _ = await asyncio.wait({ready, self._task}, timeout=self.ready_timeout,
+        done, _ = await asyncio.wait({ready, connection}, timeout=self.ready_timeout,
                                      return_when=asyncio.FIRST_COMPLETED)
         if ready in done:
             return
         ready.cancel()
-        cause = self._task.exception() if self._task in done and not self._task.cancelled() else None
+        cause = connection.exception() if connection in done and not connection.cancelled() else None
         await self.stop()
         reason = f"{type(cause).__name__}: {cause}" if cause else f"no READY within {self.ready_timeout:g} s"
         raise RuntimeError(f"discord: could not connect to {Route.BASE} ({reason})") from cause
@@ -129,17 +126,17 @@ class DiscordChannel(BaseChannel):
 
             connect = await run_while_held(singletons, held, client.connect(), after=disconnect)
             if not connect.cancelled() and connect.exception() is not None:
-                raise connect.exception()  # fatal (a bad token, a missing intent): logged by _log_client_exit
+                raise connect.exception()  # fatal (a bad token, a missing intent): logged as it ends
             held = None
 
     async def stop(self) -> None:
-        client, task, self._client, self._task = self._client, self._task, None, None
+        client, self._client = self._client, None
         if client is not None:
             try:
                 await client.close()  # ends the gateway loop and the HTTP session
             except Exception:
                 log.exception("discord: error while closing the client")
-        await cancel_and_wait(task)
+        await self.receiving.stop()
 
     # -- incoming ------------------------------------------------------------------------
     async def _on_message(self, message: discord.Message) -> None:
@@ -298,11 +295,6 @@ def _addresses(message: discord.Message, bot_id: int) -> bool:
     return isinstance(replied, discord.Message) and replied.author.id == bot_id
 
 
-def _log_client_exit(task: asyncio.Task[None]) -> None:
-    # discord.py retries network trouble forever; it only ends on close or a fatal error
-    # (bad token, missing intent), which would otherwise vanish silently.
-    if not task.cancelled() and task.exception() is not None:
-        log.error("discord: client stopped: %r", task.exception())
 
 
 def _identity(message: discord.Message) -> Identity:

@@ -34,7 +34,6 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot_channels.email_parse import Mail, Unreadable, read_body, read_headers, vouched
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import EmailConfig
-from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +73,6 @@ class EmailChannel(BaseChannel):
         self.retry_s, self.imap_timeout_s = tuple(retry_s), imap_timeout_s
         self.domain = config.address.rpartition("@")[2] or "localhost"
         self._threads: dict[str, dict[str, str]] = {}  # chat_id -> the last mail's reply context
-        self._reader: asyncio.Task[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -93,12 +91,10 @@ class EmailChannel(BaseChannel):
             except BaseException:
                 await self.ctx.singletons.release(held)
                 raise
-        self._reader = asyncio.create_task(self._read_while_held(READER, lambda: self._read(None), first),
-                                           name="email-reader")
+        self.read_while_held(READER, lambda: self._read(None), first)
 
     async def stop(self) -> None:
-        task, self._reader = self._reader, None
-        await cancel_and_wait(task)
+        await self.stop_receiving()
 
     # -- reading -------------------------------------------------------------------------
     async def _open(self) -> Mailbox:

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import logging
 import mimetypes
@@ -33,7 +32,6 @@ from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomSendResponse,
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot.config import MatrixConfig
-from nanobot.eventloop import cancel_and_wait
 from nanobot.listener import read_whole
 from nanobot_channels.text import split_message
 
@@ -67,7 +65,6 @@ class MatrixChannel(BaseChannel):
         self.client = AsyncClient(self.homeserver, config.user_id, device_id=config.device_id or None,
                                   config=AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False,
                                                            request_timeout=SYNC_MS / 1000 + 30))
-        self._reader: asyncio.Task[None] | None = None
         self._previews: dict[int, tuple[str, str]] = {}  # stream_id -> (room, event id) of the growing message
         self._told_encrypted: set[str] = set()
         self._joined_at: dict[str, float] = {}  # room -> when we joined it here (ms since the epoch)
@@ -79,7 +76,7 @@ class MatrixChannel(BaseChannel):
         except BaseException:
             await self.client.close()
             raise
-        self._reader = asyncio.create_task(self._read_while_held(SYNC, self._sync), name="matrix sync")
+        self.read_while_held(SYNC, self._sync)
 
     async def _sign_in(self) -> None:
         c = self.config
@@ -99,10 +96,6 @@ class MatrixChannel(BaseChannel):
             how = "access token" if c.access_token else "password"
             raise RuntimeError(f"matrix: {self.homeserver} did not accept the {how} of {c.user_id} "
                                f"({getattr(answer, 'message', answer)})")
-
-    async def stop_receiving(self) -> None:
-        task, self._reader = self._reader, None
-        await cancel_and_wait(task)
 
     async def stop(self) -> None:
         await self.stop_receiving()

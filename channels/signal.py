@@ -30,7 +30,6 @@ from nanobot import beneath
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot.config import SignalConfig
-from nanobot.eventloop import cancel_and_wait
 from nanobot_channels.text import split_message
 
 log = logging.getLogger(__name__)
@@ -51,7 +50,6 @@ class SignalChannel(BaseChannel):
         self.config: SignalConfig = config
         self.base = config.rpc_url.rstrip("/")
         self._http: aiohttp.ClientSession | None = None
-        self._reader: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
 
     async def start(self) -> None:
@@ -65,11 +63,7 @@ class SignalChannel(BaseChannel):
             await self.stop()
             raise RuntimeError(f"signal: signal-cli is not answering at {self.base} ({_reason(exc)}); start it "
                                f"with: signal-cli -a {self.config.account} daemon --http 127.0.0.1:8080") from None
-        self._reader = asyncio.create_task(self._read_while_held(EVENTS, self._events), name="signal events")
-
-    async def stop_receiving(self) -> None:
-        task, self._reader = self._reader, None
-        await cancel_and_wait(task)
+        self.read_while_held(EVENTS, self._events)
 
     async def stop(self) -> None:
         await self.stop_receiving()

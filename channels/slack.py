@@ -41,7 +41,6 @@ from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_c
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.config import SlackConfig
 from nanobot.listener import listen, read_whole
-from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +77,6 @@ class SlackChannel(BaseChannel):
         self.app.event("app_mention")(self._on_event)
         self.bot_user = ""  # our user id, from auth.test: mentions of it address the bot
         self.team: str | None = None  # our workspace's id, from auth.test
-        self._socket: asyncio.Task[None] | None = None
         self._http: web.AppRunner | None = None
         self.port = 0  # the events listener's bound port
         self._previews: dict[Any, tuple[str, str]] = {}  # stream_id -> (channel, ts) of the growing message
@@ -103,8 +101,7 @@ class SlackChannel(BaseChannel):
             log.info("slack: another worker holds the Socket Mode connection; this one sends, and takes over")
         else:
             first = self._socket_round(await self._connect_socket())  # its errors fail start(), with their reason
-        self._socket = asyncio.create_task(self._read_while_held(SOCKET, self._socket_round, first),
-                                           name="slack-socket-mode")
+        self.read_while_held(SOCKET, self._socket_round, first)
 
     async def _connect_socket(self) -> AsyncSocketModeHandler:
         """The WebSocket, or RuntimeError with the reason. slack_sdk's own connect retries every
@@ -147,8 +144,7 @@ class SlackChannel(BaseChannel):
                 self._report("Socket Mode is disconnected, reconnecting" if down else None)
 
     async def stop(self) -> None:
-        task, self._socket = self._socket, None
-        await cancel_and_wait(task)
+        await self.stop_receiving()
         runner, self._http = self._http, None
         if runner is not None:
             await runner.cleanup()

@@ -40,7 +40,6 @@ from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
 from nanobot.sqlite_file import StoreUnavailable
-from nanobot.eventloop import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +66,6 @@ class TelegramChannel(BaseChannel):
         self.send_retries = send_retries  # 429s waited out per API call before the send counts as failed
         self.max_retry_after = max_retry_after  # honour Telegram's 429 wait, but never longer than this
         self._app: Application | None = None
-        self._poller: asyncio.Task[None] | None = None
         self._webhook: WebhookServer | None = None
         self._username = ""  # the bot's own @username, known after start()
         self._previews: dict[Any, _Preview] = {}  # stream_id -> the message a reply streams into
@@ -109,7 +107,7 @@ class TelegramChannel(BaseChannel):
             log.info("telegram: @%s is polled by another worker; this one sends, and takes over if it stops",
                      self._username)
         again = lambda: self._poll(self._bot.delete_webhook)  # noqa: E731  (a later round)
-        self._poller = asyncio.create_task(self._read_while_held(POLLING, again, first), name="telegram polling")
+        self.read_while_held(POLLING, again, first)
 
     async def _start_webhook(self) -> None:
         """Tell Telegram where to post updates (every worker says the same), and serve that path.
@@ -129,8 +127,7 @@ class TelegramChannel(BaseChannel):
     async def stop_receiving(self) -> None:
         """Stop polling at shutdown: later messages wait on Telegram's server for the next start
         (or another worker's poll: polling is handed over at once)."""
-        poller, self._poller = self._poller, None
-        await cancel_and_wait(poller)
+        await super().stop_receiving()
         webhook, self._webhook = self._webhook, None
         if webhook is not None:
             await webhook.stop()

@@ -24,6 +24,7 @@ from nanobot import beneath
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import ChannelSection
 from nanobot.coordination import Alone, Singletons, run_while_held
+from nanobot.eventloop import Background
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +117,7 @@ class BaseChannel(ABC):
         self.config = config  # this channel's section of the config (TelegramConfig, ...)
         self.ctx = ctx
         self._troubles: dict[str, str] = {}  # what is wrong now, by part (``_report``)
+        self.receiving = Background()  # the event stream's reader (``read_while_held``)
 
     @abstractmethod
     async def start(self) -> None:
@@ -127,8 +129,9 @@ class BaseChannel(ABC):
 
     async def stop_receiving(self) -> None:
         """Stop taking in new messages but keep sending, so turns still running at shutdown can
-        deliver their replies before ``stop()``. Optional: by default nothing happens, and
-        messages that arrive during the shutdown grace are not answered."""
+        deliver their replies before ``stop()``. By default the reader ``read_while_held``
+        started stops; messages that arrive later wait on the platform for the next start."""
+        await self.receiving.stop()
 
     @abstractmethod
     async def send(self, msg: OutboundMessage) -> None:
@@ -169,13 +172,18 @@ class BaseChannel(ABC):
         if self.ctx.report is not None:
             self.ctx.report(self.name, "; ".join(self._troubles.values()) or None)
 
+    def read_while_held(self, singleton: str, read: Callable[[], Awaitable[None]],
+                        first: Coroutine[Any, Any, None] | None = None) -> None:
+        """Start reading in the background until ``stop_receiving``: ``read()`` (a platform's
+        event stream) on one worker at a time; when it ends or fails it is started again, after
+        ``RECONNECT_FIRST_S`` doubling to ``RECONNECT_MAX_S``, with the trouble in status
+        meanwhile. ``read`` says ``_report(None)`` once it is connected. ``first``: the first
+        round instead of ``read()``, when start() held the singleton and connected already (so a
+        refused token failed it)."""
+        self.receiving.run(self._read_while_held(singleton, read, first), name=singleton)
+
     async def _read_while_held(self, singleton: str, read: Callable[[], Awaitable[None]],
-                               first: Coroutine[Any, Any, None] | None = None) -> None:
-        """``read()`` (a platform's event stream) on one worker at a time, for as long as the
-        channel runs: when it ends or fails it is started again, after ``RECONNECT_FIRST_S``
-        doubling to ``RECONNECT_MAX_S``, with the trouble in status meanwhile. ``read`` says
-        ``_report(None)`` once it is connected. ``first``: the first round instead of ``read()``,
-        when start() held the singleton and connected already (so a refused token failed it)."""
+                               first: Coroutine[Any, Any, None] | None) -> None:
         delay = RECONNECT_FIRST_S
         try:
             while True:

@@ -11,6 +11,7 @@ the gateway runs on asyncio's loop, with the same behaviour.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -20,6 +21,7 @@ except ImportError:  # Windows, or uninstalled on purpose
     uvloop = None  # type: ignore[assignment]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 def policy() -> asyncio.AbstractEventLoopPolicy:
@@ -39,6 +41,38 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
     for task in running:
         task.cancel()
     await asyncio.gather(*running, return_exceptions=True)
+
+
+class Background:
+    """The tasks an object runs on its own while it is started (a reader, a clock, a send):
+    built with the object, so no handle is None before start; held (asyncio keeps tasks only
+    weakly); one that dies of an error says so in one line; cancelled and waited for together."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def run(self, work: Coroutine[Any, Any, T], name: str | None = None) -> asyncio.Task[T]:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._ended)
+        return task
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.warning("%s stopped: %r", task.get_name(), error)
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def stop(self, grace: float = 0.0) -> int:
+        """Let the tasks run for up to ``grace`` seconds, then cancel those still running and wait
+        until each has ended; how many were cancelled."""
+        late = set(self._tasks)
+        if late and grace > 0:
+            _, late = await asyncio.wait(late, timeout=grace)
+        await cancel_and_wait(*late)
+        return len(late)
 
 
 class Changed:

@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from nanobot.coordination import Alone, Singletons
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background
 
 log = logging.getLogger(__name__)
 
@@ -26,16 +26,16 @@ class Periodic:
     def __init__(self, interval: float, singletons: Singletons | None = None) -> None:
         self.interval = interval
         self.singletons: Singletons = singletons or Alone()  # the gateway's: among workers, shared
-        self._task: asyncio.Task[None] | None = None
+        self._ticking = Background()
 
     async def tick(self) -> object:
         raise NotImplementedError
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name=self.name)
+        self._ticking.run(self._loop(), name=self.name)
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._task)
+        await self._ticking.stop()
 
     async def _loop(self) -> None:
         if not self.tick_first:

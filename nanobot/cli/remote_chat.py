@@ -20,7 +20,7 @@ from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.cli.common import show_waiting
 from nanobot.gateway.dispatcher import is_stop
 from nanobot.terminal_client import aside_text
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background
 
 URL = "http://gateway/v1/chat/completions"  # the host is not used: the connection is the socket
 
@@ -43,25 +43,23 @@ class RemoteChat:
         self.chat_id = session.partition(":")[2]
         self.channel = CliChannel(self, session, history_file=home / "cli_history")
         self.queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
-        self.stops: set[asyncio.Task[None]] = set()
+        self.background = Background()  # the asker of queued lines, and /stops asked at once
         self._stream_ids = itertools.count(1)
 
     async def run(self) -> None:
-        asker = asyncio.create_task(self._asker())
+        self.background.run(self._asker(), name="asker")
         await self.channel.start()
         try:
             await self.channel.finished()
         finally:
             await self.channel.stop()
-            await cancel_and_wait(asker, *self.stops)
+            await self.background.stop()
 
     async def accept(self, messages: list[InboundMessage]) -> None:
         """The terminal's lines: ``/stop`` is asked at once, the others in turn."""
         for msg in messages:
             if is_stop(msg.content):
-                task = asyncio.create_task(self.ask(msg))
-                self.stops.add(task)
-                task.add_done_callback(self.stops.discard)
+                self.background.run(self.ask(msg), name="stop")
             else:
                 self.queue.put_nowait(msg)
 

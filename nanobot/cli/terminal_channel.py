@@ -23,7 +23,7 @@ from nanobot.channel_plugin import BaseChannel, Intake
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.gateway.dispatcher import is_stop
 from nanobot.logs import terminal_line
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background
 
 PROMPT = "you> "
 PARTIAL_LINES = 12  # the most of a block being written that the prompt area shows
@@ -121,29 +121,29 @@ class CliChannel(BaseChannel):
 
     def __init__(self, intake: Intake, session_key: str, *, mode: str | None = None,
                  message: str | None = None, history_file: Path | None = None) -> None:
-        # No config section and no gate: the terminal is the owner's.
+        # No config section and no gate (BaseChannel's __init__ is not run): the terminal is the owner's.
+        self.receiving = Background()  # the reader of the lines typed
         self.intake = intake  # the gateway's (nanobot agent), or the running gateway's socket (remote_chat)
         self.channel, _, self.chat_id = session_key.partition(":")
         self.mode = mode  # the execution mode the lines typed ask for (``nanobot agent --mode``)
         self.message = message  # ``-m``: this one message instead of reading lines
         self.history_file = history_file
         self.answers: list[asyncio.Future[str]] = []  # one per message handed in: its reply
-        self._reader: asyncio.Task[None] | None = None
+        self._input_ended = asyncio.Event()
         self._tty = message is None and sys.stdin.isatty() and sys.stdout.isatty()
         self._streams: dict[Any, TerminalStream] = {}  # stream_id -> what is printed of it
         self._prompt: Any = None  # the prompt_toolkit session, to redraw the line being written
 
     async def start(self) -> None:
-        self._reader = asyncio.create_task(self._read(), name="terminal input")
+        self.receiving.run(self._read(), name="terminal input")
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._reader)
+        await self.receiving.stop()
 
     async def finished(self) -> list[str]:
         """Once input has ended (EOF, Ctrl-D, Ctrl-C when idle, "exit") and what was asked is
         answered: the replies."""
-        if self._reader is not None:
-            await asyncio.wait({self._reader})
+        await self._input_ended.wait()
         return list(await asyncio.gather(*self.answers))
 
     def _busy(self) -> bool:
@@ -181,12 +181,15 @@ class CliChannel(BaseChannel):
 
     async def _read(self) -> None:
         lines = self._terminal_lines() if self._tty else self._piped_lines()
-        async for line in lines:
-            line = line.strip()
-            if line in ("exit", "quit"):
-                return
-            if line:
-                await self._hand_in(line)
+        try:
+            async for line in lines:
+                line = line.strip()
+                if line in ("exit", "quit"):
+                    return
+                if line:
+                    await self._hand_in(line)
+        finally:
+            self._input_ended.set()
 
     async def _hand_in(self, text: str) -> None:
         msg = InboundMessage(self.channel, self.chat_id, "owner", text, mode=self.mode)

@@ -19,12 +19,13 @@ import asyncio
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, AsyncIterator, Callable
 
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot import metrics
 from nanobot.cluster.leases import ChatLeases
 from nanobot.delivery.intake import mark_if_resumed
+from nanobot.eventloop import Background
 
 if TYPE_CHECKING:
     from nanobot.delivery.store import DeliveryStore
@@ -86,7 +87,7 @@ class ChatRouter:
         # until that worker frees the chat (``nanobot_free``) or leaves or dies (the sweep).
         self._elsewhere: set[str] = set()
         self._workers: list[str] = []  # the live workers at the last sweep
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._wakeups = Background()  # pulls and answers a notification asked for
 
     # ---- messages received here -------------------------------------------------------
     async def expect(self, messages: list[InboundMessage]) -> None:
@@ -118,15 +119,15 @@ class ChatRouter:
                 log.debug("ignored a malformed nanobot_work notification: %.80r", payload)
             elif chat in self.held:
                 if int(intake_id) > self.queued.get(chat, 0):  # else queued already (received here)
-                    self._spawn(self.pull(chat, claim=False))
+                    self._wakeups.run(self.pull(chat, claim=False), name=f"pull {chat}")
             elif chat not in self._elsewhere:
-                self._spawn(self.pull(chat, claim=True, polite=True))
+                self._wakeups.run(self.pull(chat, claim=True, polite=True), name=f"pull {chat}")
         elif channel == "nanobot_free":
             if payload == "*":  # a worker left: its chats are anyone's
                 self._elsewhere.clear()
             self._elsewhere.discard(payload)
         elif channel == "nanobot_done" and payload.isdigit() and int(payload) in self._awaiting:
-            self._spawn(self._answer(int(payload)))
+            self._wakeups.run(self._answer(int(payload)), name="answer a worker")
 
     async def _answer(self, intake_id: int) -> None:
         """Answer a caller waiting here, once its message is settled in the database."""
@@ -257,20 +258,8 @@ class ChatRouter:
         self.queued.clear()
         self.on_lost(chats)
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._done)
-
-    def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("a wake-up failed (the sweep retries it): %s", task.exception())
-
     async def close(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._wakeups.stop()  # one that failed was logged; the sweep retries it
         for done in self._awaiting.values():
             if not done.done():
                 done.cancel()

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nanobot.bus import MessageBus
 from nanobot.cluster.leases import ChatLeases
@@ -21,7 +21,7 @@ from nanobot.cluster.registry import MIGRATIONS, Registry
 from nanobot.cluster.router import ChatRouter
 from nanobot.cluster.singletons import AdvisorySingletons
 from nanobot.coordination import worker_id
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background
 
 if TYPE_CHECKING:
     from nanobot.cluster.router import GatewayHooks
@@ -49,7 +49,7 @@ class ClusterWorker:
         self.line = WorkerLine(db.url, self.router.notified, self.failover)
         self.singletons = AdvisorySingletons(self.line, timeout=self.failover / 2, on_change=self._beat_soon)
         self._started = time.time()
-        self._tasks: list[asyncio.Task[Any]] = []
+        self._background = Background()  # the heartbeat, the sweep and the line's watch
         self._beat_now = asyncio.Event()
 
     async def start(self) -> None:
@@ -60,9 +60,9 @@ class ClusterWorker:
         self.joined.set()
         await self.registry.forget_previous_run()
         await self.router.sweep()
-        self._tasks = [asyncio.create_task(self._heartbeat(), name="worker heartbeat"),
-                       asyncio.create_task(self._sweep(), name="worker sweep"),
-                       asyncio.create_task(self._watch_line(), name="worker line")]
+        self._background.run(self._heartbeat(), name="worker heartbeat")
+        self._background.run(self._sweep(), name="worker sweep")
+        self._background.run(self._watch_line(), name="worker line")
         log.info("worker %s joined", self.id)
 
     async def _join(self) -> None:
@@ -130,7 +130,7 @@ class ClusterWorker:
 
     async def stop(self) -> None:
         """After the dispatcher stopped: free our chats and singletons for the others."""
-        await cancel_and_wait(*self._tasks)
+        await self._background.stop()
         await self.router.close()
         for held in list(self.singletons.held.values()):
             await self.singletons.release(held)

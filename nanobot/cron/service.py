@@ -28,7 +28,7 @@ from nanobot import metrics
 from nanobot.cron import schedule
 from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.store import CronJob, CronStore, utcnow
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,7 @@ class CronService:
         self._on_notice = on_notice
         self._validate_code = validate_code
         self._running: set[str] = set()
-        self._tasks: set[asyncio.Task] = set()
-        self._clock: asyncio.Task | None = None
+        self._background = Background()  # the clock, and each run
         self._stopping = False
 
     # ---- lifecycle ------------------------------------------------------------------
@@ -114,13 +113,12 @@ class CronService:
         """Schedule what has no next time, run or record what came due while down, then keep time."""
         self._stopping = False
         await self._tick()
-        self._clock = asyncio.create_task(self._keep_time(), name="cron clock")
+        self._background.run(self._keep_time(), name="cron clock")
 
     async def stop(self) -> None:
         """Cancel and await the clock and any running jobs."""
         self._stopping = True
-        await cancel_and_wait(*self._tasks, self._clock)
-        self._clock = None
+        await self._background.stop()
 
     # ---- public operations ----------------------------------------------------------
     async def add_job(self, *, owner_session: str, schedule_kind: str, expression: str, payload_kind: str,
@@ -219,15 +217,8 @@ class CronService:
             log.info("cron: job %s is still running; skipping this run", job_id)
             return
         self._running.add(job_id)
-        task = asyncio.create_task(self._execute(job_id, scheduled=scheduled))
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task) -> None:
-        self._tasks.discard(task)
-        # Runs have no awaiting caller: surface a failure (e.g. a locked database) here.
-        if not task.cancelled() and task.exception() is not None:
-            log.error("cron: a job run failed outside its runner", exc_info=task.exception())
+        # A run has no awaiting caller: a failure outside its runner (a locked database) is logged as it ends.
+        self._background.run(self._execute(job_id, scheduled=scheduled), name=f"cron job {job_id}")
 
     async def _execute(self, job_id: str, *, scheduled: bool) -> None:
         try:

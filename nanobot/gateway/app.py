@@ -46,7 +46,7 @@ from nanobot.gateway.task_runner import TaskRunner
 from nanobot.gateway_lock import GatewayLock, GatewayRunning, write_gateway_state
 from nanobot.runtime import Runtime, open_runtime
 from nanobot.trust import chat_scope
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background, cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.cluster.worker import ClusterWorker
@@ -138,9 +138,8 @@ class Gateway:
                        among_workers=self.cluster is not None),
             *self._daemon_services()]
         self._started_services: list[Service] = []
-        self._intake: asyncio.Task[None] | None = None
-        self._router: asyncio.Task[None] | None = None
-        self._state_writer: asyncio.Task[None] | None = None
+        self._intake = Background()  # the dispatcher's loop: stopped first, so nothing new is taken
+        self._background = Background()  # the outbound router and the state file's writer
 
     def _cron_jobs(self) -> CronJobs:
         from nanobot.gateway import cron_jobs  # APScheduler: not loaded for the terminal chat
@@ -179,7 +178,7 @@ class Gateway:
         else:
             await self.outbound.resend_pending()  # they wait for their channel to start
             await self.intake.resume(rt.sessions)  # queued before anything new arrives: each chat keeps its order
-        self._state_writer = asyncio.create_task(self._write_state_on_change(), name="state file")
+        self._background.run(self._write_state_on_change(), name="state file")
         if rt.mcp is not None:  # their functions exist before the first message
             await rt.mcp.ensure_started()
         if not self.terminal:
@@ -191,8 +190,8 @@ class Gateway:
             serving = "the API (gateway.api), cron" if self.config.gateway.api.enabled else "cron"
             log.warning("no chat channel is enabled (channels.*.enabled): running for %s, the terminal "
                         "(nanobot agent) and the heartbeat", serving)
-        self._intake = asyncio.create_task(self.dispatcher.run(), name="dispatcher")
-        self._router = asyncio.create_task(self.outbound.route(), name="outbound router")
+        self._intake.run(self.dispatcher.run(), name="dispatcher")
+        self._background.run(self.outbound.route(), name="outbound router")
         for service in self.services:
             await service.start()
             self._started_services.append(service)
@@ -294,13 +293,13 @@ class Gateway:
         """Safe to call after a failed or partial start()."""
         await self.channels.stop_retrying()
         await self.channels.stop_receiving()
-        await cancel_and_wait(self._intake)
+        await self._intake.stop()
         services, self._started_services = self._started_services[::-1], []
         # Services (a cron run, say) and running turns wind down side by side, not one grace after another.
         stopping = [_stop_service(s) for s in services]
         stopping.append(self.dispatcher.shutdown(self.config.gateway.shutdown_grace_seconds))
         await asyncio.gather(*stopping)
-        await cancel_and_wait(self._router, self._state_writer)
+        await self._background.stop()
         await self.outbound.drain(self.pace.drain_s)
         if self.cluster is not None:  # after our last replies went out: the others take over from here
             await self.cluster.stop()

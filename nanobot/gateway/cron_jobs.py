@@ -20,7 +20,7 @@ from nanobot.bus import InboundMessage, OutboundMessage, split_target
 from nanobot.coordination import Held, run_while_held
 from nanobot.cron.service import CronService, RunOutcome, default_name
 from nanobot.trust import HISTORY_CHANNELS
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background
 
 if TYPE_CHECKING:
     from nanobot.cron.store import CronJob
@@ -128,13 +128,13 @@ class CronJobs:
                                    grace_seconds=runtime.config.gateway.cron_grace_seconds,
                                    poll_interval=poll_interval, on_notice=self.runner.notice,
                                    validate_code=lambda code: runtime.code.check(code, limits))
-        self._clock: asyncio.Task[None] | None = None
+        self._clock = Background()
 
     async def start(self) -> None:
         held = await self.singletons.try_hold(self.CLOCK)
         if held is not None:  # alone, or the first worker: fire from the start
             await self.service.start()
-        self._clock = asyncio.create_task(self._keep_clock(held), name="cron clock")
+        self._clock.run(self._keep_clock(held), name="cron clock")
 
     async def _keep_clock(self, held: Held | None) -> None:
         """Fire jobs while we hold the clock; wait for it while another worker does."""
@@ -146,7 +146,7 @@ class CronJobs:
             held = None
 
     async def stop(self) -> None:
-        await cancel_and_wait(self._clock)
+        await self._clock.stop()
         await self.service.stop()
 
 

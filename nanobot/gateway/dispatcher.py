@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Coroutine, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin, TurnIO, TurnRequest
 from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.gateway.spoken import voice_note, voice_wait, will_speak
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background, cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.agent.loop import Agent
@@ -167,7 +167,7 @@ class Dispatcher:
         self.slots = asyncio.Semaphore(settings.max_concurrent_sessions)
         self.workers: dict[str, SessionWorker] = {}
         self.closing = False
-        self._tasks: set[asyncio.Task[Any]] = set()  # /stop handlers in flight
+        self._side = Background()  # /stop handlers, spoken replies, chats given back: in flight
         self._told: set[str] = set()  # chats told about the restart
         # Among workers: a chat that goes quiet here is given back to it, and at shutdown the
         # others answer what is queued (its chats are told nothing).
@@ -184,7 +184,7 @@ class Dispatcher:
 
     def went_quiet(self, key: str) -> None:
         if self._holder is not None:
-            self._spawn(self._holder.release(key))
+            self._side.run(self._holder.release(key), name=f"give back {key}")
 
     async def run(self) -> None:
         """Take messages off the bus until cancelled."""
@@ -202,7 +202,7 @@ class Dispatcher:
             self.tell_restarting(msg)
             return
         if is_stop(msg.content):
-            self._spawn(self._stop(msg))
+            self._side.run(self._stop(msg), name=f"stop {msg.session_key}")
             return
         worker = self.workers.get(msg.session_key)
         if worker is None:
@@ -256,7 +256,7 @@ class Dispatcher:
                                 reply_context=msg.reply_context, voice_follows=voice_wait(self.agent) if voice else None)
         await self._put(msg, reply, finishes=msg.intake_id)
         if voice:  # after the text, never holding it up
-            self._spawn(self._speak(msg, text))
+            self._side.run(self._speak(msg, text), name=f"speak {msg.session_key}")
 
     async def _speak(self, msg: InboundMessage, text: str) -> None:
         await self._put(msg, await voice_note(self.agent, msg, text))
@@ -313,9 +313,7 @@ class Dispatcher:
             for task in late:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._side.stop()
         dropped = [w.queue.get_nowait() for w in workers for _ in range(w.queue.qsize())]
         dropped += [self.bus.inbound.get_nowait() for _ in range(self.bus.inbound.qsize())]
         for msg in dropped:
@@ -333,11 +331,6 @@ class Dispatcher:
             notice = RESUME_NOTICE if msg.intake_id is not None else RESTART_NOTICE
             # Not kept in the outbox: after the restart it would be stale.
             self.bus.outbound.put_nowait(OutboundMessage(msg.channel, msg.chat_id, notice, durable=False))
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
 
 def mark_started(session: Session, msg: InboundMessage) -> bool:

@@ -23,7 +23,7 @@ from nanobot import metrics
 from nanobot.bus import MessageBus, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, SendFailed
 from nanobot.delivery.outbox import GIVE_UP_S, SendGate
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background
 
 if TYPE_CHECKING:
     from nanobot.delivery.store import DeliveryStore
@@ -48,7 +48,7 @@ class Outbound:
         self._finished_streams: OrderedDict[Any, None] = OrderedDict()  # streams whose final text was sent
         self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
         self._last_kind: dict[str, str] = {}
-        self._inflight: set[asyncio.Task[None]] = set()
+        self._inflight = Background()  # recordings and sends
 
     async def route(self) -> None:
         """Deliver ``bus.outbound`` until cancelled; text and files are recorded first."""
@@ -57,9 +57,7 @@ class Outbound:
             if msg.kind in DURABLE_KINDS and msg.outbox_id is None and msg.durable:
                 # Recorded in the background (commits are batched); it is delivered once recorded,
                 # and the recordings complete in the order they were asked for.
-                task = asyncio.create_task(self._record(msg))
-                self._inflight.add(task)
-                task.add_done_callback(self._inflight.discard)
+                self._inflight.run(self._record(msg), name=f"record {msg.target}")
             else:
                 self.deliver(msg)
 
@@ -121,10 +119,8 @@ class Outbound:
         if previous is not None and (msg.kind == "typing" or msg.kind == "stream" == self._last_kind[msg.target]):
             return  # still sending there: a typing indicator now would be stale, a newer stream update follows
         send = self._send_durable(msg, previous) if durable else self._send(channel, msg, previous)
-        task = asyncio.create_task(send, name=f"send {msg.target}")
-        self._last[msg.target] = task
+        task = self._last[msg.target] = self._inflight.run(send, name=f"send {msg.target}")
         self._last_kind[msg.target] = msg.kind
-        self._inflight.add(task)
         task.add_done_callback(partial(self._sent, msg.target))
 
     async def _send(self, channel: BaseChannel, msg: OutboundMessage, previous: asyncio.Task[None] | None) -> None:
@@ -182,7 +178,6 @@ class Outbound:
         return self._gates.setdefault(channel, SendGate(*self.send_retry))
 
     def _sent(self, target: str, task: asyncio.Task[None]) -> None:
-        self._inflight.discard(task)
         if self._last.get(target) is task:
             del self._last[target]
 
@@ -190,12 +185,8 @@ class Outbound:
         """After ``route()`` is cancelled: send what is still queued, for up to ``timeout`` s."""
         while not self.bus.outbound.empty():
             self.deliver(self.bus.outbound.get_nowait())
-        if not self._inflight:
-            return
-        _, late = await asyncio.wait(set(self._inflight), timeout=timeout)
-        if late:
-            log.warning("shutdown: %d message(s) could not be sent in time", len(late))
-        await cancel_and_wait(*late)
+        if late := await self._inflight.stop(timeout):
+            log.warning("shutdown: %d message(s) could not be sent in time", late)
 
 
 async def send_one(channel: BaseChannel, msg: OutboundMessage) -> None:

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext
 from nanobot.config import ChannelSection, Config, PluginChannelConfig
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,6 @@ class ChannelRecord:
     state: str = ""  # "running", or why not, for status ("" for the gateway's own)
     why: str | None = None  # the last start's failure, while it is not running
     failing_since: float | None = None  # not running since (monotonic; /readyz)
-    retry: asyncio.Task[None] | None = None
     up: asyncio.Event = field(default_factory=asyncio.Event)  # set while it runs: durable sends wait for it
 
 
@@ -77,6 +76,7 @@ class ChannelSupervisor:
         self.start_deadline_s = start_deadline_s
         self.adapter_options = adapter_options or {}
         self._records: dict[str, ChannelRecord] = {}
+        self._retrying = Background()  # a task per channel that did not start
 
     def _record(self, name: str) -> ChannelRecord:
         return self._records.setdefault(name, ChannelRecord(name))
@@ -131,8 +131,7 @@ class ChannelSupervisor:
             if not started and installed.get(name) is not None:
                 record = self._record(name)
                 self._set_state(name, f"retrying in {self.retry_first_s:g} s ({record.why})")
-                record.retry = asyncio.create_task(self._keep_trying(name, installed[name]),
-                                                   name=f"retry channel {name}")
+                self._retrying.run(self._keep_trying(name, installed[name]), name=f"retry channel {name}")
 
     async def _start_one(self, name: str, entry_point: EntryPoint | None, *, first: bool = False) -> bool:
         """Start one channel; False when it failed (it is retried). An address of ours that
@@ -211,10 +210,7 @@ class ChannelSupervisor:
         return section
 
     async def stop_retrying(self) -> None:
-        tasks = [r.retry for r in self._records.values()]
-        for record in self._records.values():
-            record.retry = None
-        await cancel_and_wait(*tasks)
+        await self._retrying.stop()
 
     async def stop_receiving(self) -> None:
         await asyncio.gather(*(self._safely(c.stop_receiving, c.name) for c in self.channels.values()))

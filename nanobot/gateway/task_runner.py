@@ -23,7 +23,7 @@ from nanobot.agent.markup import FailedReply
 from nanobot.bus import Identity, InboundMessage, split_target
 from nanobot.chat_names import task_key
 from nanobot.tasks import MAX_ATTEMPTS, Task
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background
 
 if TYPE_CHECKING:
     from nanobot.runtime import Runtime
@@ -44,21 +44,20 @@ class TaskRunner:
         self.store = runtime.tasks
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stop_asked: set[str] = set()  # running here, cancelled by /stop (not by a shutdown)
-        self._loop: asyncio.Task[None] | None = None
+        self._background = Background()  # the look for work, and each task running here
 
     async def start(self) -> None:
         resumed = await self.store.requeue(self.worker)
         if resumed:
             log.info("resuming %d background task(s) a restart cut off: %s", len(resumed), ", ".join(resumed))
-        self._loop = asyncio.create_task(self._look_forever(), name="background tasks")
+        self._background.run(self._look_forever(), name="background tasks")
 
     async def stop(self) -> None:
         """Running tasks are handed back, not counted as an attempt: the next start (or another
         worker) resumes them. (After a crash they are still 'running' here; the next start puts
         them back, and that run counts.)"""
         running = list(self._running)
-        tasks = [t for t in (self._loop, *self._running.values()) if t is not None]
-        await cancel_and_wait(*tasks)
+        await self._background.stop()
         if running and self.store is not None:
             try:
                 await self.store.hand_back(self.worker, running)
@@ -86,7 +85,7 @@ class TaskRunner:
                 await self._end(task, "stopped", "stopped before it began")
         limit = self.runtime.config.agents.defaults.tasks.max_total
         while len(self._running) < limit and (task := await self.store.claim(self.worker)) is not None:
-            self._running[task.id] = asyncio.create_task(self._run(task), name=f"task {task.id}")
+            self._running[task.id] = self._background.run(self._run(task), name=f"task {task.id}")
 
     async def _run(self, task: Task) -> None:
         try:
