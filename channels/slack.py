@@ -40,7 +40,7 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.config import SlackConfig
-from nanobot.listener import listen, read_whole
+from nanobot.listener import Listener, read_whole
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +77,9 @@ class SlackChannel(BaseChannel):
         self.app.event("app_mention")(self._on_event)
         self.bot_user = ""  # our user id, from auth.test: mentions of it address the bot
         self.team: str | None = None  # our workspace's id, from auth.test
-        self._http: web.AppRunner | None = None
-        self.port = 0  # the events listener's bound port
+        events = web.Application(client_max_size=MAX_EVENT_BYTES)  # with channels.slack.events
+        events.router.add_post(config.events.path if config.events else "/", self._http_event)
+        self.events = Listener(events, "channels.slack.events.listen")
         self._previews: dict[Any, tuple[str, str]] = {}  # stream_id -> (channel, ts) of the growing message
         self._chat_locks: dict[str, asyncio.Lock] = {}
 
@@ -91,9 +92,7 @@ class SlackChannel(BaseChannel):
             reason = exc.response["error"] if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
             raise RuntimeError(f"slack: the bot token was not accepted at {self.api_base} ({reason})") from None
         if self.config.events is not None:
-            http = web.Application(client_max_size=MAX_EVENT_BYTES)
-            http.router.add_post(self.config.events.path, self._http_event)
-            self._http, self.port = await listen(http, *self.config.events.address(), "channels.slack.events.listen")
+            await self.events.start(*self.config.events.address())
             log.info("slack: taking events on %s (signed requests only)", self.config.events.listen)
             return
         first = None  # the first round, on the connection made here
@@ -145,9 +144,7 @@ class SlackChannel(BaseChannel):
 
     async def stop(self) -> None:
         await self.stop_receiving()
-        runner, self._http = self._http, None
-        if runner is not None:
-            await runner.cleanup()
+        await self.events.stop()
 
     # -- incoming ------------------------------------------------------------------------
     async def _http_event(self, request: web.Request) -> web.Response:

@@ -17,7 +17,7 @@ from aiohttp import web
 
 from nanobot.config import TelegramWebhook
 from nanobot.sqlite_file import StoreUnavailable
-from nanobot.listener import BadBody, listen, read_json
+from nanobot.listener import BadBody, Listener, read_json
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +29,12 @@ class WebhookServer:
     def __init__(self, config: TelegramWebhook, handle: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         self.config = config
         self.handle = handle  # records the update (raises StoreUnavailable when it cannot)
-        self._runner: web.AppRunner | None = None
-        self.port = 0  # the bound port (listen may say 0)
-
-    async def start(self) -> None:
         app = web.Application(client_max_size=MAX_UPDATE_BYTES)
         app.router.add_post(self.config.path, self._update)
-        self._runner, self.port = await listen(app, *self.config.address(), "channels.telegram.webhook.listen")
+        self.listener = Listener(app, "channels.telegram.webhook.listen")
+
+    async def start(self) -> None:
+        await self.listener.start(*self.config.address())
 
     async def _update(self, request: web.Request) -> web.Response:
         # Headers are decoded with surrogateescape: bytes that are not UTF-8 must not raise here.
@@ -58,6 +57,4 @@ class WebhookServer:
         return web.Response(text="ok")
 
     async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        await self.listener.stop()

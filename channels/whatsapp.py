@@ -31,7 +31,7 @@ from aiohttp import web
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot.config import WhatsAppConfig
-from nanobot.listener import BadBody, listen, read_whole
+from nanobot.listener import BadBody, Listener, read_whole
 from nanobot.sqlite_file import StoreUnavailable
 from nanobot_channels.text import split_message
 
@@ -54,8 +54,10 @@ class WhatsAppChannel(BaseChannel):
         self.config: WhatsAppConfig = config
         self.api = config.api_base.rstrip("/")
         self._http: aiohttp.ClientSession | None = None
-        self._runner: web.AppRunner | None = None
-        self.port = 0  # the webhook's bound port
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
+        app.router.add_get(config.webhook.path, self._verify)
+        app.router.add_post(config.webhook.path, self._post)
+        self.webhook = Listener(app, "channels.whatsapp.webhook.listen")
         self._last_message: dict[str, str] = {}  # wa_id -> the id of their latest message (typing, read)
 
     async def start(self) -> None:
@@ -67,12 +69,8 @@ class WhatsAppChannel(BaseChannel):
             await self.stop()
             raise RuntimeError(f"whatsapp: the Graph API did not accept the access token for phone number "
                                f"{self.config.phone_number_id} ({exc})") from None
-        app = web.Application(client_max_size=MAX_BODY_BYTES)
-        app.router.add_get(self.config.webhook.path, self._verify)
-        app.router.add_post(self.config.webhook.path, self._post)
         try:
-            self._runner, self.port = await listen(app, *self.config.webhook.address(),
-                                                   "channels.whatsapp.webhook.listen")
+            await self.webhook.start(*self.config.webhook.address())
         except BaseException:
             await self.stop()
             raise
@@ -80,9 +78,7 @@ class WhatsAppChannel(BaseChannel):
                  self.config.webhook.path)
 
     async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()
+        await self.webhook.stop()
         http, self._http = self._http, None
         if http is not None:
             await http.close()

@@ -1,10 +1,11 @@
-"""Every HTTP listener nanobot opens (the API and its page, Telegram's webhook): one way to bind
-and one way to read a request's JSON body, so each keeps the same promises.
+"""Every HTTP listener nanobot opens (the API and its page, the terminal's socket, the metrics,
+the webhooks): one ``Listener`` to bind and one way to read a request's JSON body, so each keeps
+the same promises.
 
-- A connection that has not sent a whole request within ``HEADER_TIMEOUT_S`` is closed, and so
-  is one idle that long between requests; a body that has not arrived within
-  ``BODY_TIMEOUT_S`` ends the request (408). Without these, connections stalled in their
-  headers were kept forever: 1,000 of them held 1,027 file descriptors, no key needed.
+- A connection that has not sent a whole request within ``timeout_s`` (``TIMEOUT_S``) is
+  closed, and so is one idle that long between requests; a body that has not arrived within it
+  ends the request (408). Without these, connections stalled in their headers were kept
+  forever: 1,000 of them held 1,027 file descriptors, no key needed.
 - An address that cannot be bound is one line naming the setting and the address (exit 1).
 - A body that is not JSON (nested too deep, not UTF-8, cut off) is a ``BadBody`` with a
   status and one line, never a traceback.
@@ -18,8 +19,8 @@ from typing import Any
 
 from aiohttp import StreamReader, web
 
-HEADER_TIMEOUT_S = 30.0
-BODY_TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0
+BODY_TIMEOUT = web.AppKey("body_timeout_s", float)  # the listener's, for read_json
 
 
 class ListenError(Exception):
@@ -32,23 +33,34 @@ class BadBody(Exception):
         self.status = status
 
 
-async def listen(app: web.Application, host: str, port: int, setting: str) -> tuple[web.AppRunner, int]:
-    """Serve ``app`` on ``host:port``; the runner (``cleanup()`` stops it) and the bound port."""
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=HEADER_TIMEOUT_S)
-    await runner.setup()
-    try:
-        await web.TCPSite(runner, host, port).start()
-    except OSError as exc:
-        await runner.cleanup()
-        raise ListenError(f"{setting}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return runner, runner.addresses[0][1]
+class Listener:
+    """``app`` served on an address (``start``) or a Unix socket (``start_unix``) until
+    ``stop``, which is safe before a start and more than once. ``setting`` names the address in
+    an error; ``timeout_s`` is ``TIMEOUT_S`` unless given."""
 
+    def __init__(self, app: web.Application, setting: str, *, timeout_s: float | None = None) -> None:
+        timeout_s = app[BODY_TIMEOUT] = timeout_s or TIMEOUT_S
+        self.runner = web.AppRunner(app, access_log=None, keepalive_timeout=timeout_s)
+        self.setting = setting
+        self.port = 0  # the bound port (the address may say 0)
 
-async def unix_runner(app: web.Application) -> web.AppRunner:
-    """A runner for a Unix socket's app, with the same connection timeouts."""
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=HEADER_TIMEOUT_S)
-    await runner.setup()
-    return runner
+    async def start(self, host: str, port: int) -> int:
+        """Bind ``host:port`` (ListenError if it cannot be); the bound port."""
+        await self.runner.setup()
+        try:
+            await web.TCPSite(self.runner, host, port).start()
+        except OSError as exc:
+            await self.runner.cleanup()
+            raise ListenError(f"{self.setting}: cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        self.port = self.runner.addresses[0][1]
+        return self.port
+
+    async def start_unix(self, path: str) -> None:
+        await self.runner.setup()
+        await web.UnixSite(self.runner, path).start()
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
 
 
 async def read_json(request: web.Request, max_bytes: int) -> Any:
@@ -56,10 +68,10 @@ async def read_json(request: web.Request, max_bytes: int) -> Any:
     if request.content_length is not None and request.content_length > max_bytes:
         raise BadBody(413, f"the body is over {max_bytes // 1024} KB")
     try:
-        async with asyncio.timeout(BODY_TIMEOUT_S):
+        async with asyncio.timeout(timeout_s := request.app.get(BODY_TIMEOUT, TIMEOUT_S)):
             raw = await request.read()
     except TimeoutError:
-        raise BadBody(408, f"the body did not arrive within {BODY_TIMEOUT_S:g} s") from None
+        raise BadBody(408, f"the body did not arrive within {timeout_s:g} s") from None
     except web.HTTPRequestEntityTooLarge:
         raise BadBody(413, f"the body is over {max_bytes // 1024} KB") from None
     try:

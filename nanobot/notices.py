@@ -19,10 +19,9 @@ NEW_JOB = "New scheduled job "  # how cron_tools starts its notice: batched ones
 
 
 class OwnerNotices:
-    interval_s = 60.0
-
-    def __init__(self, send: Callable[[str], Awaitable[None]]) -> None:
+    def __init__(self, send: Callable[[str], Awaitable[None]], *, interval_s: float = 60.0) -> None:
         self._send = send  # one message to the owner chat
+        self.interval_s = interval_s
         self._pending: list[str] = []
         self._quiet_until = 0.0
         self._later: asyncio.Task[None] | None = None
@@ -49,7 +48,8 @@ class OwnerNotices:
             await self._send(batched(pending))
 
     async def close(self) -> None:
-        """Send what waits now (shutdown), rather than lose it."""
+        """Send what waits now (shutdown: the gateway, before its last replies go out), rather
+        than lose it."""
         await cancel_and_wait(self._later)
         self._later = None
         await self.flush()

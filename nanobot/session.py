@@ -357,15 +357,17 @@ class Histories(Protocol):
     def close(self, key: str | None = None) -> None: ...
 
 
+MAX_OPEN = 1000  # sessions a store keeps loaded (OpenSessions)
+
+
 class OpenSessions:
     """The sessions a store has loaded (the base of both stores): the ``max_open`` most recently
     used are kept, so chats that are gone (or 100,000 made-up API sessions) do not pile up in
     memory for months. One still in use (a running turn holds it) is found again through a weak
     reference, so a chat never has two ``Session`` objects at once."""
 
-    max_open = 1000
-
-    def __init__(self) -> None:
+    def __init__(self, max_open: int = MAX_OPEN) -> None:
+        self.max_open = max_open
         self._open: OrderedDict[str, Session] = OrderedDict()
         self._alive: weakref.WeakValueDictionary[str, Session] = weakref.WeakValueDictionary()
 
@@ -409,8 +411,8 @@ class OpenSessions:
 class SessionStore(OpenSessions):
     """The default: one JSONL file per session in ``directory``."""
 
-    def __init__(self, directory: Path) -> None:
-        super().__init__()
+    def __init__(self, directory: Path, *, max_open: int = MAX_OPEN) -> None:
+        super().__init__(max_open)
         self.directory = directory
 
     async def open(self, key: str) -> Session:

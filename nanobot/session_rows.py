@@ -16,7 +16,7 @@ from typing import Any
 
 from nanobot.database import Database, Migrations
 from nanobot import metrics
-from nanobot.session import OpenSessions, Session, replay
+from nanobot.session import MAX_OPEN, OpenSessions, Session, replay
 
 log = logging.getLogger(__name__)
 
@@ -85,14 +85,14 @@ class DatabaseJournal:
 class DatabaseSessionStore(OpenSessions):
     """Histories as rows of the ``history`` table; sessions are loaded with ``open`` (async)."""
 
-    def __init__(self, db: Database) -> None:
-        super().__init__()
+    def __init__(self, db: Database, *, max_open: int = MAX_OPEN) -> None:
+        super().__init__(max_open)
         self.db = db
 
     @classmethod
-    async def create(cls, db: Database) -> DatabaseSessionStore:
+    async def create(cls, db: Database, *, max_open: int = MAX_OPEN) -> DatabaseSessionStore:
         await db.migrate("history", MIGRATIONS)
-        return cls(db)
+        return cls(db, max_open=max_open)
 
     async def open(self, key: str) -> Session:
         session = self._cached(key)

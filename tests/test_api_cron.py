@@ -4,6 +4,7 @@ chat runs, its output kept in that chat's history (read through the history endp
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import aiohttp
@@ -12,7 +13,6 @@ import pytest
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
 from nanobot.cron.store import CronStore
-from nanobot.notices import OwnerNotices
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import running_gateway, telegram_gateway_config
@@ -22,8 +22,7 @@ OWNER = 42
 
 
 @pytest.fixture
-def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> Config:
-    monkeypatch.setattr(OwnerNotices, "interval_s", 1.0)
+def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
     cfg = telegram_gateway_config(llm.base_url, workspace, tg, OWNER)
     cfg.gateway.api.enabled = True
     cfg.gateway.api.listen = f"127.0.0.1:{free_port()}"
@@ -58,7 +57,7 @@ async def test_a_keys_sessions_share_one_job_limit_and_the_owner_gets_one_batch(
             answers.append(await chat(config, member, f"s{n}", "remind me hourly"))
         jobs = await CronStore(gateway.runtime.db).list()
         assert len(jobs) == 3 and sum("this API key's chats have 3 scheduled jobs" in a for a in answers) == 3
-        notices = await tg.wait_sent(2, timeout=5)
+    notices = tg.sent  # the rest of the minute's notices were sent as the gateway stopped
     assert notices[0]["text"].startswith("🔔 New scheduled job") and notices[0]["chat_id"] == OWNER
     assert notices[1]["text"].startswith("🔔 2 new scheduled jobs:\n• ")  # the rest of the minute, as one
     assert len(tg.sent) == 2
@@ -81,3 +80,24 @@ async def test_a_job_made_in_an_api_chat_runs_and_its_output_is_in_that_chats_hi
             assert job.target == "api:ada:desk"
         shown = await history(config, owner, "desk")
     assert "CODE-OUTPUT" in shown and "PROMPT-JOB-REPLY" in shown
+
+
+async def test_notices_within_the_quiet_time_come_as_one_message_at_its_end() -> None:
+    from nanobot.notices import OwnerNotices
+
+    sent: list[str] = []
+    arrived = asyncio.Event()
+
+    async def send(text: str) -> None:
+        sent.append(text)
+        arrived.set()
+
+    notices = OwnerNotices(send, interval_s=0.2)
+    for n in range(3):
+        await notices.announce(f"New scheduled job j{n}: stretch")
+    assert sent == ["🔔 New scheduled job j0: stretch"]
+    arrived.clear()
+    await asyncio.wait_for(arrived.wait(), 5)
+    assert sent[1].startswith("🔔 2 new scheduled jobs:\n• ") and len(sent) == 2
+    await notices.close()
+    assert len(sent) == 2

@@ -8,16 +8,17 @@ import asyncio
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import aiohttp
 import pytest
 
 from nanobot_channels.telegram_webhook import WebhookServer
-from nanobot import listener
+from nanobot.api.keys import ApiKeys
 from nanobot.config import TelegramWebhook
 from tests.test_api import api, config, free_port, post  # noqa: F401  (fixtures)
 from tests.test_cli import nanobot, write_config
+from tests.helpers import fast_pace, running_gateway
 
 SECRET = "s" * 24
 
@@ -60,12 +61,12 @@ async def test_the_webhook_refuses_bytes_that_are_not_utf8(caplog: pytest.LogCap
                                           secret_token=SECRET), handle)
     await server.start()
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.listener.port)
         writer.write(b"POST /tg HTTP/1.1\r\nHost: x\r\nX-Telegram-Bot-Api-Secret-Token: \xff\xfe\xfd\r\n"
                      b"Content-Length: 2\r\nConnection: close\r\n\r\n{}")
         assert (await reader.read()).startswith(b"HTTP/1.1 401")
         writer.close()
-        url = f"http://127.0.0.1:{server.port}/tg"
+        url = f"http://127.0.0.1:{server.listener.port}/tg"
         assert (await raw_post(url, b"[" * 500_000, **{"X-Telegram-Bot-Api-Secret-Token": SECRET}))[0] == 400
         assert (await raw_post(url, b'{"update_id": 1}', **{"X-Telegram-Bot-Api-Secret-Token": SECRET}))[0] == 200
     finally:
@@ -74,11 +75,14 @@ async def test_the_webhook_refuses_bytes_that_are_not_utf8(caplog: pytest.LogCap
     no_tracebacks(caplog)
 
 
+SHORT_TIMEOUT_S = 1.0
+
+
 @pytest.fixture
-def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> float:
-    monkeypatch.setattr(listener, "HEADER_TIMEOUT_S", 1.0)
-    monkeypatch.setattr(listener, "BODY_TIMEOUT_S", 1.0)
-    return 1.0
+async def impatient_api(config) -> AsyncIterator[dict[str, str]]:  # noqa: F811
+    """The API, its requests given ``SHORT_TIMEOUT_S`` for their headers and their body."""
+    async with running_gateway(config, with_services=True, pace=fast_pace(http_timeout_s=SHORT_TIMEOUT_S)) as gw:
+        yield {"base": f"http://{config.gateway.api.listen}/v1", "owner": await ApiKeys(gw.runtime.db).add("ada", owner=True)}
 
 
 async def _closed(reader: asyncio.StreamReader) -> bool:
@@ -88,11 +92,11 @@ async def _closed(reader: asyncio.StreamReader) -> bool:
         return True
 
 
-async def test_stalled_connections_are_closed_while_the_owner_is_served(short_timeouts: float, api: dict,  # noqa: F811
-                                                                        llm) -> None:
+async def test_stalled_connections_are_closed_while_the_owner_is_served(impatient_api: dict, llm) -> None:
     from tests.fakes.openai_server import reply
 
     llm.fallback = lambda body: reply("served")
+    api = impatient_api  # noqa: F811
     host, port = api["base"].removeprefix("http://").removesuffix("/v1").split(":")
     stalled = []
     for _ in range(200):  # each stops in the middle of its headers, no key needed
@@ -104,9 +108,9 @@ async def test_stalled_connections_are_closed_while_the_owner_is_served(short_ti
                  + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
     status, answer = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]})
     assert status == 200 and answer["choices"][0]["message"]["content"] == "served"
-    closed = await asyncio.wait_for(asyncio.gather(*(_closed(r) for r, _ in stalled)), short_timeouts + 5)
+    closed = await asyncio.wait_for(asyncio.gather(*(_closed(r) for r, _ in stalled)), SHORT_TIMEOUT_S + 5)
     assert all(closed)
-    slow_body = await asyncio.wait_for(reader.read(4096), short_timeouts + 5)
+    slow_body = await asyncio.wait_for(reader.read(4096), SHORT_TIMEOUT_S + 5)
     assert slow_body.startswith(b"HTTP/1.1 408") and b"request_timeout" in slow_body
     for _, w in [*stalled, (reader, writer)]:
         w.close()
@@ -145,20 +149,18 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
     return request.getfixturevalue("pg_url") if request.param == "postgresql" else None
 
 
-async def test_open_sessions_are_bounded_and_one_in_use_is_kept(database_url: str | None, home: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from nanobot.session import OpenSessions, SessionStore
+async def test_open_sessions_are_bounded_and_one_in_use_is_kept(database_url: str | None, home: Path) -> None:
+    from nanobot.session import SessionStore
     from nanobot.session_rows import DatabaseSessionStore
 
-    monkeypatch.setattr(OpenSessions, "max_open", 5)
     db = None
     if database_url is None:
-        store = SessionStore(home / "sessions")
+        store = SessionStore(home / "sessions", max_open=5)
     else:
         from nanobot.postgres import PostgresDatabase
 
         db = await PostgresDatabase.open(database_url)
-        store = await DatabaseSessionStore.create(db)
+        store = await DatabaseSessionStore.create(db, max_open=5)
     try:
         held = await store.open("api:k:held")
         held.append({"role": "user", "content": "still here"})

@@ -153,19 +153,22 @@ async def test_a_tool_found_on_demand_leaves_the_tools_list_as_it_was(workspace:
     assert f"({sum(n // 128 * 128 for n in cache.prefix_tokens)} cached)" in status
 
 
-async def test_only_the_newest_long_results_are_kept(llm: FakeOpenAI, workspace: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_only_the_newest_long_results_are_kept(llm: FakeOpenAI, workspace: Path) -> None:
     """Each long result is kept whole in the chat's .results/; the oldest go past KEPT_RESULTS."""
-    from nanobot.agent import turn
+    from nanobot.agent.prompt_size import KEPT_RESULTS
 
-    monkeypatch.setattr(turn, "KEPT_RESULTS", 2)
-    for n in range(3):
+    results = workspace / ".results"
+    results.mkdir()
+    older = [f"20200101-0000{n:02d}-000000000.txt" for n in range(KEPT_RESULTS)]  # a full folder, from before
+    for name in older:
+        (results / name).write_text("an old result")
+    for n in range(2):
         (workspace / f"big{n}.txt").write_text(f"line {n}\n" * 4_000)
-    llm.script(*[tool_call("read_file", {"path": f"big{n}.txt"}) for n in range(3)], reply("read them"))
+    llm.script(*[tool_call("read_file", {"path": f"big{n}.txt"}) for n in range(2)], reply("read them"))
     async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
-        await rt.agent.handle("cli:big", "read big.txt three times")
+        await rt.agent.handle("cli:big", "read big.txt twice")
     shown = [r["messages"][-1]["content"] for r in llm.raw_requests[1:]]
     kept = [line.split("all of it is in ")[1].split(":")[0] for text in shown for line in text.splitlines()
             if "all of it is in" in line]
-    assert len(kept) == 3 and sorted(p.name for p in (workspace / ".results").iterdir()) == \
-        sorted(Path(k).name for k in kept[1:])
+    assert len(kept) == 2 and sorted(p.name for p in results.iterdir()) == \
+        sorted(older[2:] + [Path(k).name for k in kept])

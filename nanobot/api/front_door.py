@@ -34,6 +34,7 @@ class FrontDoor(Protocol):
     pairing: PairingStore
     api_owners: OwnerKeys  # the owner API keys' names, which the API keeps current (they decide a chat's trust)
     key_refresh_s: float  # how often the API reads the keys again (one added or revoked elsewhere)
+    http_timeout_s: float | None  # a request's headers, or its body, taking longer ends it (nanobot.listener)
 
     # ---- turns --------------------------------------------------------------------------
     def channel_context(self) -> ChannelContext:

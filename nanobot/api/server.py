@@ -25,7 +25,7 @@ from nanobot.api.admin import AdminRoutes
 from nanobot.api.channel import FINAL, ApiChannel, Aside, Reply
 from nanobot.api.chats import ChatRoutes
 from nanobot.api.keys import ApiKeys, KeyCheck
-from nanobot.listener import BadBody, listen, read_json
+from nanobot.listener import BadBody, Listener, read_json
 from nanobot.agent.commands import is_command
 
 if TYPE_CHECKING:
@@ -60,7 +60,8 @@ class ApiServer:
         self.settings = door.config.gateway.api
         self.channel = ApiChannel(door.channel_context(), door.chat_folder)
         self.check = KeyCheck(ApiKeys(door.db), door.api_owners, refresh_s=door.key_refresh_s)
-        self._runner: web.AppRunner | None = None
+        self.app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
+        self.listener = Listener(self.app, "gateway.api.listen", timeout_s=door.http_timeout_s)
         self.chats = ChatRoutes(door, self._key, lambda message: ApiError(400, message, "invalid_session"))
         self._calls: dict[str, deque[float]] = {}  # key name -> its requests' times in the last minute
         self._running: dict[str, int] = {}  # key name -> its turns running now
@@ -73,7 +74,7 @@ class ApiServer:
             raise RuntimeError(f"gateway.api.listen is {self.settings.listen}, reachable from other machines, and "
                                "no API key exists: make one first (nanobot api keys add NAME)")
         self.door.add_internal_channel(self.channel)
-        app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
+        app = self.app
         self.door.health().add_routes(app)  # no key: for load balancers and probes
         app.router.add_get("/v1/models", self.models)
         app.router.add_post("/v1/chat/completions", self.completions)
@@ -82,12 +83,11 @@ class ApiServer:
         self.chats.add_to(app)
         app.router.add_get("/", self.page)
         app.router.add_get("/static/{name:.+}", self.page)
-        self._runner, bound = await listen(app, host, port, "gateway.api.listen")
+        bound = await self.listener.start(host, port)
         log.info("API on http://%s:%d/v1, the web page on http://%s:%d/", host, bound, host, bound)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.listener.stop()
 
     # ---- endpoints ----------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:

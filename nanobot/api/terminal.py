@@ -18,7 +18,7 @@ from aiohttp import web
 from nanobot.api.channel import ApiChannel
 from nanobot.agent.commands import MODES
 from nanobot.api.server import ApiError, answer, errors, last_user_text, read_body
-from nanobot.listener import unix_runner
+from nanobot.listener import Listener
 from nanobot.terminal_client import SOCKET
 
 if TYPE_CHECKING:
@@ -34,26 +34,25 @@ class TerminalSocket:
         self.door = door
         self.path = door.home / SOCKET
         self.channel = ApiChannel(door.channel_context(), door.chat_folder, name="cli")
-        self._runner: web.AppRunner | None = None
+        self.app = web.Application(middlewares=[errors])
+        self.listener = Listener(self.app, "the terminal's socket", timeout_s=door.http_timeout_s)
 
     async def start(self) -> None:
         self.door.add_internal_channel(self.channel)
-        app = web.Application(middlewares=[errors])
+        app = self.app
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_get("/v1/nanobot/gateway", self.about)
         app.router.add_post("/v1/nanobot/waiting", self.waiting)
-        self._runner = await unix_runner(app)
         self.path.unlink(missing_ok=True)  # left by a gateway that was killed (the home lock says it is gone)
         old = os.umask(0o177)
         try:
-            await web.UnixSite(self._runner, str(self.path)).start()
+            await self.listener.start_unix(str(self.path))
         finally:
             os.umask(old)
         os.chmod(self.path, 0o600)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.listener.stop()
         self.path.unlink(missing_ok=True)
 
     async def about(self, request: web.Request) -> web.Response:

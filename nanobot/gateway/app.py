@@ -81,6 +81,7 @@ class Pace:
     send_retry: tuple[float, float] = SEND_RETRY  # a platform that is down: the first probe's wait, the longest
     drain_s: float = DRAIN_SECONDS  # how long queued replies may take to go out at shutdown
     key_refresh_s: float = KEY_REFRESH_S  # the API reads its keys again after this (one added elsewhere)
+    http_timeout_s: float | None = None  # the API's, the socket's and the metrics' (None: nanobot.listener's)
     adapters: AdapterOptions = field(default_factory=dict)  # an adapter's own keyword arguments, by channel
 
 
@@ -108,7 +109,7 @@ class Gateway:
         self.pairing, self.api_owners = runtime.pairing, runtime.api_owners
         among_workers = rt.shared and not self.terminal  # PostgreSQL: one worker of several (nanobot.cluster)
         self.delivery = DeliveryStore(scratch or rt.db, worker_id(self.config.gateway) if among_workers else None)
-        self.pace, self.key_refresh_s = pace, pace.key_refresh_s
+        self.pace, self.key_refresh_s, self.http_timeout_s = pace, pace.key_refresh_s, pace.http_timeout_s
         # Built in the order each needs the other; where two need each other (the cluster and the
         # dispatcher, the channels and their context), one is handed a method of the gateway's.
         self.cluster: ClusterWorker | None = self._worker() if among_workers else None
@@ -300,6 +301,7 @@ class Gateway:
         stopping.append(self.dispatcher.shutdown(self.config.gateway.shutdown_grace_seconds))
         await asyncio.gather(*stopping)
         await self._background.stop()
+        await self.runtime.notices.close()  # what the last minute batched goes with the last replies
         await self.outbound.drain(self.pace.drain_s)
         if self.cluster is not None:  # after our last replies went out: the others take over from here
             await self.cluster.stop()

@@ -14,7 +14,7 @@ from aiohttp import web
 
 from nanobot import metrics
 from nanobot.coordination import worker_id
-from nanobot.listener import listen
+from nanobot.listener import Listener
 
 if TYPE_CHECKING:
     from nanobot.cluster.worker import ClusterWorker
@@ -35,6 +35,7 @@ class Observed(Protocol):
     delivery: DeliveryStore
     dispatcher: Dispatcher
     channels: ChannelSupervisor
+    http_timeout_s: float | None
 
     def health(self) -> Health: ...
 
@@ -42,22 +43,21 @@ class Observed(Protocol):
 class OpsServer:
     def __init__(self, gateway: Observed) -> None:
         self.gateway = gateway
-        self._runner: web.AppRunner | None = None
+        self.app = web.Application()
+        self.listener = Listener(self.app, "gateway.metrics.listen", timeout_s=gateway.http_timeout_s)
         self._metrics: metrics.PrometheusMetrics | None = None
 
     async def start(self) -> None:
         settings = self.gateway.config.gateway
         self._metrics = metrics.enable(self.gateway.cluster.id if self.gateway.cluster else worker_id(settings))
-        app = web.Application()
-        app.router.add_get("/metrics", self.scrape)
-        self.gateway.health().add_routes(app)
+        self.app.router.add_get("/metrics", self.scrape)
+        self.gateway.health().add_routes(self.app)
         host, port = settings.metrics.address()
-        self._runner, bound = await listen(app, host, port, "gateway.metrics.listen")
+        bound = await self.listener.start(host, port)
         log.info("metrics on http://%s:%d/metrics, health probes on /healthz and /readyz", host, bound)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        await self.listener.stop()
         metrics.disable()
 
     async def scrape(self, request: web.Request) -> web.Response:
