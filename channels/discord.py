@@ -74,7 +74,13 @@ class DiscordChannel(BaseChannel):
         # Pause before a fresh IDENTIFY after an invalidated session (RESUMEs are immediate).
         self.reidentify_delay = reidentify_delay
         self._previews: dict[Any, discord.Message] = {}  # stream_id -> the message a reply streams into
-        self._client: _Client | None = None
+        intents = discord.Intents.default()
+        intents.message_content = True  # else guild messages arrive with empty content
+        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False  # no voice here: no warning
+        self._client = _Client(
+            self, intents=intents, guild_ready_timeout=self.guild_ready_timeout,
+            # Model output must not ping @everyone or roles; users and reply pings are fine.
+            allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True))
         self._ready = asyncio.Event()
         self._chat_locks: dict[int, asyncio.Lock] = {}
 
@@ -82,14 +88,6 @@ class DiscordChannel(BaseChannel):
     async def start(self) -> None:
         Route.BASE = (self.config.api_base or DEFAULT_API_BASE).rstrip("/")
         DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(self.config.gateway_url or DEFAULT_GATEWAY)
-        intents = discord.Intents.default()
-        intents.message_content = True  # else guild messages arrive with empty content
-        self._ready = asyncio.Event()
-        discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False  # no voice here: no warning
-        self._client = _Client(
-            self, intents=intents, guild_ready_timeout=self.guild_ready_timeout,
-            # Model output must not ping @everyone or roles; users and reply pings are fine.
-            allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True))
         try:
             await self._client.login(self.config.token)  # REST: every worker sends
         except Exception as exc:
@@ -114,7 +112,6 @@ class DiscordChannel(BaseChannel):
     async def _connect_while_held(self, held: Held | None) -> None:
         """The gateway connection (what receives messages), on one worker at a time."""
         client, singletons = self._client, self.ctx.singletons
-        assert client is not None
         while not client.is_closed():
             if held is None:
                 held = await singletons.hold(SHARD)
@@ -130,12 +127,10 @@ class DiscordChannel(BaseChannel):
             held = None
 
     async def stop(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            try:
-                await client.close()  # ends the gateway loop and the HTTP session
-            except Exception:
-                log.exception("discord: error while closing the client")
+        try:
+            await self._client.close()  # ends the gateway loop and the HTTP session
+        except Exception:
+            log.exception("discord: error while closing the client")
         await self.receiving.stop()
 
     # -- incoming ------------------------------------------------------------------------
@@ -146,7 +141,7 @@ class DiscordChannel(BaseChannel):
             await self._intake(message)
 
     async def _intake(self, message: discord.Message) -> None:
-        me = self._client.user if self._client else None
+        me = self._client.user
         if me is None or message.author.id == me.id or message.author.bot:
             return  # never answer ourselves or other bots: two bots can loop forever
         is_private = isinstance(message.channel, discord.DMChannel)
@@ -192,7 +187,6 @@ class DiscordChannel(BaseChannel):
         if not msg.content.strip():
             return
         self._check_target(msg)
-        assert self._client is not None
         preview = self._previews.pop(msg.stream_id, None)
         # A partial messageable needs no GET /channels and no cache: just the id.
         channel = self._client.get_partial_messageable(int(msg.chat_id))
@@ -209,12 +203,12 @@ class DiscordChannel(BaseChannel):
     def _check_target(self, msg: OutboundMessage) -> None:
         if not msg.chat_id.isdigit():
             raise SendFailed(f"discord: {msg.chat_id!r} is not a channel id", retry=False)
-        if self._client is None:
-            raise SendFailed("discord: not connected", retry=True)
+        if self._client.is_closed():
+            raise SendFailed("discord: stopped", retry=True)
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: sent once, then edited."""
-        if self._client is None or not msg.chat_id.isdigit() or not msg.content.strip():
+        if self._client.is_closed() or not msg.chat_id.isdigit() or not msg.content.strip():
             return
         stream_id = msg.stream_id
         text = msg.content if len(msg.content) <= self.max_message_len else msg.content[:self.max_message_len - 2] + " …"
@@ -242,7 +236,6 @@ class DiscordChannel(BaseChannel):
         if file is None:
             return
         self._check_target(msg)
-        assert self._client is not None
         channel = self._client.get_partial_messageable(int(msg.chat_id))
         chunks = split_message(msg.content, self.max_message_len) if msg.content.strip() else [None]
         def attach() -> dict[str, Any]:
@@ -272,7 +265,7 @@ class DiscordChannel(BaseChannel):
                 await asyncio.sleep(delay)
 
     async def send_typing(self, chat_id: str) -> None:
-        if self._client is None:
+        if self._client.is_closed():
             return
         try:
             await self._client.get_partial_messageable(int(chat_id)).typing()  # one POST .../typing

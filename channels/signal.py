@@ -49,11 +49,10 @@ class SignalChannel(BaseChannel):
         super().__init__(config, ctx)
         self.config: SignalConfig = config
         self.base = config.rpc_url.rstrip("/")
-        self._http: aiohttp.ClientSession | None = None
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60, connect=CHECK_S))
         self._ids = itertools.count(1)
 
     async def start(self) -> None:
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60, connect=CHECK_S))
         try:
             async with self._http.get(f"{self.base}/api/v1/check",
                                       timeout=aiohttp.ClientTimeout(total=CHECK_S)) as response:
@@ -67,14 +66,11 @@ class SignalChannel(BaseChannel):
 
     async def stop(self) -> None:
         await self.stop_receiving()
-        http, self._http = self._http, None
-        if http is not None:
-            await http.close()
+        await self._http.close()
 
     # -- incoming ------------------------------------------------------------------------
     async def _events(self) -> None:
         """The event stream until it ends: each message recorded before the next is read."""
-        assert self._http is not None
         timeout = aiohttp.ClientTimeout(total=None, connect=CHECK_S, sock_read=QUIET_S)
         async with self._http.get(f"{self.base}/api/v1/events", params={"account": self.config.account},
                                   timeout=timeout) as response:
@@ -152,8 +148,8 @@ class SignalChannel(BaseChannel):
         target = {"groupId": chat_id[len(GROUP):]} if chat_id.startswith(GROUP) else {"recipient": [chat_id]}
         body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method,
                 "params": {"account": self.config.account, **target, **params}}
-        if self._http is None:
-            raise SendFailed("signal: not started", retry=True)
+        if self._http.closed:
+            raise SendFailed("signal: stopped", retry=True)
         try:
             async with self._http.post(f"{self.base}/api/v1/rpc", json=body) as response:
                 if response.status >= 500:

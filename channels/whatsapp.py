@@ -53,7 +53,8 @@ class WhatsAppChannel(BaseChannel):
         super().__init__(config, ctx)
         self.config: WhatsAppConfig = config
         self.api = config.api_base.rstrip("/")
-        self._http: aiohttp.ClientSession | None = None
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=API_TIMEOUT_S),
+                                           headers={"Authorization": f"Bearer {config.access_token}"})
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_get(config.webhook.path, self._verify)
         app.router.add_post(config.webhook.path, self._post)
@@ -61,8 +62,6 @@ class WhatsAppChannel(BaseChannel):
         self._last_message: dict[str, str] = {}  # wa_id -> the id of their latest message (typing, read)
 
     async def start(self) -> None:
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=API_TIMEOUT_S),
-                                           headers={"Authorization": f"Bearer {self.config.access_token}"})
         try:
             await self._graph("GET", self.config.phone_number_id, params={"fields": "id"})
         except SendFailed as exc:
@@ -79,9 +78,7 @@ class WhatsAppChannel(BaseChannel):
 
     async def stop(self) -> None:
         await self.webhook.stop()
-        http, self._http = self._http, None
-        if http is not None:
-            await http.close()
+        await self._http.close()
 
     # -- the webhook ---------------------------------------------------------------------
     async def _verify(self, request: web.Request) -> web.Response:
@@ -158,7 +155,6 @@ class WhatsAppChannel(BaseChannel):
             url = str(found.get("url") or "")
             if int(found.get("file_size") or 0) > self.ctx.max_media_bytes or not self._token_may_go(url):
                 raise ValueError(f"over {self.ctx.max_media_bytes} bytes, or not on Meta's media host")
-            assert self._http is not None
             async with self._http.get(url, allow_redirects=False) as response:
                 response.raise_for_status()
                 data = await read_whole(response.content, self.ctx.max_media_bytes)
@@ -220,8 +216,8 @@ class WhatsAppChannel(BaseChannel):
 
     async def _graph(self, method: str, path: str, **request: Any) -> dict[str, Any]:
         """One Graph API call; SendFailed (retry: no connection, 5xx, 429) when it did not go."""
-        if self._http is None:
-            raise SendFailed("whatsapp: not started", retry=True)
+        if self._http.closed:
+            raise SendFailed("whatsapp: stopped", retry=True)
         try:
             async with self._http.request(method, f"{self.api}/{path}", allow_redirects=False, **request) as response:
                 answer = await response.json(content_type=None)
