@@ -183,7 +183,6 @@ async def test_member_chats_reach_no_server_unless_allowed(llm: FakeOpenAI, work
 async def test_a_crashed_server_is_unavailable_then_restarted(rt: Runtime, llm: FakeOpenAI) -> None:
     await rt.sessions.open("cli:mcp")
     ctx = rt.chat_context("cli:mcp")
-    rt.mcp.connections["notes"].restart_first_s = 0.05
     with pytest.raises(RuntimeError, match="MCP server 'notes' is not available"):
         await rt.tools.call("notes_crash", {}, ctx)
     with pytest.raises(RuntimeError, match="not available"):

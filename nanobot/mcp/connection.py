@@ -41,7 +41,6 @@ class McpConnection:
         self.tools: list[Any] = []  # mcp.types.Tool, as listed at the last connect
         self.state = "not started"
         self.error = ""
-        self.restart_first_s = RESTART_FIRST_S
         self._client: Any = None
         self._attempted = asyncio.Event()  # the first connection attempt is over, either way
         self._lost = asyncio.Event()
@@ -121,7 +120,7 @@ class McpConnection:
 
     # ---- the holder task ---------------------------------------------------------------
     async def _hold(self) -> None:
-        delay = self.restart_first_s
+        delay = RESTART_FIRST_S
         while not self._closing:
             connected_at = time.monotonic()
             try:
@@ -136,7 +135,7 @@ class McpConnection:
             if self._closing:
                 return
             if time.monotonic() - connected_at > RESTART_MAX_S:
-                delay = self.restart_first_s  # it ran a good while: a fresh crash, not a crash loop
+                delay = RESTART_FIRST_S  # it ran a good while: a fresh crash, not a crash loop
             self._set_state("restarting", f"in {delay:g} s after: {self.error}")
             await asyncio.sleep(delay)
             delay = min(RESTART_MAX_S, delay * 2)
