@@ -30,7 +30,7 @@ from typing import Any, Awaitable, Callable, ClassVar
 from telegram import Bot, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
-from telegram.ext import Application, ApplicationBuilder
+from telegram.ext import ApplicationBuilder
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.telegram_html import render_chunks
@@ -65,33 +65,25 @@ class TelegramChannel(BaseChannel):
         self.poll_backoff_max = poll_backoff_max
         self.send_retries = send_retries  # 429s waited out per API call before the send counts as failed
         self.max_retry_after = max_retry_after  # honour Telegram's 429 wait, but never longer than this
-        self._app: Application | None = None
-        self._webhook: WebhookServer | None = None
+        base, proxy = (config.api_base or DEFAULT_API_BASE).rstrip("/"), config.proxy
+        self._app = (ApplicationBuilder().token(config.token).updater(None)
+                     .base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
+                     .request(AiohttpRequest(CONNECTIONS, POOL_TIMEOUT, proxy))  # sends
+                     .get_updates_request(AiohttpRequest(1, proxy=proxy))  # the long poll
+                     .build())
+        self._bot: Bot = self._app.bot
+        self._webhook = WebhookServer(config.webhook, self._on_webhook) if config.webhook else None
         self._username = ""  # the bot's own @username, known after start()
         self._previews: dict[Any, _Preview] = {}  # stream_id -> the message a reply streams into
 
-    @property
-    def _bot(self) -> Bot:
-        if self._app is None:
-            raise RuntimeError("telegram channel is not started")
-        return self._app.bot
-
     # ---- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
-        base = (self.config.api_base or DEFAULT_API_BASE).rstrip("/")
-        proxy = self.config.proxy
-        app = (ApplicationBuilder().token(self.config.token).updater(None)
-               .base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
-               .request(AiohttpRequest(CONNECTIONS, POOL_TIMEOUT, proxy))  # sends
-               .get_updates_request(AiohttpRequest(1, proxy=proxy))  # the long poll
-               .build())
         try:
-            await app.initialize()  # getMe: a bad token or unreachable server fails here
-            self._app, self._username = app, app.bot.username or ""
-            await (self._start_webhook() if self.config.webhook else self._start_polling())
+            await self._app.initialize()  # getMe: a bad token or unreachable server fails here
+            self._username = self._bot.username or ""
+            await (self._start_polling() if self._webhook is None else self._start_webhook(self._webhook))
         except BaseException:
-            self._app = None
-            await self._shutdown(app)
+            await self.stop()
             raise
 
     async def _start_polling(self) -> None:
@@ -109,13 +101,11 @@ class TelegramChannel(BaseChannel):
         again = lambda: self._poll(self._bot.delete_webhook)  # noqa: E731  (a later round)
         self.read_while_held(POLLING, again, first)
 
-    async def _start_webhook(self) -> None:
+    async def _start_webhook(self, server: WebhookServer) -> None:
         """Tell Telegram where to post updates (every worker says the same), and serve that path.
         The webhook is not deleted at stop: another worker may still be serving it."""
-        webhook = self.config.webhook
-        assert webhook is not None
-        self._webhook = WebhookServer(webhook, self._on_webhook)
-        await self._webhook.start()
+        webhook = server.config
+        await server.start()
         await self._bot.set_webhook(webhook.url, secret_token=webhook.secret_token, allowed_updates=["message"])
         log.info("telegram: webhook for @%s at %s, served on %s", self._username, webhook.url, webhook.listen)
 
@@ -128,24 +118,17 @@ class TelegramChannel(BaseChannel):
         """Stop polling at shutdown: later messages wait on Telegram's server for the next start
         (or another worker's poll: polling is handed over at once)."""
         await super().stop_receiving()
-        webhook, self._webhook = self._webhook, None
-        if webhook is not None:
-            await webhook.stop()
+        if self._webhook is not None:
+            await self._webhook.stop()
 
     async def stop(self) -> None:
         await self.stop_receiving()
-        app, self._app = self._app, None
-        if app is not None:
-            await self._shutdown(app)
-
-    @staticmethod
-    async def _shutdown(app: Application) -> None:
         try:
-            await app.shutdown()
+            await self._app.shutdown()
         except Exception:  # stop() must not raise; log and keep tearing down
             log.exception("telegram: error during shutdown")
         try:
-            await app.bot.shutdown()  # closes the HTTP pools even if initialize() failed
+            await self._bot.shutdown()  # closes the HTTP pools even if initialize() failed
         except Exception:
             log.exception("telegram: error during shutdown")
 
