@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from nanobot.config import McpServer
-from nanobot.eventloop import cancel_and_wait
+from nanobot.eventloop import Background
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,7 @@ class McpConnection:
         self._attempted = asyncio.Event()  # the first connection attempt is over, either way
         self._lost = asyncio.Event()
         self._closing = False
-        self._holder: asyncio.Task[None] | None = None
+        self._holder = Background()  # holds the session, reconnecting, until close()
         self._errlog: TextIO | None = None
         self.on_connect = on_connect  # tools (re)listed
         self.on_state = on_state  # the state changed (for status)
@@ -70,14 +70,13 @@ class McpConnection:
 
     async def start(self) -> bool:
         """Connect and list the tools, within ``startTimeout``; False (and why, in ``error``) if not."""
-        self._holder = asyncio.create_task(self._hold(), name=f"mcp {self.name}")
+        self._holder.run(self._hold(), name=f"mcp {self.name}")
         try:
             async with asyncio.timeout(self.config.start_timeout):
                 await self._attempted.wait()
         except TimeoutError:
             self._set_state("failed", f"no answer within startTimeout ({self.config.start_timeout:g} s)")
-            self._holder.cancel()  # a server that hangs at start is not waited on again
-            await asyncio.gather(self._holder, return_exceptions=True)
+            await self._holder.stop()  # a server that hangs at start is not waited on again
         return self.running
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
@@ -107,12 +106,7 @@ class McpConnection:
         """Leave the session: the SDK ends a stdio child (stdin closed, then terminated)."""
         self._closing = True
         self._lost.set()
-        if self._holder is not None:
-            try:
-                async with asyncio.timeout(10):
-                    await asyncio.gather(self._holder, return_exceptions=True)
-            except TimeoutError:
-                await cancel_and_wait(self._holder)
+        await self._holder.stop(grace=10)
         if self._errlog is not None:
             self._errlog.close()
             self._errlog = None
