@@ -66,7 +66,7 @@ class SessionWorker:
         self._stop_requested = False
         self.stop_answered = asyncio.Event()  # cleared while a /stop is being answered
         self.stop_answered.set()
-        self.task = asyncio.create_task(self._work(), name=f"session {key}")
+        self.task = dispatcher.chats.run(self._work(), name=f"session {key}")
 
     async def _work(self) -> None:
         d = self.dispatcher
@@ -167,6 +167,7 @@ class Dispatcher:
         self.slots = asyncio.Semaphore(settings.max_concurrent_sessions)
         self.workers: dict[str, SessionWorker] = {}
         self.closing = False
+        self.chats = Background()  # each worker's task
         self._side = Background()  # /stop handlers, spoken replies, chats given back: in flight
         self._told: set[str] = set()  # chats told about the restart
         # Among workers: a chat that goes quiet here is given back to it, and at shutdown the
@@ -305,14 +306,8 @@ class Dispatcher:
         for w in workers:
             if w.turn is None:
                 w.task.cancel()
-        tasks = [w.task for w in workers]
-        if tasks:
-            _, late = await asyncio.wait(tasks, timeout=grace)
-            if late:
-                log.warning("shutdown: cancelling %d turn(s) still running after %g s", len(late), grace)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if late := await self.chats.stop(grace):
+            log.warning("shutdown: cancelled %d turn(s) still running after %g s", late, grace)
         await self._side.stop()
         dropped = [w.queue.get_nowait() for w in workers for _ in range(w.queue.qsize())]
         dropped += [self.bus.inbound.get_nowait() for _ in range(self.bus.inbound.qsize())]
