@@ -294,3 +294,32 @@ async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path
     assert saved["agents"]["defaults"]["executionMode"] == "hybrid" and saved["providers"]["openai"]["apiKey"] == "wrong-key"
     code, out, _ = await nanobot("onboard", "--force", "--non-interactive", home=home)
     assert code == 0 and "Model server" not in out
+
+
+async def test_onboard_force_keeps_every_channels_credentials(home: Path, workspace: Path) -> None:
+    """Defaults everywhere, but no token, key, secret or password is lost, whichever channel has it."""
+    secret = "w" * 24
+    (home / "config.json").write_text(json.dumps({
+        "agents": {"defaults": {"workspace": str(workspace), "model": "m", "executionMode": "code"}},
+        "providers": {"openai": {"apiKey": "sk-CANARY"}},
+        "channels": {
+            "telegram": {"token": "1:TG", "webhook": {"url": "https://bot.example.org/tg", "secretToken": secret}},
+            "slack": {"botToken": "xoxb-CANARY", "appToken": "xapp-CANARY", "signingSecret": "sign-CANARY"},
+            "email": {"address": "bot@example.org", "imap": {"host": "imap.example.org", "password": "imap-CANARY"},
+                      "smtp": {"password": "smtp-CANARY"}},
+            "matrix": {"homeserver": "https://m.example.org", "accessToken": "syt-CANARY"},
+            "whatsapp": {"accessToken": "EAA-CANARY", "appSecret": "app-CANARY", "verifyToken": "verify-CANARY"}},
+        "tools": {"web": {"search": {"provider": "brave", "apiKey": "brave-CANARY"}}}}))
+    code, out, err = await nanobot("onboard", "--force", "--non-interactive", home=home)
+    assert code == 0, err
+    saved = json.loads((home / "config.json").read_text())
+    channels = saved["channels"]
+    assert channels["telegram"]["token"] == "1:TG" and channels["telegram"]["webhook"]["secretToken"] == secret
+    assert [channels["slack"][k] for k in ("botToken", "appToken", "signingSecret")] == \
+        ["xoxb-CANARY", "xapp-CANARY", "sign-CANARY"]
+    assert channels["email"]["imap"]["password"] == "imap-CANARY" and channels["email"]["smtp"]["password"] == "smtp-CANARY"
+    assert channels["matrix"]["accessToken"] == "syt-CANARY"
+    assert [channels["whatsapp"][k] for k in ("accessToken", "appSecret", "verifyToken")] == \
+        ["EAA-CANARY", "app-CANARY", "verify-CANARY"]
+    assert saved["tools"]["web"]["search"]["apiKey"] == "brave-CANARY" and saved["providers"]["openai"]["apiKey"] == "sk-CANARY"
+    assert channels["email"]["imap"]["host"] == channels["email"]["address"] == ""  # the rest is the defaults'

@@ -6,12 +6,14 @@ cron.py here, and mcp/cli.py."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from functools import partial
 from pathlib import Path
 from typing import Optional
 
 import typer
+from pydantic import BaseModel
 
 from nanobot import logs
 from nanobot.cli.agent import agent
@@ -99,12 +101,36 @@ def onboard(ctx: typer.Context,
         typer.echo("Next: set providers.openai.apiKey (and apiBase for other servers), then run: nanobot agent")
 
 
+_CREDENTIAL = re.compile(r"token|key|secret|password", re.I)  # as the logs' redaction names them
+
+
 def _keep_secrets(fresh: Config, old: Config) -> Config:
-    """``onboard --force``: defaults everywhere, but the user's providers and channel tokens stay."""
-    fresh.providers = old.providers
-    fresh.channels.telegram.token = old.channels.telegram.token
-    fresh.channels.discord.token = old.channels.discord.token
+    """``onboard --force``: defaults everywhere, but the user's providers, database and every
+    credential stay (a field naming a token, key, secret or password: Slack's, Matrix's, the
+    mail servers' passwords, a webhook's secret). A part the defaults leave out (a webhook) comes
+    whole when it holds one; a third-party channel's section, which has no defaults, whole."""
+    fresh.providers, fresh.database = old.providers, old.database
+    _carry_credentials(fresh, old)
+    for name, section in (old.channels.model_extra or {}).items():
+        setattr(fresh.channels, name, section)
     return fresh
+
+
+def _carry_credentials(fresh: BaseModel, old: BaseModel) -> None:
+    for name in type(old).model_fields:
+        value, into = getattr(old, name), getattr(fresh, name)
+        if isinstance(value, BaseModel):
+            if into is not None:
+                _carry_credentials(into, value)
+            elif _holds_credentials(value):
+                setattr(fresh, name, value)
+        elif _CREDENTIAL.search(name) and value:
+            setattr(fresh, name, value)
+
+
+def _holds_credentials(section: BaseModel) -> bool:
+    return any(_holds_credentials(value) if isinstance(value, BaseModel) else bool(value and _CREDENTIAL.search(name))
+               for name, value in ((name, getattr(section, name)) for name in type(section).model_fields))
 
 
 def gateway(ctx: typer.Context) -> None:
