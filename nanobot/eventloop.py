@@ -62,9 +62,6 @@ class Background:
         if not task.cancelled() and (error := task.exception()) is not None:
             log.warning("%s stopped: %r", task.get_name(), error)
 
-    def __len__(self) -> int:
-        return len(self._tasks)
-
     async def stop(self, grace: float = 0.0) -> int:
         """Let the tasks run for up to ``grace`` seconds, then cancel those still running and wait
         until each has ended; how many were cancelled."""

@@ -300,7 +300,7 @@ async def test_onboard_force_keeps_every_channels_credentials(home: Path, worksp
     """Defaults everywhere, but no token, key, secret or password is lost, whichever channel has it."""
     secret = "w" * 24
     (home / "config.json").write_text(json.dumps({
-        "agents": {"defaults": {"workspace": str(workspace), "model": "m", "executionMode": "code"}},
+        "agents": {"defaults": {"workspace": str(workspace), "model": "m", "maxTokens": 123}},
         "providers": {"openai": {"apiKey": "sk-CANARY"}},
         "channels": {
             "telegram": {"token": "1:TG", "webhook": {"url": "https://bot.example.org/tg", "secretToken": secret}},
@@ -323,3 +323,4 @@ async def test_onboard_force_keeps_every_channels_credentials(home: Path, worksp
         ["EAA-CANARY", "app-CANARY", "verify-CANARY"]
     assert saved["tools"]["web"]["search"]["apiKey"] == "brave-CANARY" and saved["providers"]["openai"]["apiKey"] == "sk-CANARY"
     assert channels["email"]["imap"]["host"] == channels["email"]["address"] == ""  # the rest is the defaults'
+    assert saved["agents"]["defaults"].get("maxTokens") != 123  # a limit, not a credential

@@ -101,7 +101,7 @@ def onboard(ctx: typer.Context,
         typer.echo("Next: set providers.openai.apiKey (and apiBase for other servers), then run: nanobot agent")
 
 
-_CREDENTIAL = re.compile(r"token|key|secret|password", re.I)  # as the logs' redaction names them
+_CREDENTIAL = re.compile(r"(^|_)(token|key|secret|password)$")  # a field's name (not max_tokens)
 
 
 def _keep_secrets(fresh: Config, old: Config) -> Config:
