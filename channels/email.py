@@ -131,7 +131,10 @@ class EmailChannel(BaseChannel):
                     self._report(None, "mailbox")
                 opened, failures = None, 0
                 while True:
-                    await self._take_new(mailbox)
+                    # Mail that came while a batch was taken is announced with those commands'
+                    # answers, not in the IDLE after them: look again until a look finds none.
+                    while await self._take_new(mailbox):
+                        pass
                     await self._wait_for_mail(mailbox)
             except asyncio.CancelledError:
                 raise
@@ -168,13 +171,15 @@ class EmailChannel(BaseChannel):
             else:
                 idle.cancel()
 
-    async def _take_new(self, mailbox: Mailbox) -> None:
+    async def _take_new(self, mailbox: Mailbox) -> bool:
+        """Read and mark every unseen mail; whether there was any."""
         imap, uidvalidity = mailbox.imap, mailbox.uidvalidity
         found = await imap.uid_search("UNSEEN", charset=None)
         if found.result != "OK":
             raise MailboxError(f"search failed: {_said(found)}")
-        uids = b" ".join(line for line in found.lines[:1] if isinstance(line, bytes)).split()
-        for uid in (u.decode() for u in uids if u.isdigit()):
+        words = b" ".join(line for line in found.lines[:1] if isinstance(line, bytes)).split()
+        uids = [word.decode() for word in words if word.isdigit()]
+        for uid in uids:
             fetched = await imap.uid("fetch", uid, "(BODY.PEEK[])")
             raw = next((line for line in fetched.lines if isinstance(line, bytearray)), None)
             if fetched.result != "OK" or raw is None:
@@ -186,6 +191,7 @@ class EmailChannel(BaseChannel):
             stored = await imap.uid("store", uid, "+FLAGS.SILENT", r"(\Seen)")
             if stored.result != "OK":
                 raise MailboxError(f"marking mail {uid} seen failed: {_said(stored)}")
+        return bool(uids)
 
     async def _intake(self, raw: bytes, uid_key: str) -> None:
         """Who sent it is decided from the headers; only then is the body read (bounded, off
