@@ -8,13 +8,12 @@ import logging
 from email.message import EmailMessage
 from email.utils import make_msgid
 from pathlib import Path
-from types import SimpleNamespace
 from typing import AsyncIterator
 
 import pytest
 
 from nanobot.config import Config, EmailConfig
-from tests.fakes.mail_servers import Dovecot, SmtpReceiver, email_section, needs_dovecot
+from tests.fakes.mail_servers import Dovecot, ScriptedImap, SmtpReceiver, email_section, needs_dovecot
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for, fast_pace, running_gateway
 
@@ -198,32 +197,24 @@ async def test_a_server_gone_as_idle_begins_is_seen_at_once(llm: FakeOpenAI, wor
     """A server that goes between our last command and IDLE never says "+ idling": the reader
     must see the closed connection, not wait for that answer for ever (a restart of Dovecot
     at that moment once left the mailbox unread, and status saying "running")."""
-    async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(b"* OK [CAPABILITY IMAP4rev1 IDLE] ready\r\n")
-        while line := await reader.readline():
-            tag, _, command = line.decode().strip().partition(" ")
-            if command.startswith("CAPABILITY"):
-                writer.write(b"* CAPABILITY IMAP4rev1 IDLE\r\n")
-            elif command.startswith("SELECT"):
-                writer.write(b"* 0 EXISTS\r\n* OK [UIDVALIDITY 7] UIDs valid\r\n")
-            elif command.startswith("UID SEARCH"):
-                writer.write(b"* SEARCH\r\n")
-            writer.write(f"{tag} OK done\r\n".encode())
-            if command.startswith("UID SEARCH"):  # shut down as the reader is about to say IDLE
-                writer.write(b"* BYE Server shutting down.\r\n")
-                await writer.drain()
-                await reader.readline()  # its IDLE
-                server.close()  # no more connections either: the outage lasts
-                writer.close()
-                return
+    async def answer(tag: str, command: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        if command.startswith("SELECT"):
+            writer.write(b"* 0 EXISTS\r\n* OK [UIDVALIDITY 7] UIDs valid\r\n")
+        elif command.startswith("UID SEARCH"):  # shut down as the reader is about to say IDLE
+            writer.write(f"* SEARCH\r\n{tag} OK done\r\n* BYE Server shutting down.\r\n".encode())
+            await writer.drain()
+            await reader.readline()  # its IDLE
+            going.server.close()  # no more connections either: the outage lasts
+            writer.close()
+            return False
+        return True
 
-    server = await asyncio.start_server(session, "127.0.0.1", 0)
-    going = SimpleNamespace(user="bot@example.org", password="secret", port=server.sockets[0].getsockname()[1])
     pace = fast_pace(adapters={"email": {"retry_s": (0.1,), "imap_timeout_s": 1.0}})
-    async with running_gateway(email_config(llm, workspace, going, smtp), pace=pace) as gateway:
-        async with asyncio.timeout(10):
-            while "mailbox is unreachable" not in gateway.channels.state["email"]:
-                await asyncio.sleep(0.05)
+    async with ScriptedImap(answer) as going:
+        async with running_gateway(email_config(llm, workspace, going, smtp), pace=pace) as gateway:
+            async with asyncio.timeout(10):
+                while "mailbox is unreachable" not in gateway.channels.state["email"]:
+                    await asyncio.sleep(0.05)
 
 async def test_mail_that_comes_while_a_batch_is_taken_is_read_before_idling(llm: FakeOpenAI, workspace: Path,
                                                                               smtp: SmtpReceiver) -> None:
@@ -235,41 +226,31 @@ async def test_mail_that_comes_while_a_batch_is_taken_is_read_before_idling(llm:
     arrived, seen = 1, set()
     llm.fallback = lambda body: reply("ok")
 
-    async def session(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def answer(tag: str, command: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         nonlocal arrived
-        writer.write(b"* OK [CAPABILITY IMAP4rev1 IDLE] ready\r\n")
-        while line := await reader.readline():
-            tag, _, command = line.decode().strip().partition(" ")
-            if command.startswith("CAPABILITY"):
-                writer.write(b"* CAPABILITY IMAP4rev1 IDLE\r\n")
-            elif command.startswith("SELECT"):
-                writer.write(f"* {arrived} EXISTS\r\n* OK [UIDVALIDITY 7] UIDs valid\r\n".encode())
-            elif command.startswith("UID SEARCH"):
-                unseen = " ".join(str(uid) for uid in range(1, arrived + 1) if uid not in seen)
-                writer.write(f"* SEARCH {unseen}\r\n".encode())
-            elif command.startswith("UID FETCH"):
-                uid = int(command.split()[2])
-                raw = bytes(mails[uid])
-                writer.write(f"* {uid} FETCH (UID {uid} BODY[] {{{len(raw)}}}\r\n".encode() + raw + b")\r\n")
-            elif command.startswith("UID STORE"):
-                seen.add(int(command.split()[2]))
-                if arrived == 1:  # the second mail lands now: told with this answer, as Dovecot does
-                    arrived = 2
-                    writer.write(b"* 2 EXISTS\r\n")
-            elif command == "IDLE":
-                writer.write(b"+ idling\r\n")
-                await writer.drain()
-                await reader.readline()  # DONE, at the renewal or the stop: nothing is pushed meanwhile
-            writer.write(f"{tag} OK done\r\n".encode())
+        if command.startswith("SELECT"):
+            writer.write(f"* {arrived} EXISTS\r\n* OK [UIDVALIDITY 7] UIDs valid\r\n".encode())
+        elif command.startswith("UID SEARCH"):
+            unseen = " ".join(str(uid) for uid in range(1, arrived + 1) if uid not in seen)
+            writer.write(f"* SEARCH {unseen}\r\n".encode())
+        elif command.startswith("UID FETCH"):
+            uid = int(command.split()[2])
+            raw = bytes(mails[uid])
+            writer.write(f"* {uid} FETCH (UID {uid} BODY[] {{{len(raw)}}}\r\n".encode() + raw + b")\r\n")
+        elif command.startswith("UID STORE"):
+            seen.add(int(command.split()[2]))
+            if arrived == 1:  # the second mail lands now: told with this answer, as Dovecot does
+                arrived = 2
+                writer.write(b"* 2 EXISTS\r\n")
+        elif command == "IDLE":
+            writer.write(b"+ idling\r\n")
             await writer.drain()
+            await reader.readline()  # DONE, at the renewal or the stop: nothing is pushed meanwhile
+        return True
 
-    server = await asyncio.start_server(session, "127.0.0.1", 0)
-    scripted = SimpleNamespace(user="bot@example.org", password="secret", port=server.sockets[0].getsockname()[1])
-    try:
+    async with ScriptedImap(answer) as scripted:
         async with running_gateway(email_config(llm, workspace, scripted, smtp)):
             await smtp.wait_sent(2)
-    finally:
-        server.close()
     assert sorted(said(llm, i) for i in range(2)) == ["first\n\none", "second\n\ntwo"]
 
 

@@ -29,7 +29,7 @@ import tempfile
 import time
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import pytest
 
@@ -161,6 +161,41 @@ service imap-login {{
                 client.logout()
 
         return await asyncio.to_thread(count)
+
+
+Answer = Callable[[str, str, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[bool]]
+
+
+class ScriptedImap:
+    """An IMAP server that says what a test scripts, for what Dovecot does only by chance (a
+    shutdown at one moment, an announcement beside one answer). It greets and answers
+    CAPABILITY; ``answer(tag, command, reader, writer)`` writes the untagged lines of every other
+    command and says whether the tagged OK follows and the session goes on (False: it ended it)."""
+
+    user, password = "bot@example.org", "secret"
+
+    def __init__(self, answer: Answer) -> None:
+        self.answer = answer
+        self.port = 0
+
+    async def __aenter__(self) -> ScriptedImap:
+        self.server = await asyncio.start_server(self._session, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.close()
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"* OK [CAPABILITY IMAP4rev1 IDLE] ready\r\n")
+        while line := await reader.readline():
+            tag, _, command = line.decode().strip().partition(" ")
+            if command.startswith("CAPABILITY"):
+                writer.write(b"* CAPABILITY IMAP4rev1 IDLE\r\n")
+            elif not await self.answer(tag, command, reader, writer):
+                return
+            writer.write(f"{tag} OK done\r\n".encode())
+            await writer.drain()
 
 
 def email_section(imap: Dovecot, smtp: SmtpReceiver, allow_from: list[str] | None = None) -> dict[str, Any]:
