@@ -96,17 +96,16 @@ async def test_stalled_connections_are_closed_while_the_owner_is_served(impatien
     from tests.fakes.openai_server import reply
 
     llm.fallback = lambda body: reply("served")
-    api = impatient_api  # noqa: F811
-    host, port = api["base"].removeprefix("http://").removesuffix("/v1").split(":")
+    host, port = impatient_api["base"].removeprefix("http://").removesuffix("/v1").split(":")
     stalled = []
     for _ in range(200):  # each stops in the middle of its headers, no key needed
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthor")
         stalled.append((reader, writer))
     reader, writer = await asyncio.open_connection(host, int(port))  # a body that never finishes
-    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + api["owner"].encode()
+    writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + impatient_api["owner"].encode()
                  + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
-    status, answer = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]})
+    status, answer = await post(impatient_api, {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]})
     assert status == 200 and answer["choices"][0]["message"]["content"] == "served"
     closed = await asyncio.wait_for(asyncio.gather(*(_closed(r) for r, _ in stalled)), SHORT_TIMEOUT_S + 5)
     assert all(closed)
