@@ -105,7 +105,12 @@ def open_file(root: Path, relative: str) -> int:
     """A descriptor of the regular file ``relative`` under ``root``, for reading: no link on
     the way or at the end, not a FIFO or device, not hard-linked. Check and read through it."""
     with parent_of(root, relative) as (folder, name):
-        fd = open_last(folder, name, os.O_RDONLY | os.O_NONBLOCK, relative)  # a FIFO must not hang us
+        return open_regular(folder, name, relative)
+
+
+def open_regular(folder: int, name: str, relative: str) -> int:
+    """``open_file`` for the last component, in the open ``folder``."""
+    fd = open_last(folder, name, os.O_RDONLY | os.O_NONBLOCK, relative)  # a FIFO must not hang us
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -133,13 +138,20 @@ def opened(root: Path, relative: str) -> Iterator[int]:
 def read_bytes(root: Path, relative: str, limit: int | None = None) -> bytes:
     """The whole file (ValueError past ``limit`` bytes)."""
     with opened(root, relative) as fd:
-        chunks, size = [], 0
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-            size += len(chunk)
-            if limit is not None and size > limit:
-                raise ValueError(f"{relative} is over the {limit:,}-byte limit")
-        return b"".join(chunks)
+        return read_all(fd, relative, limit)
+
+
+def read_all(fd: int, relative: str, limit: int | None = None, hint: str = "") -> bytes:
+    """What is left to read of ``fd``; ValueError past ``limit`` bytes (``hint``: what to do instead)."""
+    chunks, size = [], 0
+    if limit is not None and os.fstat(fd).st_size > limit:
+        size = limit + 1  # too big already: not read
+    while (limit is None or size <= limit) and (chunk := os.read(fd, 1 << 16)):  # it may grow as it is read
+        chunks.append(chunk)
+        size += len(chunk)
+    if limit is not None and size > limit:
+        raise ValueError(f"{relative} is over the {limit:,}-byte limit" + (f"; {hint}" if hint else ""))
+    return b"".join(chunks)
 
 
 def size_of(root: Path, relative: str) -> int:
@@ -168,22 +180,36 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 def write_bytes(root: Path, relative: str, data: bytes) -> None:
-    """Write ``relative`` whole (folders made as needed, 0700; the file 0600): into a new
-    temporary file in the same folder, then renamed over the name, so a crash leaves the old
-    file or the new one, and a link at the name is replaced, never written through."""
+    """Write ``relative`` whole (folders made as needed, 0700; the file 0600), see ``replace_file``."""
     with parent_of(root, relative, create=True) as (folder, name):
-        tmp = f".{name}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600, dir_fd=folder)
+        replace_file(folder, name, data, relative)
+
+
+def replace_file(folder: int, name: str, data: bytes, relative: str, *, mode: int = 0o600,
+                 keep_mode: bool = False) -> None:
+    """Write ``name`` in ``folder`` whole: into a new temporary file in the same folder, then
+    renamed over the name, so a crash leaves the old file or the new one, and a link at the
+    name is replaced, never written through. ``keep_mode``: an existing file keeps its mode."""
+    try:
+        old = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    except FileNotFoundError:
+        old = None
+    if name == "." or (old is not None and stat.S_ISDIR(old.st_mode)):
+        raise IsADirectoryError(f"{relative} is a directory")
+    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, mode, dir_fd=folder)
+    try:
         try:
-            try:
-                write_all(fd, data)
-            finally:
-                os.close(fd)
-            os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=folder)
-            raise
+            if keep_mode and old is not None and stat.S_ISREG(old.st_mode):
+                os.fchmod(fd, stat.S_IMODE(old.st_mode) & 0o777)
+            write_all(fd, data)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=folder)
+        raise
 
 
 def append_text(root: Path, relative: str, text: str, header: str = "") -> None:

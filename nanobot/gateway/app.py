@@ -221,8 +221,6 @@ class Gateway:
     async def ask(self, msg: InboundMessage) -> str:
         """Run ``msg`` as a turn of its chat and return the reply (cron prompt jobs); the reply
         is sent to the chat as well. Among workers it is recorded and runs where its chat is held."""
-        if self._intake is None:
-            raise RuntimeError("the gateway is not running")
         among_workers = self.intake.accept if self.cluster is not None else None
         return await self.dispatcher.ask(msg, through=among_workers)
 
@@ -234,7 +232,7 @@ class Gateway:
         self.channels.add_internal(channel)
 
     def accepting(self) -> bool:
-        return self._intake is not None and not self.dispatcher.closing
+        return not self.dispatcher.closing
 
     async def open_chat(self, chat: str) -> Session:
         if self.cluster is not None:
@@ -307,7 +305,6 @@ class Gateway:
             await self.cluster.stop()
         await self.channels.stop()
         await self.delivery.close()
-
 
 
 async def _stop_service(service: Service) -> None:

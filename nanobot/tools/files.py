@@ -14,12 +14,10 @@ and announced; writes stay within ``tools.maxWorkspaceMb``; reading something a 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import secrets
 import stat
 
-from nanobot.beneath import write_all
+from nanobot.beneath import open_regular, read_all, replace_file
 from nanobot.tools.paths import open_pinned, pinned_parent, resolve_in_workspace
 from nanobot.tools.quota import check_quota
 from nanobot.tools.registry import ToolContext, tool
@@ -41,31 +39,17 @@ def read_checked_bytes(ctx: ToolContext, path: str, limit: int, hint: str) -> tu
     """A workspace file's bytes through the path guard (no symlink swaps, no hard links, no
     FIFOs), and its path as shown to the model; ValueError past ``limit`` bytes."""
     with pinned_parent(ctx, path) as pin:
-        # O_NONBLOCK: opening a FIFO must not hang the turn (it is refused just below).
-        fd = open_pinned(pin, os.O_RDONLY | os.O_NONBLOCK)
         try:
-            st = os.fstat(fd)
-            if stat.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(f"{pin.shown} is a directory; use list_dir")
-            if not stat.S_ISREG(st.st_mode):
-                raise ValueError(f"{pin.shown} is not a regular file")
-            if st.st_nlink > 1:
-                raise PermissionError(f"{pin.shown} has {st.st_nlink} hard links; the file tools do not read "
-                                      "hard-linked files, since a link can point outside the workspace")
-            too_big = ValueError(f"{pin.shown} is {st.st_size:,} bytes, over the {limit:,}-byte limit; {hint}")
-            if st.st_size > limit:
-                raise too_big
-            chunks, size = [], 0
-            while chunk := os.read(fd, 1 << 16):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > limit:  # grew since fstat
-                    raise too_big
-            if pin.shown.startswith("inbox/"):
-                ctx.guard.taint(f"the received file {pin.shown}")
-            return b"".join(chunks), pin.shown
+            fd = open_regular(pin.dir_fd, pin.name, pin.shown)
+        except IsADirectoryError:
+            raise IsADirectoryError(f"{pin.shown} is a directory; use list_dir") from None
+        try:
+            data = read_all(fd, pin.shown, limit, hint)
         finally:
             os.close(fd)
+    if pin.shown.startswith("inbox/"):
+        ctx.guard.taint(f"the received file {pin.shown}")
+    return data, pin.shown
 
 
 async def _write_checked(ctx: ToolContext, path: str, data: bytes, how: str) -> str:
@@ -82,31 +66,7 @@ async def _write_checked(ctx: ToolContext, path: str, data: bytes, how: str) -> 
 
 def _write_bytes(ctx: ToolContext, path: str, data: bytes) -> str:
     with pinned_parent(ctx, path, create_parents=True) as pin:
-        try:
-            old = os.stat(pin.name, dir_fd=pin.dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            old = None
-        if old is not None and stat.S_ISDIR(old.st_mode):
-            raise IsADirectoryError(f"{pin.shown} is a directory")
-        if old is not None and stat.S_ISLNK(old.st_mode):  # resolved away earlier, so it was swapped in
-            raise PermissionError(f"{pin.shown!r} became a symlink while it was being written")
-        if pin.name == ".":
-            raise IsADirectoryError(f"{pin.shown} is a directory")
-        tmp = f".{pin.name}.{secrets.token_hex(4)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0),
-                     0o666, dir_fd=pin.dir_fd)
-        try:
-            try:
-                if old is not None:
-                    os.fchmod(fd, stat.S_IMODE(old.st_mode))
-                write_all(fd, data)
-            finally:
-                os.close(fd)
-            os.rename(tmp, pin.name, src_dir_fd=pin.dir_fd, dst_dir_fd=pin.dir_fd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=pin.dir_fd)
-            raise
+        replace_file(pin.dir_fd, pin.name, data, pin.shown, mode=0o666, keep_mode=True)
         return pin.shown
 
 
