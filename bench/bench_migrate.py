@@ -19,7 +19,7 @@ import common  # noqa: F401  (puts the repo on sys.path)
 from nanobot.database import SqliteDatabase
 from nanobot.home_copy import copy_home
 from nanobot.postgres import PostgresDatabase
-from nanobot.session import SessionStore
+from nanobot.session_files import SessionStore
 from nanobot.usage import UsageStore
 from tests.fakes.postgres import start_server
 

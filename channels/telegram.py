@@ -24,6 +24,7 @@ import logging
 import re
 import warnings
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar
 
@@ -220,7 +221,7 @@ class TelegramChannel(BaseChannel):
             path, note = await self._download(item, filename, root)
             if path:
                 media.append(path)
-                if (seconds := _duration(item)) is not None:
+                if (seconds := _seconds(item, "duration")) is not None:
                     durations[path] = seconds
             if note:
                 notes.append(note)
@@ -301,23 +302,17 @@ class TelegramChannel(BaseChannel):
 
     async def _finish_preview(self, preview: _Preview, markdown: str, html: str) -> bool:
         """Turn the streamed message into the final first chunk; False: send it anew instead."""
+        edit = partial(self._bot.edit_message_text, chat_id=preview.chat_id, message_id=preview.message_id)
         try:
-            await self._bot.edit_message_text(text=html, chat_id=preview.chat_id, message_id=preview.message_id,
-                                              parse_mode=ParseMode.HTML)
-            return True
-        except BadRequest as exc:
-            if "not modified" in str(exc).lower():
-                return True
-            try:  # the HTML was refused: the same text, plain
-                await self._bot.edit_message_text(text=markdown, chat_id=preview.chat_id,
-                                                  message_id=preview.message_id)
-                return True
-            except Exception:
-                log.warning("telegram: could not finish the streamed message: %s", exc)
-                return False
+            try:
+                await edit(text=html, parse_mode=ParseMode.HTML)
+            except BadRequest as exc:
+                if "not modified" not in str(exc).lower():
+                    await edit(text=markdown)  # the HTML was refused: the same text, plain
         except Exception as exc:
             log.warning("telegram: could not finish the streamed message: %s", exc)
             return False
+        return True
 
     async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None) -> None:
         try:
@@ -348,7 +343,7 @@ class TelegramChannel(BaseChannel):
             try:
                 return await method(**kwargs)
             except RetryAfter as exc:
-                wait = min(_retry_seconds(exc), self.max_retry_after)
+                wait = min(_seconds(exc, "retry_after") or 1.0, self.max_retry_after)
                 log.warning("telegram: rate limited, waiting %.1fs (attempt %d)", wait, attempt)
                 await asyncio.sleep(wait)
             except BadRequest:
@@ -382,20 +377,10 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-def _seconds(value: Any) -> float:
-    """A duration as PTB gives it: int seconds today, a timedelta in later versions."""
-    return value.total_seconds() if hasattr(value, "total_seconds") else float(value)
-
-
-def _duration(item: Any) -> float | None:
-    with warnings.catch_warnings():  # PTB 22 warns that durations will become timedeltas
+def _seconds(item: Any, attribute: str) -> float | None:
+    """A duration as PTB gives it: int seconds today, a timedelta in later versions (PTB 22
+    warns of the change on every read)."""
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        value = getattr(item, "duration", None)
-    return None if value is None else _seconds(value)
-
-
-def _retry_seconds(exc: RetryAfter) -> float:
-    with warnings.catch_warnings():  # PTB 22 warns that retry_after will become a timedelta
-        warnings.simplefilter("ignore")
-        value = exc.retry_after
-    return _seconds(value)
+        value = getattr(item, attribute, None)
+    return None if value is None else value.total_seconds() if hasattr(value, "total_seconds") else float(value)

@@ -117,9 +117,7 @@ def landlock_abi() -> int:
 
 
 def seccomp_available() -> bool:
-    if sys.platform != "linux":
-        return False
-    return _libc().prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0
+    return sys.platform == "linux" and _libc().prctl(PR_GET_SECCOMP, 0, 0, 0, 0) >= 0
 
 
 def machine() -> str:
@@ -225,12 +223,8 @@ class _PathBeneath(ctypes.Structure):
 
 
 def _fs_rights(abi: int) -> int:
-    rights = (1 << 13) - 1  # ABI 1: execute .. make_sym
-    if abi >= 2:
-        rights |= FS_REFER
-    if abi >= 3:
-        rights |= FS_TRUNCATE
-    return rights
+    """ABI 1: execute .. make_sym; ABI 2 adds refer, ABI 3 truncate."""
+    return ((1 << 13) - 1) | (FS_REFER if abi >= 2 else 0) | (FS_TRUNCATE if abi >= 3 else 0)
 
 
 def apply_landlock(abi: int, read_paths: list[str], write_paths: list[str], network: bool) -> None:
@@ -337,6 +331,9 @@ class Options:
         self.command = command
 
 
+NUMBER_OPTIONS = {"--cpu": "cpu_seconds", "--fsize": "max_file_bytes", "--as": "max_memory_bytes", "--abi": "abi"}
+
+
 def parse(argv: list[str]) -> Options:
     if "--" not in argv:
         raise ConfineError("usage: confine.py [--ro P] [--rw P] [--cpu S] [--fsize B] [--as B] [--network] "
@@ -344,26 +341,20 @@ def parse(argv: list[str]) -> Options:
     split = argv.index("--")
     opts, command = argv[:split], argv[split + 1:]
     options = Options(command)
-    i = 0
-    while i < len(opts):
-        flag = opts[i]
+    flags = iter(opts)
+    for flag in flags:
         if flag == "--network":
             options.network = True
-            i += 1
             continue
-        value = opts[i + 1] if i + 1 < len(opts) else None
+        value = next(flags, None)
         if value is None:
             raise ConfineError(f"{flag} needs a value")
-        if flag == "--ro":
-            options.read_paths.append(value)
-        elif flag == "--rw":
-            options.write_paths.append(value)
-        elif flag in ("--cpu", "--fsize", "--as", "--abi"):
-            setattr(options, {"--cpu": "cpu_seconds", "--fsize": "max_file_bytes", "--as": "max_memory_bytes",
-                              "--abi": "abi"}[flag], int(value))
+        if flag in ("--ro", "--rw"):
+            (options.read_paths if flag == "--ro" else options.write_paths).append(value)
+        elif flag in NUMBER_OPTIONS:
+            setattr(options, NUMBER_OPTIONS[flag], int(value))
         else:
             raise ConfineError(f"unknown option {flag}")
-        i += 2
     if not command:
         raise ConfineError("no command given")
     return options

@@ -21,7 +21,7 @@ from nanobot.database import Migrations, Queries, SqliteDatabase
 from nanobot.delivery.store import MIGRATIONS as DELIVERY
 from nanobot.postgres import PostgresDatabase
 from nanobot.sandbox.executor import STATE_MIGRATIONS as CODE_STATE
-from nanobot.session import SessionStore
+from nanobot.session_files import SessionStore
 from nanobot.session_rows import MIGRATIONS as HISTORY
 from nanobot.tasks import MIGRATIONS as TASKS
 from nanobot.usage import MIGRATIONS as USAGE

@@ -25,7 +25,8 @@ from nanobot.eventloop import Changed
 from nanobot.sqlite_file import HomeError, check_writable
 from nanobot.notices import OwnerNotices
 from nanobot.providers.base import Provider
-from nanobot.session import Histories, SessionStore
+from nanobot.session import Histories
+from nanobot.session_files import SessionStore
 from nanobot.session_rows import DatabaseSessionStore
 from nanobot.skills import read_skill, skills_prompt
 from nanobot.tools.builtin import default_registry

@@ -149,7 +149,7 @@ def database_url(request: pytest.FixtureRequest) -> str | None:
 
 
 async def test_open_sessions_are_bounded_and_one_in_use_is_kept(database_url: str | None, home: Path) -> None:
-    from nanobot.session import SessionStore
+    from nanobot.session_files import SessionStore
     from nanobot.session_rows import DatabaseSessionStore
 
     db = None

@@ -14,7 +14,8 @@ import pytest
 from nanobot.agent.memory import parse_answer, plan_cut, prompt_history, transcript
 from nanobot.runtime import open_runtime
 from nanobot.chat_names import history_file
-from nanobot.session import KEEP_IN_MEMORY, Session, load_session
+from nanobot.session import KEEP_IN_MEMORY, Session
+from nanobot.session_files import load_session
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.helpers import config_for
 

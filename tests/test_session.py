@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.bus import Identity
-from nanobot.session import SessionStore, load_session
+from nanobot.session_files import SessionStore, load_session
 
 
 async def test_round_trip_with_metadata_first(tmp_path: Path) -> None:

@@ -45,7 +45,7 @@ async def _migrate(config: Config, url: str, replace: bool) -> int:
     from nanobot.database import SqliteDatabase
     from nanobot.home_copy import CountMismatch, copy_home
     from nanobot.postgres import PostgresDatabase, where
-    from nanobot.session import SessionStore
+    from nanobot.session_files import SessionStore
 
     started = time.monotonic()
     sqlite = await SqliteDatabase.open(config.home / "nanobot.db")
@@ -117,7 +117,7 @@ def history_export(ctx: typer.Context, key: str = typer.Argument(..., help="the 
 
 async def _records(config: Config, key: str) -> list[dict]:
     from nanobot.database import open_database
-    from nanobot.session import SessionStore
+    from nanobot.session_files import SessionStore
     from nanobot.session_rows import DatabaseSessionStore
 
     db = await open_database(config)
