@@ -143,3 +143,45 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
                 await asyncio.wait_for(again.wait(), 15)
             assert (await gateway.runtime.sessions.open("cli:default")).meta.waiting == 0
     assert "While you were away" not in second.screen  # shown once
+
+
+async def test_a_stop_typed_at_once_waits_until_the_gateway_has_the_line(tmp_path: Path) -> None:
+    """Ctrl-C right after Enter: the /stop must reach the gateway after the line it stops. A
+    stand-in gateway holds the line's answer until a /stop arrives (or a second passes)."""
+    import aiohttp
+    from aiohttp import web
+
+    from nanobot.bus import InboundMessage
+    from nanobot.cli.remote_chat import RemoteChat
+
+    seen: list[str] = []
+    stop_came = asyncio.Event()
+
+    async def completions(request: web.Request) -> web.StreamResponse:
+        text = (await request.json())["messages"][0]["content"]
+        seen.append(text)
+        if text == "/stop":
+            stop_came.set()
+            return web.json_response({})
+        try:
+            await asyncio.wait_for(stop_came.wait(), 1.0)
+        except TimeoutError:
+            seen.append("answered")
+        return web.Response(text="data: [DONE]\n\n", content_type="text/event-stream")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.UnixSite(runner, str(tmp_path / "api.sock")).start()
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(tmp_path / "api.sock"))) as http:
+            chat = RemoteChat(http, {}, "cli:default", tmp_path)
+            chat.background.run(chat._asker())
+            await chat.accept([InboundMessage("cli", "default", "user", "slow"),
+                               InboundMessage("cli", "default", "user", "/stop")])
+            await asyncio.wait_for(stop_came.wait(), 5)
+            await chat.background.stop()
+    finally:
+        await runner.cleanup()
+    assert seen == ["slow", "answered", "/stop"]

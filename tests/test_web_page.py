@@ -7,6 +7,7 @@ reader would; axe-core checks every view for serious or critical accessibility v
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -146,6 +147,31 @@ async def test_conversations_mode_model_stop_attach_and_keyboard(api: dict, llm:
         await page.keyboard.press("Escape")  # Esc stops, like the button
         await shows(page, "#messages", "stopped")
         await no_serious_violations(page)
+
+
+@needs_browser
+async def test_stop_pressed_before_the_gateway_has_the_message_stops_it(api: dict, llm: FakeOpenAI) -> None:  # noqa: F811
+    """Stop at once after Enter: the page's /stop must not overtake the message it stops. The
+    message's request is held until a /stop has been answered, or a second has passed."""
+    llm.fallback = lambda body: delayed(reply("too late"), 30)
+    stop_answered = asyncio.Event()
+
+    async def hold_the_message(route) -> None:  # type: ignore[no-untyped-def]
+        if "/stop" in (route.request.post_data or ""):
+            await route.fulfill(response=await route.fetch())
+            stop_answered.set()
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop_answered.wait(), 1.0)
+        await route.continue_()
+
+    async with browser_page() as page:
+        await sign_in(page, api["base"].removesuffix("/v1") + "/", api["owner"])
+        await page.route("**/v1/chat/completions", hold_the_message)
+        await page.get_by_label("Message").fill("slow")
+        await page.get_by_label("Message").press("Enter")
+        await page.get_by_role("button", name="Stop").click()
+        await shows(page, "#messages", "stopped")
 
 
 @needs_browser

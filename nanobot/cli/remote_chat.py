@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import json
 from pathlib import Path
+from typing import Callable
 
 import aiohttp
 
@@ -44,6 +45,8 @@ class RemoteChat:
         self.channel = CliChannel(self, session, history_file=home / "cli_history")
         self.queue: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self.background = Background()  # the asker of queued lines, and /stops asked at once
+        self.given = asyncio.Event()  # cleared while a line is on its way: a /stop must not overtake it
+        self.given.set()
         self._stream_ids = itertools.count(1)
 
     async def run(self) -> None:
@@ -59,23 +62,33 @@ class RemoteChat:
         """The terminal's lines: ``/stop`` is asked at once, the others in turn."""
         for msg in messages:
             if is_stop(msg.content):
-                self.background.run(self.ask(msg), name="stop")
+                self.background.run(self._stop(msg), name="stop")
             else:
                 self.queue.put_nowait(msg)
 
     async def _asker(self) -> None:
         while True:
             msg = await self.queue.get()
+            self.given.clear()
             try:
-                await self.ask(msg)
+                await self.ask(msg, given=self.given.set)
             except (aiohttp.ClientError, ValueError) as exc:  # the gateway went away (or garbled): said, next line
                 await self.channel.send(OutboundMessage("cli", self.chat_id, f"(the gateway did not answer: {exc})"))
+            finally:
+                self.given.set()
 
-    async def ask(self, msg: InboundMessage) -> None:
+    async def _stop(self, msg: InboundMessage) -> None:
+        await self.given.wait()  # the gateway has the line it stops
+        await self.ask(msg)
+
+    async def ask(self, msg: InboundMessage, given: Callable[[], None] = lambda: None) -> None:
+        """Ask ``msg`` and show its reply as it streams in; ``given()`` once the gateway has it
+        (the answer's headers come after the message is queued)."""
         stream_id, shown = next(self._stream_ids), ""
         body = {"model": "nanobot", "stream": True, "messages": [{"role": "user", "content": msg.content}]}
         try:
             async with self.http.post(URL, json=body, headers=self.headers) as response:
+                given()
                 async for raw in response.content:
                     line = raw.decode("utf-8", "replace").strip()
                     if not line.startswith("data: {"):

@@ -11,6 +11,9 @@ let key = sessionStorage.getItem("nanobot-key") || "";
 let session = sessionStorage.getItem("nanobot-session") || null;  // X-Nanobot-Session: null is the key's own chat
 let viewing = null;  // an owner reading another channel's chat (read-only)
 let running = false;  // a turn of this conversation is being answered
+// Settles once the gateway has the running message (its answer's headers come after it is queued):
+// a Stop pressed sooner waits for it, or the /stop would overtake the message and stop nothing.
+let accepted = Promise.resolve();
 let attachments = [];  // uploaded files for the next message: {id, name}
 const OWNER_VIEWS = ["status", "cron", "pairing", "usage"];
 const AUDIO = /\.(ogg|oga|opus|mp3|m4a|wav)$/i;  // files the page plays (a spoken reply is reply.ogg)
@@ -179,9 +182,9 @@ async function send(text) {
   const reply = add("assistant", "…");
   busy(true);
   try {
-    const response = await post("/v1/chat/completions", {model: "nanobot", stream: true,
-                                                          messages: [{role: "user", content}]});
-    await readStream(response, reply);
+    const asked = post("/v1/chat/completions", {model: "nanobot", stream: true, messages: [{role: "user", content}]});
+    accepted = asked.catch(() => {});
+    await readStream(await asked, reply);
   } catch (error) {
     reply.textContent = "Error: " + error.message;
   } finally {
@@ -240,7 +243,9 @@ async function command(text) {
 }
 
 async function stop() {
-  if (running) await post("/v1/chat/completions", {model: "nanobot", messages: [{role: "user", content: "/stop"}]});
+  if (!running) return;
+  await accepted;
+  await post("/v1/chat/completions", {model: "nanobot", messages: [{role: "user", content: "/stop"}]});
 }
 
 async function attach(files) {
