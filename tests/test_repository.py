@@ -1,4 +1,4 @@
-"""The repository as others clone it: no large binaries committed."""
+"""The repository as others clone it and read it: no large binaries committed, no module too long to read."""
 
 from __future__ import annotations
 
@@ -31,3 +31,22 @@ def test_every_package_folder_is_in_the_wheel_list() -> None:
     folders = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "nanobot").rglob("*.py")}
     assert folders <= listed, f"package folders missing from pyproject.toml: {sorted(folders - listed)}"
     assert settings["package-dir"] == {"nanobot_channels": "channels"} and "nanobot_channels" in listed
+
+
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 400, 60
+
+
+def test_modules_and_functions_stay_short_enough_to_read() -> None:
+    """The seams the house issue counted on: no module of nanobot/ or channels/ over 400 lines,
+    no function over 60 (a longer one is split where its steps are, not squeezed)."""
+    import ast
+
+    long: list[str] = []
+    for path in sorted([*(ROOT / "nanobot").rglob("*.py"), *(ROOT / "channels").rglob("*.py")]):
+        source, name = path.read_text(), path.relative_to(ROOT)
+        if (lines := len(source.splitlines())) > MAX_MODULE_LINES:
+            long.append(f"{name}: {lines} lines")
+        long += [f"{name}:{node.lineno} {node.name}(): {node.end_lineno - node.lineno + 1} lines"
+                 for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert not long, long
