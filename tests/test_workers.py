@@ -8,7 +8,7 @@ import asyncio
 import socket
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -486,3 +486,75 @@ async def test_a_fresh_workspace_is_not_taken_for_the_assistants_and_set_workspa
     async with running_gateway(right):
         tg.push_text(41, 41, "still there?")
         await tg.wait_sent(1, timeout=15)
+
+
+@asynccontextmanager
+async def history_locked(pg_url: str) -> AsyncIterator[Any]:
+    """Reads of the chats' histories wait (a lock on the table) until the block ends; yields the
+    locking connection."""
+    import asyncpg
+
+    locker = await asyncpg.connect(pg_url)
+    try:
+        async with locker.transaction():
+            await locker.execute("LOCK TABLE history IN ACCESS EXCLUSIVE MODE")
+            yield locker
+    finally:
+        await locker.close()
+
+
+async def cut_while_loading(locker: Any, gateways: dict, chat: str) -> None:
+    """Once a read of ``chat``'s history waits, break its holder's line and wait until it lets the chat go."""
+    while not await locker.fetchval("SELECT count(*) FROM pg_locks WHERE relation = 'history'::regclass "
+                                    "AND NOT granted"):
+        await asyncio.sleep(0.05)
+    [cut] = [name for name, gw in gateways.items() if chat in gw.cluster.router.held]
+    await locker.execute("SELECT pg_terminate_backend($1)", gateways[cut].cluster.line.backend[0])
+    while chat in gateways[cut].cluster.router.held:
+        await asyncio.sleep(0.05)
+
+
+async def test_a_worker_cut_off_while_its_turn_loads_the_chat_runs_nothing_more_of_it(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """The chat is let go while its messages wait for the chat's history (held back here by a
+    lock on the table): the worker must hand nothing more of it to its turns, which the new
+    holder runs too."""
+    llm.fallback = echo
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    async with workers(configs) as gateways:
+        async with history_locked(pg_url) as locker:
+            tg.push_text(41, 41, "one")
+            tg.push_text(41, 41, "two")
+            await cut_while_loading(locker, gateways, "telegram:41")
+        await tg.wait_sent(2, timeout=20)
+        await asyncio.sleep(1)  # a second answer, or a second model call, would come now
+    assert texts(tg, 41) == ["re: one", "re: two"]
+    asked = [m["content"] for r in llm.chat_requests for m in r["messages"][-1:]]
+    assert sorted(asked) == ["one", "two"], asked
+
+
+async def test_a_turn_cut_off_while_it_loads_the_chat_is_not_taken_for_a_crash(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """API messages are received where their chat is claimed, so the turn itself loads the chat:
+    let go then, the turn must end as cancelled, not as a crashed turn after which the worker
+    goes on with the next message of its queue (run again by whoever holds the chat next)."""
+    import openai
+
+    from nanobot.api.keys import ApiKeys
+
+    llm.fallback = echo
+    config = worker_config(llm, workspace, tg, pg_url, "w1", tmp_path)
+    config.gateway.api.enabled, config.gateway.api.listen = True, f"127.0.0.1:{free_port()}"
+    async with workers([config], with_services=True) as gateways:
+        key = await ApiKeys(gateways["w1"].runtime.db).add("ada", owner=True)
+        client = openai.AsyncOpenAI(base_url=f"http://{config.gateway.api.listen}/v1", api_key=key, max_retries=0,
+                                    timeout=30, default_headers={"X-Nanobot-Session": "s1"})
+        async with history_locked(pg_url) as locker:
+            asking = [asyncio.create_task(client.chat.completions.create(
+                model="nanobot", messages=[{"role": "user", "content": text}])) for text in ("one", "two")]
+            await cut_while_loading(locker, gateways, "api:ada:s1")
+        answers = await asyncio.wait_for(asyncio.gather(*asking), 20)  # the worker is back, and holds it again
+        assert [a.choices[0].message.content for a in answers] == ["re: one", "re: two"]
+        await asyncio.sleep(1)  # a third model call would come now
+    asked = [r["messages"][-1]["content"] for r in llm.chat_requests]
+    assert sorted(asked) == ["one", "two"], asked

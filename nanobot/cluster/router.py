@@ -161,14 +161,16 @@ class ChatRouter:
                 return
             await self._taken(chat)
         for msg in await self.delivery.unfinished_in(chat, self.queued.get(chat, 0)):
-            if chat not in self.held:
+            if _key(msg) not in self._local and self.queued.get(chat) == 0:  # left by the previous holder
+                await mark_if_resumed(msg, self.sessions)
+            if chat not in self.held:  # checked after the last wait, right before handing it on
                 return  # the line broke meanwhile (forget_all): the chat's new holder runs these
             original = self._local.pop(_key(msg), None)
             if original is not None:
                 original.intake_id = msg.intake_id
                 msg = original
-            elif self.queued[chat] == 0:  # left by the chat's previous holder
-                await mark_if_resumed(msg, self.sessions)
+                if msg.reply_future is not None:  # answered here, or, if the chat is let go, by its next holder
+                    self._awaiting[msg.intake_id] = msg.reply_future
             self.queued[chat] = msg.intake_id
             await self.bus.publish_inbound(msg)
 

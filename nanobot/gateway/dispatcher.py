@@ -71,7 +71,7 @@ class SessionWorker:
     async def _work(self) -> None:
         d = self.dispatcher
         try:
-            while not d.closing:
+            while not d.closing and d.workers.get(self.key) is self:  # let go (another worker's now): done
                 try:
                     async with asyncio.timeout(d.settings.idle_worker_seconds):
                         msg = await self.queue.get()
@@ -121,9 +121,10 @@ class SessionWorker:
             async with d.slots:
                 typing = None if is_command(msg.content) else asyncio.create_task(d.keep_typing(msg))
                 try:
+                    session = await d.agent.deps.sessions.open(self.key)
                     started = True
                     self.stream = d.reply_stream(msg)
-                    resumed = mark_started(await d.agent.deps.sessions.open(self.key), msg)
+                    resumed = mark_started(session, msg)
                     request = TurnRequest(self.key, msg.content, media=msg.media, mode=msg.mode, origin=origin_of(msg),
                                           durations=msg.durations, resumed=resumed)
                     return await d.agent.answer(request, TurnIO(lambda text: d.send(msg, text), self.stream))
@@ -132,10 +133,16 @@ class SessionWorker:
                         await cancel_and_wait(typing)
         except asyncio.CancelledError:
             # Recorded here, inside the turn, so the note is in the history before anyone
-            # waiting on this turn (the /stop handler, the next queued message) runs.
-            if started:
-                note = STOPPED_NOTE if self._stop_requested else SHUTDOWN_NOTE
-                d.agent.session(self.key).append({"role": "assistant", "content": note})
+            # waiting on this turn (the /stop handler, the next queued message) runs; not for a
+            # chat let go (its history is the new holder's). A note that cannot be written must
+            # not turn the cancel into an error: the worker would take that for a crash and go
+            # on with its queue.
+            if started and d.workers.get(self.key) is self:
+                try:
+                    session.append({"role": "assistant", "content": STOPPED_NOTE if self._stop_requested
+                                    else SHUTDOWN_NOTE})
+                except Exception:
+                    log.exception("%s: could not record that the turn was interrupted", self.key)
             if not self._stop_requested:  # shutdown: the user is not left waiting for nothing
                 d.tell_restarting(msg)
             raise
