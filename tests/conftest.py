@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import inspect
 import os
 from pathlib import Path
 
-from typing import AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 import pytest
 
@@ -15,6 +18,30 @@ from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.postgres import pg_server, pg_url  # noqa: F401  (fixtures)
 from tests.fakes.telegram_api import FakeTelegram
+
+
+ASYNC_MARGIN_S = 10.0  # an async test is stopped this long before pytest-timeout's limit
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """An async test that hangs fails with the stack of the await it hangs on: its coroutine is
+    cancelled a little before pytest-timeout's limit. That one's thread method (the only one
+    that works on uvloop) ends the whole process, which under xdist loses the stack and can
+    leave the run hanging until CI kills it."""
+    default = float(config.getini("timeout"))
+    for item in items:
+        test = getattr(item, "obj", None)
+        if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(test):
+            marker = item.get_closest_marker("timeout")
+            item.obj = _within(test, (float(marker.args[0]) if marker and marker.args else default) - ASYNC_MARGIN_S)
+
+
+def _within(test: Callable[..., Any], seconds: float) -> Callable[..., Any]:
+    @functools.wraps(test)
+    async def bounded(*args: Any, **kwargs: Any) -> Any:
+        return await asyncio.wait_for(test(*args, **kwargs), seconds)
+
+    return bounded
 
 
 @pytest.fixture(autouse=True)
