@@ -514,7 +514,7 @@ async def cut_while_loading(locker: Any, gateways: dict, chat: str) -> None:
         await asyncio.sleep(0.05)
 
 
-async def test_a_worker_cut_off_while_its_turn_loads_the_chat_runs_nothing_more_of_it(
+async def test_a_worker_cut_off_while_it_reads_a_chats_history_hands_none_of_its_messages_on(
         llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
     """The chat is let go while its messages wait for the chat's history (held back here by a
     lock on the table): the worker must hand nothing more of it to its turns, which the new
