@@ -20,7 +20,7 @@ from tests.fakes.postgres import pg_server, pg_url  # noqa: F401  (fixtures)
 from tests.fakes.telegram_api import FakeTelegram
 
 
-ASYNC_MARGIN_S = 10.0  # an async test is stopped this long before pytest-timeout's limit
+ASYNC_MARGIN_S = 10.0  # an async test is stopped this long before pytest-timeout's limit (at most half of it)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -28,12 +28,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     cancelled a little before pytest-timeout's limit. That one's thread method (the only one
     that works on uvloop) ends the whole process, which under xdist loses the stack and can
     leave the run hanging until CI kills it."""
-    default = float(config.getini("timeout"))
+    default = float(config.getini("timeout") or 0)
     for item in items:
         test = getattr(item, "obj", None)
         if isinstance(item, pytest.Function) and inspect.iscoroutinefunction(test):
             marker = item.get_closest_marker("timeout")
-            item.obj = _within(test, (float(marker.args[0]) if marker and marker.args else default) - ASYNC_MARGIN_S)
+            limit = float(marker.args[0]) if marker and marker.args else default
+            if limit > 0:  # 0: no limit
+                item.obj = _within(test, limit - min(ASYNC_MARGIN_S, limit / 2))
 
 
 def _within(test: Callable[..., Any], seconds: float) -> Callable[..., Any]:

@@ -7,9 +7,8 @@ reader would; axe-core checks every view for serious or critical accessibility v
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -161,7 +160,7 @@ async def test_stop_pressed_before_the_gateway_has_the_message_stops_it(api: dic
             await route.fulfill(response=await route.fetch())
             stop_answered.set()
             return
-        with contextlib.suppress(TimeoutError):
+        with suppress(TimeoutError):
             await asyncio.wait_for(stop_answered.wait(), 1.0)
         await route.continue_()
 

@@ -2,7 +2,8 @@
 (prompt, history, streamed replies, Ctrl-C) in front of the gateway's turns, through
 ``$NANOBOT_HOME/api.sock``. One process then writes the chat's history: the gateway.
 
-Lines are asked one after another; ``/stop`` (typed, or Ctrl-C during a turn) goes at once.
+Lines are asked one after another; ``/stop`` (typed, or Ctrl-C during a turn) goes at once,
+or, if the line before it is still on its way, as soon as the gateway has that line.
 At the end of input, what was asked is answered before it leaves.
 """
 
@@ -59,7 +60,7 @@ class RemoteChat:
             await self.background.stop()
 
     async def accept(self, messages: list[InboundMessage]) -> None:
-        """The terminal's lines: ``/stop`` is asked at once, the others in turn."""
+        """The terminal's lines: ``/stop`` at once (behind a line on its way), the others in turn."""
         for msg in messages:
             if is_stop(msg.content):
                 self.background.run(self._stop(msg), name="stop")

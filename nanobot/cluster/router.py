@@ -10,7 +10,8 @@ then runs what it left unanswered (resumed mid-turn as after a restart).
 
 A waiting caller (an API request, a cron prompt job) waits where it arrived: its message is
 claimed there when possible, so the reply streams to it; if another worker holds the chat, the
-caller gets the reply when that worker settles the message (``nanobot_done``).
+caller gets the reply when that worker settles the message (``nanobot_done``), as does a caller
+whose chat this worker lets go while it runs.
 """
 
 from __future__ import annotations
@@ -127,7 +128,10 @@ class ChatRouter:
                 self._elsewhere.clear()
             self._elsewhere.discard(payload)
         elif channel == "nanobot_done" and payload.isdigit() and int(payload) in self._awaiting:
-            self._wakeups.run(self._answer(int(payload)), name="answer a worker")
+            if self._awaiting[int(payload)].done():  # answered here, by the turn itself
+                del self._awaiting[int(payload)]
+            else:
+                self._wakeups.run(self._answer(int(payload)), name="answer a worker")
 
     async def _answer(self, intake_id: int) -> None:
         """Answer a caller waiting here, once its message is settled in the database."""
@@ -199,6 +203,8 @@ class ChatRouter:
         for chat in mine:  # a dead worker's replies into a chat we hold
             async with self._locks.hold(chat):
                 self.resend(await self.leases.adopt_replies(chat, self.delivery))
+        for intake_id in [i for i, caller in self._awaiting.items() if caller.done()]:
+            del self._awaiting[intake_id]  # answered here, by the turn itself
         for intake_id in await self.delivery.settled(list(self._awaiting)):  # a lost nanobot_done
             await self._answer(intake_id)
         others = [chat for chat in orphaned if chat not in self.held]

@@ -68,10 +68,15 @@ class SessionWorker:
         self.stop_answered.set()
         self.task = dispatcher.chats.run(self._work(), name=f"session {key}")
 
+    @property
+    def serving(self) -> bool:
+        """Still the chat's worker: not let go (``Dispatcher.let_go``: another worker's now)."""
+        return self.dispatcher.workers.get(self.key) is self
+
     async def _work(self) -> None:
         d = self.dispatcher
         try:
-            while not d.closing and d.workers.get(self.key) is self:  # let go (another worker's now): done
+            while not d.closing and self.serving:
                 try:
                     async with asyncio.timeout(d.settings.idle_worker_seconds):
                         msg = await self.queue.get()
@@ -137,7 +142,7 @@ class SessionWorker:
             # chat let go (its history is the new holder's). A note that cannot be written must
             # not turn the cancel into an error: the worker would take that for a crash and go
             # on with its queue.
-            if started and d.workers.get(self.key) is self:
+            if started and self.serving:
                 try:
                     session.append({"role": "assistant", "content": STOPPED_NOTE if self._stop_requested
                                     else SHUTDOWN_NOTE})
