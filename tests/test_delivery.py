@@ -120,6 +120,20 @@ async def test_unanswered_messages_are_resumed_at_start_in_order(config: Config,
     assert await outbox_rows(home) == [(str(ALICE), "sent")] * 3  # the notice is not kept
 
 
+async def test_a_reply_handed_over_again_while_on_its_way_is_sent_once(config: Config, tg: FakeTelegram) -> None:
+    """A recorded reply handed to the outbound again while its send is still out (an adoption
+    retried after an outage returns the worker's own unsent replies) goes out once."""
+    async with running_gateway(config) as gateway:
+        answered = tg.hold("sendMessage")
+        await gateway.outbound.put(OutboundMessage("telegram", str(ALICE), "once"))
+        await tg.wait_until(lambda: texts(tg, ALICE) == ["once"])  # sent, not yet answered
+        gateway.outbound.resend(await gateway.outbound.store.pending_outbound())
+        await gateway.outbound.put(OutboundMessage("telegram", str(ALICE), "after"))  # behind any repeat
+        answered.set()
+        await tg.wait_until(lambda: "after" in texts(tg, ALICE))
+    assert texts(tg, ALICE) == ["once", "after"]
+
+
 async def outbox_rows(home: Path) -> list[tuple[str, str]]:
     conn = await open_db(home / "nanobot.db")
     try:

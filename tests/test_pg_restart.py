@@ -63,11 +63,12 @@ async def test_a_restart_then_a_crash_answer_every_message_once_in_order(
 
 class CommitAnswerLost:
     """A Unix-socket proxy in front of the server that, once, passes on the COMMIT of the first
-    transaction writing a reply and drops the server's answer with the connection: the commit
-    went through, and the worker cannot know it (a restart at that instant does this)."""
+    transaction that sent ``statement`` (by default: one writing a reply) and drops the server's
+    answer with the connection: the commit went through, and the worker cannot know it (a
+    restart at that instant does this)."""
 
-    def __init__(self, server_socket: Path, folder: Path) -> None:
-        self.server_socket, self.folder = server_socket, folder
+    def __init__(self, server_socket: Path, folder: Path, statement: bytes = b"INSERT INTO outbox") -> None:
+        self.server_socket, self.folder, self.statement = server_socket, folder, statement
         self.armed, self.done = False, asyncio.Event()
 
     async def __aenter__(self) -> "CommitAnswerLost":
@@ -83,7 +84,7 @@ class CommitAnswerLost:
 
         async def upstream() -> None:
             while data := await client_in.read(65536):
-                self.armed = self.armed or (b"INSERT INTO outbox" in data and not self.done.is_set())
+                self.armed = self.armed or (self.statement in data and not self.done.is_set())
                 if self.armed and b"COMMIT" in data:
                     self.armed = False
                     cut.set()
@@ -118,3 +119,66 @@ async def test_a_reply_whose_commit_answer_was_lost_is_sent_once(
         await tg.wait_sent(1, timeout=30)
         await asyncio.sleep(0.5)  # a second answer would come now
     assert texts(tg, CHATS[0]) == ["re: hello"]
+
+
+async def test_a_dead_workers_reply_is_sent_once_though_the_answer_to_its_adoption_was_lost(
+        llm, tg: FakeTelegram, pg_server: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
+    """A worker died with a reply recorded and unsent; the worker that takes its chat over adopts
+    it, and the commit of that adoption goes through while its answer is lost. The retry on a new
+    connection finds the reply already this worker's: it is still this worker's to send, once (it
+    was left unsent, with nobody else to send it while this worker lives)."""
+    from nanobot.bus import InboundMessage, OutboundMessage
+    from nanobot.cluster.leases import ChatLeases
+    from nanobot.cluster.registry import MIGRATIONS
+    from nanobot.delivery.store import DeliveryStore
+    from nanobot.postgres import PostgresDatabase
+
+    url = await create_database(pg_server)
+    db = await PostgresDatabase.open(url)
+    try:  # what the dead worker w0 left: the chat's lease and its answer, recorded, not sent
+        await db.migrate("workers", MIGRATIONS)
+        store = await DeliveryStore.open(db, worker="w0")
+        [intake] = await store.record_inbound([InboundMessage("telegram", "41", "41", "hi", delivery_key="u1")])
+        assert await ChatLeases(db, "w0").claim("telegram:41")
+        assert await store.record_outbound(OutboundMessage("telegram", "41", "left by w0"), finishes=intake)
+        await store.close()
+    finally:
+        await db.close()
+    socket_dir = Path(url.split("host=")[1].split("&")[0])
+    proxy_dir = tmp_path / "proxy"
+    proxy_dir.mkdir()
+    config = worker_config(llm, workspace, tg, url.replace(str(socket_dir), str(proxy_dir)), "w1", tmp_path)
+    async with CommitAnswerLost(socket_dir / ".s.PGSQL.5432", proxy_dir, b"UPDATE outbox SET worker = $1") as proxy:
+        async with workers([config]):
+            await asyncio.wait_for(proxy.done.wait(), 30)
+            await tg.wait_sent(1, timeout=30)
+            await asyncio.sleep(0.5)  # a second send would come now
+    assert texts(tg, 41) == ["left by w0"]
+
+
+async def test_an_api_message_whose_commit_answer_was_lost_is_answered(
+        llm, tg: FakeTelegram, pg_server: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
+    """The write of an API message is retried on a new connection and finds it stored already:
+    by the commit it could not see, not by an earlier delivery. Its caller still gets the answer."""
+    import openai
+
+    from nanobot.api.keys import ApiKeys
+    from tests.test_workers import free_port
+
+    llm.fallback = echo
+    url = await create_database(pg_server)
+    socket_dir = Path(url.split("host=")[1].split("&")[0])
+    proxy_dir = tmp_path / "proxy"
+    proxy_dir.mkdir()
+    config = worker_config(llm, workspace, tg, url.replace(str(socket_dir), str(proxy_dir)), "w1", tmp_path)
+    config.gateway.api.enabled, config.gateway.api.listen = True, f"127.0.0.1:{free_port()}"
+    async with CommitAnswerLost(socket_dir / ".s.PGSQL.5432", proxy_dir, b"INSERT INTO inbound") as proxy:
+        async with workers([config], with_services=True) as gateways:
+            key = await ApiKeys(gateways["w1"].runtime.db).add("ada", owner=True)
+            client = openai.AsyncOpenAI(base_url=f"http://{config.gateway.api.listen}/v1", api_key=key,
+                                        max_retries=0, timeout=30, default_headers={"X-Nanobot-Session": "s1"})
+            answer = await asyncio.wait_for(client.chat.completions.create(
+                model="nanobot", messages=[{"role": "user", "content": "hello"}]), 20)
+            assert proxy.done.is_set()
+    assert answer.choices[0].message.content == "re: hello"
+    assert [r["messages"][-1]["content"] for r in llm.chat_requests] == ["hello"]

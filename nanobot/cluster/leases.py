@@ -94,10 +94,16 @@ class ChatLeases:
     async def adopt_replies(self, chat: str, delivery: DeliveryStore) -> list[OutboundMessage]:
         """A chat we hold: its unsent replies whose sender is gone, now ours to send, in order
         (written through the delivery store's queue, in order with its other writes)."""
+        tried = False
+
         async def op(tx: Queries) -> list[Any]:
+            # Tried before in a batch whose commit went through but whose answer was lost: the
+            # replies it adopted are ours already, and nobody else sends them while we live.
+            nonlocal tried
+            ours, tried = "worker = $1 OR " if tried else "", True
             return await tx.fetch(
                 "UPDATE outbox SET worker = $1 WHERE state = 'pending' AND channel || ':' || chat_id = $2 "
-                f"AND ({_DEAD_WRITER}) RETURNING *", self.id, chat)
+                f"AND ({ours}{_DEAD_WRITER}) RETURNING *", self.id, chat)
 
         rows = sorted(await delivery.put(op), key=lambda row: row["id"])
         return [outbound_from(row) for row in rows]

@@ -48,6 +48,7 @@ class Outbound:
         self._finished_streams: OrderedDict[Any, None] = OrderedDict()  # streams whose final text was sent
         self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
         self._last_kind: dict[str, str] = {}
+        self._on_way: set[int] = set()  # outbox ids being sent
         self._inflight = Background()  # recordings and sends
 
     async def route(self) -> None:
@@ -110,7 +111,10 @@ class Outbound:
             self._finished_streams[stream_id] = None
             while len(self._finished_streams) > 1000:
                 self._finished_streams.popitem(last=False)
-        durable = msg.outbox_id is not None
+        outbox_id = msg.outbox_id
+        durable = outbox_id is not None
+        if outbox_id in self._on_way:
+            return  # handed over again while still on its way (an adoption retried after an outage)
         channel = self.channels.channels.get(msg.channel)
         if channel is None and not durable:
             log.warning("no running channel %r: dropped a message to %s", msg.channel, msg.target)
@@ -122,6 +126,9 @@ class Outbound:
         task = self._last[msg.target] = self._inflight.run(send, name=f"send {msg.target}")
         self._last_kind[msg.target] = msg.kind
         task.add_done_callback(partial(self._sent, msg.target))
+        if outbox_id is not None:
+            self._on_way.add(outbox_id)
+            task.add_done_callback(lambda _: self._on_way.discard(outbox_id))
 
     async def _send(self, channel: BaseChannel, msg: OutboundMessage, previous: asyncio.Task[None] | None) -> None:
         if previous is not None:
