@@ -34,6 +34,7 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot_channels.email_parse import Mail, Unreadable, read_body, read_headers, vouched
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import EmailConfig
+from nanobot.eventloop import raise_if_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +145,7 @@ class EmailChannel(BaseChannel):
                 why = f"{exc or type(exc).__name__}".removeprefix("email: ")
                 log.warning("email: reading the mailbox failed (%s); again in %g s", why, pause)
                 self._report(f"the mailbox is unreachable, retrying ({why})", "mailbox")
+                raise_if_cancelled()
                 await asyncio.sleep(pause)
             finally:
                 if mailbox is not None:
@@ -153,6 +155,7 @@ class EmailChannel(BaseChannel):
         """Until the server says something changed (IDLE), or ``pollSeconds`` without it; a
         closed connection ends the wait at once (ConnectionError)."""
         imap = mailbox.imap
+        raise_if_cancelled()  # a stop that came as the last command's answer did (aioimaplib's wait_for)
         if "IDLE" not in imap.protocol.capabilities:
             await _unless_lost(mailbox, asyncio.sleep(self.config.poll_seconds))
             return

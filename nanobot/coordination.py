@@ -16,6 +16,8 @@ import socket
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
+from nanobot.eventloop import cancel_and_wait
+
 if TYPE_CHECKING:
     from nanobot.config import Gateway as GatewaySettings
 
@@ -67,9 +69,7 @@ async def run_while_held(singletons: Singletons, held: Held, work: Awaitable[Any
     try:
         await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for waiting in (task, lost):
-            waiting.cancel()
-        await asyncio.gather(task, lost, return_exceptions=True)
+        await cancel_and_wait(task, lost)
         if after is not None:
             await after()
         if not held.lost.is_set():

@@ -43,6 +43,16 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
     await asyncio.gather(*running, return_exceptions=True)
 
 
+def raise_if_cancelled() -> None:
+    """Honour a cancel that was swallowed: on Python 3.11 ``asyncio.wait_for`` returns its
+    future's result, dropping the cancel, when the cancel comes as that future completes (fixed
+    in 3.12). A loop whose library waits so on every step (aioimaplib) calls this before a long
+    wait, or a stop would wait on that wait."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class Background:
     """The tasks an object runs on its own while it is started (a reader, a clock, a send):
     built with the object, so no handle is None before start; held (asyncio keeps tasks only

@@ -55,4 +55,5 @@ class RunRequests:
             if remaining <= 0:
                 raise TimeoutError(f"no run of cron job {job_id} within {timeout:g} s")
             with suppress(TimeoutError):
-                await asyncio.wait_for(ran.wait(), min(remaining, self.poll_interval))
+                async with asyncio.timeout(min(remaining, self.poll_interval)):
+                    await ran.wait()

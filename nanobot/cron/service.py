@@ -20,6 +20,7 @@ import asyncio
 import inspect
 import logging
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Awaitable, Callable, Literal
@@ -138,10 +139,9 @@ class CronService:
     async def _keep_time(self) -> None:
         while True:
             wait = await self._until_next_look()
-            try:
-                await asyncio.wait_for(self.requests.asked.wait(), wait)
-            except TimeoutError:
-                pass
+            with suppress(TimeoutError):  # asyncio.timeout: 3.11's wait_for could swallow the stop's cancel
+                async with asyncio.timeout(wait):
+                    await self.requests.asked.wait()
             self.requests.asked.clear()
             try:
                 await self._tick()

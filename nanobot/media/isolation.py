@@ -80,7 +80,8 @@ async def _run_child(kind: str, fd: int, name: str, limits: ParseLimits) -> dict
         sys.executable, "-I", "-m", "nanobot.media.parse_child", kind, str(fd), name, env=env, pass_fds=(fd,),
         stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
-        out, err = await asyncio.wait_for(child.communicate(), limits.wall_seconds)
+        async with asyncio.timeout(limits.wall_seconds):  # not wait_for: on 3.11 it can swallow a /stop
+            out, err = await child.communicate()
     except asyncio.TimeoutError:
         child.kill()
         await child.wait()

@@ -85,7 +85,8 @@ async def _search_duckduckgo(query: str, count: int) -> list[dict]:
         return ddgs.DDGS(timeout=int(SEARCH_TIMEOUT)).text(query, max_results=count, backend=DDG_BACKEND)
 
     try:  # ddgs is synchronous; the extra seconds let its own timeout fire first
-        rows = await asyncio.wait_for(asyncio.to_thread(run), SEARCH_TIMEOUT + 5)
+        async with asyncio.timeout(SEARCH_TIMEOUT + 5):  # not wait_for: on 3.11 it can swallow a /stop
+            rows = await asyncio.to_thread(run)
     except (TimeoutError, ddgs.exceptions.TimeoutException):
         raise TimeoutError(f"web_search: DuckDuckGo did not answer within {SEARCH_TIMEOUT:g}s") from None
     except ddgs.exceptions.RatelimitException:
