@@ -215,7 +215,12 @@ def replace_file(folder: int, name: str, data: bytes, relative: str, *, mode: in
 def append_text(root: Path, relative: str, text: str, header: str = "") -> None:
     """Append to a text file (made with ``header`` when new or empty), without following a link."""
     with parent_of(root, relative, create=True) as (folder, name):
-        fd = open_last(folder, name, os.O_WRONLY | os.O_APPEND | os.O_CREAT, relative)
+        try:  # a named pipe nobody reads would block the open (and the event loop) for ever
+            fd = open_last(folder, name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, relative)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            raise LinkRefused(f"{relative} is not a plain file of this folder") from None
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:

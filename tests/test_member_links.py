@@ -8,6 +8,7 @@ daemon's home (``config.json``, with a canary key) or write outside the folder.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -143,6 +144,28 @@ async def test_a_document_sent_to_a_group_never_lands_through_a_linked_inbox(
         tg.push_document(-100200, 77, b"* * * * * root evil", "job", chat_type="group", username="bob")
         await tg.wait_sent(1, timeout=15)
     assert list(elsewhere.iterdir()) == []
+
+
+async def test_a_fifo_for_a_members_memory_history_does_not_freeze_the_daemon(
+        config: Config, llm: FakeOpenAI, workspace: Path) -> None:
+    """A member's shell can make ``memory/HISTORY.md`` a named pipe: opened for appending, with
+    nobody at the other end, it blocked the event loop, and every chat with it. Now that
+    consolidation fails, and is not tried again on the next turn (each try is a model call)."""
+    from tests.test_memory import Model, good_answer
+
+    config.agents.defaults.memory_window = 6
+    (bob_folder(workspace) / "memory").mkdir()
+    os.mkfifo(bob_folder(workspace) / "memory" / "HISTORY.md")
+    model = llm.fallback = Model(good_answer())
+    async with running_gateway(config, with_services=True) as gateway:
+        api = {"base": f"http://{config.gateway.api.listen}/v1", "key": await ApiKeys(gateway.runtime.db).add("bob")}
+        for text in ("one", "two", "three", "four", "five"):  # past the window at the fourth
+            status, _ = await call(api, "POST", "/chat/completions",
+                                   json={"model": "nanobot", "messages": [{"role": "user", "content": text}]})
+            assert status == 200
+            async with asyncio.timeout(10):
+                await gateway.runtime.agent.memory.drain()
+    assert model.turns == 5 and len(model.consolidations) == 1
 
 
 def test_the_opener_refuses_links_anywhere_on_the_path(tmp_path: Path) -> None:

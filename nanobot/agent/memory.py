@@ -217,7 +217,12 @@ class Consolidator:
             raise
         except Exception:  # a background task must not die silently
             log.exception("%s: memory consolidation failed", session.key)
+            self._retry_later(session)  # not on every turn: each try is a model call
             return False
+
+    def _retry_later(self, session: Session) -> None:
+        window = self.deps.config.agent_for(session.key).memory_window
+        self._retry_at[session.key] = session.count + max(window // 2, 1)
 
     async def consolidate(self, session: Session, mode: str = "tools") -> bool:
         """Consolidate the part of the chat that is due, now; True if memory moved on."""
@@ -241,7 +246,7 @@ class Consolidator:
                     break
                 result = None
             if result is None:
-                self._retry_at[session.key] = session.count + max(settings.memory_window // 2, 1)
+                self._retry_later(session)
                 return False
             self._retry_at.pop(session.key, None)
             files.write_memory(result.memory)
