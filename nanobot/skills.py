@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from nanobot import beneath
 from nanobot.filecache import Stamp, StampedCache, stamp
 from nanobot.prompts import render_prompt
 from nanobot.workspace_template import builtin_skills_dir
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 SKILL_FILE = "SKILL.md"
 HELPERS_FILE = "helpers.py"
 MAX_DESCRIPTION_CHARS = 200  # one line per skill in every prompt: keep it short
+MAX_SKILL_FILE = 1 << 20  # bytes of a SKILL.md read for its front matter
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _warned: set[tuple[str, float]] = set()  # (path, mtime): warn once per version of a broken file
 
@@ -107,9 +109,18 @@ def _strings(value: object, what: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _read_front_matter(path: str) -> dict:
+    """``skills/NAME/SKILL.md``'s front matter, read without following a link below the folder
+    holding ``skills/``: a member chat's skills are in its own folder, which it can fill with
+    links (to the owner's files) and named pipes."""
+    anchor = Path(path).parents[2]
+    text = beneath.read_bytes(anchor, Path(path).relative_to(anchor).as_posix(), MAX_SKILL_FILE)
+    return parse_front_matter(text.decode("utf-8"))
+
+
 # The skills list is in every prompt; parsing YAML each turn cost ~3 ms, so a SKILL.md is
 # re-read only when it changes, and the list is kept while none of what it was read from did.
-_parsed = StampedCache(lambda path: parse_front_matter(Path(path).read_text(encoding="utf-8")))
+_parsed = StampedCache(_read_front_matter)
 _listed: dict[tuple[str, str], tuple[tuple[str, ...], tuple[Stamp | None, ...], list[Skill]]] = {}
 
 
@@ -181,7 +192,7 @@ def list_skills(workspace: Path, builtin_dir: Path | None = None) -> list[Skill]
 
     The prompt asks for this every turn, so the list is kept while nothing it was read from
     changed: the two skills folders (a skill added or removed) and each SKILL.md (edited)."""
-    roots = (builtin_dir or builtin_skills_dir(), workspace / "skills")
+    roots = ((builtin_dir or builtin_skills_dir()).resolve(), workspace / "skills")  # the package's own links resolved
     key = (str(roots[0]), str(roots[1]))
     cached = _listed.get(key)
     if cached is not None and cached[1] == tuple(map(stamp, cached[0])):
@@ -257,6 +268,13 @@ _sections: dict[tuple[str, str, bool], tuple[list[Skill], tuple[bool, ...], floa
 # ---------------------------------------------------------------------------------- reading
 
 
+def _skill_text(skill: Skill, file: str, scope: FileScope) -> str:
+    """``_skill_file``'s text, read without following a link swapped in since it was checked
+    (nor waiting on a named pipe): a member chat's skills are in its own folder."""
+    relative = _skill_file(skill, file, scope).relative_to(skill.directory).as_posix()
+    return beneath.read_bytes(skill.directory, relative).decode("utf-8", errors="replace")
+
+
 def _skill_file(skill: Skill, file: str, scope: FileScope) -> Path:
     """The real path of ``file`` inside the skill's folder, or PermissionError / FileNotFoundError."""
     if not file or "\x00" in file or Path(file).is_absolute():
@@ -284,15 +302,14 @@ def skill_helpers_code(name: str, scope: FileScope, builtin_dir: Path | None = N
     skill = find_skill(name, scope.workspace, builtin_dir)
     if not skill.has_helpers:
         raise ValueError(f"skill {skill.name!r} has no {HELPERS_FILE}; read its instructions with read_skill")
-    path = _skill_file(skill, HELPERS_FILE, scope)
-    return path.read_text(encoding="utf-8")
+    return _skill_text(skill, HELPERS_FILE, scope)
 
 
 @tool
 async def read_skill(ctx: ToolContext, name: str, file: str = SKILL_FILE) -> str:
     """Read a skill's SKILL.md, or another of its files (built-in skills too)."""
     skill = find_skill(name, ctx.workspace)
-    text = _skill_file(skill, file, file_scope(ctx)).read_text(encoding="utf-8", errors="replace")
+    text = _skill_text(skill, file, file_scope(ctx))
     if not ctx.runs_code and file == SKILL_FILE:
         text = TOOLS_MODE_NOTE + text
     return text

@@ -127,6 +127,22 @@ async def test_a_linked_member_memory_stays_out_of_the_prompt(
     assert status == 200 and CANARY not in everything_sent(llm)
 
 
+async def test_a_linked_skill_file_in_a_members_folder_stays_out_of_the_prompt(
+        api: dict, llm: FakeOpenAI, workspace: Path) -> None:
+    """A member's skills are its own folder's; a SKILL.md there that links to one of the owner's
+    files must not bring that file's front matter into the member's prompt."""
+    owners = workspace / "skills" / "private"
+    owners.mkdir(parents=True)
+    (owners / "SKILL.md").write_text("---\nname: private\ndescription: sk-CANARY-SKILL\n---\nsecret steps\n")
+    linked = bob_folder(workspace) / "skills" / "private"
+    linked.mkdir(parents=True)
+    (linked / "SKILL.md").symlink_to(owners / "SKILL.md")
+    llm.fallback = lambda body: reply("ok")
+    status, _ = await call(api, "POST", "/chat/completions",
+                           json={"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and "sk-CANARY-SKILL" not in everything_sent(llm)
+
+
 async def test_a_document_sent_to_a_group_never_lands_through_a_linked_inbox(
         llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> None:
     cfg = config_for(llm.base_url, workspace, mode="tools")
