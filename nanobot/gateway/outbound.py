@@ -23,7 +23,7 @@ from nanobot import metrics
 from nanobot.bus import MessageBus, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, SendFailed
 from nanobot.delivery.outbox import GIVE_UP_S, SendGate
-from nanobot.eventloop import Background
+from nanobot.eventloop import Background, raise_if_cancelled
 
 if TYPE_CHECKING:
     from nanobot.delivery.store import DeliveryStore
@@ -148,6 +148,7 @@ class Outbound:
         if msg.channel not in self.channels.enabled():
             return self._failed(msg, f"channel {msg.channel!r} is not enabled")
         while True:
+            raise_if_cancelled()  # a stop a channel's library swallowed (aiosmtplib waits with wait_for)
             channel = await self.channels.running(msg.channel)
             try:
                 await self._gate(msg.channel).attempt(partial(send_one, channel, msg))

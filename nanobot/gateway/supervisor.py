@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext
 from nanobot.config import ChannelSection, Config, PluginChannelConfig
-from nanobot.eventloop import Background
+from nanobot.eventloop import Background, raise_if_cancelled
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +186,7 @@ class ChannelSupervisor:
             await asyncio.sleep(delay)
             if await self._start_one(name, entry_point):
                 return
+            raise_if_cancelled()  # a stop the channel's library swallowed as it failed to start
             delay = min(RETRY_MAX_S, delay * 2)
             self._set_state(name, f"retrying in {delay:g} s ({self._record(name).why})")
 
