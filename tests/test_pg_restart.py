@@ -159,7 +159,9 @@ async def test_a_dead_workers_reply_is_sent_once_though_the_answer_to_its_adopti
 async def test_an_api_message_whose_commit_answer_was_lost_is_answered(
         llm, tg: FakeTelegram, pg_server: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
     """The write of an API message is retried on a new connection and finds it stored already:
-    by the commit it could not see, not by an earlier delivery. Its caller still gets the answer."""
+    by the commit it could not see, not by an earlier delivery. Its caller still gets the answer,
+    also when the chat is held by another worker (it waited for ever: the message was dropped
+    here as a repeat, so nobody told this worker when it was answered)."""
     import openai
 
     from nanobot.api.keys import ApiKeys
@@ -170,15 +172,20 @@ async def test_an_api_message_whose_commit_answer_was_lost_is_answered(
     socket_dir = Path(url.split("host=")[1].split("&")[0])
     proxy_dir = tmp_path / "proxy"
     proxy_dir.mkdir()
-    config = worker_config(llm, workspace, tg, url.replace(str(socket_dir), str(proxy_dir)), "w1", tmp_path)
-    config.gateway.api.enabled, config.gateway.api.listen = True, f"127.0.0.1:{free_port()}"
+    configs = [worker_config(llm, workspace, tg, url, "w1", tmp_path),
+               worker_config(llm, workspace, tg, url.replace(str(socket_dir), str(proxy_dir)), "w2", tmp_path)]
+    for config in configs:
+        config.gateway.api.enabled, config.gateway.api.listen = True, f"127.0.0.1:{free_port()}"
     async with CommitAnswerLost(socket_dir / ".s.PGSQL.5432", proxy_dir, b"INSERT INTO inbound") as proxy:
-        async with workers([config], with_services=True) as gateways:
+        async with workers(configs, with_services=True) as gateways:
             key = await ApiKeys(gateways["w1"].runtime.db).add("ada", owner=True)
-            client = openai.AsyncOpenAI(base_url=f"http://{config.gateway.api.listen}/v1", api_key=key,
-                                        max_retries=0, timeout=30, default_headers={"X-Nanobot-Session": "s1"})
-            answer = await asyncio.wait_for(client.chat.completions.create(
-                model="nanobot", messages=[{"role": "user", "content": "hello"}]), 20)
+            clients = [openai.AsyncOpenAI(base_url=f"http://{config.gateway.api.listen}/v1", api_key=key,
+                                          max_retries=0, timeout=30, default_headers={"X-Nanobot-Session": "s1"})
+                       for config in configs]
+            answers = []
+            for client, text in zip(clients, ("held by w1", "asked of w2")):  # the chat is w1's by then
+                answers.append(await asyncio.wait_for(client.chat.completions.create(
+                    model="nanobot", messages=[{"role": "user", "content": text}]), 20))
             assert proxy.done.is_set()
-    assert answer.choices[0].message.content == "re: hello"
-    assert [r["messages"][-1]["content"] for r in llm.chat_requests] == ["hello"]
+    assert [a.choices[0].message.content for a in answers] == ["re: held by w1", "re: asked of w2"]
+    assert [r["messages"][-1]["content"] for r in llm.chat_requests] == ["held by w1", "asked of w2"]

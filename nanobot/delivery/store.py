@@ -112,6 +112,7 @@ RETRY_FIRST_S, RETRY_MAX_S = 0.25, 5.0  # while the database is away
 # reply's commit, so a takeover waits for it (and then finds the message answered).
 _LEASE_HELD = ("SELECT 1 FROM inbound i JOIN chat_leases l ON l.chat = i.chat WHERE i.id = $1 AND i.done = 0 "
                "AND l.worker = $2 FOR SHARE OF l")
+_STORED = "SELECT id FROM inbound WHERE channel = $1 AND delivery_key = $2"
 _OURS_UNSENT = "SELECT id FROM outbox WHERE finishes = $1 AND worker = $2 AND state = 'pending'"
 SLOW_BATCH_S = 0.25  # a batch slower than this is logged: replies wait for their marks meanwhile
 KEEP_DONE_S = 3 * 86400  # Telegram keeps unconfirmed updates for 24 h: repeats are caught well past that
@@ -207,12 +208,19 @@ class DeliveryStore:
     # ---- inbound -----------------------------------------------------------------------
     async def record_inbound(self, messages: list[InboundMessage]) -> list[int | None]:
         """Store messages (one commit); each gets its row id, or None if it was stored before."""
+        tried = False
+
         async def op(tx: Queries) -> list[int | None]:
-            now = time.time()
+            nonlocal tried
+            # Among workers, tried before in a batch whose commit went through while its answer was
+            # lost: the rows are that commit's, not repeats (a caller here waits on their ids; the
+            # chat's holder may have answered them already).
+            again, tried, now = tried and self.worker is not None, True, time.time()
             return [await tx.fetchval(
                 "INSERT INTO inbound (channel, delivery_key, message, received, chat) VALUES ($1, $2, $3, $4, $5) "
                 "ON CONFLICT (channel, delivery_key) DO NOTHING RETURNING id",
                 msg.channel, str(msg.delivery_key), _inbound_json(msg), now, msg.session_key)
+                or (await tx.fetchval(_STORED, msg.channel, str(msg.delivery_key)) if again else None)
                 for msg in messages]
 
         ids = await self.put(op)
