@@ -143,6 +143,10 @@ class TaskStore:
                                   f"AND {where} RETURNING id", *args)
         return [r["id"] for r in rows]
 
+    async def running_on(self, worker: str) -> list[str]:
+        rows = await self.db.fetch("SELECT id FROM tasks WHERE state = 'running' AND worker = $1", worker)
+        return [row["id"] for row in rows]
+
     async def hand_back(self, worker: str, task_ids: list[str]) -> None:
         """A graceful stop: these tasks wait again for the next start (or another worker), and
         the run cut short does not count as an attempt."""

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.fakes.openai_server import reply
 from tests.fakes.postgres import create_database, served
 from tests.fakes.telegram_api import FakeTelegram
 from tests.test_workers import CHATS, echo, fast, texts, worker_config, workers  # noqa: F401  (fixtures)
@@ -189,3 +190,35 @@ async def test_an_api_message_whose_commit_answer_was_lost_is_answered(
             assert proxy.done.is_set()
     assert [a.choices[0].message.content for a in answers] == ["re: held by w1", "re: asked of w2"]
     assert [r["messages"][-1]["content"] for r in llm.chat_requests] == ["held by w1", "asked of w2"]
+
+
+async def test_a_background_task_whose_claim_answer_was_lost_still_runs(
+        llm, tg: FakeTelegram, pg_server: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
+    """The worker's claim of a queued task commits while its answer is lost: the task is
+    'running' on this worker, which does not know it, and nobody else takes a live worker's
+    task. It must still run, once (it stayed 'running' until the worker's next start)."""
+    def answer(body: dict) -> dict:
+        asked = next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
+        return reply("RESULT of long" if asked.startswith("TASK") else "done")
+
+    from nanobot.postgres import PostgresDatabase
+    from nanobot.tasks import TaskStore
+
+    llm.fallback = answer
+    url = await create_database(pg_server)
+    db = await PostgresDatabase.open(url)
+    try:  # queued before the worker starts: its first claim takes it
+        await (await TaskStore.open(db)).add(f"telegram:{CHATS[0]}", "TASK long", "long")
+    finally:
+        await db.close()
+    socket_dir = Path(url.split("host=")[1].split("&")[0])
+    proxy_dir = tmp_path / "proxy"
+    proxy_dir.mkdir()
+    config = worker_config(llm, workspace, tg, url.replace(str(socket_dir), str(proxy_dir)), "w1", tmp_path)
+    async with CommitAnswerLost(socket_dir / ".s.PGSQL.5432", proxy_dir, b"UPDATE tasks SET state = 'running'") \
+            as proxy, workers([config], with_services=True):
+        await asyncio.wait_for(proxy.done.wait(), 30)
+        await tg.wait_until(lambda: any("RESULT of long" in t for t in texts(tg, CHATS[0])), timeout=30)
+        await asyncio.sleep(1.0)  # a second run would report now
+    assert sum("RESULT of long" in t for t in texts(tg, CHATS[0])) == 1
+    assert sum(body["messages"][-1]["content"].startswith("TASK") for body in llm.chat_requests) == 1

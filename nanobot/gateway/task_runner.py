@@ -65,11 +65,17 @@ class TaskRunner:
                 log.warning("background tasks not handed back (%s); the next start resumes them", exc)
 
     async def _look_forever(self) -> None:
+        failed = False
         while True:
             try:
+                if failed:  # a claim may have committed while its answer was lost: not ours to keep
+                    await self.store.hand_back(self.worker, [task_id for task_id in await self.store.running_on(
+                        self.worker) if task_id not in self._running])
                 await self.look()
+                failed = False
             except Exception as exc:  # the database is away: the next look tries again
                 log.warning("background tasks: %s", exc)
+                failed = True
             await asyncio.sleep(POLL_S)
 
     async def look(self) -> None:
