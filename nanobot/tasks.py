@@ -148,8 +148,8 @@ class TaskStore:
         return [row["id"] for row in rows]
 
     async def hand_back(self, worker: str, task_ids: list[str]) -> None:
-        """A graceful stop: these tasks wait again for the next start (or another worker), and
-        the run cut short does not count as an attempt."""
+        """A graceful stop (or a claim whose answer was lost): these tasks wait again for the next
+        start (or another worker), and the run cut short or never begun does not count as an attempt."""
         await self.db.executemany("UPDATE tasks SET state = 'queued', worker = NULL, attempts = attempts - 1 "
                                   "WHERE id = $1 AND state = 'running' AND worker = $2",
                                   [(task_id, worker) for task_id in task_ids])

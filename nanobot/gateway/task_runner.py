@@ -68,15 +68,20 @@ class TaskRunner:
         failed = False
         while True:
             try:
-                if failed:  # a claim may have committed while its answer was lost: not ours to keep
-                    await self.store.hand_back(self.worker, [task_id for task_id in await self.store.running_on(
-                        self.worker) if task_id not in self._running])
+                if failed:
+                    await self._hand_back_lost_claims()
                 await self.look()
                 failed = False
             except Exception as exc:  # the database is away: the next look tries again
                 log.warning("background tasks: %s", exc)
                 failed = True
             await asyncio.sleep(POLL_S)
+
+    async def _hand_back_lost_claims(self) -> None:
+        """A claim that committed while its answer was lost (a database restart) left a task
+        'running' on this worker that it does not run, and nobody takes a live worker's task."""
+        mine = await self.store.running_on(self.worker)
+        await self.store.hand_back(self.worker, [task_id for task_id in mine if task_id not in self._running])
 
     async def look(self) -> None:
         """Take back dead workers' tasks, carry out stops, start what waits."""
