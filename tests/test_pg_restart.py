@@ -68,8 +68,11 @@ class CommitAnswerLost:
     answer with the connection: the commit went through, and the worker cannot know it (a
     restart at that instant does this)."""
 
-    def __init__(self, server_socket: Path, folder: Path, statement: bytes = b"INSERT INTO outbox") -> None:
-        self.server_socket, self.folder, self.statement = server_socket, folder, statement
+    def __init__(self, url: str, folder: Path, statement: bytes = b"INSERT INTO outbox") -> None:
+        socket_dir = Path(url.split("host=")[1].split("&")[0])
+        self.server_socket, self.folder, self.statement = socket_dir / ".s.PGSQL.5432", folder, statement
+        self.url = url.replace(str(socket_dir), str(folder))  # the server, through this proxy
+        folder.mkdir()
         self.armed, self.done = False, asyncio.Event()
 
     async def __aenter__(self) -> "CommitAnswerLost":
@@ -110,11 +113,9 @@ async def test_a_reply_whose_commit_answer_was_lost_is_sent_once(
     "answered already", and the chat never heard back."""
     llm.fallback = echo
     url = await create_database(pg_server)
-    socket_dir = Path(url.split("host=")[1].split("&")[0])
-    proxy_dir = tmp_path / "proxy"
-    proxy_dir.mkdir()
-    config = worker_config(llm, workspace, tg, url.replace(str(socket_dir), str(proxy_dir)), "w1", tmp_path)
-    async with CommitAnswerLost(socket_dir / ".s.PGSQL.5432", proxy_dir) as proxy, workers([config]):
+    proxy = CommitAnswerLost(url, tmp_path / "proxy")
+    config = worker_config(llm, workspace, tg, proxy.url, "w1", tmp_path)
+    async with proxy, workers([config]):
         tg.push_text(CHATS[0], CHATS[0], "hello")
         await asyncio.wait_for(proxy.done.wait(), 30)
         await tg.wait_sent(1, timeout=30)
@@ -145,11 +146,9 @@ async def test_a_dead_workers_reply_is_sent_once_though_the_answer_to_its_adopti
         await store.close()
     finally:
         await db.close()
-    socket_dir = Path(url.split("host=")[1].split("&")[0])
-    proxy_dir = tmp_path / "proxy"
-    proxy_dir.mkdir()
-    config = worker_config(llm, workspace, tg, url.replace(str(socket_dir), str(proxy_dir)), "w1", tmp_path)
-    async with CommitAnswerLost(socket_dir / ".s.PGSQL.5432", proxy_dir, b"UPDATE outbox SET worker = $1") as proxy:
+    proxy = CommitAnswerLost(url, tmp_path / "proxy", b"UPDATE outbox SET worker = $1")
+    config = worker_config(llm, workspace, tg, proxy.url, "w1", tmp_path)
+    async with proxy:
         async with workers([config]):
             await asyncio.wait_for(proxy.done.wait(), 30)
             await tg.wait_sent(1, timeout=30)
@@ -170,14 +169,12 @@ async def test_an_api_message_whose_commit_answer_was_lost_is_answered(
 
     llm.fallback = echo
     url = await create_database(pg_server)
-    socket_dir = Path(url.split("host=")[1].split("&")[0])
-    proxy_dir = tmp_path / "proxy"
-    proxy_dir.mkdir()
+    proxy = CommitAnswerLost(url, tmp_path / "proxy", b"INSERT INTO inbound")
     configs = [worker_config(llm, workspace, tg, url, "w1", tmp_path),
-               worker_config(llm, workspace, tg, url.replace(str(socket_dir), str(proxy_dir)), "w2", tmp_path)]
+               worker_config(llm, workspace, tg, proxy.url, "w2", tmp_path)]
     for config in configs:
         config.gateway.api.enabled, config.gateway.api.listen = True, f"127.0.0.1:{free_port()}"
-    async with CommitAnswerLost(socket_dir / ".s.PGSQL.5432", proxy_dir, b"INSERT INTO inbound") as proxy:
+    async with proxy:
         async with workers(configs, with_services=True) as gateways:
             key = await ApiKeys(gateways["w1"].runtime.db).add("ada", owner=True)
             clients = [openai.AsyncOpenAI(base_url=f"http://{config.gateway.api.listen}/v1", api_key=key,
@@ -211,12 +208,9 @@ async def test_a_background_task_whose_claim_answer_was_lost_still_runs(
         await (await TaskStore.open(db)).add(f"telegram:{CHATS[0]}", "TASK long", "long")
     finally:
         await db.close()
-    socket_dir = Path(url.split("host=")[1].split("&")[0])
-    proxy_dir = tmp_path / "proxy"
-    proxy_dir.mkdir()
-    config = worker_config(llm, workspace, tg, url.replace(str(socket_dir), str(proxy_dir)), "w1", tmp_path)
-    async with CommitAnswerLost(socket_dir / ".s.PGSQL.5432", proxy_dir, b"UPDATE tasks SET state = 'running'") \
-            as proxy, workers([config], with_services=True):
+    proxy = CommitAnswerLost(url, tmp_path / "proxy", b"UPDATE tasks SET state = 'running'")
+    config = worker_config(llm, workspace, tg, proxy.url, "w1", tmp_path)
+    async with proxy, workers([config], with_services=True):
         await asyncio.wait_for(proxy.done.wait(), 30)
         await tg.wait_until(lambda: any("RESULT of long" in t for t in texts(tg, CHATS[0])), timeout=30)
         await asyncio.sleep(1.0)  # a second run would report now
