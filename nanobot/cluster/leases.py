@@ -94,18 +94,15 @@ class ChatLeases:
     async def adopt_replies(self, chat: str, delivery: DeliveryStore) -> list[OutboundMessage]:
         """A chat we hold: its unsent replies whose sender is gone, now ours to send, in order
         (written through the delivery store's queue, in order with its other writes)."""
-        tried = False
-
-        async def op(tx: Queries) -> list[Any]:
-            # Tried before in a batch whose commit went through but whose answer was lost: the
-            # replies it adopted are ours already, and nobody else sends them while we live.
-            nonlocal tried
-            ours, tried = "worker = $1 OR " if tried else "", True
+        async def op(tx: Queries, again: bool) -> list[Any]:
+            # Run again: the replies the lost commit adopted are ours already, and nobody else
+            # sends them while we live.
+            ours = "worker = $1 OR " if again else ""
             return await tx.fetch(
                 "UPDATE outbox SET worker = $1 WHERE state = 'pending' AND channel || ':' || chat_id = $2 "
                 f"AND ({ours}{_DEAD_WRITER}) RETURNING *", self.id, chat)
 
-        rows = sorted(await delivery.put(op), key=lambda row: row["id"])
+        rows = sorted(await delivery.put_retried(op), key=lambda row: row["id"])
         return [outbound_from(row) for row in rows]
 
     async def take_over(self, chats: list[str]) -> list[str]:

@@ -155,6 +155,19 @@ class DeliveryStore:
         """Run ``op`` in the next batch; return its value once the batch is committed."""
         return await self.submit(op)
 
+    async def put_retried(self, op: Callable[[Queries, bool], Awaitable[Any]]) -> Any:
+        """``put`` for a write that must know whether it runs again (``op(tx, again)``): a batch
+        retried after its connection broke at COMMIT may have been committed already, its answer
+        lost (the instant of a database restart), and what that commit did is then the write's own."""
+        ran = False
+
+        async def once(tx: Queries) -> Any:
+            nonlocal ran
+            again, ran = ran, True
+            return await op(tx, again)
+
+        return await self.put(once)
+
     def submit(self, op: Op) -> asyncio.Future[Any]:
         """Queue ``op`` now (in order with every other write); the future is its value, committed."""
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -208,22 +221,18 @@ class DeliveryStore:
     # ---- inbound -----------------------------------------------------------------------
     async def record_inbound(self, messages: list[InboundMessage]) -> list[int | None]:
         """Store messages (one commit); each gets its row id, or None if it was stored before."""
-        tried = False
-
-        async def op(tx: Queries) -> list[int | None]:
-            nonlocal tried
-            # Among workers, tried before in a batch whose commit went through while its answer was
-            # lost: the rows are that commit's, not repeats (a caller here waits on their ids; the
-            # chat's holder may have answered them already).
-            again, tried, now = tried and self.worker is not None, True, time.time()
+        async def op(tx: Queries, again: bool) -> list[int | None]:
+            # Among workers, run again: rows with these keys are the lost commit's, not repeats (a
+            # caller here waits on their ids; the chat's holder may have answered them already).
+            ours, now = again and self.worker is not None, time.time()
             return [await tx.fetchval(
                 "INSERT INTO inbound (channel, delivery_key, message, received, chat) VALUES ($1, $2, $3, $4, $5) "
                 "ON CONFLICT (channel, delivery_key) DO NOTHING RETURNING id",
                 msg.channel, str(msg.delivery_key), _inbound_json(msg), now, msg.session_key)
-                or (await tx.fetchval(_STORED, msg.channel, str(msg.delivery_key)) if again else None)
+                or (await tx.fetchval(_STORED, msg.channel, str(msg.delivery_key)) if ours else None)
                 for msg in messages]
 
-        ids = await self.put(op)
+        ids = await self.put_retried(op)
         # The platform is told next that it may forget these: they must survive a power cut too.
         await self.db.make_durable()
         return ids
@@ -270,16 +279,11 @@ class DeliveryStore:
         Among workers, only while this worker still holds the chat and the message is unanswered
         (None otherwise): one cut off from the database for a while (a restart) may have lost the
         chat to another, or been handed the message twice, and two answers would go out."""
-        tried = False
-
-        async def op(tx: Queries) -> int | None:
-            nonlocal tried
+        async def op(tx: Queries, again: bool) -> int | None:
             if self.worker is not None and finishes is not None and await tx.fetchval(
                     _LEASE_HELD, finishes, self.worker) is None:
-                # Tried before in a batch whose commit went through but whose answer was lost (the
-                # connection broke at COMMIT): that reply is ours to send, not anybody else's.
-                return await tx.fetchval(_OURS_UNSENT, finishes, self.worker) if tried else None
-            tried = True
+                # Run again: the lost commit's reply is ours to send, not anybody else's.
+                return await tx.fetchval(_OURS_UNSENT, finishes, self.worker) if again else None
             file = msg.file
             return await tx.fetchval(  # one statement: the trigger settles ``finishes`` with it
                 "INSERT INTO outbox (channel, chat_id, kind, content, reply_to, metadata, file_name, file_data, "
@@ -289,7 +293,7 @@ class DeliveryStore:
                 file.name if file else None, file.data if file else None, int(file.photo) if file else None,
                 time.time(), finishes, self.worker)
 
-        return await self.put(op)
+        return await self.put_retried(op)
 
     def mark_outbound(self, outbox_id: int, state: str, error: str | None = None) -> asyncio.Future[Any]:
         """Queued at once; all marks waiting are written with one statement in the next batch.
