@@ -38,8 +38,13 @@ def secret(home: Path) -> Path:
 @pytest.fixture
 async def api(config: Config) -> AsyncIterator[dict]:
     async with running_gateway(config, with_services=True) as gateway:
-        yield {"base": f"http://{config.gateway.api.listen}/v1", "key": await ApiKeys(gateway.runtime.db).add("bob"),
-               "gateway": gateway}
+        yield await member_api(config, gateway)
+
+
+async def member_api(config: Config, gateway) -> dict:  # noqa: ANN001
+    """Where the running gateway's API is, and a member key (bob's)."""
+    return {"base": f"http://{config.gateway.api.listen}/v1", "key": await ApiKeys(gateway.runtime.db).add("bob"),
+            "gateway": gateway}
 
 
 def bob_folder(workspace: Path) -> Path:
@@ -174,7 +179,7 @@ async def test_a_fifo_for_a_members_memory_history_does_not_freeze_the_daemon(
     os.mkfifo(bob_folder(workspace) / "memory" / "HISTORY.md")
     model = llm.fallback = Model(good_answer())
     async with running_gateway(config, with_services=True) as gateway:
-        api = {"base": f"http://{config.gateway.api.listen}/v1", "key": await ApiKeys(gateway.runtime.db).add("bob")}
+        api = await member_api(config, gateway)
         for text in ("one", "two", "three", "four", "five"):  # past the window at the fourth
             status, _ = await call(api, "POST", "/chat/completions",
                                    json={"model": "nanobot", "messages": [{"role": "user", "content": text}]})
