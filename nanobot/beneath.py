@@ -108,15 +108,16 @@ def open_file(root: Path, relative: str) -> int:
         return open_regular(folder, name, relative)
 
 
-def open_regular(folder: int, name: str, relative: str) -> int:
-    """``open_file`` for the last component, in the open ``folder``."""
+def open_regular(folder: int, name: str, relative: str, *, hard_links: bool = False) -> int:
+    """``open_file`` for the last component, in the open ``folder`` (``hard_links``: a file with
+    other names is read too, for one whose every name is in this folder anyway)."""
     fd = open_last(folder, name, os.O_RDONLY | os.O_NONBLOCK, relative)  # a FIFO must not hang us
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise IsADirectoryError(f"{relative} is a directory") if stat.S_ISDIR(st.st_mode) \
                 else ValueError(f"{relative} is not a regular file")
-        if st.st_nlink > 1:
+        if st.st_nlink > 1 and not hard_links:
             raise LinkRefused(f"{relative} has {st.st_nlink} hard links; such files are not read here")
         os.set_blocking(fd, True)
     except BaseException:

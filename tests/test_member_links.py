@@ -17,15 +17,16 @@ from typing import AsyncIterator
 import aiohttp
 import pytest
 
-from nanobot import beneath
+from nanobot import beneath, confine
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
-from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import config_for, running_gateway
 from tests.test_api import config  # noqa: F401  (the gateway with the API on a free port)
 
 CANARY = "sk-CANARY-CONFIG"
+confined = pytest.mark.skipif(not confine.probe().ok, reason="this kernel cannot confine the shell")
 
 
 @pytest.fixture
@@ -206,3 +207,43 @@ def test_the_opener_refuses_links_anywhere_on_the_path(tmp_path: Path) -> None:
     for bad in ("../outside/f", "/etc/passwd", ""):
         with pytest.raises(ValueError):
             beneath.read_bytes(root, bad)
+
+
+def shell_results(llm: FakeOpenAI) -> list[str]:
+    return [m["content"] for m in llm.chat_requests[-1]["messages"] if m["role"] == "tool"]
+
+
+@confined
+async def test_a_link_in_a_members_skills_is_never_read_to_be_put_back(
+        api: dict, llm: FakeOpenAI, workspace: Path, secret: Path) -> None:
+    """The shell's rollback of steering changes kept each file's bytes before a command, read by
+    name: a link a member's other command (a background task's) made there was followed, and the
+    rollback then wrote what it pointed at into the member's folder as a plain file."""
+    skills = bob_folder(workspace) / "skills"
+    skills.mkdir()
+    (skills / "leak.md").symlink_to(secret)  # made by a command running beside this turn
+    llm.script(tool_calls(("exec_command", {"command": "rm skills/leak.md"})),
+               tool_calls(("exec_command", {"command": "cat skills/leak.md; ls -l skills"})), reply("done"))
+    status, _ = await call(api, "POST", "/chat/completions",
+                           json={"model": "nanobot", "messages": [{"role": "user", "content": "tidy up"}]})
+    assert status == 200
+    removed, shown = shell_results(llm)
+    assert "can only be changed from the owner's chat" in removed
+    assert CANARY not in everything_sent(llm) and CANARY not in shown
+    assert not any(CANARY in p.read_text(errors="replace") for p in skills.rglob("*") if not p.is_symlink())
+
+
+@confined
+async def test_a_named_pipe_a_members_shell_makes_in_its_skills_is_undone_and_freezes_nothing(
+        api: dict, llm: FakeOpenAI, workspace: Path) -> None:
+    """A refused steering change is undone: a named pipe too, which the rollback left in place,
+    and the next command's snapshot then opened it and blocked the event loop for ever."""
+    bob_folder(workspace)
+    llm.script(tool_calls(("exec_command", {"command": "mkdir -p skills && mkfifo skills/pipe"})),
+               tool_calls(("exec_command", {"command": "echo next"})), reply("done"))
+    status, _ = await call(api, "POST", "/chat/completions",
+                           json={"model": "nanobot", "messages": [{"role": "user", "content": "make a pipe"}]})
+    assert status == 200
+    refused, following = shell_results(llm)
+    assert "can only be changed from the owner's chat" in refused and following == "next\n[exit code 0]"
+    assert not (bob_folder(workspace) / "skills" / "pipe").exists()

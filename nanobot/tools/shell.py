@@ -270,7 +270,7 @@ async def exec_command(
     seconds = timeout or settings.timeout
     argv = launch_argv(ctx, root, command, seconds)
     # Changes the chat may not make are rolled back, so their bytes are kept beforehand.
-    before = Snapshot.take(root, keep_bytes=refusal(ctx, "steering files") is not None)
+    before = await asyncio.to_thread(Snapshot.take, root, keep_bytes=refusal(ctx, "steering files") is not None)
     try:
         returncode, output = await _run(argv, root, seconds, settings.max_output_chars)
     finally:

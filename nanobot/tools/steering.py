@@ -11,12 +11,16 @@ change a tainted turn made is rolled back and refused.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nanobot import beneath
 from nanobot.trust import OWNER, STEERING_DIRS, STEERING_FILES, steering_name
 
 if TYPE_CHECKING:
@@ -53,11 +57,11 @@ async def announce_change(ctx: ToolContext, names: list[str], how: str) -> None:
 async def settle(ctx: ToolContext, before: Snapshot, how: str) -> None:
     """After a shell command: undo and refuse the steering changes this turn may not make,
     announce the ones it may."""
-    changed = before.changed()
+    changed = await asyncio.to_thread(before.changed)  # off the event loop: a walk, and writes
     if not changed:
         return
     if error := refusal(ctx, ", ".join(changed)):
-        before.restore(changed)
+        await asyncio.to_thread(before.restore, changed)
         raise PermissionError(f"{error}; the command's change was undone")
     await announce_change(ctx, changed, how)
 
@@ -82,10 +86,8 @@ class Snapshot:
                 kept += st.st_size
                 if kept > MAX_SNAPSHOT_BYTES:
                     continue
-                try:
-                    snap.contents[rel] = (root / rel).read_bytes()
-                except OSError:
-                    pass
+                with contextlib.suppress(OSError, ValueError):
+                    snap.contents[rel] = _plain_bytes(root, rel)
         return snap
 
     def changed(self) -> list[str]:
@@ -95,17 +97,35 @@ class Snapshot:
     def restore(self, changed: list[str]) -> None:
         """Put the files back as they were: changed ones rewritten, new ones removed. A file
         too large to have been kept is left as it is (never deleted); the change is still refused."""
-        for rel in changed:
+        for rel in changed:  # sorted: a folder swapped for a link goes before what was in it
             if rel in self.stats and rel not in self.contents:
                 continue
-            path = self.root / rel
-            if path.is_symlink() or path.is_file():
-                path.unlink()
-            elif path.is_dir():
-                shutil.rmtree(path)
+            with contextlib.suppress(FileNotFoundError), beneath.parent_of(self.root, rel) as (folder, name):
+                _remove(folder, name)
             if rel in self.contents:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(self.contents[rel])
+                with beneath.parent_of(self.root, rel, create=True) as (folder, name):
+                    beneath.replace_file(folder, name, self.contents[rel], rel,
+                                         mode=stat.S_IMODE(self.stats[rel][3]))
+
+
+def _plain_bytes(root: Path, rel: str) -> bytes:
+    """A steering file's bytes, kept to be put back: never through a link (a member's other
+    command may have made one to the daemon's files), never from a named pipe (it would block).
+    A hard-linked file is read: a change made through its other name must be undone too."""
+    with beneath.parent_of(root, rel) as (folder, name):
+        fd = beneath.open_regular(folder, name, rel, hard_links=True)
+    try:
+        return beneath.read_all(fd, rel)
+    finally:
+        os.close(fd)
+
+
+def _remove(folder: int, name: str) -> None:
+    """Whatever ``name`` is now (a file, link, named pipe, or folder), gone; a link is not followed."""
+    if stat.S_ISDIR(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode):
+        shutil.rmtree(name, dir_fd=folder)
+    else:
+        os.unlink(name, dir_fd=folder)
 
 
 def _steering_files(root: Path):
