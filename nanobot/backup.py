@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import sqlite3
+import stat
 import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
-from nanobot.beneath import make_dirs, parts_of, write_bytes
+from nanobot.beneath import DIR_FLAGS, make_dirs, parts_of, write_bytes
 from nanobot.chat_names import HISTORY_SUFFIX
 
 MANIFEST = "manifest.json"
@@ -65,20 +67,51 @@ def _write_backup(home: Path, workspace: Path, partial: Path, target: Path, with
                 if (home / name).is_file():
                     tar.add(home / name, name)
             if with_workspace and workspace.is_dir():
-                tar.add(workspace, "workspace", filter=lambda info: _no_links(info, manifest["links_left_out"]))
+                top = os.open(workspace, DIR_FLAGS)
+                try:
+                    _add_folder(tar, top, "workspace", manifest["links_left_out"])
+                finally:
+                    os.close(top)
             _add_bytes(tar, MANIFEST, json.dumps(manifest, indent=1).encode())
         partial.chmod(0o600)  # it holds the config's keys and every chat
         partial.replace(target)
     return manifest
 
 
-def _no_links(info: tarfile.TarInfo, left_out: list[str]) -> tarfile.TarInfo | None:
-    """Files and folders only: a link in the workspace (a member chat can make one in its
-    folder) is left out, and named, rather than restored to point who knows where."""
-    if info.isfile() or info.isdir():
-        return info
-    left_out.append(info.name)
-    return None
+def _add_folder(tar: tarfile.TarFile, folder: int, arcname: str, left_out: list[str]) -> None:
+    """The open ``folder`` and all below it: files and folders only. A member chat can make a
+    link in its folder, and swap a file or folder for one while this walks: each entry is opened
+    without following a link and read through the descriptor it was checked on. A link (or named
+    pipe) is left out, and named, rather than restored to point who knows where."""
+    st = os.fstat(folder)
+    tar.addfile(_info(arcname, st, tarfile.DIRTYPE))
+    for name in sorted(os.listdir(folder)):
+        path = f"{arcname}/{name}"
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+        except FileNotFoundError:
+            continue  # gone since the listing
+        except OSError:  # ELOOP: a link; ENXIO: a socket
+            left_out.append(path)
+            continue
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                _add_folder(tar, fd, path, left_out)
+            elif stat.S_ISREG(st.st_mode):
+                with os.fdopen(fd, "rb", closefd=False) as file:
+                    tar.addfile(_info(path, st, tarfile.REGTYPE), file)
+            else:
+                left_out.append(path)
+        finally:
+            os.close(fd)
+
+
+def _info(name: str, st: os.stat_result, kind: bytes) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.mtime = kind, stat.S_IMODE(st.st_mode), int(st.st_mtime)
+    info.size = st.st_size if kind == tarfile.REGTYPE else 0
+    return info
 
 
 def restore(source: Path, home: Path, workspace_of: Callable[[], Path], workspace: Path | None = None) -> dict:

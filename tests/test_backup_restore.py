@@ -39,15 +39,21 @@ def crafted(path: Path, entries: dict[str, bytes], config: dict) -> None:
 
 async def test_links_in_member_folders_are_left_out_and_said(tmp_path: Path) -> None:
     home, workspace = home_with_workspace(tmp_path)
-    (workspace / "chats" / "telegram_-100" / "leak").symlink_to(home / "config.json")
+    member = workspace / "chats" / "telegram_-100"
+    (member / "leak").symlink_to(home / "config.json")
+    (member / "home").symlink_to(home, target_is_directory=True)
+    os.mkfifo(member / "pipe")  # opened, it would hold the backup for ever
+    (member / "same.txt").hardlink_to(member / "mine.txt")
     archive = tmp_path / "b.tar.gz"
     code, out, err = await nanobot("backup", str(archive), "--with-workspace", home=home)
     assert code == 0, err
-    assert "Left out 1 link(s)" in out and "workspace/chats/telegram_-100/leak" in out
+    assert "Left out 3 link(s)" in out and all(f"workspace/chats/telegram_-100/{name}" in out
+                                               for name in ("leak", "home", "pipe"))
     fresh = tmp_path / "fresh"
     code, out, err = await nanobot("restore", str(archive), "--workspace", str(tmp_path / "ws2"), home=fresh)
     assert code == 0 and "counts checked" in out, err
     assert (tmp_path / "ws2" / "chats" / "telegram_-100" / "mine.txt").read_text() == "the member's"
+    assert (tmp_path / "ws2" / "chats" / "telegram_-100" / "same.txt").read_text() == "the member's"
     assert not (tmp_path / "ws2" / "chats" / "telegram_-100" / "leak").exists()
     assert json.loads((fresh / "config.json").read_text())["agents"]["defaults"]["workspace"] == str(tmp_path / "ws2")
 

@@ -153,7 +153,7 @@ def backup(ctx: typer.Context, file: Path = typer.Argument(..., metavar="FILE", 
                f"{len(manifest['histories'])} chats{', and the workspace' if with_workspace else ''} "
                f"({time.monotonic() - started:.1f} s)")
     if left_out := manifest["links_left_out"]:
-        typer.echo(f"Left out {len(left_out)} link(s) in the workspace (links are not backed up): "
+        typer.echo(f"Left out {len(left_out)} link(s) in the workspace (links and named pipes are not backed up): "
                    + ", ".join(left_out[:5]) + (" …" if len(left_out) > 5 else ""))
 
 
