@@ -53,6 +53,17 @@ def raise_if_cancelled() -> None:
         raise asyncio.CancelledError
 
 
+def raise_cancel_under(exc: BaseException) -> None:
+    """If ``exc`` was raised while a cancel unwound, raise that cancel instead: asyncpg raises
+    its own error over a cancel when the server closes the connection at that instant (a
+    restart), and a cancelled turn or loop must end as cancelled, not as failed or retrying."""
+    under = exc.__context__
+    while under is not None:
+        if isinstance(under, asyncio.CancelledError):
+            raise under
+        under = under.__context__
+
+
 class Background:
     """The tasks an object runs on its own while it is started (a reader, a clock, a send):
     built with the object, so no handle is None before start; held (asyncio keeps tasks only

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 
+from nanobot.eventloop import raise_cancel_under
 from nanobot.sqlite_file import HomeError, StoreUnavailable, schema_too_new
 
 SCHEMA_VERSIONS = ("CREATE TABLE IF NOT EXISTS schema_versions "
@@ -102,10 +103,14 @@ class _PostgresQueries:
         """A failure of the connection (not of the statement) becomes StoreUnavailable."""
         try:
             yield
-        except CONNECTION_LOST as exc:
-            raise _unavailable(exc) from None
-        except asyncpg.PostgresError as exc:
-            if isinstance(self.target, asyncpg.Pool) and _refused_at_connect(exc):
+        except Exception as exc:
+            # When the server closes the connection (a restart) as a statement is cancelled,
+            # asyncpg raises over the cancel: its pool finds the connection given back already
+            # (InternalClientError), or a transaction's rollback finds it closed.
+            raise_cancel_under(exc)
+            refused = isinstance(exc, asyncpg.PostgresError) and isinstance(self.target, asyncpg.Pool) \
+                and _refused_at_connect(exc)
+            if isinstance(exc, CONNECTION_LOST) or refused:
                 raise _unavailable(exc) from None
             raise
 
@@ -160,9 +165,11 @@ class PostgresDatabase(_PostgresQueries):
             async with conn.transaction():
                 yield _PostgresQueries(conn)
         except CONNECTION_LOST as exc:  # at BEGIN or COMMIT
+            raise_cancel_under(exc)  # see _reachable
             raise _unavailable(exc) from None
         finally:
-            await self.pool.release(conn)
+            with self._reachable():
+                await self.pool.release(conn)
 
     async def migrate(self, component: str, migrations: Mapping[str, list[str]]) -> None:
         await migrate(self.pool, component, migrations["postgresql"])

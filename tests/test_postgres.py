@@ -266,6 +266,38 @@ async def test_a_database_that_goes_away_loses_nothing(pg_server: str, pg_url: s
         await db.close()
 
 
+@pytest.mark.parametrize("inside", ["statement", "transaction"])
+async def test_a_statement_cancelled_as_the_server_closes_its_connection_stays_cancelled(
+        pg_url: str, inside: str) -> None:
+    """A worker that loses its database cancels its turns, and in a restart the server closes the
+    connections at the same instant. asyncpg gives a connection back to its pool in a task of
+    its own; when the close lands before that task runs, asyncpg raised its InternalClientError
+    over the cancel, and the turn was told to the user as failed. The close is made here at that
+    instant: by aborting the connection's transport, as the event loop does when the server
+    closes it."""
+    db = await PostgresDatabase.open(pg_url)
+    try:
+        async def long_statement() -> None:
+            if inside == "statement":
+                await db.execute("SELECT pg_sleep(60)")
+            else:
+                async with db.transaction() as tx:
+                    await tx.execute("SELECT pg_sleep(60)")
+
+        task = asyncio.create_task(long_statement())
+        while not await db.fetchval("SELECT count(*) FROM pg_stat_activity WHERE state = 'active' "
+                                    "AND query LIKE 'SELECT pg_sleep(60)%'"):
+            await asyncio.sleep(0.02)
+        [busy] = [h for h in db.pool._holders if h._in_use is not None]  # asyncpg's, the statement's
+        task.cancel()
+        busy._con._transport.abort()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await db.fetchval("SELECT 1") == 1  # and the pool goes on
+    finally:
+        await db.close()
+
+
 async def test_a_migration_refuses_a_running_gateway_and_offers_a_way_forward(pg_url: str, llm, workspace: Path,
                                                                              home: Path) -> None:
     """While the home's gateway runs it refuses in one line; when PostgreSQL holds rows the home
