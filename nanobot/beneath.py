@@ -110,7 +110,7 @@ def open_file(root: Path, relative: str) -> int:
 
 def open_regular(folder: int, name: str, relative: str, *, hard_links: bool = False) -> int:
     """``open_file`` for the last component, in the open ``folder`` (``hard_links``: a file with
-    other names is read too, for one whose every name is in this folder anyway)."""
+    other names is read too, where a change made through another name must be seen)."""
     fd = open_last(folder, name, os.O_RDONLY | os.O_NONBLOCK, relative)  # a FIFO must not hang us
     try:
         st = os.fstat(fd)

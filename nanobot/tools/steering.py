@@ -115,7 +115,7 @@ def _plain_bytes(root: Path, rel: str) -> bytes:
     with beneath.parent_of(root, rel) as (folder, name):
         fd = beneath.open_regular(folder, name, rel, hard_links=True)
     try:
-        return beneath.read_all(fd, rel)
+        return beneath.read_all(fd, rel, MAX_SNAPSHOT_BYTES)  # it may have grown since it was counted
     finally:
         os.close(fd)
 
