@@ -558,3 +558,47 @@ async def test_a_turn_cut_off_while_it_loads_the_chat_is_not_taken_for_a_crash(
         await asyncio.sleep(1)  # a third model call would come now
     asked = [r["messages"][-1]["content"] for r in llm.chat_requests]
     assert sorted(asked) == ["one", "two"], asked
+
+
+async def test_a_takeover_cut_off_half_way_holds_no_chat_without_its_lease(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """A sweep takes over a dead worker's chats one after another, adopting each one's unsent
+    replies. When the line breaks (and the worker rejoins) while the first chat's replies wait
+    (held back here by a row lock), the chats after it are not the worker's any more: holding one
+    without its lease, it ran that chat's turns beside the chat's real holder (found by the restart
+    test under load: two workers served one chat, and one's turns went into the other's history)."""
+    import asyncpg
+
+    llm.fallback = echo
+    async with workers([worker_config(llm, workspace, tg, pg_url, "w1", tmp_path)]) as gateways:
+        w1 = gateways["w1"].cluster
+        locker, admin = await asyncpg.connect(pg_url), await asyncpg.connect(pg_url)
+        try:
+            # w0: a worker that is alive (its line is the locker's connection) and holds two chats
+            await locker.execute(
+                "INSERT INTO workers (id, host, pid, backend_pid, backend_start, started, heartbeat, expires) "
+                "SELECT 'w0', 'gone', 0, pid, backend_start, 0, 0, nanobot_now() + 3600 FROM pg_stat_activity "
+                "WHERE pid = pg_backend_pid()")
+            for chat in CHATS[:2]:
+                await locker.execute("INSERT INTO chat_leases VALUES ($1, 'w0', 0)", f"telegram:{chat}")
+                await locker.execute("INSERT INTO outbox (channel, chat_id, kind, content, metadata, created, worker) "
+                                     "VALUES ('telegram', $1, 'text', 'left by w0', '{}', 0, 'w0')", str(chat))
+            async with locker.transaction():
+                await locker.execute("SELECT 1 FROM outbox WHERE worker = 'w0' FOR UPDATE")
+                await admin.execute("UPDATE workers SET backend_start = backend_start - interval '1 s' "
+                                    "WHERE id = 'w0'")  # w0 dies (and is not fenced: that would end the lock)
+                while not await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                               "AND query LIKE 'UPDATE outbox SET worker%'"):
+                    await asyncio.sleep(0.05)  # w1 took both over, and adopts the first one's reply
+                cut = w1.line.backend
+                await admin.execute("SELECT pg_terminate_backend($1)", cut[0])
+                while w1.line.backend in (cut, None) or not w1.joined.is_set():
+                    await asyncio.sleep(0.02)  # until it rejoined (on a new line): it holds no chat now
+            await tg.wait_sent(2, timeout=20)  # both replies go out, once
+            await asyncio.sleep(1.5)  # a sweep or two
+            leased = {r["chat"] for r in await admin.fetch("SELECT chat FROM chat_leases WHERE worker = 'w1'")}
+            assert w1.router.held == leased
+        finally:
+            await locker.close()
+            await admin.close()
+    assert sorted(m["chat_id"] for m in tg.sent) == list(CHATS[:2])

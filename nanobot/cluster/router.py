@@ -211,13 +211,11 @@ class ChatRouter:
         if others:
             epoch = self.epoch
             taken = await self.leases.take_over(others)
-            if not await self._still_ours(taken, epoch):
-                return
-            if taken:
+            if taken and epoch == self.epoch:
                 log.info("took over %d chat(s) nobody alive held", len(taken))
                 metrics.current.failover(len(taken))
             for chat in taken:
-                await self._pull_taken(chat)
+                await self._pull_taken(chat, epoch)
 
     async def _still_ours(self, chats: list[str], epoch: int) -> bool:
         """Chats a claim or takeover just got: ours only if the line did not break while it ran
@@ -226,11 +224,16 @@ class ChatRouter:
         if epoch == self.epoch and self.joined.is_set():
             return True
         for chat in chats:
-            await self.leases.release(chat)
+            if chat not in self.held:  # else claimed afresh since: that lease is the one we hold it by
+                await self.leases.release(chat)
         return False
 
-    async def _pull_taken(self, chat: str) -> None:
+    async def _pull_taken(self, chat: str, epoch: int) -> None:
+        """One chat of a takeover, checked again under its lock: the chats taken before it wait
+        for their replies to be adopted, and the line may break meanwhile (then it is not ours)."""
         async with self._locks.hold(chat):
+            if not await self._still_ours([chat], epoch):
+                return
             await self._taken(chat)
         await self.pull(chat, claim=False)
 
