@@ -107,6 +107,9 @@ class Journal(Protocol):
 
     def close(self) -> None: ...
 
+    def abandon(self) -> None:
+        """Drop what is not written yet, and write nothing more (``Histories.discard``)."""
+
 
 @dataclass
 class Session:
@@ -300,6 +303,10 @@ class Histories(Protocol):
 
     def close(self, key: str | None = None) -> None: ...
 
+    def discard(self, key: str) -> None:
+        """Forget the chat without writing what it has not written yet: among workers, a chat
+        this worker was cut off from is another's now, which runs its unfinished turns again."""
+
 
 MAX_OPEN = 1000  # sessions a store keeps loaded (OpenSessions)
 
@@ -350,6 +357,12 @@ class OpenSessions:
             session = self._alive.pop(k, None)
             if session:
                 session.close()
+
+    def discard(self, key: str) -> None:
+        self._open.pop(key, None)
+        session = self._alive.pop(key, None)
+        if session:
+            session.journal.abandon()
 
 
 def replay(session: Session, records: Iterable[dict[str, Any]]) -> None:

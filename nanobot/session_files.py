@@ -87,12 +87,15 @@ class JsonlJournal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: TextIO | None = None
+        self._abandoned = False  # written at once, so nothing waits to be dropped
 
     @property
     def empty(self) -> bool:
         return not self.path.exists() or self.path.stat().st_size == 0
 
     def write(self, record: dict[str, Any]) -> None:
+        if self._abandoned:
+            return
         if self._file is None:
             torn = not self.empty and not _ends_with_newline(self.path)
             private_dir(self.path.parent)
@@ -120,6 +123,10 @@ class JsonlJournal:
             self.sync()
             self._file.close()
             self._file = None
+
+    def abandon(self) -> None:
+        self._abandoned = True
+        self.close()
 
 
 def _ends_with_newline(path: Path) -> bool:

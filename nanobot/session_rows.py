@@ -40,12 +40,15 @@ class DatabaseJournal:
         self._empty = empty
         self._queued: list[str] = []
         self._writer: asyncio.Task[None] | None = None
+        self._abandoned = False
 
     @property
     def empty(self) -> bool:
         return self._empty
 
     def write(self, record: dict[str, Any]) -> None:
+        if self._abandoned:
+            return
         self._empty = False
         self._queued.append(json.dumps(record, ensure_ascii=False))
         self._start_writer()
@@ -59,6 +62,14 @@ class DatabaseJournal:
 
     def close(self) -> None:
         self._start_writer()
+
+    def abandon(self) -> None:
+        # Records a cut-off turn left queued (the database away) would land after the new
+        # holder loaded the chat: its turns would read them as their own.
+        self._abandoned = True
+        self._queued.clear()
+        if self._writer is not None:
+            self._writer.cancel()
 
     def _start_writer(self) -> None:
         if self._queued and (self._writer is None or self._writer.done()):

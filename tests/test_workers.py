@@ -602,3 +602,41 @@ async def test_a_takeover_cut_off_half_way_holds_no_chat_without_its_lease(
             await locker.close()
             await admin.close()
     assert sorted(m["chat_id"] for m in tg.sent) == list(CHATS[:2])
+
+
+async def test_what_a_cut_off_turn_left_unwritten_never_reaches_the_chats_history(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """A worker queues a turn's history records while the database is away, and writes them when
+    it is back. Cut off meanwhile, the chat is another worker's, which runs the message again:
+    the first worker's records, written late, went into the history the new holder reads (it
+    then answered one message with the text of another). Held back here by a lock on the table."""
+    first_try = asyncio.Event()
+
+    def model(body: dict) -> dict:
+        if body["messages"][-1]["content"] == "two" and not first_try.is_set():
+            first_try.set()
+            return reply("re: two (first try)")
+        return echo(body)
+
+    llm.fallback = model
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    async with workers(configs) as gateways:
+        tg.push_text(41, 41, "one")
+        await tg.wait_sent(1, timeout=20)
+        async with history_locked(pg_url) as locker:
+            tg.push_text(41, 41, "two")
+            [cut] = [gw for gw in gateways.values() if "telegram:41" in gw.cluster.router.held]
+            while not cut.runtime.sessions.get("telegram:41").messages[-1]["content"].endswith("(first try)"):
+                await asyncio.sleep(0.02)  # its records wait behind the lock
+            await locker.execute("SELECT pg_terminate_backend($1)", cut.cluster.line.backend[0])
+            while "telegram:41" in cut.cluster.router.held:
+                await asyncio.sleep(0.02)
+        await tg.wait_sent(2, timeout=20)
+        await asyncio.sleep(1)  # the cut-off worker's records would land now
+        db = await PostgresDatabase.open(pg_url)
+        try:
+            records = [r[0] for r in await db.fetch("SELECT record FROM history WHERE session_key = 'telegram:41'")]
+        finally:
+            await db.close()
+    assert texts(tg, 41) == ["re: one", "re: two"]
+    assert not any("first try" in record for record in records)

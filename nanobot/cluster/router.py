@@ -268,6 +268,8 @@ class ChatRouter:
         self.held.clear()
         self.queued.clear()
         self.on_lost(chats)
+        for chat in chats:  # what their stopped turns left unwritten is not written now
+            self.sessions.discard(chat)
 
     async def close(self) -> None:
         await self._wakeups.stop()  # one that failed was logged; the sweep retries it
