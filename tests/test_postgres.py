@@ -298,6 +298,41 @@ async def test_a_statement_cancelled_as_the_server_closes_its_connection_stays_c
         await db.close()
 
 
+async def test_a_reply_sent_while_its_mark_failed_is_not_sent_again_after_a_restart(
+        pg_url: str, llm, tg, workspace: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A batch of "sent" marks that fails with an error that is not a lost connection (here a
+    lock timeout; in a restart, asyncpg's own errors) keeps its marks for the next batch of marks.
+    The next batch of any other write cleared them unwritten: the reply stayed 'pending', and the
+    next start sent it again."""
+    import asyncpg
+
+    admin = await asyncpg.connect(pg_url)
+    await admin.execute(f"ALTER DATABASE {urlsplit(pg_url).path.lstrip('/')} SET lock_timeout = '200ms'")
+    config = telegram_gateway_config(llm.base_url, workspace, tg, 42)
+    config.channels.telegram.streaming = False
+    config.database.url = pg_url
+    llm.fallback = lambda body: reply("re: " + body["messages"][-1]["content"])
+    try:
+        async with running_gateway(config):
+            answered = tg.hold("sendMessage")
+            tg.push_text(42, 42, "one")
+            await tg.wait_until(lambda: len(tg.sent) == 1)  # sent; Telegram's answer held back
+            async with admin.transaction():
+                await admin.execute("LOCK TABLE outbox IN SHARE MODE")  # the mark waits, and times out
+                answered.set()
+                while not any("a write failed" in r.getMessage() for r in caplog.records):
+                    await asyncio.sleep(0.02)
+            tg.push_text(42, 42, "two")
+            await tg.wait_sent(2)
+        async with running_gateway(config):
+            tg.push_text(42, 42, "three")
+            await tg.wait_sent(3)
+            await asyncio.sleep(0.5)  # a repeat would come now
+    finally:
+        await admin.close()
+    assert [m["text"] for m in tg.sent] == ["re: one", "re: two", "re: three"]
+
+
 async def test_a_migration_refuses_a_running_gateway_and_offers_a_way_forward(pg_url: str, llm, workspace: Path,
                                                                              home: Path) -> None:
     """While the home's gateway runs it refuses in one line; when PostgreSQL holds rows the home

@@ -211,7 +211,8 @@ class DeliveryStore:
         if self.unavailable_since is not None:
             log.warning("delivery store: the database is back after %.0f s", time.time() - self.unavailable_since)
             self.unavailable_since = None
-        self._marks_taken = []  # written (if this batch had them; none are taken between batches)
+        if any(op == self._write_marks for op, _ in batch):
+            self._marks_taken = []  # written; a batch that failed otherwise left them for the next
         if time.monotonic() - started > SLOW_BATCH_S:
             log.warning("delivery store: %d writes took %.0f ms", len(batch), (time.monotonic() - started) * 1000)
         for (_, done), value in zip(batch, results):
