@@ -83,8 +83,11 @@ def lock_key(name: str) -> int:
 
 
 # Failures of the connection, not of the statement: the server is down, restarting, or gone.
+# InternalClientError: a pooled connection asyncpg left mid-operation as the server restarted
+# ("cannot switch to state 15; another operation is in progress", at BEGIN): a write failed so
+# was a reply sent unrecorded, past the check that its worker still holds the chat.
 CONNECTION_LOST = (OSError, TimeoutError, asyncpg.PostgresConnectionError, asyncpg.InterfaceError,
-                    asyncpg.AdminShutdownError, asyncpg.CannotConnectNowError)
+                   asyncpg.AdminShutdownError, asyncpg.CannotConnectNowError, asyncpg.InternalClientError)
 
 
 def _unavailable(exc: BaseException) -> StoreUnavailable:
