@@ -17,6 +17,7 @@ from typing import Any
 from nanobot.database import Database, Migrations
 from nanobot import metrics
 from nanobot.session import MAX_OPEN, OpenSessions, Session, replay
+from nanobot.sqlite_file import StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +109,26 @@ class DatabaseSessionStore(OpenSessions):
     async def open(self, key: str) -> Session:
         session = self._cached(key)
         if session is None:
-            records = await self.records(key)
+            records = await self._records_when_reachable(key)
             session = self._cached(key)  # another task may have opened it meanwhile
             if session is None:
                 session = Session(key, DatabaseJournal(self.db, key, empty=not records))
                 replay(session, records)
                 self._keep(key, session)
         return session
+
+    async def _records_when_reachable(self, key: str) -> list[dict[str, Any]]:
+        """A turn waits for its chat's history while the database is away (a restart), as its
+        records and reply do: failing, it would tell the user "something went wrong"."""
+        delay = RETRY_FIRST_S
+        while True:
+            try:
+                return await self.records(key)
+            except StoreUnavailable as exc:
+                log.warning("history %s: waiting for the database to read it (%s); retrying in %g s",
+                            key, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(RETRY_MAX_S, delay * 2)
 
     async def exists(self, key: str) -> bool:
         return key in self._alive or await self.db.fetchrow(

@@ -333,6 +333,30 @@ async def test_a_reply_sent_while_its_mark_failed_is_not_sent_again_after_a_rest
     assert [m["text"] for m in tg.sent] == ["re: one", "re: two", "re: three"]
 
 
+async def test_a_turn_whose_history_read_loses_its_connection_waits_and_answers(
+        pg_url: str, llm, tg, workspace: Path) -> None:
+    """A chat's history is read before its message is handed on, and by the turn. When that read
+    lost its connection (a restart), the message was left unqueued while the worker held its chat
+    (here), or the turn failed and told the user "something went wrong" (seen under load). The
+    read waits for the database, as the message and the reply do. It is held back here by a lock
+    on the table, and its connection cut then."""
+    from tests.test_workers import history_locked
+
+    config = telegram_gateway_config(llm.base_url, workspace, tg, 42)
+    config.channels.telegram.streaming = False
+    config.database.url = pg_url
+    llm.fallback = lambda body: reply("re: " + body["messages"][-1]["content"])
+    async with running_gateway(config):
+        async with history_locked(pg_url) as locker:
+            tg.push_text(42, 42, "hello")
+            while not (reading := await locker.fetchval(
+                    "SELECT pid FROM pg_locks WHERE relation = 'history'::regclass AND NOT granted")):
+                await asyncio.sleep(0.02)
+            await locker.execute("SELECT pg_terminate_backend($1)", reading)
+        await tg.wait_sent(1)
+    assert [m["text"] for m in tg.sent] == ["re: hello"]
+
+
 async def test_a_migration_refuses_a_running_gateway_and_offers_a_way_forward(pg_url: str, llm, workspace: Path,
                                                                              home: Path) -> None:
     """While the home's gateway runs it refuses in one line; when PostgreSQL holds rows the home
