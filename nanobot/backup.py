@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from nanobot.beneath import DIR_FLAGS, make_dirs, parts_of, write_bytes
+from nanobot.beneath import DIR_FLAGS, make_dirs, open_last, parts_of, write_bytes
 from nanobot.chat_names import HISTORY_SUFFIX
 
 MANIFEST = "manifest.json"
@@ -88,10 +88,10 @@ def _add_folder(tar: tarfile.TarFile, folder: int, arcname: str, left_out: list[
     for name in sorted(os.listdir(folder)):
         path = f"{arcname}/{name}"
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder)
+            fd = open_last(folder, name, os.O_RDONLY | os.O_NONBLOCK, path)  # a named pipe must not hold us
         except FileNotFoundError:
             continue  # gone since the listing
-        except OSError:  # ELOOP: a link; ENXIO: a socket
+        except OSError:  # a link (LinkRefused); ENXIO: a socket
             left_out.append(path)
             continue
         try:

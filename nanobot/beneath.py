@@ -101,11 +101,11 @@ def make_dirs(root: Path, relative: str) -> None:
         os.close(top)
 
 
-def open_file(root: Path, relative: str) -> int:
+def open_file(root: Path, relative: str, *, hard_links: bool = False) -> int:
     """A descriptor of the regular file ``relative`` under ``root``, for reading: no link on
     the way or at the end, not a FIFO or device, not hard-linked. Check and read through it."""
     with parent_of(root, relative) as (folder, name):
-        return open_regular(folder, name, relative)
+        return open_regular(folder, name, relative, hard_links=hard_links)
 
 
 def open_regular(folder: int, name: str, relative: str, *, hard_links: bool = False) -> int:
@@ -127,18 +127,18 @@ def open_regular(folder: int, name: str, relative: str, *, hard_links: bool = Fa
 
 
 @contextlib.contextmanager
-def opened(root: Path, relative: str) -> Iterator[int]:
+def opened(root: Path, relative: str, *, hard_links: bool = False) -> Iterator[int]:
     """``open_file`` as a context: the descriptor is closed after."""
-    fd = open_file(root, relative)
+    fd = open_file(root, relative, hard_links=hard_links)
     try:
         yield fd
     finally:
         os.close(fd)
 
 
-def read_bytes(root: Path, relative: str, limit: int | None = None) -> bytes:
+def read_bytes(root: Path, relative: str, limit: int | None = None, *, hard_links: bool = False) -> bytes:
     """The whole file (ValueError past ``limit`` bytes)."""
-    with opened(root, relative) as fd:
+    with opened(root, relative, hard_links=hard_links) as fd:
         return read_all(fd, relative, limit)
 
 

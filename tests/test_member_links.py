@@ -17,16 +17,16 @@ from typing import AsyncIterator
 import aiohttp
 import pytest
 
-from nanobot import beneath, confine
+from nanobot import beneath
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_calls
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import config_for, running_gateway
 from tests.test_api import config  # noqa: F401  (the gateway with the API on a free port)
+from tests.test_trust import confined, tool_results
 
 CANARY = "sk-CANARY-CONFIG"
-confined = pytest.mark.skipif(not confine.probe().ok, reason="this kernel cannot confine the shell")
 
 
 @pytest.fixture
@@ -59,6 +59,13 @@ async def call(api: dict, method: str, path: str, **kwargs) -> tuple[int, bytes]
         async with http.request(method, api["base"] + path, headers={"Authorization": f"Bearer {api['key']}"},
                                 **kwargs) as resp:
             return resp.status, await resp.read()
+
+
+async def say(api: dict, text: str) -> int:
+    """A chat message from bob through the API; the HTTP status."""
+    status, _ = await call(api, "POST", "/chat/completions",
+                           json={"model": "nanobot", "messages": [{"role": "user", "content": text}]})
+    return status
 
 
 def everything_sent(llm: FakeOpenAI) -> str:
@@ -128,8 +135,7 @@ async def test_a_linked_member_memory_stays_out_of_the_prompt(
     memory.mkdir()
     (memory / "MEMORY.md").symlink_to(secret)
     llm.fallback = lambda body: reply("ok")
-    status, _ = await call(api, "POST", "/chat/completions",
-                           json={"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]})
+    status = await say(api, "hi")
     assert status == 200 and CANARY not in everything_sent(llm)
 
 
@@ -144,8 +150,7 @@ async def test_a_linked_skill_file_in_a_members_folder_stays_out_of_the_prompt(
     linked.mkdir(parents=True)
     (linked / "SKILL.md").symlink_to(owners / "SKILL.md")
     llm.fallback = lambda body: reply("ok")
-    status, _ = await call(api, "POST", "/chat/completions",
-                           json={"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]})
+    status = await say(api, "hi")
     assert status == 200 and "sk-CANARY-SKILL" not in everything_sent(llm)
 
 
@@ -182,8 +187,7 @@ async def test_a_fifo_for_a_members_memory_history_does_not_freeze_the_daemon(
     async with running_gateway(config, with_services=True) as gateway:
         api = await member_api(config, gateway)
         for text in ("one", "two", "three", "four", "five"):  # past the window at the fourth
-            status, _ = await call(api, "POST", "/chat/completions",
-                                   json={"model": "nanobot", "messages": [{"role": "user", "content": text}]})
+            status = await say(api, text)
             assert status == 200
             async with asyncio.timeout(10):
                 await gateway.runtime.agent.memory.drain()
@@ -209,10 +213,6 @@ def test_the_opener_refuses_links_anywhere_on_the_path(tmp_path: Path) -> None:
             beneath.read_bytes(root, bad)
 
 
-def shell_results(llm: FakeOpenAI) -> list[str]:
-    return [m["content"] for m in llm.chat_requests[-1]["messages"] if m["role"] == "tool"]
-
-
 @confined
 async def test_a_link_in_a_members_skills_is_never_read_to_be_put_back(
         api: dict, llm: FakeOpenAI, workspace: Path, secret: Path) -> None:
@@ -224,10 +224,9 @@ async def test_a_link_in_a_members_skills_is_never_read_to_be_put_back(
     (skills / "leak.md").symlink_to(secret)  # made by a command running beside this turn
     llm.script(tool_calls(("exec_command", {"command": "rm skills/leak.md"})),
                tool_calls(("exec_command", {"command": "cat skills/leak.md; ls -l skills"})), reply("done"))
-    status, _ = await call(api, "POST", "/chat/completions",
-                           json={"model": "nanobot", "messages": [{"role": "user", "content": "tidy up"}]})
+    status = await say(api, "tidy up")
     assert status == 200
-    removed, shown = shell_results(llm)
+    removed, shown = tool_results(llm)
     assert "can only be changed from the owner's chat" in removed
     assert CANARY not in everything_sent(llm) and CANARY not in shown
     assert not any(CANARY in p.read_text(errors="replace") for p in skills.rglob("*") if not p.is_symlink())
@@ -241,9 +240,8 @@ async def test_a_named_pipe_a_members_shell_makes_in_its_skills_is_undone_and_fr
     bob_folder(workspace)
     llm.script(tool_calls(("exec_command", {"command": "mkdir -p skills && mkfifo skills/pipe"})),
                tool_calls(("exec_command", {"command": "echo next"})), reply("done"))
-    status, _ = await call(api, "POST", "/chat/completions",
-                           json={"model": "nanobot", "messages": [{"role": "user", "content": "make a pipe"}]})
+    status = await say(api, "make a pipe")
     assert status == 200
-    refused, following = shell_results(llm)
+    refused, following = tool_results(llm)
     assert "can only be changed from the owner's chat" in refused and following == "next\n[exit code 0]"
     assert not (bob_folder(workspace) / "skills" / "pipe").exists()

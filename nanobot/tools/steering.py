@@ -86,8 +86,11 @@ class Snapshot:
                 kept += st.st_size
                 if kept > MAX_SNAPSHOT_BYTES:
                     continue
+                # Never through a link (a member's other command may have made one to the daemon's
+                # files) nor from a named pipe (it would block); a hard-linked file is read: a
+                # change made through its other name must be undone too. It may have grown since.
                 with contextlib.suppress(OSError, ValueError):
-                    snap.contents[rel] = _plain_bytes(root, rel)
+                    snap.contents[rel] = beneath.read_bytes(root, rel, MAX_SNAPSHOT_BYTES, hard_links=True)
         return snap
 
     def changed(self) -> list[str]:
@@ -106,18 +109,6 @@ class Snapshot:
                 with beneath.parent_of(self.root, rel, create=True) as (folder, name):
                     beneath.replace_file(folder, name, self.contents[rel], rel,
                                          mode=stat.S_IMODE(self.stats[rel][3]))
-
-
-def _plain_bytes(root: Path, rel: str) -> bytes:
-    """A steering file's bytes, kept to be put back: never through a link (a member's other
-    command may have made one to the daemon's files), never from a named pipe (it would block).
-    A hard-linked file is read: a change made through its other name must be undone too."""
-    with beneath.parent_of(root, rel) as (folder, name):
-        fd = beneath.open_regular(folder, name, rel, hard_links=True)
-    try:
-        return beneath.read_all(fd, rel, MAX_SNAPSHOT_BYTES)  # it may have grown since it was counted
-    finally:
-        os.close(fd)
 
 
 def _remove(folder: int, name: str) -> None:
