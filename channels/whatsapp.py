@@ -7,6 +7,7 @@ send through the Graph API at ``apiBase``.
   gets 401 and is never parsed.
 - A message is answered 200 only once it is recorded, so a crash or a database outage (503)
   makes Meta post it again; its id (``wamid``) drops the repeat.
+- Only changes for ``phoneNumberId`` are read (the app's other numbers are not ours to answer).
 - Identity is the ``wa_id`` Meta delivered the message from; the contact's profile name is the
   sender's own to write and is only shown. Chats are ``whatsapp:<wa_id>`` (one-to-one).
 - Media in: fetched by id (the Graph API names a download URL); the access token goes only to
@@ -113,7 +114,7 @@ class WhatsAppChannel(BaseChannel):
         admitted: list[InboundMessage] = []
         for change in (c for e in _list(body, "entry") for c in _list(e, "changes")):
             value = change.get("value") if isinstance(change, dict) else None
-            if not isinstance(value, dict):
+            if not isinstance(value, dict) or not self._ours(value):
                 continue
             names = {c.get("wa_id"): (c.get("profile") or {}).get("name") for c in _list(value, "contacts")}
             for message in _list(value, "messages"):
@@ -122,6 +123,15 @@ class WhatsAppChannel(BaseChannel):
             for status in _list(value, "statuses"):
                 self._status(status)
         await self.ctx.accept(admitted)
+
+    def _ours(self, value: dict[str, Any]) -> bool:
+        """Whether a change is for our number: an app's webhook gets every number of its business
+        account, and a message to another one (its staff's, say) is not ours to answer."""
+        metadata = value.get("metadata")
+        number = str(metadata.get("phone_number_id") or "") if isinstance(metadata, dict) else ""
+        if number != self.config.phone_number_id:
+            log.debug("whatsapp webhook: passed over a change for phone number %s", number or "(none)")
+        return number == self.config.phone_number_id
 
     async def _message(self, message: dict[str, Any], names: dict[str, str | None]) -> InboundMessage | None:
         wa_id, kind = str(message.get("from") or ""), message.get("type")

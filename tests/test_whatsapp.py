@@ -70,6 +70,19 @@ async def test_a_profile_name_is_no_identity(llm: FakeOpenAI, workspace: Path, w
     assert not llm.chat_requests and not wa.media_fetches  # a stranger's file is never fetched
 
 
+async def test_a_message_to_another_number_of_the_app_is_not_ours(llm: FakeOpenAI, workspace: Path,
+                                                                  wa: FakeWhatsApp) -> None:
+    """An app's webhook gets every number of its business account: a message the owner sent to
+    the business's other number (its staff's) is answered by nobody here, from no number."""
+    llm.fallback = lambda body: reply("answered")
+    async with running_gateway(wa_config(llm, workspace, wa)) as gateway:
+        assert await wa.deliver(OWNER, "to the shop's staff", phone_number_id="another-number") == 200
+        await wa.deliver(OWNER, "to the assistant")
+        sent = await wa.wait_sent(1)
+        assert asked(llm) == ["to the assistant"] and [s["text"]["body"] for s in sent] == ["answered"]
+        assert (await gateway.delivery.backlog())[0] == 0
+
+
 async def test_unsigned_or_badly_signed_posts_are_refused_unread(llm: FakeOpenAI, workspace: Path,
                                                                  wa: FakeWhatsApp) -> None:
     async with running_gateway(wa_config(llm, workspace, wa)) as gateway:

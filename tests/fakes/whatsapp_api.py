@@ -78,7 +78,8 @@ class FakeWhatsApp(Ticks):
 
     # ---- Meta's side of the webhook ----------------------------------------------------
     def payload(self, wa_id: str, text: str, *, media: tuple[str, bytes, str] | None = None,
-                profile_name: str = "Someone", message_id: str | None = None) -> dict[str, Any]:
+                profile_name: str = "Someone", message_id: str | None = None,
+                phone_number_id: str = PHONE_ID) -> dict[str, Any]:
         message: dict[str, Any] = {"from": wa_id, "id": message_id or f"wamid.{next(self._ids)}",
                                    "timestamp": str(int(time.time())), "type": "text", "text": {"body": text}}
         if media is not None:
@@ -90,7 +91,8 @@ class FakeWhatsApp(Ticks):
             message[kind] = {"id": media_id, "mime_type": mime, "caption": text,
                              **({"filename": "notes.txt"} if kind == "document" else {})}
         return {"object": "whatsapp_business_account", "entry": [{"id": "WABA1", "changes": [{"field": "messages", "value": {
-            "messaging_product": "whatsapp", "metadata": {"display_phone_number": "15550001111", "phone_number_id": PHONE_ID},
+            "messaging_product": "whatsapp",
+            "metadata": {"display_phone_number": "15550001111", "phone_number_id": phone_number_id},
             "contacts": [{"profile": {"name": profile_name}, "wa_id": wa_id}], "messages": [message]}}]}]}
 
     async def deliver(self, wa_id: str, text: str, *, retries: int = 3, signature: str | None = None,
