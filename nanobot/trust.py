@@ -10,7 +10,9 @@
 A private chat's user is remembered in its session (``peer_id``, ``peer_handle``: what the
 platform vouches for, never a display name), written only by the daemon when a private message
 arrives, so cron jobs and the heartbeat can tell an owner's Discord DM (whose channel id is not
-the user's id) from a group. On Telegram a private chat's id is the user's id.
+the user's id) from a group. On Telegram a private chat's id is the user's id. A chat that
+changes hands (a Matrix room of two that grows, shrinks back, or has another person in it)
+starts over with its new party's trust (``Agent.meet``).
 
 **Taint**: a turn that took in web pages, MCP results, documents, media or forwarded messages
 may carry an attacker's instructions. For the rest of that turn it may not change steering

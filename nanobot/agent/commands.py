@@ -50,6 +50,15 @@ def is_command(text: str) -> bool:
     return bool(_COMMAND.match(text))
 
 
+async def start_over(agent: Agent, session_key: str, why: str) -> None:
+    """A new conversation: later turns start from an empty history and a fresh Python state."""
+    session = agent.session(session_key)
+    session.reset()
+    session.set_meta(long_message=None)  # it belongs to the old conversation
+    await agent.reset_state(session_key)
+    cache_starts_over(session_key, why)
+
+
 async def handle_command(agent: Agent, session_key: str, text: str) -> str | None:
     """The reply to a chat command, or None when ``text`` is not a command."""
     if not is_command(text):
@@ -59,10 +68,7 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
     arg = arg.strip().lower()
     session = agent.session(session_key)
     if name == "/new":
-        session.reset()
-        session.set_meta(long_message=None)  # it belongs to the old conversation
-        await agent.reset_state(session_key)
-        cache_starts_over(session_key, "/new")
+        await start_over(agent, session_key, "/new")
         return "Started a new conversation."
     if name == "/mode":
         if not arg:

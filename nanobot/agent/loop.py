@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from nanobot import logs, metrics, tracing
-from nanobot.agent.commands import handle_command
+from nanobot.agent.commands import handle_command, start_over
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.markup import FailedReply
 from nanobot.agent.spend import BudgetSpent
@@ -24,6 +24,7 @@ from nanobot.bus import Identity, Source
 from nanobot.media.attachments import read_attachments
 from nanobot.providers.base import ProviderError
 from nanobot.session import Session
+from nanobot.tasks import ACTIVE
 from nanobot.utf8 import clean_text
 from nanobot.trust import HISTORY_CHANNELS
 
@@ -91,6 +92,33 @@ class Agent:
         session.sync()
         return text
 
+    async def meet(self, session_key: str, origin: Origin) -> None:
+        """Record who a chat is with: a private peer, or a group (trust is decided from it). A
+        chat that changes hands (a Matrix room of two grown into a group, or back, or another
+        person in it) starts over: what the old party said, its Python state and its jobs are
+        not the new party's to read or run (jobs are paused for the owner to resume, tasks stopped)."""
+        session = self.session(session_key)
+        meta, peer = session.meta, origin.sender if origin.private else None
+        was = ("peer", meta.peer_id) if meta.peer_id is not None else ("group",) if meta.group else None
+        now = ("peer", peer.id) if peer else ("group",)
+        if was is not None and was != now:
+            await self._change_hands(session_key, f"{' '.join(now)}, was {' '.join(was)}")
+        party = {"peer_id": peer.id if peer else None, "peer_handle": peer.handle if peer else None, "group": not peer}
+        if changed := {name: value for name, value in party.items() if getattr(meta, name) != value}:
+            session.set_meta(**changed)
+
+    async def _change_hands(self, session_key: str, how: str) -> None:
+        """What the old party began does not go on for the new one: jobs paused, tasks stopped."""
+        paused = [job.id for job in await self.deps.cron.list(session_key) if job.enabled]
+        for job_id in paused:
+            await self.deps.cron.set_enabled(job_id, False)
+        stopped = [task.id for task in await self.deps.tasks.of_chat(session_key) if task.state in ACTIVE]
+        for task_id in stopped:
+            await self.deps.tasks.request_stop(session_key, task_id)
+        await start_over(self, session_key, "the chat changed hands")
+        log.warning("%s changed hands (%s): a new conversation; jobs paused: %s; tasks stopped: %s", session_key,
+                    how, ", ".join(paused) or "none", ", ".join(stopped) or "none")
+
     async def reset_state(self, session_key: str) -> None:
         """Forget the session's Python state too (``/new``)."""
         await self.deps.code.reset(session_key)
@@ -108,8 +136,8 @@ class Agent:
         await self.deps.sessions.open(session_key)  # loaded before anything reads it
         if origin is not None and origin.source == "task":
             return self.task_result(session_key, request.content)
-        if origin is not None and origin.private:
-            remember_peer(self.session(session_key), origin)
+        if origin is not None and origin.source == "user" and session_key.partition(":")[0] not in HISTORY_CHANNELS:
+            await self.meet(session_key, origin)  # (a terminal or API chat's trust is not its party's)
         answer = await handle_command(self, session_key, request.content)
         if answer is not None:
             return answer
@@ -180,9 +208,3 @@ def settle_failed_turn(session: Session, added: int, reply: str) -> None:
         session.drop_last(added)
     else:
         session.append({"role": "assistant", "content": f"({reply})"})
-
-
-def remember_peer(session: Session, origin: Origin) -> None:
-    """Record who a private chat is with (trust is decided from it); only when it changes."""
-    if (session.meta.peer_id, session.meta.peer_handle) != (origin.sender.id, origin.sender.handle):
-        session.set_meta(peer_id=origin.sender.id, peer_handle=origin.sender.handle)
