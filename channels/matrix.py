@@ -3,10 +3,12 @@
 - One worker syncs (long-polls ``/sync``) at a time. The sync token is kept (``ctx.positions``)
   only after every message it delivered is recorded, so a restart reads on from there: what
   was sent while the gateway was down is answered once, nothing twice (an event id is a
-  message's delivery key). The first start reads no history: it begins at "now".
+  message's delivery key); when more came than a sync carries, the rest is fetched
+  (``_missed``). The first start reads no history: it begins at "now".
 - Rooms: it joins those an allowed user invites it to and declines the rest. A room of two
   (the bot and one person) is that person's private chat; any other room is a group chat,
-  answered when mentioned (``groupPolicy``). Chats are ``matrix:<room id>``.
+  answered when mentioned (``groupPolicy``). Chats are ``matrix:<room id>``; when a room
+  changes hands (grows, shrinks, another person), the chat starts over (``Agent.meet``).
 - Identity is the sender's Matrix user id, which the homeserver vouches for; a display name
   is anyone's to set and is only shown.
 - Replies are Markdown rendered to Matrix HTML; a streamed reply is one message edited as it
@@ -26,8 +28,8 @@ from typing import Any
 
 import aiohttp
 from markdown_it import MarkdownIt
-from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomSendResponse, SyncError, UploadResponse, \
-    WhoamiResponse
+from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomMessagesResponse, RoomSendResponse, SyncError, \
+    UploadResponse, WhoamiResponse
 
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
@@ -40,8 +42,8 @@ log = logging.getLogger(__name__)
 SYNC = "matrix sync"  # the singleton: one worker syncs
 SYNC_MS = 30_000  # the long poll
 # Only what a turn needs: no presence, account data or typing (each would move the token).
-FILTER = {"presence": {"types": []}, "account_data": {"types": []},
-          "room": {"ephemeral": {"types": []}, "account_data": {"types": []}, "timeline": {"limit": 50}}}
+TIMELINE_LIMIT = 50  # events a sync brings per room; what came before them is fetched (``_missed``)
+MISSED_MAX = 1000  # events fetched per room after a long time away: older ones are not answered
 MEDIA_KINDS = ("m.image", "m.file", "m.audio", "m.video")
 VOICE = "org.matrix.msc3245.voice"
 ENCRYPTED_REPLY = ("This room is end-to-end encrypted, and I cannot read encrypted messages. Talk to me in a room "
@@ -57,9 +59,12 @@ class MatrixChannel(BaseChannel):
     name = "matrix"
     max_message_len = 16_000  # far below the 65 KB event limit, HTML included
 
-    def __init__(self, config: MatrixConfig, ctx: ChannelContext, *, join_grace_ms: int = JOIN_GRACE_MS) -> None:
+    def __init__(self, config: MatrixConfig, ctx: ChannelContext, *, join_grace_ms: int = JOIN_GRACE_MS,
+                 timeline_limit: int = TIMELINE_LIMIT) -> None:
         super().__init__(config, ctx)
         self.join_grace_ms = join_grace_ms  # messages this much older than our join are still answered
+        self.filter = {"presence": {"types": []}, "account_data": {"types": []}, "room": {
+            "ephemeral": {"types": []}, "account_data": {"types": []}, "timeline": {"limit": timeline_limit}}}
         self.config: MatrixConfig = config
         self.homeserver = config.homeserver.rstrip("/")
         self.client = AsyncClient(self.homeserver, config.user_id, device_id=config.device_id or None,
@@ -106,7 +111,7 @@ class MatrixChannel(BaseChannel):
         since = await self.ctx.positions.position(self.position_key)
         first, whole = since is None, True  # whole: every room's state too (who is in it), once per connection
         while True:
-            answer = await self.client.sync(timeout=0 if first else SYNC_MS, since=since, sync_filter=FILTER,
+            answer = await self.client.sync(timeout=0 if first else SYNC_MS, since=since, sync_filter=self.filter,
                                             full_state=whole)
             if isinstance(answer, SyncError):
                 raise RuntimeError(f"sync failed: {answer.message}")
@@ -115,11 +120,28 @@ class MatrixChannel(BaseChannel):
                 await self._invited(room_id, invited.invite_state)
             if not first:  # the first sync is history from before this assistant listened
                 for room_id, joined in answer.rooms.join.items():
-                    for event in joined.timeline.events:
-                        await self._event(room_id, event.source)
+                    timeline = joined.timeline
+                    missed = await self._missed(room_id, timeline.prev_batch, since) if timeline.limited else []
+                    for event in [*missed, *(e.source for e in timeline.events)]:
+                        await self._event(room_id, event)
             if answer.next_batch != since:  # an idle long poll ends where it began: nothing to write
                 await self.ctx.positions.keep_position(self.position_key, answer.next_batch)
             since, first, whole = answer.next_batch, False, False
+
+    async def _missed(self, room_id: str, before: str | None, since: str | None) -> list[dict[str, Any]]:
+        """A room's events between our last sync and those this one brought, oldest first: more
+        came while we were away than a sync carries (``limited``), and none may go unanswered."""
+        events: list[dict[str, Any]] = []
+        while before and len(events) < MISSED_MAX:
+            page = await self.client.room_messages(room_id, start=before, end=since, limit=100)
+            if not isinstance(page, RoomMessagesResponse):
+                raise RuntimeError(f"reading what came while away failed: {page.message}")
+            events += [event.source for event in page.chunk]
+            before = page.end if page.chunk else None
+        if before:
+            log.warning("matrix: over %d events came in %s while away; the older ones are not answered",
+                        MISSED_MAX, room_id)
+        return events[::-1]
 
     async def _invited(self, room_id: str, state: list[Any]) -> None:
         """Join when an allowed user invited us; decline anyone else's invitation."""

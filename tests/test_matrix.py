@@ -229,6 +229,28 @@ async def test_sent_while_down_answered_once_after_the_start_and_never_again(
     assert asked(llm) == ["one", "while you were away", "three"]
 
 
+async def test_more_sent_while_down_than_a_sync_carries_is_all_answered_once(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
+    """A sync brings a room's last events only (50; 2 here): what came before them while the
+    gateway was down is fetched, so no message of a long absence goes unanswered."""
+    owner, bot = people["owner"], people["bot"][0]
+    llm.fallback = lambda body: reply("re: " + asked_last(body))
+    cfg, short = matrix_config(llm, workspace, synapse, people), fast_pace(adapters={"matrix": {"timeline_limit": 2}})
+    async with running_gateway(cfg, pace=short):
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "one")
+        await owner.read_until(lambda seen: owner.shown() == ["re: one"])
+    away = [f"away {n}" for n in range(7)]
+    for text in away:
+        await owner.say(room, text)
+    async with running_gateway(cfg, pace=short):
+        await owner.read_until(lambda seen: "away 6" in " ".join(owner.shown()[-1:]))
+    said = " | ".join(asked(llm))
+    assert all(said.count(text) == 1 for text in away), said
+    assert [said.index(text) for text in away] == sorted(said.index(text) for text in away)
+
+
 async def test_a_reply_streams_by_editing_one_message(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
                                                       people: dict[str, Any]) -> None:
     owner, bot = people["owner"], people["bot"][0]
