@@ -3,9 +3,11 @@ linked device or a registered number), as OpenClaw and Hermes do.
 
 Events come from its Server-Sent Events stream (``GET /api/v1/events``), read by one worker at
 a time and read again after a drop; messages go out through JSON-RPC (``POST /api/v1/rpc``,
-``send``); ``GET /api/v1/check`` says whether the daemon is up. signal-cli confirms a message to
-Signal when it emits the event, so nothing is lost by a reconnect; a repeat (the same sender and
-timestamp) is dropped by the intake.
+``send``); ``GET /api/v1/check`` says whether the daemon is up. With ``--receive-mode
+on-connection`` signal-cli takes messages from Signal only while a stream is open, so what is
+sent while nanobot is away waits at Signal's server (by default signal-cli takes them at once
+and, with no stream open, they are gone); a repeat (the same sender and timestamp) is dropped
+by the intake.
 
 Chats: ``signal:<number>`` (or the sender's account UUID when their number is hidden) and
 ``signal:group.<group id>``. Identity is the number Signal delivered the message from, with the
@@ -60,8 +62,9 @@ class SignalChannel(BaseChannel):
                     raise RuntimeError(f"HTTP {response.status}")
         except (aiohttp.ClientError, OSError, TimeoutError, RuntimeError) as exc:
             await self.stop()
-            raise RuntimeError(f"signal: signal-cli is not answering at {self.base} ({_reason(exc)}); start it "
-                               f"with: signal-cli -a {self.config.account} daemon --http 127.0.0.1:8080") from None
+            raise RuntimeError(f"signal: signal-cli is not answering at {self.base} ({_reason(exc)}); start it with: "
+                               f"signal-cli -a {self.config.account} daemon --http 127.0.0.1:8080 "
+                               "--receive-mode on-connection") from None
         self.read_while_held(EVENTS, self._events)
 
     async def stop(self) -> None:

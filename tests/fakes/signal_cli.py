@@ -12,7 +12,8 @@ Usage::
         sent = await signal.wait_sent(1)                   # the params of each ``send``
 
 - Messages pushed while no stream is open wait for the next one (as they wait at Signal's
-  server while signal-cli has no listener); ``drop_streams()`` cuts the open ones.
+  server while signal-cli, run with ``--receive-mode on-connection``, has no listener);
+  ``drop_streams()`` cuts the open ones.
 - ``push(..., attachments={"name": bytes})`` stores them in the attachments folder, as
   signal-cli does, and names them in the envelope; ``source_name`` is the sender's profile name.
 - ``refuse`` (a set of numbers): ``send`` to them answers a JSON-RPC error; ``up = False``:
