@@ -39,7 +39,7 @@ class ChatState:
     # Who a private chat is with, as the platform vouches (its trust is decided from it): never a name.
     peer_id: str | None = None
     peer_handle: str | None = None
-    group: bool = False  # a group's messages came here (a Matrix room grown past two)
+    group: bool = False  # a group speaks here (its messages are not private): trust follows (Agent.meet)
     long_message: str | None = None  # the chat file holding the latest long message (code mode's `context`)
     voice_hint_sent: bool = False  # the how-to-enable-transcription reply went out once
     consolidated_upto: int | None = None  # messages since /new that memory consolidation has covered
