@@ -164,6 +164,13 @@ class TaskStore:
                               "AND state IN ('queued', 'running')", task_id, chat)
         return await self.get(task_id)
 
+    async def request_stop_all(self, chat: str) -> list[str]:
+        """Every queued or running task of the chat asked to stop (``request_stop``); their ids."""
+        async with self.db.transaction() as tx:  # a write that returns rows: committed here
+            rows = await tx.fetch("UPDATE tasks SET stop_requested = 1 WHERE chat = $1 "
+                                  "AND state IN ('queued', 'running') RETURNING id", chat)
+        return [row["id"] for row in rows]
+
     async def stops(self, worker: str) -> list[Task]:
         """Tasks asked to stop: queued anywhere, or running here."""
         rows = await self.db.fetch("SELECT * FROM tasks WHERE stop_requested = 1 AND (state = 'queued' OR "

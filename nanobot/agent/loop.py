@@ -24,7 +24,6 @@ from nanobot.bus import Identity, Source
 from nanobot.media.attachments import read_attachments
 from nanobot.providers.base import ProviderError
 from nanobot.session import Session
-from nanobot.tasks import ACTIVE
 from nanobot.utf8 import clean_text
 from nanobot.trust import HISTORY_CHANNELS
 
@@ -112,9 +111,7 @@ class Agent:
         paused = [job.id for job in await self.deps.cron.list(session_key) if job.enabled]
         for job_id in paused:
             await self.deps.cron.set_enabled(job_id, False)
-        stopped = [task.id for task in await self.deps.tasks.of_chat(session_key) if task.state in ACTIVE]
-        for task_id in stopped:
-            await self.deps.tasks.request_stop(session_key, task_id)
+        stopped = await self.deps.tasks.request_stop_all(session_key)
         await start_over(self, session_key, "the chat changed hands")
         log.warning("%s changed hands (%s): a new conversation; jobs paused: %s; tasks stopped: %s", session_key,
                     how, ", ".join(paused) or "none", ", ".join(stopped) or "none")
