@@ -138,7 +138,6 @@ class WhatsAppChannel(BaseChannel):
         if not wa_id or not message.get("id"):
             return None
         who = Identity(wa_id, name=names.get(wa_id))
-        self._last_message[wa_id] = str(message["id"])
         part = message.get(kind) if isinstance(message.get(kind), dict) else {}
         text = part.get("body") if kind == "text" else part.get("caption") or \
             (part.get("title") if kind in ("button", "interactive") else "")
@@ -148,7 +147,9 @@ class WhatsAppChannel(BaseChannel):
             media = [kept] if kept else []
         msg = InboundMessage(self.name, wa_id, who.id, (text or "").strip(), sender_name=who.name, media=media,
                              is_private=True, delivery_key=str(message["id"]))
-        return await self._admit(msg)
+        if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
+            self._last_message[wa_id] = str(message["id"])
+        return admitted
 
     def _status(self, status: dict[str, Any]) -> None:
         """What became of a message we sent: a refusal after the fact is logged, once."""
