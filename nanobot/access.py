@@ -29,6 +29,16 @@ log = logging.getLogger(__name__)
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
 CODE_LENGTH = 8
 
+# Where an owner is reached: on Discord, Slack, Matrix or Signal a private chat's id is not its
+# user's, so the chat where an owner last wrote privately is remembered (``Agent.meet``).
+OWNER_CHATS = """
+CREATE TABLE owner_chats (  -- each channel's private chat where an owner last wrote: notices go there
+    channel TEXT PRIMARY KEY,
+    chat_id TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    owner_handle TEXT
+);
+"""
 SQLITE_MIGRATIONS = ["""
 CREATE TABLE pairing_requests (
     channel TEXT NOT NULL,
@@ -57,7 +67,7 @@ CREATE TABLE denied_users (
     denied_at REAL NOT NULL,
     PRIMARY KEY (channel, sender_id)
 );
-"""]
+""", OWNER_CHATS]
 MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
 CREATE TABLE pairing_requests (
     channel TEXT NOT NULL,
@@ -85,7 +95,7 @@ CREATE TABLE denied_users (
     denied_at DOUBLE PRECISION NOT NULL,
     PRIMARY KEY (channel, sender_id)
 );
-"""]}
+""", OWNER_CHATS]}
 
 WELCOME = "You're approved: I'll answer your messages from now on."
 
@@ -147,6 +157,7 @@ class PairingStore:
         self.policy = policy
         self.clock = clock
         self._swept_at = float("-inf")
+        self._owner_chats: dict[str, tuple[str, str, str | None]] = {}  # what this process last wrote
 
     @classmethod
     async def open(cls, db: Database, policy: PairingPolicy = PairingPolicy(),
@@ -264,6 +275,26 @@ class PairingStore:
     async def paired(self) -> list[PairedUser]:
         return [PairedUser(*row) for row in await self.db.fetch(
             f"SELECT {_USER_COLUMNS} FROM paired_users ORDER BY approved_at")]
+
+    async def heard_owner(self, channel: str, chat_id: str, owner: Identity) -> None:
+        """Remember the private chat where an owner of ``channel`` wrote (written once per change)."""
+        row = (chat_id, owner.id, owner.handle)
+        if self._owner_chats.get(channel) != row:
+            await self.db.execute("INSERT INTO owner_chats (channel, chat_id, owner_id, owner_handle) "
+                                  "VALUES ($1, $2, $3, $4) ON CONFLICT (channel) DO UPDATE SET chat_id = "
+                                  "excluded.chat_id, owner_id = excluded.owner_id, owner_handle = excluded.owner_handle",
+                                  channel, *row)
+            self._owner_chats[channel] = row
+
+    async def forget_owner_chat(self, channel: str, chat_id: str) -> None:
+        """A chat that changed hands is no longer where an owner is reached."""
+        self._owner_chats.pop(channel, None)
+        await self.db.execute("DELETE FROM owner_chats WHERE channel = $1 AND chat_id = $2", channel, chat_id)
+
+    async def owner_chats(self) -> dict[str, tuple[str, Identity]]:
+        """Each channel's remembered owner chat, and the owner who wrote there."""
+        return {row["channel"]: (row["chat_id"], Identity(row["owner_id"], row["owner_handle"]))
+                for row in await self.db.fetch("SELECT channel, chat_id, owner_id, owner_handle FROM owner_chats")}
 
     async def _drop_expired(self, now: float) -> None:
         if now - self._swept_at < self.policy.sweep_interval:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from nanobot.prompts import render_prompt
 from nanobot.bus import OutboundMessage, split_target
 from nanobot.periodic import Periodic
-from nanobot.trust import owner_chat
 
 if TYPE_CHECKING:
     from nanobot.coordination import Singletons
@@ -56,7 +55,7 @@ class Heartbeat(Periodic):
         tasks = active_tasks(rt.config.workspace_path / "HEARTBEAT.md")
         if not tasks:
             return None
-        target = owner_chat(rt.config)
+        target = await rt.owner_chat()
         if target is None:
             log.info("heartbeat: %d task(s) but no owner chat to report to (gateway.heartbeat.to)", len(tasks))
             return None

@@ -29,9 +29,9 @@ from nanobot.usage import MIGRATIONS as USAGE
 # component -> (its migrations, its tables)
 COMPONENTS: dict[str, tuple[Migrations, list[str]]] = {
     "usage": (USAGE, ["model_calls", "executions"]),
-    "pairing": (PAIRING, ["pairing_requests", "paired_users", "denied_users"]),
+    "pairing": (PAIRING, ["pairing_requests", "paired_users", "denied_users", "owner_chats"]),
     "cron": (CRON, ["cron_jobs", "cron_runs", "cron_meta"]),
-    "delivery": (DELIVERY, ["inbound", "outbox"]),
+    "delivery": (DELIVERY, ["inbound", "outbox", "channel_positions"]),
     "code_state": (CODE_STATE, ["code_state"]),
     "api_keys": (API_KEYS, ["api_keys"]),
     "tasks": (TASKS, ["tasks"]),  # background tasks: the queued and running ones are resumed there
@@ -64,6 +64,7 @@ class CopyReport:
 async def copy_home(sqlite: SqliteDatabase, histories: SessionStore, target: PostgresDatabase, *,
                     replace: bool = False) -> CopyReport:
     for component, (migrations, _) in COMPONENTS.items():
+        await sqlite.migrate(component, migrations)  # a home an older nanobot wrote has its tables too
         await target.migrate(component, migrations)
     await target.migrate("history", HISTORY)
     report = CopyReport()

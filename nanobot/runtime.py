@@ -129,17 +129,16 @@ async def _build(config: Config, provider: Provider, terminal: bool, db: Databas
         from nanobot.mcp.servers import McpServers
 
         mcp = McpServers(config, tools, config.home / "logs", status_changed)
-    notices = OwnerNotices(partial(_to_owner, config, None if terminal else bus))
+    notices = OwnerNotices(partial(_to_owner, config, pairing, None if terminal else bus))
     return Runtime(config=config, provider=provider, tools=tools, sessions=sessions, code=code, db=db,
                    pairing=pairing, tasks=tasks, cron=cron, cron_runs=cron_runs, bus=bus, notices=notices,
                    terminal=terminal, usage=usage, mcp=mcp, system_extras=(skills_prompt,), shared=shared,
                    workspace_created=workspace_created, status_changed=status_changed)
 
 
-async def _to_owner(config: Config, bus: MessageBus | None, text: str) -> None:
+async def _to_owner(config: Config, pairing: PairingStore, bus: MessageBus | None, text: str) -> None:
     """Into the owner's chat; the terminal chat's process (no ``bus`` here) reaches none but its own."""
-    target = owner_chat(config)
-    if bus is None or target is None:
+    if bus is None or (target := owner_chat(config, await pairing.owner_chats())) is None:
         return
     channel, chat_id = split_target(target)
     await bus.publish_outbound(OutboundMessage(channel, chat_id, text))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Container, Iterable, Literal
+from typing import TYPE_CHECKING, Container, Iterable, Literal, Mapping
 
 from nanobot.access import listed
 from nanobot.bus import Identity
@@ -118,18 +118,20 @@ def quota_holder(session_key: str) -> str:
     return f"{channel}:{rest.partition(':')[0]}"
 
 
-def owner_chat(config: Config) -> str | None:
-    """Where the owner hears from the assistant: ``gateway.heartbeat.to``, else the first owner
-    id of the first enabled channel (Telegram, then Discord, then others)."""
+def owner_chat(config: Config, heard: Mapping[str, tuple[str, Identity]] | None = None) -> str | None:
+    """Where the owner hears from the assistant: ``gateway.heartbeat.to``, else on the first
+    enabled channel (Telegram, then Discord, then others) the private chat where an owner last
+    wrote (``heard``: ``PairingStore.owner_chats``, checked against today's owners), else the
+    one an owner's id names (``ChannelSection.private_chat``)."""
     if config.gateway.heartbeat.to:
         return config.gateway.heartbeat.to
     for channel in config.channels.enabled_names():
+        chat, owner = (heard or {}).get(channel, ("", None))
+        if chat and chat_trust(config, f"{channel}:{chat}", owner) == OWNER:
+            return f"{channel}:{chat}"
         section = config.channels.section(channel)
-        # A chat id that is the owner's id: Telegram's private chats, an email address (vouched for)
-        owners = [o for o in owner_ids(section) if o.lstrip("-").isdigit() or "@" in o.lstrip("@")
-                  and section is not None and section.owners_verified]
-        if owners:
-            return f"{channel}:{owners[0]}"
+        if section is not None and (named := [c for o in owner_ids(section) if (c := section.private_chat(o))]):
+            return f"{channel}:{named[0]}"
     return None
 
 

@@ -63,8 +63,8 @@ class Person:
             while not done(self.seen):
                 answer = await self.client.sync(timeout=5000, since=self._since)
                 self._since = answer.next_batch
-                for joined in answer.rooms.join.values():
-                    self.seen += [e.source for e in joined.timeline.events
+                for room, joined in answer.rooms.join.items():
+                    self.seen += [{**e.source, "room_id": room} for e in joined.timeline.events
                                   if e.source.get("type") == "m.room.message" and e.source.get("sender") != self.user_id]
 
     def shown(self) -> list[str]:
@@ -190,6 +190,37 @@ async def test_a_room_that_changes_hands_starts_over_with_the_new_partys_trust(
         async def stopped() -> bool:
             return (await tasks.get(friends_task.id)).state == "stopped"
         await eventually(stopped, timeout=10)
+
+
+async def test_notices_reach_the_owner_in_the_room_they_last_wrote_from(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
+    """Nothing in the config names a Matrix owner's private room: notices (a member's new job)
+    go to the room where an owner last wrote in private, and no longer once it changed hands."""
+    owner, friend, bot = people["owner"], people["friend"], people["bot"][0]
+    llm.fallback = lambda body: reply("re: " + asked_last(body))
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
+        assert await gateway.runtime.owner_chat() is None  # not yet heard from
+        ours = await owner.room(bot)
+        await bot_in(owner, ours, bot)
+        await owner.say(ours, "hi")
+        await owner.read_until(lambda seen: owner.shown() == ["re: hi"])
+        group = await friend.room(bot, owner.user_id, direct=False)
+        await owner.client.join(group)
+        await bot_in(friend, group, bot)
+        llm.script(tool_call("schedule_cron", {"expression": "every 1h", "message": "stretch"}), reply("scheduled"))
+        await friend.say(group, "remind me to stretch every hour", mention=bot)
+
+        def notices(seen: list[dict[str, Any]]) -> list[str]:
+            return [e["content"]["body"] for e in seen if e["room_id"] == ours and "🔔" in e["content"]["body"]]
+
+        await owner.read_until(notices)
+        assert notices(owner.seen)[0].startswith("🔔 New scheduled job") and f"made by matrix:{group}" in \
+            notices(owner.seen)[0]
+        await owner.client.room_invite(ours, friend.user_id)
+        await friend.client.join(ours)
+        await friend.say(ours, "and now?", mention=bot)
+        await friend.read_until(lambda seen: "re: and now?" in friend.shown())
+        assert await gateway.runtime.owner_chat() is None  # a room with a member in it is not the owner's
 
 
 async def test_history_from_before_the_bot_joined_is_not_answered(

@@ -211,6 +211,24 @@ def test_status_names_owners_and_the_shell(config: Config, tmp_path: Path) -> No
     assert "Shell:     UNCONFINED" in "\n".join(trust_lines(config, []))
 
 
+def test_notices_go_to_a_chat_an_owners_id_names_only_where_the_platform_names_it_so(tmp_path: Path) -> None:
+    """A Discord DM's id is not its user's id (nor a Slack DM's, nor a Matrix room's): until an
+    owner writes there, such a channel has no owner chat, rather than a chat that does not exist."""
+    from nanobot.bus import Identity
+    from nanobot.trust import owner_chat
+
+    def notices_go(channel: str, owners: list[str], heard: dict | None = None) -> str | None:
+        config = Config.model_validate({"channels": {channel: {"enabled": True, "owners": owners}}})
+        return owner_chat(config, heard)
+
+    assert notices_go("telegram", ["@ada", "42"]) == "telegram:42"
+    assert notices_go("whatsapp", ["15550001111"]) == "whatsapp:15550001111"
+    assert notices_go("signal", ["+15550001111"]) == "signal:+15550001111"
+    assert notices_go("discord", ["42"]) is None and notices_go("slack", ["U42"]) is None
+    assert notices_go("discord", ["42"], {"discord": ("5", Identity("42"))}) == "discord:5"
+    assert notices_go("discord", ["42"], {"discord": ("5", Identity("43"))}) is None  # no longer an owner
+
+
 def test_home_is_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from nanobot.chat_names import parent_chat
-from nanobot.trust import MEMBER, OwnerKeys, Trust, chat_scope, chat_trust
+from nanobot.trust import MEMBER, OwnerKeys, Trust, chat_scope, chat_trust, owner_chat
 from nanobot.tools.registry import ToolContext
 
 if TYPE_CHECKING:
@@ -59,6 +59,10 @@ class AgentDeps:
     async def announce(self, text: str) -> None:
         """Tell the owner, in one line (always logged; at most one message a minute)."""
         await self.notices.announce(text)
+
+    async def owner_chat(self) -> str | None:
+        """Where notices and the heartbeat go (``nanobot.trust.owner_chat``)."""
+        return owner_chat(self.config, await self.pairing.owner_chats())
 
     def trust(self, session_key: str) -> Trust:
         """Whether a chat is the owner's or a member's (``nanobot.trust``)."""

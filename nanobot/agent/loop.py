@@ -20,12 +20,12 @@ from nanobot.agent.streaming import ReplyStream
 from nanobot.agent.memory import Consolidator
 from nanobot.agent.all_modes import get_mode
 from nanobot.agent.turn import Progress, Turn, TurnEnded
-from nanobot.bus import Identity, Source
+from nanobot.bus import Identity, Source, split_target
 from nanobot.media.attachments import read_attachments
 from nanobot.providers.base import ProviderError
 from nanobot.session import Session
 from nanobot.utf8 import clean_text
-from nanobot.trust import HISTORY_CHANNELS
+from nanobot.trust import HISTORY_CHANNELS, OWNER
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,8 @@ class Agent:
         party = {"peer_id": peer.id if peer else None, "peer_handle": peer.handle if peer else None, "group": not peer}
         if changed := {name: value for name, value in party.items() if getattr(meta, name) != value}:
             session.set_meta(**changed)
+        if peer is not None and self.deps.trust(session_key) == OWNER:  # where notices reach an owner
+            await self.deps.pairing.heard_owner(*split_target(session_key), peer)
 
     async def _change_hands(self, session_key: str, how: str) -> None:
         """What the old party began does not go on for the new one: jobs paused, tasks stopped."""
@@ -112,6 +114,7 @@ class Agent:
         for job_id in paused:
             await self.deps.cron.set_enabled(job_id, False)
         stopped = await self.deps.tasks.request_stop_all(session_key)
+        await self.deps.pairing.forget_owner_chat(*split_target(session_key))
         await start_over(self, session_key, "the chat changed hands")
         log.warning("%s changed hands (%s): a new conversation; jobs paused: %s; tasks stopped: %s", session_key,
                     how, ", ".join(paused) or "none", ", ".join(stopped) or "none")

@@ -14,6 +14,7 @@ from nanobot.config import Config, config_path
 from nanobot.sqlite_file import HomeError, check_writable
 
 if TYPE_CHECKING:
+    from nanobot.bus import Identity
     from nanobot.database import Database
 
 
@@ -25,6 +26,7 @@ def status(ctx: typer.Context) -> None:
 
 
 async def _status(config: Config, path: Path) -> None:
+    from nanobot.access import PairingStore
     from nanobot.database import open_database
     from nanobot.tasks import TaskStore
     from nanobot.postgres import where
@@ -54,7 +56,7 @@ async def _status(config: Config, path: Path) -> None:
         typer.echo(f"nanobot: {exc}", err=True)
         raise typer.Exit(1) from None
     try:
-        for line in trust_lines(config, await _owner_keys(db)):
+        for line in trust_lines(config, await _owner_keys(db), await (await PairingStore.open(db)).owner_chats()):
             typer.echo(line)
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
@@ -148,9 +150,11 @@ def gateway_lines(config: Config) -> list[str]:
     return lines
 
 
-def trust_lines(config: Config, owner_keys: list[str] | None) -> list[str]:
+def trust_lines(config: Config, owner_keys: list[str] | None,
+                heard: dict[str, tuple[str, Identity]] | None = None) -> list[str]:
     """Who the owner is (``owner_keys``: the owner API keys' names, None when the database is
-    unreachable), where the shell stands, and what steers the assistant unexpectedly."""
+    unreachable), where notices go (``heard``: the owner chats remembered), where the shell
+    stands, and what steers the assistant unexpectedly."""
     from nanobot.skills import shadowing_skills
     from nanobot.tools.shell import shell_status
     from nanobot.trust import owner_chat, owner_ids
@@ -164,7 +168,7 @@ def trust_lines(config: Config, owner_keys: list[str] | None) -> list[str]:
         owners.append("owner API keys (unknown: the database is unreachable)")
     who = f"{'; '.join(owners)}, and the terminal" if owners else "the terminal only"
     lines = [f"Owners:    {who}",
-             f"Notices:   {owner_chat(config) or 'no owner chat yet: logged only'}",
+             f"Notices:   {owner_chat(config, heard) or 'no owner chat yet (an owner has not written in private): logged only'}",
              f"Shell:     {shell_status(config)}"]
     shadowing = shadowing_skills(config.workspace_path)
     if shadowing:

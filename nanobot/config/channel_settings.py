@@ -31,6 +31,11 @@ class ChannelSection(Section):
         """(key, why) for what this section lacks while it is enabled (a built-in's required keys)."""
         return []
 
+    def private_chat(self, user_id: str) -> str | None:
+        """The id of a user's private chat where the platform names it after its user (Telegram,
+        WhatsApp, a Signal number, a vouched-for address); else None: it is learnt when they write."""
+        return None
+
 
 class BotChannel(ChannelSection):
     """A built-in chat platform reached with a bot token."""
@@ -70,6 +75,9 @@ class TelegramWebhook(Section):
 class TelegramConfig(BotChannel):
     proxy: HttpProxy | None = None
     webhook: TelegramWebhook | None = None  # absent: one worker long-polls
+
+    def private_chat(self, user_id: str) -> str | None:
+        return user_id if user_id.isdigit() else None  # not an @username
 
 
 class DiscordConfig(BotChannel):
@@ -143,6 +151,9 @@ class EmailConfig(ChannelSection):
     def owners_verified(self) -> bool:
         return bool(self.trusted_auth_serv_id)
 
+    def private_chat(self, user_id: str) -> str | None:
+        return user_id if self.owners_verified and "@" in user_id.lstrip("@") else None
+
     def missing(self) -> list[tuple[str, str]]:
         keys = (("address", self.address), ("imap.host", self.imap.host), ("imap.username", self.imap.username),
                 ("smtp.host", self.smtp.host))
@@ -189,6 +200,9 @@ class WhatsAppConfig(ChannelSection):
     webhook: WhatsAppWebhook = WhatsAppWebhook()
     api_base: str = "https://graph.facebook.com/v21.0"
 
+    def private_chat(self, user_id: str) -> str | None:
+        return user_id if user_id.isdigit() else None
+
     def missing(self) -> list[tuple[str, str]]:
         keys = (("phone_number_id", self.phone_number_id), ("access_token", self.access_token),
                 ("app_secret", self.app_secret), ("verify_token", self.verify_token))
@@ -203,6 +217,9 @@ class SignalConfig(ChannelSection):
     rpc_url: str = "http://127.0.0.1:8080"
     # Where signal-cli keeps attachments it received (read without following links)
     attachments_dir: str = "~/.local/share/signal-cli/attachments"
+
+    def private_chat(self, user_id: str) -> str | None:
+        return user_id if user_id.startswith("+") and user_id[1:].isdigit() else None  # not a UUID
 
     def missing(self) -> list[tuple[str, str]]:
         return [("account", "is empty")] if not self.account.strip() else []
