@@ -97,6 +97,11 @@ class Journal(Protocol):
     def empty(self) -> bool:
         """Nothing recorded yet (the next record is the first)."""
 
+    @property
+    def writing(self) -> bool:
+        """Records are queued and not in the store yet (the database's): until they are, the
+        session stays loaded, or the chat's next load and the shutdown's flush would miss them."""
+
     def write(self, record: dict[str, Any]) -> None:
         """Record at once, in order (handed to the OS, or queued for the database)."""
 
@@ -343,9 +348,11 @@ class OpenSessions:
 
     def _keep(self, key: str, session: Session) -> Session:
         self._open[key] = self._alive[key] = session
-        while len(self._open) > self.max_open:
-            _, oldest = self._open.popitem(last=False)
-            oldest.close()  # its file is reopened if a turn still holding it writes again
+        excess = len(self._open) - self.max_open
+        for old in list(self._open) if excess > 0 else ():  # the least recently used first
+            if excess > 0 and not self._open[old].journal.writing:
+                self._open.pop(old).close()  # its file is reopened if a turn still holding it writes again
+                excess -= 1
         return session
 
     async def flush(self) -> None:

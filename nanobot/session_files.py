@@ -84,6 +84,8 @@ def _read_records(path: Path) -> Iterable[dict[str, Any]]:
 class JsonlJournal:
     """A session's records as lines of one file (0600), appended and flushed at once."""
 
+    writing = False  # each record is handed to the OS as it comes
+
     def __init__(self, path: Path) -> None:
         self.path = path
         self._file: TextIO | None = None

@@ -47,6 +47,10 @@ class DatabaseJournal:
     def empty(self) -> bool:
         return self._empty
 
+    @property
+    def writing(self) -> bool:
+        return bool(self._queued)  # a batch leaves the queue once it is committed
+
     def write(self, record: dict[str, Any]) -> None:
         if self._abandoned:
             return

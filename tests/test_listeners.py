@@ -5,6 +5,7 @@ owner is served; an address in use is one line, exit 1."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 from pathlib import Path
@@ -165,6 +166,8 @@ async def test_open_sessions_are_bounded_and_one_in_use_is_kept(database_url: st
         held.append({"role": "user", "content": "still here"})
         for n in range(50):
             (await store.open(f"api:k:s{n}")).append({"role": "user", "content": str(n)})
+        await store.flush()
+        await store.open("api:k:last")  # (in PostgreSQL one still writing stays until it has written)
         assert len(store._open) == 5  # noqa: SLF001  (the bound itself is what is tested)
         assert await store.open("api:k:held") is held and store.get("api:k:held") is held  # one object per chat
         held.append({"role": "user", "content": "and again"})
@@ -175,6 +178,33 @@ async def test_open_sessions_are_bounded_and_one_in_use_is_kept(database_url: st
         store.close()
         if db is not None:
             await db.close()
+
+
+async def test_a_chat_let_go_while_its_records_wait_for_the_database_loses_none(pg_url: str) -> None:
+    """Past ``max_open`` the least recently used chat is let go; one whose records still wait for
+    the database (a locked or slow table) stays loaded until they are in: its next message must
+    read them, and the shutdown's flush wait for them."""
+    import asyncpg
+
+    from nanobot.postgres import PostgresDatabase
+    from nanobot.session_rows import DatabaseSessionStore
+
+    db = await PostgresDatabase.open(pg_url)
+    store, locker = await DatabaseSessionStore.create(db, max_open=2), await asyncpg.connect(pg_url)
+    try:
+        async with locker.transaction():
+            await locker.execute("LOCK TABLE history IN EXCLUSIVE MODE")  # reads go on, inserts wait
+            (await store.open("api:k:a")).append({"role": "user", "content": "kept"})
+            for n in range(3):
+                await store.open(f"api:k:other{n}")
+            gc.collect()  # nothing but the store holds chat a now
+            assert [m["content"] for m in (await store.open("api:k:a")).messages] == ["kept"]
+        await store.flush()
+        assert [r["content"] for r in await store.records("api:k:a") if "role" in r] == ["kept"]
+    finally:
+        await locker.close()
+        store.close()
+        await db.close()
 
 
 async def test_a_webhook_address_in_use_is_one_line_too(home: Path, workspace: Path, llm, tg) -> None:
