@@ -16,6 +16,7 @@ from nanobot.eventloop import cancel_and_wait
 log = logging.getLogger(__name__)
 
 NEW_JOB = "New scheduled job "  # how cron_tools starts its notice: batched ones are listed together
+NOTICE_MAX = 300  # characters of one notice
 
 
 class OwnerNotices:
@@ -27,6 +28,10 @@ class OwnerNotices:
         self._later: asyncio.Task[None] | None = None
 
     async def announce(self, text: str) -> None:
+        # One line, whatever a member or stranger put in it (a job's name, a display name): a
+        # notice must not grow lines that read as the assistant's own (a forged "Approve: ...").
+        text = " ".join(text.split())
+        text = text if len(text) <= NOTICE_MAX else text[:NOTICE_MAX - 1] + "…"
         log.warning("announced to the owner: %s", text)
         if not self._pending and time.monotonic() >= self._quiet_until:
             self._quiet_until = time.monotonic() + self.interval_s
