@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nanobot.config import url_password
+from nanobot.utf8 import for_terminal
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_FILE = "logs/nanobot.log"
@@ -41,7 +42,7 @@ def trace_ids_from(source: Callable[[], str | None] | None) -> None:
 
 class RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        return for_terminal(redact(super().format(record)))  # names and texts others chose, shown
 
 
 class JsonFormatter(logging.Formatter):

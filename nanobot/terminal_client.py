@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from nanobot.utf8 import for_terminal
+
 LEAN_OPTIONS = {"--session": "session", "--mode": "mode"}
 SOCKET = "api.sock"  # in $NANOBOT_HOME; the gateway serves it (nanobot/api/terminal.py)
 
@@ -128,12 +130,12 @@ def _print_stream(response: BinaryIO) -> int:
             continue
         event = json.loads(line[6:])
         if aside := event.get("nanobot"):  # a note or a file the turn sent, on a line of its own
-            sys.stdout.write(("" if ended_with_newline else "\n") + aside_text(aside) + "\n")
+            sys.stdout.write(("" if ended_with_newline else "\n") + for_terminal(aside_text(aside)) + "\n")
             ended_with_newline = True
         for choice in event.get("choices", []):
             piece = choice.get("delta", {}).get("content")
             if piece:
-                sys.stdout.write(piece)
+                sys.stdout.write(for_terminal(piece))
                 sys.stdout.flush()
                 ended_with_newline = piece.endswith("\n")
     if not ended_with_newline:

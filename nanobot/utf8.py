@@ -1,8 +1,22 @@
-"""Text that can always be written as UTF-8 (history files, JSON requests)."""
+"""Text that can always be written: as UTF-8 (history files, JSON requests), and to a terminal
+(shown, never obeyed)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+
+# What a terminal acts on rather than shows: the C0 controls but tab and newline (ESC begins
+# sequences that set the clipboard, retitle the window or redraw the screen; CR overwrites a
+# line), DEL, and the C1 controls (0x9b is CSI to some terminals).
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0))}
+
+
+def for_terminal(text: str) -> str:
+    """Text as a terminal shows it, each control character written out as ``\\xNN``: for what
+    others wrote (a reply a web page may have steered, a stranger's name, a member's job)
+    printed in the owner's terminal."""
+    return text.translate(_CONTROLS)
 
 
 def clean_text(value: Any) -> Any:

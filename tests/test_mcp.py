@@ -335,7 +335,7 @@ async def test_cli_list_tools_and_call(home: Path) -> None:
     listed, tools, added, failed, bad, status = await asyncio.gather(
         nanobot("mcp", "list", home=home), nanobot("mcp", "tools", "notes", home=home),
         nanobot("mcp", "call", "notes", "add_note", "--args", '{"title": "milk"}', home=home),
-        nanobot("mcp", "call", "notes", "fail", "--args", '{"reason": "no disk"}', home=home),
+        nanobot("mcp", "call", "notes", "fail", "--args", '{"reason": "no disk\\u001b]0;owned\\u0007"}', home=home),
         nanobot("mcp", "call", "notes", "add_note", "--args", "[1]", home=home), nanobot("status", home=home))
     code, out, err = listed
     assert code == 0, err  # exit 0 even when a server is down
@@ -346,6 +346,7 @@ async def test_cli_list_tools_and_call(home: Path) -> None:
     assert code == 0 and json.loads(out) == {"id": 1, "title": "milk", "body": "", "tags": []}
     code, out, err = failed
     assert code == 1 and "no disk" in err and "Traceback" not in err
+    assert "no disk\\x1b]0;owned\\x07" in err and "\x1b" not in err  # the server's words shown, never obeyed
     code, _, err = bad
     assert code == 2 and "JSON object" in err
     code, out, err = status

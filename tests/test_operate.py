@@ -210,6 +210,29 @@ async def test_parallel_cron_adds_on_a_fresh_database_all_succeed(home: Path, tm
     assert code == 0 and sum(f"job {i}" in out for i in range(6)) == 6
 
 
+async def test_a_members_job_name_reaches_the_owners_terminal_shown_never_obeyed(home: Path) -> None:
+    """A member names their job; the name may carry commands to a terminal (retitle the window,
+    clear the screen, set the clipboard). ``cron list`` and the log show them as text."""
+    import logging
+
+    from nanobot.config import load_config
+    from nanobot.logs import FORMAT, RedactingFormatter
+    from nanobot.runtime import open_runtime
+
+    (home / "config.json").write_text(json.dumps({"providers": {"openai": {"apiKey": "k"}}, "channels": {
+        "telegram": {"enabled": True, "token": "1:x", "allowFrom": ["42"]}}}))
+    name = "\x1b]0;owned\x07\x1b[2J\x1b]52;c;cm0gLXJmIH4=\x07stretch"
+    async with open_runtime(load_config()[0]) as rt:
+        await rt.cron.add(name=name, owner_session="telegram:-100", schedule_kind="every", expression="3600",
+                          timezone="UTC", payload_kind="prompt", payload="stretch")
+    code, out, _ = await nanobot("cron", "list", home=home)
+    assert code == 0 and "\\x1b]0;owned\\x07\\x1b[2J\\x1b]52;c;cm0gLXJmIH4=\\x07stretch" in out and "\x1b" not in out
+    record = logging.LogRecord("nanobot.notices", logging.WARNING, __file__, 1, "announced to the owner: %s",
+                               (f"New scheduled job j1 made by telegram:-100: {name}",), None)
+    line = RedactingFormatter(FORMAT).format(record)
+    assert "\\x1b]52;c;cm0gLXJmIH4=" in line and "\x1b" not in line
+
+
 async def test_what_nanobot_creates_is_private_even_outside_the_home(home: Path, tmp_path: Path) -> None:
     """umask 077 for every command: a workspace elsewhere, its files, MCP logs, the terminal history."""
     workspace = tmp_path / "shared" / "workspace"

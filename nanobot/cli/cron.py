@@ -27,6 +27,7 @@ from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.store import CronJob, CronStore
 from nanobot.database import open_database
 from nanobot.sqlite_file import HomeError
+from nanobot.utf8 import for_terminal
 
 cron_app = typer.Typer(name="cron", no_args_is_help=True, rich_markup_mode=None,
                        help="Scheduled jobs. Changes reach a running gateway within about a second.")
@@ -83,6 +84,7 @@ def _when(job: CronJob) -> str:
 
 
 def _table(rows: list[list[str]]) -> str:
+    rows = [[for_terminal(cell) for cell in row] for row in rows]  # a member's job name, a run's output
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
 

@@ -24,6 +24,7 @@ from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.gateway.dispatcher import is_stop
 from nanobot.logs import terminal_line
 from nanobot.eventloop import Background
+from nanobot.utf8 import for_terminal
 
 PROMPT = "you> "
 PARTIAL_LINES = 12  # the most of a block being written that the prompt area shows
@@ -150,12 +151,12 @@ class CliChannel(BaseChannel):
         return any(not answer.done() for answer in self.answers)
 
     async def send(self, msg: OutboundMessage) -> None:
-        if msg.content:
+        if content := for_terminal(msg.content):
             stream = self._streams.pop(msg.stream_id, None)
             if stream is None:  # on a terminal, patch_stdout puts it above the prompt line
-                write_stdout(render_markdown(msg.content) if self._tty else msg.content + "\n")
+                write_stdout(render_markdown(content) if self._tty else content + "\n")
             else:
-                stream.finish(msg.content)
+                stream.finish(content)
                 self._redraw()
 
     async def send_stream(self, msg: OutboundMessage) -> None:
@@ -164,7 +165,7 @@ class CliChannel(BaseChannel):
         if stream is None:
             stream = self._streams[msg.stream_id] = TerminalStream(write_stdout,
                                                                      render=render_markdown if self._tty else None)
-        stream.feed(msg.content)
+        stream.feed(for_terminal(msg.content))
         self._redraw()
 
     def _prompt_message(self) -> str:

@@ -15,6 +15,7 @@ from typing import AsyncIterator, Optional
 import typer
 
 from nanobot.config import Config, load_config
+from nanobot.utf8 import for_terminal
 
 mcp_app = typer.Typer(name="mcp", no_args_is_help=True, rich_markup_mode=None, help="MCP servers: their state, functions, and a test call.")
 
@@ -74,7 +75,7 @@ def list_tools(ctx: typer.Context, server: Optional[str] = typer.Argument(None, 
         async with _servers(config, server) as servers:
             for tool in servers.registry.tools():
                 if isinstance(tool, McpTool):
-                    typer.echo(tool.stub())
+                    typer.echo(for_terminal(tool.stub()))  # the server's words, shown
             for connection in servers.connections.values():
                 if not connection.running:
                     typer.echo(f"# {connection.name}: {connection.state}", err=True)
@@ -111,9 +112,9 @@ def call(ctx: typer.Context, server: str = typer.Argument(...), tool: str = type
             try:
                 value = to_value(await connection.call(tool, arguments), spec.output_schema)
             except (ToolFailed, RuntimeError, TimeoutError) as exc:
-                typer.echo(f"nanobot: {server} {tool}: {exc}", err=True)
+                typer.echo(for_terminal(f"nanobot: {server} {tool}: {exc}"), err=True)
                 return 1
-        typer.echo(value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False))
+        typer.echo(for_terminal(value) if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False))
         return 0
 
     sys.exit(asyncio.run(run()))
