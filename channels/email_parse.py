@@ -62,12 +62,14 @@ class Mail:
 
 
 def read_headers(raw: bytes) -> Mail:
-    """Who sent it and what it is, from the header block only (cheap, whatever the body holds)."""
+    """Who sent it and what it is, from the header block only (cheap, whatever the body holds).
+    The subject is one line: an encoded one may decode to line breaks, which a reply's header
+    cannot hold."""
     headers = BytesHeaderParser(policy=email.policy.default).parsebytes(raw)
     name, address = (getaddresses([str(headers.get("From", ""))]) or [("", "")])[0]
     references = " ".join(filter(None, [str(headers.get("References", "")).strip(),
                                         str(headers.get("Message-ID", "")).strip()]))
-    return Mail(sender=address.strip().lower(), sender_name=name or None, subject=str(headers.get("Subject", "")),
+    return Mail(sender=address.strip().lower(), sender_name=name or None, subject=" ".join(str(headers.get("Subject", "")).split()),
                 message_id=str(headers.get("Message-ID", "")).strip(), references=references, headers=headers,
                 auto=_automatic(headers, address))
 

@@ -92,6 +92,19 @@ async def test_a_mail_is_answered_in_its_thread_and_the_thread_is_one_chat(
         assert await imap.unseen() == 0  # marked seen once recorded
 
 
+async def test_a_subject_that_decodes_to_several_lines_is_answered_on_one(
+        llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver) -> None:
+    """An encoded subject may decode to a line break (here one that would add a Bcc); a header
+    cannot hold one, so the reply failed: its subject is one line."""
+    llm.script(reply("hello to you"))
+    async with running_gateway(email_config(llm, workspace, imap, smtp)):
+        await imap.deliver(f"From: {FRIEND}\r\nTo: bot@example.org\r\nSubject: =?utf-8?q?hello=0D=0ABcc:_victim@x.org?="
+                           f"\r\nMessage-ID: <crlf@x>\r\n\r\nhi\r\n".encode())
+        answer = (await smtp.wait_sent(1))[0]
+    assert answer["Subject"] == "Re: hello Bcc: victim@x.org" and answer["Bcc"] is None
+    assert said(llm) == "hello Bcc: victim@x.org\n\nhi"
+
+
 async def test_without_a_trusted_server_even_an_owner_address_is_a_member(
         llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver) -> None:
     (workspace / "secret.txt").write_text("CANARY-owner-secret")
