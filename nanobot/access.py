@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 
 
 from nanobot.bus import Identity
-from nanobot.database import Database, Migrations
+from nanobot.database import Database, Migrations, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -279,12 +279,17 @@ class PairingStore:
     async def heard_owner(self, channel: str, chat_id: str, owner: Identity) -> None:
         """Remember the private chat where an owner of ``channel`` wrote (written once per change)."""
         row = (chat_id, owner.id, owner.handle)
-        if self._owner_chats.get(channel) != row:
+        if self._owner_chats.get(channel) == row:
+            return
+        try:
             await self.db.execute("INSERT INTO owner_chats (channel, chat_id, owner_id, owner_handle) "
                                   "VALUES ($1, $2, $3, $4) ON CONFLICT (channel) DO UPDATE SET chat_id = "
                                   "excluded.chat_id, owner_id = excluded.owner_id, owner_handle = excluded.owner_handle",
                                   channel, *row)
-            self._owner_chats[channel] = row
+        except StoreUnavailable as exc:  # the owner's message goes on; their next one tries again
+            log.warning("pairing: could not note %s:%s as the owner's chat: %s", channel, chat_id, exc)
+            return
+        self._owner_chats[channel] = row
 
     async def forget_owner_chat(self, channel: str, chat_id: str) -> None:
         """A chat that changed hands is no longer where an owner is reached."""
