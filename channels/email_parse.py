@@ -69,7 +69,8 @@ def read_headers(raw: bytes) -> Mail:
     name, address = (getaddresses([str(headers.get("From", ""))]) or [("", "")])[0]
     references = " ".join(filter(None, [str(headers.get("References", "")).strip(),
                                         str(headers.get("Message-ID", "")).strip()]))
-    return Mail(sender=address.strip().lower(), sender_name=name or None, subject=" ".join(str(headers.get("Subject", "")).split()),
+    subject = " ".join(str(headers.get("Subject", "")).split())
+    return Mail(sender=address.strip().lower(), sender_name=name or None, subject=subject,
                 message_id=str(headers.get("Message-ID", "")).strip(), references=references, headers=headers,
                 auto=_automatic(headers, address))
 

@@ -97,6 +97,13 @@ def chat_trust(config: Config, session_key: str, peer: Identity | None = None,
     return MEMBER
 
 
+def is_owner(config: Config, channel: str, who: Identity) -> bool:
+    """Whether ``who`` is one of ``channel``'s owners, as its platform vouches (an override's
+    trust widens a chat, never makes its person an owner)."""
+    section = config.channels.section(channel)
+    return section is not None and section.owners_verified and listed(owner_ids(section), who)
+
+
 def chat_scope(config: Config, session_key: str, peer: Identity | None = None,
                api_owners: Container[str] = ()) -> tuple[Trust, Path]:
     """A chat's trust and root: the whole workspace for owner chats, its own folder for members."""
@@ -126,8 +133,8 @@ def owner_chat(config: Config, heard: Mapping[str, tuple[str, Identity]] | None 
     if config.gateway.heartbeat.to:
         return config.gateway.heartbeat.to
     for channel in config.channels.enabled_names():
-        chat, owner = (heard or {}).get(channel, ("", None))
-        if chat and chat_trust(config, f"{channel}:{chat}", owner) == OWNER:
+        chat, owner = (heard or {}).get(channel, ("", Identity("")))
+        if chat and is_owner(config, channel, owner):
             return f"{channel}:{chat}"
         section = config.channels.section(channel)
         if section is not None and (named := [c for o in owner_ids(section) if (c := section.private_chat(o))]):

@@ -218,7 +218,8 @@ def test_notices_go_to_a_chat_an_owners_id_names_only_where_the_platform_names_i
     from nanobot.trust import owner_chat
 
     def notices_go(channel: str, owners: list[str], heard: dict | None = None) -> str | None:
-        config = Config.model_validate({"channels": {channel: {"enabled": True, "owners": owners}}})
+        config = Config.model_validate({"channels": {channel: {"enabled": True, "owners": owners}},
+                                        "agents": {"overrides": {f"{channel}:5": {"trust": "owner"}}}})
         return owner_chat(config, heard)
 
     assert notices_go("telegram", ["@ada", "42"]) == "telegram:42"
@@ -226,7 +227,8 @@ def test_notices_go_to_a_chat_an_owners_id_names_only_where_the_platform_names_i
     assert notices_go("signal", ["+15550001111"]) == "signal:+15550001111"
     assert notices_go("discord", ["42"]) is None and notices_go("slack", ["U42"]) is None
     assert notices_go("discord", ["42"], {"discord": ("5", Identity("42"))}) == "discord:5"
-    assert notices_go("discord", ["42"], {"discord": ("5", Identity("43"))}) is None  # no longer an owner
+    # no longer an owner (the chat's widened trust is the chat's, not its person's)
+    assert notices_go("discord", ["42"], {"discord": ("5", Identity("43"))}) is None
 
 
 def test_home_is_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

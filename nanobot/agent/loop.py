@@ -25,7 +25,7 @@ from nanobot.media.attachments import read_attachments
 from nanobot.providers.base import ProviderError
 from nanobot.session import Session
 from nanobot.utf8 import clean_text
-from nanobot.trust import HISTORY_CHANNELS, OWNER
+from nanobot.trust import HISTORY_CHANNELS, is_owner
 
 log = logging.getLogger(__name__)
 
@@ -105,8 +105,9 @@ class Agent:
         party = {"peer_id": peer.id if peer else None, "peer_handle": peer.handle if peer else None, "group": not peer}
         if changed := {name: value for name, value in party.items() if getattr(meta, name) != value}:
             session.set_meta(**changed)
-        if peer is not None and self.deps.trust(session_key) == OWNER:  # where notices reach an owner
-            await self.deps.pairing.heard_owner(*split_target(session_key), peer)
+        channel, chat_id = split_target(session_key)
+        if peer is not None and is_owner(self.deps.config, channel, peer):  # where notices reach an owner
+            await self.deps.pairing.heard_owner(channel, chat_id, peer)
 
     async def _change_hands(self, session_key: str, how: str) -> None:
         """What the old party began does not go on for the new one: jobs paused, tasks stopped."""

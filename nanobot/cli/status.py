@@ -168,7 +168,7 @@ def trust_lines(config: Config, owner_keys: list[str] | None,
         owners.append("owner API keys (unknown: the database is unreachable)")
     who = f"{'; '.join(owners)}, and the terminal" if owners else "the terminal only"
     lines = [f"Owners:    {who}",
-             f"Notices:   {owner_chat(config, heard) or 'no owner chat yet (an owner has not written in private): logged only'}",
+             f"Notices:   {owner_chat(config, heard) or 'logged only (no owner has written to me in private yet)'}",
              f"Shell:     {shell_status(config)}"]
     shadowing = shadowing_skills(config.workspace_path)
     if shadowing:
