@@ -348,11 +348,11 @@ class OpenSessions:
 
     def _keep(self, key: str, session: Session) -> Session:
         self._open[key] = self._alive[key] = session
-        excess = len(self._open) - self.max_open
-        for old in list(self._open) if excess > 0 else ():  # the least recently used first
-            if excess > 0 and not self._open[old].journal.writing:
+        for old in list(self._open) if len(self._open) > self.max_open else ():  # least recently used first
+            if len(self._open) <= self.max_open:
+                break
+            if not self._open[old].journal.writing:
                 self._open.pop(old).close()  # its file is reopened if a turn still holding it writes again
-                excess -= 1
         return session
 
     async def flush(self) -> None:
