@@ -348,11 +348,16 @@ class OpenSessions:
 
     def _keep(self, key: str, session: Session) -> Session:
         self._open[key] = self._alive[key] = session
-        for old in list(self._open) if len(self._open) > self.max_open else ():  # least recently used first
-            if len(self._open) <= self.max_open:
-                break
-            if not self._open[old].journal.writing:
-                self._open.pop(old).close()  # its file is reopened if a turn still holding it writes again
+        # Over the bound the least recently used go first; one whose records still wait for the
+        # database stays until they are in (its next load and the shutdown's flush need them).
+        excess = len(self._open) - self.max_open
+        if excess > 0:
+            for old in list(self._open):
+                if excess == 0:
+                    break
+                if not self._open[old].journal.writing:
+                    self._open.pop(old).close()  # its file is reopened if a turn still holding it writes again
+                    excess -= 1
         return session
 
     async def flush(self) -> None:

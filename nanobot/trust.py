@@ -88,13 +88,10 @@ def chat_trust(config: Config, session_key: str, peer: Identity | None = None,
     section = config.channels.section(channel)
     if section is None or not section.owners_verified:
         return MEMBER  # email without a trusted receiving server: From is anyone's to write
-    owners = owner_ids(section)
     # An id entry matching the chat id: Telegram private chats (groups have negative ids).
-    if listed([o for o in owners if o.lstrip("-").isdigit()], Identity(chat_id)):
+    if listed([o for o in owner_ids(section) if o.lstrip("-").isdigit()], Identity(chat_id)):
         return OWNER
-    if peer is not None and listed(owners, peer):
-        return OWNER
-    return MEMBER
+    return OWNER if peer is not None and is_owner(config, channel, peer) else MEMBER
 
 
 def is_owner(config: Config, channel: str, who: Identity) -> bool:
@@ -133,9 +130,8 @@ def owner_chat(config: Config, heard: Mapping[str, tuple[str, Identity]] | None 
     if config.gateway.heartbeat.to:
         return config.gateway.heartbeat.to
     for channel in config.channels.enabled_names():
-        chat, owner = (heard or {}).get(channel, ("", Identity("")))
-        if chat and is_owner(config, channel, owner):
-            return f"{channel}:{chat}"
+        if (remembered := (heard or {}).get(channel)) and is_owner(config, channel, remembered[1]):
+            return f"{channel}:{remembered[0]}"
         section = config.channels.section(channel)
         if section is not None and (named := [c for o in owner_ids(section) if (c := section.private_chat(o))]):
             return f"{channel}:{named[0]}"
