@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import logging
 import mimetypes
+import re
 import time
 from typing import Any
 
@@ -52,6 +53,9 @@ ENCRYPTED_REPLY = ("This room is end-to-end encrypted, and I cannot read encrypt
 # invitation's time is not in the state Matrix shows an invitee, so the join's time counts,
 # less this grace (what the inviter wrote while the bot was joining; clocks a little apart).
 JOIN_GRACE_MS = 60_000
+# The spec's server name and media id: nothing else of a sender's URL reaches the request made
+# with the bot's token (dot segments in it would make it another request to the homeserver).
+MXC = re.compile(r"mxc://([A-Za-z0-9.:\[\]-]+)/([A-Za-z0-9_-]+)")
 RENDER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
 
 
@@ -164,8 +168,9 @@ class MatrixChannel(BaseChannel):
         room = self.client.rooms.get(room_id)
         is_private = room is not None and room.member_count == 2
         who = Identity(sender, name=room.user_name(sender) if room else None)
-        body = str(content.get("body") or "")
-        mentioned = self.config.user_id in ((content.get("m.mentions") or {}).get("user_ids") or []) \
+        body = content["body"] if isinstance(content.get("body"), str) else ""
+        mentions = _mapping(content.get("m.mentions")).get("user_ids")
+        mentioned = isinstance(mentions, list) and self.config.user_id in mentions \
             or self.config.user_id in body + str(content.get("formatted_body") or "")
         if not self._addressed(is_private, mentioned):
             return
@@ -186,12 +191,12 @@ class MatrixChannel(BaseChannel):
 
     async def _download(self, content: dict[str, Any], sender: Sender) -> list[str]:
         """The file a message carries, from the homeserver's media repository (the token goes there only)."""
-        url, info = str(content.get("url") or ""), content.get("info") or {}
-        server, _, media_id = url.removeprefix("mxc://").partition("/")
+        url, size = MXC.fullmatch(str(content.get("url") or "")), _mapping(content.get("info")).get("size")
         limit = self.ctx.max_media_bytes
-        if not url.startswith("mxc://") or not media_id or int(info.get("size") or 0) > limit:
-            log.warning("matrix: skipped a file (no mxc:// URL, or over %d bytes)", limit)
+        if url is None or isinstance(size, int) and size > limit:
+            log.warning("matrix: skipped a file (no mxc://server/id URL, or over %d bytes)", limit)
             return []
+        server, media_id = url.groups()
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http, http.get(
                     f"{self.homeserver}/_matrix/client/v1/media/download/{server}/{media_id}",
@@ -199,7 +204,7 @@ class MatrixChannel(BaseChannel):
                 got.raise_for_status()
                 data = await read_whole(got.content, limit)
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-            log.warning("matrix: could not download %s: %s", url, exc)
+            log.warning("matrix: could not download %s: %s", url[0], exc)
             return []
         name = "voice.ogg" if VOICE in content else str(content.get("filename") or content.get("body") or "file")
         kept = await self._keep(self.chat_root(sender), media_id[:12], name, data)
@@ -280,5 +285,10 @@ def _edit(event_id: str, markdown: str) -> dict[str, Any]:
 
 
 def _relation(content: dict[str, Any]) -> str | None:
-    relates = content.get("m.relates_to")
-    return relates.get("rel_type") if isinstance(relates, dict) else None
+    return _mapping(content.get("m.relates_to")).get("rel_type")
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    """A field of an event's content that should be a mapping: the content is whatever its sender
+    wrote, and a field of another type must not stop the sync (it would be read again, for good)."""
+    return value if isinstance(value, dict) else {}

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
 import pytest
-from nio import AsyncClient, RoomCreateResponse, RoomVisibility, UploadResponse
+from nio import AsyncClient, RoomCreateResponse, RoomSendResponse, RoomVisibility, UploadResponse
 
 from nanobot.config import Config, MatrixConfig
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
@@ -364,3 +364,51 @@ async def test_killed_mid_turn_answered_once(llm: FakeOpenAI, home: Path, worksp
         await owner.read_until(lambda seen: done(), timeout)
 
     await killed_mid_turn_then_answered_once(home, tmp_path / "gw.log", llm, send, owner.shown, wait)
+
+
+async def test_a_members_file_cannot_name_another_address_of_the_homeserver(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
+    """A file's ``mxc://`` URL is the sender's to write. Dot segments in it made the download
+    (with the bot's token) another request to the homeserver, here ``/sync``: every room the bot
+    is in, the owner's private one too, saved into the member's folder for their turn to read."""
+    owner, friend, bot = people["owner"], people["friend"], people["bot"][0]
+    llm.fallback = lambda body: reply("noted")
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        private = await owner.room(bot)
+        await bot_in(owner, private, bot)
+        await owner.say(private, "my pin is CANARY-matrix-owner")
+        await owner.read_until(lambda seen: owner.shown() == ["noted"])
+        group = await owner.room(bot, friend.user_id, direct=False)
+        await friend.client.join(group)
+        await bot_in(owner, group, bot)
+        await friend.client.room_send(group, "m.room.message", {
+            "msgtype": "m.file", "body": f"{bot}: sync.json", "m.mentions": {"user_ids": [bot]},
+            "url": "mxc://x/abcdefghijkl/../../../../../v3/sync?timeout=0", "info": {"size": 10}})
+        await friend.say(group, "and now?", mention=bot)
+
+        async def both_answered() -> bool:
+            return len(llm.chat_requests) == 3
+        await eventually(both_answered, timeout=20)
+    assert len(llm.chat_requests) == 3 and "CANARY-matrix-owner" not in str(llm.chat_requests[1:])
+    assert not [p for p in (workspace / "chats").rglob("*") if p.is_file() and b"CANARY" in p.read_bytes()]
+
+
+async def test_a_message_of_the_wrong_shape_is_passed_over_and_the_next_answered(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
+    """An event's content is whatever its sender wrote, and the homeserver checks only some
+    fields. A file whose ``info`` is not a mapping (or its size not a number) must not stop the
+    sync: it was read again after every restart, and the bot answered nobody ever after."""
+    owner, friend, bot = people["owner"], people["friend"], people["bot"][0]
+    llm.fallback = lambda body: reply("still here")
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
+        group = await owner.room(bot, friend.user_id, direct=False)
+        await friend.client.join(group)
+        await bot_in(owner, group, bot)
+        for info in ("big", {"size": "big"}, {"size": [1]}):
+            sent = await friend.client.room_send(group, "m.room.message", {
+                "msgtype": "m.file", "body": "a.txt", "url": "mxc://x/y", "info": info, "m.mentions": {"user_ids": [bot]}})
+            assert isinstance(sent, RoomSendResponse), sent  # the homeserver took it as it is
+        await owner.say(group, "are you there?", mention=bot)
+        await owner.read_until(lambda seen: any(e["sender"] == bot for e in seen))
+        assert gateway.channels.state["matrix"] == "running"
+    assert asked(llm)[-1] == "are you there?"
