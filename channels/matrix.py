@@ -163,8 +163,11 @@ class MatrixChannel(BaseChannel):
         sender, content = str(event.get("sender") or ""), event.get("content")
         if event.get("type") not in ("m.room.message", "m.room.encrypted") or sender == self.config.user_id \
                 or not isinstance(content, dict) or _relation(content) == "m.replace" \
+                or content.get("msgtype") == "m.notice" \
                 or int(event.get("origin_server_ts") or 0) < self._joined_at.get(room_id, 0) - self.join_grace_ms:
-            return  # state, our own messages, edits of earlier messages, history from before we came
+            # State, our own messages, edits of earlier messages, history from before we came, and
+            # notices: what other bots say, never answered (the spec's rule: two bots would loop).
+            return
         room = self.client.rooms.get(room_id)
         is_private = room is not None and room.member_count == 2
         who = Identity(sender, name=room.user_name(sender) if room else None)

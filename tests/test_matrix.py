@@ -121,6 +121,21 @@ async def test_a_direct_chat_is_answered_and_is_the_owners(llm: FakeOpenAI, work
         assert gateway.channels.state["matrix"] == "running"
 
 
+async def test_a_notice_from_another_bot_is_not_answered(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
+                                                         people: dict[str, Any]) -> None:
+    """Bots write ``m.notice`` and never answer one, as the spec asks: two that did would answer
+    each other for good."""
+    owner, bot = people["owner"], people["bot"][0]
+    llm.fallback = lambda body: reply("answered")
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        await owner.client.room_send(room, "m.room.message", {"msgtype": "m.notice", "body": "build 42 passed"})
+        await owner.say(room, "hi")
+        await owner.read_until(lambda seen: owner.shown() == ["answered"])
+    assert asked(llm) == ["hi"]
+
+
 async def test_a_strangers_invitation_is_declined(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
                                                   people: dict[str, Any]) -> None:
     stranger, owner, bot = people["stranger"], people["owner"], people["bot"][0]
