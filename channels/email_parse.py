@@ -63,16 +63,21 @@ class Mail:
 
 def read_headers(raw: bytes) -> Mail:
     """Who sent it and what it is, from the header block only (cheap, whatever the body holds).
-    The subject is one line: an encoded one may decode to line breaks, which a reply's header
-    cannot hold."""
+    The subject is one line, and the ids are only what has an id's shape: an encoded header may
+    decode to line breaks, which a reply's header cannot hold."""
     headers = BytesHeaderParser(policy=email.policy.default).parsebytes(raw)
     name, address = (getaddresses([str(headers.get("From", ""))]) or [("", "")])[0]
-    references = " ".join(filter(None, [str(headers.get("References", "")).strip(),
-                                        str(headers.get("Message-ID", "")).strip()]))
+    message_id = next(iter(_message_ids(headers, "Message-ID")), "")
     subject = " ".join(str(headers.get("Subject", "")).split())
-    return Mail(sender=address.strip().lower(), sender_name=name or None, subject=subject,
-                message_id=str(headers.get("Message-ID", "")).strip(), references=references, headers=headers,
+    return Mail(sender=address.strip().lower(), sender_name=name or None, subject=subject, message_id=message_id,
+                references=" ".join([*_message_ids(headers, "References"), message_id]).strip(), headers=headers,
                 auto=_automatic(headers, address))
+
+
+def _message_ids(headers: Message, name: str) -> list[str]:
+    """The ``<id>`` tokens of a header, for a reply's In-Reply-To and References: the same
+    decoding may give line breaks, which a header cannot hold."""
+    return re.findall(r"<[^<>\s]+>", str(headers.get(name, "")))
 
 
 def _automatic(headers: Message, address: str) -> bool:

@@ -105,6 +105,24 @@ async def test_a_subject_that_decodes_to_several_lines_is_answered_on_one(
     assert said(llm) == "hello Bcc: victim@x.org\n\nhi"
 
 
+async def test_a_message_id_that_decodes_to_several_lines_leaves_the_thread_as_it_can(
+        llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver) -> None:
+    """The ids a reply names (In-Reply-To, References) come from the sender's headers, and an
+    encoded one may decode to a line break: the reply failed, and so did every later reply to
+    that sender. Only what has the shape of a message id is kept."""
+    llm.script(reply("first answer"), reply("second answer"))
+    async with running_gateway(email_config(llm, workspace, imap, smtp)):
+        await imap.deliver(f"From: {FRIEND}\r\nTo: bot@example.org\r\nSubject: hello\r\n"
+                           "Message-ID: =?utf-8?q?=3Cbad=0D=0ABcc:_victim@x.org=3E?=\r\n"
+                           "References: <a@x> =?utf-8?q?=3Cb=0D=0ABcc:_victim@x.org=3E?=\r\n\r\nhi\r\n".encode())
+        first = (await smtp.wait_sent(1))[0]
+        await imap.deliver(f"From: {FRIEND}\r\nTo: bot@example.org\r\nSubject: again\r\n"
+                           "Message-ID: <good@x>\r\n\r\nhi again\r\n".encode())
+        second = (await smtp.wait_sent(2))[1]
+    assert first["Bcc"] is None and first["In-Reply-To"] is None and first["Subject"] == "Re: hello"
+    assert second["In-Reply-To"] == second["References"] == "<good@x>"
+
+
 async def test_without_a_trusted_server_even_an_owner_address_is_a_member(
         llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver) -> None:
     (workspace / "secret.txt").write_text("CANARY-owner-secret")
