@@ -148,16 +148,20 @@ class DiscordChannel(BaseChannel):
         mentioned = _addresses(message, me.id)
         if not self._addressed(is_private, mentioned):
             return  # checked here too, so we never download files for ignored chatter
-        content = re.sub(rf"<@!?{me.id}>", "", message.content).strip()
+        # A forward is empty itself; the message it carries (someone else's words) is a snapshot.
+        forwards = message.message_snapshots
+        content = "\n\n".join(filter(None, [re.sub(rf"<@!?{me.id}>", "", message.content).strip(),
+                                             *(snapshot.content.strip() for snapshot in forwards)]))
+        attachments = [*message.attachments, *(a for snapshot in forwards for a in snapshot.attachments)]
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
         who = _identity(message)
         allowed = await self._may_download(who)
         sender = Sender(self.name, str(message.channel.id), who, is_private)
-        media, durations = await self._download(message.attachments, self.chat_root(sender)) if allowed else ([], {})
+        media, durations = await self._download(attachments, self.chat_root(sender)) if allowed else ([], {})
         await self._handle(InboundMessage(
             self.name, str(message.channel.id), who.id, content, sender_name=who.name, sender_handle=who.handle,
-            media=media, is_private=is_private, delivery_key=str(message.id), durations=durations),
-            mentioned=mentioned)
+            media=media, is_private=is_private, delivery_key=str(message.id), durations=durations,
+            untrusted="a forwarded message" if forwards else None), mentioned=mentioned)
 
     async def _download(self, attachments: list[discord.Attachment], root: Path) -> tuple[list[str], dict[str, float]]:
         """(root-relative paths, seconds of each voice message)."""

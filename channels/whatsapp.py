@@ -145,8 +145,11 @@ class WhatsAppChannel(BaseChannel):
         if kind in MEDIA_TYPES and part.get("id") and await self._may_download(who):
             kept = await self._download(part, Sender(self.name, wa_id, who, True))
             media = [kept] if kept else []
+        context = message.get("context") if isinstance(message.get("context"), dict) else {}
+        forwarded = context.get("forwarded") or context.get("frequently_forwarded")  # someone else's words
         msg = InboundMessage(self.name, wa_id, who.id, (text or "").strip(), sender_name=who.name, media=media,
-                             is_private=True, delivery_key=str(message["id"]))
+                             is_private=True, delivery_key=str(message["id"]),
+                             untrusted="a forwarded message" if forwarded else None)
         if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
             self._last_message[wa_id] = str(message["id"])
         return admitted

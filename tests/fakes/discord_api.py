@@ -141,8 +141,9 @@ class FakeDiscord:
                            mentions_bot: bool = False, bot: bool = False,
                            attachments: dict[str, bytes] | None = None,
                            reply_to: dict[str, Any] | None = None,
-                           voice_seconds: float | None = None) -> dict[str, Any]:
-        """``voice_seconds``: the attachments are a voice message of that length."""
+                           voice_seconds: float | None = None, forwarded: bool = False) -> dict[str, Any]:
+        """``voice_seconds``: the attachments are a voice message of that length. ``forwarded``:
+        the content and attachments are a message forwarded from elsewhere (a snapshot)."""
         msg = self._message(channel_id, _user(int(author_id), username or f"user{author_id}", bot), content)
         msg["mentions"] = [self.bot_user] if mentions_bot else []
         if guild_id is not None:
@@ -158,6 +159,11 @@ class FakeDiscord:
         if reply_to is not None:
             msg["message_reference"] = {"message_id": reply_to["id"], "channel_id": reply_to["channel_id"]}
             msg["referenced_message"] = reply_to
+        if forwarded:  # as Discord: the forward itself is empty, the message it carries a snapshot
+            snapshot = {k: msg[k] for k in ("content", "attachments", "embeds", "timestamp", "edited_timestamp",
+                                            "flags", "mentions", "mention_roles", "type")}
+            msg.update(content="", attachments=[], message_snapshots=[{"message": snapshot}],
+                       message_reference={"type": 1, "message_id": str(next(_ids)), "channel_id": "777"})
         await self.wait_connected()
         await self._dispatch("MESSAGE_CREATE", msg)
         return msg

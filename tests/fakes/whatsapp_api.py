@@ -79,9 +79,11 @@ class FakeWhatsApp(Ticks):
     # ---- Meta's side of the webhook ----------------------------------------------------
     def payload(self, wa_id: str, text: str, *, media: tuple[str, bytes, str] | None = None,
                 profile_name: str = "Someone", message_id: str | None = None,
-                phone_number_id: str = PHONE_ID) -> dict[str, Any]:
+                phone_number_id: str = PHONE_ID, context: dict[str, Any] | None = None) -> dict[str, Any]:
         message: dict[str, Any] = {"from": wa_id, "id": message_id or f"wamid.{next(self._ids)}",
                                    "timestamp": str(int(time.time())), "type": "text", "text": {"body": text}}
+        if context is not None:  # {"forwarded": true}: what Meta marks a forwarded message with
+            message["context"] = context
         if media is not None:
             kind, data, mime = media
             media_id = f"media{next(self._ids)}"
