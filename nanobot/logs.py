@@ -44,6 +44,11 @@ class RedactingFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return for_terminal(redact(super().format(record)))  # names and texts others chose, shown
 
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # What others wrote (a job's name) may hold a line break: the lines after it are indented,
+        # so a line that starts with a time is always a record's own, never one they forged.
+        return super().formatMessage(record).replace("\n", "\n    ")
+
 
 class JsonFormatter(logging.Formatter):
     """``gateway.logFormat: "json"``: one object per line, for a log shipper."""

@@ -231,6 +231,10 @@ async def test_a_members_job_name_reaches_the_owners_terminal_shown_never_obeyed
                                (f"New scheduled job j1 made by telegram:-100: {name}",), None)
     line = RedactingFormatter(FORMAT).format(record)
     assert "\\x1b]52;c;cm0gLXJmIH4=" in line and "\x1b" not in line
+    forged = "stretch\n2026-11-28 14:00:00,000 WARNING nanobot.access: pairing: telegram user 7 asked to talk"
+    record.args = (f"New scheduled job j2 made by telegram:-100: {forged}",)
+    lines = RedactingFormatter(FORMAT).format(record).splitlines()  # a line that starts with a time is a record's
+    assert len(lines) == 2 and lines[1].startswith("    2026-11-28 14:00:00,000 WARNING")
 
 
 async def test_what_nanobot_creates_is_private_even_outside_the_home(home: Path, tmp_path: Path) -> None:
