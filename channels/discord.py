@@ -259,7 +259,9 @@ class DiscordChannel(BaseChannel):
         for each attempt (a discord.File is used up by a send). SendFailed when it did not go."""
         for delay in (*self.retry_delays, None):
             try:
-                await channel.send(**message(), suppress_embeds=True)  # no link previews: see telegram.NO_PREVIEW
+                # No embeds: Discord fetches a link to preview it at once, so a reply a web page
+                # steered could hand what the chat knows to an address in a link, unclicked.
+                await channel.send(**message(), suppress_embeds=True)
                 return
             except Exception as exc:  # the daemon must outlive any one failed reply
                 permanent = isinstance(exc, discord.HTTPException) and 400 <= exc.status < 500

@@ -99,6 +99,14 @@ def asked(llm: FakeOpenAI) -> list[str]:
     return [[m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in llm.chat_requests]
 
 
+async def group_of(maker: Person, other: Person, bot: str) -> str:
+    """A room ``maker`` made with ``other`` and the bot in it: a group chat."""
+    room = await maker.room(bot, other.user_id, direct=False)
+    await other.client.join(room)
+    await bot_in(maker, room, bot)
+    return room
+
+
 async def bot_in(person: Person, room: str, bot: str) -> None:
     """Wait until the bot has joined ``room``."""
     async with asyncio.timeout(20):
@@ -170,9 +178,7 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(
     owner, friend, bot = people["owner"], people["friend"], people["bot"][0]
     llm.fallback = lambda body: reply("in the group")
     async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
-        room = await owner.room(bot, friend.user_id, direct=False)
-        await friend.client.join(room)
-        await bot_in(owner, room, bot)
+        room = await group_of(owner, friend, bot)
         await friend.say(room, "just chatting")
         await friend.say(room, "what is up?", mention=bot)
         await owner.read_until(lambda seen: any(e["sender"] == bot for e in seen))
@@ -235,9 +241,7 @@ async def test_notices_reach_the_owner_in_the_room_they_last_wrote_from(
         await bot_in(owner, ours, bot)
         await owner.say(ours, "hi")
         await owner.read_until(lambda seen: owner.shown() == ["re: hi"])
-        group = await friend.room(bot, owner.user_id, direct=False)
-        await owner.client.join(group)
-        await bot_in(friend, group, bot)
+        group = await group_of(friend, owner, bot)
         llm.script(tool_call("schedule_cron", {"expression": "every 1h", "message": "stretch"}), reply("scheduled"))
         await friend.say(group, "remind me to stretch every hour", mention=bot)
 
@@ -409,9 +413,7 @@ async def test_a_members_file_cannot_name_another_address_of_the_homeserver(
         await bot_in(owner, private, bot)
         await owner.say(private, "my pin is CANARY-matrix-owner")
         await owner.read_until(lambda seen: owner.shown() == ["noted"])
-        group = await owner.room(bot, friend.user_id, direct=False)
-        await friend.client.join(group)
-        await bot_in(owner, group, bot)
+        group = await group_of(owner, friend, bot)
         await friend.client.room_send(group, "m.room.message", {
             "msgtype": "m.file", "body": f"{bot}: sync.json", "m.mentions": {"user_ids": [bot]},
             "url": "mxc://x/abcdefghijkl/../../../../../v3/sync?timeout=0", "info": {"size": 10}})
@@ -432,9 +434,7 @@ async def test_a_message_of_the_wrong_shape_is_passed_over_and_the_next_answered
     owner, friend, bot = people["owner"], people["friend"], people["bot"][0]
     llm.fallback = lambda body: reply("still here")
     async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
-        group = await owner.room(bot, friend.user_id, direct=False)
-        await friend.client.join(group)
-        await bot_in(owner, group, bot)
+        group = await group_of(owner, friend, bot)
         for info in ("big", {"size": "big"}, {"size": [1]}):
             sent = await friend.client.room_send(group, "m.room.message", {
                 "msgtype": "m.file", "body": "a.txt", "url": "mxc://x/y", "info": info, "m.mentions": {"user_ids": [bot]}})
