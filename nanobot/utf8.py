@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -17,6 +18,16 @@ def for_terminal(text: str) -> str:
     others wrote (a reply a web page may have steered, a stranger's name, a member's job)
     printed in the owner's terminal."""
     return text.translate(_CONTROLS)
+
+
+# JSON escapes the C0 controls itself; DEL and C1 pass as they are unless written as escapes.
+_JSON_CONTROLS = {c: f"\\u{c:04x}" for c in (0x7f, *range(0x80, 0xa0))}
+
+
+def json_line(value: Any) -> str:
+    """``value`` as one line of JSON, readable as UTF-8 (not ``\\u`` escapes) and, like
+    ``for_terminal``, never obeyed by the terminal it is printed on."""
+    return json.dumps(value, ensure_ascii=False).translate(_JSON_CONTROLS)
 
 
 def clean_text(value: Any) -> Any:

@@ -237,6 +237,22 @@ async def test_a_members_job_name_reaches_the_owners_terminal_shown_never_obeyed
     assert len(lines) == 2 and lines[1].startswith("    2026-11-28 14:00:00,000 WARNING")
 
 
+async def test_history_export_shows_what_others_wrote_never_obeyed(home: Path) -> None:
+    """JSON escapes the C0 controls but not DEL and the C1 ones (0x9b is CSI to some terminals):
+    the export writes those as JSON escapes too, and reads back the same."""
+    from nanobot.chat_names import history_file
+
+    (home / "config.json").write_text(json.dumps({"providers": {"openai": {"apiKey": "k"}}}))
+    said = "look \x9b2J\x9d0;owned\x07 \x7f done"
+    (home / "sessions").mkdir(parents=True)
+    (home / "sessions" / history_file("telegram:5")).write_text(
+        json.dumps({"_meta": {"key": "telegram:5"}}) + "\n" + json.dumps({"role": "user", "content": said}) + "\n")
+    code, out, err = await nanobot("history", "export", "telegram:5", home=home)
+    assert code == 0, err
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", out) and "\\u009b2J" in out
+    assert json.loads(out.splitlines()[-1])["content"] == said
+
+
 async def test_what_nanobot_creates_is_private_even_outside_the_home(home: Path, tmp_path: Path) -> None:
     """umask 077 for every command: a workspace elsewhere, its files, MCP logs, the terminal history."""
     workspace = tmp_path / "shared" / "workspace"
