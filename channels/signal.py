@@ -30,7 +30,7 @@ import aiohttp
 
 from nanobot import beneath
 from nanobot.bus import Identity, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename
 from nanobot.config import SignalConfig
 from nanobot_channels.text import split_message
 
@@ -136,8 +136,9 @@ class SignalChannel(BaseChannel):
             return
         kind = mimetypes.guess_type(msg.file.name)[0] or "application/octet-stream"
         data = base64.b64encode(msg.file.data).decode()
+        name = safe_filename(msg.file.name)  # a "," or ";" in it would end the data URI's part early
         await self._rpc("send", msg.chat_id, message=msg.content,
-                        attachments=[f"data:{kind};filename={msg.file.name};base64,{data}"])
+                        attachments=[f"data:{kind};filename={name};base64,{data}"])
 
     async def send_typing(self, chat_id: str) -> None:
         try:

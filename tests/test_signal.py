@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 from pathlib import Path
 from typing import AsyncIterator
@@ -96,9 +97,9 @@ def asked_last(body: dict) -> str:
 
 
 async def test_attachments_both_ways(llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli) -> None:
-    (workspace / "report.csv").write_text("month,sales\njan,3\n")
+    (workspace / "report, final;v2.csv").write_text("month,sales\njan,3\n")  # , and ; end a data URI's parts
     llm.script(lambda body: reply("read: " + ("yes" if "CANARY-signal-file" in str(body["messages"]) else "no")),
-               tool_call("send_file", {"path": "report.csv", "caption": "the report"}), reply("sent"))
+               tool_call("send_file", {"path": "report, final;v2.csv", "caption": "the report"}), reply("sent"))
     async with running_gateway(signal_config(llm, workspace, signal)):
         signal.push(OWNER, "what is in it?", attachments={"notes.txt": b"CANARY-signal-file"})
         await signal.wait_sent(1)
@@ -108,7 +109,8 @@ async def test_attachments_both_ways(llm: FakeOpenAI, workspace: Path, signal: F
         await signal.wait_sent(3)
         upload = next(s for s in signal.sent if s.get("attachments"))
         assert upload["message"] == "the report"
-        assert upload["attachments"][0].startswith("data:text/csv;filename=report.csv;base64,")
+        data = base64.b64encode(b"month,sales\njan,3\n").decode()
+        assert upload["attachments"] == [f"data:text/csv;filename=report__final_v2.csv;base64,{data}"]
 
 
 async def test_an_attachment_that_is_a_link_is_not_followed(llm: FakeOpenAI, workspace: Path,
