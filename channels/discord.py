@@ -5,6 +5,10 @@ connection (with its own backoff), and 429 handling (it sleeps ``retry_after`` a
 We add what it leaves to us: who is talking and whether they addressed the bot, attachment
 downloads, splitting replies at 2000 characters, and retrying other send failures.
 
+A new session (a start, a re-IDENTIFY) replays nothing: what was sent while no worker was
+connected is read at READY from each chat heard from lately, after the last message recorded
+there (``_catch_up``; a repeat is dropped by the intake, as after a RESUME).
+
 Limitation: discord.py keeps the REST base (``Route.BASE``) and the gateway URL
 (``DiscordWebSocket.DEFAULT_GATEWAY``) as class attributes, so ``start()`` sets them for the
 whole process: one Discord server (real or fake) per process.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 import re
 from pathlib import Path
@@ -35,6 +40,8 @@ log = logging.getLogger(__name__)
 DEFAULT_API_BASE = "https://discord.com/api/v10"
 DEFAULT_GATEWAY = "wss://gateway.discord.gg"
 SHARD = "discord shard 0"  # the singleton: one worker holds the gateway connection at a time
+CHATS_KEPT = 100  # chats whose last message is remembered for the catch-up (the latest ones)
+MISSED_MAX = 200  # messages read per chat at a catch-up (two pages): what came after them is not
 
 
 class _Client(discord.Client):
@@ -47,6 +54,7 @@ class _Client(discord.Client):
     async def on_ready(self) -> None:
         log.info("discord: connected as %s (%s)", self.user, getattr(self.user, "id", "?"))
         self._channel._ready.set()
+        self._channel.receiving.run(self._channel._catch_up(), name="discord catch-up")
 
     async def on_message(self, message: discord.Message) -> None:
         await self._channel._on_message(message)
@@ -83,6 +91,7 @@ class DiscordChannel(BaseChannel):
             allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True))
         self._ready = asyncio.Event()
         self._chat_locks: dict[int, asyncio.Lock] = {}
+        self._last: dict[str, int] = {}  # chat -> its last message recorded here (``_catch_up`` reads on)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -158,10 +167,41 @@ class DiscordChannel(BaseChannel):
         allowed = await self._may_download(who)
         sender = Sender(self.name, str(message.channel.id), who, is_private)
         media, durations = await self._download(attachments, self.chat_root(sender)) if allowed else ([], {})
-        await self._handle(InboundMessage(
-            self.name, str(message.channel.id), who.id, content, sender_name=who.name, sender_handle=who.handle,
-            media=media, is_private=is_private, delivery_key=str(message.id), durations=durations,
-            untrusted="a forwarded message" if forwards else None), mentioned=mentioned)
+        if await self._handle(InboundMessage(
+                self.name, str(message.channel.id), who.id, content, sender_name=who.name, sender_handle=who.handle,
+                media=media, is_private=is_private, delivery_key=str(message.id), durations=durations,
+                untrusted="a forwarded message" if forwards else None), mentioned=mentioned):
+            await self._remember(str(message.channel.id), message.id)
+
+    async def _remember(self, chat_id: str, message_id: int) -> None:
+        """Keep where this chat was read up to, for the next session's catch-up."""
+        self._last[chat_id] = max(message_id, self._last.get(chat_id, 0))
+        if len(self._last) > CHATS_KEPT:  # snowflakes grow with time: the smallest is the stalest
+            del self._last[min(self._last, key=self._last.__getitem__)]
+        await self.ctx.positions.keep_position(self._position_key(), json.dumps(self._last))
+
+    def _position_key(self) -> str:
+        return f"{self.name} {self._client.user.id if self._client.user else ''}"  # another bot's would not do
+
+    async def _catch_up(self) -> None:
+        """What each chat heard from lately got while no worker was connected, oldest first."""
+        kept = json.loads(await self.ctx.positions.position(self._position_key()) or "{}")
+        self._last = {chat: max(kept.get(chat, 0), self._last.get(chat, 0)) for chat in {*kept, *self._last}}
+        for chat_id, after in list(self._last.items()):
+            try:
+                channel = await self._client.fetch_channel(int(chat_id))
+                if not isinstance(channel, discord.abc.Messageable):
+                    continue
+                missed = [m async for m in channel.history(after=discord.Object(after), oldest_first=True,
+                                                           limit=MISSED_MAX)]
+            except discord.HTTPException as exc:  # a chat gone or closed to us: the others go on
+                log.warning("discord: could not read what %s got while away: %s", chat_id, exc)
+                continue
+            if len(missed) == MISSED_MAX:
+                log.warning("discord: %d or more messages came in %s while away; only the first %d are read",
+                            MISSED_MAX, chat_id, MISSED_MAX)
+            for message in missed:
+                await self._on_message(message)
 
     async def _download(self, attachments: list[discord.Attachment], root: Path) -> tuple[list[str], dict[str, float]]:
         """(root-relative paths, seconds of each voice message)."""

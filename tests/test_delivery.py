@@ -71,6 +71,27 @@ async def test_a_discord_message_dispatched_again_is_answered_once(config: Confi
     assert len(llm.chat_requests) == 2
 
 
+async def test_a_discord_message_sent_while_down_is_answered_once_after_the_start(
+        config: Config, llm: FakeOpenAI, dc: FakeDiscord, monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    """A new Discord session replays nothing: a DM sent while the gateway was down is read from
+    the chat's history at the next start, answered once, and not again at the start after."""
+    keep_discord_urls(monkeypatch)
+    d = config.channels.discord
+    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, ["9"]
+    d.streaming = config.channels.telegram.enabled = False
+    llm.fallback = echo
+    async with running_gateway(config):
+        await dc.push_message(5, 9, "one", username="friend")
+        await dc.wait_sent(1)
+    await dc.push_message(5, 9, "while you were away", username="friend", away=True)
+    async with running_gateway(config):
+        await dc.wait_sent(2)
+    async with running_gateway(config):
+        await dc.push_message(5, 9, "three", username="friend")
+        await dc.wait_sent(3)
+    assert [m["content"] for m in dc.sent] == ["re: one", "re: while you were away", "re: three"]
+
+
 async def test_replies_wait_out_an_outage_longer_than_the_old_give_up(config: Config, llm: FakeOpenAI,
                                                                      tg: FakeTelegram) -> None:
     llm.fallback = echo

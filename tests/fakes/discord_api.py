@@ -37,8 +37,9 @@ user, no guilds: guild messages reach discord.py as PartialMessageable channels)
 replay + RESUMED (unknown session -> INVALID_SESSION, so the client re-identifies). Frames are
 uncompressed JSON text, which discord.py accepts even though it asks for zlib-stream. REST:
 GET /users/@me, GET /oauth2/applications/@me (both needed by ``Client.login``), GET
-/channels/{id}, POST /channels/{id}/messages, PATCH /channels/{id}/messages/{id} (``edits``),
-POST /channels/{id}/typing.
+/channels/{id}, POST /channels/{id}/messages, GET /channels/{id}/messages (``after``: the history
+pushes and sends made, ``push_message(away=True)`` only there), PATCH
+/channels/{id}/messages/{id} (``edits``), POST /channels/{id}/typing.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ async def _message_body(request: web.Request) -> tuple[dict[str, Any], list[tupl
     return body, uploads
 
 
-def _json(body: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     # Exactly "application/json": discord.py treats anything else (even "; charset=utf-8")
     # as text, and a text 429 as a Cloudflare ban.
     return web.Response(body=json.dumps(body).encode(), status=status,
@@ -102,6 +103,7 @@ class FakeDiscord:
         self._session_id: str | None = None
         self._events: list[dict[str, Any]] = []  # this session's dispatches, for RESUME replay
         self._files: dict[str, bytes] = {}
+        self._history: dict[str, list[dict[str, Any]]] = {}  # channel -> its messages, oldest first
         self._refuse: list[tuple[int, float]] = []  # scripted (status, retry_after) per send
         self._runner: web.AppRunner | None = None
         self.base = ""
@@ -114,6 +116,7 @@ class FakeDiscord:
         app.router.add_get("/api/v10/oauth2/applications/@me", lambda r: self._rest(r, self._app()))
         app.router.add_get("/api/v10/channels/{cid}", self._get_channel)
         app.router.add_post("/api/v10/channels/{cid}/messages", self._post_message)
+        app.router.add_get("/api/v10/channels/{cid}/messages", self._get_messages)
         app.router.add_post("/api/v10/channels/{cid}/typing", self._post_typing)
         app.router.add_patch("/api/v10/channels/{cid}/messages/{mid}", self._patch_message)
         app.router.add_get("/attachments/{aid}/{name}", self._attachment)
@@ -141,9 +144,11 @@ class FakeDiscord:
                            mentions_bot: bool = False, bot: bool = False,
                            attachments: dict[str, bytes] | None = None,
                            reply_to: dict[str, Any] | None = None,
-                           voice_seconds: float | None = None, forwarded: bool = False) -> dict[str, Any]:
+                           voice_seconds: float | None = None, forwarded: bool = False,
+                           away: bool = False) -> dict[str, Any]:
         """``voice_seconds``: the attachments are a voice message of that length. ``forwarded``:
-        the content and attachments are a message forwarded from elsewhere (a snapshot)."""
+        the content and attachments are a message forwarded from elsewhere (a snapshot).
+        ``away``: sent while the bot is not connected (only the channel's history has it)."""
         msg = self._message(channel_id, _user(int(author_id), username or f"user{author_id}", bot), content)
         msg["mentions"] = [self.bot_user] if mentions_bot else []
         if guild_id is not None:
@@ -164,8 +169,10 @@ class FakeDiscord:
                                             "flags", "mentions", "mention_roles", "type")}
             msg.update(content="", attachments=[], message_snapshots=[{"message": snapshot}],
                        message_reference={"type": 1, "message_id": str(next(_ids)), "channel_id": "777"})
-        await self.wait_connected()
-        await self._dispatch("MESSAGE_CREATE", msg)
+        self._history.setdefault(str(channel_id), []).append(msg)
+        if not away:
+            await self.wait_connected()
+            await self._dispatch("MESSAGE_CREATE", msg)
         return msg
 
     async def wait_sent(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
@@ -250,7 +257,7 @@ class FakeDiscord:
     def _authorized(self, request: web.Request) -> bool:
         return request.headers.get("Authorization") == f"Bot {self.token}"
 
-    def _rest(self, request: web.Request, body: dict[str, Any]) -> web.Response:
+    def _rest(self, request: web.Request, body: Any) -> web.Response:
         if not self._authorized(request):
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         return _json(body)
@@ -292,10 +299,18 @@ class FakeDiscord:
                                        "proxy_url": url})
             self.files.append({"channel_id": request.match_info["cid"], "filename": name, "data": data,
                                "content": body.get("content")})
+        self._history.setdefault(request.match_info["cid"], []).append(msg)
         async with self._sent_changed:
             self.sent.append(msg)
             self._sent_changed.notify_all()
         return _json(msg)
+
+    async def _get_messages(self, request: web.Request) -> web.Response:
+        """A channel's history after a message, as Discord pages it: the ``limit`` oldest of
+        those after ``after``, newest first."""
+        after, limit = int(request.query.get("after", 0)), int(request.query.get("limit", 50))
+        later = [m for m in self._history.get(request.match_info["cid"], []) if int(m["id"]) > after][:limit]
+        return self._rest(request, later[::-1])
 
     async def _patch_message(self, request: web.Request) -> web.Response:
         """An edit of one of the bot's messages (a streamed reply growing): recorded in ``edits``."""
