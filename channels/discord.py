@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import logging
 import re
 from pathlib import Path
@@ -29,7 +28,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender
 from nanobot_channels.text import split_message
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
@@ -40,7 +39,6 @@ log = logging.getLogger(__name__)
 DEFAULT_API_BASE = "https://discord.com/api/v10"
 DEFAULT_GATEWAY = "wss://gateway.discord.gg"
 SHARD = "discord shard 0"  # the singleton: one worker holds the gateway connection at a time
-CHATS_KEPT = 100  # chats whose last message is remembered for the catch-up (the latest ones)
 MISSED_MAX = 200  # messages read per chat at a catch-up (two pages): what came after them is not
 
 
@@ -91,7 +89,8 @@ class DiscordChannel(BaseChannel):
             allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True))
         self._ready = asyncio.Event()
         self._chat_locks: dict[int, asyncio.Lock] = {}
-        self._last: dict[str, int] = {}  # chat -> its last message recorded here (``_catch_up`` reads on)
+        # Where each chat was read up to, per bot account (another bot's chats are not ours to read)
+        self._read = LastRead(ctx.positions, lambda: f"{self.name} {getattr(self._client.user, 'id', '')}", int)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -171,28 +170,16 @@ class DiscordChannel(BaseChannel):
                 self.name, str(message.channel.id), who.id, content, sender_name=who.name, sender_handle=who.handle,
                 media=media, is_private=is_private, delivery_key=str(message.id), durations=durations,
                 untrusted="a forwarded message" if forwards else None), mentioned=mentioned):
-            await self._remember(str(message.channel.id), message.id)
-
-    async def _remember(self, chat_id: str, message_id: int) -> None:
-        """Keep where this chat was read up to, for the next session's catch-up."""
-        self._last[chat_id] = max(message_id, self._last.get(chat_id, 0))
-        if len(self._last) > CHATS_KEPT:  # snowflakes grow with time: the smallest is the stalest
-            del self._last[min(self._last, key=self._last.__getitem__)]
-        await self.ctx.positions.keep_position(self._position_key(), json.dumps(self._last))
-
-    def _position_key(self) -> str:
-        return f"{self.name} {self._client.user.id if self._client.user else ''}"  # another bot's would not do
+            await self._read.note(str(message.channel.id), str(message.id))
 
     async def _catch_up(self) -> None:
         """What each chat heard from lately got while no worker was connected, oldest first."""
-        kept = json.loads(await self.ctx.positions.position(self._position_key()) or "{}")
-        self._last = {chat: max(kept.get(chat, 0), self._last.get(chat, 0)) for chat in {*kept, *self._last}}
-        for chat_id, after in list(self._last.items()):
+        for chat_id, after in await self._read.chats_to_read():
             try:
                 channel = await self._client.fetch_channel(int(chat_id))
                 if not isinstance(channel, discord.abc.Messageable):
                     continue
-                missed = [m async for m in channel.history(after=discord.Object(after), oldest_first=True,
+                missed = [m async for m in channel.history(after=discord.Object(int(after)), oldest_first=True,
                                                            limit=MISSED_MAX)]
             except discord.HTTPException as exc:  # a chat gone or closed to us: the others go on
                 log.warning("discord: could not read what %s got while away: %s", chat_id, exc)

@@ -36,7 +36,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename
+from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.config import SlackConfig
@@ -52,6 +52,7 @@ WATCH_S = 2.0  # how often the held WebSocket's state is looked at (for status)
 CONNECT_S = 20.0  # slack_sdk retries a failing first connection forever: ours gives up after this
 MESSAGE_SUBTYPES = (None, "file_share", "thread_broadcast")  # what a person wrote; not edits, joins, bots
 MAX_EVENT_BYTES = 1024 * 1024
+MISSED_MAX = 200  # messages read per chat at a catch-up (one page): what came after them is not
 # A link in a reply is not unfurled: Slack would fetch it at once, so a reply a web page steered
 # could hand what the chat knows to an address in a link, with nobody clicking it.
 NO_UNFURL = {"unfurl_links": False, "unfurl_media": False}
@@ -85,6 +86,9 @@ class SlackChannel(BaseChannel):
         self.events = Listener(events, "channels.slack.events.listen")
         self._previews: dict[Any, tuple[str, str]] = {}  # stream_id -> (channel, ts) of the growing message
         self._chat_locks: dict[str, asyncio.Lock] = {}
+        # Where each chat was read up to: Slack gives up on an event after a few retries, so what
+        # came while no worker listened is read from the chats' history (``_catch_up``).
+        self._read = LastRead(ctx.positions, lambda: f"{self.name} {self.team} {self.bot_user}", _ts_order)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -97,6 +101,7 @@ class SlackChannel(BaseChannel):
         if self.config.events is not None:
             await self.events.start(*self.config.events.address())
             log.info("slack: taking events on %s (signed requests only)", self.config.events.listen)
+            self.receiving.run(self._catch_up(), name="slack catch-up")
             return
         first = None  # the first round, on the connection made here
         if await self.ctx.singletons.try_hold(SOCKET) is None:
@@ -130,6 +135,7 @@ class SlackChannel(BaseChannel):
         handler = handler or await self._connect_socket()
         try:
             self._report(None)
+            await self._catch_up()
             await self._watch(handler)
         finally:  # the next holder's connection must be the only one
             await handler.close_async()
@@ -184,9 +190,30 @@ class SlackChannel(BaseChannel):
         files = event.get("files") or []
         media = await self._download(files, self.chat_root(sender)) if files and await self._may_download(who) \
             else []
-        await self._handle_message(
-            sender=who, chat_id=chat_id, content=re.sub(rf"<@{self.bot_user}>", "", text).strip(), media=media,
-            is_private=is_private, mentioned=mentioned, delivery_key=f"{channel}:{ts}")
+        if await self._handle_message(
+                sender=who, chat_id=chat_id, content=re.sub(rf"<@{self.bot_user}>", "", text).strip(), media=media,
+                is_private=is_private, mentioned=mentioned, delivery_key=f"{channel}:{ts}"):
+            await self._read.note(chat_id, ts)
+
+    async def _catch_up(self) -> None:
+        """What each chat heard from lately got while no worker listened, oldest first (a
+        repeat of what was recorded is dropped by the intake)."""
+        unread: list[str] = []
+        for chat_id, after in await self._read.chats_to_read():
+            channel, thread = _target(chat_id)
+            try:
+                answer = await (self.client.conversations_replies(channel=channel, ts=thread, oldest=after,
+                                                                  limit=MISSED_MAX) if thread else
+                                self.client.conversations_history(channel=channel, oldest=after, limit=MISSED_MAX))
+            except (SlackApiError, aiohttp.ClientError, OSError) as exc:  # a scope not granted, a chat gone
+                unread.append(f"{chat_id} ({exc.response['error'] if isinstance(exc, SlackApiError) else exc})")
+                continue
+            missed = [m for m in answer.get("messages") or [] if _ts_order(m.get("ts") or "0") > _ts_order(after)]
+            for message in sorted(missed, key=lambda m: _ts_order(m["ts"])):
+                async with self._chat_locks.setdefault(channel, asyncio.Lock()):
+                    await self._intake({**message, "channel": channel})  # as the event would have had it
+        if unread:
+            log.warning("slack: could not read what %d chat(s) got while away: %s", len(unread), ", ".join(unread[:3]))
 
     async def _download(self, files: list[dict[str, Any]], root: Path) -> list[str]:
         """Root-relative paths of the files fetched (with the bot token, from Slack's file host only)."""
@@ -281,6 +308,11 @@ def _not_connected(exc: BaseException) -> RuntimeError:
     else:
         reason = f"{type(exc).__name__}: {exc}"
     return RuntimeError(f"slack: Socket Mode did not connect ({reason}); check channels.slack.appToken")
+
+
+def _ts_order(ts: str) -> tuple[int, ...]:
+    """A message's ``ts`` ("1700000000.000100") as something that compares in time order."""
+    return tuple(int(part) for part in ts.split(".") if part.isdigit())
 
 
 def _target(chat_id: str) -> tuple[str, str | None]:

@@ -11,6 +11,7 @@ adapter can forget it: nothing from an unknown sender reaches the bus, let alone
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 from abc import ABC, abstractmethod
@@ -74,6 +75,37 @@ class Remembered:
 
     async def keep_position(self, channel: str, position: str) -> None:
         self._kept[channel] = position
+
+
+class LastRead:
+    """Where each of a channel's latest chats was read up to (a message id), kept in one
+    position: a platform that replays nothing after a restart (Discord, Slack) is read from
+    each chat's history after it. ``key``: the position's name (known once the adapter is
+    signed in); ``order``: how two ids compare. Other workers may write it too (Slack's Events
+    API), so what is kept is taken in before each write."""
+
+    def __init__(self, positions: Positions, key: Callable[[], str], order: Callable[[str], Any],
+                 chats: int = 100) -> None:
+        self.positions, self.key, self.order, self.chats = positions, key, order, chats
+        self._last: dict[str, str] = {}  # this worker's view, changed at once (no lost update here)
+
+    async def note(self, chat_id: str, message_id: str) -> None:
+        """``message_id`` of ``chat_id`` is recorded."""
+        self._take({chat_id: message_id})
+        self._take(json.loads(await self.positions.position(self.key()) or "{}"))
+        await self.positions.keep_position(self.key(), json.dumps(self._last))
+
+    async def chats_to_read(self) -> list[tuple[str, str]]:
+        """(chat, the last message read there) for each chat kept."""
+        self._take(json.loads(await self.positions.position(self.key()) or "{}"))
+        return list(self._last.items())
+
+    def _take(self, ids: dict[str, str]) -> None:
+        """The later id of each chat; the ``chats`` latest chats."""
+        for chat_id, message_id in ids.items():
+            if chat_id not in self._last or self.order(message_id) > self.order(self._last[chat_id]):
+                self._last[chat_id] = message_id
+        self._last = dict(sorted(self._last.items(), key=lambda item: self.order(item[1]))[-self.chats:])
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,31 @@ async def test_a_dm_is_answered_in_place_and_is_an_owner_chat(llm: FakeOpenAI, w
         assert slack.acks  # the envelope was acknowledged (after it was recorded)
 
 
+async def test_sent_while_no_one_listened_answered_once_after_the_start(llm: FakeOpenAI, workspace: Path,
+                                                                        slack: FakeSlack) -> None:
+    """Slack gives up on an event after a few retries: what came while no worker listened is
+    read from each chat's history at the next start, in a DM and in a channel's thread, answered
+    once, and not again at the start after."""
+    llm.fallback = lambda body: reply("re: " + [m["content"] for m in body["messages"] if m["role"] == "user"][-1])
+    config = slack_config(llm, workspace, slack)
+    config.channels.slack.streaming = False
+    async with running_gateway(config):
+        await slack.push_message("D1", OWNER, "one")
+        asked = await slack.push_message("C1", FRIEND, f"<@{slack.bot_user}> in the channel", mention=True)
+        await slack.wait_posted(2)
+    await slack.push_message("D1", OWNER, "while you were away", away=True)
+    await slack.push_message("C1", FRIEND, f"<@{slack.bot_user}> and in the thread", thread_ts=asked["ts"], away=True)
+    async with running_gateway(config):
+        await slack.wait_posted(4)
+    async with running_gateway(config):
+        await slack.push_message("D1", OWNER, "three")
+        await slack.wait_posted(5)
+    assert sorted(m["text"] for m in slack.posted) == ["re: and in the thread", "re: in the channel", "re: one",
+                                                       "re: three", "re: while you were away"]
+    in_thread = next(m for m in slack.posted if m["text"] == "re: and in the thread")
+    assert (in_thread["channel"], in_thread["thread_ts"]) == ("C1", asked["ts"])
+
+
 async def test_in_a_channel_a_mention_is_answered_in_its_thread_once(llm: FakeOpenAI, workspace: Path,
                                                                       slack: FakeSlack) -> None:
     llm.fallback = lambda body: reply("in the thread")

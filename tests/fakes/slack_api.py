@@ -11,8 +11,9 @@ Usage::
         posted = await slack.wait_posted(1)           # chat.postMessage calls, in order
 
 - ``push_message(channel, user, text, *, thread_ts=None, files=None, mention=False,
-  channel_type=None, retry=False)``: an ``events_api`` envelope on the open WebSocket (waits
-  up to 5 s for one); ``mention`` sends the ``app_mention`` event too (as Slack does when
+  channel_type=None, retry=False, away=False)``: an ``events_api`` envelope on the open
+  WebSocket (waits up to 5 s for one; ``away``: none, only the channel's history has it, which
+  ``conversations.history``/``replies`` serve after ``oldest``, newest first); ``mention`` sends the ``app_mention`` event too (as Slack does when
   the app subscribes to both); ``files`` maps name -> bytes, served at ``/files/`` to the bot
   token only; returns the event. ``retry=True`` resends the last envelope (a new envelope
   id, the same event), as Slack does when an ack is late. ``acks``: envelope ids acknowledged.
@@ -55,6 +56,7 @@ class FakeSlack:
         self.open_sockets: list[web.WebSocketResponse] = []
         self._failures: list[tuple[str, int]] = []
         self._files: dict[str, bytes] = {}
+        self._history: dict[str, list[dict[str, Any]]] = {}  # channel -> its messages, oldest first
         self._uploading: dict[str, dict[str, Any]] = {}
         self._ids = itertools.count(1)
         self._last_envelope: dict[str, Any] | None = None
@@ -70,6 +72,7 @@ class FakeSlack:
     async def __aenter__(self) -> FakeSlack:
         app = web.Application(client_max_size=50 * 1024 * 1024)
         app.router.add_post("/api/{method}", self._api)
+        app.router.add_get("/api/{method}", self._api)  # conversations.history and .replies are GETs
         app.router.add_get("/socket", self._socket)
         app.router.add_post("/upload/{file_id}", self._upload)
         app.router.add_get("/files/{name}", self._file)
@@ -108,12 +111,15 @@ class FakeSlack:
     # ---- what users do ------------------------------------------------------------------
     async def push_message(self, channel: str, user: str, text: str, *, thread_ts: str | None = None,
                            files: dict[str, bytes] | None = None, mention: bool = False,
-                           channel_type: str | None = None, retry: bool = False) -> dict[str, Any]:
+                           channel_type: str | None = None, retry: bool = False, away: bool = False) -> dict[str, Any]:
         if retry:
             assert self._last_envelope is not None
             await self._send_envelope(self._last_envelope["payload"])
             return self._last_envelope["payload"]["event"]
         event = self.message_event(channel, user, text, thread_ts=thread_ts, files=files, channel_type=channel_type)
+        self._history.setdefault(channel, []).append(event)
+        if away:  # no app connected: only the channel's history has it
+            return event
         await self._send_envelope(self._callback(event))
         if mention:
             await self._send_envelope(self._callback({**event, "type": "app_mention"}))
@@ -201,7 +207,16 @@ class FakeSlack:
                                          headers={"Retry-After": "0"} if status == 429 else None)
             ts = f"{time.time():.6f}"
             self.posted.append({**args, "ts": ts})
+            self._history.setdefault(args.get("channel"), []).append(
+                {"type": "message", "user": self.bot_user, "bot_id": "B1", "text": args.get("text"), "ts": ts,
+                 **({"thread_ts": args["thread_ts"]} if args.get("thread_ts") else {})})
             return web.json_response({"ok": True, "channel": args.get("channel"), "ts": ts})
+        if method in ("conversations.history", "conversations.replies"):  # after ``oldest``, newest first
+            thread, oldest = args.get("ts"), float(args.get("oldest") or 0)
+            found = [m for m in self._history.get(args.get("channel"), []) if float(m["ts"]) > oldest
+                     and (m.get("thread_ts") == thread or m["ts"] == thread if thread else True)]
+            return web.json_response({"ok": True, "messages": found[::-1][:int(args.get("limit") or 100)],
+                                      "has_more": False})
         if method == "chat.update":
             self.updates.append(args)
             return web.json_response({"ok": True, "channel": args.get("channel"), "ts": args.get("ts")})
