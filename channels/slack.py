@@ -52,7 +52,7 @@ WATCH_S = 2.0  # how often the held WebSocket's state is looked at (for status)
 CONNECT_S = 20.0  # slack_sdk retries a failing first connection forever: ours gives up after this
 MESSAGE_SUBTYPES = (None, "file_share", "thread_broadcast")  # what a person wrote; not edits, joins, bots
 MAX_EVENT_BYTES = 1024 * 1024
-MISSED_MAX = 200  # messages read per chat at a catch-up (one page): what came after them is not
+MISSED_MAX = 200  # messages read per chat at a catch-up (one page: the latest ones when more came)
 # A link in a reply is not unfurled: Slack would fetch it at once, so a reply a web page steered
 # could hand what the chat knows to an address in a link, with nobody clicking it.
 NO_UNFURL = {"unfurl_links": False, "unfurl_media": False}
