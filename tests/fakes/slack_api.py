@@ -13,7 +13,8 @@ Usage::
 - ``push_message(channel, user, text, *, thread_ts=None, files=None, mention=False,
   channel_type=None, retry=False, away=False)``: an ``events_api`` envelope on the open
   WebSocket (waits up to 5 s for one; ``away``: none, only the channel's history has it, which
-  ``conversations.history``/``replies`` serve after ``oldest``, newest first); ``mention`` sends the ``app_mention`` event too (as Slack does when
+  ``conversations.history`` (top level) and ``conversations.replies`` (a thread) serve after
+  ``oldest``, newest first); ``mention`` sends the ``app_mention`` event too (as Slack does when
   the app subscribes to both); ``files`` maps name -> bytes, served at ``/files/`` to the bot
   token only; returns the event. ``retry=True`` resends the last envelope (a new envelope
   id, the same event), as Slack does when an ack is late. ``acks``: envelope ids acknowledged.
@@ -214,7 +215,7 @@ class FakeSlack:
         if method in ("conversations.history", "conversations.replies"):  # after ``oldest``, newest first
             thread, oldest = args.get("ts"), float(args.get("oldest") or 0)
             found = [m for m in self._history.get(args.get("channel"), []) if float(m["ts"]) > oldest
-                     and (m.get("thread_ts") == thread or m["ts"] == thread if thread else True)]
+                     and m.get("thread_ts", m["ts"]) == (thread or m["ts"])]  # a thread's, or top-level ones
             return web.json_response({"ok": True, "messages": found[::-1][:int(args.get("limit") or 100)],
                                       "has_more": False})
         if method == "chat.update":
