@@ -32,6 +32,13 @@ def synapse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Homeserver]:
         pytest.skip(f"no Matrix homeserver: {exc}")
 
 
+def test_the_matrix_tests_share_one_process(request: pytest.FixtureRequest) -> None:
+    """Under ``--dist loadgroup`` the tests here run on one process, with one homeserver. A pytest
+    that undoes the grouping (9.2 with xdist 3.8: pytest-xdist#1386) started one on each."""
+    if request.config.getoption("loadgroup", default=False):
+        assert request.node.nodeid.endswith("@synapse")
+
+
 class Person:
     """Someone on the homeserver, with their own client: creates rooms, writes, reads replies."""
 
