@@ -135,7 +135,7 @@ class SlackChannel(BaseChannel):
         handler = handler or await self._connect_socket()
         try:
             self._report(None)
-            await self._catch_up()
+            self.receiving.run(self._catch_up(), name="slack catch-up")  # a failure there keeps the socket
             await self._watch(handler)
         finally:  # the next holder's connection must be the only one
             await handler.close_async()
