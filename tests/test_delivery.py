@@ -57,9 +57,7 @@ async def test_a_discord_message_dispatched_again_is_answered_once(config: Confi
                                                                    dc: FakeDiscord, monkeypatch: pytest.MonkeyPatch,
                                                                    home: Path) -> None:
     keep_discord_urls(monkeypatch)
-    d = config.channels.discord
-    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, ["9"]
-    d.streaming = config.channels.telegram.enabled = False
+    dc.connect(config, 9).streaming = config.channels.telegram.enabled = False
     llm.fallback = echo
     async with running_gateway(config):
         message = await dc.push_message(5, 9, "hello", username="friend")
@@ -76,9 +74,7 @@ async def test_a_discord_message_sent_while_down_is_answered_once_after_the_star
     """A new Discord session replays nothing: a DM sent while the gateway was down is read from
     the chat's history at the next start, answered once, and not again at the start after."""
     keep_discord_urls(monkeypatch)
-    d = config.channels.discord
-    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, ["9"]
-    d.streaming = config.channels.telegram.enabled = False
+    dc.connect(config, 9).streaming = config.channels.telegram.enabled = False
     llm.fallback = echo
     async with running_gateway(config):
         await dc.push_message(5, 9, "one", username="friend")

@@ -34,10 +34,9 @@ def fast(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def config(llm: FakeOpenAI, tg: FakeTelegram, dc: FakeDiscord, workspace: Path) -> Config:
     cfg = config_for(llm.base_url, workspace)
-    t, d = cfg.channels.telegram, cfg.channels.discord
+    t = cfg.channels.telegram
     t.enabled, t.token, t.api_base, t.allow_from = True, tg.token, tg.api_base, [str(ALICE), str(BOB)]
-    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, [
-        str(FRIEND)]
+    d = dc.connect(cfg, FRIEND)
     t.streaming = d.streaming = False  # whole replies: tests/test_streaming.py covers streaming
     return cfg
 

@@ -304,10 +304,7 @@ async def test_send_file_refuses_big_files_escapes_and_other_chats_from_members(
 
 async def test_discord_voice_in_and_file_out(config: Config, llm: FakeOpenAI, dc: FakeDiscord,
                                              workspace: Path) -> None:
-    d = config.channels.discord
-    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = (True, dc.token, dc.api_base, dc.gateway_url,
-                                                                   [str(FRIEND)])
-    d.streaming = False
+    dc.connect(config, FRIEND).streaming = False
     config.channels.telegram.enabled = False
     (workspace / "chart.png").write_bytes(png())
     llm.transcripts.append("send me the chart")

@@ -17,6 +17,7 @@ from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.slack_api import FakeSlack
 from tests.helpers import config_for, fast_pace, running_gateway
 from tests.test_api import free_port
+from tests.test_signal import asked_last
 from tests.fakes.loopback import serve
 
 OWNER, FRIEND, STRANGER = "U42", "U43", "U99"
@@ -61,7 +62,7 @@ async def test_sent_while_no_one_listened_answered_once_after_the_start(llm: Fak
     """Slack gives up on an event after a few retries: what came while no worker listened is
     read from each chat's history at the next start, in a DM and in a channel's thread, answered
     once, and not again at the start after."""
-    llm.fallback = lambda body: reply("re: " + [m["content"] for m in body["messages"] if m["role"] == "user"][-1])
+    llm.fallback = lambda body: reply("re: " + asked_last(body))
     config = slack_config(llm, workspace, slack)
     config.channels.slack.streaming = False
     async with running_gateway(config):

@@ -86,9 +86,7 @@ async def test_streaming_off_sends_one_message(config: Config, tg: FakeTelegram,
 
 
 async def test_discord_edits_the_same_way(config: Config, dc: FakeDiscord, llm: FakeOpenAI) -> None:
-    d = config.channels.discord
-    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, [
-        str(FRIEND)]
+    dc.connect(config, FRIEND)
     config.channels.telegram.enabled = False
     llm.script(reply(LONG))
     async with running_gateway(config, pace=EDITS_FAST):
@@ -114,9 +112,7 @@ async def test_telegram_never_previews_a_replys_link(config: Config, tg: FakeTel
 
 
 async def test_discord_never_embeds_a_replys_link(config: Config, dc: FakeDiscord, llm: FakeOpenAI) -> None:
-    d = config.channels.discord
-    d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, dc.gateway_url, [
-        str(FRIEND)]
+    dc.connect(config, FRIEND)
     config.channels.telegram.enabled = False
     llm.stream_piece_chars = 400
     llm.script(reply(LINKED * 30))  # over 2,000 characters: the streamed message, then one sent after it

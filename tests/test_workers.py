@@ -174,10 +174,7 @@ async def test_one_worker_holds_the_discord_connection_and_another_takes_it(
     async with FakeDiscord() as dc:
         configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
         for config in configs:
-            d = config.channels.discord
-            d.enabled, d.token, d.api_base, d.gateway_url, d.allow_from = True, dc.token, dc.api_base, \
-                dc.gateway_url, ["7"]
-            d.streaming = False
+            dc.connect(config, 7).streaming = False
         async with workers(configs[:1]) as first, workers(configs[1:]) as second:
             assert holder(first, "discord shard 0") == ["w1"] and holder(second, "discord shard 0") == []
             await dc.push_message(5, 7, "one", username="friend")

@@ -130,6 +130,14 @@ class FakeDiscord:
         if self._runner is not None:
             await self._runner.cleanup()
 
+    def connect(self, config: Any, *allowed: int | str) -> Any:
+        """``config.channels.discord`` enabled and pointed here, ``allowed`` users admitted; the
+        section is returned for the test's other settings."""
+        d = config.channels.discord
+        d.enabled, d.token, d.api_base, d.gateway_url = True, self.token, self.api_base, self.gateway_url
+        d.allow_from = [str(user) for user in allowed]
+        return d
+
     @property
     def api_base(self) -> str:
         return f"http://{self.base}/api/v10"
