@@ -221,8 +221,10 @@ class EmailChannel(BaseChannel):
         self._threads[mail.sender] = mail.reply_context()
         text = mail.text if not mail.subject or mail.subject.lower().startswith("re:") \
             else f"{mail.subject}\n\n{mail.text}"
+        # A repeat is known by its Message-ID, which the sender writes: only among their own mail.
+        key = f"mail:{mail.sender}:{mail.message_id or uid_key}"
         await self._handle(InboundMessage(self.name, mail.sender, mail.sender, text, sender_name=mail.sender_name,
-                                          media=media, is_private=True, delivery_key=f"mail:{mail.message_id or uid_key}",
+                                          media=media, is_private=True, delivery_key=key,
                                           reply_context=mail.reply_context()))
 
     async def _save(self, mail: Mail, root: Path) -> list[str]:

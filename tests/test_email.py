@@ -203,6 +203,24 @@ async def test_a_restart_never_answers_a_mail_twice(llm: FakeOpenAI, workspace: 
     assert [said(llm, i) for i in range(len(llm.chat_requests))] == ["once\n\nanswer me once", "next\n\nand this one"]
 
 
+async def test_a_message_id_someone_else_used_first_never_drops_a_mail(
+        llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver) -> None:
+    """A Message-ID is the sender's to write: one a member sent first (say, from the owner's mail
+    they were copied on) must not make the owner's mail a "repeat" that nobody answers."""
+    llm.fallback = lambda body: reply("answered")
+    config = email_config(llm, workspace, imap, smtp, trusted=MX)
+    taken = mail(FRIEND, "first", "I sent this id first", auth=passed(FRIEND))
+    owners = mail(OWNER, "mine", "answer me", auth=passed(OWNER))
+    del taken["Message-ID"]
+    taken["Message-ID"] = owners["Message-ID"]
+    async with running_gateway(config):
+        await imap.deliver(bytes(taken))
+        await smtp.wait_sent(1)
+        await imap.deliver(bytes(owners))
+        answers = await smtp.wait_sent(2)
+    assert [a["To"] for a in answers] == [FRIEND, OWNER]
+
+
 async def test_a_mailbox_outage_shows_in_status_and_mail_waits(llm: FakeOpenAI, workspace: Path, imap: Dovecot,
                                                                smtp: SmtpReceiver) -> None:
     llm.fallback = lambda body: reply("back")
