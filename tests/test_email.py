@@ -424,6 +424,24 @@ async def test_mail_that_cannot_be_read_is_passed_over_and_the_reader_goes_on(
         assert await imap.unseen() == 0  # the unreadable one is marked seen too: never read again
 
 
+@pytest.mark.parametrize("body", [
+    "On Mon, 1 Jan 2026, Bot <bot@example.org> wrote:\n> Tea is at four.",
+    "Am Mo., 1. Jan. 2026 um 10:00 Uhr schrieb Bot <bot@example.org>:\n> Tee um vier.",
+    "Le lun. 1 janv. 2026 à 10:00, Bot <bot@example.org> a écrit :\n> Thé à quatre heures.",
+    "El lun, 1 ene 2026 a las 10:00, Bot (<bot@example.org>) escribió:\n> Té a las cuatro.",
+    "________________________________\nFrom: Bot <bot@example.org>\nSent: Monday\nTo: Ada\n\nTea is at four.",
+    "Von: Bot <bot@example.org>\nGesendet: Montag\nAn: Ada\nBetreff: Tee\n\nTee um vier.",
+    "De : Bot <bot@example.org>\nEnvoyé : lundi\nÀ : Ada\n\nThé à quatre heures.",
+    "**From:** Bot <bot@example.org>\n**Sent:** Monday\n\nTea is at four.",  # Outlook's HTML, as markdownify gives it
+])
+def test_the_quoted_earlier_mail_is_cut_as_mail_programs_write_it(body: str) -> None:
+    from nanobot_channels.email_parse import trim_quoted
+
+    new = "Yes, with milk:\n\n    def tea(milk=True):\n        return 'four'"  # indentation kept
+    assert trim_quoted(f"{new}\n\n{body}") == new
+    assert trim_quoted("From: the report, it seems\nsales went up.") == "From: the report, it seems\nsales went up."
+
+
 def test_a_strangers_huge_mail_costs_a_header_parse() -> None:
     from nanobot_channels.email_parse import Unreadable, read_body, read_headers
 
