@@ -3,6 +3,8 @@
 mrkdwn is not Markdown: ``*bold*``, ``_italic_``, ``~strike~``, ``<url|text>`` links, no
 headings, and ``&``, ``<``, ``>`` escaped (they open links and mentions). Code is cut out
 first, so nothing inside it is formatted; Slack shows ``` blocks and `code` as they are.
+(``slackify-markdown`` was tried for this and not taken: it lets ``<!channel>`` and ``<@U…>``
+through as they are, so a reply could ping a whole channel, and makes ``2*3*4`` ``2_3_4``.)
 """
 
 from __future__ import annotations

@@ -7,10 +7,11 @@ import re
 from typing import Callable
 
 # Code is cut out first (FENCE, INLINE_CODE) and stashed behind NUL-delimited SLOTs, so
-# nothing inside it is formatted; the rest are inline markup and line starts.
+# nothing inside it is formatted; the rest are inline markup and line starts. An image
+# (``![alt](url)``) becomes a link: the chat platforms show none inline, and the "!" would stay.
 FENCE = re.compile(r"^```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```[ \t]*$|\Z)", re.S | re.M)
 INLINE_CODE = re.compile(r"`([^`\n]+)`")
-LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+|tg://[^)\s]+|mailto:[^)\s]+)\)")
+LINK = re.compile(r"!?\[([^\]\n]+)\]\((https?://[^)\s]+|tg://[^)\s]+|mailto:[^)\s]+)\)")
 BOLD = re.compile(r"\*\*(?!\s)(.+?)(?<!\s)\*\*|(?<!\w)__(?!\s)(.+?)(?<!\s)__(?!\w)")
 # Single * or _ only at word edges, so snake_case names and 2*3*4 stay as they are.
 ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^*\n]+?)(?<![\s*])\*(?![\w*])"

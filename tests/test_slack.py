@@ -312,3 +312,17 @@ async def test_a_refused_app_token_holds_neither_the_start_nor_the_stop(llm: Fak
         async with running_gateway(config) as gateway:
             state = gateway.channels.state["slack"]  # type: ignore[union-attr]
             assert "invalid_auth" in state and "appToken" in state and "xapp-wrong" not in state
+
+
+# ---- conversion, no network -------------------------------------------------------------
+def test_mrkdwn_lets_no_mention_through_and_formats_what_models_write() -> None:
+    """Slack reads ``<!channel>``, ``<@U…>`` and ``<url|text>`` anywhere in a message's text, code
+    included: a reply a web page steered must not ping a whole channel or name anyone."""
+    from nanobot_channels.slack_format import markdown_to_mrkdwn
+
+    assert markdown_to_mrkdwn("Hi <!channel> and <@U1>, `<!here>`\n```\nping <@U2> & go\n```") == \
+        "Hi &lt;!channel&gt; and &lt;@U1&gt;, `&lt;!here&gt;`\n```\nping &lt;@U2&gt; &amp; go\n```"
+    assert markdown_to_mrkdwn("# Plan\n* **one** _two_ ~~three~~ snake_case_name 2*3*4") == \
+        "*Plan*\n• *one* _two_ ~three~ snake_case_name 2*3*4"
+    assert markdown_to_mrkdwn("[a|b](https://x.org/p|q) ![chart](https://x.org/c.png)") == \
+        "<https://x.org/p%7Cq|a|b> <https://x.org/c.png|chart>"

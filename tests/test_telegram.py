@@ -258,6 +258,7 @@ def test_markdown_to_html_basics():
     assert markdown_to_html("_it_ __b__ ~~s~~ <x> & y") == "<i>it</i> <b>b</b> <s>s</s> &lt;x&gt; &amp; y"
     assert markdown_to_html("```\nraw **x** <y>") == "<pre><code>raw **x** &lt;y&gt;</code></pre>"
     assert markdown_to_html("> quoted\nplain") == "<blockquote>quoted</blockquote>\nplain"
+    assert markdown_to_html("see ![chart](https://x.org/c.png)") == 'see <a href="https://x.org/c.png">chart</a>'
 
 
 def test_render_chunks_resplits_when_escaping_grows_text():
