@@ -252,7 +252,7 @@ class MatrixChannel(BaseChannel):
                              retry=True)
         content: dict[str, Any] = {"msgtype": "m.image" if file.photo else "m.audio" if file.voice else "m.file",
                                    "body": file.name, "filename": file.name, "url": uploaded.content_uri,
-                                   "info": {"mimetype": kind, "size": len(file.data)}}
+                                   "info": {"mimetype": kind, "size": len(file.data)}, "m.mentions": {}}
         if file.voice:
             content[VOICE] = {}
         await self._room_send(msg.chat_id, content)
@@ -279,9 +279,11 @@ class MatrixChannel(BaseChannel):
 
 
 def _text(markdown: str) -> dict[str, Any]:
-    """A message: the Markdown as its plain body, rendered (no raw HTML passed through) as its HTML."""
+    """A message: the Markdown as its plain body, rendered (no raw HTML passed through) as its HTML.
+    It mentions nobody (``m.mentions``): without that, push rules read the body, and a reply a
+    web page steered could ping the whole room (``@room``) or anyone by their display name."""
     return {"msgtype": "m.text", "body": markdown, "format": "org.matrix.custom.html",
-            "formatted_body": RENDER.render(markdown).strip()}
+            "formatted_body": RENDER.render(markdown).strip(), "m.mentions": {}}
 
 
 def _edit(event_id: str, markdown: str) -> dict[str, Any]:

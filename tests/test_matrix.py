@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
+import aiohttp
 import pytest
 from nio import AsyncClient, RoomCreateResponse, RoomSendResponse, RoomVisibility, UploadResponse
 
@@ -165,6 +166,30 @@ async def test_an_image_in_a_reply_is_only_a_link(llm: FakeOpenAI, workspace: Pa
     shown = [e["content"].get("m.new_content") or e["content"] for e in owner.seen]
     assert all("<img" not in c["formatted_body"] for c in shown)
     assert 'href="mxc://evil.example/CANARY-secret"' in shown[-1]["formatted_body"]
+
+
+async def test_a_reply_pings_nobody_by_name_nor_the_whole_room(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
+    """A reply is the model's, which a web page may have steered: the homeserver must not read
+    it for mentions (``@room``, a display name). Every message says it mentions nobody
+    (``m.mentions``), so no one's push rules highlight it, though the bot may notify the room."""
+    owner, friend, bot = people["owner"], people["friend"], people["bot"][0]
+    names = [person.user_id[1:].split(":")[0] for person in (owner, friend)]  # display names, as registered
+    llm.fallback = lambda body: reply(f"@room wake up, {names[0]} and {names[1]}!")
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        room = await group_of(owner, friend, bot)
+        levels = (await owner.client.room_get_state_event(room, "m.room.power_levels")).content
+        levels["users"][bot] = 50  # may notify the whole room (notifications.room)
+        await owner.client.room_put_state(room, "m.room.power_levels", levels)
+        await friend.say(room, "ping everyone", mention=bot)
+        await owner.read_until(lambda seen: any(e["sender"] == bot for e in seen))
+    for person in (owner, friend):
+        async with aiohttp.ClientSession() as http, http.get(
+                f"{synapse.url}/_matrix/client/v3/notifications",
+                headers={"Authorization": f"Bearer {person.client.access_token}"}) as answer:
+            notified = [n for n in (await answer.json())["notifications"] if n["event"]["sender"] == bot]
+        assert notified and not [n for n in notified if {"set_tweak": "highlight"} in n["actions"]
+                                 or {"set_tweak": "highlight", "value": True} in n["actions"]]
 
 
 async def test_a_strangers_invitation_is_declined(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
