@@ -22,7 +22,7 @@ from pathlib import Path
 import common  # noqa: F401  (puts the repo on sys.path)
 from bench_idle import idle_gateway_rss
 
-from nanobot.config import EmailConfig, MatrixConfig, SignalConfig, SlackConfig, WhatsAppConfig
+from nanobot.config import Config, EmailConfig, MatrixConfig, SignalConfig, SlackConfig, WhatsAppConfig
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.mail_servers import Dovecot, SmtpReceiver, email_section
 from tests.fakes.openai_server import FakeOpenAI, reply
@@ -42,10 +42,18 @@ def percentiles(seconds: list[float]) -> str:
     return f"p50 {statistics.median(ms):.1f} ms, p95 {ms[int(len(ms) * 0.95) - 1]:.1f} ms (n={len(ms)})"
 
 
+def in_own_home(config: Config, root: Path) -> Config:
+    """The gateway's state in ``root``, not in ~/.nanobot: a second run there took its messages
+    for repeats of the first's (the stand-ins number them from 1 again)."""
+    (root / "home").mkdir(exist_ok=True)
+    config.use_home(root / "home")
+    return config
+
+
 async def latencies(root: Path, slack_n: int, mail_n: int) -> tuple[list[float], list[float]]:
     async with FakeOpenAI(fallback=lambda body: reply("ok")) as llm, FakeSlack() as slack, Dovecot() as imap, \
             SmtpReceiver() as smtp:
-        config = config_for(llm.base_url, root / "workspace", mode="tools")
+        config = in_own_home(config_for(llm.base_url, root / "workspace", mode="tools"), root)
         config.gateway.heartbeat.enabled = False
         config.channels.slack = SlackConfig.model_validate({**slack.section(), "streaming": False})
         config.channels.email = EmailConfig.model_validate(email_section(imap, smtp))
@@ -71,7 +79,7 @@ async def new_channel_latencies(root: Path, n: int) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {"whatsapp": [], "signal": [], "matrix": []}
     async with FakeOpenAI(fallback=lambda body: reply("ok")) as llm, FakeWhatsApp() as wa, \
             FakeSignalCli("+15550001111", root) as sig:
-        config = config_for(llm.base_url, root / "workspace", mode="tools")
+        config = in_own_home(config_for(llm.base_url, root / "workspace", mode="tools"), root)
         config.gateway.heartbeat.enabled = False
         config.channels.whatsapp = WhatsAppConfig.model_validate(wa.section(free_port(), allowFrom=["1555"]))
         config.channels.signal = SignalConfig.model_validate({"enabled": True, "account": sig.account,
