@@ -12,7 +12,7 @@ import pytest
 from nanobot.config import Config, ConfigError, load_config
 from nanobot.tools import ssrf, web
 from nanobot.tools.registry import ToolContext, ToolRegistry
-from nanobot.tools.html_markdown import html_to_markdown
+from nanobot.media.html_markdown import html_to_markdown
 from nanobot.tools.web import WEB_TOOLS, web_fetch, web_search, wrap_untrusted
 from nanobot.trust import OWNER
 from tests.fakes.web_pages import WebPages
@@ -187,8 +187,25 @@ def test_page_without_main_or_article_still_yields_text():
     page = ("<html><body><div id=menu><a href=/a>A</a> <a href=/b>B</a></div><div class=content>"
             + "<p>A long enough paragraph of real prose, with commas, to be the content. </p>" * 5
             + "</div></body></html>")
-    title, text = html_to_markdown(page)
-    assert title == "" and text.count("A long enough paragraph") == 5
+    title, text, complete = html_to_markdown(page)
+    assert title == "" and text.count("A long enough paragraph") == 5 and complete
+
+
+def test_links_past_the_content_are_listed_by_their_exact_address():
+    """page1 is not shown because page10 is (its address only starts the same)."""
+    page = ("<html><body><article>" + "<p>Prose long enough to be the content, with commas, and more. </p>" * 5
+            + '<p>See <a href="https://example.org/page10">page ten</a>.</p></article>'
+            + '<div><a href="https://example.org/page1">page one</a></div></body></html>')
+    title, text, complete = html_to_markdown(page)
+    assert "[page ten](https://example.org/page10)" in text and "- [page one](https://example.org/page1)" in text
+
+
+def test_a_long_page_is_converted_only_as_far_as_it_is_shown():
+    """markdownify takes seconds a megabyte: a page of 5 MB (web_fetch's maxBytes) took the daemon
+    nearly a minute and 1.6 GB. Only what will be shown is converted, in the parsing process."""
+    rows = "".join(f"<tr><td>row {i}</td><td>{i * i}</td></tr>" for i in range(20_000))
+    title, text, complete = html_to_markdown(f"<html><body><table>{rows}</table></body></html>", max_chars=2_000)
+    assert not complete and "| row 100 | 10000 |" in text and "row 19999" not in text
 
 
 def test_wrap_untrusted_marks_and_defuses():

@@ -1,4 +1,4 @@
-"""Untrusted files are parsed in a child process with limits, never in the daemon.
+"""Untrusted files and web pages are parsed in a child process with limits, never in the daemon.
 
 Any allowed user, a member chat included, can send a PDF, a DOCX or a picture built to take
 gigabytes or minutes to parse. In the daemon that stalls every chat or gets it killed for
@@ -74,14 +74,29 @@ async def parse_file(kind: str, root: Path, relative: str, limits: ParseLimits =
     return result
 
 
-async def _run_child(kind: str, fd: int, name: str, limits: ParseLimits) -> dict[str, Any]:
+async def parse_page(html: str, url: str, max_chars: int, limits: ParseLimits = LIMITS) -> dict[str, Any]:
+    """A web page as ``{"title", "markdown", "complete"}`` (``html_markdown``), made in the
+    parsing process: a page is anyone's to write, and a few megabytes of it could take the
+    daemon a minute and gigabytes. Unreadable when it took more than the limits allow."""
+    request = json.dumps({"html": html, "url": url, "max_chars": max_chars}).encode()
+    async with _slots.setdefault(asyncio.get_running_loop(), asyncio.Semaphore(CONCURRENT)):
+        result = await _run_child("page", None, url, limits, request)
+    if "error" in result:
+        raise Unreadable(result["error"])
+    return result
+
+
+async def _run_child(kind: str, fd: int | None, name: str, limits: ParseLimits,
+                     data: bytes | None = None) -> dict[str, Any]:
+    """What the child made of the file ``fd`` (inherited), or else of ``data`` (its stdin)."""
     env = {"NANOBOT_PARSE_LIMITS": f"{limits.cpu_seconds},{limits.memory_bytes}"}  # no secret of the daemon's
+    inherited, stdin = ((), asyncio.subprocess.PIPE) if fd is None else ((fd,), asyncio.subprocess.DEVNULL)
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-m", "nanobot.media.parse_child", kind, str(fd), name, env=env, pass_fds=(fd,),
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        sys.executable, "-I", "-m", "nanobot.media.parse_child", kind, str(fd or 0), name, env=env,
+        pass_fds=inherited, stdin=stdin, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         async with asyncio.timeout(limits.wall_seconds):  # not wait_for: on 3.11 it can swallow a /stop
-            out, err = await child.communicate()
+            out, err = await child.communicate(data)
     except asyncio.TimeoutError:
         child.kill()
         await child.wait()

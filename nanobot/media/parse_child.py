@@ -1,5 +1,6 @@
-"""The child process that parses one untrusted file: ``python -I -m nanobot.media.parse_child KIND FD NAME``
-(FD: the file, opened and checked by the daemon, inherited; NAME: its name, for messages).
+"""The child process that parses one untrusted file or web page: ``python -I -m
+nanobot.media.parse_child KIND FD NAME`` (FD: the file, opened and checked by the daemon,
+inherited; NAME: its name, for messages).
 
 A sent file is an attacker's input to pypdf, python-docx (lxml) and Pillow: a 400 KB DOCX can
 inflate to gigabytes, a PNG header can claim a billion pixels. So the daemon never parses one
@@ -7,8 +8,9 @@ itself; this process does, under the limits the daemon passes in the environment
 (``NANOBOT_PARSE_LIMITS``: CPU seconds and bytes of address space), and, where the kernel
 offers them, under the shell's confinement (no capabilities, Landlock: read the system, the
 Python installation; the file is the inherited descriptor; seccomp: no sockets). It prints one JSON object:
-``{"text", "truncated", "pages"}`` for a document, ``{"jpeg": base64}`` for an image, or
-``{"error", "no_text"}`` for a file it refused or could not read.
+``{"text", "truncated", "pages"}`` for a document, ``{"jpeg": base64}`` for an image,
+``{"title", "markdown", "complete"}`` for a web page (KIND ``page``: FD 0, the page on stdin as
+``{"html", "url", "max_chars"}``), or ``{"error", "no_text"}`` for one it refused or could not read.
 """
 
 from __future__ import annotations
@@ -40,6 +42,12 @@ def _confine(cpu_seconds: int, memory_bytes: int) -> None:
 
 
 def _parse(kind: str, file: BinaryIO, name: str) -> dict:
+    if kind == "page":
+        from nanobot.media.html_markdown import html_to_markdown
+
+        page = json.load(file)
+        title, markdown, complete = html_to_markdown(page["html"], page["url"], page["max_chars"])
+        return {"title": title, "markdown": markdown, "complete": complete}
     if kind == "image":
         from nanobot.media.images import resized_jpeg
 
@@ -62,7 +70,7 @@ def main(argv: list[str]) -> int:
             result = _parse(kind, file, name)
     except MemoryError:
         result = {"error": "it needs more memory to read than I allow for one file", "no_text": False}
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, RecursionError) as exc:
         result = {"error": str(exc), "no_text": False}
     sys.stdout.write(json.dumps(result))
     return 0

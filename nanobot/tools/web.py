@@ -125,20 +125,24 @@ async def web_fetch(
         raise TimeoutError(f"web_fetch: {url} took longer than {settings.timeout:g}s") from None
     except BlockedAddressError as exc:  # callers see the plain built-in type
         raise PermissionError(f"web_fetch: {exc}") from None
-    # Parsing a big page takes CPU time; the loop must keep serving other chats meanwhile.
-    return await asyncio.to_thread(_render, page, settings.max_bytes, settings.max_chars)
+    return await _render(page, settings.max_bytes, settings.max_chars)
 
 
-def _render(page: Page, max_bytes: int, max_chars: int) -> str:
+async def _render(page: Page, max_bytes: int, max_chars: int) -> str:
+    from nanobot.media.isolation import Unreadable, parse_page
+
     kind = _kind(page)
-    text = _decode(page.body, page.charset)
-    title = ""
+    text = await asyncio.to_thread(_decode, page.body, page.charset)
+    title, complete = "", True
     if kind == "html":
-        from nanobot.tools.html_markdown import html_to_markdown
-
-        title, text = html_to_markdown(text, page.url)
-    if len(text) > max_chars:
-        text = text[:max_chars] + f"\n\n[truncated: {len(text) - max_chars} more characters not shown]"
+        try:
+            made = await parse_page(text, page.url, max_chars)
+        except Unreadable as exc:
+            raise ValueError(f"web_fetch: {page.url} could not be read: {exc}") from None
+        title, text, complete = made["title"], made["markdown"], made["complete"]
+    if len(text) > max_chars or not complete:
+        more = f"{len(text) - max_chars} more characters" if complete else "the rest of the page"
+        text = text[:max_chars] + f"\n\n[truncated: {more} not shown]"
     if page.truncated:
         text += f"\n\n[truncated: the page is larger than {max_bytes} bytes; only the start was read]"
     header = f"URL: {page.url}" + (f"\nTitle: {title}" if title else "")

@@ -4,11 +4,16 @@ readability alone deletes short lists and link lists from what it keeps, so it o
 *place*; the elements there, minus known clutter, are converted from our own parsed tree. The
 page's other links (an index page is mostly links, which main-content extraction throws away)
 follow in a "Links" list, with absolute URLs, so a reader can go on without guessing them.
+
+markdownify takes seconds a megabyte (9 s for a megabyte of table), so only as much is converted
+as will be shown (``max_chars``). A page is anyone's to write: it is converted in the parsing
+process (``isolation``), never in the daemon.
 """
 
 from __future__ import annotations
 
 import re
+from itertools import islice
 from typing import Any
 
 import lxml.html
@@ -18,6 +23,7 @@ from readability import Document
 
 _ID = "data-nanobot-id"
 MAX_LINKS = 100  # links listed after the content (site chrome is gone already: nav, header, footer)
+_SHOWN_LINK = re.compile(r"(?:\]\(|<)(https?://[^\s)>]+)")  # markdownify's [text](url) and <url>
 # Never content: site chrome, hidden text (a favourite hiding place for prompt injection), code.
 _NOISE = etree.XPath(
     "//script | //style | //noscript | //template | //iframe | //svg | //form | //button | //nav | //aside"
@@ -25,8 +31,9 @@ _NOISE = etree.XPath(
     " | //*[contains(translate(@style, ' ', ''), 'display:none')] | //img[starts-with(@src, 'data:')]")
 
 
-def html_to_markdown(page: str, base_url: str = "") -> tuple[str, str]:
-    """The page's title and its main content as Markdown.
+def html_to_markdown(page: str, base_url: str = "", max_chars: int = 1 << 62) -> tuple[str, str, bool]:
+    """The page's title, its main content as Markdown (at least ``max_chars`` of it, where the
+    page has that much), and whether that is all of it.
 
     readability picks *where* the main content is; the Markdown is made from the original
     elements it picked, because readability's own cleanup drops short lists, link lists and
@@ -36,7 +43,7 @@ def html_to_markdown(page: str, base_url: str = "") -> tuple[str, str]:
     try:
         tree = lxml.html.document_fromstring(page)
     except (etree.ParserError, ValueError):
-        return "", page.strip()
+        return "", page.strip(), True
     title = " ".join((tree.findtext(".//title") or "").split())
     for element in _NOISE(tree):
         element.drop_tree()
@@ -49,12 +56,12 @@ def html_to_markdown(page: str, base_url: str = "") -> tuple[str, str]:
     if base_url:
         tree.make_links_absolute(base_url, handle_failures="discard")
     links = _links(tree)  # before _main_content marks every element with an id
-    parts = _main_content(tree)
-    markdown = re.sub(r"\n{3,}", "\n\n", "\n\n".join(_to_markdown(part) for part in parts)).strip()
-    more = [f"- [{text}]({href})" for href, text in links.items() if f"({href}" not in markdown][:MAX_LINKS]
+    markdown, complete = _converted(_main_content(tree), max_chars)
+    shown = set(_SHOWN_LINK.findall(markdown))
+    more = list(islice((f"- [{text}]({href})" for href, text in links.items() if href not in shown), MAX_LINKS))
     if more:
         markdown += "\n\nLinks on the page:\n" + "\n".join(more)
-    return title, markdown
+    return title, markdown, complete
 
 
 def _links(tree: lxml.html.HtmlElement) -> dict[str, str]:
@@ -85,9 +92,32 @@ def _main_content(tree: lxml.html.HtmlElement) -> list[lxml.html.HtmlElement]:
     return [elements.get(el.get(_ID) or "", el) for el in chosen] or fallback
 
 
-def _to_markdown(element: lxml.html.HtmlElement) -> str:
-    return markdownify(lxml.html.tostring(element, encoding="unicode"), heading_style="ATX",
-                       bullets="-", code_language_callback=_code_language)
+def _converted(parts: list[lxml.html.HtmlElement], max_chars: int) -> tuple[str, bool]:
+    """The parts as Markdown, until there is more than ``max_chars`` of it; whether that is all."""
+    pieces: list[str] = []
+    for part in parts:
+        markdown, whole = _to_markdown(lxml.html.tostring(part, encoding="unicode"), max_chars)
+        pieces.append(markdown)
+        if not whole or sum(map(len, pieces)) > max_chars:
+            return _joined(pieces), whole and part is parts[-1]
+    return _joined(pieces), True
+
+
+def _to_markdown(html: str, max_chars: int) -> tuple[str, bool]:
+    """``html`` as Markdown, at least ``max_chars`` of it; whether that is all. Its start is
+    converted first, twice as much each time that was not enough (a cut tag is closed by the
+    parser): the work stays within a few times what is shown, however long the page."""
+    size = 4 * max_chars
+    while True:
+        start = html if size >= len(html) else html[:html.rfind(">", 0, size) + 1]
+        markdown = markdownify(start, heading_style="ATX", bullets="-", code_language_callback=_code_language)
+        if start is html or len(markdown) > max_chars:
+            return markdown, start is html
+        size *= 2
+
+
+def _joined(pieces: list[str]) -> str:
+    return re.sub(r"\n{3,}", "\n\n", "\n\n".join(pieces)).strip()
 
 
 def _code_language(pre: Any) -> str | None:
