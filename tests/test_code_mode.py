@@ -268,3 +268,14 @@ async def test_after_final_answer_no_empty_result_is_kept(llm: FakeOpenAI, works
     assert later[:2] == [("user", "hello"), ("assistant", f"{program}\n\nhi")]  # one message: roles alternate
     assert ("user", "<python_result>\n2\n</python_result>") in later  # a result that says something stays
     assert not any("(no output)" in str(c) for _, c in later)
+
+
+async def test_a_programs_answer_is_cut_at_the_message_limit_saying_so(llm: FakeOpenAI, workspace: Path) -> None:
+    """A program can make a string of any length: "x" * 3_000_000 as an answer was 734 Telegram
+    messages in the chat ("[" * 3_000_000 also 41 s of the daemon's time to format them)."""
+    from nanobot.tools.messaging import MAX_MESSAGE_CHARS
+
+    llm.script(reply("```python\nfinal_answer('x' * 3_000_000)\n```"))
+    [answer] = await ask(llm, workspace, "go")
+    assert answer.startswith("x" * MAX_MESSAGE_CHARS + "\n\n[… cut here: 2,950,000 more characters")
+    assert len(answer) < MAX_MESSAGE_CHARS + 200 and "send_file" in answer

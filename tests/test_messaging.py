@@ -93,3 +93,12 @@ async def test_the_terminal_chat_reaches_only_itself(config: Config) -> None:
         assert sent(ctx) == [("cli:default", "look here")]
         with pytest.raises(RuntimeError, match="nanobot gateway"):
             await send(ctx, content="x", to="telegram:77")
+
+
+async def test_a_message_is_cut_at_the_limit_saying_so(ctx: ToolContext) -> None:
+    from nanobot.tools.messaging import MAX_MESSAGE_CHARS
+
+    await send(ctx, content="y" * (MAX_MESSAGE_CHARS + 10))
+    [(target, text)] = sent(ctx)
+    assert text.startswith("y" * MAX_MESSAGE_CHARS + "\n\n[… cut here: 10 more characters")
+    assert text.count("y") == MAX_MESSAGE_CHARS

@@ -18,6 +18,7 @@ from nanobot.agent.markup import answer_or_failure, extract_code, for_the_user, 
 from nanobot.agent.modes import (ToolsMode, attachments_note, keep_long_message,
                                  long_message_preview, run_tool_call)
 from nanobot.providers.base import LLMResponse, parse_arguments
+from nanobot.tools.messaging import fit_message
 from nanobot.sandbox.executor import CodeExecutor, Extra, code_stubs
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def turn_functions(turn: Turn) -> dict[str, Extra]:
     from nanobot.sandbox import StopProgram
 
     async def final_answer(value: Any = "") -> None:
-        turn.state.final = value if isinstance(value, str) else repr(value)
+        turn.state.final = fit_message(value if isinstance(value, str) else repr(value))
         raise StopProgram()
 
     async def llm_query(prompt: str) -> str:

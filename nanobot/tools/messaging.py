@@ -8,7 +8,8 @@ talked to the bot (it has a session file). Anything else is a PermissionError, s
 prompt-injected web page cannot make the bot write to strangers.
 
 Member chats write only to themselves, and a turn that read outside content (a web page, a
-document) only to its own chat. At most ``gateway.maxMessagesPerTurn`` messages go out per turn.
+document) only to its own chat. At most ``gateway.maxMessagesPerTurn`` messages go out per turn,
+each of at most ``MAX_MESSAGE_CHARS`` (``fit_message``; a program's ``final_answer`` too).
 """
 
 from __future__ import annotations
@@ -25,6 +26,19 @@ from nanobot.tools.registry import ToolContext, tool
 from nanobot.trust import OWNER
 
 
+# A model writes at most maxTokens, but a program can make a string of any length: "x" * 3_000_000
+# was 734 Telegram messages in the chat, and "[" * 3_000_000 also 41 s of the daemon's time to format.
+MAX_MESSAGE_CHARS = 50_000
+
+
+def fit_message(text: str) -> str:
+    """``text``, cut at MAX_MESSAGE_CHARS with a note saying so (a long result goes as a file)."""
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return (text[:MAX_MESSAGE_CHARS] + f"\n\n[… cut here: {len(text) - MAX_MESSAGE_CHARS:,} more characters. "
+            "A result this long goes better as a file: write it, then send_file.]")
+
+
 @tool
 async def send_message(ctx: ToolContext, content: str, to: str | None = None) -> str:
     """Send a message now: to this chat, or to another as "channel:chat_id".
@@ -34,7 +48,7 @@ async def send_message(ctx: ToolContext, content: str, to: str | None = None) ->
     if not content.strip():
         raise ValueError("send_message: the content is empty")
     channel, chat_id, target = await _checked_target(ctx, to, "send_message")
-    await _bus(ctx, "send_message").publish_outbound(OutboundMessage(channel, chat_id, content))
+    await _bus(ctx, "send_message").publish_outbound(OutboundMessage(channel, chat_id, fit_message(content)))
     return f"Message sent to {target}."
 
 
