@@ -98,7 +98,8 @@ def _converted(parts: list[lxml.html.HtmlElement], max_chars: int) -> tuple[str,
     for part in parts:
         markdown, whole = _to_markdown(lxml.html.tostring(part, encoding="unicode"), max_chars)
         pieces.append(markdown)
-        if not whole or sum(map(len, pieces)) > max_chars:
+        max_chars -= len(markdown)
+        if not whole or max_chars <= 0:
             return _joined(pieces), whole and part is parts[-1]
     return _joined(pieces), True
 
@@ -107,7 +108,7 @@ def _to_markdown(html: str, max_chars: int) -> tuple[str, bool]:
     """``html`` as Markdown, at least ``max_chars`` of it; whether that is all. Its start is
     converted first, twice as much each time that was not enough (a cut tag is closed by the
     parser): the work stays within a few times what is shown, however long the page."""
-    size = 4 * max_chars
+    size = 4 * max(max_chars, 1000)
     while True:
         start = html if size >= len(html) else html[:html.rfind(">", 0, size) + 1]
         markdown = markdownify(start, heading_style="ATX", bullets="-", code_language_callback=_code_language)

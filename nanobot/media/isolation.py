@@ -92,7 +92,7 @@ async def _run_child(kind: str, fd: int | None, name: str, limits: ParseLimits,
     env = {"NANOBOT_PARSE_LIMITS": f"{limits.cpu_seconds},{limits.memory_bytes}"}  # no secret of the daemon's
     inherited, stdin = ((), asyncio.subprocess.PIPE) if fd is None else ((fd,), asyncio.subprocess.DEVNULL)
     child = await asyncio.create_subprocess_exec(
-        sys.executable, "-I", "-m", "nanobot.media.parse_child", kind, str(fd or 0), name, env=env,
+        sys.executable, "-I", "-m", "nanobot.media.parse_child", kind, str(0 if fd is None else fd), name, env=env,
         pass_fds=inherited, stdin=stdin, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
         async with asyncio.timeout(limits.wall_seconds):  # not wait_for: on 3.11 it can swallow a /stop
