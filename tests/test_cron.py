@@ -170,6 +170,9 @@ async def test_create_job_rejects_bad_target_and_code(store: CronStore):
         await add(store, "every", "5", deliver_to="telegram")
     with pytest.raises(ValueError, match="rejected: SyntaxError: line 1"):
         await add(store, "every", "5", payload="print 1", validate_code=syntax_check)
+    for too_much in ({"name": "x" * 101}, {"payload": "print(1)\n" * 20_000}):
+        with pytest.raises(ValueError, match="name is at most 100 characters"):  # listed to the owner
+            await add(store, "every", "5", **too_much)
     assert await store.list() == []
 
 

@@ -58,6 +58,9 @@ def check_target(target: str) -> str:
     return target
 
 
+MAX_NAME, MAX_PAYLOAD = 100, 100_000  # characters
+
+
 async def create_job(store: CronStore, *, owner_session: str, schedule_kind: str, expression: str, timezone: str,
                      payload_kind: str, payload: str, name: str | None = None, deliver_to: str | None = None,
                      validate_code: CodeValidator | None = None) -> CronJob:
@@ -70,6 +73,10 @@ async def create_job(store: CronStore, *, owner_session: str, schedule_kind: str
         raise ValueError(f"unknown payload kind {payload_kind!r}: use 'code' or 'prompt'")
     if not payload.strip():
         raise ValueError(f"the job's {payload_kind} is empty")
+    # A member's job is listed to the owner (cron list, the page, a notice): its name is short.
+    if len(payload) > MAX_PAYLOAD or name is not None and len(name) > MAX_NAME:
+        raise ValueError(f"a job's name is at most {MAX_NAME} characters, and its {payload_kind} at most "
+                         f"{MAX_PAYLOAD:,}")
     check_target(owner_session)
     if deliver_to is not None:
         check_target(deliver_to)
