@@ -30,14 +30,17 @@ from markdownify import markdownify
 
 # Where the quoted earlier mail starts: the line mail programs write above it ("On Mon, 1 Jan
 # 2026, Ann <ann@x.org> wrote:", maybe over two lines; in German, French, Spanish, Italian, Dutch
-# and Portuguese too), Outlook's header block ("From: ..." then "Sent:" or "Date:", in the same
-# languages, bold when it came as HTML) or separator, or a rule. Every part is bounded: the text
-# is an allowed sender's, up to MAX_MAIL_BYTES. (mail-parser-reply knows more languages, but strips
-# every line, code's indentation too, and took 11 s on "Sent from" and 50,000 spaces.)
+# and Portuguese too), Outlook's header block ("From: ..." then "Sent: ...", in the same languages,
+# bold when it came as HTML; not "Date:", which a traveller's "From: London / Date: 3 May" has)
+# or separator, or a rule. Every part is bounded: the text is an allowed sender's, up to
+# MAX_MAIL_BYTES. (mail-parser-reply knows more languages, but strips every line, code's
+# indentation too, and took 11 s on "Sent from" and 50,000 spaces.) A forward is not cut: the
+# mail below its header is what it brings.
 _WROTE = (r"(?:On|Am|Le|El|Il|Op|Em)\b.{0,300}?"
           r"\b(?:wrote|schrieb|a écrit|escribió|ha scritto|schreef|escreveu)\b[^:\n]{0,100}:")
 _OUTLOOK = (r"\**(?:From|Von|De|Da|Van) ?:\**[^\n]*\n[ \t]*"
-            r"\**(?:Sent|Date|Gesendet|Datum|Envoyé|Enviado|Fecha|Inviato|Data|Verzonden) ?:")
+            r"\**(?:Sent|Gesendet|Envoyé|Enviado|Inviato|Verzonden) ?:")
+_FORWARD = re.compile(r"(?:fwd?|wg|tr|rv|i|doorst)\s*:", re.IGNORECASE)  # Fwd:, FW:, WG:, TR:, RV:, I:
 _QUOTE_HEAD = re.compile(rf"^(?:{_WROTE}\s*$|{_OUTLOOK}|(?:-{{2,}}\s*Original Message\s*-{{2,}}|_{{5,}})\s*$)",
                          re.IGNORECASE | re.MULTILINE | re.DOTALL)
 
@@ -109,7 +112,9 @@ def read_body(raw: bytes, mail: Mail) -> Mail:
         assert isinstance(message, EmailMessage)
         if _depth(message) > MAX_DEPTH:
             raise Unreadable(f"its parts nest deeper than {MAX_DEPTH}")
-        mail.text, mail.attachments = trim_quoted(body_text(message)), _attachments(message)
+        text = body_text(message)
+        mail.text = text if _FORWARD.match(mail.subject) else trim_quoted(text)
+        mail.attachments = _attachments(message)
     except (LookupError, ValueError, TypeError, AttributeError, IndexError, RecursionError) as exc:
         raise Unreadable(f"it could not be parsed ({type(exc).__name__}: {exc})"[:300]) from None
     return mail

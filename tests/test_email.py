@@ -442,6 +442,16 @@ def test_the_quoted_earlier_mail_is_cut_as_mail_programs_write_it(body: str) -> 
     assert trim_quoted("From: the report, it seems\nsales went up.") == "From: the report, it seems\nsales went up."
 
 
+def test_a_forward_keeps_the_mail_it_brings_and_travel_plans_are_no_quote() -> None:
+    from nanobot_channels.email_parse import read_body, read_headers, trim_quoted
+
+    raw = bytes(mail(FRIEND, "FW: the report", "Can you sum this up?\n\n________________________________\n"
+                                                "From: Carol <carol@x.org>\nSent: Monday\n\nSales went up 4%."))
+    assert read_body(raw, read_headers(raw)).text.endswith("Sales went up 4%.")  # what the forward is for
+    plans = "Please book it:\nFrom: London\nDate: 3 May\nTo: Paris"
+    assert trim_quoted(plans) == plans
+
+
 def test_a_strangers_huge_mail_costs_a_header_parse() -> None:
     from nanobot_channels.email_parse import Unreadable, read_body, read_headers
 
