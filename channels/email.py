@@ -225,7 +225,8 @@ class EmailChannel(BaseChannel):
         key = f"mail:{mail.sender}:{mail.message_id or uid_key}"
         await self._handle(InboundMessage(self.name, mail.sender, mail.sender, text, sender_name=mail.sender_name,
                                           media=media, is_private=True, delivery_key=key,
-                                          reply_context=mail.reply_context()))
+                                          reply_context=mail.reply_context(),
+                                          untrusted="a forwarded mail" if mail.forwarded else None))
 
     async def _save(self, mail: Mail, root: Path) -> list[str]:
         paths = []

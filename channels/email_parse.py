@@ -41,6 +41,9 @@ _WROTE = (r"(?:On|Am|Le|El|Il|Op|Em)\b.{0,300}?"
 _OUTLOOK = (r"\**(?:From|Von|De|Da|Van) ?:\**[^\n]*\n[ \t]*"
             r"\**(?:Sent|Gesendet|Envoyé|Enviado|Inviato|Verzonden) ?:")
 _FORWARD = re.compile(r"(?:fwd?|wg|tr|rv|i|doorst)\s*:", re.IGNORECASE)  # Fwd:, FW:, WG:, TR:, RV:, I:
+# What mail programs put above a forwarded mail in the body (Gmail, Apple Mail, Thunderbird, Outlook).
+_FORWARD_HEAD = re.compile(r"^(?:-{5,} ?Forwarded message ?-{5,}|Begin forwarded message:|-{5,} ?(?:Original|Forwarded) "
+                           r"Message ?-{5,})\s*$", re.IGNORECASE | re.MULTILINE)
 _QUOTE_HEAD = re.compile(rf"^(?:{_WROTE}\s*$|{_OUTLOOK}|(?:-{{2,}}\s*Original Message\s*-{{2,}}|_{{5,}})\s*$)",
                          re.IGNORECASE | re.MULTILINE | re.DOTALL)
 
@@ -65,6 +68,7 @@ class Mail:
     headers: Message  # the header block (Authentication-Results are read from it)
     auto: bool = False  # an auto-reply, a bounce or a list mail: never answered
     text: str = ""  # the new part of the body, as text (``read_body``)
+    forwarded: bool = False  # it brings someone else's mail (``read_body``): outside content
     attachments: list[tuple[str, bytes]] = field(default_factory=list)  # (file name, bytes)
 
     def reply_context(self) -> dict[str, str]:
@@ -113,6 +117,7 @@ def read_body(raw: bytes, mail: Mail) -> Mail:
         if _depth(message) > MAX_DEPTH:
             raise Unreadable(f"its parts nest deeper than {MAX_DEPTH}")
         text = body_text(message)
+        mail.forwarded = bool(_FORWARD.match(mail.subject) or _FORWARD_HEAD.search(text))
         mail.text = text if _FORWARD.match(mail.subject) else trim_quoted(text)
         mail.attachments = _attachments(message)
     except (LookupError, ValueError, TypeError, AttributeError, IndexError, RecursionError) as exc:
