@@ -40,7 +40,7 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFa
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
 from nanobot.bus import Identity, OutboundMessage
 from nanobot.config import SlackConfig
-from nanobot.listener import Listener, read_whole
+from nanobot.listener import BadBody, Listener, read_body, read_whole
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class SlackChannel(BaseChannel):
         self.team: str | None = None  # our workspace's id, from auth.test
         events = web.Application(client_max_size=MAX_EVENT_BYTES)  # with channels.slack.events
         events.router.add_post(config.events.path if config.events else "/", self._http_event)
-        self.events = Listener(events, "channels.slack.events.listen")
+        self.events = Listener(events, "channels.slack.events.listen", timeout_s=ctx.http_timeout_s)
         self._previews: dict[Any, tuple[str, str]] = {}  # stream_id -> (channel, ts) of the growing message
         self._chat_locks: dict[str, asyncio.Lock] = {}
         # Where each chat was read up to: Slack gives up on an event after a few retries, so what
@@ -158,6 +158,10 @@ class SlackChannel(BaseChannel):
     # -- incoming ------------------------------------------------------------------------
     async def _http_event(self, request: web.Request) -> web.Response:
         """An Events API request: bolt verifies it, runs ``_on_event``, answers (401 unsigned)."""
+        try:
+            await read_body(request, MAX_EVENT_BYTES)  # in time, or the connection is let go (bolt reads it again)
+        except BadBody as exc:
+            return web.Response(status=exc.status, text=str(exc))
         response = await to_aiohttp_response(await self.app.async_dispatch(await to_bolt_request(request)))
         if response.status == 401:
             log.info("slack events: refused a request from %s without a valid signature", request.remote)

@@ -79,7 +79,7 @@ class TelegramChannel(BaseChannel):
                      .defaults(Defaults(link_preview_options=NO_PREVIEW))
                      .build())
         self._bot: Bot = self._app.bot
-        self._webhook = WebhookServer(config.webhook, self._on_webhook) if config.webhook else None
+        self._webhook = WebhookServer(config.webhook, self._on_webhook, ctx.http_timeout_s) if config.webhook else None
         self._username = ""  # the bot's own @username, known after start()
         self._previews: dict[Any, _Preview] = {}  # stream_id -> the message a reply streams into
 

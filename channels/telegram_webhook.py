@@ -26,12 +26,13 @@ MAX_UPDATE_BYTES = 1024 * 1024  # an update is a few KB; files are fetched separ
 
 
 class WebhookServer:
-    def __init__(self, config: TelegramWebhook, handle: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+    def __init__(self, config: TelegramWebhook, handle: Callable[[dict[str, Any]], Awaitable[None]],
+                 timeout_s: float | None = None) -> None:
         self.config = config
         self.handle = handle  # records the update (raises StoreUnavailable when it cannot)
         app = web.Application(client_max_size=MAX_UPDATE_BYTES)
         app.router.add_post(self.config.path, self._update)
-        self.listener = Listener(app, "channels.telegram.webhook.listen")
+        self.listener = Listener(app, "channels.telegram.webhook.listen", timeout_s=timeout_s)
 
     async def start(self) -> None:
         await self.listener.start(*self.config.address())

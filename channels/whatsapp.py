@@ -32,7 +32,7 @@ from aiohttp import web
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot.config import WhatsAppConfig
-from nanobot.listener import BadBody, Listener, read_whole
+from nanobot.listener import BadBody, Listener, read_body, read_whole
 from nanobot.sqlite_file import StoreUnavailable
 from nanobot_channels.text import split_message
 
@@ -59,7 +59,7 @@ class WhatsAppChannel(BaseChannel):
         app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_get(config.webhook.path, self._verify)
         app.router.add_post(config.webhook.path, self._post)
-        self.webhook = Listener(app, "channels.whatsapp.webhook.listen")
+        self.webhook = Listener(app, "channels.whatsapp.webhook.listen", timeout_s=ctx.http_timeout_s)
         self._last_message: dict[str, str] = {}  # wa_id -> the id of their latest message (typing, read)
 
     async def start(self) -> None:
@@ -92,9 +92,9 @@ class WhatsAppChannel(BaseChannel):
 
     async def _post(self, request: web.Request) -> web.Response:
         try:
-            raw = await read_whole(request.content, MAX_BODY_BYTES)
-        except ValueError:
-            return web.Response(status=413, text="too large")
+            raw = await read_body(request, MAX_BODY_BYTES)
+        except BadBody as exc:  # too large, or too slow: a stalled body must not hold the connection
+            return web.Response(status=exc.status, text=str(exc))
         signature = request.headers.get(SIGNATURE_HEADER, "").encode("utf-8", "surrogateescape")
         expected = b"sha256=" + hmac.new(self.config.app_secret.encode(), raw, hashlib.sha256).hexdigest().encode()
         if not hmac.compare_digest(signature, expected):

@@ -134,6 +134,8 @@ class ChannelContext:
     report: Callable[[str, str | None], None] | None = None
     # Where event streams stand: the gateway keeps them in its delivery store.
     positions: Positions = field(default_factory=Remembered)
+    # A webhook request whose headers or body take longer is ended (None: nanobot.listener's).
+    http_timeout_s: float | None = None
 
     async def accept(self, messages: list[InboundMessage]) -> None:
         await self.intake.accept(messages)

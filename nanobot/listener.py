@@ -63,17 +63,23 @@ class Listener:
         await self.runner.cleanup()
 
 
-async def read_json(request: web.Request, max_bytes: int) -> Any:
-    """The request's body as JSON, or ``BadBody`` (400 not JSON, 408 too slow, 413 too large)."""
+async def read_body(request: web.Request, max_bytes: int) -> bytes:
+    """The request's body whole, or ``BadBody`` (408 too slow, 413 too large). Read once: a
+    later ``request.read()`` or ``text()`` (slack-bolt's) gets it again without waiting."""
     if request.content_length is not None and request.content_length > max_bytes:
         raise BadBody(413, f"the body is over {max_bytes // 1024} KB")
     try:
         async with asyncio.timeout(timeout_s := request.app.get(BODY_TIMEOUT, TIMEOUT_S)):
-            raw = await request.read()
+            return await request.read()
     except TimeoutError:
         raise BadBody(408, f"the body did not arrive within {timeout_s:g} s") from None
     except web.HTTPRequestEntityTooLarge:
         raise BadBody(413, f"the body is over {max_bytes // 1024} KB") from None
+
+
+async def read_json(request: web.Request, max_bytes: int) -> Any:
+    """The request's body as JSON, or ``BadBody`` (400 not JSON, 408 too slow, 413 too large)."""
+    raw = await read_body(request, max_bytes)
     try:
         return json.loads(raw)
     except RecursionError:

@@ -116,6 +116,28 @@ async def test_stalled_connections_are_closed_while_the_owner_is_served(impatien
         w.close()
 
 
+async def test_a_webhooks_stalled_body_is_ended_in_time(llm, workspace: Path) -> None:
+    """Meta's and Slack's posts are read whole before their signature can be checked: anyone who
+    can reach the port could hold connections open for ever with bodies that never finish."""
+    from tests.fakes.slack_api import FakeSlack
+    from tests.fakes.whatsapp_api import FakeWhatsApp
+    from tests.test_slack import slack_config
+    from tests.test_whatsapp import wa_config
+
+    async with FakeWhatsApp() as wa, FakeSlack() as slack:
+        config = slack_config(llm, workspace, slack, events=True)
+        config.channels.whatsapp = wa_config(llm, workspace, wa).channels.whatsapp
+        hooks = [config.channels.whatsapp.webhook, config.channels.slack.events]
+        async with running_gateway(config, pace=fast_pace(http_timeout_s=SHORT_TIMEOUT_S)):
+            for hook in hooks:
+                reader, writer = await asyncio.open_connection(*hook.address())
+                writer.write(f"POST {hook.path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             "Content-Length: 1000\r\n\r\n{\"entry\":".encode())
+                answer = await asyncio.wait_for(reader.read(4096), SHORT_TIMEOUT_S + 5)
+                writer.close()
+                assert answer.startswith(b"HTTP/1.1 408"), answer[:80]
+
+
 async def test_an_address_in_use_is_one_line(home: Path, workspace: Path, llm) -> None:
     port = free_port()
     blocker = await asyncio.start_server(lambda r, w: None, "127.0.0.1", port)

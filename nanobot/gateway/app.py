@@ -81,7 +81,7 @@ class Pace:
     send_retry: tuple[float, float] = SEND_RETRY  # a platform that is down: the first probe's wait, the longest
     drain_s: float = DRAIN_SECONDS  # how long queued replies may take to go out at shutdown
     key_refresh_s: float = KEY_REFRESH_S  # the API reads its keys again after this (one added elsewhere)
-    http_timeout_s: float | None = None  # the API's, the socket's and the metrics' (None: nanobot.listener's)
+    http_timeout_s: float | None = None  # every listener's: the API, the socket, metrics, webhooks (None: nanobot.listener's)
     adapters: AdapterOptions = field(default_factory=dict)  # an adapter's own keyword arguments, by channel
 
 
@@ -121,7 +121,7 @@ class Gateway:
                                    workspace=self.config.workspace_path,
                                    max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
                                    chat_root=self._chat_root, singletons=self.singletons,
-                                   report=self._report, positions=self.delivery)
+                                   report=self._report, positions=self.delivery, http_timeout_s=pace.http_timeout_s)
         self.channels = ChannelSupervisor(self.config, self._ctx, on_state=self._write_state,
                                           retry_first_s=pace.channel_retry_s, start_deadline_s=pace.channel_start_s,
                                           adapter_options=pace.adapters)
