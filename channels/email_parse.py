@@ -40,7 +40,7 @@ _WROTE = (r"(?:On|Am|Le|El|Il|Op|Em)\b.{0,300}?"
           r"\b(?:wrote|schrieb|a écrit|escribió|ha scritto|schreef|escreveu)\b[^:\n]{0,100}:")
 _OUTLOOK = (r"\**(?:From|Von|De|Da|Van) ?:\**[^\n]*\n[ \t]*"
             r"\**(?:Sent|Gesendet|Envoyé|Enviado|Inviato|Verzonden) ?:")
-_FORWARD = re.compile(r"(?:fwd?|wg|tr|rv|i|doorst)\s*:", re.IGNORECASE)  # Fwd:, FW:, WG:, TR:, RV:, I:
+_FORWARD = re.compile(r"(?:fwd?|wg|tr|rv|enc|i|doorst|vs|vb|pd)\s*:", re.IGNORECASE)  # Fwd:, FW:, WG:, TR:...
 # What mail programs put above a forwarded mail in the body (Gmail, Apple Mail, Thunderbird, Outlook).
 _FORWARD_HEAD = re.compile(r"^(?:-{5,} ?Forwarded message ?-{5,}|Begin forwarded message:|-{5,} ?(?:Original|Forwarded) "
                            r"Message ?-{5,})\s*$", re.IGNORECASE | re.MULTILINE)
