@@ -12,6 +12,7 @@ import time
 from typing import Awaitable, Callable
 
 from nanobot.eventloop import cancel_and_wait
+from nanobot.utf8 import without_bidi_controls
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +29,10 @@ class OwnerNotices:
         self._later: asyncio.Task[None] | None = None
 
     async def announce(self, text: str) -> None:
-        # One line, whatever a member or stranger put in it (a job's name, a display name): a
-        # notice must not grow lines that read as the assistant's own (a forged "Approve: ...").
-        text = " ".join(text.split())
+        # One line, in the order written, whatever a member or stranger put in it (a job's name,
+        # a display name): a notice must not grow lines that read as the assistant's own (a forged
+        # "Approve: ..."), nor show the rest of its line reversed.
+        text = " ".join(without_bidi_controls(text).split())
         text = text if len(text) <= NOTICE_MAX else text[:NOTICE_MAX - 1] + "…"
         log.warning("announced to the owner: %s", text)
         if not self._pending and time.monotonic() >= self._quiet_until:

@@ -11,6 +11,11 @@ from typing import Any
 # sequences that set the clipboard, retitle the window or redraw the screen; CR overwrites a
 # line), DEL, and the C1 controls (0x9b is CSI to some terminals).
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0b, 0x20), 0x7f, *range(0x80, 0xa0))}
+# What reorders the text around it (bidi embeddings, overrides, isolates and marks): a stranger's
+# name holding U+202E shows the rest of the line, the command to type included, backwards.
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_CONTROLS |= {ord(c): f"\\u{ord(c):04x}" for c in BIDI_CONTROLS}
+_NO_BIDI = dict.fromkeys(map(ord, BIDI_CONTROLS))
 
 
 def for_terminal(text: str) -> str:
@@ -22,6 +27,11 @@ def for_terminal(text: str) -> str:
 
 # JSON escapes the C0 controls itself; DEL and C1 pass as they are unless written as escapes.
 _JSON_CONTROLS = {c: f"\\u{c:04x}" for c in (0x7f, *range(0x80, 0xa0))}
+
+
+def without_bidi_controls(text: str) -> str:
+    """``text`` shown in the order it was written (natural right-to-left script is unchanged)."""
+    return text.translate(_NO_BIDI)
 
 
 def json_line(value: Any) -> str:

@@ -85,6 +85,24 @@ async def test_a_job_made_in_an_api_chat_runs_and_its_output_is_in_that_chats_hi
     assert "CODE-OUTPUT" in shown and "PROMPT-JOB-REPLY" in shown
 
 
+async def test_a_notice_shows_a_strangers_text_in_the_order_written() -> None:
+    """A display name holding U+202E (right-to-left override) showed the rest of the notice's line,
+    the command to type included, backwards: a name can make that read as another command."""
+    from nanobot.notices import OwnerNotices
+    from nanobot.utf8 import BIDI_CONTROLS, for_terminal
+
+    sent: list[str] = []
+
+    async def send(text: str) -> None:
+        sent.append(text)
+
+    notices = OwnerNotices(send)
+    await notices.announce("telegram user 9 (\u202e4321LIVE evorppa) asked to talk to me. Approve: ... REAL5678")
+    await notices.close()
+    assert sent and not any(c in sent[0] for c in BIDI_CONTROLS) and sent[0].endswith("REAL5678")
+    assert for_terminal("a\u202eb\u2066c") == "a\\u202eb\\u2066c"  # the terminal shows them, never obeys
+
+
 async def test_notices_within_the_quiet_time_come_as_one_message_at_its_end() -> None:
     from nanobot.notices import OwnerNotices
 
