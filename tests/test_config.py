@@ -90,6 +90,11 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"channels": {"telegram": {"webhook": {"url": "https://b.example.org/tg", "secretToken": "x" * 16,
                                             "listen": "8443"}}}}, "invalid value for 'channels.telegram.webhook.listen'"),
     ({"gateway": {"failoverSeconds": 1}}, "invalid value for 'gateway.failoverSeconds'"),
+    # never matching a sender, silently: an id the platform never names
+    ({"channels": {"whatsapp": {"allowFrom": ["bob"]}}},
+     "invalid value for 'channels.whatsapp.allowFrom': 'bob' is not a phone number"),
+    ({"channels": {"signal": {"owners": ["15550002222"]}}},
+     "invalid value for 'channels.signal.owners': '15550002222' is not a phone number with its country code"),
     ('{"agents": {', "invalid JSON: expecting property name enclosed in double quotes at line 1, column 13"),
     ('{"agents": "x', "invalid JSON: unterminated string starting at line 1, column 12"),
     ("[1, 2]", "top level must be a JSON object"),
@@ -99,6 +104,19 @@ def test_bad_config_is_one_clear_error(tmp_path: Path, data, expected: str) -> N
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert expected in str(err.value) and str(path) in str(err.value)
+
+
+def test_ids_are_read_as_the_platforms_name_senders(tmp_path: Path) -> None:
+    """Written as people write them, compared as the platform gives them: "Ada@Example.org" and
+    "+1 555-000-2222" never matched a sender before."""
+    config = load_config(write(tmp_path / "c.json", {"channels": {
+        "email": {"allowFrom": ["Ada@Example.org"], "owners": ["Ada@Example.org"]},
+        "whatsapp": {"allowFrom": ["+1 555-000-2222", 15550003333, "*"]},
+        "signal": {"allowFrom": ["+1 (555) 000 2222", "A1B2C3D4-0000-1111-2222-333344445555"]}}}))[0]
+    channels = config.channels
+    assert channels.email.allow_from == channels.email.owners == ["ada@example.org"]
+    assert channels.whatsapp.allow_from == ["15550002222", "15550003333", "*"]
+    assert channels.signal.allow_from == ["+15550002222", "a1b2c3d4-0000-1111-2222-333344445555"]
 
 
 def test_named_missing_file_is_an_error(tmp_path: Path) -> None:

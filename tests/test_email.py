@@ -172,6 +172,21 @@ async def test_a_forwarded_mail_is_outside_content(llm: FakeOpenAI, workspace: P
     assert "external content" in answer.get_content() and (workspace / "AGENTS.md").read_text() == "be kind"
 
 
+async def test_addresses_in_the_config_count_whatever_their_case(llm: FakeOpenAI, workspace: Path, imap: Dovecot,
+                                                                smtp: SmtpReceiver) -> None:
+    """Senders are read in lower case: an owner written "Ada@Example.org" was never admitted."""
+    llm.fallback = lambda body: reply("hello")
+    config = email_config(llm, workspace, imap, smtp)
+    config.channels.email = EmailConfig.model_validate({
+        **email_section(imap, smtp, ["Ada@Example.org", "Bob@Example.ORG"]), "owners": ["Ada@Example.org"],
+        "trustedAuthServId": MX})
+    async with running_gateway(config) as gateway:
+        await imap.deliver(bytes(mail(OWNER, "hi", "it is ada", auth=passed(OWNER))))
+        await imap.deliver(bytes(mail(FRIEND, "hi", "it is bob", auth=passed(FRIEND))))
+        assert sorted(m["To"] for m in await smtp.wait_sent(2)) == [OWNER, FRIEND]
+        assert gateway.runtime.trust(f"email:{OWNER}") == "owner"
+
+
 async def test_strangers_and_robots_get_no_reply(llm: FakeOpenAI, workspace: Path, imap: Dovecot,
                                                  smtp: SmtpReceiver) -> None:
     llm.fallback = lambda body: reply("hello friend")

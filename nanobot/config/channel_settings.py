@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from nanobot.config.base import HttpProxy, Id, Section, _check_listen, listen_address
@@ -147,6 +148,12 @@ class EmailConfig(ChannelSection):
     trusted_auth_serv_id: str | None = None
     poll_seconds: float = Field(60.0, gt=0)
 
+    @field_validator("allow_from", "owners")
+    @classmethod
+    def _as_senders_are_read(cls, addresses: list[str]) -> list[str]:
+        """Lower case, as the adapter reads a sender: "Ada@Example.org" was never admitted."""
+        return [address.lower() for address in addresses]
+
     @property
     def owners_verified(self) -> bool:
         return bool(self.trusted_auth_serv_id)
@@ -189,6 +196,20 @@ class WhatsAppWebhook(Section):
         return listen_address(self.listen)
 
 
+_PHONE_PUNCTUATION = re.compile(r"[\s().-]")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _phone(entry: str, *, plus: bool = False) -> str:
+    """A phone number as the platforms write it ("+15550002222"; with ``plus``, its "+" is
+    required: Signal's are), or "*"; ValueError otherwise."""
+    number = _PHONE_PUNCTUATION.sub("", entry)
+    if number != "*" and not (number.removeprefix("+").isdigit() and (number.startswith("+") or not plus)):
+        raise ValueError(f"{entry!r} is not a phone number with its country code (+15550001111)"
+                         + (" or an account UUID" if plus else ""))
+    return number
+
+
 class WhatsAppConfig(ChannelSection):
     """WhatsApp through the Cloud API: Meta's webhook in (signed with ``appSecret``), the Graph
     API out. ``allowFrom``/``owners``: wa_ids (the phone number, digits only)."""
@@ -199,6 +220,12 @@ class WhatsAppConfig(ChannelSection):
     verify_token: str = ""
     webhook: WhatsAppWebhook = WhatsAppWebhook()
     api_base: str = "https://graph.facebook.com/v21.0"
+
+    @field_validator("allow_from", "owners")
+    @classmethod
+    def _as_meta_names_senders(cls, entries: list[str]) -> list[str]:
+        """wa_ids: "+1 555-000-2222" is 15550002222 (Meta's name for a sender has no "+")."""
+        return [_phone(entry).removeprefix("+") for entry in entries]
 
     def private_chat(self, user_id: str) -> str | None:
         return user_id if user_id.isdigit() else None
@@ -217,6 +244,13 @@ class SignalConfig(ChannelSection):
     rpc_url: str = "http://127.0.0.1:8080"
     # Where signal-cli keeps attachments it received (read without following links)
     attachments_dir: str = "~/.local/share/signal-cli/attachments"
+
+    @field_validator("allow_from", "owners")
+    @classmethod
+    def _as_signal_cli_names_senders(cls, entries: list[str]) -> list[str]:
+        """"+1 555 000 2222" is +15550002222; a UUID is in lower case."""
+        return [entry.strip().lower() if _UUID.fullmatch(entry.strip()) else _phone(entry, plus=True)
+                for entry in entries]
 
     def private_chat(self, user_id: str) -> str | None:
         return user_id if user_id.startswith("+") and user_id[1:].isdigit() else None  # not a UUID
