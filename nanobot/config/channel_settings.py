@@ -12,6 +12,19 @@ from pydantic.alias_generators import to_camel
 from nanobot.config.base import HttpProxy, Id, Section, _check_listen, listen_address
 
 
+# What a platform names a sender by, where a config entry of another shape would match nobody.
+_SLACK_USER = re.compile(r"[UW][A-Z0-9]+")
+_MATRIX_USER = re.compile(r"@[^:\s]+:\S+")
+
+
+def _all_like(entries: list[str], shape: re.Pattern[str], what: str) -> list[str]:
+    """``entries`` if each is "*" or has ``shape``; ValueError naming the first that is not ``what``."""
+    for entry in entries:
+        if entry != "*" and not shape.fullmatch(entry):
+            raise ValueError(f"{entry!r} is not {what}")
+    return entries
+
+
 class ChannelSection(Section):
     """What every channel's section (``channels.<name>``) has; trust, messaging and the gateway
     read only these fields."""
@@ -104,6 +117,11 @@ class SlackConfig(ChannelSection):
     app_token: str = ""
     signing_secret: str = ""
     events: SlackEvents | None = None
+
+    @field_validator("allow_from", "owners")
+    @classmethod
+    def _user_ids(cls, entries: list[str]) -> list[str]:
+        return _all_like(entries, _SLACK_USER, "a Slack user id (U…: a profile's ⋮ menu, Copy member ID)")
     # "allowlist": in channels, only those in groupAllowFrom, and every message there
     group_policy: Literal["mention", "open", "allowlist"] = "mention"  # type: ignore[assignment]
     group_allow_from: list[Id] = []
@@ -177,6 +195,11 @@ class MatrixConfig(ChannelSection):
     password: str = ""
     device_id: str = ""  # kept across restarts with a password login (one device, not one per start)
     streaming: bool = True
+
+    @field_validator("allow_from", "owners")
+    @classmethod
+    def _user_ids(cls, entries: list[str]) -> list[str]:
+        return _all_like(entries, _MATRIX_USER, "a Matrix user id (@ada:example.org)")
 
     def missing(self) -> list[tuple[str, str]]:
         found = [(key, "is empty") for key, value in (("homeserver", self.homeserver), ("user_id", self.user_id))
