@@ -13,6 +13,7 @@ from nanobot.config.base import HttpProxy, Id, Section, _check_listen, listen_ad
 
 
 # What a platform names a sender by, where a config entry of another shape would match nobody.
+_ID_OR_USERNAME = re.compile(r"-?\d+|@?[A-Za-z0-9_.]+")  # Telegram's and Discord's
 _SLACK_USER = re.compile(r"[UW][A-Z0-9]+")
 _MATRIX_USER = re.compile(r"@[^:\s]+:\S+")
 
@@ -57,6 +58,12 @@ class BotChannel(ChannelSection):
     token: str = ""
     api_base: str | None = None
     streaming: bool = True
+
+    @field_validator("allow_from", "owners")
+    @classmethod
+    def _ids_or_usernames(cls, entries: list[str]) -> list[str]:
+        return _all_like(entries, _ID_OR_USERNAME, "a user id or a username (a phone number, an old-style "
+                                                   "name#1234 or a display name never names a sender here)")
 
     def missing(self) -> list[tuple[str, str]]:
         return [("token", "is empty")] if not self.token.strip() else []
