@@ -267,7 +267,7 @@ class BaseChannel(ABC):
     async def _may_download(self, who: Identity) -> bool:
         """Whether this sender is admitted already; ask before fetching their attachments, so a
         stranger's files never touch the disk."""
-        return await self.ctx.access.is_allowed(self.name, who, list(self.config.allow_from))
+        return await self.ctx.access.is_allowed(self.name, who, self.config.let_in)
 
     async def _handle_message(self, *, sender: Identity, chat_id: str, content: str, media: list[str] | None = None,
                               is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None) -> bool:
@@ -292,7 +292,7 @@ class BaseChannel(ABC):
         over a batch at a time); a stranger gets the gate's reply (a pairing code)."""
         if not self._addressed(msg.is_private, mentioned):
             return None
-        admitted, reply = await self.ctx.access.check(self.name, msg.sender, list(self.config.allow_from),
+        admitted, reply = await self.ctx.access.check(self.name, msg.sender, self.config.let_in,
                                                       msg.is_private, msg.chat_id)
         if not admitted:
             log.debug("%s: ignored message from unknown sender %s (%s)", self.name, msg.sender_id, msg.sender_name)

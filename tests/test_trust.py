@@ -108,6 +108,16 @@ def _readable(path: Path) -> bool:
         return False
 
 
+async def test_an_owner_listed_only_in_owners_is_let_in(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    """A one-person set-up may name its owner in ``owners`` alone: that owner was never answered."""
+    config.channels.telegram.allow_from = []
+    llm.script(reply("hi owner"))
+    async with running_gateway(config) as gateway:
+        tg.push_text(OWNER, OWNER, "hello")
+        assert (await tg.wait_sent(1, timeout=15))[0]["text"] == "hi owner"
+        assert gateway.runtime.trust(f"telegram:{OWNER}") == "owner"
+
+
 async def test_owner_and_member_prompts(config: Config, llm: FakeOpenAI, tg: FakeTelegram, planted: Path,
                                         workspace: Path) -> None:
     llm.script(reply("hi owner"), reply("hi member"), reply("hi group"))

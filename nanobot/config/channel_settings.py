@@ -37,6 +37,12 @@ class ChannelSection(Section):
     streaming: bool = False  # show the reply as it is written (one message, edited as it grows)
 
     @property
+    def let_in(self) -> list[str]:
+        """Who may talk (besides paired users): ``allowFrom``, and the owners, who were not let in
+        when a one-person set-up listed its owner in ``owners`` alone."""
+        return [*self.allow_from, *self.owners]
+
+    @property
     def owners_verified(self) -> bool:
         """Whether a sender id here is the platform's word (a bot token's API says who wrote);
         email's From is anyone's to write unless the receiving server vouches for it."""

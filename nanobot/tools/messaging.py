@@ -119,7 +119,7 @@ def count_message(ctx: ToolContext) -> None:
 
 async def _check_allowed(ctx: ToolContext, channel: str, chat_id: str, what: str) -> None:
     section = ctx.config.channels.section(channel)
-    if section and listed([str(a) for a in section.allow_from], Identity(chat_id)):
+    if section and listed(section.let_in, Identity(chat_id)):
         return
     if await _paired(ctx, channel, chat_id) or await _has_talked(ctx, f"{channel}:{chat_id}"):
         return
