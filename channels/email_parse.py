@@ -116,9 +116,9 @@ def read_body(raw: bytes, mail: Mail) -> Mail:
         assert isinstance(message, EmailMessage)
         if _depth(message) > MAX_DEPTH:
             raise Unreadable(f"its parts nest deeper than {MAX_DEPTH}")
-        text = body_text(message)
-        mail.forwarded = bool(_FORWARD.match(mail.subject) or _FORWARD_HEAD.search(text))
-        mail.text = text if _FORWARD.match(mail.subject) else trim_quoted(text)
+        text, forward = body_text(message), bool(_FORWARD.match(mail.subject))
+        mail.forwarded = forward or bool(_FORWARD_HEAD.search(text))
+        mail.text = text if forward else trim_quoted(text)
         mail.attachments = _attachments(message)
     except (LookupError, ValueError, TypeError, AttributeError, IndexError, RecursionError) as exc:
         raise Unreadable(f"it could not be parsed ({type(exc).__name__}: {exc})"[:300]) from None

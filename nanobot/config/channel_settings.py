@@ -16,14 +16,27 @@ from nanobot.config.base import HttpProxy, Id, Section, _check_listen, listen_ad
 _ID_OR_USERNAME = re.compile(r"-?\d+|@?[A-Za-z0-9_.]+")  # Telegram's and Discord's
 _SLACK_USER = re.compile(r"[UW][A-Z0-9]+")
 _MATRIX_USER = re.compile(r"@[^:\s]+:\S+")
+_PHONE_PUNCTUATION = re.compile(r"[\s().-]")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
 def _all_like(entries: list[str], shape: re.Pattern[str], what: str) -> list[str]:
-    """``entries`` if each is "*" or has ``shape``; ValueError naming the first that is not ``what``."""
+    """``entries`` (trimmed) if each is "*" or has ``shape``; ValueError naming the first that is not ``what``."""
+    entries = [entry.strip() for entry in entries]
     for entry in entries:
         if entry != "*" and not shape.fullmatch(entry):
             raise ValueError(f"{entry!r} is not {what}")
     return entries
+
+
+def _phone(entry: str, *, plus: bool = False) -> str:
+    """A phone number as the platforms write it ("+15550002222"; with ``plus``, its "+" is
+    required: Signal's are), or "*"; ValueError otherwise."""
+    number = _PHONE_PUNCTUATION.sub("", entry)
+    if number != "*" and not (number.removeprefix("+").isdigit() and (number.startswith("+") or not plus)):
+        raise ValueError(f"{entry!r} is not a phone number with its country code (+15550001111)"
+                         + (" or an account UUID" if plus else ""))
+    return number
 
 
 class ChannelSection(Section):
@@ -130,16 +143,16 @@ class SlackConfig(ChannelSection):
     app_token: str = ""
     signing_secret: str = ""
     events: SlackEvents | None = None
-
-    @field_validator("allow_from", "owners")
-    @classmethod
-    def _user_ids(cls, entries: list[str]) -> list[str]:
-        return _all_like(entries, _SLACK_USER, "a Slack user id (U…: a profile's ⋮ menu, Copy member ID)")
     # "allowlist": in channels, only those in groupAllowFrom, and every message there
     group_policy: Literal["mention", "open", "allowlist"] = "mention"  # type: ignore[assignment]
     group_allow_from: list[Id] = []
     streaming: bool = True
     api_base: str | None = None
+
+    @field_validator("allow_from", "owners")
+    @classmethod
+    def _user_ids(cls, entries: list[str]) -> list[str]:
+        return _all_like(entries, _SLACK_USER, "a Slack user id (U…: a profile's ⋮ menu, Copy member ID)")
 
     def missing(self) -> list[tuple[str, str]]:
         found = [("bot_token", "is empty")] if not self.bot_token.strip() else []
@@ -183,7 +196,7 @@ class EmailConfig(ChannelSection):
     @classmethod
     def _as_senders_are_read(cls, addresses: list[str]) -> list[str]:
         """Lower case, as the adapter reads a sender: "Ada@Example.org" was never admitted."""
-        return [address.lower() for address in addresses]
+        return [address.strip().lower() for address in addresses]
 
     @property
     def owners_verified(self) -> bool:
@@ -230,20 +243,6 @@ class WhatsAppWebhook(Section):
 
     def address(self) -> tuple[str, int]:
         return listen_address(self.listen)
-
-
-_PHONE_PUNCTUATION = re.compile(r"[\s().-]")
-_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-
-
-def _phone(entry: str, *, plus: bool = False) -> str:
-    """A phone number as the platforms write it ("+15550002222"; with ``plus``, its "+" is
-    required: Signal's are), or "*"; ValueError otherwise."""
-    number = _PHONE_PUNCTUATION.sub("", entry)
-    if number != "*" and not (number.removeprefix("+").isdigit() and (number.startswith("+") or not plus)):
-        raise ValueError(f"{entry!r} is not a phone number with its country code (+15550001111)"
-                         + (" or an account UUID" if plus else ""))
-    return number
 
 
 class WhatsAppConfig(ChannelSection):
