@@ -195,8 +195,10 @@ class TelegramChannel(BaseChannel):
         return await self._admit(InboundMessage(
             self.name, str(message.chat_id), who.id, content, sender_name=username, sender_handle=username, media=media,
             is_private=is_private, delivery_key=str(update_id), durations=durations,
-            # someone else's words, whoever passed them on: the turn is marked untrusted
-            untrusted="a forwarded message" if message.forward_origin else None), mentioned=mentioned)
+            # someone else's words, whoever passed them on (a forward, an inline bot's result the
+            # sender picked): the turn is marked untrusted
+            untrusted="a forwarded message" if message.forward_origin else
+            "an inline bot's message" if message.via_bot else None), mentioned=mentioned)
 
     def _addressed_to_me(self, message: Message, text: str) -> bool:
         """An @mention of the bot (also /cmd@bot), or a reply to one of the bot's messages."""
