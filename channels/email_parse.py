@@ -19,6 +19,7 @@ from __future__ import annotations
 import email
 import email.policy
 import re
+from html import unescape
 from email.message import Message
 from email.parser import BytesHeaderParser
 from dataclasses import dataclass, field
@@ -141,8 +142,17 @@ def body_text(message: EmailMessage) -> str:
     except LookupError:  # an unknown charset: the bytes as UTF-8, what cannot be read replaced
         content = (part.get_payload(decode=True) or b"").decode("utf-8", errors="replace")
     if part.get_content_subtype() == "html":
-        content = markdownify(content[:MAX_HTML_CHARS], strip=["img", "script", "style"], heading_style="ATX")
+        content = _html_text(content[:MAX_HTML_CHARS])
     return re.sub(r"\n{3,}", "\n\n", content.replace("\r\n", "\n")).strip()
+
+
+def _html_text(html: str) -> str:
+    """HTML as Markdown-like text; HTML nested too deep for markdownify (it recurses: about 330
+    levels, which a newsletter's tables can reach) as its plain text, rather than not at all."""
+    try:
+        return markdownify(html, strip=["img", "script", "style"], heading_style="ATX")
+    except RecursionError:
+        return re.sub(r"[ \t]+", " ", unescape(re.sub(r"<[^>]*>", " ", html)))  # linear: no backtracking
 
 
 def trim_quoted(text: str) -> str:

@@ -484,6 +484,18 @@ def test_a_forward_keeps_the_mail_it_brings_and_travel_plans_are_no_quote() -> N
     assert trim_quoted(plans) == plans
 
 
+async def test_html_nested_too_deep_to_convert_is_read_as_plain_text(
+        llm: FakeOpenAI, workspace: Path, imap: Dovecot, smtp: SmtpReceiver) -> None:
+    """markdownify recurses: HTML 400 levels deep (a newsletter's tables can nest so) was passed
+    over as unreadable, and its sender never answered."""
+    llm.fallback = lambda body: reply("read it")
+    deep = "<div>" * 400 + "<p>Lunch at <b>noon</b> &amp; tea at four?</p>" + "</div>" * 400
+    async with running_gateway(email_config(llm, workspace, imap, smtp)):
+        await imap.deliver(bytes(mail(FRIEND, "plans", deep, html=True)))
+        await smtp.wait_sent(1)
+    assert " ".join(said(llm).split()) == "plans Lunch at noon & tea at four?"
+
+
 def test_a_strangers_huge_mail_costs_a_header_parse() -> None:
     from nanobot_channels.email_parse import Unreadable, read_body, read_headers
 
