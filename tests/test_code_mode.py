@@ -135,6 +135,16 @@ async def test_llm_query_is_a_budgeted_sub_call(llm: FakeOpenAI, workspace: Path
     assert totals.model_calls == 3 and totals.executions == 1 and totals.failures == 0
 
 
+async def test_an_llm_query_past_the_models_context_is_refused_before_it_is_sent(llm: FakeOpenAI,
+                                                                                   workspace: Path) -> None:
+    """A program can make a prompt of any length; a server with a larger context would bill it."""
+    llm.script(reply("```python\ntry:\n    llm_query('x' * 5_000_000)\nexcept ValueError as e:\n"
+                     "    final_answer(str(e))\n```"))
+    [answer] = await ask(llm, workspace, "go")
+    assert answer.startswith("llm_query: the prompt is about 1,666,67") and "contextTokens" in answer
+    assert len(llm.chat_requests) == 1  # the program's own request only
+
+
 async def test_large_input_arrives_as_context(llm: FakeOpenAI, workspace: Path) -> None:
     big = "word " * 5000
     llm.script(reply("```python\nfinal_answer(str(len(context.split())))\n```"))

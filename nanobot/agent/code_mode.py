@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from nanobot import beneath
 from nanobot.prompts import render_prompt
+from nanobot.agent.prompt_size import estimate_tokens, prompt_budget
 from nanobot.agent.tool_offer import native_schemas, on_demand
 from nanobot.agent.markup import answer_or_failure, extract_code, for_the_user, say_notes, strip_think, without_say
 from nanobot.agent.modes import (ToolsMode, attachments_note, keep_long_message,
@@ -45,8 +46,15 @@ def turn_functions(turn: Turn) -> dict[str, Extra]:
         limit = turn.settings.code_runtime.max_llm_queries
         if turn.state.llm_queries >= limit:
             raise RuntimeError(f"llm_query budget used up ({limit} per turn, codeRuntime.maxLlmQueries)")
+        # A program can make a prompt of any length; one past the model's context is refused (or,
+        # on a server with a larger one, billed in full) and is refused here first, at no cost.
+        message = [{"role": "user", "content": str(prompt)}]
+        if (size := estimate_tokens(message)) > (room := prompt_budget(turn.settings.context_tokens,
+                                                                       turn.settings.max_tokens)):
+            raise ValueError(f"llm_query: the prompt is about {size:,} tokens; the model takes {room:,} "
+                             "(agents.defaults.contextTokens): ask about a part at a time")
         turn.state.llm_queries += 1
-        response = await turn.ask_model(messages=[{"role": "user", "content": str(prompt)}], purpose="llm_query")
+        response = await turn.ask_model(messages=message, purpose="llm_query")
         return strip_think(response.content)
 
     async def tool_help(name: str) -> str:
