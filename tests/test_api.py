@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import socket
 from pathlib import Path
 from typing import AsyncIterator
@@ -24,6 +25,20 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def port_to_listen_again() -> int:
+    """A free port below the kernel's ephemeral range (32768-60999 on Linux), for a listener a
+    test kills and starts again: in between, a port from ``free_port`` may become the local
+    port of anyone's outgoing connection, and the restart found it taken."""
+    while True:
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from tests.fakes.openai_server import FakeOpenAI, delayed
 from tests.fakes.signal_cli import FakeSignalCli
 from tests.fakes.whatsapp_api import FakeWhatsApp
 from tests.helpers import nanobot_process
-from tests.test_api import free_port
+from tests.test_api import port_to_listen_again
 from tests.test_delivery_crash import echo
 from tests.test_tasks import until
 
@@ -66,7 +66,7 @@ async def killed_mid_turn_then_answered_once(home: Path, log: Path, llm: FakeOpe
 async def test_whatsapp_killed_mid_turn_answers_once(llm: FakeOpenAI, home: Path, workspace: Path,
                                                      tmp_path: Path) -> None:
     async with FakeWhatsApp() as wa:
-        write_config(home, workspace, llm, "whatsapp", wa.section(free_port(), allowFrom=["15550002222"]))
+        write_config(home, workspace, llm, "whatsapp", wa.section(port_to_listen_again(), allowFrom=["15550002222"]))
 
         async def send(text: str) -> None:
             assert await wa.deliver("15550002222", text) == 200  # recorded before the 200
