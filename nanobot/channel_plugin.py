@@ -292,6 +292,8 @@ class BaseChannel(ABC):
         over a batch at a time); a stranger gets the gate's reply (a pairing code)."""
         if not self._addressed(msg.is_private, mentioned):
             return None
+        if not msg.content.strip() and not msg.media:  # a sticker, a reaction, someone joining:
+            return None  # nothing to answer (a turn would be a model call on an empty message)
         admitted, reply = await self.ctx.access.check(self.name, msg.sender, self.config.let_in,
                                                       msg.is_private, msg.chat_id)
         if not admitted:

@@ -77,6 +77,21 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(llm: FakeO
         assert gateway.runtime.trust("signal:group.R1") == "member"  # a group is no owner chat
 
 
+async def test_a_reaction_or_a_deletion_is_nothing_to_answer(llm: FakeOpenAI, workspace: Path,
+                                                             signal: FakeSignalCli) -> None:
+    """signal-cli hands them over as messages without words (``message`` null): no turn for them."""
+    llm.fallback = lambda body: reply("answered")
+    async with running_gateway(signal_config(llm, workspace, signal)):
+        reaction = signal.push(OWNER, "")
+        reaction["dataMessage"].update(message=None, reaction={
+            "emoji": "\U0001f44d", "targetAuthorNumber": BOT, "targetSentTimestamp": 1, "isRemove": False})
+        deletion = signal.push(OWNER, "")
+        deletion["dataMessage"].update(message=None, remoteDelete={"timestamp": 1})
+        signal.push(OWNER, "after them")
+        await signal.wait_sent(1)
+    assert asked(llm) == ["after them"]
+
+
 async def test_a_dropped_stream_is_read_again_and_nothing_is_answered_twice(
         llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli) -> None:
     llm.fallback = lambda body: reply("ok: " + asked_last(body))

@@ -104,6 +104,20 @@ async def test_open_group_policy_takes_everything(tg, channel, bus):
     assert (await inbound(bus)).content == "just chatting"
 
 
+async def test_a_message_with_no_words_and_no_file_is_nothing_to_answer(tg, channel, bus):
+    """A sticker, a pin, someone joining an open group: no turn (a model call on an empty
+    message), and no pairing reply for a stranger's."""
+    channel.config.group_policy = "open"
+    tg.push_message(ALICE, ALICE, sticker={"file_id": "s1", "file_unique_id": "s1", "type": "regular",
+                                           "width": 512, "height": 512, "is_animated": False, "is_video": False})
+    tg.push_message(GROUP, ALICE, chat_type="supergroup",
+                    new_chat_members=[{"id": MALLORY, "is_bot": False, "first_name": "Mallory"}])
+    tg.push_message(MALLORY, MALLORY, username="mallory", location={"latitude": 1.0, "longitude": 2.0})
+    tg.push_text(ALICE, ALICE, "after them")
+    assert (await inbound(bus)).content == "after them"
+    assert bus.inbound.empty() and not tg.sent
+
+
 @pytest.mark.parametrize("text", ["/new", "/stop", "/mode code", "/status", "/help", "/start"])
 async def test_commands_pass_through_as_text(tg, channel, bus, text):
     tg.push_text(ALICE, ALICE, text)

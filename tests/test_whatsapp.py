@@ -82,6 +82,22 @@ async def test_a_forwarded_message_is_outside_content(llm: FakeOpenAI, workspace
     assert "external content" in sent[0]["text"]["body"] and (workspace / "AGENTS.md").read_text() == "be kind"
 
 
+async def test_a_reaction_is_nothing_to_answer(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
+    """Meta posts a reaction (and an unsupported message) as a message without words: no turn."""
+    llm.fallback = lambda body: reply("answered")
+    async with running_gateway(wa_config(llm, workspace, wa)):
+        for kind, part in (("reaction", {"message_id": "wamid.1", "emoji": "\U0001f44d"}),
+                           ("unsupported", {})):
+            payload = wa.payload(OWNER, "")
+            message = payload["entry"][0]["changes"][0]["value"]["messages"][0]
+            del message["text"]
+            message.update({"type": kind, kind: part})
+            assert await wa.post_raw(json.dumps(payload).encode()) == 200
+        await wa.deliver(OWNER, "after them")
+        await wa.wait_sent(1)
+    assert asked(llm) == ["after them"]
+
+
 async def test_a_message_to_another_number_of_the_app_is_not_ours(llm: FakeOpenAI, workspace: Path,
                                                                   wa: FakeWhatsApp) -> None:
     """An app's webhook gets every number of its business account: a message the owner sent to
