@@ -46,6 +46,7 @@ class ChatState:
     consolidated_ts: str | None = None  # the "ts" of the last of them: a marker from before /new fails it
     intake_started: int | None = None  # the intake id of the latest turn begun (a crash resumes it)
     intake_started_at: int | None = None  # where in the history that turn's message went
+    intake_starts: int = 0  # how often that turn has begun: a crash each time is a loop (MAX_TURN_STARTS)
     waiting: int = 0  # messages kept for a reader who was away (the terminal): shown at its next start
 
     @property

@@ -16,6 +16,7 @@ from typing import AsyncIterator, Callable
 import pytest
 
 from nanobot.delivery.intake import RESUMED_NOTE
+from nanobot.gateway.dispatcher import GAVE_UP_REPLY, MAX_TURN_STARTS
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import nanobot_process
@@ -110,6 +111,27 @@ async def test_killed_mid_turn_the_message_is_resumed_and_answered_once(
     lines = [json.loads(line) for line in (home / "sessions" / f"telegram_{ALICE}.jsonl").read_text().splitlines()]
     assert [m["content"] for m in lines if m.get("role") == "user"] == ["hello", RESUMED_NOTE,
                                                                          "sent while it was down"]
+
+
+async def test_a_message_the_process_dies_in_every_time_is_given_up(
+        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, tmp_path: Path) -> None:
+    """A message whose turn kills the daemon (a parser's crash, the watchdog) would be resumed at
+    every start for ever, a model call each time: after MAX_TURN_STARTS it is answered that it
+    was given up, and the chat goes on."""
+    llm, tg = fakes
+    llm.fallback = lambda body: delayed(echo(body), 60)
+    tg.confirm_updates = False
+    tg.push_text(ALICE, ALICE, "the deadly one")
+    for start in range(MAX_TURN_STARTS):
+        async with gateway(home, tg, tmp_path / "gw.log") as proc:
+            await tg.wait_until(lambda: len(llm.chat_requests) > start, 15)
+            await kill(proc)
+    tg.confirm_updates = True
+    llm.fallback = echo
+    tg.push_text(ALICE, ALICE, "and this one?")
+    await restart_until(home, tg, tmp_path / "gw.log", lambda: len(tg.sent) == 2)
+    assert texts(tg) == [GAVE_UP_REPLY.format(starts=MAX_TURN_STARTS), "re: and this one?"]
+    assert len(llm.chat_requests) == MAX_TURN_STARTS + 1  # not run again, then the next message
 
 
 async def test_killed_between_send_and_mark_at_most_that_reply_repeats(

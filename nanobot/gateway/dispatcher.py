@@ -40,6 +40,12 @@ RESUME_NOTICE = "I am restarting; I will answer that as soon as I am back."
 STOP_WAIT = 10.0  # how long /stop waits for a cancelled turn to unwind before answering
 STOPPED_NOTE = "(stopped by the user)"
 SHUTDOWN_NOTE = "(interrupted: the assistant was shut down before finishing)"
+# A message whose turn began this often, each time ended by the process going (a crash, the
+# watchdog, a restart), is given up: one that kills the daemon would otherwise do so for ever,
+# a model call each time.
+MAX_TURN_STARTS = 3
+GAVE_UP_REPLY = ("I stopped working on your last message: I was restarted {starts} times while answering it. "
+                 "If it is still wanted, please send it again, perhaps in smaller parts.")
 
 
 class ChatHolder(Protocol):
@@ -130,6 +136,8 @@ class SessionWorker:
                     started = True
                     self.stream = d.reply_stream(msg)
                     resumed = mark_started(session, msg)
+                    if msg.intake_id is not None and session.meta.intake_starts > MAX_TURN_STARTS:
+                        return given_up(session, msg)
                     request = TurnRequest(self.key, msg.content, media=msg.media, mode=msg.mode, origin=origin_of(msg),
                                           durations=msg.durations, resumed=resumed)
                     return await d.agent.answer(request, TurnIO(lambda text: d.send(msg, text), self.stream))
@@ -344,13 +352,26 @@ def mark_started(session: Session, msg: InboundMessage) -> bool:
     """Note in the chat's history that ``msg``'s turn begins and where its message will go (a
     crash from now on resumes it); whether this run resumes a turn whose message is recorded
     already (it is then not written again: the model sees it once, then a note)."""
-    intake_id = msg.intake_id
-    at = session.meta.intake_started_at
-    if msg.resumed and at is not None and (session.message(at) or {}).get("role") == "user":
-        return True
-    if intake_id is not None:
-        session.set_meta(intake_started=intake_id, intake_started_at=session.count)
-    return False
+    intake_id, meta = msg.intake_id, session.meta
+    if intake_id is None:
+        return False
+    at = meta.intake_started_at
+    resumed = msg.resumed and at is not None and (session.message(at) or {}).get("role") == "user"
+    starts = meta.intake_starts + 1 if meta.intake_started == intake_id else 1
+    session.set_meta(intake_started=intake_id, intake_started_at=at if resumed else session.count,
+                     intake_starts=starts)
+    return resumed
+
+
+def given_up(session: Session, msg: InboundMessage) -> str:
+    """The reply to a message whose turn the process died in ``MAX_TURN_STARTS`` times: it is not
+    run again (its history says so, for the next turn's model)."""
+    starts = session.meta.intake_starts - 1
+    log.error("%s: gave up on message %s: the process stopped %d times during its turn", msg.session_key,
+              msg.intake_id, starts)
+    reply = GAVE_UP_REPLY.format(starts=starts)
+    session.append({"role": "assistant", "content": reply})
+    return reply
 
 
 def origin_of(msg: InboundMessage) -> Origin:
