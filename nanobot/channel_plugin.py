@@ -26,6 +26,7 @@ from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import ChannelSection
 from nanobot.coordination import Alone, Singletons, run_while_held
 from nanobot.eventloop import Background
+from nanobot.workspace_quota import check_room
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,7 @@ class ChannelContext:
     access: AccessGate
     workspace: Path
     max_media_bytes: int = 20 * 1024 * 1024
+    max_workspace_mb: int | None = None  # tools.maxWorkspaceMb: what sent files may fill it to (None: no limit)
     # The chat's own root for downloads (its inbox/ is there); the gateway supplies the trust
     # rule (a member chat's folder). The default, the whole workspace, suits a bare channel.
     chat_root: Callable[[Sender], Path] | None = None
@@ -248,10 +250,12 @@ class BaseChannel(ABC):
     async def _keep(self, root: Path, prefix: str, filename: str, data: bytes) -> str | None:
         """Write a file someone sent into the chat's ``inbox/`` as ``<channel>_<prefix>_<filename>``
         (the name made safe), never through a link the chat made (``beneath``); its path
-        relative to the chat's root, as ``media`` lists it, or None when the folder refused it
-        (the message still goes, without the file)."""
+        relative to the chat's root, as ``media`` lists it, or None when the folder refused it or
+        the workspace is full (the message still goes, without the file)."""
         relative = f"inbox/{self.name}_{prefix}_{safe_filename(filename)}"
         try:
+            if self.ctx.max_workspace_mb is not None:
+                await asyncio.to_thread(check_room, self.ctx.workspace, self.ctx.max_workspace_mb, len(data))
             await asyncio.to_thread(beneath.write_bytes, root, relative, data)
         except OSError as exc:
             log.warning("%s: not keeping %s: %s", self.name, relative, exc)

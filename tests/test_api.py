@@ -309,6 +309,19 @@ async def test_a_reloaded_message_names_its_files_not_the_models_notes(api: dict
     assert shown[-2:] == [("user", "what is in it?\n📎 notes.txt"), ("assistant", "Read it.")]
 
 
+async def test_uploads_stop_at_the_workspace_limit(api: dict, workspace: Path) -> None:
+    """A member key's uploads land in its folder inside the workspace: tools.maxWorkspaceMb holds
+    them, or 60 uploads a minute could fill the disk the database is on."""
+    api["gateway"].config.tools.max_workspace_mb = 1
+    auth = {"Authorization": f"Bearer {api['member']}"}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(api["base"] + "/nanobot/upload?name=a.bin", data=b"a" * 600_000, headers=auth) as resp:
+            assert resp.status == 200
+        async with http.post(api["base"] + "/nanobot/upload?name=b.bin", data=b"b" * 600_000, headers=auth) as resp:
+            assert resp.status == 507 and "tools.maxWorkspaceMb" in await resp.text()
+    assert [p.name for p in workspace.rglob("*.bin")] == [next(workspace.rglob("*a.bin")).name]
+
+
 async def test_the_page_has_an_icon(api: dict) -> None:
     root = api["base"].removesuffix("/v1")
     async with aiohttp.ClientSession() as http:

@@ -28,6 +28,7 @@ from nanobot.chat_names import is_task
 from nanobot.listener import read_whole
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.trust import API_CHANNEL, MEMBER
+from nanobot.workspace_quota import WorkspaceFull, check_room
 
 if TYPE_CHECKING:
     from nanobot.api.front_door import FrontDoor
@@ -121,8 +122,12 @@ class ChatRoutes:
         safe = re.sub(r"[^\w.-]", "_", Path(request.query.get("name", "file")).name)[-100:] or "file"
         root = await self.door.chat_folder(chat)
         relative = f"inbox/page_{secrets.token_hex(4)}_{safe}"
+        config = self.door.config
         try:  # never through a link the chat made
+            await asyncio.to_thread(check_room, config.workspace_path, config.tools.max_workspace_mb, len(data))
             await asyncio.to_thread(beneath.write_bytes, root, relative, data)
+        except WorkspaceFull as exc:
+            raise web.HTTPInsufficientStorage(text=f"not stored: {exc}") from None
         except (beneath.LinkRefused, NotADirectoryError) as exc:
             raise web.HTTPForbidden(text=f"not stored: {exc}") from None
         return web.json_response({"id": relative, "name": safe, "bytes": len(data)})

@@ -239,8 +239,9 @@ async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         error = exc
     except BadBody as exc:
         error = ApiError(exc.status, f"Bad request body: {exc}", BAD_BODY_CODES[exc.status])
-    except web.HTTPException as exc:  # 404, 405: in OpenAI's shape too
-        error = ApiError(exc.status, exc.reason, "not_found" if exc.status == 404 else "invalid_request")
+    except web.HTTPException as exc:  # 404, 405, a refused upload: in OpenAI's shape too, with its text if it has one
+        said = exc.text if exc.text and exc.text != f"{exc.status}: {exc.reason}" else exc.reason
+        error = ApiError(exc.status, said, "not_found" if exc.status == 404 else "invalid_request")
     except Exception as exc:
         log.error("%s %s failed: %s: %s", request.method, request.path, type(exc).__name__, exc)
         log.debug("the failure's traceback", exc_info=exc)

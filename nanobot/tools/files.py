@@ -19,9 +19,9 @@ import stat
 
 from nanobot.beneath import open_regular, read_all, replace_file
 from nanobot.tools.paths import open_pinned, pinned_parent, resolve_in_workspace
-from nanobot.tools.quota import check_quota
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.tools.steering import announce_change, check_change, steering_target
+from nanobot.workspace_quota import check_room
 
 __all__ = ["FILE_TOOLS", "read_file", "write_file", "edit_file", "list_dir", "move_file", "delete_file", "glob",
            "MAX_READ_BYTES"]
@@ -57,7 +57,7 @@ async def _write_checked(ctx: ToolContext, path: str, data: bytes, how: str) -> 
     steering = steering_target(ctx, resolve_in_workspace(ctx, path))
     if steering:
         check_change(ctx, steering)
-    check_quota(ctx, len(data))
+    check_room(ctx.config.workspace_path, ctx.config.tools.max_workspace_mb, len(data))
     shown = _write_bytes(ctx, path, data)
     if steering:
         await announce_change(ctx, [shown], how)

@@ -1,8 +1,10 @@
-"""``tools.maxWorkspaceMb``: how far the file tools may fill the workspace.
+"""``tools.maxWorkspaceMb``: how far the workspace may fill. The file tools, the files chats send
+and the page's uploads all write there, members' folders included: without one limit for all, a
+member could fill the disk the database is on, and every chat would stop.
 
 Walking a large workspace on every write would cost more than the write, so the total is
 re-counted at most every few seconds and the bytes written in between are added to it. The
-shell's own writes are bounded per file by its RLIMIT_FSIZE (see shell.py).
+shell's own writes are bounded per file by its RLIMIT_FSIZE (see tools/shell.py).
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from nanobot.tools.registry import ToolContext
 
 RECOUNT_SECONDS = 5.0
 _usage: dict[Path, tuple[float, int]] = {}  # workspace -> (when counted, bytes)
+
+
+class WorkspaceFull(PermissionError):
+    """The write would pass ``tools.maxWorkspaceMb``; says so in one line."""
 
 
 def workspace_bytes(root: Path) -> int:
@@ -40,16 +42,16 @@ def workspace_bytes(root: Path) -> int:
     return total
 
 
-def check_quota(ctx: ToolContext, adding: int) -> None:
-    """PermissionError if writing ``adding`` more bytes would pass the workspace quota."""
-    limit = ctx.config.tools.max_workspace_mb * 1024 * 1024
-    root = ctx.config.workspace_path
+def check_room(root: Path, limit_mb: int, adding: int) -> None:
+    """WorkspaceFull if writing ``adding`` more bytes under ``root`` would pass ``limit_mb``; else
+    the bytes are counted as written."""
+    limit = limit_mb * 1024 * 1024
     counted_at, used = _usage.get(root, (0.0, 0))
     now = time.monotonic()
     if now - counted_at > RECOUNT_SECONDS:
         counted_at, used = now, workspace_bytes(root)
     if used + adding > limit:
-        raise PermissionError(f"the workspace is full: {used / 2**20:.1f} MiB used, this write needs "
-                              f"{adding / 2**20:.1f} MiB more, the limit is {limit / 2**20:.0f} MiB "
-                              "(tools.maxWorkspaceMb); delete something first")
+        raise WorkspaceFull(f"the workspace is full: {used / 2**20:.1f} MiB used, this write needs "
+                            f"{adding / 2**20:.1f} MiB more, the limit is {limit_mb} MiB "
+                            "(tools.maxWorkspaceMb); delete something first")
     _usage[root] = (counted_at, used + adding)
