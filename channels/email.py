@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import aioimaplib
 import aiosmtplib
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, noting_lost
 from nanobot_channels.email_parse import Mail, Unreadable, read_body, read_headers, vouched
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import EmailConfig
@@ -223,6 +223,7 @@ class EmailChannel(BaseChannel):
             else f"{mail.subject}\n\n{mail.text}"
         # A repeat is known by its Message-ID, which the sender writes: only among their own mail.
         key = f"mail:{mail.sender}:{mail.message_id or uid_key}"
+        text = noting_lost(text, len(mail.attachments), media)
         await self._handle(InboundMessage(self.name, mail.sender, mail.sender, text, sender_name=mail.sender_name,
                                           media=media, is_private=True, delivery_key=key,
                                           reply_context=mail.reply_context(),

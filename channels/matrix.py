@@ -188,7 +188,8 @@ class MatrixChannel(BaseChannel):
             and await self._may_download(who) else []
         text = "" if media else body.replace(self.config.user_id, "").strip().removeprefix(":").strip()
         await self._handle_message(sender=who, chat_id=room_id, content=text, media=media, is_private=is_private,
-                                   mentioned=mentioned, delivery_key=str(event.get("event_id")))
+                                   mentioned=mentioned, delivery_key=str(event.get("event_id")),
+                                   offered=int(content.get("msgtype") in MEDIA_KINDS))
 
     async def _cannot_read(self, room_id: str, who: Identity) -> None:
         if room_id not in self._told_encrypted and await self._may_download(who):

@@ -106,7 +106,8 @@ class SignalChannel(BaseChannel):
             if attachments and await self._may_download(who) else []
         text = (message.get("message") or "").replace(MENTION_MARK, "").strip()
         await self._handle_message(sender=who, chat_id=chat_id, content=text, media=media, is_private=not group,
-                                   mentioned=mentioned, delivery_key=f"{who.id}:{envelope.get('timestamp')}")
+                                   mentioned=mentioned, delivery_key=f"{who.id}:{envelope.get('timestamp')}",
+                                   offered=len(attachments))
 
     async def _attachments(self, attachments: list[dict[str, Any]], sender: Sender) -> list[str]:
         """What signal-cli saved, copied into the chat's inbox (never through a link in its folder)."""

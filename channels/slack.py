@@ -196,7 +196,7 @@ class SlackChannel(BaseChannel):
             else []
         if await self._handle_message(
                 sender=who, chat_id=chat_id, content=re.sub(rf"<@{self.bot_user}>", "", text).strip(), media=media,
-                is_private=is_private, mentioned=mentioned, delivery_key=f"{channel}:{ts}"):
+                is_private=is_private, mentioned=mentioned, delivery_key=f"{channel}:{ts}", offered=len(files)):
             await self._read.note(chat_id, ts)
 
     async def _catch_up(self) -> None:

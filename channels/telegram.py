@@ -247,7 +247,8 @@ class TelegramChannel(BaseChannel):
             return None, f"[attachment {filename} could not be downloaded]"
         if len(data) > cap:  # the size was unknown up front
             return None, f"[attachment {filename} refused: larger than {cap} bytes]"
-        return await self._keep(root, item.file_unique_id, filename, data), None
+        kept = await self._keep(root, item.file_unique_id, filename, data)
+        return kept, None if kept else f"[attachment {filename} could not be kept]"
 
     # ---- outgoing -------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:

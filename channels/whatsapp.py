@@ -30,7 +30,7 @@ import aiohttp
 from aiohttp import web
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, noting_lost
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 from nanobot.sqlite_file import StoreUnavailable
@@ -147,8 +147,8 @@ class WhatsAppChannel(BaseChannel):
             media = [kept] if kept else []
         context = message.get("context") if isinstance(message.get("context"), dict) else {}
         forwarded = context.get("forwarded") or context.get("frequently_forwarded")  # someone else's words
-        msg = InboundMessage(self.name, wa_id, who.id, (text or "").strip(), sender_name=who.name, media=media,
-                             is_private=True, delivery_key=str(message["id"]),
+        msg = InboundMessage(self.name, wa_id, who.id, noting_lost((text or "").strip(), int(kind in MEDIA_TYPES), media),
+                             sender_name=who.name, media=media, is_private=True, delivery_key=str(message["id"]),
                              untrusted="a forwarded message" if forwarded else None)
         if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
             self._last_message[wa_id] = str(message["id"])

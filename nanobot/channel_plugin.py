@@ -274,14 +274,16 @@ class BaseChannel(ABC):
         return await self.ctx.access.is_allowed(self.name, who, self.config.let_in)
 
     async def _handle_message(self, *, sender: Identity, chat_id: str, content: str, media: list[str] | None = None,
-                              is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None) -> bool:
+                              is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None,
+                              offered: int = 0) -> bool:
         """Apply group policy and access control, then hand the message on. True if it went.
         ``sender``: only what the platform vouches for in ``id`` and ``handle`` (``Identity``).
-        ``delivery_key``: the platform's id for it, by which repeats are dropped. (An adapter
-        with more to say about a message builds the InboundMessage and calls ``_handle``.)"""
+        ``delivery_key``: the platform's id for it, by which repeats are dropped. ``offered``:
+        how many files it carried (see ``noting_lost``). (An adapter with more to say about a
+        message builds the InboundMessage and calls ``_handle``.)"""
         return await self._handle(InboundMessage(
-            self.name, chat_id, sender.id, content, sender_name=sender.name, sender_handle=sender.handle,
-            media=media or [], is_private=is_private, delivery_key=delivery_key),
+            self.name, chat_id, sender.id, noting_lost(content, offered, media or []), sender_name=sender.name,
+            sender_handle=sender.handle, media=media or [], is_private=is_private, delivery_key=delivery_key),
             mentioned=mentioned)
 
     async def _handle(self, msg: InboundMessage, *, mentioned: bool = False) -> bool:
@@ -309,6 +311,14 @@ class BaseChannel(ABC):
                     log.warning("%s: could not send the pairing reply to %s: %s", self.name, msg.chat_id, exc)
             return None
         return msg
+
+
+def noting_lost(text: str, offered: int, kept: list[str]) -> str:
+    """A message's words, with a note when files it carried were not kept (too large, a failed
+    download, no room: the log says which), so the model can say so; and a message of files
+    alone is still answered (a message with nothing in it is not: ``_admit``)."""
+    lost = offered - len(kept)
+    return text if lost <= 0 else f"{text}\n[{lost} attached file(s) could not be received]".strip()
 
 
 def safe_filename(filename: str) -> str:

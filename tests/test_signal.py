@@ -143,15 +143,16 @@ async def test_an_attachment_that_is_a_link_is_not_followed(llm: FakeOpenAI, wor
 async def test_a_file_past_the_workspace_limit_is_not_kept(llm: FakeOpenAI, workspace: Path,
                                                            signal: FakeSignalCli) -> None:
     """A member's files go into their folder inside the workspace: tools.maxWorkspaceMb holds them
-    too, or a member could fill the disk the database is on. The words still go."""
+    too, or a member could fill the disk the database is on. The words still go, with a note."""
     (workspace / "owner-data.bin").write_bytes(b"x" * 900_000)
-    llm.fallback = lambda body: reply("files: " + str("CANARY-big" in str(body["messages"])))
+    llm.fallback = lambda body: reply(f"files: {'CANARY-big' in str(body['messages'])}, "
+                                      f"told: {'1 attached file(s) could not be received' in str(body['messages'])}")
     cfg = signal_config(llm, workspace, signal)
     cfg.tools.max_workspace_mb = 1
     async with running_gateway(cfg):
         signal.push(FRIEND, "keep this", attachments={"big.txt": b"CANARY-big" + b"y" * 200_000})
         await signal.wait_sent(1)
-    assert signal.sent[0]["message"] == "files: False" and not list(workspace.rglob("*big.txt"))
+    assert signal.sent[0]["message"] == "files: False, told: True" and not list(workspace.rglob("*big.txt"))
 
 
 async def test_a_daemon_that_is_not_running_shows_in_status_and_holds_nothing(
