@@ -284,6 +284,24 @@ async def test_onboard_asks_in_a_terminal_and_checks_the_server(home: Path) -> N
     assert telegram["enabled"] and telegram["token"] == "123:TOKEN" and telegram["allowFrom"] == telegram["owners"] == ["4242"]
 
 
+async def test_onboard_asks_what_a_channel_needs_and_an_owner_id_of_its_shape(home: Path) -> None:
+    """Slack: both tokens, typed unseen; an owner written as a name (which admits nobody) is asked
+    again; what is saved is what the gateway will accept."""
+    async with FakeOpenAI() as llm:
+        env = {**os.environ, "NANOBOT_HOME": str(home)}
+        command = [sys.executable, "-m", "nanobot", "onboard", "--api-base", llm.base_url, "--api-key", "k",
+                   "--model", "local-model", "--mode", "code"]
+        out = await asyncio.to_thread(_converse, command, env, [
+            ("Chat channel", "slack"), ("(xoxb-...): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-CANARY"),
+            ("user id", "@ada"), ("is not a Slack user id", "U0123ABC")])
+    assert "CANARY" not in out and "Next: nanobot agent (a chat here); nanobot gateway (slack)" in out
+    slack = json.loads((home / "config.json").read_text())["channels"]["slack"]
+    assert (slack["botToken"], slack["appToken"]) == ("xoxb-CANARY", "xapp-CANARY")
+    assert slack["enabled"] and slack["allowFrom"] == slack["owners"] == ["U0123ABC"]
+    code, out, err = await nanobot("status", home=home)
+    assert code == 0, err
+
+
 async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path) -> None:
     async with FakeOpenAI() as llm:
         code, out, err = await nanobot("onboard", "--api-base", llm.base_url, "--api-key", "wrong-key",

@@ -1,7 +1,9 @@
 """``nanobot onboard`` in a terminal: a few questions instead of 190 lines of JSON.
 
 The model server (its URL and key, checked with one call that lists its models), the model,
-the mode, and optionally one chat channel (its token and the owner's user id). Every answer
+the mode, and optionally one chat channel (what its section needs, and the owner's user id,
+checked as the config checks it). Email and WhatsApp take more (servers, a public webhook):
+they are set in the file. Every answer
 has a default (Enter keeps it), and each question has a flag for scripts, which skips it.
 ``--non-interactive``, or a stdin that is no terminal, asks nothing: the flags given are
 written, the defaults for the rest.
@@ -14,11 +16,25 @@ from typing import Any
 
 import typer
 
+from pydantic import ValidationError
+
 from nanobot.config import Config
 
 OPENAI = "https://api.openai.com/v1"
 MODES = ("code", "tools", "hybrid")
-CHANNELS = ("none", "telegram", "discord")
+CHANNELS = ("none", "telegram", "discord", "slack", "matrix", "signal")
+# How onboard asks for each key a channel's section lists as missing (``missing()``).
+QUESTIONS = {
+    "token": "{Name} bot token",
+    "bot_token": "Slack bot token (xoxb-...)",
+    "app_token": "Slack app-level token, for Socket Mode (xapp-...)",
+    "homeserver": "Matrix homeserver URL (https://matrix.example.org)",
+    "user_id": "The bot's Matrix user id (@bot:example.org)",
+    "access_token": "Its access token",
+    "account": "The bot's Signal number, registered or linked with signal-cli (+15550001111)",
+}
+OWNER_IDS = {"telegram": "a number", "discord": "a number", "slack": "U...: a profile's menu, Copy member ID",
+             "matrix": "@you:example.org", "signal": "+15550002222"}
 SHOWN_MODELS = 8
 
 
@@ -52,7 +68,8 @@ def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
     model = answer(given.model, "Model", _suggested(config.agents.defaults.model, models))
     mode = answer(given.mode, "Mode: code (the model writes Python), tools (one call at a time) or hybrid", "code",
                   MODES)
-    channel = answer(given.channel, "Chat channel: none, telegram or discord", "none", CHANNELS)
+    channel = answer(given.channel, f"Chat channel: {', '.join(CHANNELS)} (email, WhatsApp: in the file)", "none",
+                     CHANNELS)
     if mode not in MODES or channel not in CHANNELS:
         raise typer.BadParameter(f"--mode is one of {', '.join(MODES)}; --channel one of {', '.join(CHANNELS)}")
     provider.api_base = None if base.rstrip("/") == OPENAI else base
@@ -60,8 +77,8 @@ def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
     config.agents.defaults.model, config.agents.defaults.execution_mode = model, mode
     if channel != "none":
         if not interactive:
-            raise typer.BadParameter(f"--channel {channel} asks for its token: run onboard in a terminal, "
-                                     f"or set channels.{channel}.token in the config file")
+            raise typer.BadParameter(f"--channel {channel} asks for its credentials: run onboard in a terminal, "
+                                     f"or set channels.{channel} in the config file")
         _channel(config, channel)
     return config
 
@@ -100,8 +117,21 @@ def _suggested(configured: str, served: list[str]) -> str:
 
 
 def _channel(config: Config, name: str) -> None:
+    """Ask for what the channel's section lacks (tokens typed unseen), then the owner's id until
+    the section takes it: an id of the wrong shape would admit nobody."""
     section = getattr(config.channels, name)
-    section.token = typer.prompt(f"{name.capitalize()} bot token", hide_input=True)
-    owner = typer.prompt(f"Your own {name.capitalize()} user id (a number; the bot answers only you "
-                         "until you let others in)")
-    section.enabled, section.allow_from, section.owners = True, [owner.strip()], [owner.strip()]
+    section.enabled = True
+    for key, _ in section.missing():
+        secret = key.endswith(("token", "secret", "password"))
+        setattr(section, key, typer.prompt(QUESTIONS[key].format(Name=name.capitalize()), hide_input=secret).strip())
+    while True:
+        owner = typer.prompt(f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you "
+                             "until you let others in)")
+        try:
+            section = type(section).model_validate({**section.model_dump(by_alias=True), "allowFrom": [owner],
+                                                    "owners": [owner]})
+        except ValidationError as exc:
+            typer.echo(f"  {exc.errors()[0]['msg'].removeprefix('Value error, ')}.")
+            continue
+        setattr(config.channels, name, section)
+        return
