@@ -13,8 +13,9 @@ one takes over within a second when the poller dies or stops). With
 ``channels.telegram.webhook`` nobody polls: every worker serves the webhook
 (``telegram_webhook.py``).
 
-Who may talk is decided by ``BaseChannel._admit`` and what a command means is the agent's
-business, so every message, ``/new`` included, is passed on as plain text.
+An album's pictures are one message (``telegram_albums.py``). Who may talk is decided by
+``BaseChannel._admit`` and what a command means is the agent's business, so every message,
+``/new`` included, is passed on as plain text.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 from telegram.ext import ApplicationBuilder, Defaults
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot_channels.telegram_albums import albums_joined, with_whole_albums
 from nanobot_channels.telegram_html import render_chunks
 from nanobot_channels.telegram_http import AiohttpRequest
 from nanobot_channels.telegram_webhook import WebhookServer
@@ -152,7 +154,9 @@ class TelegramChannel(BaseChannel):
                                                       allowed_updates=["message"],
                                                       read_timeout=self.poll_timeout + 10)
                 if updates:
-                    await self.ctx.accept([m for m in [await self._from_update(u) for u in updates] if m])
+                    updates = await with_whole_albums(self._bot, updates)
+                    admitted = [m for m in [await self._from_update(u) for u in updates] if m]
+                    await self.ctx.accept(albums_joined(admitted, updates))
                     offset = updates[-1].update_id + 1  # confirms the batch, now that it is stored
                 delay = 0.0
             except asyncio.CancelledError:

@@ -123,6 +123,21 @@ async def test_a_photo_reaches_the_model_as_an_image_part_and_the_history_keeps_
     assert '"images": ["inbox/' in saved and "base64" not in saved
 
 
+async def test_an_albums_pictures_are_one_message(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    """Telegram posts an album's pictures as updates of their own, a moment apart: they are one
+    turn with all of them and the caption, not three answers."""
+    llm.fallback = lambda body: reply(f"{len(image_parts(body))} pictures")
+    async with running_gateway(config):
+        first = tg.push_photo(ALICE, ALICE, jpeg(40, 30), caption="add these up", media_group_id="A1")
+        await tg.wait_until(lambda: first["update_id"] in tg.handed_out)  # read, and the rest still coming
+        for shade in (60, 90):
+            tg.push_photo(ALICE, ALICE, jpeg(40, 30, (shade, 0, 0)), media_group_id="A1")
+        tg.push_text(ALICE, ALICE, "thanks")
+        await tg.wait_sent(2, timeout=15)
+    assert tg.sent[0]["text"] == "3 pictures" and len(llm.chat_requests) == 2  # the album, then "thanks"
+    assert "add these up" in str(user_message(llm.chat_requests[0])["content"])
+
+
 async def test_only_the_last_five_images_go_back_to_the_model(config: Config, llm: FakeOpenAI,
                                                               tg: FakeTelegram) -> None:
     async with running_gateway(config):

@@ -56,6 +56,7 @@ class FakeTelegram:
         self.calls: list[str] = []
         self.polling = 0  # getUpdates calls open now
         self.conflicts = 0  # getUpdates while another was open: real Telegram answers 409 Conflict
+        self.handed_out: set[int] = set()  # update ids a getUpdates has returned
         self.webhook: dict[str, Any] | None = None  # setWebhook's parameters (url, secret_token, ...)
         self._updates: list[dict[str, Any]] = []
         self._next_update_id = 1
@@ -253,7 +254,9 @@ class FakeTelegram:
                 await self.wait_until(lambda: bool(self._updates) or self._closing, timeout)
             except TimeoutError:
                 pass
-        return _ok(self._updates[: int(p.get("limit") or 100)])
+        handed = self._updates[: int(p.get("limit") or 100)]
+        self.handed_out.update(u["update_id"] for u in handed)
+        return _ok(handed)
 
     async def _m_sendMessage(self, p: dict) -> web.Response:
         if self._send_429:
