@@ -28,7 +28,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, noting_lost
+from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, noting_lost, with_quote
 from nanobot_channels.text import split_message
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
@@ -166,11 +166,15 @@ class DiscordChannel(BaseChannel):
         allowed = await self._may_download(who)
         sender = Sender(self.name, str(message.channel.id), who, is_private)
         media, durations = await self._download(attachments, self.chat_root(sender)) if allowed else ([], {})
+        answered = message.reference.resolved if message.type == discord.MessageType.reply and message.reference \
+            else None  # the message this one replies to, as Discord sent it along
+        answered = answered if isinstance(answered, discord.Message) else None
+        content, quoted = with_quote(noting_lost(content, len(attachments), media), answered and answered.content,
+                                     answered and str(answered.author.id), who.id, str(me.id))
         if await self._handle(InboundMessage(
-                self.name, str(message.channel.id), who.id, noting_lost(content, len(attachments), media),
-                sender_name=who.name, sender_handle=who.handle,
+                self.name, str(message.channel.id), who.id, content, sender_name=who.name, sender_handle=who.handle,
                 media=media, is_private=is_private, delivery_key=str(message.id), durations=durations,
-                untrusted="a forwarded message" if forwards else None), mentioned=mentioned):
+                untrusted="a forwarded message" if forwards else quoted), mentioned=mentioned):
             await self._read.note(str(message.channel.id), str(message.id))
 
     async def _catch_up(self) -> None:

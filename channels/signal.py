@@ -30,7 +30,7 @@ import aiohttp
 
 from nanobot import beneath
 from nanobot.bus import Identity, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename, with_quote
 from nanobot.config import SignalConfig
 from nanobot_channels.text import split_message
 
@@ -104,10 +104,12 @@ class SignalChannel(BaseChannel):
         attachments = message.get("attachments") or []
         media = await self._attachments(attachments, Sender(self.name, chat_id, who, not group)) \
             if attachments and await self._may_download(who) else []
-        text = (message.get("message") or "").replace(MENTION_MARK, "").strip()
+        quote = message.get("quote") or {}  # the message this one replies to: its words, its author
+        text, quoted = with_quote((message.get("message") or "").replace(MENTION_MARK, "").strip(), quote.get("text"),
+                                  quote.get("authorNumber") or quote.get("authorUuid"), who.id, self.config.account)
         await self._handle_message(sender=who, chat_id=chat_id, content=text, media=media, is_private=not group,
                                    mentioned=mentioned, delivery_key=f"{who.id}:{envelope.get('timestamp')}",
-                                   offered=len(attachments))
+                                   offered=len(attachments), untrusted=quoted)
 
     async def _attachments(self, attachments: list[dict[str, Any]], sender: Sender) -> list[str]:
         """What signal-cli saved, copied into the chat's inbox (never through a link in its folder)."""

@@ -34,7 +34,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 from telegram.ext import ApplicationBuilder, Defaults
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, with_quote
 from nanobot_channels.telegram_albums import albums_joined, with_whole_albums
 from nanobot_channels.telegram_html import render_chunks
 from nanobot_channels.telegram_http import AiohttpRequest
@@ -132,14 +132,11 @@ class TelegramChannel(BaseChannel):
 
     async def stop(self) -> None:
         await self.stop_receiving()
-        try:
-            await self._app.shutdown()
-        except Exception:  # stop() must not raise; log and keep tearing down
-            log.exception("telegram: error during shutdown")
-        try:
-            await self._bot.shutdown()  # closes the HTTP pools even if initialize() failed
-        except Exception:
-            log.exception("telegram: error during shutdown")
+        for shutdown in (self._app.shutdown, self._bot.shutdown):  # the bot's closes the HTTP pools, started or not
+            try:
+                await shutdown()
+            except Exception:  # stop() must not raise; log and keep tearing down
+                log.exception("telegram: error during shutdown")
 
     # ---- incoming -------------------------------------------------------------------
     async def _poll(self, first: Callable[[], Awaitable[Any]] | None = None) -> None:
@@ -195,14 +192,18 @@ class TelegramChannel(BaseChannel):
         allowed = message.effective_attachment is not None and await self._may_download(who)
         sender = Sender(self.name, str(message.chat_id), who, is_private)
         media, notes, durations = await self._download_media(message, self.chat_root(sender)) if allowed else ([], [], {})
-        content = "\n".join(part for part in (text, *notes) if part)
+        reply = message.reply_to_message  # the part of it the sender picked (``quote``), else the whole
+        content, quoted = with_quote("\n".join(part for part in (text, *notes) if part),
+                                     message.quote.text if message.quote else reply and (reply.text or reply.caption),
+                                     str(reply.from_user.id) if reply and reply.from_user else None, who.id,
+                                     str(self._bot.id))
         return await self._admit(InboundMessage(
             self.name, str(message.chat_id), who.id, content, sender_name=username, sender_handle=username, media=media,
             is_private=is_private, delivery_key=str(update_id), durations=durations,
             # someone else's words, whoever passed them on (a forward, an inline bot's result the
-            # sender picked): the turn is marked untrusted
+            # sender picked, a message they answer): the turn is marked untrusted
             untrusted="a forwarded message" if message.forward_origin else
-            "an inline bot's message" if message.via_bot else None), mentioned=mentioned)
+            "an inline bot's message" if message.via_bot else quoted), mentioned=mentioned)
 
     def _addressed_to_me(self, message: Message, text: str) -> bool:
         """An @mention of the bot (also /cmd@bot), or a reply to one of the bot's messages."""

@@ -275,16 +275,17 @@ class BaseChannel(ABC):
 
     async def _handle_message(self, *, sender: Identity, chat_id: str, content: str, media: list[str] | None = None,
                               is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None,
-                              offered: int = 0) -> bool:
+                              offered: int = 0, untrusted: str | None = None) -> bool:
         """Apply group policy and access control, then hand the message on. True if it went.
         ``sender``: only what the platform vouches for in ``id`` and ``handle`` (``Identity``).
         ``delivery_key``: the platform's id for it, by which repeats are dropped. ``offered``:
-        how many files it carried (see ``noting_lost``). (An adapter with more to say about a
+        how many files it carried (see ``noting_lost``); ``untrusted``: the outside content it
+        carries (someone else's words: the turn is marked). (An adapter with more to say about a
         message builds the InboundMessage and calls ``_handle``.)"""
         return await self._handle(InboundMessage(
             self.name, chat_id, sender.id, noting_lost(content, offered, media or []), sender_name=sender.name,
-            sender_handle=sender.handle, media=media or [], is_private=is_private, delivery_key=delivery_key),
-            mentioned=mentioned)
+            sender_handle=sender.handle, media=media or [], is_private=is_private, delivery_key=delivery_key,
+            untrusted=untrusted), mentioned=mentioned)
 
     async def _handle(self, msg: InboundMessage, *, mentioned: bool = False) -> bool:
         """``_handle_message`` for a message the adapter built (with durations, reply context)."""
@@ -311,6 +312,22 @@ class BaseChannel(ABC):
                     log.warning("%s: could not send the pairing reply to %s: %s", self.name, msg.chat_id, exc)
             return None
         return msg
+
+
+QUOTE_CHARS = 1000  # of the message a reply answers: enough to know what "this" is
+
+
+def with_quote(text: str, quoted: str | None, author: str | None, sender_id: str,
+               own_id: str) -> tuple[str, str | None]:
+    """A reply's words after the message it answers, which the model would not see otherwise
+    ("@bot what does this mean?" in reply to a message); and the turn's untrusted mark when
+    someone else wrote that message (their words, passed on, as a forward)."""
+    quoted = " ".join((quoted or "").split())
+    if not quoted or not text:
+        return text, None
+    whose = "your" if author == own_id else "my own" if author == sender_id else "another person's"
+    cut = quoted if len(quoted) <= QUOTE_CHARS else quoted[:QUOTE_CHARS] + "…"
+    return f'[in reply to {whose} message: "{cut}"]\n{text}', "a quoted message" if whose[0] == "a" else None
 
 
 def noting_lost(text: str, offered: int, kept: list[str]) -> str:

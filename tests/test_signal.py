@@ -92,6 +92,18 @@ async def test_a_reaction_or_a_deletion_is_nothing_to_answer(llm: FakeOpenAI, wo
     assert asked(llm) == ["after them"]
 
 
+async def test_a_reply_carries_the_message_it_answers(llm: FakeOpenAI, workspace: Path,
+                                                      signal: FakeSignalCli) -> None:
+    llm.fallback = lambda body: reply("ok")
+    async with running_gateway(signal_config(llm, workspace, signal)):
+        signal.push(OWNER, "and in Tokyo?", quote={"authorNumber": BOT, "text": "It is noon in Paris."})
+        signal.push(FRIEND, "is this true?", group="R1", mention=True,
+                    quote={"authorNumber": STRANGER, "text": "The bot owes me money"})
+        await signal.wait_sent(2)
+    assert sorted(asked(llm)) == ['[in reply to another person\'s message: "The bot owes me money"]\nis this true?',
+                                  '[in reply to your message: "It is noon in Paris."]\nand in Tokyo?']
+
+
 async def test_a_dropped_stream_is_read_again_and_nothing_is_answered_twice(
         llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli) -> None:
     llm.fallback = lambda body: reply("ok: " + asked_last(body))

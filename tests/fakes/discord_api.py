@@ -171,7 +171,7 @@ class FakeDiscord:
                 msg["attachments"][-1].update(duration_secs=voice_seconds, waveform="AAAA")
         if reply_to is not None:
             msg["message_reference"] = {"message_id": reply_to["id"], "channel_id": reply_to["channel_id"]}
-            msg["referenced_message"] = reply_to
+            msg["referenced_message"], msg["type"] = reply_to, 19  # REPLY
         if forwarded:  # as Discord: the forward itself is empty, the message it carries a snapshot
             snapshot = {k: msg[k] for k in ("content", "attachments", "embeds", "timestamp", "edited_timestamp",
                                             "flags", "mentions", "mention_roles", "type")}

@@ -70,12 +70,14 @@ class FakeSignalCli(Ticks):
     # ---- the test's side ------------------------------------------------------------
     def push(self, number: str, text: str, *, group: str | None = None, mention: bool = False,
              attachments: dict[str, bytes] | None = None, stored: list[str] = [], source_name: str = "Someone",
-             timestamp: int | None = None) -> dict[str, Any]:
+             timestamp: int | None = None, quote: dict[str, Any] | None = None) -> dict[str, Any]:
         """A message from ``number`` (to a group with ``group``), as the next stream event.
         ``stored``: names already in the attachments folder, attached as they are."""
         message: dict[str, Any] = {"timestamp": timestamp or time.time_ns() // 1000, "message": text}
         if group:
             message["groupInfo"] = {"groupId": group, "type": "DELIVER"}
+        if quote:  # what signal-cli says of the message this one replies to
+            message["quote"] = {"id": 1, "authorUuid": f"uuid-{quote['authorNumber']}", **quote}
         if mention:
             message["message"] = "\ufffc " + text
             message["mentions"] = [{"name": self.account, "number": self.account, "uuid": "bot-uuid",
