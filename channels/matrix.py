@@ -29,11 +29,11 @@ from typing import Any
 
 import aiohttp
 from markdown_it import MarkdownIt
-from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomMessagesResponse, RoomSendResponse, SyncError, \
-    UploadResponse, WhoamiResponse
+from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomGetEventResponse, RoomMessagesResponse, \
+    RoomSendResponse, SyncError, UploadResponse, WhoamiResponse
 
 from nanobot.bus import Identity, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, with_quote
 from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
 from nanobot_channels.text import split_message
@@ -186,10 +186,29 @@ class MatrixChannel(BaseChannel):
         sender_of = Sender(self.name, room_id, who, is_private)
         media = await self._download(content, sender_of) if content.get("msgtype") in MEDIA_KINDS \
             and await self._may_download(who) else []
+        answered = _mapping(_mapping(content.get("m.relates_to")).get("m.in_reply_to")).get("event_id")
+        if answered:
+            body = _without_reply_fallback(body)
         text = "" if media else body.replace(self.config.user_id, "").strip().removeprefix(":").strip()
+        quoted = await self._answered(room_id, answered) if answered and await self._may_download(who) else {}
+        text, untrusted = with_quote(text, quoted.get("body"), quoted.get("sender"), who.id, self.config.user_id)
         await self._handle_message(sender=who, chat_id=room_id, content=text, media=media, is_private=is_private,
                                    mentioned=mentioned, delivery_key=str(event.get("event_id")),
-                                   offered=int(content.get("msgtype") in MEDIA_KINDS))
+                                   offered=int(content.get("msgtype") in MEDIA_KINDS), untrusted=untrusted)
+
+    async def _answered(self, room_id: str, event_id: Any) -> dict[str, str]:
+        """The sender and words of the message a reply answers (its event fetched); {} if it cannot be."""
+        found = await self.client.room_get_event(room_id, str(event_id))
+        if not isinstance(found, RoomGetEventResponse):
+            log.info("matrix: could not read the message %s answers: %s", event_id, getattr(found, "message", found))
+            return {}
+        source = found.event.source
+        latest = _mapping(_mapping(_mapping(source.get("unsigned")).get("m.relations")).get("m.replace"))
+        if latest.get("sender") == source.get("sender"):  # as edited last (a streamed reply: its end)
+            body = _mapping(_mapping(latest.get("content")).get("m.new_content")).get("body")
+        else:
+            body = _mapping(source.get("content")).get("body")
+        return {"sender": str(source.get("sender")), "body": _without_reply_fallback(body) if isinstance(body, str) else ""}
 
     async def _cannot_read(self, room_id: str, who: Identity) -> None:
         if room_id not in self._told_encrypted and await self._may_download(who):
@@ -288,9 +307,20 @@ def _text(markdown: str) -> dict[str, Any]:
 
 
 def _edit(event_id: str, markdown: str) -> dict[str, Any]:
-    """``event_id`` replaced with new text (clients that know edits show only the new text)."""
-    return {**_text("* " + markdown), "m.new_content": _text(markdown),
+    """``event_id`` replaced with new text (clients that know edits show only the new text; the
+    others, the fallback: the new text marked with "*", not a list of one)."""
+    new = _text(markdown)
+    return {**new, "body": "* " + markdown, "formatted_body": "* " + new["formatted_body"], "m.new_content": new,
             "m.relates_to": {"rel_type": "m.replace", "event_id": event_id}}
+
+
+def _without_reply_fallback(body: str) -> str:
+    """A reply's words without the quote older clients put first ("> <@ada:x.org> what she said",
+    then a blank line): the message it answers is read whole instead."""
+    lines = body.split("\n")
+    while lines and lines[0].startswith(">"):
+        lines.pop(0)
+    return "\n".join(lines).strip() if len(lines) < len(body.split("\n")) else body
 
 
 def _relation(content: dict[str, Any]) -> str | None:

@@ -360,7 +360,28 @@ async def test_a_reply_streams_by_editing_one_message(llm: FakeOpenAI, workspace
         await owner.say(room, "tell me")
         await owner.read_until(lambda seen: "Second part. Second part. Second part." in (owner.shown() or [""])[-1])
     assert len(owner.shown()) == 1  # one message, replaced as it grew
-    assert any("m.new_content" in e["content"] for e in owner.seen)
+    edits = [e["content"] for e in owner.seen if "m.new_content" in e["content"]]
+    assert edits and all(e["formatted_body"].startswith("* <p>") for e in edits)  # a client without edits: no list
+
+
+async def test_a_reply_carries_the_message_it_answers(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
+                                                      people: dict[str, Any]) -> None:
+    """The message a reply answers is fetched (as its last edit shows it); an older client's
+    quote in the body ("> <@bot> ...") is not read twice."""
+    owner, bot = people["owner"], people["bot"][0]
+    llm.stream_interval, llm.stream_piece_chars = 0.2, 12  # the answer streams: its first event holds a part
+    llm.script(reply("It is noon in Paris, and sunny."), reply("ok"))
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "what time is it?")
+        await owner.read_until(lambda seen: owner.shown() == ["It is noon in Paris, and sunny."])
+        answered = next(e["event_id"] for e in owner.seen if "m.new_content" not in e["content"])
+        await owner.client.room_send(room, "m.room.message", {
+            "msgtype": "m.text", "body": f"> <{bot}> It is noon\n\nand in Tokyo?",
+            "m.relates_to": {"m.in_reply_to": {"event_id": answered}}, "m.mentions": {"user_ids": [bot]}})
+        await owner.read_until(lambda seen: owner.shown()[-1:] == ["ok"])
+    assert asked(llm)[-1] == '[in reply to your message: "It is noon in Paris, and sunny."]\nand in Tokyo?'
 
 
 async def test_files_both_ways(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
