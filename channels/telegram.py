@@ -193,10 +193,10 @@ class TelegramChannel(BaseChannel):
         sender = Sender(self.name, str(message.chat_id), who, is_private)
         media, notes, durations = await self._download_media(message, self.chat_root(sender)) if allowed else ([], [], {})
         reply = message.reply_to_message  # the part of it the sender picked (``quote``), else the whole
+        author = reply.from_user if reply and not (reply.forward_origin or reply.via_bot) else None  # None: another's
         content, quoted = with_quote("\n".join(part for part in (text, *notes) if part),
                                      message.quote.text if message.quote else reply and (reply.text or reply.caption),
-                                     str(reply.from_user.id) if reply and reply.from_user else None, who.id,
-                                     str(self._bot.id))
+                                     author and str(author.id), who.id, str(self._bot.id))
         return await self._admit(InboundMessage(
             self.name, str(message.chat_id), who.id, content, sender_name=username, sender_handle=username, media=media,
             is_private=is_private, delivery_key=str(update_id), durations=durations,
