@@ -20,6 +20,7 @@ from nanobot.config import TelegramWebhook
 from tests.test_api import api, config, free_port, post  # noqa: F401  (fixtures)
 from tests.test_cli import nanobot, write_config
 from tests.helpers import fast_pace, running_gateway
+from tests.test_cron import eventually
 
 SECRET = "s" * 24
 
@@ -114,6 +115,38 @@ async def test_stalled_connections_are_closed_while_the_owner_is_served(impatien
     assert slow_body.startswith(b"HTTP/1.1 408") and b"request_timeout" in slow_body
     for _, w in [*stalled, (reader, writer)]:
         w.close()
+
+
+async def test_a_key_has_only_so_many_uploads_under_way(api: dict) -> None:  # noqa: F811
+    """An upload may take minutes from a phone, so its body has no short time limit: one key's
+    uploads that never finish are held to UPLOADS_PER_KEY, not to as many as it opens."""
+    from nanobot.api.chats import UPLOADS_PER_KEY
+
+    host, port = api["base"].removeprefix("http://").removesuffix("/v1").split(":")
+    slow = []
+    for _ in range(UPLOADS_PER_KEY):
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /v1/nanobot/upload?name=a.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                     + api["member"].encode() + b"\r\nContent-Length: 100000\r\n\r\nthe start")
+        slow.append(writer)
+
+    async def refused() -> bool:
+        status, answer = await raw_post(api["base"] + "/nanobot/upload?name=b.bin", b"small",
+                                        Authorization=f"Bearer {api['member']}")
+        return status == 429 and "uploads under way" in answer["error"]["message"]
+
+    await eventually(refused, timeout=10)
+    status, _ = await raw_post(api["base"] + "/nanobot/upload?name=c.bin", b"small",
+                               Authorization=f"Bearer {api['owner']}")
+    assert status == 200  # another key's are its own
+    for writer in slow:
+        writer.close()
+
+    async def taken() -> bool:
+        return (await raw_post(api["base"] + "/nanobot/upload?name=d.bin", b"small",
+                               Authorization=f"Bearer {api['member']}"))[0] == 200
+
+    await eventually(taken, timeout=10)  # a dropped upload frees its place
 
 
 async def test_a_webhooks_stalled_body_is_ended_in_time(llm, workspace: Path) -> None:

@@ -17,6 +17,7 @@ import asyncio
 import os
 import re
 import secrets
+from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -37,6 +38,10 @@ KeyOf = Callable[[web.Request], Awaitable[tuple[str, bool]]]  # (key name, owner
 SESSION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 FILE_FOLDERS = ("inbox/", "sent/")  # what the page may download: what came in, what the assistant sent
 MAX_LISTED = 100
+# An upload from a phone may take minutes, holding a connection all along: a key has so many
+# open at once, each for so long (20 MB at 33 KB/s), or a slow body could hold connections for ever.
+UPLOADS_PER_KEY = 4
+UPLOAD_TIME_S = 600.0
 
 
 class ChatRoutes:
@@ -44,6 +49,7 @@ class ChatRoutes:
         self.door = door
         self.key_of = key_of
         self.bad_request = bad_request  # the API's 400 in OpenAI's shape
+        self._uploading: Counter[str] = Counter()  # key name -> uploads being read
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_get("/v1/nanobot/history", self.history)
@@ -115,10 +121,7 @@ class ChatRoutes:
     async def upload(self, request: web.Request) -> web.Response:
         name, _ = await self.key_of(request)
         chat = self.key_chat(name, request)
-        limit = self.door.config.channels.max_media_mb * 1024 * 1024
-        if request.content_length is not None and request.content_length > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
-        data = await read_whole(request.content, limit)  # stored whole or refused: never cut short
+        data = await self._received(name, request)
         safe = re.sub(r"[^\w.-]", "_", Path(request.query.get("name", "file")).name)[-100:] or "file"
         root = await self.door.chat_folder(chat)
         relative = f"inbox/page_{secrets.token_hex(4)}_{safe}"
@@ -131,6 +134,23 @@ class ChatRoutes:
         except (beneath.LinkRefused, NotADirectoryError) as exc:
             raise web.HTTPForbidden(text=f"not stored: {exc}") from None
         return web.json_response({"id": relative, "name": safe, "bytes": len(data)})
+
+    async def _received(self, name: str, request: web.Request) -> bytes:
+        """An upload's body, whole (never cut short): refused over ``maxMediaMb``, over
+        ``UPLOADS_PER_KEY`` under way, or slower than ``UPLOAD_TIME_S``."""
+        limit = self.door.config.channels.max_media_mb * 1024 * 1024
+        if request.content_length is not None and request.content_length > limit:
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=request.content_length)
+        if self._uploading[name] >= UPLOADS_PER_KEY:
+            raise web.HTTPTooManyRequests(text=f"this key has {UPLOADS_PER_KEY} uploads under way already")
+        self._uploading[name] += 1
+        try:
+            async with asyncio.timeout(UPLOAD_TIME_S):
+                return await read_whole(request.content, limit)
+        except TimeoutError:
+            raise web.HTTPRequestTimeout(text=f"the file did not arrive within {UPLOAD_TIME_S:.0f} s") from None
+        finally:
+            self._uploading[name] -= 1
 
     async def file(self, request: web.Request) -> web.StreamResponse:
         name, _ = await self.key_of(request)
