@@ -53,6 +53,8 @@ CONNECT_S = 20.0  # slack_sdk retries a failing first connection forever: ours g
 MESSAGE_SUBTYPES = (None, "file_share", "thread_broadcast")  # what a person wrote; not edits, joins, bots
 MAX_EVENT_BYTES = 1024 * 1024
 MISSED_MAX = 200  # messages read per chat at a catch-up (one page: the latest ones when more came)
+THREAD_MESSAGES = 50  # of a thread the bot is called into, read with the call (the first ones)
+THREAD_LINE_CHARS = 2000  # of each of them
 # A link in a reply is not unfurled: Slack would fetch it at once, so a reply a web page steered
 # could hand what the chat knows to an address in a link, with nobody clicking it.
 NO_UNFURL = {"unfurl_links": False, "unfurl_media": False}
@@ -194,10 +196,32 @@ class SlackChannel(BaseChannel):
         files = event.get("files") or []
         media = await self._download(files, self.chat_root(sender)) if files and await self._may_download(who) \
             else []
-        if await self._handle_message(
-                sender=who, chat_id=chat_id, content=re.sub(rf"<@{self.bot_user}>", "", text).strip(), media=media,
-                is_private=is_private, mentioned=mentioned, delivery_key=f"{channel}:{ts}", offered=len(files)):
+        text, untrusted = re.sub(rf"<@{self.bot_user}>", "", text).strip(), None
+        if event.get("thread_ts") not in (None, ts) and await self._may_download(who):
+            text, untrusted = await self._after_thread(event, chat_id, text)
+        if await self._handle_message(sender=who, chat_id=chat_id, content=text, media=media, is_private=is_private,
+                                      mentioned=mentioned, delivery_key=f"{channel}:{ts}", offered=len(files),
+                                      untrusted=untrusted):
             await self._read.note(chat_id, ts)
+
+    async def _after_thread(self, event: dict[str, Any], chat_id: str, text: str) -> tuple[str, str | None]:
+        """A message in a thread after what the thread said before it that this chat has not read
+        (all of it, the first time): "@bot sum this thread up" needs it. Others' words mark the turn."""
+        thread, ts, since = event["thread_ts"], str(event["ts"]), dict(await self._read.chats_to_read()).get(chat_id)
+        try:
+            answer = await self.client.conversations_replies(channel=event["channel"], ts=thread, limit=THREAD_MESSAGES,
+                                                              **({"oldest": since} if since else {}))
+        except (SlackApiError, aiohttp.ClientError, OSError) as exc:  # a scope not granted: the message alone
+            log.info("slack: could not read the thread %s: %s", thread, exc)
+            return text, None
+        earlier = sorted((m for m in answer.get("messages") or [] if _ts_order(str(m.get("ts"))) < _ts_order(ts)
+                          and m.get("user") != self.bot_user and str(m.get("text") or "").strip()),
+                         key=lambda m: _ts_order(str(m.get("ts"))))
+        if not earlier:
+            return text, None
+        lines = "\n".join(f"<@{m.get('user') or m.get('bot_id')}>: {str(m['text'])[:THREAD_LINE_CHARS]}" for m in earlier)
+        others = any(m.get("user") != event["user"] for m in earlier)
+        return f"[the thread so far:\n{lines}]\n{text}", "a thread's earlier messages" if others else None
 
     async def _catch_up(self) -> None:
         """What each chat heard from lately got while no worker listened, oldest first (a

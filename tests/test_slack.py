@@ -82,6 +82,27 @@ async def test_sent_while_no_one_listened_answered_once_after_the_start(llm: Fak
     assert (in_thread["channel"], in_thread["thread_ts"]) == ("C1", asked["ts"])
 
 
+async def test_called_into_a_thread_the_bot_reads_what_it_said_before(llm: FakeOpenAI, workspace: Path,
+                                                                     slack: FakeSlack) -> None:
+    """"@bot sum this thread up": the thread's earlier messages come with the call (the first
+    time all of them, later what came since the bot last read it there)."""
+    llm.fallback = lambda body: reply("summed up")
+    config = slack_config(llm, workspace, slack)
+    config.channels.slack.streaming = False
+    async with running_gateway(config):
+        parent = await slack.push_message("C1", FRIEND, "the deploy failed with error 42")
+        await slack.push_message("C1", STRANGER, "try restarting it", thread_ts=parent["ts"])
+        await slack.push_message("C1", OWNER, f"<@{slack.bot_user}> sum this thread up", thread_ts=parent["ts"],
+                                 mention=True)
+        await slack.wait_posted(1)
+        await slack.push_message("C1", FRIEND, "restarted, fixed", thread_ts=parent["ts"])
+        await slack.push_message("C1", OWNER, f"<@{slack.bot_user}> and now?", thread_ts=parent["ts"], mention=True)
+        await slack.wait_posted(2)
+    assert said(llm, 0) == (f"[the thread so far:\n<@{FRIEND}>: the deploy failed with error 42\n"
+                            f"<@{STRANGER}>: try restarting it]\nsum this thread up")
+    assert said(llm, 1) == f"[the thread so far:\n<@{FRIEND}>: restarted, fixed]\nand now?"
+
+
 async def test_in_a_channel_a_mention_is_answered_in_its_thread_once(llm: FakeOpenAI, workspace: Path,
                                                                       slack: FakeSlack) -> None:
     llm.fallback = lambda body: reply("in the thread")

@@ -216,7 +216,8 @@ class FakeSlack:
             thread, oldest = args.get("ts"), float(args.get("oldest") or 0)
             found = [m for m in self._history.get(args.get("channel"), []) if float(m["ts"]) > oldest
                      and m.get("thread_ts", m["ts"]) == (thread or m["ts"])]  # a thread's, or top-level ones
-            return web.json_response({"ok": True, "messages": found[::-1][:int(args.get("limit") or 100)],
+            found = found if thread else found[::-1]  # a thread oldest first (its parent first), a channel newest
+            return web.json_response({"ok": True, "messages": found[:int(args.get("limit") or 100)],
                                       "has_more": False})
         if method == "chat.update":
             self.updates.append(args)
