@@ -154,8 +154,8 @@ class DiscordChannel(BaseChannel):
             return  # never answer ourselves or other bots: two bots can loop forever
         is_private = isinstance(message.channel, discord.DMChannel)
         mentioned = _addresses(message, me.id)
-        if not self._addressed(is_private, mentioned):
-            return  # checked here too, so we never download files for ignored chatter
+        if not self._addressed(is_private, mentioned):  # no download for chatter: kept for the next that is for us
+            return await self._overhear(str(message.channel.id), _identity(message), message.content)
         # A forward is empty itself; the message it carries (someone else's words) is a snapshot.
         forwards = message.message_snapshots
         content = "\n\n".join(filter(None, [re.sub(rf"<@!?{me.id}>", "", message.content).strip(),

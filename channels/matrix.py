@@ -179,7 +179,7 @@ class MatrixChannel(BaseChannel):
         mentioned = isinstance(mentions, list) and self.config.user_id in mentions \
             or self.config.user_id in body + str(content.get("formatted_body") or "")
         if not self._addressed(is_private, mentioned):
-            return
+            return await self._overhear(room_id, who, body)  # for the next message to us
         if event["type"] == "m.room.encrypted":
             await self._cannot_read(room_id, who)
             return

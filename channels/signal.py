@@ -99,8 +99,8 @@ class SignalChannel(BaseChannel):
         chat_id = f"{GROUP}{group}" if group else who.id
         mentioned = any(m.get("number") == self.config.account for m in message.get("mentions") or []) or \
             (message.get("quote") or {}).get("authorNumber") == self.config.account
-        if not self._addressed(not group, mentioned):
-            return  # before any attachment is read
+        if not self._addressed(not group, mentioned):  # before any attachment is read: kept for the next that is
+            return await self._overhear(chat_id, who, message.get("message") or "", shown=who.id)
         attachments = message.get("attachments") or []
         media = await self._attachments(attachments, Sender(self.name, chat_id, who, not group)) \
             if attachments and await self._may_download(who) else []

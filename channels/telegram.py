@@ -184,8 +184,8 @@ class TelegramChannel(BaseChannel):
         if mentioned:
             text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()
             text = re.sub(r"[ \t]{2,}", " ", text)
-        if not self._addressed(is_private, mentioned):
-            return None  # not for us; also spares a download nobody asked for
+        if not self._addressed(is_private, mentioned):  # not for us (no download): kept for the next that is
+            return await self._overhear(str(message.chat_id), Identity(str(user_id), username), text)
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
         # Telegram vouches for the user id and the @username (unique, theirs while they keep it).
         who = Identity(str(user_id), username)

@@ -15,7 +15,8 @@ import json
 import re
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar, Coroutine, Protocol
 
@@ -154,6 +155,7 @@ class BaseChannel(ABC):
         self.ctx = ctx
         self._troubles: dict[str, str] = {}  # what is wrong now, by part (``_report``)
         self.receiving = Background()  # the event stream's reader (``read_while_held``)
+        self.overheard = Overheard(config.group_history)  # group messages not for the bot, for context
 
     @abstractmethod
     async def start(self) -> None:
@@ -294,6 +296,13 @@ class BaseChannel(ABC):
             await self.ctx.accept([admitted])
         return admitted is not None
 
+    async def _overhear(self, chat_id: str, who: Identity, text: str, shown: str | None = None) -> None:
+        """A group message not for the bot, kept for the next that is (``Overheard``): an allowed
+        person's only, as nothing a stranger writes reaches the model. ``shown``: how the model
+        is told who wrote it (by default the vouched handle, else the id)."""
+        if self.overheard.keep and text.strip() and await self._may_download(who):
+            self.overheard.hear(chat_id, who.id, shown or (f"@{who.handle}" if who.handle else who.id), text)
+
     async def _admit(self, msg: InboundMessage, *, mentioned: bool = False) -> InboundMessage | None:
         """``msg``, if group policy and access control let it through (for adapters that hand
         over a batch at a time); a stranger gets the gate's reply (a pairing code)."""
@@ -311,7 +320,39 @@ class BaseChannel(ABC):
                 except SendFailed as exc:
                     log.warning("%s: could not send the pairing reply to %s: %s", self.name, msg.chat_id, exc)
             return None
-        return msg
+        return msg if msg.is_private else self.overheard.before(msg)
+
+
+class Overheard:
+    """A group's messages that were not for the bot (``groupHistory`` of each chat, in memory),
+    handed to the model with the next one that is, so "@bot what do you think?" has the
+    discussion it follows. Only allowed people's (``BaseChannel._overhear``), shown by what the
+    platform vouches for, never a display name; someone else's words there mark the turn, as a
+    forward does."""
+
+    CHATS, CHARS = 200, 1000  # chats kept (the latest), characters of each message
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._chats: OrderedDict[str, deque[tuple[str, str, str]]] = OrderedDict()  # (id, shown as, text)
+
+    def hear(self, chat_id: str, sender_id: str, shown: str, text: str) -> None:
+        if self.keep and text.strip():
+            heard = self._chats.setdefault(chat_id, deque(maxlen=self.keep))
+            self._chats.move_to_end(chat_id)
+            heard.append((sender_id, shown, " ".join(text.split())[:self.CHARS]))
+            while len(self._chats) > self.CHATS:
+                self._chats.popitem(last=False)
+
+    def before(self, msg: InboundMessage) -> InboundMessage:
+        """``msg`` (admitted, in a group) after what its chat said since the last message to the bot."""
+        heard = [h for h in self._chats.pop(msg.chat_id, ()) if h[2] not in msg.content]  # not again what it quotes
+        if not heard:
+            return msg
+        lines = "\n".join(f"{shown}: {text}" for _, shown, text in heard)
+        others = any(sender != msg.sender_id for sender, _, _ in heard)
+        return replace(msg, content=f"[said here since the last message to me:\n{lines}]\n{msg.content}",
+                       untrusted=msg.untrusted or ("the group's earlier messages" if others else None))
 
 
 QUOTE_CHARS = 1000  # of the message a reply answers: enough to know what "this" is

@@ -97,7 +97,9 @@ async def test_guild_messages_need_a_mention_or_a_reply(
     await fake.push_message(GUILD_CHANNEL, FRIEND, f"<@{fake.bot_id}> what time is it?",
                             guild_id=GUILD, mentions_bot=True)
     msg = await next_inbound(bus)
-    assert (msg.content, msg.chat_id, msg.is_private) == ("what time is it?", str(GUILD_CHANNEL), False)
+    assert (msg.content, msg.chat_id, msg.is_private) == ("[said here since the last message to me:\n"
+                                                          "@user42: just chatting]\nwhat time is it?",
+                                                          str(GUILD_CHANNEL), False)
 
     await channel.send(OutboundMessage("discord", str(GUILD_CHANNEL), "noon", reply_to=msg.delivery_key))
     bot_reply = (await fake.wait_sent(1))[0]

@@ -73,7 +73,8 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(llm: FakeO
         signal.push(OWNER, "what is up?", group="R1", mention=True)
         sent = await signal.wait_sent(1)
         assert sent[0]["groupId"] == "R1" and "recipient" not in sent[0]
-        assert asked(llm) == ["what is up?"]  # the mention mark is gone; the unmentioned one unread
+        # the mention mark is gone; the unmentioned one comes with it, as what the group said
+        assert asked(llm) == [f"[said here since the last message to me:\n{FRIEND}: just chatting]\nwhat is up?"]
         assert gateway.runtime.trust("signal:group.R1") == "member"  # a group is no owner chat
 
 
