@@ -206,7 +206,8 @@ class SlackChannel(BaseChannel):
 
     async def _after_thread(self, event: dict[str, Any], chat_id: str, text: str) -> tuple[str, str | None]:
         """A message in a thread after what the thread said before it that this chat has not read
-        (all of it, the first time): "@bot sum this thread up" needs it. Others' words mark the turn."""
+        (all of it, the first time): "@bot sum this thread up" needs it. Allowed people's words
+        only (a stranger's never reach the model); others' mark the turn."""
         thread, ts, since = event["thread_ts"], str(event["ts"]), dict(await self._read.chats_to_read()).get(chat_id)
         try:
             answer = await self.client.conversations_replies(channel=event["channel"], ts=thread, limit=THREAD_MESSAGES,
@@ -215,11 +216,13 @@ class SlackChannel(BaseChannel):
             log.info("slack: could not read the thread %s: %s", thread, exc)
             return text, None
         earlier = sorted((m for m in answer.get("messages") or [] if _ts_order(str(m.get("ts"))) < _ts_order(ts)
-                          and m.get("user") != self.bot_user and str(m.get("text") or "").strip()),
+                          and m.get("user") not in (None, self.bot_user) and str(m.get("text") or "").strip()),
                          key=lambda m: _ts_order(str(m.get("ts"))))
+        allowed = {user for user in {m["user"] for m in earlier} if await self._may_download(Identity(user))}
+        earlier = [m for m in earlier if m["user"] in allowed]
         if not earlier:
             return text, None
-        lines = "\n".join(f"<@{m.get('user') or m.get('bot_id')}>: {str(m['text'])[:THREAD_LINE_CHARS]}" for m in earlier)
+        lines = "\n".join(f"<@{m['user']}>: {str(m['text'])[:THREAD_LINE_CHARS]}" for m in earlier)
         others = any(m.get("user") != event["user"] for m in earlier)
         return f"[the thread so far:\n{lines}]\n{text}", "a thread's earlier messages" if others else None
 
