@@ -28,7 +28,8 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, noting_lost, with_quote
+from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender
+from nanobot.message_context import noting_lost, with_quote
 from nanobot_channels.text import split_message
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig

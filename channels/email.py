@@ -30,7 +30,8 @@ from typing import Any, Sequence
 import aioimaplib
 import aiosmtplib
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, noting_lost
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.message_context import noting_lost
 from nanobot_channels.email_parse import Mail, Unreadable, read_body, read_headers, vouched
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import EmailConfig

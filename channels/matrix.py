@@ -33,7 +33,8 @@ from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomGetEventRespo
     RoomSendResponse, SyncError, UploadResponse, WhoamiResponse
 
 from nanobot.bus import Identity, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, with_quote
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.message_context import with_quote
 from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
 from nanobot_channels.text import split_message

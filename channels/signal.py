@@ -30,7 +30,8 @@ import aiohttp
 
 from nanobot import beneath
 from nanobot.bus import Identity, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename, with_quote
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename
+from nanobot.message_context import with_quote
 from nanobot.config import SignalConfig
 from nanobot_channels.text import split_message
 

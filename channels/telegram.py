@@ -34,7 +34,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 from telegram.ext import ApplicationBuilder, Defaults
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, with_quote
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.telegram_albums import albums_joined, with_whole_albums
 from nanobot_channels.telegram_html import render_chunks
 from nanobot_channels.telegram_http import AiohttpRequest
@@ -42,6 +42,7 @@ from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
+from nanobot.message_context import with_quote
 from nanobot.sqlite_file import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -119,8 +120,7 @@ class TelegramChannel(BaseChannel):
         log.info("telegram: webhook for @%s at %s, served on %s", self._username, webhook.url, webhook.listen)
 
     async def _on_webhook(self, data: dict[str, Any]) -> None:
-        msg = await self._from_update(Update.de_json(data, self._bot))
-        if msg is not None:
+        if (msg := await self._from_update(Update.de_json(data, self._bot))) is not None:
             await self.ctx.accept([msg])
 
     async def stop_receiving(self) -> None:

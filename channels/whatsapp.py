@@ -30,7 +30,8 @@ import aiohttp
 from aiohttp import web
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, noting_lost
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.message_context import noting_lost
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 from nanobot.sqlite_file import StoreUnavailable

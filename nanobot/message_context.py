@@ -1,0 +1,67 @@
+"""What comes with a message besides its own words, for the model to read it as a person would:
+the message a reply answers (``with_quote``), what a group said before it (``Overheard``), and
+a note for files it carried that could not be received (``noting_lost``). Someone else's words
+brought in this way mark the turn as outside content, as a forward does."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import replace
+
+from nanobot.bus import InboundMessage
+
+
+class Overheard:
+    """A group's messages that were not for the bot (``groupHistory`` of each chat, in memory),
+    handed to the model with the next one that is, so "@bot what do you think?" has the
+    discussion it follows. Only allowed people's (``BaseChannel._overhear``), shown by what the
+    platform vouches for, never a display name; someone else's words there mark the turn, as a
+    forward does."""
+
+    CHATS, CHARS = 200, 1000  # chats kept (the latest), characters of each message
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._chats: OrderedDict[str, deque[tuple[str, str, str]]] = OrderedDict()  # (id, shown as, text)
+
+    def hear(self, chat_id: str, sender_id: str, shown: str, text: str) -> None:
+        if self.keep and text.strip():
+            heard = self._chats.setdefault(chat_id, deque(maxlen=self.keep))
+            self._chats.move_to_end(chat_id)
+            heard.append((sender_id, shown, " ".join(text.split())[:self.CHARS]))
+            while len(self._chats) > self.CHATS:
+                self._chats.popitem(last=False)
+
+    def before(self, msg: InboundMessage) -> InboundMessage:
+        """``msg`` (admitted, in a group) after what its chat said since the last message to the bot."""
+        heard = [h for h in self._chats.pop(msg.chat_id, ()) if h[2] not in msg.content]  # not again what it quotes
+        if not heard:
+            return msg
+        lines = "\n".join(f"{shown}: {text}" for _, shown, text in heard)
+        others = any(sender != msg.sender_id for sender, _, _ in heard)
+        return replace(msg, content=f"[said here since the last message to me:\n{lines}]\n{msg.content}",
+                       untrusted=msg.untrusted or ("the group's earlier messages" if others else None))
+
+
+QUOTE_CHARS = 1000  # of the message a reply answers: enough to know what "this" is
+
+
+def with_quote(text: str, quoted: str | None, author: str | None, sender_id: str,
+               own_id: str) -> tuple[str, str | None]:
+    """A reply's words after the message it answers, which the model would not see otherwise
+    ("@bot what does this mean?" in reply to a message); and the turn's untrusted mark when
+    someone else wrote that message (their words, passed on, as a forward)."""
+    quoted = " ".join((quoted or "").split())
+    if not quoted or not text:
+        return text, None
+    whose = "your" if author == own_id else "my own" if author == sender_id else "another person's"
+    cut = quoted if len(quoted) <= QUOTE_CHARS else quoted[:QUOTE_CHARS] + "…"
+    return f'[in reply to {whose} message: "{cut}"]\n{text}', "a quoted message" if whose == "another person's" else None
+
+
+def noting_lost(text: str, offered: int, kept: list[str]) -> str:
+    """A message's words, with a note when files it carried were not kept (too large, a failed
+    download, no room: the log says which), so the model can say so; and a message of files
+    alone is still answered (a message with nothing in it is not: ``_admit``)."""
+    lost = offered - len(kept)
+    return text if lost <= 0 else f"{text}\n[{lost} attached file(s) could not be received]".strip()
