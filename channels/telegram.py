@@ -36,8 +36,9 @@ from telegram.ext import ApplicationBuilder, Defaults
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.telegram_albums import albums_joined, with_whole_albums
-from nanobot_channels.telegram_html import render_chunks
+from nanobot_channels.telegram_html import preview_text, render_chunks
 from nanobot_channels.telegram_http import AiohttpRequest
+from nanobot_channels.telegram_topics import chat_of, where
 from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
@@ -185,12 +186,12 @@ class TelegramChannel(BaseChannel):
             text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()
             text = re.sub(r"[ \t]{2,}", " ", text)
         if not self._addressed(is_private, mentioned):  # not for us (no download): kept for the next that is
-            return await self._overhear(str(message.chat_id), Identity(str(user_id), username), text)
+            return await self._overhear(chat_of(message), Identity(str(user_id), username), text)
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
         # Telegram vouches for the user id and the @username (unique, theirs while they keep it).
         who = Identity(str(user_id), username)
         allowed = message.effective_attachment is not None and await self._may_download(who)
-        sender = Sender(self.name, str(message.chat_id), who, is_private)
+        sender = Sender(self.name, chat_of(message), who, is_private)
         media, notes, durations = await self._download_media(message, self.chat_root(sender)) if allowed else ([], [], {})
         reply = message.reply_to_message  # the part of it the sender picked (``quote``), else the whole
         author = reply.from_user if reply and not (reply.forward_origin or reply.via_bot) else None  # None: another's
@@ -198,7 +199,7 @@ class TelegramChannel(BaseChannel):
                                      message.quote.text if message.quote else reply and (reply.text or reply.caption),
                                      author and str(author.id), who.id, str(self._bot.id))
         return await self._admit(InboundMessage(
-            self.name, str(message.chat_id), who.id, content, sender_name=username, sender_handle=username, media=media,
+            self.name, chat_of(message), who.id, content, sender_name=username, sender_handle=username, media=media,
             is_private=is_private, delivery_key=str(update_id), durations=durations,
             # someone else's words, whoever passed them on (a forward, an inline bot's result the
             # sender picked, a message they answer): the turn is marked untrusted
@@ -284,12 +285,13 @@ class TelegramChannel(BaseChannel):
         if shown_as is not None:
             send = self._bot.send_photo if shown_as == "photo" else self._bot.send_voice
             try:
-                await self._call(send, chat_id=msg.chat_id, filename=file.name, caption=caption, **{shown_as: file.data})
+                await self._call(send, **where(msg.chat_id), filename=file.name, caption=caption,
+                                 **{shown_as: file.data})
                 return await self._send_rest(msg, rest)
             except BadRequest as exc:
                 log.info("telegram: %s refused as a %s (%s); sending it as a document", file.name, shown_as, exc)
         try:
-            await self._call(self._bot.send_document, chat_id=msg.chat_id, document=file.data, filename=file.name,
+            await self._call(self._bot.send_document, **where(msg.chat_id), document=file.data, filename=file.name,
                              caption=caption)
         except BadRequest as exc:
             raise SendFailed(f"telegram: {file.name} was refused: {exc}", retry=False) from exc
@@ -302,12 +304,12 @@ class TelegramChannel(BaseChannel):
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, as plain text in one message: sent once, then edited."""
         stream_id = msg.stream_id
-        text = _preview_text(msg.content, self.max_message_len)
+        text = preview_text(msg.content, self.max_message_len)
         preview = self._previews.get(stream_id)
         try:
             if preview is None:
-                sent = await self._bot.send_message(chat_id=msg.chat_id, text=text)
-                self._previews[stream_id] = _Preview(msg.chat_id, sent.message_id, text)
+                sent = await self._bot.send_message(**where(msg.chat_id), text=text)
+                self._previews[stream_id] = _Preview(str(sent.chat_id), sent.message_id, text)
             elif text != preview.text:
                 await self._bot.edit_message_text(text=text, chat_id=preview.chat_id, message_id=preview.message_id)
                 preview.text = text
@@ -330,7 +332,7 @@ class TelegramChannel(BaseChannel):
 
     async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None) -> None:
         try:
-            await self._call(self._bot.send_message, chat_id=chat_id, text=html, parse_mode=ParseMode.HTML,
+            await self._call(self._bot.send_message, **where(chat_id), text=html, parse_mode=ParseMode.HTML,
                              reply_parameters=reply)
             return
         except BadRequest as exc:
@@ -339,14 +341,14 @@ class TelegramChannel(BaseChannel):
             log.warning("telegram: HTML rejected (%s); sending plain text", exc)
         for part in split_message(markdown, self.max_message_len, utf16_len):
             try:
-                await self._call(self._bot.send_message, chat_id=chat_id, text=part, reply_parameters=reply)
+                await self._call(self._bot.send_message, **where(chat_id), text=part, reply_parameters=reply)
             except BadRequest as exc:
                 raise SendFailed(f"telegram: message to {chat_id} rejected: {exc}", retry=False) from exc
             reply = None
 
     async def send_typing(self, chat_id: str) -> None:
         try:
-            await self._bot.send_chat_action(chat_id=chat_id, action=ChatAction.TYPING)
+            await self._bot.send_chat_action(**where(chat_id), action=ChatAction.TYPING)
         except Exception as exc:  # a missing typing indicator is not worth a retry
             log.debug("telegram: typing indicator for %s failed: %s", chat_id, exc)
 
@@ -376,15 +378,6 @@ class _Preview:
     chat_id: str
     message_id: int
     text: str
-
-
-def _preview_text(text: str, limit: int) -> str:
-    """The streamed text, cut to fit one message (the final reply is split properly)."""
-    if utf16_len(text) <= limit:
-        return text
-    while utf16_len(text) > limit - 2:
-        text = text[: len(text) - max(1, (utf16_len(text) - limit) // 2 + 1)]
-    return text + " …"
 
 
 def _describe(exc: BaseException) -> str:

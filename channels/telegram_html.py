@@ -76,3 +76,12 @@ def _render(text: str, limit: int, budget: int, length: Callable[[str], int]) ->
             smaller = max(256, int(length(piece) * limit / size * 0.9))
             out.extend(_render(piece, limit, min(smaller, budget - 1), length))
     return out
+
+
+def preview_text(text: str, limit: int) -> str:
+    """A reply streamed so far, as plain text cut to fit one message (the final reply is split properly)."""
+    if utf16_len(text) <= limit:
+        return text
+    while utf16_len(text) > limit - 2:
+        text = text[: len(text) - max(1, (utf16_len(text) - limit) // 2 + 1)]
+    return text + " …"

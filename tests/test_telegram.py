@@ -138,6 +138,26 @@ async def test_a_group_discussion_comes_with_the_next_message_to_the_bot(tg, cha
     assert (second.content, second.untrusted) == ("and again?", None)
 
 
+async def test_a_forum_topic_is_a_chat_of_its_own_answered_in_its_topic(tg, channel, bus):
+    """A group with topics: each topic its own chat (history, trust), and the answer, its
+    streamed preview, files and typing go to that topic, not to the group's General."""
+    topic = {"chat_type": "supergroup", "message_thread_id": 7, "is_topic_message": True}
+    tg.push_text(GROUP, ALICE, f"@{tg.bot_username} hello", **topic)
+    tg.push_text(GROUP, ALICE, f"@{tg.bot_username} in General", chat_type="supergroup")
+    first, second = await inbound(bus), await inbound(bus)
+    assert (first.chat_id, second.chat_id) == (f"{GROUP}:7", str(GROUP)) and not first.is_private
+    await channel.send_typing(first.chat_id)
+    await channel.send_stream(OutboundMessage("telegram", first.chat_id, "hel", kind="stream", stream_id=1))
+    await channel.send(OutboundMessage("telegram", first.chat_id, "hello back", stream_id=1))
+    await channel.send_file(OutboundMessage("telegram", first.chat_id, "", kind="file",
+                                            file=OutgoingFile("notes.txt", b"n", photo=False)))
+    await channel.send(OutboundMessage("telegram", second.chat_id, "and here"))
+    where = [(str(m["chat_id"]), str(m.get("message_thread_id"))) for m in [*tg.actions, *tg.sent, *tg.files]]
+    # typing and the preview in the topic (the reply then edits the preview), the General one's, the file
+    assert where == [(str(GROUP), "7"), (str(GROUP), "7"), (str(GROUP), "None"), (str(GROUP), "7")]
+    assert str(tg.edits[-1]["chat_id"]) == str(GROUP) and tg.edits[-1]["text"] == "hello back"
+
+
 async def test_open_group_policy_takes_everything(tg, channel, bus):
     channel.config.group_policy = "open"
     tg.push_text(GROUP, ALICE, "just chatting", chat_type="supergroup")

@@ -286,6 +286,7 @@ class FakeTelegram:
             return _error(400, f"Bad Request: there is no {field} in the request")
         message = self._bot_message(p["chat_id"], "")
         self.files.append({"method": field, "chat_id": p["chat_id"], "caption": p.get("caption"),
+                           "message_thread_id": p.get("message_thread_id"),
                            "filename": upload.filename, "data": upload.file.read(),
                            "message_id": message["message_id"], "at": time.monotonic()})
         return _ok(message)
