@@ -43,7 +43,7 @@ from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
-from nanobot.message_context import with_quote
+from nanobot.message_context import shared_place, with_quote
 from nanobot.sqlite_file import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -180,7 +180,9 @@ class TelegramChannel(BaseChannel):
     async def _intake(self, message: Message, user_id: int, username: str | None,
                       update_id: int) -> InboundMessage | None:
         is_private = message.chat.type == "private"
-        text = message.text or message.caption or ""
+        spot, venue = message.location, message.venue  # a shared place is words too
+        text = message.text or message.caption or (shared_place(spot.latitude, spot.longitude, venue and
+                                                                f"{venue.title}, {venue.address}") if spot else "")
         mentioned = not is_private and self._addressed_to_me(message, text)
         if mentioned:
             text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()

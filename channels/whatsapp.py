@@ -31,7 +31,7 @@ from aiohttp import web
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
-from nanobot.message_context import noting_lost
+from nanobot.message_context import noting_lost, shared_place
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 from nanobot.sqlite_file import StoreUnavailable
@@ -142,6 +142,9 @@ class WhatsAppChannel(BaseChannel):
         part = message.get(kind) if isinstance(message.get(kind), dict) else {}
         text = part.get("body") if kind == "text" else part.get("caption") or \
             (part.get("title") if kind in ("button", "interactive") else "")
+        if kind == "location" and isinstance(part.get("latitude"), (int, float)):  # a shared place is words too
+            text = shared_place(part["latitude"], part.get("longitude") or 0.0,
+                                ", ".join(str(part[k]) for k in ("name", "address") if part.get(k)) or None)
         media: list[str] = []
         if kind in MEDIA_TYPES and part.get("id") and await self._may_download(who):
             kept = await self._download(part, Sender(self.name, wa_id, who, True))

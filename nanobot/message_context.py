@@ -1,6 +1,7 @@
 """What comes with a message besides its own words, for the model to read it as a person would:
-the message a reply answers (``with_quote``), what a group said before it (``Overheard``), and
-a note for files it carried that could not be received (``noting_lost``). Someone else's words
+the message a reply answers (``with_quote``), what a group said before it (``Overheard``), a
+place it shares (``shared_place``), and a note for files it carried that could not be received
+(``noting_lost``). Someone else's words
 brought in this way mark the turn as outside content, as a forward does."""
 
 from __future__ import annotations
@@ -65,3 +66,8 @@ def noting_lost(text: str, offered: int, kept: list[str]) -> str:
     alone is still answered (a message with nothing in it is not: ``_admit``)."""
     lost = offered - len(kept)
     return text if lost <= 0 else f"{text}\n[{lost} attached file(s) could not be received]".strip()
+
+
+def shared_place(latitude: float, longitude: float, name: str | None = None) -> str:
+    """A location someone shared, as words the model can use ("the weather here?", the way)."""
+    return f"[location: {latitude:.5f}, {longitude:.5f}{f' ({name})' if name else ''}]"

@@ -172,10 +172,19 @@ async def test_a_message_with_no_words_and_no_file_is_nothing_to_answer(tg, chan
                                            "width": 512, "height": 512, "is_animated": False, "is_video": False})
     tg.push_message(GROUP, ALICE, chat_type="supergroup",
                     new_chat_members=[{"id": MALLORY, "is_bot": False, "first_name": "Mallory"}])
-    tg.push_message(MALLORY, MALLORY, username="mallory", location={"latitude": 1.0, "longitude": 2.0})
+    tg.push_message(MALLORY, MALLORY, username="mallory", dice={"emoji": "\U0001f3b2", "value": 3})
     tg.push_text(ALICE, ALICE, "after them")
     assert (await inbound(bus)).content == "after them"
     assert bus.inbound.empty() and not tg.sent
+
+
+async def test_a_shared_place_is_words(tg, channel, bus):
+    """"What is the weather here?" after sharing a location: the model gets where."""
+    tg.push_message(ALICE, ALICE, location={"latitude": 48.858370, "longitude": 2.294481})
+    tg.push_message(ALICE, ALICE, venue={"location": {"latitude": 48.8606, "longitude": 2.3376}, "title": "Louvre",
+                                         "address": "Rue de Rivoli"}, location={"latitude": 48.8606, "longitude": 2.3376})
+    assert (await inbound(bus)).content == "[location: 48.85837, 2.29448]"
+    assert (await inbound(bus)).content == "[location: 48.86060, 2.33760 (Louvre, Rue de Rivoli)]"
 
 
 @pytest.mark.parametrize("text", ["/new", "/stop", "/mode code", "/status", "/help", "/start"])
