@@ -175,6 +175,7 @@ class DiscordChannel(BaseChannel):
         if await self._handle(InboundMessage(
                 self.name, str(message.channel.id), who.id, content, sender_name=who.name, sender_handle=who.handle,
                 media=media, is_private=is_private, delivery_key=str(message.id), durations=durations,
+                reply_context=None if is_private else {"message_id": str(message.id)},  # answered as a reply
                 untrusted="a forwarded message" if forwards else quoted), mentioned=mentioned):
             await self._read.note(str(message.channel.id), str(message.id))
 
@@ -227,10 +228,7 @@ class DiscordChannel(BaseChannel):
         preview = self._previews.pop(msg.stream_id, None)
         # A partial messageable needs no GET /channels and no cache: just the id.
         channel = self._client.get_partial_messageable(int(msg.chat_id))
-        reference = None
-        if msg.reply_to and msg.reply_to.isdigit():
-            reference = discord.MessageReference(message_id=int(msg.reply_to), channel_id=channel.id,
-                                                 fail_if_not_exists=False)
+        reference = _reference(msg, channel.id)
         chunks = split_message(msg.content, self.max_message_len)
         if preview is not None and await self._edit(preview, chunks[0]):
             chunks, reference = chunks[1:], None  # the streamed message now holds the first chunk
@@ -253,7 +251,8 @@ class DiscordChannel(BaseChannel):
         try:
             if preview is None:
                 channel = self._client.get_partial_messageable(int(msg.chat_id))
-                self._previews[stream_id] = await channel.send(text, suppress_embeds=True)
+                self._previews[stream_id] = await channel.send(text, suppress_embeds=True,
+                                                               reference=_reference(msg, channel.id))
             elif preview.content != text:
                 self._previews[stream_id] = await preview.edit(content=text)
         except Exception as exc:  # a missed preview is not worth a retry: the final text follows
@@ -327,6 +326,13 @@ def _addresses(message: discord.Message, bot_id: int) -> bool:
     return isinstance(replied, discord.Message) and replied.author.id == bot_id
 
 
+
+
+def _reference(msg: OutboundMessage, channel_id: int) -> discord.MessageReference | None:
+    """A reply to the message it answers (in a server's channel, which question it is for)."""
+    answers = msg.answers
+    return discord.MessageReference(message_id=int(answers), channel_id=channel_id, fail_if_not_exists=False) \
+        if answers and answers.isdigit() else None
 
 
 def _identity(message: discord.Message) -> Identity:

@@ -38,7 +38,7 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot_channels.telegram_albums import albums_joined, with_whole_albums
 from nanobot_channels.telegram_html import preview_text, render_chunks
 from nanobot_channels.telegram_http import AiohttpRequest
-from nanobot_channels.telegram_topics import chat_of, where
+from nanobot_channels.telegram_where import chat_of, replying, where
 from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
@@ -203,6 +203,7 @@ class TelegramChannel(BaseChannel):
         return await self._admit(InboundMessage(
             self.name, chat_of(message), who.id, content, sender_name=username, sender_handle=username, media=media,
             is_private=is_private, delivery_key=str(update_id), durations=durations,
+            reply_context=None if is_private else {"message_id": str(message.message_id)},  # answered as a reply
             # someone else's words, whoever passed them on (a forward, an inline bot's result the
             # sender picked, a message they answer): the turn is marked untrusted
             untrusted="a forwarded message" if message.forward_origin else
@@ -262,9 +263,7 @@ class TelegramChannel(BaseChannel):
     async def send(self, msg: OutboundMessage) -> None:
         if not msg.content.strip():
             return  # Telegram rejects empty text
-        reply = ReplyParameters(int(msg.reply_to), allow_sending_without_reply=True) \
-            if msg.reply_to and msg.reply_to.lstrip("-").isdigit() else None
-        preview = self._previews.pop(msg.stream_id, None)
+        reply, preview = replying(msg), self._previews.pop(msg.stream_id, None)
         for markdown, html in render_chunks(msg.content, self.max_message_len, utf16_len):
             if preview is not None and await self._finish_preview(preview, markdown, html):
                 preview = None  # the streamed message now holds the first chunk, formatted
@@ -310,7 +309,7 @@ class TelegramChannel(BaseChannel):
         preview = self._previews.get(stream_id)
         try:
             if preview is None:
-                sent = await self._bot.send_message(**where(msg.chat_id), text=text)
+                sent = await self._bot.send_message(**where(msg.chat_id), text=text, reply_parameters=replying(msg))
                 self._previews[stream_id] = _Preview(str(sent.chat_id), sent.message_id, text)
             elif text != preview.text:
                 await self._bot.edit_message_text(text=text, chat_id=preview.chat_id, message_id=preview.message_id)

@@ -94,6 +94,12 @@ class OutboundMessage:
     def target(self) -> str:
         return f"{self.channel}:{self.chat_id}"
 
+    @property
+    def answers(self) -> str | None:
+        """The platform's id of the message this shows as a reply to: ``reply_to``, else the
+        answered message's (an adapter puts it in ``reply_context`` where a group needs it)."""
+        return self.reply_to or (self.reply_context or {}).get("message_id")
+
 
 class MessageBus:
     def __init__(self) -> None:

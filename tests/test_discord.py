@@ -101,7 +101,8 @@ async def test_guild_messages_need_a_mention_or_a_reply(
                                                           "@user42: just chatting]\nwhat time is it?",
                                                           str(GUILD_CHANNEL), False)
 
-    await channel.send(OutboundMessage("discord", str(GUILD_CHANNEL), "noon", reply_to=msg.delivery_key))
+    assert msg.reply_context == {"message_id": msg.delivery_key}  # in a server, answered as a reply to it
+    await channel.send(OutboundMessage("discord", str(GUILD_CHANNEL), "noon", reply_context=msg.reply_context))
     bot_reply = (await fake.wait_sent(1))[0]
     assert str(bot_reply["message_reference"]["message_id"]) == msg.delivery_key
     await fake.push_message(GUILD_CHANNEL, FRIEND, "thanks!", guild_id=GUILD, reply_to=bot_reply)

@@ -89,7 +89,7 @@ async def test_unknown_sender_gets_gate_reply_and_is_not_published(tg, channel, 
 
 async def test_group_needs_mention_or_reply(tg, channel, bus):
     tg.push_text(GROUP, ALICE, "just chatting", chat_type="group")
-    tg.push_text(GROUP, ALICE, f"@{tg.bot_username} what time is it?", chat_type="group")
+    asked = tg.push_text(GROUP, ALICE, f"@{tg.bot_username} what time is it?", chat_type="group")
     tg.push_text(GROUP, ALICE, "and in Tokyo?", chat_type="group", reply_to_bot=True)
     tg.push_text(GROUP, ALICE, f"/status@{tg.bot_username}", chat_type="group")
     got = [await inbound(bus) for _ in range(3)]
@@ -98,6 +98,15 @@ async def test_group_needs_mention_or_reply(tg, channel, bus):
                                         "what time is it?", '[in reply to your message: "an earlier reply"]\n'
                                         "and in Tokyo?", "/status"]
     assert got[0].untrusted is None
+    # the answer in a group is a reply to its question (its preview too): which one it answers
+    question = got[0].reply_context
+    assert question == {"message_id": str(asked["message"]["message_id"])}
+    await channel.send_stream(OutboundMessage("telegram", str(GROUP), "no", kind="stream", stream_id=9,
+                                              reply_context=question))
+    await channel.send(OutboundMessage("telegram", str(GROUP), "noon", reply_context=question))
+    await channel.send(OutboundMessage("telegram", str(ALICE), "in private: no reply"))
+    assert [(m.get("reply_parameters") or {}).get("message_id") for m in tg.sent] == [
+        int(question["message_id"]), int(question["message_id"]), None]
     assert all(m.chat_id == str(GROUP) and not m.is_private for m in got)
     assert bus.inbound.empty()
 

@@ -1,0 +1,34 @@
+"""Where a Telegram message is, and where its answer goes.
+
+A group with topics holds many conversations: each topic is its own chat here,
+``telegram:<group id>:<topic id>``, with its own history, answered in its topic (every topic was
+one chat, and the answers went to the group's General topic). In a group the answer is a reply
+to the question (``reply_context``), so a busy group sees which one it answers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from telegram import Message, ReplyParameters
+
+from nanobot.bus import OutboundMessage
+
+
+def chat_of(message: Message) -> str:
+    """A message's chat: a forum topic's is ``<group id>:<topic id>``, any other the chat's id."""
+    topic = message.message_thread_id if message.is_topic_message else None
+    return f"{message.chat_id}:{topic}" if topic else str(message.chat_id)
+
+
+def where(chat_id: str) -> dict[str, Any]:
+    """The Bot API's address of a chat: a forum topic's is its group, with the topic's thread."""
+    chat, _, topic = chat_id.partition(":")
+    return {"chat_id": chat, "message_thread_id": int(topic)} if topic.isdigit() else {"chat_id": chat_id}
+
+
+def replying(msg: OutboundMessage) -> ReplyParameters | None:
+    """A reply to the message ``msg`` answers, if it names one (a group's question)."""
+    answers = msg.answers
+    return ReplyParameters(int(answers), allow_sending_without_reply=True) \
+        if answers and answers.lstrip("-").isdigit() else None
