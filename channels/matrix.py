@@ -32,9 +32,9 @@ from markdown_it import MarkdownIt
 from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomGetEventResponse, RoomMessagesResponse, \
     RoomSendResponse, SyncError, UploadResponse, WhoamiResponse
 
-from nanobot.bus import Identity, OutboundMessage
+from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
-from nanobot.message_context import with_quote
+from nanobot.message_context import noting_lost, with_quote
 from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
 from nanobot_channels.text import split_message
@@ -193,9 +193,11 @@ class MatrixChannel(BaseChannel):
         text = "" if media else body.replace(self.config.user_id, "").strip().removeprefix(":").strip()
         quoted = await self._answered(room_id, answered) if answered and await self._may_download(who) else {}
         text, untrusted = with_quote(text, quoted.get("body"), quoted.get("sender"), who.id, self.config.user_id)
-        await self._handle_message(sender=who, chat_id=room_id, content=text, media=media, is_private=is_private,
-                                   mentioned=mentioned, delivery_key=str(event.get("event_id")),
-                                   offered=int(content.get("msgtype") in MEDIA_KINDS), untrusted=untrusted)
+        event_id = str(event.get("event_id"))
+        await self._handle(InboundMessage(
+            self.name, room_id, who.id, noting_lost(text, int(content.get("msgtype") in MEDIA_KINDS), media),
+            sender_name=who.name, media=media, is_private=is_private, delivery_key=event_id, untrusted=untrusted,
+            reply_context=None if is_private else {"message_id": event_id}), mentioned=mentioned)  # answered as a reply
 
     async def _answered(self, room_id: str, event_id: Any) -> dict[str, str]:
         """The sender and words of the message a reply answers (its event fetched); {} if it cannot be."""
@@ -243,8 +245,8 @@ class MatrixChannel(BaseChannel):
         preview = self._previews.pop(msg.stream_id, None) if msg.stream_id is not None else None
         if preview is not None and chunks:
             await self._room_send(preview[0], _edit(preview[1], chunks.pop(0)))
-        for chunk in chunks:
-            await self._room_send(msg.chat_id, _text(chunk))
+        for i, chunk in enumerate(chunks):  # the first is a reply to the question (in a group)
+            await self._room_send(msg.chat_id, _text(chunk, msg.answers if i == 0 and preview is None else None))
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: sent once, then replaced (about once a second)."""
@@ -254,7 +256,7 @@ class MatrixChannel(BaseChannel):
         preview = self._previews.get(msg.stream_id)
         try:
             if preview is None:
-                sent = await self._room_send(msg.chat_id, _text(text))
+                sent = await self._room_send(msg.chat_id, _text(text, msg.answers))
                 self._previews[msg.stream_id] = (msg.chat_id, sent)
             else:
                 await self._room_send(preview[0], _edit(preview[1], text))
@@ -299,12 +301,14 @@ class MatrixChannel(BaseChannel):
                          retry=status not in ("M_FORBIDDEN", "M_UNKNOWN_TOKEN", "M_NOT_FOUND", "M_TOO_LARGE"))
 
 
-def _text(markdown: str) -> dict[str, Any]:
-    """A message: the Markdown as its plain body, rendered (no raw HTML passed through) as its HTML.
-    It mentions nobody (``m.mentions``): without that, push rules read the body, and a reply a
-    web page steered could ping the whole room (``@room``) or anyone by their display name."""
-    return {"msgtype": "m.text", "body": markdown, "format": "org.matrix.custom.html",
-            "formatted_body": RENDER.render(markdown).strip(), "m.mentions": {}}
+def _text(markdown: str, answers: str | None = None) -> dict[str, Any]:
+    """A message: the Markdown as its plain body, rendered (no raw HTML passed through) as its HTML;
+    a reply to the event ``answers`` names. It mentions nobody (``m.mentions``): without that,
+    push rules read the body, and a reply a web page steered could ping the whole room
+    (``@room``) or anyone by their display name."""
+    content = {"msgtype": "m.text", "body": markdown, "format": "org.matrix.custom.html",
+               "formatted_body": RENDER.render(markdown).strip(), "m.mentions": {}}
+    return {**content, "m.relates_to": {"m.in_reply_to": {"event_id": answers}}} if answers else content
 
 
 def _edit(event_id: str, markdown: str) -> dict[str, Any]:

@@ -212,8 +212,10 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(
     async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
         room = await group_of(owner, friend, bot)
         await friend.say(room, "just chatting")
-        await friend.say(room, "what is up?", mention=bot)
+        question = await friend.say(room, "what is up?", mention=bot)
         await owner.read_until(lambda seen: any(e["sender"] == bot for e in seen))
+        answer = next(e["content"] for e in owner.seen if e["sender"] == bot)
+        assert answer["m.relates_to"] == {"m.in_reply_to": {"event_id": question}}  # a reply to the question
         assert asked(llm) == [f"[said here since the last message to me:\n{friend.user_id}: just chatting]\n"
                               "what is up?"]  # what the room said before comes with the mention
         assert gateway.runtime.trust(f"matrix:{room}") == "member"  # three people: no owner chat

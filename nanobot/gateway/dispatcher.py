@@ -302,7 +302,7 @@ class Dispatcher:
 
         async def publish(text: str) -> None:
             await self.bus.publish_outbound(OutboundMessage(msg.channel, msg.chat_id, text, kind="stream",
-                                                            stream_id=stream.stream_id))
+                                                            stream_id=stream.stream_id, reply_context=msg.reply_context))
 
         # A chat platform's preview is one message, edited (pace > 0); the API's and terminal's
         # streams only append, and cannot take back a working note.
