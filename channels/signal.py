@@ -29,9 +29,9 @@ from typing import Any, AsyncIterator
 import aiohttp
 
 from nanobot import beneath
-from nanobot.bus import Identity, OutboundMessage
+from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename
-from nanobot.message_context import with_quote
+from nanobot.message_context import noting_lost, with_quote
 from nanobot.config import SignalConfig
 from nanobot_channels.text import split_message
 
@@ -108,9 +108,12 @@ class SignalChannel(BaseChannel):
         quote = message.get("quote") or {}  # the message this one replies to: its words, its author
         text, quoted = with_quote((message.get("message") or "").replace(MENTION_MARK, "").strip(), quote.get("text"),
                                   quote.get("authorNumber") or quote.get("authorUuid"), who.id, self.config.account)
-        await self._handle_message(sender=who, chat_id=chat_id, content=text, media=media, is_private=not group,
-                                   mentioned=mentioned, delivery_key=f"{who.id}:{envelope.get('timestamp')}",
-                                   offered=len(attachments), untrusted=quoted)
+        sent_at = str(envelope.get("timestamp"))  # with its author, what a quote of it names
+        await self._handle(InboundMessage(
+            self.name, chat_id, who.id, noting_lost(text, len(attachments), media), sender_name=who.name,
+            sender_handle=who.handle, media=media, is_private=not group, delivery_key=f"{who.id}:{sent_at}",
+            untrusted=quoted, reply_context={"message_id": sent_at, "author": who.id} if group else None),
+            mentioned=mentioned)  # in a group, answered quoting the question
 
     async def _attachments(self, attachments: list[dict[str, Any]], sender: Sender) -> list[str]:
         """What signal-cli saved, copied into the chat's inbox (never through a link in its folder)."""
@@ -129,8 +132,12 @@ class SignalChannel(BaseChannel):
 
     # -- outgoing ------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
+        answers, author = msg.answers, (msg.reply_context or {}).get("author")
+        quote = {"quoteTimestamp": int(answers), "quoteAuthor": author} if answers and answers.isdigit() and author \
+            else {}  # a group's answer quotes its question
         for chunk in split_message(msg.content, self.max_message_len):
-            await self._rpc("send", msg.chat_id, message=chunk)
+            await self._rpc("send", msg.chat_id, message=chunk, **quote)
+            quote = {}
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         return None  # a Signal message is not edited as it grows: the final text is sent whole

@@ -70,9 +70,11 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(llm: FakeO
     llm.fallback = lambda body: reply("in the group")
     async with running_gateway(signal_config(llm, workspace, signal)) as gateway:
         signal.push(FRIEND, "just chatting", group="R1")
-        signal.push(OWNER, "what is up?", group="R1", mention=True)
+        question = signal.push(OWNER, "what is up?", group="R1", mention=True)
         sent = await signal.wait_sent(1)
         assert sent[0]["groupId"] == "R1" and "recipient" not in sent[0]
+        # the answer quotes its question, so the group sees which one it is for
+        assert (sent[0]["quoteTimestamp"], sent[0]["quoteAuthor"]) == (question["timestamp"], OWNER)
         # the mention mark is gone; the unmentioned one comes with it, as what the group said
         assert asked(llm) == [f"[said here since the last message to me:\n{FRIEND}: just chatting]\nwhat is up?"]
         assert gateway.runtime.trust("signal:group.R1") == "member"  # a group is no owner chat
