@@ -192,9 +192,11 @@ class TelegramChannel(BaseChannel):
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
         # Telegram vouches for the user id and the @username (unique, theirs while they keep it).
         who = Identity(str(user_id), username)
-        allowed = message.effective_attachment is not None and await self._may_download(who)
+        files = _files_of(message)
+        allowed = bool(files) and await self._may_download(who)
         sender = Sender(self.name, chat_of(message), who, is_private)
-        media, notes, durations = await self._download_media(message, self.chat_root(sender)) if allowed else ([], [], {})
+        media, notes, durations = await self._download_media(files, self.chat_root(sender)) if allowed \
+            else ([], ["[a file, not fetched]"] if files else [], {})  # a stranger's: a message all the same
         reply = message.reply_to_message  # the part of it the sender picked (``quote``), else the whole
         author = reply.from_user if reply and not (reply.forward_origin or reply.via_bot) else None  # None: another's
         content, quoted = with_quote("\n".join(part for part in (text, *notes) if part),
@@ -216,25 +218,12 @@ class TelegramChannel(BaseChannel):
             return True
         return bool(self._username) and re.search(rf"@{re.escape(self._username)}\b", text, re.I) is not None
 
-    async def _download_media(self, message: Message, root: Path) -> tuple[list[str], list[str], dict[str, float]]:
-        """Fetch attachments into the chat's inbox: (root-relative paths, notes for the model,
-        seconds of each recording). Names carry the kind (``voice.ogg``, ``photo.jpg``), which
-        is how the agent tells a voice note from a document."""
-        candidates: list[tuple[Any, str]] = []
-        if message.document:
-            candidates.append((message.document, message.document.file_name or "document"))
-        if message.photo:
-            candidates.append((message.photo[-1], "photo.jpg"))  # the last size is the largest
-        if message.voice:
-            candidates.append((message.voice, "voice.ogg"))
-        if message.audio:
-            candidates.append((message.audio, message.audio.file_name or "audio.mp3"))
-        if message.video_note:
-            candidates.append((message.video_note, "video_note.mp4"))
-        if message.video:
-            candidates.append((message.video, message.video.file_name or "video.mp4"))
+    async def _download_media(self, files: list[tuple[Any, str]],
+                              root: Path) -> tuple[list[str], list[str], dict[str, float]]:
+        """Fetch a message's files (``_files_of``) into the chat's inbox: (root-relative paths,
+        notes for the model, seconds of each recording)."""
         media, notes, durations = [], [], {}
-        for item, filename in candidates:
+        for item, filename in files:
             path, note = await self._download(item, filename, root)
             if path:
                 media.append(path)
@@ -379,6 +368,17 @@ class _Preview:
     chat_id: str
     message_id: int
     text: str
+
+
+def _files_of(message: Message) -> list[tuple[Any, str]]:
+    """A message's files, each with the name it is kept under: the kind in it (``voice.ogg``,
+    ``photo.jpg``) is how the agent tells a voice note from a document."""
+    document, audio, video = message.document, message.audio, message.video
+    named = [(document, document and document.file_name or "document"),
+             (message.photo[-1] if message.photo else None, "photo.jpg"),  # the last size is the largest
+             (message.voice, "voice.ogg"), (audio, audio and audio.file_name or "audio.mp3"),
+             (message.video_note, "video_note.mp4"), (video, video and video.file_name or "video.mp4")]
+    return [(item, name) for item, name in named if item]
 
 
 def _describe(exc: BaseException) -> str:

@@ -211,6 +211,13 @@ async def test_document_lands_in_inbox(tg, channel, bus, workspace):
     assert (workspace / path).read_bytes() == b"quarterly numbers"
 
 
+async def test_a_strangers_photo_alone_gets_the_pairing_code_and_is_never_fetched(tg, channel, bus, workspace):
+    tg.push_photo(MALLORY, MALLORY, b"\xff\xd8CANARY-photo", username="mallory")
+    sent = await tg.wait_sent(1)
+    assert sent[0]["chat_id"] == MALLORY and "ABC123" in sent[0]["text"]
+    assert "getFile" not in tg.calls and not list(workspace.rglob("*photo*"))
+
+
 async def test_strangers_document_is_never_downloaded(tg, channel, bus, workspace):
     tg.push_document(MALLORY, MALLORY, b"malware", "evil.exe", caption="open this")
     await tg.wait_sent(1)  # the stranger got the gate's reply
