@@ -35,7 +35,7 @@ class Overheard:
 
     def before(self, msg: InboundMessage) -> InboundMessage:
         """``msg`` (admitted, in a group) after what its chat said since the last message to the bot."""
-        heard = [h for h in self._chats.pop(msg.chat_id, ()) if h[2] not in msg.content]  # not again what it quotes
+        heard = [h for h in self._chats.pop(msg.chat_id, ()) if not quotes(msg.content, h[2])]  # not twice
         if not heard:
             return msg
         lines = "\n".join(f"{shown}: {text}" for _, shown, text in heard)
@@ -58,6 +58,11 @@ def with_quote(text: str, quoted: str | None, author: str | None, sender_id: str
     whose = "your" if author == own_id else "my own" if author == sender_id else "another person's"
     cut = quoted if len(quoted) <= QUOTE_CHARS else quoted[:QUOTE_CHARS] + "…"
     return f'[in reply to {whose} message: "{cut}"]\n{text}', "a quoted message" if whose == "another person's" else None
+
+
+def quotes(content: str, text: str) -> bool:
+    """Whether ``content`` begins with a quote of ``text`` (``with_quote``'s, both cut alike)."""
+    return content.startswith("[in reply to ") and f' message: "{text}' in content.partition("\n")[0]
 
 
 def noting_lost(text: str, offered: int, kept: list[str]) -> str:
