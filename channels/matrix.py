@@ -188,6 +188,7 @@ class MatrixChannel(BaseChannel):
         media = await self._download(content, sender_of) if content.get("msgtype") in MEDIA_KINDS \
             and await self._may_download(who) else []
         answered = _mapping(_mapping(content.get("m.relates_to")).get("m.in_reply_to")).get("event_id")
+        answered = answered if isinstance(answered, str) and answered.startswith("$") else None  # an event id only
         if answered:
             body = _without_reply_fallback(body)
         text = "" if media else body.replace(self.config.user_id, "").strip().removeprefix(":").strip()
@@ -199,9 +200,9 @@ class MatrixChannel(BaseChannel):
             sender_name=who.name, media=media, is_private=is_private, delivery_key=event_id, untrusted=untrusted,
             reply_context=None if is_private else {"message_id": event_id}), mentioned=mentioned)  # answered as a reply
 
-    async def _answered(self, room_id: str, event_id: Any) -> dict[str, str]:
+    async def _answered(self, room_id: str, event_id: str) -> dict[str, str]:
         """The sender and words of the message a reply answers (its event fetched); {} if it cannot be."""
-        found = await self.client.room_get_event(room_id, str(event_id))
+        found = await self.client.room_get_event(room_id, event_id)
         if not isinstance(found, RoomGetEventResponse):
             log.info("matrix: could not read the message %s answers: %s", event_id, getattr(found, "message", found))
             return {}

@@ -495,9 +495,13 @@ async def test_a_message_of_the_wrong_shape_is_passed_over_and_the_next_answered
             sent = await friend.client.room_send(group, "m.room.message", {
                 "msgtype": "m.file", "body": "a.txt", "url": "mxc://x/y", "info": info, "m.mentions": {"user_ids": [bot]}})
             assert isinstance(sent, RoomSendResponse), sent  # the homeserver took it as it is
+        for answered in (42, "../../../_matrix/client/v3/account/whoami"):  # a reply to no event id
+            await friend.client.room_send(group, "m.room.message", {
+                "msgtype": "m.text", "body": "and this?", "m.mentions": {"user_ids": [bot]},
+                "m.relates_to": {"m.in_reply_to": {"event_id": answered}}})
         await owner.say(group, "are you there?", mention=bot)
-        # four replies (each file's name reaches the model as text): the last one is to the question
+        # six replies (each file's name reaches the model as text): the last one is to the question
         await owner.read_until(lambda seen: sum(e["sender"] == bot and "m.new_content" not in e["content"]
-                                                for e in seen) == 4)
+                                                for e in seen) == 6)
         assert gateway.channels.state["matrix"] == "running"
     assert asked(llm)[-1] == "are you there?"
