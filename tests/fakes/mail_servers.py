@@ -84,6 +84,9 @@ userdb {{
   args = uid={owner.pw_uid} gid={owner.pw_gid} home={mail}/%u
 }}
 mail_location = maildir:{mail}/%u
+# IDLE learns of new mail through inotify; where the machine's inotify instances run out (a
+# loaded test run: Chromium, other Dovecots), it looks every this often instead of every 30 s.
+mailbox_idle_check_interval = 1 secs
 service anvil {{
   chroot =
 }}
