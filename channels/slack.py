@@ -38,7 +38,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
-from nanobot.bus import Identity, OutboundMessage
+from nanobot.message_context import noting_lost
+from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import SlackConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 
@@ -199,9 +200,11 @@ class SlackChannel(BaseChannel):
         text, untrusted = re.sub(rf"<@{self.bot_user}>", "", text).strip(), None
         if event.get("thread_ts") not in (None, ts) and await self._may_download(who):
             text, untrusted = await self._after_thread(event, chat_id, text)
-        if await self._handle_message(sender=who, chat_id=chat_id, content=text, media=media, is_private=is_private,
-                                      mentioned=mentioned, delivery_key=f"{channel}:{ts}", offered=len(files),
-                                      untrusted=untrusted):
+        thread = event.get("thread_ts") if is_private else None  # a DM's thread: answered in it
+        if await self._handle(InboundMessage(
+                self.name, chat_id, who.id, noting_lost(text, len(files), media), media=media, is_private=is_private,
+                delivery_key=f"{channel}:{ts}", untrusted=untrusted,
+                reply_context={"message_id": thread} if thread else None), mentioned=mentioned):
             await self._read.note(chat_id, ts)
 
     async def _after_thread(self, event: dict[str, Any], chat_id: str, text: str) -> tuple[str, str | None]:
@@ -281,7 +284,7 @@ class SlackChannel(BaseChannel):
     async def send(self, msg: OutboundMessage) -> None:
         if not msg.content.strip():
             return
-        channel, thread = _target(msg.chat_id)
+        channel, thread = _where(msg)
         chunks = mrkdwn_chunks(msg.content)
         preview = self._previews.pop(msg.stream_id, None)
         if preview is not None and await self._call("chat_update", channel=preview[0], ts=preview[1],
@@ -294,7 +297,7 @@ class SlackChannel(BaseChannel):
         """The reply so far, in one message: posted once, then edited (about once a second)."""
         if not msg.content.strip():
             return
-        channel, thread = _target(msg.chat_id)
+        channel, thread = _where(msg)
         text = markdown_to_mrkdwn(msg.content[:MAX_TEXT - 2] + (" …" if len(msg.content) > MAX_TEXT else ""))
         preview = self._previews.get(msg.stream_id)
         if preview is None:
@@ -309,7 +312,7 @@ class SlackChannel(BaseChannel):
         """An upload into the chat (its thread), the caption as its comment."""
         if msg.file is None:
             return
-        channel, thread = _target(msg.chat_id)
+        channel, thread = _where(msg)
         await self._call("files_upload_v2", channel=channel, thread_ts=thread, file=msg.file.data,
                          filename=msg.file.name, initial_comment=markdown_to_mrkdwn(msg.content) or None)
 
@@ -350,6 +353,12 @@ def _target(chat_id: str) -> tuple[str, str | None]:
     """(channel, thread ts): ``C123:1700000000.000100`` is a thread, ``D123`` a DM."""
     channel, _, thread = chat_id.partition(":")
     return channel, thread or None
+
+
+def _where(msg: OutboundMessage) -> tuple[str, str | None]:
+    """Where ``msg`` goes: its chat's channel and thread; in a DM, the thread its question was in."""
+    channel, thread = _target(msg.chat_id)
+    return channel, thread or msg.answers
 
 
 def _origin(url: str) -> tuple[str, str | None, int | None]:

@@ -57,6 +57,17 @@ async def test_a_dm_is_answered_in_place_and_is_an_owner_chat(llm: FakeOpenAI, w
         assert slack.acks  # the envelope was acknowledged (after it was recorded)
 
 
+async def test_in_a_dm_a_question_in_a_thread_is_answered_in_that_thread(llm: FakeOpenAI, workspace: Path,
+                                                                          slack: FakeSlack) -> None:
+    llm.script(reply("first answer"), reply("in the thread"))
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        first = await slack.push_message("D1", OWNER, "hi there")
+        await slack.wait_shown("first answer")
+        await slack.push_message("D1", OWNER, "and more?", thread_ts=first["ts"])
+        shown = await slack.wait_shown("in the thread")  # streamed into the thread, then the whole
+    assert (shown["channel"], shown.get("thread_ts")) == ("D1", first["ts"])
+
+
 async def test_sent_while_no_one_listened_answered_once_after_the_start(llm: FakeOpenAI, workspace: Path,
                                                                         slack: FakeSlack) -> None:
     """Slack gives up on an event after a few retries: what came while no worker listened is
