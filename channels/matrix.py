@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import mimetypes
 import re
@@ -324,9 +325,8 @@ def _without_reply_fallback(body: str) -> str:
     """A reply's words without the quote older clients put first ("> <@ada:x.org> what she said",
     then a blank line): the message it answers is read whole instead."""
     lines = body.split("\n")
-    while lines and lines[0].startswith(">"):
-        lines.pop(0)
-    return "\n".join(lines).strip() if len(lines) < len(body.split("\n")) else body
+    kept = list(itertools.dropwhile(lambda line: line.startswith(">"), lines))
+    return "\n".join(kept).strip() if len(kept) < len(lines) else body
 
 
 def _relation(content: dict[str, Any]) -> str | None:

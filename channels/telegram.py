@@ -38,12 +38,12 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot_channels.telegram_albums import albums_joined, with_whole_albums
 from nanobot_channels.telegram_html import preview_text, render_chunks
 from nanobot_channels.telegram_http import AiohttpRequest
-from nanobot_channels.telegram_where import chat_of, replying, where
+from nanobot_channels.telegram_where import answered, chat_of, replying, where
 from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
-from nanobot.message_context import shared_place, with_quote
+from nanobot.message_context import noting_lost, shared_place, with_quote
 from nanobot.sqlite_file import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -195,13 +195,10 @@ class TelegramChannel(BaseChannel):
         files = _files_of(message)
         allowed = bool(files) and await self._may_download(who)
         sender = Sender(self.name, chat_of(message), who, is_private)
-        media, notes, durations = await self._download_media(files, self.chat_root(sender)) if allowed \
-            else ([], ["[a file, not fetched]"] if files else [], {})  # a stranger's: a message all the same
-        reply = message.reply_to_message  # the part of it the sender picked (``quote``), else the whole
-        author = reply.from_user if reply and not (reply.forward_origin or reply.via_bot) else None  # None: another's
-        content, quoted = with_quote("\n".join(part for part in (text, *notes) if part),
-                                     message.quote.text if message.quote else reply and (reply.text or reply.caption),
-                                     author and str(author.id), who.id, str(self._bot.id))
+        media, notes, durations = await self._download_media(files, self.chat_root(sender)) if allowed else ([], [], {})
+        content = "\n".join(part for part in (text, *notes) if part)  # a stranger's files: noted, never fetched
+        content, quoted = with_quote(noting_lost(content, 0 if allowed else len(files), []), *answered(message),
+                                     who.id, str(self._bot.id))
         return await self._admit(InboundMessage(
             self.name, chat_of(message), who.id, content, sender_name=username, sender_handle=username, media=media,
             is_private=is_private, delivery_key=str(update_id), durations=durations,

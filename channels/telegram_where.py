@@ -1,4 +1,4 @@
-"""Where a Telegram message is, and where its answer goes.
+"""Where a Telegram message is, what it answers, and where its answer goes.
 
 A group with topics holds many conversations: each topic is its own chat here,
 ``telegram:<group id>:<topic id>``, with its own history, answered in its topic (every topic was
@@ -19,6 +19,16 @@ def chat_of(message: Message) -> str:
     """A message's chat: a forum topic's is ``<group id>:<topic id>``, any other the chat's id."""
     topic = message.message_thread_id if message.is_topic_message else None
     return f"{message.chat_id}:{topic}" if topic else str(message.chat_id)
+
+
+def answered(message: Message) -> tuple[str | None, str | None]:
+    """The words a reply answers (the part the sender picked, else the whole message) and their
+    author's id; none for a forward or an inline bot's result, though Telegram names the one who
+    passed it on: its words are another person's."""
+    reply = message.reply_to_message
+    words = message.quote.text if message.quote else reply and (reply.text or reply.caption)
+    author = reply.from_user if reply and not (reply.forward_origin or reply.via_bot) else None
+    return words, author and str(author.id)
 
 
 def where(chat_id: str) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import ChannelSection
 from nanobot.coordination import Alone, Singletons, run_while_held
 from nanobot.eventloop import Background
-from nanobot.message_context import Overheard, noting_lost
+from nanobot.message_context import Overheard
 from nanobot.workspace_quota import check_room
 
 log = logging.getLogger(__name__)
@@ -276,18 +276,15 @@ class BaseChannel(ABC):
         return await self.ctx.access.is_allowed(self.name, who, self.config.let_in)
 
     async def _handle_message(self, *, sender: Identity, chat_id: str, content: str, media: list[str] | None = None,
-                              is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None,
-                              offered: int = 0, untrusted: str | None = None) -> bool:
+                              is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None) -> bool:
         """Apply group policy and access control, then hand the message on. True if it went.
         ``sender``: only what the platform vouches for in ``id`` and ``handle`` (``Identity``).
-        ``delivery_key``: the platform's id for it, by which repeats are dropped. ``offered``:
-        how many files it carried (see ``noting_lost``); ``untrusted``: the outside content it
-        carries (someone else's words: the turn is marked). (An adapter with more to say about a
-        message builds the InboundMessage and calls ``_handle``.)"""
+        ``delivery_key``: the platform's id for it, by which repeats are dropped. (An adapter
+        with more to say about a message, as the built-in ones have, builds the InboundMessage
+        with ``nanobot.message_context`` and calls ``_handle``.)"""
         return await self._handle(InboundMessage(
-            self.name, chat_id, sender.id, noting_lost(content, offered, media or []), sender_name=sender.name,
-            sender_handle=sender.handle, media=media or [], is_private=is_private, delivery_key=delivery_key,
-            untrusted=untrusted), mentioned=mentioned)
+            self.name, chat_id, sender.id, content, sender_name=sender.name, sender_handle=sender.handle,
+            media=media or [], is_private=is_private, delivery_key=delivery_key), mentioned=mentioned)
 
     async def _handle(self, msg: InboundMessage, *, mentioned: bool = False) -> bool:
         """``_handle_message`` for a message the adapter built (with durations, reply context)."""

@@ -2,11 +2,10 @@
 
 The model server (its URL and key, checked with one call that lists its models), the model,
 the mode, and optionally one chat channel (what its section needs, and the owner's user id,
-checked as the config checks it). Email and WhatsApp take more (servers, a public webhook):
-they are set in the file. Every answer
-has a default (Enter keeps it), and each question has a flag for scripts, which skips it.
-``--non-interactive``, or a stdin that is no terminal, asks nothing: the flags given are
-written, the defaults for the rest.
+checked as the config checks it; email and WhatsApp take more, servers or a public webhook, and
+are set in the file). Every answer has a default (Enter keeps it), and each question has a flag
+for scripts, which skips it. ``--non-interactive``, or a stdin that is no terminal, asks
+nothing: the flags given are written, the defaults for the rest.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import typer
-
 from pydantic import ValidationError
 
 from nanobot.config import Config

@@ -349,9 +349,10 @@ class Dispatcher:
 
 
 def mark_started(session: Session, msg: InboundMessage) -> bool:
-    """Note in the chat's history that ``msg``'s turn begins and where its message will go (a
-    crash from now on resumes it); whether this run resumes a turn whose message is recorded
-    already (it is then not written again: the model sees it once, then a note)."""
+    """Note in the chat's history that ``msg``'s turn begins, where its message will go (a crash
+    from now on resumes it) and how often it has begun (``MAX_TURN_STARTS``); whether this run
+    resumes a turn whose message is recorded already (it is then not written again: the model
+    sees it once, then a note)."""
     intake_id, meta = msg.intake_id, session.meta
     if intake_id is None:
         return False
