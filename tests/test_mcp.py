@@ -5,6 +5,7 @@ member chats, through failures (errors, timeouts, crashes, servers that never st
 from __future__ import annotations
 
 import asyncio
+import time
 import json
 import os
 import socket
@@ -405,3 +406,17 @@ async def test_typed_stubs_pass_the_type_checker(llm: FakeOpenAI, workspace: Pat
         assert await rt.agent.handle("cli:ty", "bad") == "ok"
     checked = llm.chat_requests[2]["messages"][-1]["content"]
     assert "Type check failed" in checked and "everywhere" in checked  # refused before any call
+
+
+async def test_a_stop_does_not_wait_out_a_down_servers_backoff(llm: FakeOpenAI, workspace: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # A server in a crash loop waits up to a minute between tries; the gateway's stop must not.
+    monkeypatch.setattr("nanobot.mcp.connection.RESTART_FIRST_S", 30.0)
+    servers = {"missing": McpServer(command="/nonexistent/mcp-server")}
+    async with open_runtime(with_servers(llm, workspace, servers)) as rt:
+        await rt.mcp.ensure_started()
+        async with asyncio.timeout(10):
+            while not rt.mcp.connections["missing"].state.startswith("restarting"):
+                await asyncio.sleep(0.05)
+        stopping = time.monotonic()
+    assert time.monotonic() - stopping < 5  # before: the holder slept on, and the stop waited 10 s

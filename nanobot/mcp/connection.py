@@ -11,6 +11,7 @@ is cancelled, which the SDK forwards to the server as ``notifications/cancelled`
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 import time
@@ -131,7 +132,9 @@ class McpConnection:
             if time.monotonic() - connected_at > RESTART_MAX_S:
                 delay = RESTART_FIRST_S  # it ran a good while: a fresh crash, not a crash loop
             self._set_state("restarting", f"in {delay:g} s after: {self.error}")
-            await asyncio.sleep(delay)
+            self._lost.clear()
+            with contextlib.suppress(TimeoutError):  # close() sets it: a stop waits for no backoff
+                await asyncio.wait_for(self._lost.wait(), delay)
             delay = min(RESTART_MAX_S, delay * 2)
 
     async def _session(self) -> None:
