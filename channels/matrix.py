@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 
 SYNC = "matrix sync"  # the singleton: one worker syncs
 SYNC_MS = 30_000  # the long poll
+# nio retries a request whose connection failed for ever by default: a homeserver that is away
+# then held the start for its deadline and a sync or a send with no word in status. After these
+# quick retries the error reaches us, and status, the reconnect and the outbox's retries take over.
+NIO_RETRIES = 2
 # Only what a turn needs: no presence, account data or typing (each would move the token).
 TIMELINE_LIMIT = 50  # events a sync brings per room; what came before them is fetched (``_missed``)
 MISSED_MAX = 1000  # events fetched per room after a long time away: older ones are not answered
@@ -78,7 +82,8 @@ class MatrixChannel(BaseChannel):
         self.homeserver = config.homeserver.rstrip("/")
         self.client = AsyncClient(self.homeserver, config.user_id, device_id=config.device_id or None,
                                   config=AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False,
-                                                           request_timeout=SYNC_MS / 1000 + 30))
+                                                           request_timeout=SYNC_MS / 1000 + 30,
+                                                           max_timeouts=NIO_RETRIES))
         self._previews: dict[int, tuple[str, str]] = {}  # stream_id -> (room, event id) of the growing message
         self._told_encrypted: set[str] = set()
         self._joined_at: dict[str, float] = {}  # room -> when we joined it here (ms since the epoch)

@@ -21,10 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import urllib.request
 from pathlib import Path
-from typing import Any, Awaitable, Callable, TypeVar
-from urllib.parse import urlsplit
+from typing import Any, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -37,6 +35,7 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.web.async_client import AsyncWebClient
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename
+from nanobot_channels.slack_http import proxy_for, token_may_go_to, without_env_proxy
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
 from nanobot.message_context import noting_lost
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
@@ -44,9 +43,12 @@ from nanobot.config import SlackConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 
 log = logging.getLogger(__name__)
+# Bolt warns at every start that the client's token "will be ignored" since ``authorize`` is
+# given: it is on purpose (see __init__), and an operator reading it would doubt the token.
+_BOLT_LOG = log.getChild("bolt")
+_BOLT_LOG.addFilter(lambda record: "will be ignored" not in record.getMessage())
 
 DEFAULT_API_BASE = "https://slack.com/api/"
-FILE_HOSTS = ("files.slack.com",)  # where the bot token may be sent to fetch a file
 SOCKET = "slack socket mode"  # the singleton: one worker holds the WebSocket
 PING_S = 10.0  # slack_sdk pings the WebSocket this often, and reconnects a dead one at the next ping
 WATCH_S = 2.0  # how often the held WebSocket's state is looked at (for status)
@@ -72,13 +74,13 @@ class SlackChannel(BaseChannel):
         self.ping_s, self.watch_s = ping_s, watch_s
         self.api_base = config.api_base or DEFAULT_API_BASE
         self.proxy = proxy_for(self.api_base)
-        self.client = _without_env_proxy(self.proxy, AsyncWebClient(
+        self.client = without_env_proxy(self.proxy, AsyncWebClient(
             token=config.bot_token, base_url=self.api_base, proxy=self.proxy,
             retry_handlers=[AsyncRateLimitErrorRetryHandler(max_retry_count=2)]))
         # ``authorize``: what auth.test said at start. Bolt's default asks Slack again through a
         # client of its own, which takes its proxy from the environment whatever NO_PROXY says.
         self.app = AsyncApp(client=self.client, signing_secret=config.signing_secret or None,
-                            process_before_response=True, logger=log, authorize=_authorized_as(self),
+                            process_before_response=True, logger=_BOLT_LOG, authorize=_authorized_as(self),
                             request_verification_enabled=config.events is not None)
         self.app.event("message")(self._on_event)
         self.app.event("app_mention")(self._on_event)
@@ -99,8 +101,8 @@ class SlackChannel(BaseChannel):
             me = await self.client.auth_test()
             self.bot_user, self.team = me["user_id"], me.get("team_id")
         except (SlackApiError, aiohttp.ClientError, OSError) as exc:
-            reason = exc.response["error"] if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
-            raise RuntimeError(f"slack: the bot token was not accepted at {self.api_base} ({reason})") from None
+            trouble = "the bot token was not accepted at {}" if isinstance(exc, SlackApiError) else "{} is unreachable"
+            raise RuntimeError(f"slack: {trouble.format(self.api_base)} ({_reason(exc)})") from None
         if self.config.events is not None:
             await self.events.start(*self.config.events.address())
             log.info("slack: taking events on %s (signed requests only)", self.config.events.listen)
@@ -122,7 +124,7 @@ class SlackChannel(BaseChannel):
         except (SlackApiError, aiohttp.ClientError, OSError) as exc:
             raise _not_connected(exc) from None
         handler = AsyncSocketModeHandler(self.app, self.config.app_token, ping_interval=self.ping_s, proxy=self.proxy)
-        _without_env_proxy(self.proxy, handler.client)
+        without_env_proxy(self.proxy, handler.client)
         try:
             async with asyncio.timeout(CONNECT_S):
                 await handler.connect_async()
@@ -240,7 +242,7 @@ class SlackChannel(BaseChannel):
                                                                   limit=MISSED_MAX) if thread else
                                 self.client.conversations_history(channel=channel, oldest=after, limit=MISSED_MAX))
             except (SlackApiError, aiohttp.ClientError, OSError) as exc:  # a scope not granted, a chat gone
-                unread.append(f"{chat_id} ({exc.response['error'] if isinstance(exc, SlackApiError) else exc})")
+                unread.append(f"{chat_id} ({_reason(exc)})")
                 continue
             missed = [m for m in answer.get("messages") or [] if _ts_order(m.get("ts") or "0") > _ts_order(after)]
             for message in sorted(missed, key=lambda m: _ts_order(m["ts"])):
@@ -256,7 +258,7 @@ class SlackChannel(BaseChannel):
         for file in files:
             url = file.get("url_private_download") or file.get("url_private") or ""
             name = safe_filename(file.get("name") or "file")
-            if int(file.get("size") or 0) > limit or not self._file_host(url):
+            if int(file.get("size") or 0) > limit or not token_may_go_to(url, self.api_base):
                 log.warning("slack: skipped file %s (over %d bytes, or not on Slack's file host)", name, limit)
                 continue
             try:
@@ -266,11 +268,6 @@ class SlackChannel(BaseChannel):
                 continue
             paths.append(await self._keep(root, safe_filename(str(file.get("id") or "")), name, data))
         return [p for p in paths if p]
-
-    def _file_host(self, url: str) -> bool:
-        """The bot token goes only to Slack: its file host over https, or the configured API's
-        origin (scheme, host and port all the same: another port of that host is another server)."""
-        return _origin(url) in {("https", host, 443) for host in FILE_HOSTS} | {_origin(self.api_base)}
 
     async def _fetch(self, url: str, limit: int) -> bytes:
         headers = {"Authorization": f"Bearer {self.config.bot_token}"}
@@ -326,21 +323,20 @@ class SlackChannel(BaseChannel):
             return await getattr(self.client, method)(**{k: v for k, v in arguments.items() if v is not None})
         except (SlackApiError, aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             status = exc.response.status_code if isinstance(exc, SlackApiError) else None
-            reason = exc.response["error"] if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
             if quiet:
-                log.debug("slack: %s to %s failed: %s", method, arguments.get("channel"), reason)
+                log.debug("slack: %s to %s failed: %s", method, arguments.get("channel"), _reason(exc))
                 return None
-            retry = status is None or status >= 500 or status == 429
-            raise SendFailed(f"slack: {method} to {arguments.get('channel')} failed: {reason}", retry=retry) from exc
+            raise SendFailed(f"slack: {method} to {arguments.get('channel')} failed: {_reason(exc)}",
+                             retry=status is None or status >= 500 or status == 429) from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """Slack's error code ("invalid_auth"), or what went wrong with the connection."""
+    return exc.response["error"] if isinstance(exc, SlackApiError) else f"{type(exc).__name__}: {exc}"
 
 
 def _not_connected(exc: BaseException) -> RuntimeError:
-    if isinstance(exc, SlackApiError):
-        reason = exc.response["error"]
-    elif isinstance(exc, TimeoutError):
-        reason = f"no connection within {CONNECT_S:g} s"
-    else:
-        reason = f"{type(exc).__name__}: {exc}"
+    reason = f"no connection within {CONNECT_S:g} s" if isinstance(exc, TimeoutError) else _reason(exc)
     return RuntimeError(f"slack: Socket Mode did not connect ({reason}); check channels.slack.appToken")
 
 
@@ -361,15 +357,6 @@ def _where(msg: OutboundMessage) -> tuple[str, str | None]:
     return channel, thread or msg.answers
 
 
-def _origin(url: str) -> tuple[str, str | None, int | None]:
-    parts = urlsplit(url)
-    try:
-        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme)
-    except ValueError:  # a port that is not a number
-        return ("", None, None)
-    return parts.scheme, parts.hostname, port
-
-
 def _authorized_as(channel: SlackChannel) -> Callable[..., Awaitable[AuthorizeResult]]:
     """Bolt's ``authorize``: the bot as auth.test described it at start (a plain function: bolt
     passes arguments by the names it finds in the signature)."""
@@ -377,23 +364,3 @@ def _authorized_as(channel: SlackChannel) -> Callable[..., Awaitable[AuthorizeRe
         return AuthorizeResult(enterprise_id=None, team_id=team_id or channel.team, bot_user_id=channel.bot_user,
                                bot_token=channel.config.bot_token)
     return authorize
-
-
-def proxy_for(url: str) -> str | None:
-    """The proxy for ``url`` from the environment, honouring ``NO_PROXY`` as httpx and aiohttp
-    do (slack_sdk reads ``HTTPS_PROXY``/``HTTP_PROXY`` itself and ignores ``NO_PROXY``)."""
-    parts = urlsplit(url)
-    if parts.hostname is None or urllib.request.proxy_bypass(parts.hostname):
-        return None
-    return urllib.request.getproxies().get(parts.scheme)
-
-
-_Client = TypeVar("_Client")
-
-
-def _without_env_proxy(proxy: str | None, client: _Client) -> _Client:
-    """``client`` going direct when ``NO_PROXY`` names the host: slack_sdk's constructors take
-    the environment's proxy when given none, and have no way to say "direct"."""
-    if proxy is None:
-        client.proxy = None  # type: ignore[attr-defined]
-    return client

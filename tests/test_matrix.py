@@ -16,6 +16,7 @@ from nanobot.config import Config, MatrixConfig
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.synapse import Homeserver, SynapseUnavailable, homeserver
 from tests.helpers import config_for, fast_pace, running_gateway
+from tests.test_api import free_port
 from tests.test_cron import eventually
 from tests.test_signal import asked_last
 from tests.test_channels_crash import killed_mid_turn_then_answered_once, write_config
@@ -505,3 +506,13 @@ async def test_a_message_of_the_wrong_shape_is_passed_over_and_the_next_answered
                                                 for e in seen) == 6)
         assert gateway.channels.state["matrix"] == "running"
     assert asked(llm)[-1] == "are you there?"
+
+
+async def test_a_homeserver_that_is_away_shows_in_status_at_once(llm: FakeOpenAI, workspace: Path) -> None:
+    # nio retried a refused connection for ever: the start waited out its deadline, status said nothing.
+    cfg = config_for(llm.base_url, workspace, mode="tools")
+    cfg.channels.matrix = MatrixConfig.model_validate({
+        "enabled": True, "homeserver": f"http://127.0.0.1:{free_port()}", "userId": "@bot:example.org",
+        "accessToken": "syt_token", "allowFrom": ["@owner:example.org"]})
+    async with asyncio.timeout(30), running_gateway(cfg) as gateway:  # the start's deadline is 60 s
+        assert "is unreachable" in gateway.channels.state["matrix"]

@@ -224,6 +224,10 @@ async def test_a_refused_token_is_one_clear_reason(llm: FakeOpenAI, workspace: P
     async with running_gateway(config) as gateway:
         assert "invalid_auth" in gateway.channels.state["slack"]  # type: ignore[union-attr]
         assert "xoxb-wrong" not in gateway.channels.state["slack"]  # type: ignore[union-attr]
+    config.channels.slack.api_base = f"http://127.0.0.1:{free_port()}/api/"  # nobody there: not the token's fault
+    async with running_gateway(config) as gateway:
+        state = gateway.channels.state["slack"]
+        assert "is unreachable (ClientConnectorError" in state and "token" not in state, state
 
 
 async def test_a_lost_socket_shows_in_status_and_is_reconnected(llm: FakeOpenAI, workspace: Path,
