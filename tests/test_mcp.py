@@ -351,7 +351,7 @@ async def test_cli_list_tools_and_call(home: Path) -> None:
     code, _, err = bad
     assert code == 2 and "JSON object" in err
     code, out, err = status
-    assert "MCP:       notes (gateway not running); missing (gateway not running); off (disabled)" in out
+    assert "MCP:       notes: gateway not running\n           missing: gateway not running\n           off: disabled" in out
 
 
 async def test_cli_says_a_dead_server_is_down_and_where_its_log_is(home: Path) -> None:

@@ -86,8 +86,8 @@ async def test_one_gateway_per_home_with_states_logs_and_sighup(home: Path, work
             assert code == 1 and f"another gateway is already running on {home} (PID {proc.pid})" in err
             code, out, _ = await nanobot("status", home=home)
             assert f"Gateway:   running (PID {proc.pid})" in out
-            assert "telegram (running)" in out and "discord (retrying in" in out  # the daemon stays up
-            assert "MCP:       notes (running, 10 tools)" in out
+            assert "Channels:  telegram: running\n           discord: retrying in" in out  # the daemon stays up
+            assert "MCP:       notes: running, 10 tools" in out
 
             proc.send_signal(signal.SIGHUP)  # a closed terminal: a clean stop, not a kill
             assert await asyncio.wait_for(proc.wait(), 20) == 0
@@ -104,7 +104,7 @@ async def test_one_gateway_per_home_with_states_logs_and_sighup(home: Path, work
         assert secret not in log and secret not in stderr
     assert "Traceback" not in stderr
     code, out, _ = await nanobot("status", home=home)
-    assert "Gateway:   not running" in out and "telegram (gateway not running)" in out
+    assert "Gateway:   not running" in out and "telegram: gateway not running" in out
 
 
 UNUSABLE = [["status"], ["cron", "list"], ["pairing", "list"], ["agent", "-m", "hi"], ["gateway"]]

@@ -134,20 +134,24 @@ def gateway_lines(config: Config) -> list[str]:
     pid = running_gateway_pid(config.home)
     states = gateway_states(config.home, pid, "channels") if pid else {}
     mcp = gateway_states(config.home, pid, "mcp") if pid else {}
-    channels = [f"{name} ({states.get(name, 'not running' if pid else 'gateway not running')})"
+    channels = [f"{name}: {states.get(name, 'not running' if pid else 'gateway not running')}"
                 for name in config.channels.enabled_names()]
-    servers = [f"{name} ({mcp.get(name, 'gateway not running' if not pid else 'not started')})"
-               if s.enabled else f"{name} (disabled)" for name, s in config.tools.mcp_servers.items()]
+    servers = [f"{name}: {mcp.get(name, 'gateway not running' if not pid else 'not started')}"
+               if s.enabled else f"{name}: disabled" for name, s in config.tools.mcp_servers.items()]
     lines = [f"Gateway:   {f'running (PID {pid})' if pid else 'not running'}",
-             f"Channels:  {', '.join(channels) or 'none enabled'}"]
-    if servers:
-        lines.append(f"MCP:       {'; '.join(servers)}")
+             *_one_a_line("Channels:  ", channels or ["none enabled"])]
+    lines += _one_a_line("MCP:       ", servers)
     cooling = {name: until - time.time() for name, until in
                (gateway_states(config.home, pid, "cooling_until") if pid else {}).items() if until > time.time()}
     if cooling:
         lines.append("Cooldown:  " + ", ".join(f"{name} ({left:.0f} s left, fallbacks first)"
                                                for name, left in cooling.items()))
     return lines
+
+
+def _one_a_line(label: str, items: list[str]) -> list[str]:
+    """``items`` one a line under ``label``: a channel's reason for being down is long."""
+    return [(label if i == 0 else " " * len(label)) + item for i, item in enumerate(items)]
 
 
 def trust_lines(config: Config, owner_keys: list[str] | None,
