@@ -86,8 +86,9 @@ class DiscordChannel(BaseChannel):
         discord.VoiceClient.warn_nacl = discord.VoiceClient.warn_dave = False  # no voice here: no warning
         self._client = _Client(
             self, intents=intents, guild_ready_timeout=self.guild_ready_timeout,
-            # Model output must not ping @everyone or roles; users and reply pings are fine.
-            allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=True, replied_user=True))
+            # A reply pings only the person it answers: a web page or a member can make it name
+            # anyone (<@id>, @everyone, a role), and naming is not a reason to notify them.
+            allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True))
         self._ready = asyncio.Event()
         self._chat_locks: dict[int, asyncio.Lock] = {}
         # Where each chat was read up to, per bot account (another bot's chats are not ours to read)

@@ -84,6 +84,8 @@ class MatrixChannel(BaseChannel):
                                   config=AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False,
                                                            request_timeout=SYNC_MS / 1000 + 30,
                                                            max_timeouts=NIO_RETRIES))
+        if config.access_token:
+            self.client.restore_login(config.user_id, config.device_id or "", config.access_token)
         self._previews: dict[int, tuple[str, str]] = {}  # stream_id -> (room, event id) of the growing message
         self._told_encrypted: set[str] = set()
         self._joined_at: dict[str, float] = {}  # room -> when we joined it here (ms since the epoch)
@@ -100,8 +102,7 @@ class MatrixChannel(BaseChannel):
     async def _sign_in(self) -> None:
         c = self.config
         try:
-            if c.access_token:
-                self.client.restore_login(c.user_id, c.device_id or "", c.access_token)
+            if c.access_token:  # signed in with it since __init__; whose is it?
                 answer: Any = await self.client.whoami()
                 if isinstance(answer, WhoamiResponse) and answer.user_id != c.user_id:
                     raise RuntimeError(f"the access token is {answer.user_id}'s, not {c.user_id}'s")
@@ -275,8 +276,11 @@ class MatrixChannel(BaseChannel):
             return
         file = msg.file
         kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
-        uploaded, _ = await self.client.upload(io.BytesIO(file.data), content_type=kind, filename=file.name,
-                                               filesize=len(file.data))
+        try:
+            uploaded, _ = await self.client.upload(io.BytesIO(file.data), content_type=kind, filename=file.name,
+                                                   filesize=len(file.data))
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # the homeserver away: sent again later
+            raise SendFailed(f"matrix: uploading {file.name}: {type(exc).__name__}: {exc}", retry=True) from None
         if not isinstance(uploaded, UploadResponse):
             raise SendFailed(f"matrix: uploading {file.name} failed: {getattr(uploaded, 'message', uploaded)}",
                              retry=True)

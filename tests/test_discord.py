@@ -128,6 +128,12 @@ async def test_long_reply_is_split_outside_code_blocks(channel: DiscordChannel, 
     assert chunks[-1].endswith("The end.")
 
 
+async def test_a_reply_pings_nobody_it_names(channel: DiscordChannel, fake: FakeDiscord) -> None:
+    # A web page or a member can make a reply name anyone: naming them must not notify them.
+    await channel.send(OutboundMessage("discord", str(GUILD_CHANNEL), f"ask <@{STRANGER}> and <@!{FRIEND}> about it"))
+    assert fake.sent[-1]["mentions"] == [] and f"<@{STRANGER}>" in fake.sent[-1]["content"]
+
+
 async def test_rate_limited_send_is_delivered_exactly_once(channel: DiscordChannel, fake: FakeDiscord) -> None:
     fake.rate_limit_next(1, retry_after=0.05)
     await channel.send(OutboundMessage("discord", str(DM), "hello"))

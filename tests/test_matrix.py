@@ -516,3 +516,28 @@ async def test_a_homeserver_that_is_away_shows_in_status_at_once(llm: FakeOpenAI
         "accessToken": "syt_token", "allowFrom": ["@owner:example.org"]})
     async with asyncio.timeout(30), running_gateway(cfg) as gateway:  # the start's deadline is 60 s
         assert "is unreachable" in gateway.channels.state["matrix"]
+
+
+@pytest.mark.parametrize("sending", ["text", "file"])
+async def test_a_send_while_the_homeserver_is_away_is_retried_later(workspace: Path, sending: str) -> None:
+    """A send to a homeserver that is away fails as one to try again (the outbox does), at once:
+    not hung inside nio's retries, nor taken for the adapter's bug (marked failed for good)."""
+    from nanobot.bus import OutboundMessage, OutgoingFile
+    from nanobot.channel_plugin import ChannelContext, SendFailed
+    from nanobot_channels.matrix import MatrixChannel
+    from tests.helpers import recorded_intake
+    from tests.test_discord import AllowList
+
+    config = MatrixConfig.model_validate({"enabled": True, "homeserver": f"http://127.0.0.1:{free_port()}",
+                                          "userId": "@bot:example.org", "accessToken": "syt_token"})
+    async with recorded_intake() as intake:
+        channel = MatrixChannel(config, ChannelContext(intake=intake, access=AllowList(), workspace=workspace))
+        msg = OutboundMessage("matrix", "!room:example.org", "the report", file=OutgoingFile("r.txt", b"data", photo=False)
+                              if sending == "file" else None)
+        try:
+            async with asyncio.timeout(20):
+                with pytest.raises(SendFailed) as failed:
+                    await (channel.send_file(msg) if sending == "file" else channel.send(msg))
+        finally:
+            await channel.stop()
+    assert failed.value.retry and "ClientConnectorError" in str(failed.value)

@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 from datetime import datetime, timezone
 from typing import Any
 
@@ -300,6 +301,7 @@ class FakeDiscord:
         if body.get("message_reference"):
             msg["message_reference"] = body["message_reference"]
         msg["flags"] = int(body.get("flags") or 0)  # 4: SUPPRESS_EMBEDS (no link previews)
+        msg["mentions"] = _pinged(msg["content"], body.get("allowed_mentions"))
         for name, data in uploads:
             aid = next(_ids)
             url = f"http://{self.base}/attachments/{aid}/{name}"
@@ -345,3 +347,11 @@ class FakeDiscord:
                 "timestamp": datetime.now(timezone.utc).isoformat(), "edited_timestamp": None,
                 "tts": False, "mention_everyone": False, "mentions": [], "mention_roles": [],
                 "attachments": [], "embeds": [], "pinned": False, "type": 0, "flags": 0}
+
+
+def _pinged(content: str, allowed: dict[str, Any] | None) -> list[dict[str, str]]:
+    """Whom a message notifies, as Discord decides: each user its text names (``<@id>``) that
+    ``allowed_mentions`` lets through (no ``allowed_mentions``: everyone named)."""
+    parse = (allowed or {"parse": ["users"]}).get("parse") or []
+    listed = (allowed or {}).get("users") or []
+    return [{"id": uid} for uid in re.findall(r"<@!?(\d+)>", content) if "users" in parse or uid in listed]
