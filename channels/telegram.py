@@ -36,14 +36,15 @@ from telegram.ext import ApplicationBuilder, Defaults
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot_channels.telegram_albums import albums_joined, with_whole_albums
+from nanobot_channels.telegram_updates import ALLOWED_UPDATES, fetch_updates, readable
 from nanobot_channels.telegram_html import preview_text, render_chunks
 from nanobot_channels.telegram_http import AiohttpRequest
-from nanobot_channels.telegram_where import answered, chat_of, replying, where
+from nanobot_channels.telegram_where import answered, chat_of, replying, where, words_of
 from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
-from nanobot.message_context import noting_lost, shared_place, with_quote
+from nanobot.message_context import noting_lost, with_quote
 from nanobot.sqlite_file import StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -117,11 +118,12 @@ class TelegramChannel(BaseChannel):
         The webhook is not deleted at stop: another worker may still be serving it."""
         webhook = server.config
         await server.start()
-        await self._bot.set_webhook(webhook.url, secret_token=webhook.secret_token, allowed_updates=["message"])
+        await self._bot.set_webhook(webhook.url, secret_token=webhook.secret_token, allowed_updates=ALLOWED_UPDATES)
         log.info("telegram: webhook for @%s at %s, served on %s", self._username, webhook.url, webhook.listen)
 
     async def _on_webhook(self, data: dict[str, Any]) -> None:
-        if (msg := await self._from_update(Update.de_json(data, self._bot))) is not None:
+        update = readable(data, self._bot)  # one this library cannot read is answered 200: not sent again
+        if update is not None and (msg := await self._from_update(update)) is not None:
             await self.ctx.accept([msg])
 
     async def stop_receiving(self) -> None:
@@ -148,14 +150,13 @@ class TelegramChannel(BaseChannel):
                 if first is not None:  # once, before the first poll (retried with it)
                     await first()
                     first = None
-                updates = await self._bot.get_updates(offset=offset, timeout=int(self.poll_timeout) or 1,
-                                                      allowed_updates=["message"],
-                                                      read_timeout=self.poll_timeout + 10)
+                updates, confirms = await fetch_updates(self._bot, offset, int(self.poll_timeout) or 1,
+                                                        self.poll_timeout + 10)
                 if updates:
-                    updates = await with_whole_albums(self._bot, updates)
+                    updates, confirms = await with_whole_albums(self._bot, updates, confirms)
                     admitted = [m for m in [await self._from_update(u) for u in updates] if m]
                     await self.ctx.accept(albums_joined(admitted, updates))
-                    offset = updates[-1].update_id + 1  # confirms the batch, now that it is stored
+                offset = confirms or offset  # confirms the batch, now that it is stored
                 delay = 0.0
             except asyncio.CancelledError:
                 raise
@@ -180,9 +181,7 @@ class TelegramChannel(BaseChannel):
     async def _intake(self, message: Message, user_id: int, username: str | None,
                       update_id: int) -> InboundMessage | None:
         is_private = message.chat.type == "private"
-        spot, venue = message.location, message.venue  # a shared place is words too
-        text = message.text or message.caption or (shared_place(spot.latitude, spot.longitude, venue and
-                                                                f"{venue.title}, {venue.address}") if spot else "")
+        text = words_of(message)
         mentioned = not is_private and self._addressed_to_me(message, text)
         if mentioned:
             text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()

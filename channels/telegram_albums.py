@@ -19,24 +19,27 @@ from typing import Sequence
 from telegram import Bot, Update
 
 from nanobot.bus import InboundMessage
+from nanobot_channels.telegram_updates import fetch_updates
 
 ALBUM_WAIT_S = 1.0  # Telegram posts an album's pictures within a fraction of a second
 ALBUM_MAX = 10  # pictures in an album: as many waits at the most
 
 
-async def with_whole_albums(bot: Bot, updates: Sequence[Update], wait_s: float = ALBUM_WAIT_S) -> Sequence[Update]:
+async def with_whole_albums(bot: Bot, updates: Sequence[Update], confirms: int | None,
+                            wait_s: float = ALBUM_WAIT_S) -> tuple[Sequence[Update], int | None]:
     """``updates`` read again, after a wait, while the last of them belongs to an album that may
-    still be growing (``offset`` at the first: nothing is confirmed)."""
+    still be growing (``offset`` at the first: nothing is confirmed); with the offset that
+    confirms them (``fetch_updates``)."""
     for _ in range(ALBUM_MAX):
         last = updates[-1].message
         if last is None or last.media_group_id is None:
             break
         await asyncio.sleep(wait_s)
-        again = await bot.get_updates(offset=updates[0].update_id, timeout=0, allowed_updates=["message"])
+        again, then = await fetch_updates(bot, updates[0].update_id, 0)
         if len(again) <= len(updates):
             break
-        updates = again
-    return updates
+        updates, confirms = again, then
+    return updates, confirms
 
 
 def albums_joined(messages: list[InboundMessage], updates: Sequence[Update]) -> list[InboundMessage]:

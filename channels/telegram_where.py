@@ -1,4 +1,4 @@
-"""Where a Telegram message is, what it answers, and where its answer goes.
+"""What a Telegram message says, where it is, what it answers, and where its answer goes.
 
 A group with topics holds many conversations: each topic is its own chat here,
 ``telegram:<group id>:<topic id>``, with its own history, answered in its topic (every topic was
@@ -13,6 +13,16 @@ from typing import Any
 from telegram import Message, ReplyParameters
 
 from nanobot.bus import OutboundMessage
+from nanobot.message_context import shared_contact, shared_place
+
+
+def words_of(message: Message) -> str:
+    """Its text or caption; a shared place or contact as words the model can use."""
+    spot, venue, card = message.location, message.venue, message.contact
+    if card and not message.text:
+        return shared_contact(" ".join(filter(None, (card.first_name, card.last_name))), [card.phone_number])
+    return message.text or message.caption or (shared_place(spot.latitude, spot.longitude, venue and
+                                                            f"{venue.title}, {venue.address}") if spot else "")
 
 
 def chat_of(message: Message) -> str:

@@ -31,7 +31,7 @@ from aiohttp import web
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
-from nanobot.message_context import noting_lost, shared_place
+from nanobot.message_context import noting_lost, shared_contact, shared_place
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 from nanobot.sqlite_file import StoreUnavailable
@@ -140,11 +140,7 @@ class WhatsAppChannel(BaseChannel):
             return None
         who = Identity(wa_id, name=names.get(wa_id))
         part = message.get(kind) if isinstance(message.get(kind), dict) else {}
-        text = part.get("body") if kind == "text" else part.get("caption") or \
-            (part.get("title") if kind in ("button", "interactive") else "")
-        if kind == "location" and isinstance(part.get("latitude"), (int, float)):  # a shared place is words too
-            text = shared_place(part["latitude"], part.get("longitude") or 0.0,
-                                ", ".join(str(part[k]) for k in ("name", "address") if part.get(k)) or None)
+        text = _words(kind, part, message)
         media: list[str] = []
         if kind in MEDIA_TYPES and part.get("id") and await self._may_download(who):
             kept = await self._download(part, Sender(self.name, wa_id, who, True))
@@ -263,3 +259,16 @@ def _list(node: Any, key: str) -> list[Any]:
     """``node[key]`` if it is a list of objects, else empty (Meta's payloads, or anyone's)."""
     found = node.get(key) if isinstance(node, dict) else None
     return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
+
+
+def _words(kind: Any, part: dict[str, Any], message: dict[str, Any]) -> str:
+    """What a message says: its text or a file's caption; a shared place or contact cards as
+    words the model can use."""
+    if kind == "location" and isinstance(part.get("latitude"), (int, float)):
+        return shared_place(part["latitude"], part.get("longitude") or 0.0,
+                            ", ".join(str(part[k]) for k in ("name", "address") if part.get(k)) or None)
+    if kind == "contacts":
+        cards = [c for c in _list(message, "contacts") if isinstance(c.get("name"), dict)]
+        return "\n".join(shared_contact(str(c["name"].get("formatted_name") or ""),
+                                        [str(p["phone"]) for p in _list(c, "phones") if p.get("phone")]) for c in cards)
+    return str(part.get("body") if kind == "text" else part.get("caption") or "")

@@ -1,6 +1,6 @@
 """What comes with a message besides its own words, for the model to read it as a person would:
 the message a reply answers (``with_quote``), what a group said before it (``Overheard``), a
-place it shares (``shared_place``), and a note for files it carried that could not be received
+place or a contact it shares (``shared_place``, ``shared_contact``), and a note for files it carried that could not be received
 (``noting_lost``). Someone else's words brought in this way mark the turn as outside content,
 as a forward does."""
 
@@ -76,3 +76,8 @@ def noting_lost(text: str, offered: int, kept: list[str]) -> str:
 def shared_place(latitude: float, longitude: float, name: str | None = None) -> str:
     """A location someone shared, as words the model can use ("the weather here?", the way)."""
     return f"[location: {latitude:.5f}, {longitude:.5f}{f' ({name})' if name else ''}]"
+
+
+def shared_contact(name: str, phones: list[str]) -> str:
+    """A contact card someone shared ("save this number"), as words."""
+    return f"[contact: {', '.join(part for part in (name.strip(), *phones) if part) or 'no details'}]"

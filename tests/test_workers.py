@@ -275,6 +275,10 @@ async def test_the_webhook_serves_one_gateway_on_sqlite_too(llm, tg, workspace: 
         assert await post_update(http, port, "/hook/x", update, "x" * 16) == 200
         assert await tg.wait_sent(1) and texts(tg, 41) == ["re: hi"]
         assert await post_update(http, port, "/hook/x", b"{not json", "x" * 16) == 400
+        poll = {"id": "1", "question": "?", "type": "regular", "total_voter_count": 0, "is_closed": False,
+                "is_anonymous": True, "allows_multiple_answers": False, "options": []}  # as older Bot APIs sent it
+        unreadable = tg.push_message(41, 41, poll=poll)  # a shape this python-telegram-bot does not read
+        assert await post_update(http, port, "/hook/x", unreadable, "x" * 16) == 200  # else sent again for ever
 
 
 async def test_an_approved_user_is_welcomed_once_whatever_the_number_of_workers(
