@@ -17,6 +17,8 @@ from typing import Any
 from telegram import Bot, Update
 from telegram.warnings import PTBUserWarning
 
+from nanobot_channels.telegram_http import READ_TIMEOUT
+
 log = logging.getLogger(__name__)
 
 ALLOWED_UPDATES = ["message"]
@@ -36,9 +38,10 @@ def readable(data: Any, bot: Bot) -> Update | None:
 
 
 async def fetch_updates(bot: Bot, offset: int | None, timeout: int,
-                        read_timeout: float | None = None) -> tuple[list[Update], int | None]:
-    """The readable updates from ``offset`` on (a long poll of ``timeout`` seconds), and the
-    offset that confirms the whole batch, unreadable ones included (None: there were none)."""
+                        read_timeout: float = READ_TIMEOUT) -> tuple[list[Update], int | None]:
+    """The readable updates from ``offset`` on (a long poll of ``timeout`` seconds, answered
+    within ``read_timeout``), and the offset that confirms the whole batch, unreadable ones
+    included (None: there were none)."""
     asked = {"timeout": timeout, "allowed_updates": ALLOWED_UPDATES, **({} if offset is None else {"offset": offset})}
     batch = await bot.do_api_request("getUpdates", api_kwargs=asked, read_timeout=read_timeout)
     ids = [item["update_id"] for item in batch if isinstance(item, dict) and isinstance(item.get("update_id"), int)]

@@ -46,7 +46,8 @@ def said(llm: FakeOpenAI, n: int = -1) -> str:
     return [m["content"] for m in llm.chat_requests[n]["messages"] if m["role"] == "user"][-1]
 
 
-async def test_a_dm_is_answered_in_place_and_is_an_owner_chat(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+async def test_a_dm_is_answered_in_place_and_is_an_owner_chat(llm: FakeOpenAI, workspace: Path, slack: FakeSlack,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
     llm.script(reply("**Hello** Ada, see [docs](https://example.org)."))
     async with running_gateway(slack_config(llm, workspace, slack)) as gateway:
         await slack.push_message("D1", OWNER, "hi there")
@@ -55,6 +56,7 @@ async def test_a_dm_is_answered_in_place_and_is_an_owner_chat(llm: FakeOpenAI, w
         assert said(llm) == "hi there"
         assert gateway.runtime.trust("slack:D1") == "owner"
         assert slack.acks  # the envelope was acknowledged (after it was recorded)
+    assert "will be ignored" not in caplog.text  # bolt's word on the token, which an operator would doubt
 
 
 async def test_in_a_dm_a_question_in_a_thread_is_answered_in_that_thread(llm: FakeOpenAI, workspace: Path,

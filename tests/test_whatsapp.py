@@ -98,30 +98,23 @@ async def test_a_reaction_is_nothing_to_answer(llm: FakeOpenAI, workspace: Path,
     assert asked(llm) == ["after them"]
 
 
-async def test_a_shared_place_is_words(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
+@pytest.mark.parametrize("kind, part, words", [
+    ("location", {"latitude": 48.8606, "longitude": 2.3376, "name": "Louvre", "address": "Rue de Rivoli"},
+     "[location: 48.86060, 2.33760 (Louvre, Rue de Rivoli)]"),
+    ("contacts", [{"name": {"formatted_name": "Ada Lovelace", "first_name": "Ada"},
+                   "phones": [{"phone": "+44 20 7946 0000", "type": "CELL"}]}], "[contact: Ada Lovelace, +44 20 7946 0000]"),
+])
+async def test_a_shared_place_or_contact_is_words(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp, kind: str,
+                                                  part: object, words: str) -> None:
     llm.fallback = lambda body: reply("noted")
     async with running_gateway(wa_config(llm, workspace, wa)):
         payload = wa.payload(OWNER, "")
         message = payload["entry"][0]["changes"][0]["value"]["messages"][0]
         del message["text"]
-        message.update(type="location", location={"latitude": 48.8606, "longitude": 2.3376, "name": "Louvre",
-                                                  "address": "Rue de Rivoli"})
+        message.update({"type": kind, kind: part})
         assert await wa.post_raw(json.dumps(payload).encode()) == 200
         await wa.wait_sent(1)
-    assert asked(llm) == ["[location: 48.86060, 2.33760 (Louvre, Rue de Rivoli)]"]
-
-
-async def test_a_shared_contact_is_words(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
-    llm.fallback = lambda body: reply("saved")
-    async with running_gateway(wa_config(llm, workspace, wa)):
-        payload = wa.payload(OWNER, "")
-        message = payload["entry"][0]["changes"][0]["value"]["messages"][0]
-        del message["text"]
-        message.update(type="contacts", contacts=[{"name": {"formatted_name": "Ada Lovelace", "first_name": "Ada"},
-                                                   "phones": [{"phone": "+44 20 7946 0000", "type": "CELL"}]}])
-        assert await wa.post_raw(json.dumps(payload).encode()) == 200
-        await wa.wait_sent(1)
-    assert asked(llm) == ["[contact: Ada Lovelace, +44 20 7946 0000]"]
+    assert asked(llm) == [words]
 
 
 async def test_a_message_to_another_number_of_the_app_is_not_ours(llm: FakeOpenAI, workspace: Path,
