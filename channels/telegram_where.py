@@ -19,7 +19,7 @@ from nanobot.message_context import shared_contact, shared_place
 def words_of(message: Message) -> str:
     """Its text or caption; a shared place or contact as words the model can use."""
     spot, venue, card = message.location, message.venue, message.contact
-    if card and not message.text:
+    if card:  # a card has no text of its own
         return shared_contact(" ".join(filter(None, (card.first_name, card.last_name))), [card.phone_number])
     return message.text or message.caption or (shared_place(spot.latitude, spot.longitude, venue and
                                                             f"{venue.title}, {venue.address}") if spot else "")

@@ -532,8 +532,8 @@ async def test_a_send_while_the_homeserver_is_away_is_retried_later(workspace: P
                                           "userId": "@bot:example.org", "accessToken": "syt_token"})
     async with recorded_intake() as intake:
         channel = MatrixChannel(config, ChannelContext(intake=intake, access=AllowList(), workspace=workspace))
-        msg = OutboundMessage("matrix", "!room:example.org", "the report", file=OutgoingFile("r.txt", b"data", photo=False)
-                              if sending == "file" else None)
+        file = OutgoingFile("r.txt", b"data", photo=False) if sending == "file" else None
+        msg = OutboundMessage("matrix", "!room:example.org", "the report", file=file)
         try:
             async with asyncio.timeout(20):
                 with pytest.raises(SendFailed) as failed:
