@@ -266,7 +266,7 @@ async def test_an_api_only_home_says_what_is_true(home: Path, workspace: Path, l
     (home / "config.json").write_text(json.dumps(data))
     assert (await nanobot("api", "keys", "add", "ada", "--owner", home=home))[0] == 0
     code, out, _ = await nanobot("status", home=home)
-    assert code == 0 and "Owners:    the API key ada, and the terminal" in out
+    assert code == 0 and "Owners:    the API key ada\n           the terminal\n" in out
     config = Config.model_validate(data)
     config.agents.defaults.workspace = str(workspace)
     async with running_gateway(config, with_services=True):

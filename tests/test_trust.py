@@ -231,7 +231,7 @@ def test_status_names_owners_and_the_shell(config: Config, tmp_path: Path) -> No
     from nanobot.cli.status import trust_lines
 
     lines = "\n".join(trust_lines(config, []))
-    assert f"Owners:    telegram {OWNER} in private chats, and the terminal" in lines
+    assert f"Owners:    telegram {OWNER} in private chats\n           the terminal\n" in lines
     assert f"Notices:   telegram:{OWNER}" in lines
     assert "Shell:     confined (Landlock" in lines if confine.probe().ok else "Shell:     REFUSED" in lines
     config.tools.exec.sandbox = "off"

@@ -170,8 +170,7 @@ def trust_lines(config: Config, owner_keys: list[str] | None,
         owners.append(f"the API key{'s' if len(owner_keys) > 1 else ''} {', '.join(owner_keys)}")
     elif owner_keys is None:
         owners.append("owner API keys (unknown: the database is unreachable)")
-    who = f"{'; '.join(owners)}, and the terminal" if owners else "the terminal only"
-    lines = [f"Owners:    {who}",
+    lines = [*_one_a_line("Owners:    ", [*owners, "the terminal"]),
              f"Notices:   {owner_chat(config, heard) or 'logged only (no owner has written to me in private yet)'}",
              f"Shell:     {shell_status(config)}"]
     shadowing = shadowing_skills(config.workspace_path)
