@@ -1,21 +1,22 @@
 """Telegram adapter: python-telegram-bot's Bot, with our own long-polling loop.
 
-We poll with the library's ``get_updates`` ourselves rather than with its Updater, because
-the Updater confirms updates (by asking for the next offset) as soon as they are parsed,
-before we have stored them: a crash then lost them. Here the offset moves past a batch only
-after ``ctx.accept`` has recorded it, so Telegram delivers again whatever we did not keep,
-and the update_id (the message's ``delivery_key``) lets the intake drop the repeats. Polling
-errors back off from ``poll_interval`` to ``poll_backoff_max`` (2 s): after an outage the
-first message is read within seconds of recovery.
+We poll ourselves (``telegram_updates.py``: each update read on its own) rather than with the
+library's Updater, because the Updater confirms updates (by asking for the next offset) as
+soon as they are parsed, before we have stored them: a crash then lost them. Here the offset
+moves past a batch only after ``ctx.accept`` has recorded it, so Telegram delivers again
+whatever we did not keep, and the update_id (the message's ``delivery_key``) lets the intake
+drop the repeats. Polling errors back off from ``poll_interval`` to ``poll_backoff_max``
+(2 s): after an outage the first message is read within seconds of recovery.
 
 Among workers one polls at a time (the ``telegram polling`` singleton; the others send, and
 one takes over within a second when the poller dies or stops). With
 ``channels.telegram.webhook`` nobody polls: every worker serves the webhook
 (``telegram_webhook.py``).
 
-An album's pictures are one message (``telegram_albums.py``). Who may talk is decided by
-``BaseChannel._admit`` and what a command means is the agent's business, so every message,
-``/new`` included, is passed on as plain text.
+What goes out is ``telegram_send.py``'s. An album's pictures are one message
+(``telegram_albums.py``). Who may talk is decided by ``BaseChannel._admit`` and what a
+command means is the agent's business, so every message, ``/new`` included, is passed on as
+plain text.
 """
 
 from __future__ import annotations
@@ -23,25 +24,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import warnings
-from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar
 
-from telegram import Bot, LinkPreviewOptions, Message, ReplyParameters, Update
-from telegram.constants import ChatAction, ParseMode
-from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+from telegram import Bot, LinkPreviewOptions, Message, Update
+from telegram.error import TelegramError
 from telegram.ext import ApplicationBuilder, Defaults
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, Sender
 from nanobot_channels.telegram_albums import albums_joined, with_whole_albums
 from nanobot_channels.telegram_updates import ALLOWED_UPDATES, fetch_updates, readable
-from nanobot_channels.telegram_html import preview_text, render_chunks
 from nanobot_channels.telegram_http import AiohttpRequest
-from nanobot_channels.telegram_where import answered, chat_of, replying, where, words_of
+from nanobot_channels.telegram_send import MAX_MESSAGE_LEN, TelegramSender, described, seconds_of
+from nanobot_channels.telegram_where import answered, chat_of, words_of
 from nanobot_channels.telegram_webhook import WebhookServer
-from nanobot_channels.text import split_message, utf16_len
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import TelegramConfig
 from nanobot.message_context import noting_lost, with_quote
@@ -50,8 +46,6 @@ from nanobot.sqlite_file import StoreUnavailable
 log = logging.getLogger(__name__)
 
 DEFAULT_API_BASE = "https://api.telegram.org"
-CAPTION_LIMIT = 1024  # characters of a photo's or document's caption
-PHOTO_LIMIT = 10 * 1024 * 1024  # a bigger picture goes as a document
 CONNECTIONS = 8  # to the Bot API for sends (Telegram takes about 30 messages/s from a bot)
 POOL_TIMEOUT = 60.0  # seconds a send may wait for a free connection
 POLLING = "telegram polling"  # the singleton: one worker long-polls at a time
@@ -64,7 +58,7 @@ NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 
 class TelegramChannel(BaseChannel):
     name: ClassVar[str] = "telegram"
-    max_message_len: ClassVar[int] = 4096
+    max_message_len: ClassVar[int] = MAX_MESSAGE_LEN
 
     def __init__(self, config: TelegramConfig, ctx: ChannelContext, *, poll_timeout: float = 30.0,
                  poll_interval: float = 0.25, poll_backoff_max: float = 2.0, send_retries: int = 5,
@@ -74,8 +68,6 @@ class TelegramChannel(BaseChannel):
         self.poll_timeout = poll_timeout  # seconds a getUpdates long poll may wait on the server
         self.poll_interval = poll_interval  # the first wait after a failed poll, doubled up to poll_backoff_max
         self.poll_backoff_max = poll_backoff_max
-        self.send_retries = send_retries  # 429s waited out per API call before the send counts as failed
-        self.max_retry_after = max_retry_after  # honour Telegram's 429 wait, but never longer than this
         base, proxy = (config.api_base or DEFAULT_API_BASE).rstrip("/"), config.proxy
         self._app = (ApplicationBuilder().token(config.token).updater(None)
                      .base_url(f"{base}/bot").base_file_url(f"{base}/file/bot")
@@ -86,7 +78,7 @@ class TelegramChannel(BaseChannel):
         self._bot: Bot = self._app.bot
         self._webhook = WebhookServer(config.webhook, self._on_webhook, ctx.http_timeout_s) if config.webhook else None
         self._username = ""  # the bot's own @username, known after start()
-        self._previews: dict[Any, _Preview] = {}  # stream_id -> the message a reply streams into
+        self._out = TelegramSender(self._bot, send_retries=send_retries, max_retry_after=max_retry_after)
 
     # ---- lifecycle ------------------------------------------------------------------
     async def start(self) -> None:
@@ -162,7 +154,7 @@ class TelegramChannel(BaseChannel):
                 raise
             except Exception as exc:  # Telegram or the network is down, or the store refused
                 delay = min(self.poll_backoff_max, delay * 2 if delay else self.poll_interval)
-                log.warning("telegram: polling failed (%s), retrying in %.2f s", _describe(exc), delay)
+                log.warning("telegram: polling failed (%s), retrying in %.2f s", described(exc), delay)
                 await asyncio.sleep(delay)
 
     async def _from_update(self, update: Update) -> InboundMessage | None:
@@ -223,7 +215,7 @@ class TelegramChannel(BaseChannel):
             path, note = await self._download(item, filename, root)
             if path:
                 media.append(path)
-                if (seconds := _seconds(item, "duration")) is not None:
+                if (seconds := seconds_of(item, "duration")) is not None:
                     durations[path] = seconds
             if note:
                 notes.append(note)
@@ -244,126 +236,18 @@ class TelegramChannel(BaseChannel):
         kept = await self._keep(root, item.file_unique_id, filename, data)
         return kept, None if kept else f"[attachment {filename} could not be kept]"
 
-    # ---- outgoing -------------------------------------------------------------------
+    # ---- outgoing: telegram_send.py -------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
-        if not msg.content.strip():
-            return  # Telegram rejects empty text
-        reply, preview = replying(msg), self._previews.pop(msg.stream_id, None)
-        for markdown, html in render_chunks(msg.content, self.max_message_len, utf16_len):
-            if preview is not None and await self._finish_preview(preview, markdown, html):
-                preview = None  # the streamed message now holds the first chunk, formatted
-                continue
-            await self._send_chunk(msg.chat_id, markdown, html, reply)
-            reply = None
+        await self._out.send(msg)
 
     async def send_file(self, msg: OutboundMessage) -> None:
-        """A photo (sendPhoto), a voice note (sendVoice: a spoken reply) or a document
-        (sendDocument); a picture or voice note Telegram refuses as such (a photo over 10 MB,
-        odd dimensions; a voice note that is not OGG/Opus) goes as a document. A caption over
-        Telegram's 1,024 characters follows as a message of its own."""
-        file = msg.file
-        if file is None:
-            return
-        caption = msg.content or None
-        rest = caption if caption and utf16_len(caption) > CAPTION_LIMIT else None
-        caption = None if rest else caption
-        shown_as = "photo" if file.photo and len(file.data) <= PHOTO_LIMIT else "voice" if file.voice else None
-        if shown_as is not None:
-            send = self._bot.send_photo if shown_as == "photo" else self._bot.send_voice
-            try:
-                await self._call(send, **where(msg.chat_id), filename=file.name, caption=caption,
-                                 **{shown_as: file.data})
-                return await self._send_rest(msg, rest)
-            except BadRequest as exc:
-                log.info("telegram: %s refused as a %s (%s); sending it as a document", file.name, shown_as, exc)
-        try:
-            await self._call(self._bot.send_document, **where(msg.chat_id), document=file.data, filename=file.name,
-                             caption=caption)
-        except BadRequest as exc:
-            raise SendFailed(f"telegram: {file.name} was refused: {exc}", retry=False) from exc
-        await self._send_rest(msg, rest)
-
-    async def _send_rest(self, msg: OutboundMessage, text: str | None) -> None:
-        if text:
-            await self.send(OutboundMessage(msg.channel, msg.chat_id, text))
+        await self._out.send_file(msg)
 
     async def send_stream(self, msg: OutboundMessage) -> None:
-        """The reply so far, as plain text in one message: sent once, then edited."""
-        stream_id = msg.stream_id
-        text = preview_text(msg.content, self.max_message_len)
-        preview = self._previews.get(stream_id)
-        try:
-            if preview is None:
-                sent = await self._bot.send_message(**where(msg.chat_id), text=text, reply_parameters=replying(msg))
-                self._previews[stream_id] = _Preview(str(sent.chat_id), sent.message_id, text)
-            elif text != preview.text:
-                await self._bot.edit_message_text(text=text, chat_id=preview.chat_id, message_id=preview.message_id)
-                preview.text = text
-        except Exception as exc:  # a missed preview is not worth a retry: the final text follows
-            log.debug("telegram: streaming to %s failed: %s", msg.chat_id, exc)
-
-    async def _finish_preview(self, preview: _Preview, markdown: str, html: str) -> bool:
-        """Turn the streamed message into the final first chunk; False: send it anew instead."""
-        edit = partial(self._bot.edit_message_text, chat_id=preview.chat_id, message_id=preview.message_id)
-        try:
-            try:
-                await edit(text=html, parse_mode=ParseMode.HTML)
-            except BadRequest as exc:
-                if "not modified" not in str(exc).lower():
-                    await edit(text=markdown)  # the HTML was refused: the same text, plain
-        except Exception as exc:
-            log.warning("telegram: could not finish the streamed message: %s", exc)
-            return False
-        return True
-
-    async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None) -> None:
-        try:
-            await self._call(self._bot.send_message, **where(chat_id), text=html, parse_mode=ParseMode.HTML,
-                             reply_parameters=reply)
-            return
-        except BadRequest as exc:
-            if "parse entities" not in str(exc).lower():
-                raise SendFailed(f"telegram: message to {chat_id} rejected: {exc}", retry=False) from exc
-            log.warning("telegram: HTML rejected (%s); sending plain text", exc)
-        for part in split_message(markdown, self.max_message_len, utf16_len):
-            try:
-                await self._call(self._bot.send_message, **where(chat_id), text=part, reply_parameters=reply)
-            except BadRequest as exc:
-                raise SendFailed(f"telegram: message to {chat_id} rejected: {exc}", retry=False) from exc
-            reply = None
+        await self._out.send_stream(msg)
 
     async def send_typing(self, chat_id: str) -> None:
-        try:
-            await self._bot.send_chat_action(**where(chat_id), action=ChatAction.TYPING)
-        except Exception as exc:  # a missing typing indicator is not worth a retry
-            log.debug("telegram: typing indicator for %s failed: %s", chat_id, exc)
-
-    async def _call(self, method: Any, **kwargs: Any) -> Any:
-        """One Bot API call. A 429 is waited out (Telegram says how long); BadRequest is raised
-        as it is, for the caller to judge; anything else becomes SendFailed."""
-        for attempt in range(1, self.send_retries + 1):
-            try:
-                return await method(**kwargs)
-            except RetryAfter as exc:
-                wait = min(_seconds(exc, "retry_after") or 1.0, self.max_retry_after)
-                log.warning("telegram: rate limited, waiting %.1fs (attempt %d)", wait, attempt)
-                await asyncio.sleep(wait)
-            except BadRequest:
-                raise
-            except NetworkError as exc:  # includes TimedOut and 5xx; the outbox tries again later
-                raise SendFailed(f"telegram: {_describe(exc)}", retry=True) from exc
-            except TelegramError as exc:  # Forbidden (blocked by the user), chat gone, ...
-                raise SendFailed(f"telegram: {getattr(method, '__name__', method)} failed: {exc}", retry=False) from exc
-        raise SendFailed(f"telegram: still rate limited after {self.send_retries} waits", retry=True)
-
-
-@dataclass
-class _Preview:
-    """A streamed reply's message: where it is, and what it shows now."""
-
-    chat_id: str
-    message_id: int
-    text: str
+        await self._out.send_typing(chat_id)
 
 
 def _files_of(message: Message) -> list[tuple[Any, str]]:
@@ -375,16 +259,3 @@ def _files_of(message: Message) -> list[tuple[Any, str]]:
              (message.voice, "voice.ogg"), (audio, audio and audio.file_name or "audio.mp3"),
              (message.video_note, "video_note.mp4"), (video, video and video.file_name or "video.mp4")]
     return [(item, name) for item, name in named if item]
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
-def _seconds(item: Any, attribute: str) -> float | None:
-    """A duration as PTB gives it: int seconds today, a timedelta in later versions (PTB 22
-    warns of the change on every read)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        value = getattr(item, attribute, None)
-    return None if value is None else value.total_seconds() if hasattr(value, "total_seconds") else float(value)

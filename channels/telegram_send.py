@@ -1,0 +1,174 @@
+"""Telegram's outgoing side: a reply as HTML (the same text plain when Telegram refuses the
+HTML), in chunks Telegram takes; a reply streamed into one message that is edited as it grows,
+then finished formatted; files as photos, voice notes or documents; the typing indicator. A 429
+is waited out (Telegram says how long); every other failure is a ``SendFailed`` that says
+whether to try again, for the outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import warnings
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from telegram import Bot, ReplyParameters
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+
+from nanobot.bus import OutboundMessage
+from nanobot.channel_plugin import SendFailed
+from nanobot_channels.telegram_html import preview_text, render_chunks
+from nanobot_channels.telegram_where import replying, where
+from nanobot_channels.text import split_message, utf16_len
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_LEN = 4096  # characters (UTF-16 units) of a message's text
+CAPTION_LIMIT = 1024  # characters of a photo's or document's caption
+PHOTO_LIMIT = 10 * 1024 * 1024  # a bigger picture goes as a document
+
+
+class TelegramSender:
+    """Sends for the Telegram adapter through its ``bot``; keeps the messages replies stream into."""
+
+    def __init__(self, bot: Bot, *, send_retries: int, max_retry_after: float) -> None:
+        self._bot = bot
+        self.send_retries = send_retries  # 429s waited out per API call before the send counts as failed
+        self.max_retry_after = max_retry_after  # honour Telegram's 429 wait, but never longer than this
+        self._previews: dict[Any, _Preview] = {}  # stream_id -> the message a reply streams into
+
+    async def send(self, msg: OutboundMessage) -> None:
+        if not msg.content.strip():
+            return  # Telegram rejects empty text
+        reply, preview = replying(msg), self._previews.pop(msg.stream_id, None)
+        for markdown, html in render_chunks(msg.content, MAX_MESSAGE_LEN, utf16_len):
+            if preview is not None and await self._finish_preview(preview, markdown, html):
+                preview = None  # the streamed message now holds the first chunk, formatted
+                continue
+            await self._send_chunk(msg.chat_id, markdown, html, reply)
+            reply = None
+
+    async def send_file(self, msg: OutboundMessage) -> None:
+        """A photo (sendPhoto), a voice note (sendVoice: a spoken reply) or a document
+        (sendDocument); a picture or voice note Telegram refuses as such (a photo over 10 MB,
+        odd dimensions; a voice note that is not OGG/Opus) goes as a document. A caption over
+        Telegram's 1,024 characters follows as a message of its own."""
+        file = msg.file
+        if file is None:
+            return
+        caption = msg.content or None
+        rest = caption if caption and utf16_len(caption) > CAPTION_LIMIT else None
+        caption = None if rest else caption
+        shown_as = "photo" if file.photo and len(file.data) <= PHOTO_LIMIT else "voice" if file.voice else None
+        if shown_as is not None:
+            send = self._bot.send_photo if shown_as == "photo" else self._bot.send_voice
+            try:
+                await self._call(send, **where(msg.chat_id), filename=file.name, caption=caption,
+                                 **{shown_as: file.data})
+                return await self._send_rest(msg, rest)
+            except BadRequest as exc:
+                log.info("telegram: %s refused as a %s (%s); sending it as a document", file.name, shown_as, exc)
+        try:
+            await self._call(self._bot.send_document, **where(msg.chat_id), document=file.data, filename=file.name,
+                             caption=caption)
+        except BadRequest as exc:
+            raise SendFailed(f"telegram: {file.name} was refused: {exc}", retry=False) from exc
+        await self._send_rest(msg, rest)
+
+    async def _send_rest(self, msg: OutboundMessage, text: str | None) -> None:
+        if text:
+            await self.send(OutboundMessage(msg.channel, msg.chat_id, text))
+
+    async def send_stream(self, msg: OutboundMessage) -> None:
+        """The reply so far, as plain text in one message: sent once, then edited."""
+        stream_id = msg.stream_id
+        text = preview_text(msg.content, MAX_MESSAGE_LEN)
+        preview = self._previews.get(stream_id)
+        try:
+            if preview is None:
+                sent = await self._bot.send_message(**where(msg.chat_id), text=text, reply_parameters=replying(msg))
+                self._previews[stream_id] = _Preview(str(sent.chat_id), sent.message_id, text)
+            elif text != preview.text:
+                await self._bot.edit_message_text(text=text, chat_id=preview.chat_id, message_id=preview.message_id)
+                preview.text = text
+        except Exception as exc:  # a missed preview is not worth a retry: the final text follows
+            log.debug("telegram: streaming to %s failed: %s", msg.chat_id, exc)
+
+    async def _finish_preview(self, preview: _Preview, markdown: str, html: str) -> bool:
+        """Turn the streamed message into the final first chunk; False: send it anew instead."""
+        edit = partial(self._bot.edit_message_text, chat_id=preview.chat_id, message_id=preview.message_id)
+        try:
+            try:
+                await edit(text=html, parse_mode=ParseMode.HTML)
+            except BadRequest as exc:
+                if "not modified" not in str(exc).lower():
+                    await edit(text=markdown)  # the HTML was refused: the same text, plain
+        except Exception as exc:
+            log.warning("telegram: could not finish the streamed message: %s", exc)
+            return False
+        return True
+
+    async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None) -> None:
+        try:
+            await self._call(self._bot.send_message, **where(chat_id), text=html, parse_mode=ParseMode.HTML,
+                             reply_parameters=reply)
+            return
+        except BadRequest as exc:
+            if "parse entities" not in str(exc).lower():
+                raise SendFailed(f"telegram: message to {chat_id} rejected: {exc}", retry=False) from exc
+            log.warning("telegram: HTML rejected (%s); sending plain text", exc)
+        for part in split_message(markdown, MAX_MESSAGE_LEN, utf16_len):
+            try:
+                await self._call(self._bot.send_message, **where(chat_id), text=part, reply_parameters=reply)
+            except BadRequest as exc:
+                raise SendFailed(f"telegram: message to {chat_id} rejected: {exc}", retry=False) from exc
+            reply = None
+
+    async def send_typing(self, chat_id: str) -> None:
+        try:
+            await self._bot.send_chat_action(**where(chat_id), action=ChatAction.TYPING)
+        except Exception as exc:  # a missing typing indicator is not worth a retry
+            log.debug("telegram: typing indicator for %s failed: %s", chat_id, exc)
+
+    async def _call(self, method: Any, **kwargs: Any) -> Any:
+        """One Bot API call. A 429 is waited out (Telegram says how long); BadRequest is raised
+        as it is, for the caller to judge; anything else becomes SendFailed."""
+        for attempt in range(1, self.send_retries + 1):
+            try:
+                return await method(**kwargs)
+            except RetryAfter as exc:
+                wait = min(seconds_of(exc, "retry_after") or 1.0, self.max_retry_after)
+                log.warning("telegram: rate limited, waiting %.1fs (attempt %d)", wait, attempt)
+                await asyncio.sleep(wait)
+            except BadRequest:
+                raise
+            except NetworkError as exc:  # includes TimedOut and 5xx; the outbox tries again later
+                raise SendFailed(f"telegram: {described(exc)}", retry=True) from exc
+            except TelegramError as exc:  # Forbidden (blocked by the user), chat gone, ...
+                raise SendFailed(f"telegram: {getattr(method, '__name__', method)} failed: {exc}", retry=False) from exc
+        raise SendFailed(f"telegram: still rate limited after {self.send_retries} waits", retry=True)
+
+
+@dataclass
+class _Preview:
+    """A streamed reply's message: where it is, and what it shows now."""
+
+    chat_id: str
+    message_id: int
+    text: str
+
+
+def described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def seconds_of(item: Any, attribute: str) -> float | None:
+    """A duration as PTB gives it: int seconds today, a timedelta in later versions (PTB 22
+    warns of the change on every read)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        value = getattr(item, attribute, None)
+    return None if value is None else value.total_seconds() if hasattr(value, "total_seconds") else float(value)
