@@ -162,6 +162,7 @@ class _Preview:
 
 
 def described(exc: BaseException) -> str:
+    """An error in one line: its type, and its words when it has any."""
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
