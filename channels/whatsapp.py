@@ -66,10 +66,11 @@ class WhatsAppChannel(BaseChannel):
     async def start(self) -> None:
         try:
             await self._graph("GET", self.config.phone_number_id, params={"fields": "id"})
-        except SendFailed as exc:
+        except SendFailed as exc:  # retry: no answer (a refusal is not worth another try)
             await self.stop()
-            raise RuntimeError(f"whatsapp: the Graph API did not accept the access token for phone number "
-                               f"{self.config.phone_number_id} ({exc})") from None
+            trouble = f"the Graph API at {self.config.api_base} did not answer" if exc.retry else \
+                f"the Graph API did not accept the access token for phone number {self.config.phone_number_id}"
+            raise RuntimeError(f"whatsapp: {trouble} ({exc})") from None
         try:
             await self.webhook.start(*self.config.webhook.address())
         except BaseException:

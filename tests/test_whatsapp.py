@@ -202,3 +202,7 @@ async def test_a_refused_token_shows_in_status_without_holding_the_start(llm: Fa
     async with running_gateway(cfg) as gateway:
         state = gateway.channels.state["whatsapp"]
         assert "did not accept the access token" in state and "Invalid OAuth access token" in state
+    cfg.channels.whatsapp.api_base = f"http://127.0.0.1:{free_port()}/v21.0"  # nobody there: not the token's fault
+    async with running_gateway(cfg) as gateway:
+        state = gateway.channels.state["whatsapp"]
+        assert "did not answer" in state and "ClientConnectorError" in state and "token" not in state, state
