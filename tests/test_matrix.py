@@ -12,12 +12,16 @@ import aiohttp
 import pytest
 from nio import AsyncClient, RoomCreateResponse, RoomSendResponse, RoomVisibility, UploadResponse
 
+from nanobot.bus import OutboundMessage, OutgoingFile
+from nanobot.channel_plugin import ChannelContext, SendFailed
 from nanobot.config import Config, MatrixConfig
+from nanobot_channels.matrix import MatrixChannel
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.synapse import Homeserver, SynapseUnavailable, homeserver
-from tests.helpers import config_for, fast_pace, running_gateway
+from tests.helpers import config_for, fast_pace, recorded_intake, running_gateway
 from tests.test_api import free_port
 from tests.test_cron import eventually
+from tests.test_discord import AllowList
 from tests.test_signal import asked_last
 from tests.test_channels_crash import killed_mid_turn_then_answered_once, write_config
 
@@ -508,12 +512,17 @@ async def test_a_message_of_the_wrong_shape_is_passed_over_and_the_next_answered
     assert asked(llm)[-1] == "are you there?"
 
 
+def away_homeserver() -> MatrixConfig:
+    """The bot's account on a homeserver nobody answers for (a port nothing listens on)."""
+    return MatrixConfig.model_validate({
+        "enabled": True, "homeserver": f"http://127.0.0.1:{free_port()}", "userId": "@bot:example.org",
+        "accessToken": "syt_token", "allowFrom": ["@owner:example.org"]})
+
+
 async def test_a_homeserver_that_is_away_shows_in_status_at_once(llm: FakeOpenAI, workspace: Path) -> None:
     # nio retried a refused connection for ever: the start waited out its deadline, status said nothing.
     cfg = config_for(llm.base_url, workspace, mode="tools")
-    cfg.channels.matrix = MatrixConfig.model_validate({
-        "enabled": True, "homeserver": f"http://127.0.0.1:{free_port()}", "userId": "@bot:example.org",
-        "accessToken": "syt_token", "allowFrom": ["@owner:example.org"]})
+    cfg.channels.matrix = away_homeserver()
     async with asyncio.timeout(30), running_gateway(cfg) as gateway:  # the start's deadline is 60 s
         assert "is unreachable" in gateway.channels.state["matrix"]
 
@@ -522,16 +531,9 @@ async def test_a_homeserver_that_is_away_shows_in_status_at_once(llm: FakeOpenAI
 async def test_a_send_while_the_homeserver_is_away_is_retried_later(workspace: Path, sending: str) -> None:
     """A send to a homeserver that is away fails as one to try again (the outbox does), at once:
     not hung inside nio's retries, nor taken for the adapter's bug (marked failed for good)."""
-    from nanobot.bus import OutboundMessage, OutgoingFile
-    from nanobot.channel_plugin import ChannelContext, SendFailed
-    from nanobot_channels.matrix import MatrixChannel
-    from tests.helpers import recorded_intake
-    from tests.test_discord import AllowList
-
-    config = MatrixConfig.model_validate({"enabled": True, "homeserver": f"http://127.0.0.1:{free_port()}",
-                                          "userId": "@bot:example.org", "accessToken": "syt_token"})
     async with recorded_intake() as intake:
-        channel = MatrixChannel(config, ChannelContext(intake=intake, access=AllowList(), workspace=workspace))
+        channel = MatrixChannel(away_homeserver(), ChannelContext(intake=intake, access=AllowList(),
+                                                                  workspace=workspace))
         file = OutgoingFile("r.txt", b"data", photo=False) if sending == "file" else None
         msg = OutboundMessage("matrix", "!room:example.org", "the report", file=file)
         try:
