@@ -251,10 +251,12 @@ class MatrixChannel(BaseChannel):
     async def send(self, msg: OutboundMessage) -> None:
         chunks = split_message(msg.content, self.max_message_len)
         preview = self._previews.pop(msg.stream_id, None) if msg.stream_id is not None else None
+        first = 0
         if preview is not None and chunks:
-            await self._room_send(preview[0], _edit(preview[1], chunks.pop(0)))
-        for i, chunk in enumerate(chunks):  # the first is a reply to the question (in a group)
-            await self._room_send(msg.chat_id, _text(chunk, msg.answers if i == 0 and preview is None else None))
+            await self._room_send(preview[0], _edit(preview[1], chunks[0]), _txn(msg, 0))
+            first = 1
+        for i in range(first, len(chunks)):  # the first is a reply to the question (in a group)
+            await self._room_send(msg.chat_id, _text(chunks[i], msg.answers if i == 0 else None), _txn(msg, i))
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: sent once, then replaced (about once a second)."""
@@ -289,9 +291,9 @@ class MatrixChannel(BaseChannel):
                                    "info": {"mimetype": kind, "size": len(file.data)}, "m.mentions": {}}
         if file.voice:
             content[VOICE] = {}
-        await self._room_send(msg.chat_id, content)
+        await self._room_send(msg.chat_id, content, _txn(msg, 0))
         if msg.content:
-            await self._room_send(msg.chat_id, _text(msg.content))
+            await self._room_send(msg.chat_id, _text(msg.content), _txn(msg, 1))
 
     async def send_typing(self, chat_id: str) -> None:
         try:
@@ -299,10 +301,10 @@ class MatrixChannel(BaseChannel):
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.debug("matrix: typing in %s: %s", chat_id, exc)
 
-    async def _room_send(self, room_id: str, content: dict[str, Any]) -> str:
+    async def _room_send(self, room_id: str, content: dict[str, Any], txn: str | None = None) -> str:
         """The event id; SendFailed when the homeserver did not take it (retry unless refused)."""
         try:
-            answer = await self.client.room_send(room_id, "m.room.message", content)
+            answer = await self.client.room_send(room_id, "m.room.message", content, tx_id=txn)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise SendFailed(f"matrix: sending to {room_id}: {type(exc).__name__}: {exc}", retry=True) from None
         if isinstance(answer, RoomSendResponse):
@@ -310,6 +312,16 @@ class MatrixChannel(BaseChannel):
         status = getattr(answer, "status_code", None) or ""
         raise SendFailed(f"matrix: sending to {room_id} failed: {status} {getattr(answer, 'message', answer)}",
                          retry=status not in ("M_FORBIDDEN", "M_UNKNOWN_TOKEN", "M_NOT_FOUND", "M_TOO_LARGE"))
+
+
+def _txn(msg: OutboundMessage, part: int) -> str | None:
+    """The same transaction id for every attempt at one part of one recorded reply: the
+    homeserver keeps the first and answers a repeat with its event, so a retry after an answer
+    that was lost, or after a crash between sending and marking it sent, shows once. The time
+    it was recorded keeps ids apart should the outbox's numbering start again (a new database)."""
+    if msg.outbox_id is None or msg.outbox_created is None:
+        return None  # not recorded (a notice): nio makes one up
+    return f"nanobot.{msg.outbox_id}.{int(msg.outbox_created * 1000)}.{part}"
 
 
 def _text(markdown: str, answers: str | None = None) -> dict[str, Any]:

@@ -142,9 +142,12 @@ async def test_a_reply_handed_over_again_while_on_its_way_is_sent_once(config: C
     retried after an outage returns the worker's own unsent replies) goes out once."""
     async with running_gateway(config) as gateway:
         answered = tg.hold("sendMessage")
-        await gateway.outbound.put(OutboundMessage("telegram", str(ALICE), "once"))
+        await gateway.outbound.put(once := OutboundMessage("telegram", str(ALICE), "once"))
         await tg.wait_until(lambda: texts(tg, ALICE) == ["once"])  # sent, not yet answered
-        gateway.outbound.resend(await gateway.outbound.store.pending_outbound())
+        pending = await gateway.outbound.store.pending_outbound()
+        # Read back as after a restart, with the time of the first send: send ids are made of it.
+        assert [(m.outbox_id, m.outbox_created) for m in pending] == [(once.outbox_id, once.outbox_created)]
+        gateway.outbound.resend(pending)
         await gateway.outbound.put(OutboundMessage("telegram", str(ALICE), "after"))  # behind any repeat
         answered.set()
         await tg.wait_until(lambda: "after" in texts(tg, ALICE))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
@@ -16,6 +17,7 @@ from nanobot.bus import OutboundMessage, OutgoingFile
 from nanobot.channel_plugin import ChannelContext, SendFailed
 from nanobot.config import Config, MatrixConfig
 from nanobot_channels.matrix import MatrixChannel
+from tests.fakes.http_proxy import ReverseProxy
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.synapse import Homeserver, SynapseUnavailable, homeserver
 from tests.helpers import config_for, fast_pace, recorded_intake, running_gateway
@@ -543,3 +545,35 @@ async def test_a_send_while_the_homeserver_is_away_is_retried_later(workspace: P
         finally:
             await channel.stop()
     assert failed.value.retry and "ClientConnectorError" in str(failed.value)
+
+
+async def test_a_long_reply_sent_again_shows_each_part_once(workspace: Path, synapse: Homeserver,
+                                                            people: dict[str, Any]) -> None:
+    """A reply too long for one event goes in parts. When the homeserver fails a later part, the
+    outbox sends the reply again, and the part it took already is not shown twice: each part
+    has one transaction id for every attempt (a restart's too: it is made of the outbox row)."""
+    owner, (bot, token) = people["owner"], people["bot"]
+    room = await owner.room(bot)
+    joining = AsyncClient(synapse.url, bot)
+    joining.restore_login(bot, "BOT", token)
+    await joining.join(room)
+    await joining.close()
+    away = [True]
+    async with ReverseProxy(synapse.url, lambda path, body: away[0] and b"part two" in body) as proxy, \
+            recorded_intake() as intake:
+        section = {"enabled": True, "homeserver": proxy.url, "userId": bot, "accessToken": token,
+                   "allowFrom": [owner.user_id]}
+        channel = MatrixChannel(MatrixConfig.model_validate(section),
+                                ChannelContext(intake=intake, access=AllowList(), workspace=workspace))
+        msg = OutboundMessage("matrix", room, "part one " + "x" * 9_000 + "\n\npart two " + "y" * 9_000, outbox_id=7,
+                              outbox_created=time.time())
+        try:
+            with pytest.raises(SendFailed) as failed:
+                await channel.send(msg)
+            assert failed.value.retry
+            away[0] = False
+            await channel.send(msg)
+        finally:
+            await channel.stop()
+    await owner.read_until(lambda seen: any(text.startswith("part two") for text in owner.shown()))
+    assert [text[:8] for text in owner.shown()] == ["part one", "part two"]

@@ -292,7 +292,7 @@ class DeliveryStore:
                 "RETURNING id",
                 msg.channel, msg.chat_id, msg.kind, msg.content, msg.reply_to, _outbound_metadata_json(msg),
                 file.name if file else None, file.data if file else None, int(file.photo) if file else None,
-                time.time(), finishes, self.worker)
+                msg.outbox_created or time.time(), finishes, self.worker)
 
         return await self.put_retried(op)
 

@@ -81,13 +81,16 @@ class Outbound:
         await asyncio.shield(asyncio.ensure_future(self._record_and_send(msg, finishes)))
 
     async def _record_and_send(self, msg: OutboundMessage, finishes: int | None) -> None:
+        # Timed before it is recorded, so a send after a restart (read back from the row) and the
+        # first carry the same time: channels make their once-only send ids of it.
+        msg.outbox_created = msg.outbox_created or time.time()
         outbox_id = await self.store.record_outbound(msg, finishes)
         if outbox_id is None:
             log.warning("%s: this reply is not sent: its message was answered already, or its chat went to "
                         "another worker while this one was cut off from the database (that one answers it)",
                         msg.target)
             return
-        msg.outbox_id, msg.outbox_created = outbox_id, msg.outbox_created or time.time()
+        msg.outbox_id = outbox_id
         self.deliver(msg)
 
     async def resend_pending(self) -> int:
