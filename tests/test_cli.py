@@ -162,6 +162,17 @@ async def test_python_dash_m_and_console_script_agree(home: Path) -> None:
     assert proc.returncode == 0 and all(c in script_out and c in out for c in commands)
 
 
+async def test_a_command_leaves_without_the_interpreters_last_garbage_scans(home: Path) -> None:
+    """Those scans went over the whole loaded program (openai, pydantic, mcp): 0.5-0.8 s at
+    every command's end, the gateway's too (bench/bench_exit.py). Frozen at the end, they skip it."""
+    probe = ("import atexit, gc, sys; atexit.register(lambda: print('frozen:', gc.get_freeze_count() > 0)); "
+             "sys.argv = ['nanobot', 'status']; from nanobot.entry import main; main()")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", probe, stdout=asyncio.subprocess.PIPE,
+                                                env={**os.environ, "NANOBOT_HOME": str(home)})
+    out = (await proc.communicate())[0].decode()
+    assert proc.returncode == 0 and out.endswith("frozen: True\n"), out
+
+
 async def test_interactive_chat_keeps_the_conversation(home: Path, workspace: Path) -> None:
     async with FakeOpenAI() as llm:
         write_config(home, workspace, llm.base_url)
