@@ -251,12 +251,11 @@ class MatrixChannel(BaseChannel):
     async def send(self, msg: OutboundMessage) -> None:
         chunks = split_message(msg.content, self.max_message_len)
         preview = self._previews.pop(msg.stream_id, None) if msg.stream_id is not None else None
-        first = 0
-        if preview is not None and chunks:
-            await self._room_send(preview[0], _edit(preview[1], chunks[0]), _txn(msg, 0))
-            first = 1
-        for i in range(first, len(chunks)):  # the first is a reply to the question (in a group)
-            await self._room_send(msg.chat_id, _text(chunks[i], msg.answers if i == 0 else None), _txn(msg, i))
+        for i, chunk in enumerate(chunks):  # the first replaces the preview, or answers the question
+            if i == 0 and preview is not None:
+                await self._room_send(preview[0], _edit(preview[1], chunk), _txn(msg, i))
+            else:
+                await self._room_send(msg.chat_id, _text(chunk, msg.answers if i == 0 else None), _txn(msg, i))
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: sent once, then replaced (about once a second)."""

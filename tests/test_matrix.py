@@ -17,7 +17,7 @@ from nanobot.bus import OutboundMessage, OutgoingFile
 from nanobot.channel_plugin import ChannelContext, SendFailed
 from nanobot.config import Config, MatrixConfig
 from nanobot_channels.matrix import MatrixChannel
-from tests.fakes.http_proxy import ReverseProxy
+from tests.fakes.http_proxy import HttpProxy
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.synapse import Homeserver, SynapseUnavailable, homeserver
 from tests.helpers import config_for, fast_pace, recorded_intake, running_gateway
@@ -559,7 +559,7 @@ async def test_a_long_reply_sent_again_shows_each_part_once(workspace: Path, syn
     await joining.join(room)
     await joining.close()
     away = [True]
-    async with ReverseProxy(synapse.url, lambda path, body: away[0] and b"part two" in body) as proxy, \
+    async with HttpProxy(synapse.url, lambda path, body: away[0] and b"part two" in body) as proxy, \
             recorded_intake() as intake:
         section = {"enabled": True, "homeserver": proxy.url, "userId": bot, "accessToken": token,
                    "allowFrom": [owner.user_id]}

@@ -20,7 +20,7 @@ from nanobot_channels.text import utf16_len
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage, OutgoingFile
 from nanobot.config import TelegramConfig
 from nanobot.delivery.intake import DurableIntake
-from tests.fakes.http_proxy import ForwardProxy
+from tests.fakes.http_proxy import HttpProxy
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import recorded_intake
 from tests.media_files import png
@@ -333,7 +333,7 @@ async def test_start_fails_cleanly_on_bad_token(tg, intake, workspace):
 
 # ---- HTTP: python-telegram-bot's requests over aiohttp (channels/telegram_http.py) ------
 async def test_every_call_goes_through_the_configured_proxy(tg, intake, bus, workspace):
-    async with ForwardProxy() as proxy:
+    async with HttpProxy() as proxy:
         config = TelegramConfig(enabled=True, token=tg.token, api_base=tg.api_base, allow_from=[str(ALICE)],
                                 proxy=proxy.url)
         ch = TelegramChannel(config, ChannelContext(intake=intake, access=StubGate(), workspace=workspace),
