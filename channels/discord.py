@@ -20,6 +20,7 @@ import asyncio
 import io
 import logging
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -28,7 +29,7 @@ import yarl
 from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, send_parts
 from nanobot.message_context import noting_lost, with_quote
 from nanobot_channels.text import split_message
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
@@ -230,11 +231,9 @@ class DiscordChannel(BaseChannel):
         # A partial messageable needs no GET /channels and no cache: just the id.
         channel = self._client.get_partial_messageable(int(msg.chat_id))
         reference = _reference(msg, channel.id)
-        chunks = split_message(msg.content, self.max_message_len)
-        if preview is not None and await self._edit(preview, chunks[0]):
-            chunks, reference = chunks[1:], None  # the streamed message now holds the first chunk
-        for i, chunk in enumerate(chunks):
-            await self._send_chunk(channel, chunk, reference if i == 0 else None, _nonce(msg, i))
+        first, *rest = [partial(self._send_chunk, channel, chunk, _nonce(msg, i))
+                        for i, chunk in enumerate(split_message(msg.content, self.max_message_len))]
+        await send_parts(msg, [partial(first, reference=reference, preview=preview), *rest])
 
     def _check_target(self, msg: OutboundMessage) -> None:
         if not msg.chat_id.isdigit():
@@ -279,13 +278,16 @@ class DiscordChannel(BaseChannel):
             return {"content": chunks[0], "file": discord.File(io.BytesIO(file.data), filename=file.name),
                     "nonce": _nonce(msg, 0)}
 
-        await self._post(channel, attach)
-        for i, chunk in enumerate(chunks[1:], start=1):
-            await self._send_chunk(channel, chunk, None, _nonce(msg, i))
+        await send_parts(msg, [partial(self._post, channel, attach),
+                               *(partial(self._send_chunk, channel, chunk, _nonce(msg, i))
+                                 for i, chunk in enumerate(chunks[1:], start=1))])
 
-    async def _send_chunk(self, channel: discord.PartialMessageable, chunk: str,
-                          reference: discord.MessageReference | None, nonce: str | None) -> None:
-        await self._post(channel, lambda: {"content": chunk, "reference": reference, "nonce": nonce})
+    async def _send_chunk(self, channel: discord.PartialMessageable, chunk: str, nonce: str | None,
+                          reference: discord.MessageReference | None = None,
+                          preview: discord.Message | None = None) -> None:
+        """A message, or the streamed ``preview`` edited to be it."""
+        if preview is None or not await self._edit(preview, chunk):
+            await self._post(channel, lambda: {"content": chunk, "reference": reference, "nonce": nonce})
 
     async def _post(self, channel: discord.PartialMessageable, message: Callable[[], dict[str, Any]]) -> None:
         """Send, retrying a few times what may pass soon; ``message`` makes the arguments afresh

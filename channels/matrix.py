@@ -25,6 +25,7 @@ import itertools
 import logging
 import mimetypes
 import re
+from functools import partial
 import time
 from typing import Any
 
@@ -34,7 +35,7 @@ from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomGetEventRespo
     RoomSendResponse, SyncError, UploadResponse, WhoamiResponse
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, send_parts
 from nanobot.message_context import noting_lost, with_quote
 from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
@@ -249,13 +250,18 @@ class MatrixChannel(BaseChannel):
 
     # -- outgoing ------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
-        chunks = split_message(msg.content, self.max_message_len)
         preview = self._previews.pop(msg.stream_id, None) if msg.stream_id is not None else None
-        for i, chunk in enumerate(chunks):  # the first replaces the preview, or answers the question
-            if i == 0 and preview is not None:
-                await self._room_send(preview[0], _edit(preview[1], chunk), _txn(msg, i))
-            else:
-                await self._room_send(msg.chat_id, _text(chunk, msg.answers if i == 0 else None), _txn(msg, i))
+        first, *rest = [partial(self._send_chunk, msg.chat_id, chunk, _txn(msg, i))
+                        for i, chunk in enumerate(split_message(msg.content, self.max_message_len))]
+        await send_parts(msg, [partial(first, answers=msg.answers, preview=preview), *rest])
+
+    async def _send_chunk(self, room: str, chunk: str, txn: str, answers: str | None = None,
+                          preview: tuple[str, str] | None = None) -> None:
+        """A message in ``room``, or the streamed ``preview`` replaced by it."""
+        if preview is not None:
+            await self._room_send(preview[0], _edit(preview[1], chunk), txn)
+        else:
+            await self._room_send(room, _text(chunk, answers), txn)
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: sent once, then replaced (about once a second)."""

@@ -23,6 +23,7 @@ import itertools
 import json
 import logging
 import mimetypes
+from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -30,7 +31,7 @@ import aiohttp
 
 from nanobot import beneath
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename, send_parts
 from nanobot.message_context import noting_lost, with_quote
 from nanobot.config import SignalConfig
 from nanobot_channels.text import split_message
@@ -135,9 +136,9 @@ class SignalChannel(BaseChannel):
         answers, author = msg.answers, (msg.reply_context or {}).get("author")
         quote = {"quoteTimestamp": int(answers), "quoteAuthor": author} if answers and answers.isdigit() and author \
             else {}  # a group's answer quotes its question
-        for chunk in split_message(msg.content, self.max_message_len):
-            await self._rpc("send", msg.chat_id, message=chunk, **quote)
-            quote = {}
+        first, *rest = [partial(self._rpc, "send", msg.chat_id, message=chunk)
+                        for chunk in split_message(msg.content, self.max_message_len)]
+        await send_parts(msg, [partial(first, **quote), *rest])
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         return None  # a Signal message is not edited as it grows: the final text is sent whole

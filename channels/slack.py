@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from functools import partial
 from pathlib import Path
 from typing import Any, Awaitable, Callable
 
@@ -34,7 +35,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename
+from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename, send_parts
 from nanobot_channels.slack_http import proxy_for, token_may_go_to, without_env_proxy
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
 from nanobot.message_context import noting_lost
@@ -282,13 +283,15 @@ class SlackChannel(BaseChannel):
         if not msg.content.strip():
             return
         channel, thread = _where(msg)
-        chunks = mrkdwn_chunks(msg.content)
-        preview = self._previews.pop(msg.stream_id, None)
-        if preview is not None and await self._call("chat_update", channel=preview[0], ts=preview[1],
-                                                    text=chunks[0], quiet=True):
-            chunks = chunks[1:]  # the streamed message now holds the first chunk
-        for chunk in chunks:
-            await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=chunk, **NO_UNFURL)
+        preview = self._previews.pop(msg.stream_id, None)  # the streamed message takes the first chunk
+        first, *rest = [partial(self._post, channel, thread, chunk) for chunk in mrkdwn_chunks(msg.content)]
+        await send_parts(msg, [partial(first, preview=preview), *rest])
+
+    async def _post(self, channel: str, thread: str | None, text: str, preview: tuple[str, str] | None = None) -> None:
+        """A message, or the streamed ``preview`` edited to be it."""
+        if preview is None or not await self._call("chat_update", channel=preview[0], ts=preview[1], text=text,
+                                                   quiet=True):
+            await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=text, **NO_UNFURL)
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: posted once, then edited (about once a second)."""

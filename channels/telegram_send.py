@@ -18,8 +18,8 @@ from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
-from nanobot.bus import OutboundMessage
-from nanobot.channel_plugin import SendFailed
+from nanobot.bus import OutboundMessage, OutgoingFile
+from nanobot.channel_plugin import SendFailed, send_parts
 from nanobot_channels.telegram_html import preview_text, render_chunks
 from nanobot_channels.telegram_where import replying, where
 from nanobot_channels.text import split_message, utf16_len
@@ -43,44 +43,40 @@ class TelegramSender:
     async def send(self, msg: OutboundMessage) -> None:
         if not msg.content.strip():
             return  # Telegram rejects empty text
-        reply, preview = replying(msg), self._previews.pop(msg.stream_id, None)
-        for markdown, html in render_chunks(msg.content, MAX_MESSAGE_LEN, utf16_len):
-            if preview is not None and await self._finish_preview(preview, markdown, html):
-                preview = None  # the streamed message now holds the first chunk, formatted
-                continue
-            await self._send_chunk(msg.chat_id, markdown, html, reply)
-            reply = None
+        first, *rest = self._text_parts(msg.chat_id, msg.content)
+        preview = self._previews.pop(msg.stream_id, None)  # the streamed message takes the first chunk
+        await send_parts(msg, [partial(first, reply=replying(msg), preview=preview), *rest])
+
+    def _text_parts(self, chat_id: str, text: str) -> list[partial[Any]]:
+        return [partial(self._send_chunk, chat_id, markdown, html) for markdown, html in
+                render_chunks(text, MAX_MESSAGE_LEN)]
 
     async def send_file(self, msg: OutboundMessage) -> None:
         """A photo (sendPhoto), a voice note (sendVoice: a spoken reply) or a document
         (sendDocument); a picture or voice note Telegram refuses as such (a photo over 10 MB,
         odd dimensions; a voice note that is not OGG/Opus) goes as a document. A caption over
         Telegram's 1,024 characters follows as a message of its own."""
-        file = msg.file
-        if file is None:
+        if msg.file is None:
             return
-        caption = msg.content or None
-        rest = caption if caption and utf16_len(caption) > CAPTION_LIMIT else None
-        caption = None if rest else caption
+        if utf16_len(msg.content) <= CAPTION_LIMIT:
+            return await self._send_file(msg.chat_id, msg.file, msg.content or None)
+        await send_parts(msg, [partial(self._send_file, msg.chat_id, msg.file, None),
+                               *self._text_parts(msg.chat_id, msg.content)])
+
+    async def _send_file(self, chat_id: str, file: OutgoingFile, caption: str | None) -> None:
         shown_as = "photo" if file.photo and len(file.data) <= PHOTO_LIMIT else "voice" if file.voice else None
         if shown_as is not None:
             send = self._bot.send_photo if shown_as == "photo" else self._bot.send_voice
             try:
-                await self._call(send, **where(msg.chat_id), filename=file.name, caption=caption,
-                                 **{shown_as: file.data})
-                return await self._send_rest(msg, rest)
+                return await self._call(send, **where(chat_id), filename=file.name, caption=caption,
+                                        **{shown_as: file.data})
             except BadRequest as exc:
                 log.info("telegram: %s refused as a %s (%s); sending it as a document", file.name, shown_as, exc)
         try:
-            await self._call(self._bot.send_document, **where(msg.chat_id), document=file.data, filename=file.name,
+            await self._call(self._bot.send_document, **where(chat_id), document=file.data, filename=file.name,
                              caption=caption)
         except BadRequest as exc:
             raise SendFailed(f"telegram: {file.name} was refused: {exc}", retry=False) from exc
-        await self._send_rest(msg, rest)
-
-    async def _send_rest(self, msg: OutboundMessage, text: str | None) -> None:
-        if text:
-            await self.send(OutboundMessage(msg.channel, msg.chat_id, text))
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, as plain text in one message: sent once, then edited."""
@@ -111,7 +107,10 @@ class TelegramSender:
             return False
         return True
 
-    async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None) -> None:
+    async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None = None,
+                          preview: _Preview | None = None) -> None:
+        if preview is not None and await self._finish_preview(preview, markdown, html):
+            return
         try:
             await self._call(self._bot.send_message, **where(chat_id), text=html, parse_mode=ParseMode.HTML,
                              reply_parameters=reply)

@@ -23,14 +23,15 @@ import hmac
 import json
 import logging
 import mimetypes
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp import web
 
-from nanobot.bus import Identity, InboundMessage, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
+from nanobot.bus import Identity, InboundMessage, OutboundMessage, OutgoingFile
+from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, send_parts
 from nanobot.message_context import noting_lost, shared_contact, shared_place
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
@@ -188,8 +189,11 @@ class WhatsAppChannel(BaseChannel):
 
     # -- outgoing ------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
-        for chunk in split_message(msg.content, self.max_message_len):
-            await self._send(msg.chat_id, "text", {"body": chunk, "preview_url": False})
+        await send_parts(msg, self._text_parts(msg.chat_id, msg.content))
+
+    def _text_parts(self, chat_id: str, text: str) -> list[partial[Any]]:
+        return [partial(self._send, chat_id, "text", {"body": chunk, "preview_url": False})
+                for chunk in split_message(text, self.max_message_len)]
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         return None  # WhatsApp messages cannot be edited: the final text is sent whole
@@ -198,20 +202,22 @@ class WhatsAppChannel(BaseChannel):
         """Uploaded, then sent: a photo as an image, a spoken reply as a voice note, else a document."""
         if msg.file is None:
             return
-        file = msg.file
+        # A voice note takes no caption: the text follows it as messages of its own.
+        rest = self._text_parts(msg.chat_id, msg.content) if msg.file.voice and msg.content.strip() else []
+        await send_parts(msg, [partial(self._send_file, msg.chat_id, msg.file, "" if rest else msg.content), *rest])
+
+    async def _send_file(self, chat_id: str, file: OutgoingFile, caption: str) -> None:
         kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
         form = aiohttp.FormData({"messaging_product": "whatsapp", "type": kind})
         form.add_field("file", file.data, filename=file.name, content_type=kind)
         uploaded = await self._graph("POST", f"{self.config.phone_number_id}/media", data=form)
         shown_as = "image" if file.photo else "audio" if file.voice else "document"
         media: dict[str, Any] = {"id": uploaded["id"]}
-        if shown_as != "audio" and msg.content:
-            media["caption"] = msg.content[:1024]
+        if caption:
+            media["caption"] = caption[:1024]
         if shown_as == "document":
             media["filename"] = file.name
-        await self._send(msg.chat_id, shown_as, media)
-        if shown_as == "audio" and msg.content:
-            await self.send(OutboundMessage(msg.channel, msg.chat_id, msg.content))
+        await self._send(chat_id, shown_as, media)
 
     async def send_typing(self, chat_id: str) -> None:
         """The typing indicator (it marks their latest message read, as WhatsApp requires)."""

@@ -89,6 +89,7 @@ class OutboundMessage:
     reply_context: dict[str, str] | None = None  # the answered message's (``InboundMessage.reply_context``)
     outbox_id: int | None = None  # its record in the outbox, once recorded
     outbox_created: float | None = None  # when it was recorded (a message refused for a day is dropped)
+    parts_sent: int = 0  # of a reply sent in parts: how many the platform took at earlier attempts
 
     @property
     def target(self) -> str:

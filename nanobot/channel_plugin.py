@@ -17,7 +17,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable, ClassVar, Coroutine, Protocol
+from typing import Any, Awaitable, Callable, ClassVar, Coroutine, Protocol, Sequence
 
 import logging
 
@@ -42,6 +42,20 @@ class SendFailed(Exception):
     def __init__(self, message: str, *, retry: bool) -> None:
         super().__init__(message)
         self.retry = retry
+        self.parts_sent = 0  # of a message sent in parts, how many went before this failed (``send_parts``)
+
+
+async def send_parts(msg: OutboundMessage, parts: Sequence[Callable[[], Awaitable[Any]]]) -> None:
+    """Send a message that goes out in parts (a long reply split; a file, then the rest of its
+    caption) in order, from the first the platform has not taken at an earlier attempt
+    (``msg.parts_sent``). When one fails, its SendFailed says how many went before it, so the
+    outbox's next attempt goes on from there: no part shows twice."""
+    for i in range(msg.parts_sent, len(parts)):
+        try:
+            await parts[i]()
+        except SendFailed as exc:
+            exc.parts_sent = i
+            raise
 
 
 class Intake(Protocol):

@@ -27,6 +27,10 @@ def keep_discord_urls(monkeypatch) -> None:
     monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
 
 
+# A reply that every chat platform shows in two parts (each under its length limit): sent with
+# ``parts_sent=1``, as an attempt after one that got part one out, only "B-PART ..." shows.
+TWO_PARTS = "A-PART " + "x" * 2500 + "\n\nB-PART " + "y" * 2500
+
 def fast_pace(**changes: Any) -> "Pace":
     """The gateway's waits for tests: short polls against the stand-ins, quick retries, API keys
     made or revoked and users approved by a test counted at once."""

@@ -17,8 +17,9 @@ from nanobot.bus import OutboundMessage
 from nanobot.gateway.dispatcher import RESUME_NOTICE
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.http_proxy import HttpProxy
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import keep_discord_urls, running_gateway, telegram_gateway_config
+from tests.helpers import fast_pace, keep_discord_urls, running_gateway, telegram_gateway_config
 from tests.test_cli import nanobot
 
 ALICE, BOB = 42, 77
@@ -152,6 +153,48 @@ async def test_a_reply_handed_over_again_while_on_its_way_is_sent_once(config: C
         answered.set()
         await tg.wait_until(lambda: "after" in texts(tg, ALICE))
     assert texts(tg, ALICE) == ["once", "after"]
+
+
+# Two Telegram messages' worth: the platform shows it in two parts.
+LONG_REPLY = "PART-ONE " + "x" * 3000 + "\n\nPART-TWO " + "y" * 3000
+
+
+async def test_a_reply_whose_second_part_failed_goes_on_from_there(config: Config, llm: FakeOpenAI,
+                                                                    tg: FakeTelegram, home: Path) -> None:
+    """The Bot API fails a long reply's second part: the outbox's next attempt sends that part
+    only, in the same run and after a restart (the progress is kept on the reply's row)."""
+    refusals: asyncio.Queue[None] = asyncio.Queue()
+    down = [True]
+
+    def fails(path: str, body: bytes) -> bool:
+        if down[0] and b"PART-TWO" in body:
+            refusals.put_nowait(None)
+            return True
+        return False
+
+    async def refused(times: int) -> None:
+        for _ in range(times):
+            await asyncio.wait_for(refusals.get(), 10)
+
+    llm.script(reply(LONG_REPLY), reply("LATER " + LONG_REPLY))
+    async with HttpProxy(tg.api_base, fails) as proxy:
+        config.channels.telegram.api_base = proxy.url
+        async with running_gateway(config, pace=fast_pace(drain_s=0.1)):  # stops with part two unsent
+            tg.push_text(ALICE, ALICE, "a long one")
+            await refused(2)  # so the first refusal's progress is recorded
+        down[0] = False
+        async with running_gateway(config):
+            await tg.wait_until(lambda: len(texts(tg, ALICE)) == 2)
+            while not refusals.empty():  # the first run's
+                refusals.get_nowait()
+            down[0] = True  # in one run: part two fails once, then goes
+            tg.push_text(ALICE, ALICE, "another")
+            await refused(1)
+            down[0] = False
+            await tg.wait_until(lambda: len(texts(tg, ALICE)) == 4)
+    assert [text[:14] for text in texts(tg, ALICE)] == ["PART-ONE xxxxx", "PART-TWO yyyyy",
+                                                       "LATER PART-ONE", "PART-TWO yyyyy"]
+    assert await outbox_rows(home) == [(str(ALICE), "sent")] * 2
 
 
 async def outbox_rows(home: Path) -> list[tuple[str, str]]:

@@ -219,3 +219,10 @@ async def test_a_recorded_reply_sent_again_after_a_crash_is_shown_once(channel: 
     assert [m["nonce"] for m in fake.sent] == ["nb7.0", "nb7.1"]  # two chunks, each shown once
     await channel.send(OutboundMessage("discord", str(DM), "unrecorded"))  # no outbox id: discord.py's own nonce
     assert len(fake.sent) == 3 and not str(fake.sent[-1].get("nonce", "")).startswith("nb")
+
+
+async def test_a_long_reply_goes_on_from_the_part_an_earlier_attempt_did_not_send(
+        channel: DiscordChannel, fake: FakeDiscord) -> None:
+    two_parts = "A-PART " + "x" * 1500 + "\n\nB-PART " + "y" * 1500  # Discord's limit: 2,000
+    await channel.send(OutboundMessage("discord", str(DM), two_parts, parts_sent=1))
+    assert [m["content"][:6] for m in fake.sent] == ["B-PART"]

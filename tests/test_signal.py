@@ -10,10 +10,11 @@ from typing import AsyncIterator
 
 import pytest
 
+from nanobot.bus import OutboundMessage
 from nanobot.config import Config, SignalConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.signal_cli import FakeSignalCli
-from tests.helpers import config_for, running_gateway
+from tests.helpers import TWO_PARTS, config_for, running_gateway
 from tests.test_cron import eventually
 from tests.test_workers import holder, workers
 
@@ -217,3 +218,11 @@ async def test_among_workers_one_reads_the_stream_and_another_takes_over(
         signal.push(OWNER, "two")
         await signal.wait_sent(2)
     assert [s["message"] for s in signal.sent] == ["ok: one", "ok: two"]
+
+
+async def test_a_long_reply_goes_on_from_the_part_an_earlier_attempt_did_not_send(
+        llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli) -> None:
+    async with running_gateway(signal_config(llm, workspace, signal)) as gateway:
+        gateway.outbound.deliver(OutboundMessage("signal", OWNER, TWO_PARTS, parts_sent=1))
+        sent = await signal.wait_sent(1)
+    assert [m["message"][:6] for m in sent] == ["B-PART"]

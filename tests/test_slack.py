@@ -12,10 +12,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from nanobot.bus import OutboundMessage
 from nanobot.config import Config, SlackConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.slack_api import FakeSlack
-from tests.helpers import config_for, fast_pace, running_gateway
+from tests.helpers import TWO_PARTS, config_for, fast_pace, running_gateway
 from tests.test_api import free_port
 from tests.test_signal import asked_last
 from tests.fakes.loopback import serve
@@ -366,3 +367,11 @@ def test_mrkdwn_lets_no_mention_through_and_formats_what_models_write() -> None:
         "*Plan*\n• *one* _two_ ~three~ snake_case_name 2*3*4"
     assert markdown_to_mrkdwn("[a|b](https://x.org/p|q) ![chart](https://x.org/c.png)") == \
         "<https://x.org/p%7Cq|a|b> <https://x.org/c.png|chart>"
+
+
+async def test_a_long_reply_goes_on_from_the_part_an_earlier_attempt_did_not_send(
+        llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    async with running_gateway(slack_config(llm, workspace, slack)) as gateway:
+        gateway.outbound.deliver(OutboundMessage("slack", "D1", TWO_PARTS, parts_sent=1))
+        posted = await slack.wait_posted(1)
+    assert [m["text"][:6] for m in posted] == ["B-PART"]

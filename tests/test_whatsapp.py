@@ -10,10 +10,11 @@ from typing import AsyncIterator
 import aiohttp
 import pytest
 
+from nanobot.bus import OutboundMessage
 from nanobot.config import Config, WhatsAppConfig
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.whatsapp_api import FakeWhatsApp
-from tests.helpers import config_for, running_gateway
+from tests.helpers import TWO_PARTS, config_for, running_gateway
 from tests.test_api import free_port
 from tests.test_cron import eventually
 
@@ -206,3 +207,11 @@ async def test_a_refused_token_shows_in_status_without_holding_the_start(llm: Fa
     async with running_gateway(cfg) as gateway:
         state = gateway.channels.state["whatsapp"]
         assert "did not answer" in state and "ClientConnectorError" in state and "token" not in state, state
+
+
+async def test_a_long_reply_goes_on_from_the_part_an_earlier_attempt_did_not_send(
+        llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
+    async with running_gateway(wa_config(llm, workspace, wa)) as gateway:
+        gateway.outbound.deliver(OutboundMessage("whatsapp", OWNER, TWO_PARTS, parts_sent=1))
+        await wa.wait_sent(1)
+    assert [text[:6] for text in wa.texts()] == ["B-PART"]

@@ -159,6 +159,9 @@ class Outbound:
                 failures += 1
                 if not exc.retry or _expired(msg):
                     return self._failed(msg, str(exc))
+                if exc.parts_sent > msg.parts_sent:  # the next attempt goes on after them, now or after a restart
+                    msg.parts_sent = exc.parts_sent
+                    self._mark(msg, "pending", str(exc)).add_done_callback(_log_failure)
                 if failures == 1 or failures % 30 == 0:
                     log.warning("%s is not taking messages (%s); will keep trying (attempt %d)",
                                 msg.channel, exc, failures)
@@ -183,7 +186,7 @@ class Outbound:
     def _mark(self, msg: OutboundMessage, state: str, why: str | None = None) -> asyncio.Future[Any]:
         # Only recorded messages are marked: put() and resend_pending() gave each its outbox_id.
         assert msg.outbox_id is not None
-        return self.store.mark_outbound(msg.outbox_id, state, why)  # with other chats' marks
+        return self.store.mark_outbound(msg.outbox_id, state, why, msg.parts_sent)  # with other chats' marks
 
     def _gate(self, channel: str) -> SendGate:
         return self._gates.setdefault(channel, SendGate(*self.send_retry))

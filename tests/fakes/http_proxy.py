@@ -29,7 +29,7 @@ class HttpProxy:
                  fails: Callable[[str, bytes], bool] = lambda path, body: False) -> None:
         self.upstream, self.fails = upstream.rstrip("/") if upstream else None, fails
         self.seen: list[str] = []
-        self._runner = web.ServerRunner(web.Server(self._forward))
+        self._runner = web.ServerRunner(web.Server(self._forward, handler_cancellation=True))  # a hang-up goes on
         self._session: aiohttp.ClientSession | None = None
         self.url = ""
 
