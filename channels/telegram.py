@@ -13,10 +13,10 @@ one takes over within a second when the poller dies or stops). With
 ``channels.telegram.webhook`` nobody polls: every worker serves the webhook
 (``telegram_webhook.py``).
 
-What goes out is ``telegram_send.py``'s. An album's pictures are one message
-(``telegram_albums.py``). Who may talk is decided by ``BaseChannel._admit`` and what a
-command means is the agent's business, so every message, ``/new`` included, is passed on as
-plain text.
+What goes out is ``telegram_send.py``'s. An album's pictures are one message (each part
+carries its ``album``; the gateway joins them). Who may talk is decided by ``BaseChannel._admit``
+and what a command means is the agent's business, so every message, ``/new`` included, is
+passed on as plain text.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from telegram.error import TelegramError
 from telegram.ext import ApplicationBuilder, Defaults
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, Sender
-from nanobot_channels.telegram_albums import albums_joined, with_whole_albums
 from nanobot_channels.telegram_updates import ALLOWED_UPDATES, fetch_updates, readable
 from nanobot_channels.telegram_http import AiohttpRequest
 from nanobot_channels.telegram_send import MAX_MESSAGE_LEN, TelegramSender, described, seconds_of
@@ -145,9 +144,7 @@ class TelegramChannel(BaseChannel):
                 updates, confirms = await fetch_updates(self._bot, offset, int(self.poll_timeout) or 1,
                                                         self.poll_timeout + 10)
                 if updates:
-                    updates, confirms = await with_whole_albums(self._bot, updates, confirms)
-                    admitted = [m for m in [await self._from_update(u) for u in updates] if m]
-                    await self.ctx.accept(albums_joined(admitted, updates))
+                    await self.ctx.accept([m for m in [await self._from_update(u) for u in updates] if m])
                 offset = confirms or offset  # confirms the batch, now that it is stored
                 delay = 0.0
             except asyncio.CancelledError:
@@ -192,7 +189,7 @@ class TelegramChannel(BaseChannel):
                                      who.id, str(self._bot.id))
         return await self._admit(InboundMessage(
             self.name, chat_of(message), who.id, content, sender_name=username, sender_handle=username, media=media,
-            is_private=is_private, delivery_key=str(update_id), durations=durations,
+            is_private=is_private, delivery_key=str(update_id), durations=durations, album=message.media_group_id,
             reply_context=None if is_private else {"message_id": str(message.message_id)},  # answered as a reply
             # someone else's words, whoever passed them on (a forward, an inline bot's result the
             # sender picked, a message they answer): the turn is marked untrusted

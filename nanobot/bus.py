@@ -50,6 +50,8 @@ class InboundMessage:
     # Travels with the message, never stored: the caller waiting for the reply (Dispatcher.ask, the API).
     reply_future: asyncio.Future[str] | None = field(default=None, repr=False, compare=False)
     sender_handle: str | None = None  # the platform-vouched handle (``Identity.handle``)
+    album: str | None = None  # the album it is a part of (Telegram's media_group_id): answered as one
+    joined: list[int] = field(default_factory=list)  # intake ids of its album's parts joined into it
 
     @property
     def sender(self) -> Identity:

@@ -14,12 +14,16 @@ from typing import Any
 
 import pytest
 
-from nanobot.config import Config
+import aiohttp
+
+from nanobot.config import Config, TelegramWebhook
 from nanobot.media.images import with_images
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import keep_discord_urls, running_gateway, telegram_gateway_config
+from tests.helpers import fast_pace, keep_discord_urls, running_gateway, telegram_gateway_config
+from tests.test_cli import nanobot
+from tests.test_workers import free_port, post_update
 from nanobot.media.isolation import ParseLimits, Unreadable, failure_marker, parse_file
 from tests.media_files import docx, docx_inflating_to, jpeg, pdf_with_text, png, png_claiming, scanned_pdf
 
@@ -136,6 +140,32 @@ async def test_an_albums_pictures_are_one_message(config: Config, llm: FakeOpenA
         await tg.wait_sent(2, timeout=15)
     assert tg.sent[0]["text"] == "3 pictures" and len(llm.chat_requests) == 2  # the album, then "thanks"
     assert "add these up" in str(user_message(llm.chat_requests[0])["content"])
+
+
+async def test_an_albums_pictures_through_a_webhook_are_one_message_also_after_a_restart(
+        config: Config, llm: FakeOpenAI, tg: FakeTelegram, home: Path) -> None:
+    """Through a webhook Telegram posts each picture alone, the next only once the last was
+    answered: each is recorded and answered at once, and the album is still one turn, also when
+    the gateway stopped before it was whole (its recorded parts are joined at the next start)."""
+    llm.fallback = lambda body: reply(f"{len(image_parts(body))} pictures")
+    port, secret = free_port(), "album-secret-for-tests"
+    config.channels.telegram.webhook = TelegramWebhook(url="https://bot.example.org/tg", listen=f"127.0.0.1:{port}",
+                                                       secret_token=secret)
+    async with aiohttp.ClientSession() as http:
+        async with running_gateway(config, pace=fast_pace(album_quiet_s=60)):  # stopped while the album grows
+            for caption, shade in (("add these up", 30), (None, 60)):
+                update = tg.push_photo(ALICE, ALICE, jpeg(40, 30, (shade, 0, 0)), caption=caption, media_group_id="A1")
+                assert await post_update(http, port, "/tg", update, secret) == 200
+        assert llm.chat_requests == []
+        async with running_gateway(config):
+            await tg.wait_until(lambda: bool(tg.sent))
+            assert await post_update(http, port, "/tg", tg.push_text(ALICE, ALICE, "thanks"), secret) == 200
+            await tg.wait_sent(2, timeout=15)
+    assert [m["text"] for m in tg.sent] == ["2 pictures", "2 pictures"]  # the second: the history's
+    assert [str(user_message(r)["content"]).count("'type': 'image_url'") for r in llm.chat_requests] == [2, 0]
+    assert "add these up" in str(user_message(llm.chat_requests[0])["content"])
+    code, out, _ = await nanobot("status", home=home)
+    assert "Delivery:  0 message(s) not yet answered" in out  # the reply settled both pictures
 
 
 async def test_only_the_last_five_images_go_back_to_the_model(config: Config, llm: FakeOpenAI,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from nanobot.delivery.store import outbound_from
+from nanobot.delivery.rows import outbound_from
 
 if TYPE_CHECKING:
     from nanobot.bus import OutboundMessage

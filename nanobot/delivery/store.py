@@ -9,12 +9,12 @@ process (kill -9, OOM). Incoming messages are also synced to disk before Telegra
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
-from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
+from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.delivery.rows import inbound_from, inbound_json, outbound_from, outbound_metadata_json
 from nanobot import metrics
 from nanobot.database import Database, Migrations, Queries, StoreUnavailable
 from nanobot.coordination import Singletons
@@ -232,7 +232,7 @@ class DeliveryStore:
             return [await tx.fetchval(
                 "INSERT INTO inbound (channel, delivery_key, message, received, chat) VALUES ($1, $2, $3, $4, $5) "
                 "ON CONFLICT (channel, delivery_key) DO NOTHING RETURNING id",
-                msg.channel, str(msg.delivery_key), _inbound_json(msg), now, msg.session_key)
+                msg.channel, str(msg.delivery_key), inbound_json(msg), now, msg.session_key)
                 or (await tx.fetchval(_STORED, msg.channel, str(msg.delivery_key)) if ours else None)
                 for msg in messages]
 
@@ -250,18 +250,18 @@ class DeliveryStore:
             "INSERT INTO channel_positions (channel, position) VALUES ($1, $2) "
             "ON CONFLICT (channel) DO UPDATE SET position = excluded.position", channel, position))
 
-    async def finish_inbound(self, intake_id: int) -> None:
-        await self.put(lambda tx: tx.execute("UPDATE inbound SET done = 1 WHERE id = $1", intake_id))
+    async def finish_inbound(self, *intake_ids: int) -> None:
+        await self.put(lambda tx: _finish(tx, intake_ids))
 
     async def unfinished_inbound(self) -> list[InboundMessage]:
         rows = await self.db.fetch("SELECT id, message FROM inbound WHERE done = 0 ORDER BY id")
-        return [_inbound_from(row["id"], row["message"]) for row in rows]
+        return [inbound_from(row["id"], row["message"]) for row in rows]
 
     async def unfinished_in(self, chat: str, after: int = 0) -> list[InboundMessage]:
         """One chat's unanswered messages past intake id ``after``, in order (workers)."""
         rows = await self.db.fetch("SELECT id, message FROM inbound WHERE chat = $1 AND done = 0 AND id > $2 "
                                    "ORDER BY id", chat, after)
-        return [_inbound_from(row["id"], row["message"]) for row in rows]
+        return [inbound_from(row["id"], row["message"]) for row in rows]
 
     async def settled_reply(self, intake_id: int) -> str | None:
         """The text of the reply that settled a message ("" if it needed none), or None while
@@ -278,8 +278,10 @@ class DeliveryStore:
             "SELECT id FROM inbound WHERE id = ANY($1::bigint[]) AND done = 1", intake_ids)]
 
     # ---- outbox ------------------------------------------------------------------------
-    async def record_outbound(self, msg: OutboundMessage, finishes: int | None) -> int | None:
-        """Store a reply to send, and in the same commit mark the message it answers as done.
+    async def record_outbound(self, msg: OutboundMessage, finishes: int | None,
+                              joined: Sequence[int] = ()) -> int | None:
+        """Store a reply to send, and in the same commit mark the message it answers as done
+        (and ``joined``: the parts of its album).
         Among workers, only while this worker still holds the chat and the message is unanswered
         (None otherwise): one cut off from the database for a while (a restart) may have lost the
         chat to another, or been handed the message twice, and two answers would go out."""
@@ -289,11 +291,12 @@ class DeliveryStore:
                 # Run again: the lost commit's reply is ours to send, not anybody else's.
                 return await tx.fetchval(_OURS_UNSENT, finishes, self.worker) if again else None
             file = msg.file
+            await _finish(tx, joined)
             return await tx.fetchval(  # one statement: the trigger settles ``finishes`` with it
                 "INSERT INTO outbox (channel, chat_id, kind, content, reply_to, metadata, file_name, file_data, "
                 "photo, created, finishes, worker) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) "
                 "RETURNING id",
-                msg.channel, msg.chat_id, msg.kind, msg.content, msg.reply_to, _outbound_metadata_json(msg),
+                msg.channel, msg.chat_id, msg.kind, msg.content, msg.reply_to, outbound_metadata_json(msg),
                 file.name if file else None, file.data if file else None, int(file.photo) if file else None,
                 msg.outbox_created or time.time(), finishes, self.worker)
 
@@ -353,45 +356,5 @@ class Pruner(Periodic):
         await self.store.prune()
 
 
-# What a recorded message keeps: not its intake id (the row's), whether it resumes (decided at
-# start), a waiting caller (a future) or when it arrived (this process's clock).
-_STORED_INBOUND = ("channel", "chat_id", "sender_id", "content", "sender_name", "media", "is_private",
-                   "source", "delivery_key", "durations", "untrusted", "reply_context", "mode", "sender_handle")
-# Rows written before these were typed fields kept them in a "metadata" object (read, then dropped).
-_ONCE_METADATA = ("delivery_key", "durations", "untrusted", "reply_context", "mode")
-
-
-def _inbound_json(msg: InboundMessage) -> str:
-    return json.dumps({name: getattr(msg, name) for name in _STORED_INBOUND})
-
-
-def _inbound_from(row_id: int, text: str) -> InboundMessage:
-    data = json.loads(text)
-    metadata = data.pop("metadata", None) or {}
-    for name in _ONCE_METADATA:
-        if name in metadata:
-            data.setdefault(name, metadata[name])
-    if str(data.get("sender_id", "")).startswith("cron:"):  # a cron job's, recorded before ``source``
-        data.setdefault("source", "cron")
-    return InboundMessage(**data, intake_id=row_id)
-
-
-def _outbound_metadata_json(msg: OutboundMessage) -> str:
-    """The metadata column: what a reply carries besides its columns (a voice note, a mail's thread)."""
-    kept: dict[str, Any] = {}
-    if msg.file and msg.file.voice:
-        kept["voice_note"] = True
-    if msg.reply_context:
-        kept["reply_context"] = msg.reply_context
-    return json.dumps(kept)
-
-
-def outbound_from(row: Any) -> OutboundMessage:
-    """A recorded message, to send again. Not its stream: the streamed message of before the
-    restart is not ours to edit."""
-    extras = json.loads(row["metadata"])  # anything else in it is from rows of before: not read
-    voice = bool(extras.get("voice_note", False))
-    file = OutgoingFile(row["file_name"], row["file_data"], bool(row["photo"]), voice) if row["file_name"] else None
-    return OutboundMessage(row["channel"], row["chat_id"], row["content"], kind=row["kind"],
-                           reply_to=row["reply_to"], file=file, reply_context=extras.get("reply_context"),
-                           outbox_id=row["id"], outbox_created=row["created"], parts_sent=row["parts_sent"])
+async def _finish(tx: Queries, intake_ids: Sequence[int]) -> None:
+    await tx.executemany("UPDATE inbound SET done = 1 WHERE id = $1", [(intake_id,) for intake_id in intake_ids])

@@ -37,6 +37,7 @@ from nanobot.config import EDIT_EVERY_S, Config
 from nanobot.sqlite_file import check_writable
 from nanobot.cron.run_requests import run_wait_s
 from nanobot.delivery.intake import DurableIntake
+from nanobot.gateway.albums import ALBUM_QUIET_S
 from nanobot.gateway.outbound import SEND_RETRY, Outbound
 from nanobot.delivery.store import DeliveryStore, Pruner
 from nanobot.gateway.supervisor import RETRY_FIRST_S, START_DEADLINE_S, AdapterOptions, ChannelSupervisor
@@ -80,6 +81,7 @@ class Pace:
     edit_s: float = EDIT_EVERY_S  # a chat platform's streamed reply is edited at most this often
     send_retry: tuple[float, float] = SEND_RETRY  # a platform that is down: the first probe's wait, the longest
     drain_s: float = DRAIN_SECONDS  # how long queued replies may take to go out at shutdown
+    album_quiet_s: float = ALBUM_QUIET_S  # an album's parts are joined once none came for this long
     key_refresh_s: float = KEY_REFRESH_S  # the API reads its keys again after this (one added elsewhere)
     http_timeout_s: float | None = None  # every listener's: the API, the socket, metrics, webhooks (None: nanobot.listener's)
     adapters: AdapterOptions = field(default_factory=dict)  # an adapter's own keyword arguments, by channel
@@ -129,7 +131,7 @@ class Gateway:
         self.outbound = Outbound(self.bus, self.channels, self.delivery, send_retry=pace.send_retry)  # the one way out
         self.dispatcher = Dispatcher(rt.agent, self.bus, self.config.gateway, self.outbound,
                                      holder=self.cluster.router if self.cluster else None,
-                                     typing_interval=pace.typing_s,
+                                     typing_interval=pace.typing_s, album_quiet_s=pace.album_quiet_s,
                                      stream_pace=partial(self.config.channels.stream_pace, edit_every_s=pace.edit_s))
         # The cron scheduler: its runner asks us for turns (prompt jobs).
         self.cron_jobs: CronJobs | None = self._cron_jobs() if with_services else None

@@ -20,6 +20,7 @@ from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin, TurnIO, TurnRequest
 from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.gateway.albums import ALBUM_QUIET_S, whole_album
 from nanobot.gateway.spoken import voice_note, voice_wait, will_speak
 from nanobot.eventloop import Background, cancel_and_wait
 
@@ -72,6 +73,7 @@ class SessionWorker:
         self._stop_requested = False
         self.stop_answered = asyncio.Event()  # cleared while a /stop is being answered
         self.stop_answered.set()
+        self.held: InboundMessage | None = None  # the next message, taken off the queue while an album was joined
         self.task = dispatcher.chats.run(self._work(), name=f"session {key}")
 
     @property
@@ -83,14 +85,17 @@ class SessionWorker:
         d = self.dispatcher
         try:
             while not d.closing and self.serving:
-                try:
-                    async with asyncio.timeout(d.settings.idle_worker_seconds):
-                        msg = await self.queue.get()
-                except TimeoutError:
-                    if self.queue.empty():
-                        d.went_quiet(self.key)
-                        return  # idle: the finally below forgets us in the same step, so no message is lost
-                    continue
+                msg, self.held = self.held, None
+                if msg is None:
+                    try:
+                        async with asyncio.timeout(d.settings.idle_worker_seconds):
+                            msg = await self.queue.get()
+                    except TimeoutError:
+                        if self.queue.empty():
+                            d.went_quiet(self.key)
+                            return  # idle: the finally below forgets us in the same step, so no message is lost
+                        continue
+                msg, self.held = await whole_album(msg, self.queue, d.album_quiet_s)
                 await self._run(msg)
         finally:
             if d.workers.get(self.key) is self:
@@ -177,12 +182,14 @@ class Dispatcher:
 
     def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, outbound: Outbound, *,
                  holder: ChatHolder | None = None, typing_interval: float = TYPING_INTERVAL,
+                 album_quiet_s: float = ALBUM_QUIET_S,
                  stream_pace: Callable[[str], float | None] = lambda channel: None) -> None:
         self.agent = agent
         self.bus = bus
         self.outbound = outbound  # records and sends replies
         self.settings = settings
         self.typing_interval = typing_interval
+        self.album_quiet_s = album_quiet_s  # an album's parts are joined once none came for this long
         self.stream_pace = stream_pace  # how often a channel shows a reply as it is written (None: not)
         self.slots = asyncio.Semaphore(settings.max_concurrent_sessions)
         self.workers: dict[str, SessionWorker] = {}
@@ -275,18 +282,21 @@ class Dispatcher:
         voice = will_speak(self.agent, msg, text)
         reply = OutboundMessage(msg.channel, msg.chat_id, text, stream_id=stream_id, turn_reply=True,
                                 reply_context=msg.reply_context, voice_follows=voice_wait(self.agent) if voice else None)
-        await self._put(msg, reply, finishes=msg.intake_id)
+        await self._put(msg, reply, settles=True)
         if voice:  # after the text, never holding it up
             self._side.run(self._speak(msg, text), name=f"speak {msg.session_key}")
 
     async def _speak(self, msg: InboundMessage, text: str) -> None:
         await self._put(msg, await voice_note(self.agent, msg, text))
 
-    async def _put(self, msg: InboundMessage, reply: OutboundMessage, finishes: int | None = None) -> None:
-        """Recorded in the outbox, then sent; when the store fails, just sent."""
+    async def _put(self, msg: InboundMessage, reply: OutboundMessage, settles: bool = False) -> None:
+        """Recorded in the outbox, then sent; when the store fails, just sent. ``settles``: it is
+        ``msg``'s reply, and ``msg`` is settled with it."""
         if reply.durable:
             try:
-                return await self.outbound.put(reply, finishes=finishes)
+                if settles:
+                    return await self.outbound.put(reply, finishes=msg.intake_id, joined=msg.joined)
+                return await self.outbound.put(reply)
             except Exception:  # the store failed: send it anyway; the message runs again after a restart
                 log.exception("%s: could not record the reply; sending it unrecorded", msg.session_key)
         if reply.content or reply.file or not reply.durable:
@@ -329,7 +339,8 @@ class Dispatcher:
         if late := await self.chats.stop(grace):
             log.warning("shutdown: cancelled %d turn(s) still running after %g s", late, grace)
         await self._side.stop()
-        dropped = [w.queue.get_nowait() for w in workers for _ in range(w.queue.qsize())]
+        dropped = [w.held for w in workers if w.held] + [w.queue.get_nowait() for w in workers
+                                                         for _ in range(w.queue.qsize())]
         dropped += [self.bus.inbound.get_nowait() for _ in range(self.bus.inbound.qsize())]
         for msg in dropped:
             self.tell_restarting(msg)

@@ -17,7 +17,7 @@ import logging
 import time
 from collections import OrderedDict
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from nanobot import metrics
 from nanobot.bus import MessageBus, OutboundMessage
@@ -69,22 +69,22 @@ class Outbound:
             log.exception("could not record a message to %s; sending it unrecorded", msg.target)
             self.deliver(msg)
 
-    async def put(self, msg: OutboundMessage, *, finishes: int | None = None) -> None:
-        """Record ``msg`` durably, then send it; ``finishes``: the intake id it answers."""
+    async def put(self, msg: OutboundMessage, *, finishes: int | None = None, joined: Sequence[int] = ()) -> None:
+        """Record ``msg`` durably, then send it; ``finishes``: the intake id it answers
+        (``joined``: those of the album parts joined into that message)."""
         if msg.kind == "text" and not msg.content.strip():  # nothing to send: only finish the message
-            if finishes is not None:
-                await self.store.finish_inbound(finishes)
+            await self.store.finish_inbound(*([finishes] if finishes is not None else []), *joined)
             return
         # Shielded: the write is queued and commits even if our caller is cancelled meanwhile (a
         # turn stopped when the worker lost its database connection); a recorded reply must then
         # still be sent, or it would sit in the outbox with nobody to send it.
-        await asyncio.shield(asyncio.ensure_future(self._record_and_send(msg, finishes)))
+        await asyncio.shield(asyncio.ensure_future(self._record_and_send(msg, finishes, joined)))
 
-    async def _record_and_send(self, msg: OutboundMessage, finishes: int | None) -> None:
+    async def _record_and_send(self, msg: OutboundMessage, finishes: int | None, joined: Sequence[int]) -> None:
         # Timed before it is recorded, so a send after a restart (read back from the row) and the
         # first carry the same time: channels make their once-only send ids of it.
         msg.outbox_created = msg.outbox_created or time.time()
-        outbox_id = await self.store.record_outbound(msg, finishes)
+        outbox_id = await self.store.record_outbound(msg, finishes, joined)
         if outbox_id is None:
             log.warning("%s: this reply is not sent: its message was answered already, or its chat went to "
                         "another worker while this one was cut off from the database (that one answers it)",
