@@ -93,7 +93,7 @@ class DiscordChannel(BaseChannel):
         self._ready = asyncio.Event()
         self._chat_locks: dict[int, asyncio.Lock] = {}
         # Where each chat was read up to, per bot account (another bot's chats are not ours to read)
-        self._read = LastRead(ctx.positions, lambda: f"{self.name} {getattr(self._client.user, 'id', '')}", int)
+        self._read = LastRead(ctx.store, lambda: f"{self.name} {getattr(self._client.user, 'id', '')}", int)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:

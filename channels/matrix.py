@@ -1,6 +1,6 @@
 """Matrix adapter: the client-server API through matrix-nio's ``AsyncClient``.
 
-- One worker syncs (long-polls ``/sync``) at a time. The sync token is kept (``ctx.positions``)
+- One worker syncs (long-polls ``/sync``) at a time. The sync token is kept (``ctx.store``)
   only after every message it delivered is recorded, so a restart reads on from there: what
   was sent while the gateway was down is answered once, nothing twice (an event id is a
   message's delivery key); when more came than a sync carries, the rest is fetched
@@ -124,7 +124,7 @@ class MatrixChannel(BaseChannel):
 
     # -- incoming ------------------------------------------------------------------------
     async def _sync(self) -> None:
-        since = await self.ctx.positions.position(self.position_key)
+        since = await self.ctx.store.position(self.position_key)
         first, whole = since is None, True  # whole: every room's state too (who is in it), once per connection
         while True:
             answer = await self.client.sync(timeout=0 if first else SYNC_MS, since=since, sync_filter=self.filter,
@@ -141,7 +141,7 @@ class MatrixChannel(BaseChannel):
                     for event in [*missed, *(e.source for e in timeline.events)]:
                         await self._event(room_id, event)
             if answer.next_batch != since:  # an idle long poll ends where it began: nothing to write
-                await self.ctx.positions.keep_position(self.position_key, answer.next_batch)
+                await self.ctx.store.keep_position(self.position_key, answer.next_batch)
             since, first, whole = answer.next_batch, False, False
 
     async def _missed(self, room_id: str, before: str | None, since: str | None) -> list[dict[str, Any]]:

@@ -94,7 +94,7 @@ class SlackChannel(BaseChannel):
         self._chat_locks: dict[str, asyncio.Lock] = {}
         # Where each chat was read up to: Slack gives up on an event after a few retries, so what
         # came while no worker listened is read from the chats' history (``_catch_up``).
-        self._read = LastRead(ctx.positions, lambda: f"{self.name} {self.team} {self.bot_user}", _ts_order)
+        self._read = LastRead(ctx.store, lambda: f"{self.name} {self.team} {self.bot_user}", _ts_order)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:

@@ -26,7 +26,7 @@ from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import ChannelSection
 from nanobot.coordination import Alone, Singletons, run_while_held
 from nanobot.eventloop import Background
-from nanobot.message_context import Overheard
+from nanobot.message_context import HEARD_CHARS, Heard, after_heard
 from nanobot.workspace_quota import check_room
 
 log = logging.getLogger(__name__)
@@ -72,25 +72,39 @@ class AccessGate(Protocol):
         """The same verdict as ``check`` for an admitted sender, without side effects (no code issued)."""
 
 
-class Positions(Protocol):
-    """Where a channel's event stream stands (a Matrix sync token), kept with its messages."""
+class ChannelStore(Protocol):
+    """What a channel keeps with its messages (the gateway's delivery store, shared by workers):
+    where its event stream stands (a Matrix sync token), and what a group said that was not for
+    the bot (``Heard``: sender id, shown as, text), until the next message that is."""
 
     async def position(self, channel: str) -> str | None: ...
 
     async def keep_position(self, channel: str, position: str) -> None: ...
 
+    async def hear(self, chat: str, heard: Heard) -> None: ...
+
+    async def take_heard(self, chat: str, keep: int) -> list[Heard]:
+        """What ``chat`` said since it was last taken (the ``keep`` latest); forgotten now."""
+
 
 class Remembered:
-    """Positions kept in memory only (a bare channel, tests): a restart reads from the start."""
+    """A ChannelStore in memory only (a bare channel, tests): a restart forgets it."""
 
     def __init__(self) -> None:
         self._kept: dict[str, str] = {}
+        self._heard: dict[str, list[Heard]] = {}
 
     async def position(self, channel: str) -> str | None:
         return self._kept.get(channel)
 
     async def keep_position(self, channel: str, position: str) -> None:
         self._kept[channel] = position
+
+    async def hear(self, chat: str, heard: Heard) -> None:
+        self._heard.setdefault(chat, []).append(heard)
+
+    async def take_heard(self, chat: str, keep: int) -> list[Heard]:
+        return self._heard.pop(chat, [])[-keep:] if keep else []
 
 
 class LastRead:
@@ -100,20 +114,20 @@ class LastRead:
     signed in); ``order``: how two ids compare. Other workers may write it too (Slack's Events
     API), so what is kept is taken in before each write."""
 
-    def __init__(self, positions: Positions, key: Callable[[], str], order: Callable[[str], Any],
+    def __init__(self, store: ChannelStore, key: Callable[[], str], order: Callable[[str], Any],
                  chats: int = 100) -> None:
-        self.positions, self.key, self.order, self.chats = positions, key, order, chats
+        self.store, self.key, self.order, self.chats = store, key, order, chats
         self._last: dict[str, str] = {}  # this worker's view, changed at once (no lost update here)
 
     async def note(self, chat_id: str, message_id: str) -> None:
         """``message_id`` of ``chat_id`` is recorded."""
         self._take({chat_id: message_id})
-        self._take(json.loads(await self.positions.position(self.key()) or "{}"))
-        await self.positions.keep_position(self.key(), json.dumps(self._last))
+        self._take(json.loads(await self.store.position(self.key()) or "{}"))
+        await self.store.keep_position(self.key(), json.dumps(self._last))
 
     async def chats_to_read(self) -> list[tuple[str, str]]:
         """(chat, the last message read there) for each chat kept."""
-        self._take(json.loads(await self.positions.position(self.key()) or "{}"))
+        self._take(json.loads(await self.store.position(self.key()) or "{}"))
         return list(self._last.items())
 
     def _take(self, ids: dict[str, str]) -> None:
@@ -149,8 +163,8 @@ class ChannelContext:
     # Where a started adapter says it is in trouble (channel name, why; None once it is fine
     # again): a dropped mailbox connection being retried shows in status and /readyz.
     report: Callable[[str, str | None], None] | None = None
-    # Where event streams stand: the gateway keeps them in its delivery store.
-    positions: Positions = field(default_factory=Remembered)
+    # Where event streams stand and what groups said: the gateway keeps them in its delivery store.
+    store: ChannelStore = field(default_factory=Remembered)
     # A webhook request whose headers or body take longer is ended (None: nanobot.listener's).
     http_timeout_s: float | None = None
 
@@ -169,7 +183,6 @@ class BaseChannel(ABC):
         self.ctx = ctx
         self._troubles: dict[str, str] = {}  # what is wrong now, by part (``_report``)
         self.receiving = Background()  # the event stream's reader (``read_while_held``)
-        self.overheard = Overheard(config.group_history)  # group messages not for the bot, for context
 
     @abstractmethod
     async def start(self) -> None:
@@ -308,11 +321,12 @@ class BaseChannel(ABC):
         return admitted is not None
 
     async def _overhear(self, chat_id: str, who: Identity, text: str, shown: str | None = None) -> None:
-        """A group message not for the bot, kept for the next that is (``Overheard``): an allowed
+        """A group message not for the bot, kept for the next that is (``after_heard``): an allowed
         person's only, as nothing a stranger writes reaches the model. ``shown``: how the model
         is told who wrote it (by default the vouched handle, else the id)."""
-        if self.overheard.keep and text.strip() and await self._may_download(who):
-            self.overheard.hear(chat_id, who.id, shown or (f"@{who.handle}" if who.handle else who.id), text)
+        if self.config.group_history and text.strip() and await self._may_download(who):
+            await self.ctx.store.hear(f"{self.name}:{chat_id}", (
+                who.id, shown or (f"@{who.handle}" if who.handle else who.id), " ".join(text.split())[:HEARD_CHARS]))
 
     async def _admit(self, msg: InboundMessage, *, mentioned: bool = False) -> InboundMessage | None:
         """``msg``, if group policy and access control let it through (for adapters that hand
@@ -331,7 +345,8 @@ class BaseChannel(ABC):
                 except SendFailed as exc:
                     log.warning("%s: could not send the pairing reply to %s: %s", self.name, msg.chat_id, exc)
             return None
-        return msg if msg.is_private else self.overheard.before(msg)
+        return msg if msg.is_private else after_heard(msg, await self.ctx.store.take_heard(
+            msg.session_key, self.config.group_history))
 
 
 def safe_filename(filename: str) -> str:

@@ -1,47 +1,32 @@
 """What comes with a message besides its own words, for the model to read it as a person would:
-the message a reply answers (``with_quote``), what a group said before it (``Overheard``), a
+the message a reply answers (``with_quote``), what a group said before it (``after_heard``), a
 place or a contact it shares (``shared_place``, ``shared_contact``), and a note for files it
 carried that could not be received (``noting_lost``). Someone else's words brought in this way
 mark the turn as outside content, as a forward does."""
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
 from dataclasses import replace
 
 from nanobot.bus import InboundMessage
 
 
-class Overheard:
-    """A group's messages that were not for the bot (``groupHistory`` of each chat, in memory),
-    handed to the model with the next one that is, so "@bot what do you think?" has the
-    discussion it follows. Only allowed people's (``BaseChannel._overhear``), shown by what the
-    platform vouches for, never a display name; someone else's words there mark the turn, as a
-    forward does."""
+Heard = tuple[str, str, str]  # a group message not for the bot: (sender id, shown as, text)
+HEARD_CHARS = 1000  # of each such message
 
-    CHATS, CHARS = 200, 1000  # chats kept (the latest), characters of each message
 
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
-        self._chats: OrderedDict[str, deque[tuple[str, str, str]]] = OrderedDict()  # (id, shown as, text)
-
-    def hear(self, chat_id: str, sender_id: str, shown: str, text: str) -> None:
-        if self.keep and text.strip():
-            heard = self._chats.setdefault(chat_id, deque(maxlen=self.keep))
-            self._chats.move_to_end(chat_id)
-            heard.append((sender_id, shown, " ".join(text.split())[:self.CHARS]))
-            while len(self._chats) > self.CHATS:
-                self._chats.popitem(last=False)
-
-    def before(self, msg: InboundMessage) -> InboundMessage:
-        """``msg`` (admitted, in a group) after what its chat said since the last message to the bot."""
-        heard = [h for h in self._chats.pop(msg.chat_id, ()) if not quotes(msg.content, h[2])]  # not twice
-        if not heard:
-            return msg
-        lines = "\n".join(f"{shown}: {text}" for _, shown, text in heard)
-        others = any(sender != msg.sender_id for sender, _, _ in heard)
-        return replace(msg, content=f"[said here since the last message to me:\n{lines}]\n{msg.content}",
-                       untrusted=msg.untrusted or ("the group's earlier messages" if others else None))
+def after_heard(msg: InboundMessage, heard: list[Heard]) -> InboundMessage:
+    """``msg`` (admitted, in a group) after what its chat said since the last message to the bot
+    (``groupHistory`` of them, kept by the channel's store), so "@bot what do you think?" has
+    the discussion it follows. Only allowed people's (``BaseChannel._overhear``), shown by what
+    the platform vouches for, never a display name; someone else's words there mark the turn."""
+    heard = [h for h in heard if not quotes(msg.content, h[2])]  # not twice
+    if not heard:
+        return msg
+    lines = "\n".join(f"{shown}: {text}" for _, shown, text in heard)
+    others = any(sender != msg.sender_id for sender, _, _ in heard)
+    return replace(msg, content=f"[said here since the last message to me:\n{lines}]\n{msg.content}",
+                   untrusted=msg.untrusted or ("the group's earlier messages" if others else None))
 
 
 QUOTE_CHARS = 1000  # of the message a reply answers: enough to know what "this" is

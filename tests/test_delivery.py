@@ -197,6 +197,21 @@ async def test_a_reply_whose_second_part_failed_goes_on_from_there(config: Confi
     assert await outbox_rows(home) == [(str(ALICE), "sent")] * 2
 
 
+async def test_what_a_group_said_before_a_restart_comes_with_the_next_message_to_the_bot(
+        config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    llm.fallback = echo
+    group = -100500
+    async with running_gateway(config):
+        tg.push_text(group, BOB, "the meeting moved to 5pm", chat_type="group", username="bob")
+        tg.push_text(ALICE, ALICE, "hi")
+        await tg.wait_sent(1)  # so the group's message before it was taken in too
+    async with running_gateway(config):
+        tg.push_text(group, ALICE, "@nanobot_test_bot when is the meeting?", chat_type="group")
+        await tg.wait_sent(2)
+    assert llm.chat_requests[-1]["messages"][-1]["content"] == (
+        "[said here since the last message to me:\n@bob: the meeting moved to 5pm]\nwhen is the meeting?")
+
+
 async def outbox_rows(home: Path) -> list[tuple[str, str]]:
     conn = await open_db(home / "nanobot.db")
     try:

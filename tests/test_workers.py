@@ -160,8 +160,16 @@ async def test_webhook_workers_record_before_answering_and_refuse_without_the_se
             assert await post_update(http, port, "/tg", update, secret) == 200
             assert await post_update(http, port, "/tg", update, secret) == 200  # Telegram retrying: dropped
         await tg.wait_sent(4, timeout=10)
+        # A group's talk heard by one worker comes with the mention another one receives.
+        said = tg.push_text(-100500, 41, "the meeting moved to 5pm", chat_type="group", username="bob")
+        assert await post_update(http, ports[0], "/tg", said, secret) == 200
+        mention = tg.push_text(-100500, 42, "@nanobot_test_bot when?", chat_type="group")
+        assert await post_update(http, ports[1], "/tg", mention, secret) == 200
+        await tg.wait_sent(5, timeout=10)
         await asyncio.sleep(0.3)
         assert texts(tg, 42) == [f"re: m{n}" for n in range(4)] and texts(tg, 41) == []
+        assert texts(tg, -100500) == ["re: [said here since the last message to me:\n@bob: the meeting moved to 5pm]"
+                                      "\nwhen?"]
     assert tg.webhook is not None  # not deleted at stop: other workers may still serve it
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
 

@@ -124,7 +124,7 @@ class Gateway:
                                    max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
                                    max_workspace_mb=self.config.tools.max_workspace_mb,
                                    chat_root=self._chat_root, singletons=self.singletons,
-                                   report=self._report, positions=self.delivery, http_timeout_s=pace.http_timeout_s)
+                                   report=self._report, store=self.delivery, http_timeout_s=pace.http_timeout_s)
         self.channels = ChannelSupervisor(self.config, self._ctx, on_state=self._write_state,
                                           retry_first_s=pace.channel_retry_s, start_deadline_s=pace.channel_start_s,
                                           adapter_options=pace.adapters)
