@@ -72,7 +72,7 @@ class Person:
         sent = await self.client.room_send(room, "m.room.message", content)
         return sent.event_id
 
-    async def read_until(self, done: Callable[[list[dict[str, Any]]], bool], timeout: float = 20) -> None:
+    async def read_until(self, done: Callable[[list[dict[str, Any]]], bool], timeout: float = 60) -> None:
         """Sync until ``done(self.seen)`` (what others sent, edits included)."""
         async with asyncio.timeout(timeout):
             while not done(self.seen):
@@ -124,7 +124,7 @@ async def group_of(maker: Person, other: Person, bot: str) -> str:
 
 async def bot_in(person: Person, room: str, bot: str) -> None:
     """Wait until the bot has joined ``room``."""
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(60):  # a bound: Synapse on a loaded machine is slow to join
         while bot not in [m.user_id for m in (await person.client.joined_members(room)).members]:
             await asyncio.sleep(0.1)  # a join is nothing the person's sync is told of at once
 
