@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+from collections import deque
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar
 
@@ -77,6 +78,7 @@ class TelegramChannel(BaseChannel):
         self._bot: Bot = self._app.bot
         self._webhook = WebhookServer(config.webhook, self._on_webhook, ctx.http_timeout_s) if config.webhook else None
         self._username = ""  # the bot's own @username, known after start()
+        self._albums_for_me: deque[str] = deque(maxlen=100)  # groups' albums whose first picture addressed us
         self._out = TelegramSender(self._bot, send_retries=send_retries, max_retry_after=max_retry_after)
 
     # ---- lifecycle ------------------------------------------------------------------
@@ -171,7 +173,11 @@ class TelegramChannel(BaseChannel):
                       update_id: int) -> InboundMessage | None:
         is_private = message.chat.type == "private"
         text = words_of(message)
-        mentioned = not is_private and self._addressed_to_me(message, text)
+        album = message.media_group_id
+        # An album's caption (on its first picture) speaks for its other pictures too.
+        mentioned = not is_private and (self._addressed_to_me(message, text) or album in self._albums_for_me)
+        if mentioned and album:
+            self._albums_for_me.append(album)
         if mentioned:
             text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()
             text = re.sub(r"[ \t]{2,}", " ", text)
@@ -189,7 +195,7 @@ class TelegramChannel(BaseChannel):
                                      who.id, str(self._bot.id))
         return await self._admit(InboundMessage(
             self.name, chat_of(message), who.id, content, sender_name=username, sender_handle=username, media=media,
-            is_private=is_private, delivery_key=str(update_id), durations=durations, album=message.media_group_id,
+            is_private=is_private, delivery_key=str(update_id), durations=durations, album=album,
             reply_context=None if is_private else {"message_id": str(message.message_id)},  # answered as a reply
             # someone else's words, whoever passed them on (a forward, an inline bot's result the
             # sender picked, a message they answer): the turn is marked untrusted

@@ -142,6 +142,20 @@ async def test_an_albums_pictures_are_one_message(config: Config, llm: FakeOpenA
     assert "add these up" in str(user_message(llm.chat_requests[0])["content"])
 
 
+async def test_in_a_group_an_album_whose_caption_names_the_bot_comes_whole(config: Config, llm: FakeOpenAI,
+                                                                            tg: FakeTelegram) -> None:
+    """Only the first picture of an album carries its caption: the mention there speaks for the
+    others, which came without words (and were kept out as not for the bot)."""
+    llm.fallback = lambda body: reply(f"{len(image_parts(body))} pictures")
+    async with running_gateway(config):
+        for caption, shade in (("@nanobot_test_bot what are these?", 30), (None, 60)):
+            tg.push_photo(GROUP, ALICE, jpeg(40, 30, (shade, 0, 0)), caption=caption, media_group_id="G1",
+                          chat_type="group")
+        await tg.wait_sent(1, timeout=15)
+    assert tg.sent[0]["text"] == "2 pictures" and len(llm.chat_requests) == 1
+    assert "what are these?" in str(user_message(llm.chat_requests[0])["content"])
+
+
 async def test_an_albums_pictures_through_a_webhook_are_one_message_also_after_a_restart(
         config: Config, llm: FakeOpenAI, tg: FakeTelegram, home: Path) -> None:
     """Through a webhook Telegram posts each picture alone, the next only once the last was
