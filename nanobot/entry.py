@@ -7,6 +7,8 @@ from __future__ import annotations
 import gc
 import sys
 
+from nanobot import collector
+
 
 def main() -> None:
     from nanobot.terminal_client import try_gateway
@@ -17,10 +19,7 @@ def main() -> None:
     # httpx (python-telegram-bot's client) imports its own command-line tool, and with it rich
     # and pygments, whenever those are installed (typer brings them): 5 MB of RSS for nothing.
     sys.modules.setdefault("httpx._main", None)  # type: ignore[assignment]  (httpx then skips it)
-    # Start-up builds the program (pydantic's and openai's model classes: most of its objects)
-    # and little garbage, and the collector scanned it again and again meanwhile: 0.2 s of
-    # `nanobot agent`'s start. Off until the runtime is built (``runtime.started``).
-    gc.disable()
+    collector.for_the_start()  # no garbage scans over the program while it is being built
     from nanobot.cli import main as full_cli
 
     try:

@@ -5,7 +5,6 @@ The CLI, the gateway and cron jobs all start from here, so each part is built on
 
 from __future__ import annotations
 
-import gc
 import logging
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import TYPE_CHECKING, AsyncIterator
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.loop import Agent
 from nanobot.bus import MessageBus, OutboundMessage, split_target
+from nanobot import collector
 from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.config import Config, ConfigError
 from nanobot.cron.run_requests import RunRequests
@@ -105,20 +105,11 @@ async def open_runtime(config: Config, *, provider: Provider | None = None, term
     except BaseException:
         await db.close()  # aiosqlite's thread would otherwise keep the process alive
         raise
-    started()
+    collector.started()  # the program is built
     try:
         yield rt
     finally:
         await _close(rt)
-
-
-def started() -> None:
-    """The program is built: the collector, off for the start (``entry.main``), comes on, and
-    what start-up made is frozen, so that no later scan goes over it again (a full one took
-    0.1 s). A process that kept it on (tests, an embedding program) is left as it is."""
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()
 
 
 async def _build(config: Config, provider: Provider, terminal: bool, db: Database,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
+import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
@@ -115,6 +116,24 @@ async def test_the_chat_goes_through_a_running_gateway(home: Path, workspace: Pa
             said = [m["content"] for m in (await gateway.runtime.sessions.open("cli:default")).messages]
     assert said[:2] == ["hello", "hi there"] and "slow one" in said
     assert "Traceback" not in term.screen
+
+
+async def test_the_chat_through_a_running_gateway_has_the_garbage_collector_on(home: Path, workspace: Path) -> None:
+    """The start turns the collector off (nanobot/collector.py): a chat of hours through the
+    gateway, which opens no runtime of its own, must turn it back on."""
+    probe = ("import atexit, gc, sys; atexit.register(lambda: print('on:', gc.isenabled())); "
+             "sys.argv = ['nanobot', 'agent']; from nanobot.entry import main; main()")
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        config = config_for(llm.base_url, workspace)
+        config.gateway.heartbeat.enabled = False
+        llm.script(reply("hi there"))
+        async with running_gateway(config, with_services=True):
+            proc = await asyncio.create_subprocess_exec(sys.executable, "-c", probe, stdin=asyncio.subprocess.PIPE,
+                                                        stdout=asyncio.subprocess.PIPE,
+                                                        env={**os.environ, "NANOBOT_HOME": str(home)})
+            out = (await asyncio.wait_for(proc.communicate(b"hello\n"), 60))[0].decode()
+    assert "through the running gateway" in out and "hi there" in out and out.endswith("on: True\n"), out
 
 
 async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, workspace: Path) -> None:

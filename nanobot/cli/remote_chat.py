@@ -17,6 +17,7 @@ from typing import Callable
 
 import aiohttp
 
+from nanobot import collector
 from nanobot.cli.terminal_channel import CliChannel
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.cli.common import show_waiting
@@ -28,6 +29,7 @@ URL = "http://gateway/v1/chat/completions"  # the host is not used: the connecti
 
 
 async def chat_via_gateway(sock: Path, home: Path, session: str, mode: str | None) -> int:
+    collector.started()  # the program is built
     headers = {"X-Nanobot-Session": session, **({"X-Nanobot-Mode": mode} if mode else {})}
     async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock))) as http:
         async with http.post("http://gateway/v1/nanobot/waiting", headers=headers) as response:
