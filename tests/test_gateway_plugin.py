@@ -95,6 +95,9 @@ async def test_an_installed_channel_is_configured_started_and_served(
             assert "nanobot pairing approve" in await asyncio.wait_for(channel.outbox.get(), 5)
             assert await channel.receive("alice", "hi")
             assert await asyncio.wait_for(channel.outbox.get(), 5) == "[echo] hello alice"
+            # Where its stream stands, kept by the gateway; also by the name adapters used before.
+            await channel.ctx.positions.keep_position("echo", "42")
+            assert await channel.ctx.store.position("echo") == "42"
         finally:
             await gateway.stop()
     assert len(llm.chat_requests) == 1
