@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any, Callable
 
@@ -154,7 +153,7 @@ class CliChannel(BaseChannel):
     async def send(self, msg: OutboundMessage) -> None:
         if content := for_terminal(msg.content):
             stream = self._streams.pop(msg.stream_id, None)
-            if stream is None:  # on a terminal, the StdoutProxy puts it above the prompt line
+            if stream is None:  # on a terminal, patch_stdout puts it above the prompt line
                 write_stdout(render_markdown(content) if self._tty else content + "\n")
             else:
                 stream.finish(content)
@@ -203,14 +202,12 @@ class CliChannel(BaseChannel):
     async def _terminal_lines(self):
         from prompt_toolkit import PromptSession
         from prompt_toolkit.history import FileHistory, InMemoryHistory
-        from prompt_toolkit.patch_stdout import StdoutProxy
+        from prompt_toolkit.patch_stdout import patch_stdout
 
         history = FileHistory(str(self.history_file)) if self.history_file else InMemoryHistory()
         session: PromptSession[str] = PromptSession(history=history)
         self._prompt = session
-        # What is printed goes above the prompt line (prompt_toolkit's patch_stdout, whose
-        # writer slept 0.2 s after each write: the last reply held the exit that long).
-        with StdoutProxy(sleep_between_writes=0.02, raw=True) as out, redirect_stdout(out), redirect_stderr(out):
+        with patch_stdout(raw=True):
             while True:
                 try:
                     yield await session.prompt_async(self._prompt_message)
