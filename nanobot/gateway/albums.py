@@ -20,7 +20,7 @@ ALBUM_QUIET_S = 1.0  # Telegram sends an album's pictures within a fraction of a
 
 
 async def whole_album(first: InboundMessage, queue: asyncio.Queue[InboundMessage],
-                      quiet_s: float = ALBUM_QUIET_S) -> tuple[InboundMessage, InboundMessage | None]:
+                      quiet_s: float) -> tuple[InboundMessage, InboundMessage | None]:
     """``first`` with the parts of its album that follow it in ``queue`` joined in; and the
     chat's next message if one was taken off the queue meanwhile (it runs next)."""
     msg = first

@@ -20,7 +20,7 @@ from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, Origin, TurnIO, TurnRequest
 from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
-from nanobot.gateway.albums import ALBUM_QUIET_S, whole_album
+from nanobot.gateway.albums import whole_album
 from nanobot.gateway.spoken import voice_note, voice_wait, will_speak
 from nanobot.eventloop import Background, cancel_and_wait
 
@@ -182,7 +182,7 @@ class Dispatcher:
 
     def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, outbound: Outbound, *,
                  holder: ChatHolder | None = None, typing_interval: float = TYPING_INTERVAL,
-                 album_quiet_s: float = ALBUM_QUIET_S,
+                 album_quiet_s: float,
                  stream_pace: Callable[[str], float | None] = lambda channel: None) -> None:
         self.agent = agent
         self.bus = bus

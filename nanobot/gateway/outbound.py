@@ -73,7 +73,7 @@ class Outbound:
         """Record ``msg`` durably, then send it; ``finishes``: the intake id it answers
         (``joined``: those of the album parts joined into that message)."""
         if msg.kind == "text" and not msg.content.strip():  # nothing to send: only finish the message
-            await self.store.finish_inbound(*([finishes] if finishes is not None else []), *joined)
+            await self.store.finish_inbound(*(i for i in (finishes, *joined) if i is not None))
             return
         # Shielded: the write is queued and commits even if our caller is cancelled meanwhile (a
         # turn stopped when the worker lost its database connection); a recorded reply must then
