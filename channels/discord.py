@@ -30,7 +30,7 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, send_parts
-from nanobot.message_context import noting_lost, with_quote
+from nanobot.message_context import noting_lost, shared_poll, with_quote
 from nanobot_channels.text import split_message
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
@@ -158,10 +158,10 @@ class DiscordChannel(BaseChannel):
         is_private = isinstance(message.channel, discord.DMChannel)
         mentioned = _addresses(message, me.id)
         if not self._addressed(is_private, mentioned):  # no download for chatter: kept for the next that is for us
-            return await self._overhear(str(message.channel.id), _identity(message), message.content)
+            return await self._overhear(str(message.channel.id), _identity(message), _words(message))
         # A forward is empty itself; the message it carries (someone else's words) is a snapshot.
         forwards = message.message_snapshots
-        content = "\n\n".join(filter(None, [re.sub(rf"<@!?{me.id}>", "", message.content).strip(),
+        content = "\n\n".join(filter(None, [re.sub(rf"<@!?{me.id}>", "", _words(message)).strip(),
                                              *(snapshot.content.strip() for snapshot in forwards)]))
         attachments = [*message.attachments, *(a for snapshot in forwards for a in snapshot.attachments)]
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
@@ -172,7 +172,7 @@ class DiscordChannel(BaseChannel):
         answered = message.reference.resolved if message.type == discord.MessageType.reply and message.reference \
             else None  # the message this one replies to, as Discord sent it along
         answered = answered if isinstance(answered, discord.Message) else None
-        content, quoted = with_quote(noting_lost(content, len(attachments), media), answered and answered.content,
+        content, quoted = with_quote(noting_lost(content, len(attachments), media), answered and _words(answered),
                                      answered and str(answered.author.id), who.id, str(me.id))
         if await self._handle(InboundMessage(
                 self.name, str(message.channel.id), who.id, content, sender_name=who.name, sender_handle=who.handle,
@@ -336,6 +336,12 @@ def _reference(msg: OutboundMessage, channel_id: int) -> discord.MessageReferenc
     answers = msg.answers
     return discord.MessageReference(message_id=int(answers), channel_id=channel_id, fail_if_not_exists=False) \
         if answers and answers.isdigit() else None
+
+
+def _words(message: discord.Message) -> str:
+    """What a message says: its text, and a poll it started as words."""
+    poll = message.poll and shared_poll(message.poll.question, [answer.text for answer in message.poll.answers])
+    return "\n".join(filter(None, [message.content, poll]))
 
 
 def _identity(message: discord.Message) -> Identity:

@@ -36,7 +36,7 @@ from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomGetEventRespo
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, send_parts
-from nanobot.message_context import noting_lost, with_quote
+from nanobot.message_context import noting_lost, shared_poll, with_quote
 from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
 from nanobot_channels.text import split_message
@@ -54,6 +54,7 @@ TIMELINE_LIMIT = 50  # events a sync brings per room; what came before them is f
 MISSED_MAX = 1000  # events fetched per room after a long time away: older ones are not answered
 MEDIA_KINDS = ("m.image", "m.file", "m.audio", "m.video")
 VOICE = "org.matrix.msc3245.voice"
+POLL_STARTS = ("m.poll.start", "org.matrix.msc3381.poll.start")  # the spec's name, and Element's
 ENCRYPTED_REPLY = ("This room is end-to-end encrypted, and I cannot read encrypted messages. Talk to me in a room "
                    "without encryption (in Element: create the room with encryption turned off).")
 # A room joined with history: what was said before the invitation is not for the bot. The
@@ -173,7 +174,8 @@ class MatrixChannel(BaseChannel):
 
     async def _event(self, room_id: str, event: dict[str, Any]) -> None:
         sender, content = str(event.get("sender") or ""), event.get("content")
-        if event.get("type") not in ("m.room.message", "m.room.encrypted") or sender == self.config.user_id \
+        if event.get("type") not in ("m.room.message", "m.room.encrypted", *POLL_STARTS) \
+                or sender == self.config.user_id \
                 or not isinstance(content, dict) or _relation(content) == "m.replace" \
                 or content.get("msgtype") == "m.notice" \
                 or int(event.get("origin_server_ts") or 0) < self._joined_at.get(room_id, 0) - self.join_grace_ms:
@@ -183,7 +185,7 @@ class MatrixChannel(BaseChannel):
         room = self.client.rooms.get(room_id)
         is_private = room is not None and room.member_count == 2
         who = Identity(sender, name=room.user_name(sender) if room else None)
-        body = content["body"] if isinstance(content.get("body"), str) else ""
+        body = _words(content)
         mentions = _mapping(content.get("m.mentions")).get("user_ids")
         mentioned = isinstance(mentions, list) and self.config.user_id in mentions \
             or self.config.user_id in body + str(content.get("formatted_body") or "")
@@ -219,7 +221,7 @@ class MatrixChannel(BaseChannel):
         if latest.get("sender") == source.get("sender"):  # as edited last (a streamed reply: its end)
             body = _mapping(_mapping(latest.get("content")).get("m.new_content")).get("body")
         else:
-            body = _mapping(source.get("content")).get("body")
+            body = _words(_mapping(source.get("content")))
         return {"sender": str(source.get("sender")), "body": _without_reply_fallback(body) if isinstance(body, str) else ""}
 
     async def _cannot_read(self, room_id: str, who: Identity) -> None:
@@ -355,8 +357,30 @@ def _without_reply_fallback(body: str) -> str:
     return "\n".join(kept).strip() if len(kept) < len(lines) else body
 
 
+def _words(content: dict[str, Any]) -> str:
+    """What a message says: its body, or the poll it starts as words."""
+    if isinstance(content.get("body"), str):
+        return content["body"]
+    poll = next((_mapping(content[key]) for key in POLL_STARTS if key in content), None)
+    if poll is None:
+        return ""
+    return shared_poll(_said(poll.get("question")), [_said(answer) for answer in _list(poll.get("answers"))])
+
+
+def _said(item: Any) -> str:
+    """An extensible event's text: Element's ``org.matrix.msc1767.text``, or the spec's ``m.text``."""
+    item = _mapping(item)
+    unstable = item.get("org.matrix.msc1767.text")
+    texts = [_mapping(text).get("body") for text in _list(item.get("m.text"))]
+    return next((text for text in (unstable, *texts) if isinstance(text, str)), "")
+
+
 def _relation(content: dict[str, Any]) -> str | None:
     return _mapping(content.get("m.relates_to")).get("rel_type")
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
 
 
 def _mapping(value: Any) -> dict[str, Any]:

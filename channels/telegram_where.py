@@ -13,14 +13,16 @@ from typing import Any
 from telegram import Message, ReplyParameters
 
 from nanobot.bus import OutboundMessage
-from nanobot.message_context import shared_contact, shared_place
+from nanobot.message_context import shared_contact, shared_place, shared_poll
 
 
 def words_of(message: Message) -> str:
-    """Its text or caption; a shared place or contact as words the model can use."""
-    spot, venue, card = message.location, message.venue, message.contact
-    if card:  # a card has no text of its own
+    """Its text or caption; a shared place, contact or poll as words the model can use."""
+    spot, venue, card, poll = message.location, message.venue, message.contact, message.poll
+    if card:  # a card or a poll has no text of its own
         return shared_contact(" ".join(filter(None, (card.first_name, card.last_name))), [card.phone_number])
+    if poll:
+        return shared_poll(poll.question, [option.text for option in poll.options])
     return message.text or message.caption or (shared_place(spot.latitude, spot.longitude, venue and
                                                             f"{venue.title}, {venue.address}") if spot else "")
 
@@ -36,7 +38,7 @@ def answered(message: Message) -> tuple[str | None, str | None]:
     author's id; none for a forward or an inline bot's result, though Telegram names the one who
     passed it on: its words are another person's."""
     reply = message.reply_to_message
-    words = message.quote.text if message.quote else reply and (reply.text or reply.caption)
+    words = message.quote.text if message.quote else reply and words_of(reply)
     author = reply.from_user if reply and not (reply.forward_origin or reply.via_bot) else None
     return words, author and str(author.id)
 

@@ -1,6 +1,6 @@
 """What comes with a message besides its own words, for the model to read it as a person would:
 the message a reply answers (``with_quote``), what a group said before it (``after_heard``), a
-place or a contact it shares (``shared_place``, ``shared_contact``), and a note for files it
+place, a contact or a poll it shares (``shared_place``, ``shared_contact``, ``shared_poll``), and a note for files it
 carried that could not be received (``noting_lost``). Someone else's words brought in this way
 mark the turn as outside content, as a forward does."""
 
@@ -66,3 +66,8 @@ def shared_place(latitude: float, longitude: float, name: str | None = None) -> 
 def shared_contact(name: str, phones: list[str]) -> str:
     """A contact card someone shared ("save this number"), as words."""
     return f"[contact: {', '.join(part for part in (name.strip(), *phones) if part) or 'no details'}]"
+
+
+def shared_poll(question: str, options: list[str]) -> str:
+    """A poll someone started ("@bot which should we pick?" follows it), as words."""
+    return f"[poll: {question.strip()} ({' / '.join(option.strip() for option in options)})]"

@@ -228,6 +228,32 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(
         assert gateway.runtime.trust(f"matrix:{room}") == "member"  # three people: no owner chat
 
 
+async def test_a_poll_is_words_in_the_talk_and_in_a_reply(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
+    """"@bot which one?" after a poll, or in reply to one: the model reads it, as Element sends
+    polls (unstable names) and as the spec names them."""
+    owner, friend, bot = people["owner"], people["friend"], people["bot"][0]
+    llm.fallback = lambda body: reply("pizza")
+    element = {"org.matrix.msc3381.poll.start": {
+        "question": {"org.matrix.msc1767.text": "Where do we eat?"}, "kind": "org.matrix.msc3381.poll.disclosed",
+        "max_selections": 1, "answers": [{"id": t, "org.matrix.msc1767.text": t} for t in ("Pizza", "Soup")]}}
+    spec = {"m.poll.start": {"question": {"m.text": [{"body": "And when?"}]}, "max_selections": 1,
+                             "answers": [{"m.id": t, "m.text": [{"body": t}]} for t in ("Noon", "Eight")]}}
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        room = await group_of(owner, friend, bot)
+        await friend.client.room_send(room, "org.matrix.msc3381.poll.start", element)
+        await owner.say(room, "which one?", mention=bot)
+        await owner.read_until(lambda seen: owner.shown() == ["pizza"])
+        when = (await friend.client.room_send(room, "m.poll.start", spec)).event_id
+        await owner.client.room_send(room, "m.room.message", {
+            "msgtype": "m.text", "body": "and this?", "m.relates_to": {"m.in_reply_to": {"event_id": when}},
+            "m.mentions": {"user_ids": [bot]}})
+        await owner.read_until(lambda seen: owner.shown() == ["pizza", "pizza"])
+    assert asked(llm) == [f"[said here since the last message to me:\n{friend.user_id}: [poll: Where do we eat? "
+                          "(Pizza / Soup)]]\nwhich one?",
+                          '[in reply to another person\'s message: "[poll: And when? (Noon / Eight)]"]\nand this?']
+
+
 async def test_a_room_that_changes_hands_starts_over_with_the_new_partys_trust(
         llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
     """A room of two is its person's private chat: the owner's, with owner trust. When a member

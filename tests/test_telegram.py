@@ -206,6 +206,21 @@ async def test_a_shared_contact_is_words(tg, channel, bus):
     assert (await inbound(bus)).content == "[contact: Ada Lovelace, +44 20 7946 0000]"
 
 
+async def test_a_poll_is_words_in_the_talk_and_in_a_reply(tg, channel, bus):
+    """"@bot which one?" after a poll in the group, or in reply to it: the model reads the poll
+    (it had no words, and reached the model as nothing)."""
+    poll = {"id": "1", "question": "Where do we eat?", "type": "regular", "total_voter_count": 0,
+            "is_closed": False, "is_anonymous": False, "allows_multiple_answers": False, "allows_revoting": True, "members_only": False,
+            "options": [{"text": t, "voter_count": 0, "persistent_id": t} for t in ("Pizza", "Soup")]}
+    theirs = tg.push_message(GROUP, ALICE, chat_type="group", poll=poll)["message"]
+    tg.push_text(GROUP, ALICE, f"@{tg.bot_username} which one?", chat_type="group")
+    tg.push_text(GROUP, ALICE, f"@{tg.bot_username} and now?", chat_type="group", reply_to_message=theirs)
+    first, second = await inbound(bus), await inbound(bus)
+    assert first.content == ("[said here since the last message to me:\n@alice: [poll: Where do we eat? "
+                             "(Pizza / Soup)]]\nwhich one?")
+    assert second.content == '[in reply to my own message: "[poll: Where do we eat? (Pizza / Soup)]"]\nand now?'
+
+
 async def test_an_update_this_library_cannot_read_is_passed_over(tg, channel, bus, caplog):
     """A shape the installed python-telegram-bot does not read (here a poll as older Bot APIs sent
     it: this version requires fields added since) failed every poll of its batch for ever, and

@@ -47,8 +47,8 @@ class ChannelSection(Section):
     allow_from: list[Id] = []
     owners: list[Id] = []
     group_policy: Literal["mention", "open"] = "mention"
-    # Group messages not for the bot kept (the latest so many of a chat, in memory) to go with
-    # the next one that is: "@bot what do you think?" after a discussion. 0: none.
+    # Group messages not for the bot kept (the latest so many of a chat, in the delivery store,
+    # at most 3 days) to go with the next one that is: "@bot what do you think?" after a discussion. 0: none.
     group_history: int = Field(20, ge=0, le=200)
     streaming: bool = False  # show the reply as it is written (one message, edited as it grows)
 

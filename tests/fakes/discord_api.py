@@ -154,8 +154,8 @@ class FakeDiscord:
                            attachments: dict[str, bytes] | None = None,
                            reply_to: dict[str, Any] | None = None,
                            voice_seconds: float | None = None, forwarded: bool = False,
-                           away: bool = False) -> dict[str, Any]:
-        """``voice_seconds``: the attachments are a voice message of that length. ``forwarded``:
+                           away: bool = False, poll: tuple[str, list[str]] | None = None) -> dict[str, Any]:
+        """``poll``: the message starts a poll (question, answers). ``voice_seconds``: the attachments are a voice message of that length. ``forwarded``:
         the content and attachments are a message forwarded from elsewhere (a snapshot).
         ``away``: sent while the bot is not connected (only the channel's history has it)."""
         msg = self._message(channel_id, _user(int(author_id), username or f"user{author_id}", bot), content)
@@ -170,6 +170,10 @@ class FakeDiscord:
                                        "url": url, "proxy_url": url})
             if voice_seconds is not None:
                 msg["attachments"][-1].update(duration_secs=voice_seconds, waveform="AAAA")
+        if poll is not None:
+            msg["poll"] = {"question": {"text": poll[0]}, "expiry": "2099-01-01T00:00:00+00:00", "layout_type": 1,
+                           "allow_multiselect": False,
+                           "answers": [{"answer_id": i, "poll_media": {"text": a}} for i, a in enumerate(poll[1], 1)]}
         if reply_to is not None:
             msg["message_reference"] = {"message_id": reply_to["id"], "channel_id": reply_to["channel_id"]}
             msg["referenced_message"], msg["type"] = reply_to, 19  # REPLY
