@@ -15,6 +15,7 @@ import json
 import re
 import time
 from abc import ABC, abstractmethod
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar, Coroutine, Protocol, Sequence
@@ -42,20 +43,25 @@ class SendFailed(Exception):
     def __init__(self, message: str, *, retry: bool) -> None:
         super().__init__(message)
         self.retry = retry
-        self.parts_sent = 0  # of a message sent in parts, how many went before this failed (``send_parts``)
+
+
+# Awaited after each part of a message that went, but the last (``send_parts``): set by the
+# gateway's Outbound for a send from the outbox, which writes the count on the message's row.
+PART_WENT: ContextVar[Callable[[OutboundMessage], Awaitable[None]] | None] = ContextVar("part_went", default=None)
 
 
 async def send_parts(msg: OutboundMessage, parts: Sequence[Callable[[], Awaitable[Any]]]) -> None:
     """Send a message that goes out in parts (a long reply split; a file, then the rest of its
     caption) in order, from the first the platform has not taken at an earlier attempt
-    (``msg.parts_sent``). When one fails, its SendFailed says how many went before it, so the
-    outbox's next attempt goes on from there: no part shows twice."""
+    (``msg.parts_sent``). Each part that goes is counted on ``msg`` and, before the next one
+    goes, on its outbox row: after a failure or a crash part way through, the next attempt goes
+    on from there (a crash may repeat only the part that was going out)."""
+    went = PART_WENT.get()
     for i in range(msg.parts_sent, len(parts)):
-        try:
-            await parts[i]()
-        except SendFailed as exc:
-            exc.parts_sent = i
-            raise
+        await parts[i]()
+        msg.parts_sent = i + 1
+        if went is not None and msg.parts_sent < len(parts):
+            await went(msg)
 
 
 class Intake(Protocol):

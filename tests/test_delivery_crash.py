@@ -19,7 +19,7 @@ from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.gateway.dispatcher import GAVE_UP_REPLY, MAX_TURN_STARTS
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import nanobot_process
+from tests.helpers import TWO_PARTS, nanobot_process
 
 ALICE, BOB = 42, 77
 
@@ -78,10 +78,11 @@ async def kill(proc: asyncio.subprocess.Process) -> None:
 
 
 @asynccontextmanager
-async def killed_while_held(tg: FakeTelegram, proc: asyncio.subprocess.Process, method: str) -> AsyncIterator[None]:
-    """The stand-in does ``method``'s work but holds its answer; once the gateway waits on one,
-    it is killed, and the stand-in answers freely again."""
-    release = tg.hold(method)
+async def killed_while_held(tg: FakeTelegram, proc: asyncio.subprocess.Process, method: str,
+                            when: Callable[[dict], bool] = lambda params: True) -> AsyncIterator[None]:
+    """The stand-in does ``method``'s work (of the calls ``when`` picks) but holds its answer;
+    once the gateway waits on one, it is killed, and the stand-in answers freely again."""
+    release = tg.hold(method, when)
     yield  # the test sends what leads to the held call
     await tg.wait_until(lambda: tg.holding.get(method, 0) >= 1, timeout=15)
     await kill(proc)
@@ -144,6 +145,20 @@ async def test_killed_between_send_and_mark_at_most_that_reply_repeats(
     await restart_until(home, tg, tmp_path / "gw.log", lambda: "re: two" in texts(tg))
     assert texts(tg) == ["re: one", "re: one", "re: two"]  # the one unmarked reply, once more; nothing else
     assert len(llm.chat_requests) == 2  # the turn itself did not run again
+
+
+async def test_killed_between_the_parts_of_a_long_reply_only_the_part_under_way_repeats(
+        fakes: tuple[FakeOpenAI, FakeTelegram], home: Path, tmp_path: Path) -> None:
+    """A reply Telegram shows as two messages; the kill lands while part two is on its way
+    (Telegram took it, its answer is held). After the restart part two goes again; part one,
+    which went before, does not (it did: the progress was written only when a part failed)."""
+    llm, tg = fakes
+    llm.fallback = lambda body: reply(TWO_PARTS)
+    async with gateway(home, tg, tmp_path / "gw.log") as proc:
+        async with killed_while_held(tg, proc, "sendMessage", lambda params: "B-PART" in str(params.get("text"))):
+            tg.push_text(ALICE, ALICE, "a long one")
+    await restart_until(home, tg, tmp_path / "gw.log", lambda: len(texts(tg)) == 3)
+    assert [text[:6] for text in texts(tg)] == ["A-PART", "B-PART", "B-PART"]
 
 
 async def test_killed_during_intake_nothing_is_lost(

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from nanobot import metrics
 from nanobot.bus import MessageBus, OutboundMessage
-from nanobot.channel_plugin import BaseChannel, SendFailed
+from nanobot.channel_plugin import PART_WENT, BaseChannel, SendFailed
 from nanobot.delivery.outbox import GIVE_UP_S, SendGate
 from nanobot.eventloop import Background, raise_if_cancelled
 
@@ -145,6 +145,7 @@ class Outbound:
     async def _send_durable(self, msg: OutboundMessage, previous: asyncio.Task[None] | None) -> None:
         """Send until the platform takes it (waiting for the channel to run, backing off while
         it is down), then mark it sent; mark it failed if the platform refuses it."""
+        PART_WENT.set(self._part_went)  # this task's sends: a message in parts keeps its progress
         if previous is not None:
             await asyncio.wait({previous})
         failures = 0
@@ -159,9 +160,6 @@ class Outbound:
                 failures += 1
                 if not exc.retry or _expired(msg):
                     return self._failed(msg, str(exc))
-                if exc.parts_sent > msg.parts_sent:  # the next attempt goes on after them, now or after a restart
-                    msg.parts_sent = exc.parts_sent
-                    self._mark(msg, "pending", str(exc)).add_done_callback(_log_failure)
                 if failures == 1 or failures % 30 == 0:
                     log.warning("%s is not taking messages (%s); will keep trying (attempt %d)",
                                 msg.channel, exc, failures)
@@ -170,6 +168,16 @@ class Outbound:
                 log.exception("channel %s: sending to %s failed", channel.name, msg.chat_id)
                 return self._failed(msg, f"{type(exc).__name__}: {exc}")
             return await self._marked_sent(msg)
+
+    async def _part_went(self, msg: OutboundMessage) -> None:
+        """A part of ``msg`` went: written before the next goes, so neither a failure nor a crash
+        shows it again (``send_parts``)."""
+        if msg.outbox_id is None:
+            return  # another message than the one recorded (an adapter's fallback): not counted
+        try:
+            await self._mark(msg, "pending")
+        except Exception as exc:
+            log.warning("could not note a part of a message to %s as sent: %s", msg.target, exc)
 
     async def _marked_sent(self, msg: OutboundMessage) -> None:
         """Mark ``msg`` sent, and wait until that is written: the chat's next message goes out

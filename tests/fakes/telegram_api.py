@@ -52,6 +52,7 @@ class FakeTelegram:
         self.pushed_at: dict[int, float] = {}  # update_id -> when it was queued (for latency figures)
         self.held: dict[str, asyncio.Event] = {}  # method -> answers wait until the event is set
         self.holding: dict[str, int] = {}  # method -> answers held so far
+        self._hold_when: dict[str, Callable[[dict[str, Any]], bool]] = {}  # method -> which calls are held
         self.actions: list[dict[str, Any]] = []
         self.calls: list[str] = []
         self.polling = 0  # getUpdates calls open now
@@ -171,9 +172,10 @@ class FakeTelegram:
         self._fail_until = time.monotonic() + seconds
 
     # ---- waiting for the bot --------------------------------------------------------
-    def hold(self, method: str) -> asyncio.Event:
-        """From now on, ``method`` does its work but answers only once the returned event is set."""
-        self.held[method] = asyncio.Event()
+    def hold(self, method: str, when: Callable[[dict[str, Any]], bool] = lambda params: True) -> asyncio.Event:
+        """From now on, ``method`` (the calls ``when`` picks by their parameters) does its work but
+        answers only once the returned event is set."""
+        self.held[method], self._hold_when[method] = asyncio.Event(), when
         return self.held[method]
 
     async def wait_until(self, predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -208,7 +210,7 @@ class FakeTelegram:
             params = await _params(request)
             response = await handler(params)
             held = self.held.get(method)
-            if held is not None:  # done on our side, but the answer waits (to kill the client meanwhile)
+            if held is not None and self._hold_when[method](params):  # done on our side, but the answer waits (to kill the client meanwhile)
                 self.holding[method] = self.holding.get(method, 0) + 1
                 self._notify()
                 await held.wait()
