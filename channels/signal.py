@@ -32,7 +32,7 @@ import aiohttp
 from nanobot import beneath
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename, send_parts
-from nanobot.message_context import noting_lost, with_quote
+from nanobot.message_context import noting_lost, shared_poll, with_quote
 from nanobot.config import SignalConfig
 from nanobot_channels.text import split_message
 
@@ -102,12 +102,12 @@ class SignalChannel(BaseChannel):
         mentioned = any(m.get("number") == self.config.account for m in message.get("mentions") or []) or \
             (message.get("quote") or {}).get("authorNumber") == self.config.account
         if not self._addressed(not group, mentioned):  # before any attachment is read: kept for the next that is
-            return await self._overhear(chat_id, who, message.get("message") or "", shown=who.id)
+            return await self._overhear(chat_id, who, _words(message), shown=who.id)
         attachments = message.get("attachments") or []
         media = await self._attachments(attachments, Sender(self.name, chat_id, who, not group)) \
             if attachments and await self._may_download(who) else []
         quote = message.get("quote") or {}  # the message this one replies to: its words, its author
-        text, quoted = with_quote((message.get("message") or "").replace(MENTION_MARK, "").strip(), quote.get("text"),
+        text, quoted = with_quote(_words(message).replace(MENTION_MARK, "").strip(), quote.get("text"),
                                   quote.get("authorNumber") or quote.get("authorUuid"), who.id, self.config.account)
         sent_at = str(envelope.get("timestamp"))  # with its author, what a quote of it names
         await self._handle(InboundMessage(
@@ -177,6 +177,15 @@ class SignalChannel(BaseChannel):
         if error:
             raise SendFailed(f"signal: {method} to {chat_id} refused: {error.get('message')}", retry=False)
         return answer.get("result")
+
+
+def _words(message: dict[str, Any]) -> str:
+    """What a message says: its text, or the poll it starts (signal-cli's ``pollCreate``) as words."""
+    poll = message.get("pollCreate")
+    if isinstance(poll, dict) and isinstance(poll.get("question"), str):
+        options = poll.get("options") if isinstance(poll.get("options"), list) else []
+        return shared_poll(poll["question"], [option for option in options if isinstance(option, str)])
+    return message.get("message") or ""
 
 
 async def _server_sent_events(content: aiohttp.StreamReader) -> AsyncIterator[tuple[str, str]]:

@@ -81,6 +81,19 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(llm: FakeO
         assert gateway.runtime.trust("signal:group.R1") == "member"  # a group is no owner chat
 
 
+async def test_a_poll_is_words_in_the_groups_talk(llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli) -> None:
+    """"@bot which one?" after a poll (Signal has them in groups): the model reads it."""
+    llm.fallback = lambda body: reply("pizza")
+    async with running_gateway(signal_config(llm, workspace, signal)):
+        poll = signal.push(FRIEND, "", group="R1")
+        poll["dataMessage"].update(message=None, pollCreate={"question": "Where do we eat?", "allowMultiple": False,
+                                                             "options": ["Pizza", "Soup"]})
+        signal.push(OWNER, "which one?", group="R1", mention=True)
+        await signal.wait_sent(1)
+    assert asked(llm) == [f"[said here since the last message to me:\n{FRIEND}: [poll: Where do we eat? "
+                          "(Pizza / Soup)]]\nwhich one?"]
+
+
 async def test_a_reaction_or_a_deletion_is_nothing_to_answer(llm: FakeOpenAI, workspace: Path,
                                                              signal: FakeSignalCli) -> None:
     """signal-cli hands them over as messages without words (``message`` null): no turn for them."""
