@@ -32,7 +32,7 @@ from aiohttp import web
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage, OutgoingFile
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, send_parts
-from nanobot.message_context import noting_lost, shared_contact, shared_place
+from nanobot.message_context import noting_lost, shared_contact, shared_place, with_quote
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 from nanobot.sqlite_file import StoreUnavailable
@@ -149,9 +149,13 @@ class WhatsAppChannel(BaseChannel):
             media = [kept] if kept else []
         context = message.get("context") if isinstance(message.get("context"), dict) else {}
         forwarded = context.get("forwarded") or context.get("frequently_forwarded")  # someone else's words
-        msg = InboundMessage(self.name, wa_id, who.id, noting_lost((text or "").strip(), int(kind in MEDIA_TYPES), media),
-                             sender_name=who.name, media=media, is_private=True, delivery_key=str(message["id"]),
-                             untrusted="a forwarded message" if forwarded else None)
+        # A reply names only the id of what it answers: the words are ours to know, if we sent it.
+        answered = await self.ctx.store.said(f"{self.name}:{wa_id}", str(context["id"])) \
+            if context.get("id") and not forwarded and await self._may_download(who) else None
+        text, _ = with_quote(noting_lost((text or "").strip(), int(kind in MEDIA_TYPES), media), answered,
+                             self.config.phone_number_id, who.id, self.config.phone_number_id)
+        msg = InboundMessage(self.name, wa_id, who.id, text, sender_name=who.name, media=media, is_private=True,
+                             delivery_key=str(message["id"]), untrusted="a forwarded message" if forwarded else None)
         if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
             self._last_message[wa_id] = str(message["id"])
         return admitted
@@ -232,8 +236,14 @@ class WhatsAppChannel(BaseChannel):
             log.debug("whatsapp: typing for %s: %s", chat_id, exc)
 
     async def _send(self, wa_id: str, kind: str, part: dict[str, Any]) -> None:
-        await self._graph("POST", f"{self.config.phone_number_id}/messages", json={
+        answer = await self._graph("POST", f"{self.config.phone_number_id}/messages", json={
             "messaging_product": "whatsapp", "recipient_type": "individual", "to": wa_id, "type": kind, kind: part})
+        sent, words = _list(answer, "messages"), part.get("body") or part.get("caption")
+        if words and sent and sent[0].get("id"):  # kept, so a reply to it can be read with what it answers
+            try:
+                await self.ctx.store.keep_said(f"{self.name}:{wa_id}", str(sent[0]["id"]), words)
+            except Exception as exc:  # the message went; only a later reply's quote is lost
+                log.warning("whatsapp: could not keep what was sent to %s: %s", wa_id, exc)
 
     async def _graph(self, method: str, path: str, **request: Any) -> dict[str, Any]:
         """One Graph API call; SendFailed (retry: no connection, 5xx, 429) when it did not go."""

@@ -80,8 +80,9 @@ class AccessGate(Protocol):
 
 class ChannelStore(Protocol):
     """What a channel keeps with its messages (the gateway's delivery store, shared by workers):
-    where its event stream stands (a Matrix sync token), and what a group said that was not for
-    the bot (``Heard``: sender id, shown as, text), until the next message that is."""
+    where its event stream stands (a Matrix sync token), what a group said that was not for the
+    bot (``Heard``: sender id, shown as, text), until the next message that is, and the words of
+    what the bot sent where a reply to it names only its id (WhatsApp)."""
 
     async def position(self, channel: str) -> str | None: ...
 
@@ -92,6 +93,11 @@ class ChannelStore(Protocol):
     async def take_heard(self, chat: str, keep: int) -> list[Heard]:
         """What ``chat`` said since it was last taken (the ``keep`` latest); forgotten now."""
 
+    async def keep_said(self, chat: str, message_id: str, text: str) -> None: ...
+
+    async def said(self, chat: str, message_id: str) -> str | None:
+        """The words of what the bot sent to ``chat`` as ``message_id`` (``keep_said``; 3 days)."""
+
 
 class Remembered:
     """A ChannelStore in memory only (a bare channel, tests): a restart forgets it."""
@@ -99,6 +105,7 @@ class Remembered:
     def __init__(self) -> None:
         self._kept: dict[str, str] = {}
         self._heard: dict[str, list[Heard]] = {}
+        self._said: dict[tuple[str, str], str] = {}
 
     async def position(self, channel: str) -> str | None:
         return self._kept.get(channel)
@@ -111,6 +118,12 @@ class Remembered:
 
     async def take_heard(self, chat: str, keep: int) -> list[Heard]:
         return self._heard.pop(chat, [])[-keep:] if keep else []
+
+    async def keep_said(self, chat: str, message_id: str, text: str) -> None:
+        self._said[(chat, message_id)] = text
+
+    async def said(self, chat: str, message_id: str) -> str | None:
+        return self._said.get((chat, message_id))
 
 
 class LastRead:

@@ -83,6 +83,22 @@ async def test_a_forwarded_message_is_outside_content(llm: FakeOpenAI, workspace
     assert "external content" in sent[0]["text"]["body"] and (workspace / "AGENTS.md").read_text() == "be kind"
 
 
+async def test_a_reply_to_the_bot_is_read_with_what_it_answers(llm: FakeOpenAI, workspace: Path,
+                                                                wa: FakeWhatsApp) -> None:
+    """WhatsApp names only the id of the message a reply answers: what the bot sent is kept by its
+    id, so "this one" in reply to one of its messages comes with it, after a restart too; a
+    reply to anything else (their own message) is just its words."""
+    llm.script(reply("1. Pizza\n2. Soup"), reply("ok"), reply("ok"))
+    async with running_gateway(wa_config(llm, workspace, wa)):
+        await wa.deliver(OWNER, "where do we eat?")
+        await wa.wait_sent(1)
+    async with running_gateway(wa_config(llm, workspace, wa)):
+        await wa.deliver(OWNER, "this one", context={"from": "15550009999", "id": wa.sent_ids[0]})
+        await wa.deliver(OWNER, "and this", context={"from": OWNER, "id": "wamid.theirs"})
+        await wa.wait_sent(3)
+    assert asked(llm)[1:] == ['[in reply to your message: "1. Pizza 2. Soup"]\nthis one', "and this"]
+
+
 async def test_a_reaction_is_nothing_to_answer(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
     """Meta posts a reaction (and an unsupported message) as a message without words: no turn."""
     llm.fallback = lambda body: reply("answered")

@@ -41,6 +41,7 @@ class FakeWhatsApp(Ticks):
         super().__init__()
         self.token, self.secret, self.verify_token = "EAAG-test-token", "app-secret-for-tests", "verify-me"
         self.sent: list[dict[str, Any]] = []
+        self.sent_ids: list[str] = []  # the id Meta gave each of them, in order
         self.typing: list[dict[str, Any]] = []
         self.uploads: list[tuple[str, str, bytes]] = []
         self.media_fetches: list[str | None] = []
@@ -171,9 +172,10 @@ class FakeWhatsApp(Ticks):
             self.ticked()
             return self._error(400, 131047, "Re-engagement message")
         self.sent.append(body)
+        self.sent_ids.append(f"wamid.out{next(self._ids)}")
         self.ticked()
         return web.json_response({"messaging_product": "whatsapp", "contacts": [{"input": body["to"], "wa_id": body["to"]}],
-                                  "messages": [{"id": f"wamid.out{next(self._ids)}"}]})
+                                  "messages": [{"id": self.sent_ids[-1]}]})
 
     async def _upload(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
