@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from nanobot.config import url_password
-from nanobot.utf8 import for_terminal
+from nanobot.utf8 import for_terminal, json_for_terminal
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_FILE = "logs/nanobot.log"
@@ -67,7 +67,7 @@ class JsonFormatter(logging.Formatter):
             entry["trace_id"] = trace
         if record.exc_info:
             entry["exception"] = redact(self.formatException(record.exc_info))
-        return json.dumps(entry, ensure_ascii=False)
+        return json_for_terminal(entry)  # a line others' words are in, read in a terminal too
 
 
 def use_format(log_format: str, worker: str) -> None:

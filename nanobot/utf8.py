@@ -25,8 +25,9 @@ def for_terminal(text: str) -> str:
     return text.translate(_CONTROLS)
 
 
-# JSON escapes the C0 controls itself; DEL and C1 pass as they are unless written as escapes.
-_JSON_CONTROLS = {c: f"\\u{c:04x}" for c in (0x7f, *range(0x80, 0xa0))}
+# JSON escapes the C0 controls itself; DEL, C1 and the bidi controls pass as they are unless
+# written as escapes.
+_JSON_CONTROLS = {c: f"\\u{c:04x}" for c in (0x7f, *range(0x80, 0xa0), *map(ord, BIDI_CONTROLS))}
 
 
 def without_bidi_controls(text: str) -> str:
@@ -34,10 +35,10 @@ def without_bidi_controls(text: str) -> str:
     return text.translate(_NO_BIDI)
 
 
-def json_line(value: Any) -> str:
-    """``value`` as one line of JSON, readable as UTF-8 (not ``\\u`` escapes) and, like
-    ``for_terminal``, never obeyed by the terminal it is printed on."""
-    return json.dumps(value, ensure_ascii=False).translate(_JSON_CONTROLS)
+def json_for_terminal(value: Any, indent: int | None = None) -> str:
+    """``value`` as JSON (one line unless ``indent``), readable as UTF-8 (not ``\\u`` escapes)
+    and, like ``for_terminal``, never obeyed by the terminal it is printed on."""
+    return json.dumps(value, ensure_ascii=False, indent=indent).translate(_JSON_CONTROLS)
 
 
 def clean_text(value: Any) -> Any:

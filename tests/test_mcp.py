@@ -333,9 +333,10 @@ async def test_cli_list_tools_and_call(home: Path) -> None:
     write_mcp_config(home, {"notes": NOTES_CMD, "missing": {"command": "/nonexistent/x"},
                             "off": {**NOTES_CMD, "enabled": False}})
     # Each command is a process of its own, with servers of its own: they run side by side.
-    listed, tools, added, failed, bad, status = await asyncio.gather(
+    listed, tools, added, odd, failed, bad, status = await asyncio.gather(
         nanobot("mcp", "list", home=home), nanobot("mcp", "tools", "notes", home=home),
         nanobot("mcp", "call", "notes", "add_note", "--args", '{"title": "milk"}', home=home),
+        nanobot("mcp", "call", "notes", "add_note", "--args", '{"title": "tea\\u009b2J\\u202eevil"}', home=home),
         nanobot("mcp", "call", "notes", "fail", "--args", '{"reason": "no disk\\u001b]0;owned\\u0007"}', home=home),
         nanobot("mcp", "call", "notes", "add_note", "--args", "[1]", home=home), nanobot("status", home=home))
     code, out, err = listed
@@ -345,6 +346,8 @@ async def test_cli_list_tools_and_call(home: Path) -> None:
     assert code == 0 and "def notes_search(query: str, field: Literal['title', 'body', 'any'] = 'any'" in out
     code, out, _ = added
     assert code == 0 and json.loads(out) == {"id": 1, "title": "milk", "body": "", "tags": []}
+    code, out, _ = odd  # the server's JSON, still JSON, never obeyed (CSI) nor read backwards (U+202E)
+    assert code == 0 and json.loads(out)["title"] == "tea\x9b2J\u202eevil" and not {"\x9b", "\u202e"} & set(out)
     code, out, err = failed
     assert code == 1 and "no disk" in err and "Traceback" not in err
     assert "no disk\\x1b]0;owned\\x07" in err and "\x1b" not in err  # the server's words shown, never obeyed

@@ -179,11 +179,13 @@ async def test_json_logs_name_the_worker_and_the_chat(home: Path, workspace: Pat
                                                 env={**os.environ, "NANOBOT_HOME": str(home)},
                                                 stderr=asyncio.subprocess.PIPE)
     try:
+        tg.push_text(666, 666, "let me in", username="mal\u202elory\x9b2J")  # a name the log shows
         tg.push_text(ALICE, ALICE, "hi")
-        await tg.wait_sent(1, timeout=30)
+        await tg.wait_until(lambda: any(m["text"] == "ok" for m in tg.sent), 30)
     finally:
         proc.terminate()
         _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert "mal\\u202elory\\u009b2J" in err.decode() and not {"\u202e", "\x9b"} & set(err.decode())  # not obeyed
     entries = [json.loads(line) for line in err.decode().splitlines() if line.strip()]
     turn = next(e for e in entries if e["message"].startswith("turn telegram:42"))
     assert turn["chat"] == "telegram:42" and turn["worker"] == "w-json" and turn["level"] == "INFO"

@@ -16,7 +16,7 @@ import typer
 from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.cli.common import fail, get_config
 from nanobot.config import Config, url_without_password
-from nanobot.utf8 import json_line
+from nanobot.utf8 import json_for_terminal
 
 db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The store: copy a home into PostgreSQL.")
 history_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Chat histories.")
@@ -107,7 +107,7 @@ def history_export(ctx: typer.Context, key: str = typer.Argument(..., help="the 
     records = asyncio.run(_records(get_config(ctx), key))
     if not records:
         fail(f"no history for {key!r}", 1)
-    text = "".join(json_line(r) + "\n" for r in records)
+    text = "".join(json_for_terminal(r) + "\n" for r in records)
     if out is None:
         sys.stdout.write(text)
     else:

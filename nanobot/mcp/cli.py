@@ -15,7 +15,7 @@ from typing import AsyncIterator, Optional
 import typer
 
 from nanobot.config import Config, load_config
-from nanobot.utf8 import for_terminal
+from nanobot.utf8 import for_terminal, json_for_terminal
 
 mcp_app = typer.Typer(name="mcp", no_args_is_help=True, rich_markup_mode=None, help="MCP servers: their state, functions, and a test call.")
 
@@ -114,7 +114,7 @@ def call(ctx: typer.Context, server: str = typer.Argument(...), tool: str = type
             except (ToolFailed, RuntimeError, TimeoutError) as exc:
                 typer.echo(for_terminal(f"nanobot: {server} {tool}: {exc}"), err=True)
                 return 1
-        typer.echo(for_terminal(value) if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False))
+        typer.echo(for_terminal(value) if isinstance(value, str) else json_for_terminal(value, indent=2))
         return 0
 
     sys.exit(asyncio.run(run()))
