@@ -135,6 +135,19 @@ async def test_cli_lists_and_approves(db, home: Path) -> None:
     assert "discord 99 (@stranger)" in (await nanobot_cli("pairing", "list")).output
 
 
+
+async def test_cli_shows_a_strangers_name_and_address_never_obeying_them(db, home: Path) -> None:
+    """What a stranger chose (an address an email domain vouches for may hold any character)
+    is shown with its control characters written out: no escape sequence, nothing backwards."""
+    gate = AccessGate(await PairingStore.open(db))
+    code = code_in((await gate.check("email", Identity("\u202eevil@x.example\x1b]0;owned\x07", "ev\x9bil"), [],
+                                     True))[1])
+    listed, approved = await nanobot_cli("pairing", "list"), await nanobot_cli("pairing", "approve", code)
+    for output in (listed.output, approved.output, (await nanobot_cli("pairing", "list")).output):
+        assert "\\u202eevil@x.example\\x1b]0;owned\\x07" in output and "@ev\\x9bil" in output
+        assert not {"\x1b", "\x9b", "\u202e", "\x07"} & set(output)
+
+
 async def nanobot_cli(*args: str):
     """The CLI runs its own event loop, so from an async test it runs in a thread."""
     return await asyncio.to_thread(CliRunner().invoke, app, list(args))

@@ -19,7 +19,7 @@ import pytest
 from nanobot.config import McpServer
 from nanobot.runtime import Runtime, open_runtime
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
-from tests.helpers import config_for
+from tests.helpers import config_for, running_gateway
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -355,6 +355,34 @@ async def test_cli_list_tools_and_call(home: Path) -> None:
     assert code == 2 and "JSON object" in err
     code, out, err = status
     assert "MCP:       notes: gateway not running\n           missing: gateway not running\n           off: disabled" in out
+
+
+# A server that refuses every request, the handshake too, with words meant for the terminal that shows them.
+REFUSING = {"command": sys.executable, "args": ["-c", (
+    "import json, sys\nfor line in sys.stdin:\n    request = json.loads(line)\n    if 'id' in request: print(json.dumps("
+    "{'jsonrpc': '2.0', 'id': request['id'], 'error': {'code': -32603, 'message': 'no\\x1b]0;owned\\x07 way\\u202e'}}"
+    "), flush=True)")]}
+
+
+async def test_a_servers_words_about_itself_are_shown_never_obeyed(home: Path, llm: FakeOpenAI,
+                                                                    workspace: Path) -> None:
+    """Why a server is down is partly its own words (its handshake's error): `mcp list`, `mcp
+    call` and `status` write their control characters out."""
+    from nanobot.gateway_lock import GatewayLock
+    from tests.test_cli import nanobot
+
+    write_mcp_config(home, {"refusing": REFUSING})
+    listed, called = await asyncio.gather(nanobot("mcp", "list", home=home),
+                                          nanobot("mcp", "call", "refusing", "search", home=home))
+    lock = GatewayLock(home)
+    lock.acquire()  # as `nanobot gateway` does: status then reads this gateway's state
+    try:
+        async with running_gateway(with_servers(llm, workspace, {"refusing": McpServer(**REFUSING)})):
+            status = await nanobot("status", home=home)
+    finally:
+        lock.release()
+    for shown in (listed[1], called[2], status[1]):
+        assert "no\\x1b]0;owned\\x07 way\\u202e" in shown and not {"\x1b", "\x07", "\u202e"} & set(shown)
 
 
 async def test_cli_says_a_dead_server_is_down_and_where_its_log_is(home: Path) -> None:

@@ -9,6 +9,7 @@ import typer
 
 from nanobot.cli.common import get_config
 from nanobot.config import Config
+from nanobot.utf8 import for_terminal
 
 pairing_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                           help="Admit people who wrote to the bot: list codes, approve or deny one, revoke an approval.")
@@ -59,7 +60,7 @@ async def _with_pairing(config: Config, action, done: str) -> int:
     finally:
         await db.close()
     fields = result if isinstance(result, dict) else vars(result)
-    typer.echo(done.format(**{k: "?" if v is None else v for k, v in fields.items()}))
+    typer.echo(for_terminal(done.format(**{k: "?" if v is None else v for k, v in fields.items()})))
     return 0
 
 
@@ -78,11 +79,12 @@ async def _pairing_list(config: Config) -> None:
     typer.echo("Pending codes:" if pending else "Pending codes: none")
     for r in pending:
         minutes = max(0, int((r.expires_at - time.time()) // 60))
-        typer.echo(f"  {r.code}  {r.channel} {r.sender_id} ({r.sender_name or '?'}), expires in {minutes} min")
+        typer.echo(for_terminal(f"  {r.code}  {r.channel} {r.sender_id} ({r.sender_name or '?'}), "
+                                f"expires in {minutes} min"))  # a stranger's name and address
     typer.echo("Approved users:" if paired else "Approved users: none")
     for u in paired:
         since = time.strftime("%Y-%m-%d %H:%M", time.localtime(u.approved_at))
-        typer.echo(f"  {u.channel} {u.sender_id} ({u.sender_name or '?'}), since {since}")
+        typer.echo(for_terminal(f"  {u.channel} {u.sender_id} ({u.sender_name or '?'}), since {since}"))
 
 
 async def _pairing_approve(config: Config, code: str) -> int:

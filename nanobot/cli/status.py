@@ -12,6 +12,7 @@ import typer
 from nanobot.cli.common import get_config
 from nanobot.config import Config, config_path
 from nanobot.sqlite_file import HomeError, check_writable
+from nanobot.utf8 import for_terminal
 
 if TYPE_CHECKING:
     from nanobot.bus import Identity
@@ -42,7 +43,7 @@ async def _status(config: Config, path: Path) -> None:
                f", key {'set' if provider and provider.api_key else 'not set'}), model {settings.model}, "
                f"mode {settings.execution_mode}")
     for line in gateway_lines(config):
-        typer.echo(line)
+        typer.echo(for_terminal(line))  # why a channel or an MCP server is down: a server's words, maybe
     sqlite = config.database.engine == "sqlite"
     typer.echo(f"Database:  {'SQLite, ' + str(config.home / 'nanobot.db') if sqlite else 'PostgreSQL at ' + where(config.database.url)}")
     typer.echo(f"Disk:      {_disk_line(config.home)}")
@@ -57,7 +58,7 @@ async def _status(config: Config, path: Path) -> None:
         raise typer.Exit(1) from None
     try:
         for line in trust_lines(config, await _owner_keys(db), await (await PairingStore.open(db)).owner_chats()):
-            typer.echo(line)
+            typer.echo(for_terminal(line))  # an owner's handle, as the platform gave it
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
         typer.echo(f"Tasks:     {await (await TaskStore.open(db)).status_line()}")

@@ -56,7 +56,7 @@ def list_servers(ctx: typer.Context) -> None:
     async def run() -> None:
         async with _servers(config) as servers:
             for line in servers.summary():
-                typer.echo(line)
+                typer.echo(for_terminal(line))  # a server's own words, when it is down
         for name, server in config.tools.mcp_servers.items():
             if not server.enabled:
                 typer.echo(f"{name} ({server.transport}): disabled")
@@ -102,7 +102,8 @@ def call(ctx: typer.Context, server: str = typer.Argument(...), tool: str = type
         async with _servers(config, server) as servers:
             connection = servers.connections[server]
             if not connection.running:
-                typer.echo(f"nanobot: MCP server {server!r} is down: {connection.down_reason()}", err=True)
+                why = connection.down_reason()
+                typer.echo(for_terminal(f"nanobot: MCP server {server!r} is down: {why}"), err=True)
                 return 1
             spec = next((t for t in connection.tools if t.name == tool), None)
             if spec is None:
