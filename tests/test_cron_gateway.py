@@ -125,6 +125,27 @@ async def test_output_for_a_chat_that_cannot_be_reached_is_a_failed_run(config: 
             assert await store.runs(job.id) == [run]
 
 
+async def test_cron_run_shows_a_programs_output_never_obeying_it(config: Config, home: Path) -> None:
+    """A job's program prints what it likes (a member's job; a web page it read): `nanobot cron
+    run --wait` shows it in the owner's terminal with its control characters written out (this
+    one would set the clipboard)."""
+    from nanobot.gateway_lock import GatewayLock
+    from tests.test_cli import nanobot
+
+    lock = GatewayLock(home)  # as `nanobot gateway` holds it: the CLI asks the gateway for the run
+    lock.acquire()
+    try:
+        async with running_gateway(config, with_services=True) as gateway:
+            job = await gateway.cron_jobs.service.add_job(
+                owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="3600", payload_kind="code",
+                payload="print('done' + chr(27) + ']52;c;Q0FOQVJZ' + chr(7))")
+            code, out, err = await nanobot("cron", "run", job.id, "--wait", "30", home=home)
+    finally:
+        lock.release()
+    assert code == 0, err
+    assert "done\\x1b]52;c;Q0FOQVJZ\\x07" in out and not {"\x1b", "\x07"} & set(out)
+
+
 async def test_a_job_made_in_the_terminal_delivers_to_the_terminal_and_can_be_tried_at_once(
         config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     """The terminal chat is a chat: its job's output is kept in its history (nobody may be at

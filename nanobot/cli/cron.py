@@ -257,7 +257,7 @@ def run(
         except TimeoutError:
             raise CliError(f"no run of {job_id} within {wait:g} s: is the gateway running? (the request stays "
                            "queued)", 1) from None
-        typer.echo(f"{run.status} ({run.duration_ms} ms)\n{run.output_excerpt}".rstrip())
+        typer.echo(for_terminal(f"{run.status} ({run.duration_ms} ms)\n{run.output_excerpt}".rstrip()))  # what it printed
         if run.status != "ok":
             raise CliError(f"job {job_id} ended with status {run.status}", 1)
 
