@@ -8,7 +8,6 @@ Telegram token in the URL, are kept at WARNING.
 
 from __future__ import annotations
 
-import json
 import logging
 import logging.handlers
 import re
