@@ -198,7 +198,8 @@ async def test_media_both_ways_and_the_token_stays_with_meta(llm: FakeOpenAI, wo
 async def test_outside_the_24_hour_window_a_reply_fails_once_and_says_so(llm: FakeOpenAI, workspace: Path,
                                                                          wa: FakeWhatsApp) -> None:
     wa.closed_window.add(OWNER)
-    llm.script(reply("too late"), reply("fine"))
+    # By what was asked: the two chats' turns run at once, in either order.
+    llm.fallback = lambda body: reply("too late" if body["messages"][-1]["content"] == "one" else "fine")
     async with running_gateway(wa_config(llm, workspace, wa)) as gateway:
         await wa.deliver(OWNER, "one")
         await wa.deliver(FRIEND, "two")
