@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections import deque
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar
 
@@ -78,7 +77,6 @@ class TelegramChannel(BaseChannel):
         self._bot: Bot = self._app.bot
         self._webhook = WebhookServer(config.webhook, self._on_webhook, ctx.http_timeout_s) if config.webhook else None
         self._username = ""  # the bot's own @username, known after start()
-        self._albums_for_me: deque[str] = deque(maxlen=100)  # groups' albums whose first picture addressed us
         self._out = TelegramSender(self._bot, send_retries=send_retries, max_retry_after=max_retry_after)
 
     # ---- lifecycle ------------------------------------------------------------------
@@ -174,10 +172,12 @@ class TelegramChannel(BaseChannel):
         is_private = message.chat.type == "private"
         text = words_of(message)
         album = message.media_group_id
-        # An album's caption (on its first picture) speaks for its other pictures too.
-        mentioned = not is_private and (self._addressed_to_me(message, text) or album in self._albums_for_me)
-        if mentioned and album:
-            self._albums_for_me.append(album)
+        mentioned = not is_private and self._addressed_to_me(message, text)
+        if album and not is_private:  # its caption (on one picture) speaks for the others, wherever they land
+            if mentioned:
+                await self.ctx.store.keep(chat_of(message), f"album {album}")
+            else:
+                mentioned = await self.ctx.store.kept(chat_of(message), f"album {album}") is not None
         if mentioned:
             text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()
             text = re.sub(r"[ \t]{2,}", " ", text)

@@ -150,7 +150,7 @@ class WhatsAppChannel(BaseChannel):
         context = message.get("context") if isinstance(message.get("context"), dict) else {}
         forwarded = context.get("forwarded") or context.get("frequently_forwarded")  # someone else's words
         # A reply names only the id of what it answers: the words are ours to know, if we sent it.
-        answered = await self.ctx.store.said(f"{self.name}:{wa_id}", str(context["id"])) \
+        answered = await self.ctx.store.kept(f"{self.name}:{wa_id}", str(context["id"])) \
             if context.get("id") and not forwarded and await self._may_download(who) else None
         text, _ = with_quote(noting_lost((text or "").strip(), int(kind in MEDIA_TYPES), media), answered,
                              self.config.phone_number_id, who.id, self.config.phone_number_id)
@@ -241,7 +241,7 @@ class WhatsAppChannel(BaseChannel):
         sent, words = _list(answer, "messages"), part.get("body") or part.get("caption")
         if words and sent and sent[0].get("id"):  # kept, so a reply to it can be read with what it answers
             try:
-                await self.ctx.store.keep_said(f"{self.name}:{wa_id}", str(sent[0]["id"]), words)
+                await self.ctx.store.keep(f"{self.name}:{wa_id}", str(sent[0]["id"]), words)
             except Exception as exc:  # the message went; only a later reply's quote is lost
                 log.warning("whatsapp: could not keep what was sent to %s: %s", wa_id, exc)
 

@@ -81,8 +81,9 @@ class AccessGate(Protocol):
 class ChannelStore(Protocol):
     """What a channel keeps with its messages (the gateway's delivery store, shared by workers):
     where its event stream stands (a Matrix sync token), what a group said that was not for the
-    bot (``Heard``: sender id, shown as, text), until the next message that is, and the words of
-    what the bot sent where a reply to it names only its id (WhatsApp)."""
+    bot (``Heard``: sender id, shown as, text), until the next message that is, and notes on a
+    chat for its later messages (``keep``: the words of what the bot sent, where a reply names
+    only its id; an album that was for the bot)."""
 
     async def position(self, channel: str) -> str | None: ...
 
@@ -93,10 +94,11 @@ class ChannelStore(Protocol):
     async def take_heard(self, chat: str, keep: int) -> list[Heard]:
         """What ``chat`` said since it was last taken (the ``keep`` latest); forgotten now."""
 
-    async def keep_said(self, chat: str, message_id: str, text: str) -> None: ...
+    async def keep(self, chat: str, key: str, text: str = "") -> None:
+        """Note ``text`` under ``key`` for ``chat``'s later messages, for 3 days (the first note stays)."""
 
-    async def said(self, chat: str, message_id: str) -> str | None:
-        """The words of what the bot sent to ``chat`` as ``message_id`` (``keep_said``; 3 days)."""
+    async def kept(self, chat: str, key: str) -> str | None:
+        """What was noted under ``key`` (``keep``); None if nothing is."""
 
 
 class Remembered:
@@ -105,7 +107,7 @@ class Remembered:
     def __init__(self) -> None:
         self._kept: dict[str, str] = {}
         self._heard: dict[str, list[Heard]] = {}
-        self._said: dict[tuple[str, str], str] = {}
+        self._kept: dict[tuple[str, str], str] = {}
 
     async def position(self, channel: str) -> str | None:
         return self._kept.get(channel)
@@ -119,11 +121,11 @@ class Remembered:
     async def take_heard(self, chat: str, keep: int) -> list[Heard]:
         return self._heard.pop(chat, [])[-keep:] if keep else []
 
-    async def keep_said(self, chat: str, message_id: str, text: str) -> None:
-        self._said[(chat, message_id)] = text
+    async def keep(self, chat: str, key: str, text: str = "") -> None:
+        self._kept.setdefault((chat, key), text)
 
-    async def said(self, chat: str, message_id: str) -> str | None:
-        return self._said.get((chat, message_id))
+    async def kept(self, chat: str, key: str) -> str | None:
+        return self._kept.get((chat, key))
 
 
 class LastRead:

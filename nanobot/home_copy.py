@@ -31,7 +31,7 @@ COMPONENTS: dict[str, tuple[Migrations, list[str]]] = {
     "usage": (USAGE, ["model_calls", "executions"]),
     "pairing": (PAIRING, ["pairing_requests", "paired_users", "denied_users", "owner_chats"]),
     "cron": (CRON, ["cron_jobs", "cron_runs", "cron_meta"]),
-    "delivery": (DELIVERY, ["inbound", "outbox", "channel_positions", "overheard", "said"]),
+    "delivery": (DELIVERY, ["inbound", "outbox", "channel_positions", "overheard", "kept"]),
     "code_state": (CODE_STATE, ["code_state"]),
     "api_keys": (API_KEYS, ["api_keys"]),
     "tasks": (TASKS, ["tasks"]),  # background tasks: the queued and running ones are resumed there

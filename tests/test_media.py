@@ -156,6 +156,26 @@ async def test_in_a_group_an_album_whose_caption_names_the_bot_comes_whole(confi
     assert "what are these?" in str(user_message(llm.chat_requests[0])["content"])
 
 
+async def test_a_group_albums_caption_speaks_for_its_pictures_after_a_restart_too(
+        config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
+    """What the caption said is noted in the store, not in one process's memory: a picture that
+    lands after a restart (or, behind a webhook, on another worker) still belongs to the turn."""
+    llm.fallback = lambda body: reply(f"{len(image_parts(body))} pictures")
+    port, secret = free_port(), "album-secret-for-tests"
+    config.channels.telegram.webhook = TelegramWebhook(url="https://bot.example.org/tg", listen=f"127.0.0.1:{port}",
+                                                       secret_token=secret)
+    async with aiohttp.ClientSession() as http:
+        async with running_gateway(config, pace=fast_pace(album_quiet_s=60)):  # stopped while the album grows
+            first = tg.push_photo(GROUP, ALICE, jpeg(40, 30), caption="@nanobot_test_bot what are these?",
+                                  media_group_id="G2", chat_type="group")
+            assert await post_update(http, port, "/tg", first, secret) == 200
+        async with running_gateway(config, pace=fast_pace(album_quiet_s=5)):
+            second = tg.push_photo(GROUP, ALICE, jpeg(40, 30, (60, 0, 0)), media_group_id="G2", chat_type="group")
+            assert await post_update(http, port, "/tg", second, secret) == 200
+            await tg.wait_sent(1, timeout=20)
+    assert tg.sent[0]["text"] == "2 pictures" and len(llm.chat_requests) == 1
+
+
 async def test_an_albums_pictures_through_a_webhook_are_one_message_also_after_a_restart(
         config: Config, llm: FakeOpenAI, tg: FakeTelegram, home: Path) -> None:
     """Through a webhook Telegram posts each picture alone, the next only once the last was
