@@ -174,9 +174,9 @@ class TelegramChannel(BaseChannel):
         album = message.media_group_id
         mentioned = not is_private and self._addressed_to_me(message, text)
         if album and not is_private:  # its caption (on one picture) speaks for the others, wherever they land
-            if mentioned:
+            if mentioned and await self._may_download(Identity(str(user_id), username)):  # a stranger's: no note
                 await self.ctx.store.keep(chat_of(message), f"album {album}")
-            else:
+            elif not mentioned:
                 mentioned = await self.ctx.store.kept(chat_of(message), f"album {album}") is not None
         if mentioned:
             text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()

@@ -221,6 +221,17 @@ async def test_a_poll_is_words_in_the_talk_and_in_a_reply(tg, channel, bus):
     assert second.content == '[in reply to my own message: "[poll: Where do we eat? (Pizza / Soup)]"]\nand now?'
 
 
+async def test_a_strangers_album_mention_in_a_group_leaves_no_note(tg, channel, bus):
+    """An allowed person's album mention is noted for its other pictures (on any worker); a
+    stranger's costs no write: nothing of theirs reaches the model anyway."""
+    for who, album in ((MALLORY, "M1"), (ALICE, "A1")):
+        tg.push_photo(GROUP, who, b"\xff\xd8", caption=f"@{tg.bot_username} look", media_group_id=album,
+                      chat_type="group", username="mallory" if who == MALLORY else None)
+    await inbound(bus)  # Alice's
+    assert await channel.ctx.store.kept(str(GROUP), "album A1") is not None
+    assert await channel.ctx.store.kept(str(GROUP), "album M1") is None
+
+
 async def test_an_update_this_library_cannot_read_is_passed_over(tg, channel, bus, caplog):
     """A shape the installed python-telegram-bot does not read (here a poll as older Bot APIs sent
     it: this version requires fields added since) failed every poll of its batch for ever, and
