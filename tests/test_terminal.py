@@ -87,14 +87,17 @@ async def test_a_reply_is_shown_as_markdown_on_a_terminal(home: Path, workspace:
     term = Terminal()
     async with FakeOpenAI() as llm:
         write_config(home, workspace, llm.base_url)
-        llm.script(reply("Some **bold** words.\n\n- first item\n- second item"))
+        llm.script(reply("Some **bold** words.\n\n- first item\n- second item\n\n"
+                         "Log in at [https://bank.example](https://evil.example/steal)."))
         async with chat_on(term, home) as proc:
             await term.wait_for("you>")
             term.type("markdown please\r")
-            await term.wait_for("second item")
+            await term.wait_for("Log in at")
             term.type("\x04")  # Ctrl-D: leave
             assert await asyncio.wait_for(proc.wait(), 15) == 0
     assert "**bold**" not in term.screen and "\x1b[1mbold" in term.screen and "- first item" not in term.screen
+    # A link shows where it goes, not only the words a steered reply put on it (no hidden OSC 8 target).
+    assert "evil.example/steal" in term.screen and "\x1b]8;" not in term.screen
 
 
 async def test_the_chat_goes_through_a_running_gateway(home: Path, workspace: Path) -> None:

@@ -39,7 +39,9 @@ def render_markdown(text: str) -> str:
     from rich.markdown import Markdown
 
     console = Console(file=io.StringIO(), force_terminal=True, width=shutil.get_terminal_size().columns)
-    console.print(Markdown(text))
+    # A link as its words and then its target: a terminal hyperlink (OSC 8) would show only the
+    # words, which a steered reply can make look like another address.
+    console.print(Markdown(text, hyperlinks=False))
     lines = [line.rstrip(" ") for line in console.file.getvalue().split("\n")]  # type: ignore[attr-defined]
     return "\n".join(lines).strip("\n") + "\n"
 
