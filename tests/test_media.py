@@ -156,14 +156,20 @@ async def test_in_a_group_an_album_whose_caption_names_the_bot_comes_whole(confi
     assert "what are these?" in str(user_message(llm.chat_requests[0])["content"])
 
 
+def on_webhook(config: Config) -> tuple[int, str]:
+    """The config's Telegram served through a webhook on a free loopback port: (port, secret)."""
+    port, secret = free_port(), "album-secret-for-tests"
+    config.channels.telegram.webhook = TelegramWebhook(url="https://bot.example.org/tg", listen=f"127.0.0.1:{port}",
+                                                       secret_token=secret)
+    return port, secret
+
+
 async def test_a_group_albums_caption_speaks_for_its_pictures_after_a_restart_too(
         config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     """What the caption said is noted in the store, not in one process's memory: a picture that
     lands after a restart (or, behind a webhook, on another worker) still belongs to the turn."""
     llm.fallback = lambda body: reply(f"{len(image_parts(body))} pictures")
-    port, secret = free_port(), "album-secret-for-tests"
-    config.channels.telegram.webhook = TelegramWebhook(url="https://bot.example.org/tg", listen=f"127.0.0.1:{port}",
-                                                       secret_token=secret)
+    port, secret = on_webhook(config)
     async with aiohttp.ClientSession() as http:
         async with running_gateway(config, pace=fast_pace(album_quiet_s=60)):  # stopped while the album grows
             first = tg.push_photo(GROUP, ALICE, jpeg(40, 30), caption="@nanobot_test_bot what are these?",
@@ -182,9 +188,7 @@ async def test_an_albums_pictures_through_a_webhook_are_one_message_also_after_a
     answered: each is recorded and answered at once, and the album is still one turn, also when
     the gateway stopped before it was whole (its recorded parts are joined at the next start)."""
     llm.fallback = lambda body: reply(f"{len(image_parts(body))} pictures")
-    port, secret = free_port(), "album-secret-for-tests"
-    config.channels.telegram.webhook = TelegramWebhook(url="https://bot.example.org/tg", listen=f"127.0.0.1:{port}",
-                                                       secret_token=secret)
+    port, secret = on_webhook(config)
     async with aiohttp.ClientSession() as http:
         async with running_gateway(config, pace=fast_pace(album_quiet_s=60)):  # stopped while the album grows
             for caption, shade in (("add these up", 30), (None, 60)):
