@@ -30,7 +30,6 @@ import time
 from typing import Any
 
 import aiohttp
-from markdown_it import MarkdownIt
 from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomGetEventResponse, RoomMessagesResponse, \
     RoomSendResponse, SyncError, UploadResponse, WhoamiResponse
 
@@ -39,6 +38,7 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot.message_context import noting_lost, shared_poll, with_quote
 from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
+from nanobot_channels.matrix_format import to_html
 from nanobot_channels.text import split_message
 
 log = logging.getLogger(__name__)
@@ -64,10 +64,6 @@ JOIN_GRACE_MS = 60_000
 # The spec's server name and media id: nothing else of a sender's URL reaches the request made
 # with the bot's token (dot segments in it would make it another request to the homeserver).
 MXC = re.compile(r"mxc://([A-Za-z0-9.:\[\]-]+)/([A-Za-z0-9_-]+)")
-# No images: a client shows an <img> of mxc://any.server/id at once, and the homeserver fetches it
-# from that server, so a reply a web page steered could hand what the chat knows to another
-# server in an image's id, with nobody clicking. An image is shown as its link.
-RENDER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table").disable("image")
 
 
 class MatrixChannel(BaseChannel):
@@ -337,7 +333,7 @@ def _text(markdown: str, answers: str | None = None) -> dict[str, Any]:
     push rules read the body, and a reply a web page steered could ping the whole room
     (``@room``) or anyone by their display name."""
     content = {"msgtype": "m.text", "body": markdown, "format": "org.matrix.custom.html",
-               "formatted_body": RENDER.render(markdown).strip(), "m.mentions": {}}
+               "formatted_body": to_html(markdown), "m.mentions": {}}
     return {**content, "m.relates_to": {"m.in_reply_to": {"event_id": answers}}} if answers else content
 
 

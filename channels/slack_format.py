@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from nanobot_channels.text import (BOLD, BULLET, FENCE, HEADING, INLINE_CODE, ITALIC, LINK, SLOT, STRIKE,
-                                   split_message)
+                                   misleading, split_message)
 
 MAX_TEXT = 3900  # Slack truncates a message's text past 40,000 characters; it advises under 4,000
 
@@ -35,7 +35,8 @@ def markdown_to_mrkdwn(text: str) -> str:
     text = FENCE.sub(fence, text)
     text = INLINE_CODE.sub(lambda m: stash(f"`{escape(m.group(1))}`"), text)
     text = escape(text)
-    text = LINK.sub(lambda m: stash(f"<{m.group(2).replace('|', '%7C')}|{m.group(1)}>"), text)
+    text = LINK.sub(lambda m: stash(f"<{m.group(2).replace('|', '%7C')}|{m.group(1)}"
+                                    f"{f' ({m.group(2)})' if misleading(m.group(1), m.group(2)) else ''}>"), text)
     text = HEADING.sub(lambda m: stash(f"*{m.group(1)}*"), text)
     text = BULLET.sub(r"\1• ", text)  # before italics: a "* item" bullet is not emphasis
     text = ITALIC.sub(lambda m: stash(f"_{m.group(1) or m.group(2)}_"), text)  # before bold makes *x*

@@ -14,7 +14,7 @@ import re
 from collections.abc import Callable
 
 from nanobot_channels.text import (BOLD, BULLET, FENCE, HEADING, INLINE_CODE, ITALIC, LINK, QUOTE, SLOT, STRIKE,
-                                   split_message, utf16_len)
+                                   misleading, split_message, utf16_len)
 
 
 
@@ -37,7 +37,7 @@ def markdown_to_html(text: str) -> str:
     text = INLINE_CODE.sub(lambda m: stash(f"<code>{html.escape(m.group(1), quote=False)}</code>"), text)
     text = html.escape(text, quote=False)
     text = LINK.sub(lambda m: stash(f'<a href="{m.group(2).replace(chr(34), "%22")}">') + m.group(1)
-                     + stash("</a>"), text)
+                     + stash(f" ({m.group(2)})" if misleading(m.group(1), m.group(2)) else "") + stash("</a>"), text)
     text = HEADING.sub(r"<b>\1</b>", text)
     text = BULLET.sub(r"\1• ", text)  # before italics: a "* item" bullet is not emphasis
     text = BOLD.sub(lambda m: f"<b>{m.group(1) or m.group(2)}</b>", text)

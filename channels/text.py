@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Callable
+from urllib.parse import urlsplit
 
 # Code is cut out first (FENCE, INLINE_CODE) and stashed behind NUL-delimited SLOTs, so
 # nothing inside it is formatted; the rest are inline markup and line starts. An image
@@ -21,6 +22,16 @@ HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
 BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+", re.M)
 QUOTE = re.compile(r"(?:^&gt; ?.*(?:\n|$))+", re.M)
 SLOT = re.compile(r"\x00(\d+)\x00")
+# Words that name a web address ("bank.example", "https://bank.example/login").
+ADDRESS = re.compile(r"(?:[a-z][a-z0-9+.-]*://)?(?:[\w-]+\.)+[a-z]{2,}", re.I)
+
+
+def misleading(words: str, url: str) -> bool:
+    """Whether a link's words name an address other than where it goes ("https://bank.example"
+    over a link elsewhere): a reply a web page steered could show one and lead to the other, so
+    the converters show the target after such words."""
+    host = (urlsplit(url).hostname or "").lower().removeprefix("www.")
+    return any(host not in named.lower() for named in ADDRESS.findall(words))
 
 
 def utf16_len(text: str) -> int:

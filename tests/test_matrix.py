@@ -420,6 +420,15 @@ async def test_a_reply_carries_the_message_it_answers(llm: FakeOpenAI, workspace
     assert asked(llm)[-1] == '[in reply to your message: "It is noon in Paris, and sunny."]\nand in Tokyo?'
 
 
+def test_a_links_words_naming_another_address_show_its_target() -> None:
+    """A reply a web page steered could show "https://bank.example" over a link elsewhere."""
+    from nanobot_channels.matrix_format import to_html
+
+    assert to_html("**[https://bank.example](https://evil.example/a_b)** [docs](https://docs.example)") == (
+        '<p><strong><a href="https://evil.example/a_b">https://bank.example (https://evil.example/a_b)</a></strong> '
+        '<a href="https://docs.example">docs</a></p>')
+
+
 async def test_files_both_ways(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
                                people: dict[str, Any]) -> None:
     owner, bot = people["owner"], people["bot"][0]

@@ -367,6 +367,9 @@ def test_mrkdwn_lets_no_mention_through_and_formats_what_models_write() -> None:
         "*Plan*\n• *one* _two_ ~three~ snake_case_name 2*3*4"
     assert markdown_to_mrkdwn("[a|b](https://x.org/p|q) ![chart](https://x.org/c.png)") == \
         "<https://x.org/p%7Cq|a|b> <https://x.org/c.png|chart>"
+    # Words naming another address than the target (a reply a web page steered) show the target too.
+    assert markdown_to_mrkdwn("[bank.example](https://evil.example/a_b) [docs](https://docs.example)") == \
+        "<https://evil.example/a_b|bank.example (https://evil.example/a_b)> <https://docs.example|docs>"
 
 
 async def test_a_long_reply_goes_on_from_the_part_an_earlier_attempt_did_not_send(

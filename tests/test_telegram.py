@@ -408,6 +408,11 @@ def test_markdown_to_html_basics():
     assert markdown_to_html("```\nraw **x** <y>") == "<pre><code>raw **x** &lt;y&gt;</code></pre>"
     assert markdown_to_html("> quoted\nplain") == "<blockquote>quoted</blockquote>\nplain"
     assert markdown_to_html("see ![chart](https://x.org/c.png)") == 'see <a href="https://x.org/c.png">chart</a>'
+    # Words naming another address than the target (a reply a web page steered) show the target too.
+    assert markdown_to_html("[https://bank.example](https://evil.example/a_b) [docs](https://docs.example) "
+                            "[docs.example/x](https://www.docs.example/x)") == (
+        '<a href="https://evil.example/a_b">https://bank.example (https://evil.example/a_b)</a> '
+        '<a href="https://docs.example">docs</a> <a href="https://www.docs.example/x">docs.example/x</a>')
 
 
 def test_render_chunks_resplits_when_escaping_grows_text():
