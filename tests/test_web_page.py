@@ -67,7 +67,8 @@ async def test_replies_render_as_markdown_safely_and_grow_as_they_stream(api: di
     root = api["base"].removesuffix("/v1") + "/"
     llm.stream_interval = 0.02
     answer = ("## Three jobs\n\n- **backup** at 02:30\n- *status* weekdays\n\n| job | when |\n| --- | --- |\n"
-              "| tea | hourly |\n\n```python\nprint('hi')\n```\n\n" + XSS + "\n\n" + "More words. " * 30)
+              "| tea | hourly |\n\n```python\nprint('hi')\n```\n\n" + XSS + "\n\nLog in at "
+              "[https://bank.example](https://evil.example/steal).\n\n" + "More words. " * 30)
     llm.script(reply(answer))
     async with browser_page() as page:
         await page.goto(root)
@@ -96,6 +97,10 @@ async def test_replies_render_as_markdown_safely_and_grow_as_they_stream(api: di
         assert await reply_box.locator("a[href^='javascript']").count() == 0
         link = reply_box.locator("a[href='https://example.org']")
         assert await link.get_attribute("target") == "_blank" and "noopener" in await link.get_attribute("rel")
+        assert await link.inner_text() == "site"  # its words name no address: as written
+        # words naming another address than the target (a steered reply) show the target too
+        assert await reply_box.locator("a[href='https://evil.example/steal']").inner_text() == \
+            "https://bank.example (https://evil.example/steal)"
         await stop.wait_for(state="hidden")
         await no_serious_violations(page)
         await page.screenshot(path=str(tmp_path / "page-chat.png"))

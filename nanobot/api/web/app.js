@@ -39,12 +39,22 @@ async function api(path, options = {}) {
 const post = (path, body = {}) => api(path, {method: "POST", body: JSON.stringify(body)});
 
 // ---- Markdown ---------------------------------------------------------------------------
+// Words that name a web address. A link whose words name another address than where it goes
+// shows its target too: a reply a web page steered could show "bank.example" over a link
+// elsewhere (the chat platforms' converters do the same: channels/text.py, misleading).
+const ADDRESS = /(?:[a-z][a-z0-9+.-]*:\/\/)?(?:[\w-]+\.)+[a-z]{2,}/gi;
+function misleading(link) {
+  const host = link.hostname.toLowerCase().replace(/^www\./, "");
+  return (link.textContent.match(ADDRESS) || []).some((named) => !named.toLowerCase().includes(host));
+}
+
 function rendered(text) {
   const box = document.createElement("div");
   box.innerHTML = DOMPurify.sanitize(md.render(text));
   for (const link of box.querySelectorAll("a")) {
     link.target = "_blank";
     link.rel = "noopener noreferrer";
+    if (misleading(link)) link.append(` (${link.href})`);
   }
   for (const pre of box.querySelectorAll("pre")) {
     const code = pre.querySelector("code") || pre;
