@@ -170,11 +170,13 @@ class TelegramChannel(BaseChannel):
     async def _intake(self, message: Message, user_id: int, username: str | None,
                       update_id: int) -> InboundMessage | None:
         is_private = message.chat.type == "private"
+        # Telegram vouches for the user id and the @username (unique, theirs while they keep it).
+        who = Identity(str(user_id), username)
         text = words_of(message)
         album = message.media_group_id
         mentioned = not is_private and self._addressed_to_me(message, text)
         if album and not is_private:  # its caption (on one picture) speaks for the others, wherever they land
-            if mentioned and await self._may_download(Identity(str(user_id), username)):  # a stranger's: no note
+            if mentioned and await self._may_download(who):  # a stranger's: no note
                 await self.ctx.store.keep(chat_of(message), f"album {album}")
             elif not mentioned:
                 mentioned = await self.ctx.store.kept(chat_of(message), f"album {album}") is not None
@@ -182,10 +184,8 @@ class TelegramChannel(BaseChannel):
             text = re.sub(rf"@{re.escape(self._username)}\b", "", text, flags=re.I).strip()
             text = re.sub(r"[ \t]{2,}", " ", text)
         if not self._addressed(is_private, mentioned):  # not for us (no download): kept for the next that is
-            return await self._overhear(chat_of(message), Identity(str(user_id), username), text)
+            return await self._overhear(chat_of(message), who, text)
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
-        # Telegram vouches for the user id and the @username (unique, theirs while they keep it).
-        who = Identity(str(user_id), username)
         files = _files_of(message)
         allowed = bool(files) and await self._may_download(who)
         sender = Sender(self.name, chat_of(message), who, is_private)

@@ -107,7 +107,7 @@ class Remembered:
     def __init__(self) -> None:
         self._kept: dict[str, str] = {}
         self._heard: dict[str, list[Heard]] = {}
-        self._kept: dict[tuple[str, str], str] = {}
+        self._notes: dict[tuple[str, str], str] = {}
 
     async def position(self, channel: str) -> str | None:
         return self._kept.get(channel)
@@ -122,10 +122,10 @@ class Remembered:
         return self._heard.pop(chat, [])[-keep:] if keep else []
 
     async def keep(self, chat: str, key: str, text: str = "") -> None:
-        self._kept.setdefault((chat, key), text)
+        self._notes.setdefault((chat, key), text)
 
     async def kept(self, chat: str, key: str) -> str | None:
-        return self._kept.get((chat, key))
+        return self._notes.get((chat, key))
 
 
 class LastRead:

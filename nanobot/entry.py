@@ -4,7 +4,6 @@ full CLI (nanobot/cli/)."""
 
 from __future__ import annotations
 
-import gc
 import sys
 
 from nanobot import collector
@@ -25,8 +24,4 @@ def main() -> None:
     try:
         full_cli()
     finally:
-        # All that is left is the loaded program (openai, pydantic, mcp, ...), and the
-        # interpreter's last garbage scans over it took 0.5-0.8 s at every command's exit (and
-        # the gateway's): frozen, they skip it. Files and sockets are closed by now, and
-        # standard output is flushed by the interpreter all the same.
-        gc.freeze()
+        collector.at_exit()  # the interpreter's last garbage scans skip the loaded program

@@ -1,7 +1,7 @@
 """What comes with a message besides its own words, for the model to read it as a person would:
 the message a reply answers (``with_quote``), what a group said before it (``after_heard``), a
-place, a contact or a poll it shares (``shared_place``, ``shared_contact``, ``shared_poll``), and a note for files it
-carried that could not be received (``noting_lost``). Someone else's words brought in this way
+place, a contact or a poll it shares (``shared_place``, ``shared_contact``, ``shared_poll``),
+and a note for files it carried that could not be received (``noting_lost``). Someone else's words brought in this way
 mark the turn as outside content, as a forward does."""
 
 from __future__ import annotations

@@ -172,20 +172,20 @@ class Outbound:
     async def _part_went(self, msg: OutboundMessage) -> None:
         """A part of ``msg`` went: written before the next goes, so neither a failure nor a crash
         shows it again (``send_parts``)."""
-        if msg.outbox_id is None:
-            return  # another message than the one recorded (an adapter's fallback): not counted
-        try:
-            await self._mark(msg, "pending")
-        except Exception as exc:
-            log.warning("could not note a part of a message to %s as sent: %s", msg.target, exc)
+        if msg.outbox_id is not None:  # else another message than the one recorded (an adapter's fallback)
+            await self._marked(msg, "pending")
 
     async def _marked_sent(self, msg: OutboundMessage) -> None:
         """Mark ``msg`` sent, and wait until that is written: the chat's next message goes out
         only then, so a crash can repeat at most one reply per chat."""
+        await self._marked(msg, "sent")
+
+    async def _marked(self, msg: OutboundMessage, state: str) -> None:
+        """``msg`` marked, written; a store that fails is logged (the message went all the same)."""
         try:
-            await self._mark(msg, "sent")
+            await self._mark(msg, state)
         except Exception as exc:
-            log.warning("could not mark a message to %s as sent: %s", msg.target, exc)
+            log.warning("could not mark a message to %s as %s: %s", msg.target, state, exc)
 
     def _failed(self, msg: OutboundMessage, why: str) -> None:
         log.error("gave up on a message to %s: %s", msg.target, why)
