@@ -195,8 +195,8 @@ async def test_no_persistence_when_persist_state_is_off(sandbox, key):
 
 async def test_state_survives_dump_and_a_new_pool(sandbox, key):
     host = Host()
-    await run(sandbox, "import json\ndata = {'n': 3}\nf = double\ndef twice(x):\n    return f(x) * 2", key, host)
-    blob = await sandbox.dump_state(key)
+    blob = (await run(sandbox, "import json\ndata = {'n': 3}\nf = double\ndef twice(x):\n    return f(x) * 2",
+                      key, host, save_state=True)).state
     assert isinstance(blob, bytes) and blob
 
     fresh = Sandbox(MontyPool(max_processes=2))  # as after a daemon restart

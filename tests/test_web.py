@@ -288,7 +288,7 @@ async def test_search_argument_errors(ctx, query, count, message):
 
 async def test_tools_register_with_schemas_and_errors(ctx):
     registry = ToolRegistry(WEB_TOOLS)
-    schemas = {s["function"]["name"]: s["function"] for s in registry.openai_schemas()}
+    schemas = {s["function"]["name"]: s["function"] for s in (t.openai_schema for t in registry.tools())}
     assert set(schemas["web_search"]["parameters"]["properties"]) == {"query", "count"}
     assert schemas["web_fetch"]["parameters"]["required"] == ["url"]
     assert registry.get("web_search").stub().startswith("def web_search(query: str, count: int = 5) -> list[dict]:")

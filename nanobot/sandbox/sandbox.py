@@ -5,7 +5,7 @@ program to the next. A live checkout pins a worker process, so only ``max_live_s
 stay live: the least recently used idle one is *parked* (dumped to bytes, worker returned)
 to make room, and loaded back transparently when its chat runs code again. Dumps also let
 the agent keep a chat's state in SQLite across a daemon restart (``run(save_state=True)``
-or ``dump_state`` to save, ``restore`` to seed a fresh process).
+to save, ``restore`` to seed a fresh process).
 
 One program runs at a time per key; different keys run concurrently on separate workers.
 """
@@ -126,14 +126,6 @@ class Sandbox:
 
     def has_state(self, session_key: str) -> bool:
         return session_key in self._live or session_key in self._parked
-
-    async def dump_state(self, session_key: str) -> bytes | None:
-        """The key's Python state as bytes; None if it has none, or it is over the size cap."""
-        async with self._lock(session_key):
-            session = self._live.get(session_key)
-            if session is None:
-                return self._parked.get(session_key)
-            return await self._dump_capped(session_key, session, self._notices.setdefault(session_key, []))
 
     async def reset(self, session_key: str) -> None:
         """Forget the key's Python state (``/new``); its next run starts fresh."""

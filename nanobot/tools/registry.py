@@ -252,9 +252,6 @@ class ToolRegistry:
         return [t for t in self._tools.values()
                 if (include_code_only or not t.code_only) and (ctx is None or t.available(ctx))]
 
-    def openai_schemas(self, ctx: ToolContext | None = None) -> list[dict[str, Any]]:
-        return [t.openai_schema for t in self.tools(include_code_only=False, ctx=ctx)]
-
     async def call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> Any:
         """Validate and run; raises one of TOOL_ERRORS with a clear message on failure."""
         t = self._tools.get(name)
