@@ -154,6 +154,6 @@ def test_a_plugin_section_is_typed_at_load_and_trust_reads_it(plugin, home: Path
     config, _ = load_config()
     section = config.channels.section("echo")
     assert section is not None and section.owners == ["7"] and section.model_extra == {"greeting": "hi"}
-    assert config.channels.enabled_names() == ["echo"] and not config.channels.streams("echo")
+    assert config.channels.enabled_names() == ["echo"] and config.channels.stream_pace("echo") is None
     assert chat_trust(config, "echo:7") == OWNER and chat_trust(config, "echo:8") == MEMBER
     assert config.channels.section("nowhere") is None

@@ -345,11 +345,6 @@ class Channels(Section):
             return getattr(self, name)
         return (self.model_extra or {}).get(name)
 
-    def streams(self, name: str) -> bool:
-        """Whether replies in this channel are shown as they are written (the terminal and the
-        API: always; the API sends them only to clients that ask for a stream)."""
-        return self.stream_pace(name) is not None
-
     def stream_pace(self, name: str, edit_every_s: float = EDIT_EVERY_S) -> float | None:
         """How often a reply being written is shown, in seconds (None: not streamed). The
         terminal and the API get each visible piece as it comes (0: at most 50 ms behind the
