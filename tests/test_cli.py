@@ -330,6 +330,28 @@ async def test_onboard_asks_what_a_channel_needs_and_an_owner_id_of_its_shape(ho
     assert code == 0, err
 
 
+async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path) -> None:
+    """A model server or a homeserver typed as plain http:// on a far host is asked again, before
+    the key is sent there; as a flag it is refused (exit 2) and nothing is written."""
+    code, _, err = await nanobot("onboard", "--non-interactive", "--api-base", "http://8.8.8.8:1/v1", "--api-key",
+                                 "sk-CANARY", home=home)
+    assert code == 2 and "is plain http" in err and not (home / "config.json").exists()
+    async with FakeOpenAI() as llm:
+        env = {**os.environ, "NANOBOT_HOME": str(home)}
+        out = await asyncio.to_thread(_converse, [sys.executable, "-m", "nanobot", "onboard"], env, [
+            ("Model server URL", "http://models.example.org/v1"), ("unencrypted", llm.base_url),
+            ("local servers): ", "k"), ("Model [", ""), ("Mode:", ""), ("Chat channel", "matrix"),
+            ("homeserver URL", "http://matrix.example.org"), ("unencrypted", "https://matrix.example.org"),
+            ("bot's Matrix user id", "@bot:example.org"), ("access token: ", "syt_CANARY"),
+            ("Your own Matrix user id", "@me:example.org")])
+    assert out.count("is plain http") == 2 and "The server answered: 2 models" in out
+    saved = json.loads((home / "config.json").read_text())
+    assert saved["providers"]["openai"]["apiBase"] == llm.base_url
+    assert saved["channels"]["matrix"]["homeserver"] == "https://matrix.example.org"
+    code, _, err = await nanobot("status", home=home)
+    assert code == 0, err
+
+
 async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path) -> None:
     async with FakeOpenAI() as llm:
         code, out, err = await nanobot("onboard", "--api-base", llm.base_url, "--api-key", "wrong-key",

@@ -99,6 +99,17 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"channels": {"telegram": {"owners": ["+15550002222"]}}}, "'channels.telegram.owners': '+15550002222' is not a user id"),
     ({"channels": {"discord": {"allowFrom": ["ada#1234"]}}}, "'channels.discord.allowFrom': 'ada#1234' is not a user id"),
     ({"channels": {"matrix": {"owners": ["ada"]}}}, "invalid value for 'channels.matrix.owners': 'ada' is not a Matrix user id"),
+    # a key, a token or the chats never cross the network in plain text
+    ({"channels": {"matrix": {"homeserver": "http://matrix.example.org:8008"}}},
+     "'channels.matrix.homeserver': 'http://matrix.example.org:8008' is plain http: keys and messages sent there"),
+    ({"providers": {"openai": {"apiBase": "http://8.8.8.8:8000/v1"}}}, "'providers.openai.apiBase': "),
+    ({"channels": {"signal": {"rpcUrl": "http://signal.example.org:8080"}}}, "'channels.signal.rpcUrl': "),
+    ({"channels": {"whatsapp": {"apiBase": "http://graph.facebook.com/v21.0"}}}, "'channels.whatsapp.apiBase': "),
+    ({"channels": {"discord": {"gatewayUrl": "ws://gateway.discord.gg"}}}, "'channels.discord.gatewayUrl': "),
+    ({"tools": {"mcpServers": {"notes": {"url": "http://mcp.example.com/mcp"}}}}, "'tools.mcpServers.notes.url': "),
+    ({"channels": {"email": {"imap": {"host": "imap.example.org", "tls": False}}}},
+     "'channels.email.imap.tls': false: the password and every mail would cross the network to imap.example.org"),
+    ({"channels": {"email": {"smtp": {"host": "smtp.example.org", "starttls": False}}}}, "'channels.email.smtp.starttls': "),
     ('{"agents": {', "invalid JSON: expecting property name enclosed in double quotes at line 1, column 13"),
     ('{"agents": "x', "invalid JSON: unterminated string starting at line 1, column 12"),
     ("[1, 2]", "top level must be a JSON object"),
@@ -122,6 +133,16 @@ def test_ids_are_read_as_the_platforms_name_senders(tmp_path: Path) -> None:
     assert channels.telegram.owners == ["42"]
     assert channels.whatsapp.allow_from == ["15550002222", "15550003333", "*"]
     assert channels.signal.allow_from == ["+15550002222", "a1b2c3d4-0000-1111-2222-333344445555"]
+
+
+@pytest.mark.parametrize("server", ["http://127.0.0.1:8008", "http://localhost:11434/v1", "http://synapse:8008",
+                                    "http://192.168.1.5:8008", "http://[fd00::5]:80", "http://100.101.102.103:8000",
+                                    "http://gpu.tail1234.ts.net:8000", "http://nas.home.arpa", "https://matrix.example.org"])
+def test_plain_http_may_go_to_this_machine_or_a_private_network(tmp_path: Path, server: str) -> None:
+    config = load_config(write(tmp_path / "c.json", {
+        "providers": {"openai": {"apiBase": server}}, "channels": {"matrix": {"homeserver": server},
+                                                                  "email": {"imap": {"host": "127.0.0.1", "tls": False}}}}))[0]
+    assert config.channels.matrix.homeserver == config.providers["openai"].api_base == server
 
 
 def test_named_missing_file_is_an_error(tmp_path: Path) -> None:

@@ -11,12 +11,14 @@ nothing: the flags given are written, the defaults for the rest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import typer
 from pydantic import ValidationError
+from pydantic.alias_generators import to_camel
 
-from nanobot.config import Config
+from nanobot.config import ChannelSection, Config
+from nanobot.config.base import plain_and_far
 
 OPENAI = "https://api.openai.com/v1"
 MODES = ("code", "tools", "hybrid")
@@ -50,16 +52,22 @@ class Answers:
 def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
     """``config`` with the answers in it (the model server, model, mode, one channel): what a
     flag gave, else (``interactive``) what the user typed, else the default."""
-    def answer(flag: str | None, question: str, default: str, choices: tuple[str, ...] = (), **prompt: Any) -> str:
+    def answer(flag: str | None, question: str, default: str, choices: tuple[str, ...] = (),
+               check: Callable[[str], str | None] = lambda said: None, **prompt: Any) -> str:
         if flag is not None or not interactive:
-            return default if flag is None else flag
-        while (said := str(typer.prompt(question, default=default, **prompt)).strip()) not in choices and choices:
-            typer.echo(f"  One of: {', '.join(choices)}.")
+            said = default if flag is None else flag
+            if trouble := check(said):
+                raise typer.BadParameter(trouble)
+            return said
+        while trouble := (check(said := str(typer.prompt(question, default=default, **prompt)).strip()) or
+                          (f"One of: {', '.join(choices)}" if choices and said not in choices else None)):
+            typer.echo(f"  {trouble}.")
         return said
 
     provider = config.provider_config()
+    # Checked before the key goes there (``_models``): never in plain text across the network.
     base = answer(given.api_base, "Model server URL (OpenAI, or a local one such as http://127.0.0.1:11434/v1)",
-                  provider.api_base or OPENAI)
+                  provider.api_base or OPENAI, check=plain_and_far)
     key = answer(given.api_key, "API key (Enter for none: local servers)", provider.api_key,
                  hide_input=True, show_default=False)
     models = _models(base, key)
@@ -120,16 +128,19 @@ def _channel(config: Config, name: str) -> None:
     section = getattr(config.channels, name)
     section.enabled = True
     for key, _ in section.missing():
-        secret = key.endswith(("token", "secret", "password"))
-        setattr(section, key, typer.prompt(QUESTIONS[key].format(Name=name.capitalize()), hide_input=secret).strip())
+        section = _taken(section, QUESTIONS[key].format(Name=name.capitalize()), lambda said: {to_camel(key): said},
+                         secret=key.endswith(("token", "secret", "password")))
+    setattr(config.channels, name, _taken(
+        section, f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
+                 "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}))
+
+
+def _taken(section: ChannelSection, question: str, values: Callable[[str], dict[str, Any]], *,
+           secret: bool = False) -> ChannelSection:
+    """``section`` with the answer in it (``values``), asked again until the section takes it."""
     while True:
-        owner = typer.prompt(f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you "
-                             "until you let others in)")
+        said = typer.prompt(question, hide_input=secret).strip()
         try:
-            section = type(section).model_validate({**section.model_dump(by_alias=True), "allowFrom": [owner],
-                                                    "owners": [owner]})
+            return type(section).model_validate({**section.model_dump(by_alias=True), **values(said)})
         except ValidationError as exc:
             typer.echo(f"  {exc.errors()[0]['msg'].removeprefix('Value error, ')}.")
-            continue
-        setattr(config.channels, name, section)
-        return

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from nanobot.config.base import ExecutionMode, Section, Timezone
+from nanobot.config.base import ExecutionMode, Section, ServerUrl, Timezone
 
 
 class CodeRuntime(Section):
@@ -124,7 +124,7 @@ class Price(Section):
 
 class ProviderConfig(Section):
     api_key: str = ""
-    api_base: str | None = None
+    api_base: ServerUrl | None = None
     timeout: float = Field(120.0, gt=0)
     max_retries: int = Field(3, ge=0)
     cooldown_seconds: float = Field(60.0, ge=0)  # after a failure, fallbacks are tried first for this long

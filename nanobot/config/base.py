@@ -94,6 +94,42 @@ def url_without_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{parts.netloc.rpartition('@')[2]}"))
 
 
+# Names that stay on this machine or a private network: a local-use domain, or a tailnet's
+# (WireGuard carries it encrypted). Plain HTTP may go there.
+NEAR_NAME_SUFFIXES = (".localhost", ".local", ".lan", ".home.arpa", ".internal", ".ts.net")
+
+
+def is_near(host: str) -> bool:
+    """Whether ``host`` is this machine or on a private network: an address that is not global
+    (loopback, 10/8, 192.168/16, a tailnet's 100.64/10, fd00::/8), a single-label name (a
+    container's), or a name under ``NEAR_NAME_SUFFIXES``."""
+    host = host.lower().rstrip(".")
+    try:
+        return not ipaddress.ip_address(host).is_global
+    except ValueError:
+        return "." not in host or host.endswith(NEAR_NAME_SUFFIXES)
+
+
+def plain_and_far(url: str | None) -> str | None:
+    """Why nothing secret may go to ``url`` (plain HTTP to a server that is not near), or None."""
+    parts = urlsplit((url or "").strip())
+    if parts.scheme.lower() in ("http", "ws") and parts.hostname and not is_near(parts.hostname):
+        return (f"{url_without_password(url or '')!r} is plain {parts.scheme}: keys and messages sent there would "
+                "cross the network unencrypted; use https:// (for a server without TLS: a reverse proxy, an SSH "
+                "or WireGuard tunnel, or its private address)")
+    return None
+
+
+def _encrypted_when_far(url: str | None) -> str | None:
+    if trouble := plain_and_far(url):
+        raise ValueError(trouble)
+    return url
+
+
+# The URL of a server that gets a key, a token or the chats (a model server, a chat platform's API).
+ServerUrl = Annotated[str, AfterValidator(_encrypted_when_far)]
+
+
 def _check_listen(value: str) -> str:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:

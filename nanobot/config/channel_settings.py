@@ -6,10 +6,10 @@ import re
 from urllib.parse import urlsplit
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from nanobot.config.base import HttpProxy, Id, Section, _check_listen, listen_address
+from nanobot.config.base import HttpProxy, Id, Section, ServerUrl, _check_listen, is_near, listen_address
 
 
 # What a platform names a sender by, where a config entry of another shape would match nobody.
@@ -78,7 +78,7 @@ class BotChannel(ChannelSection):
     """A built-in chat platform reached with a bot token."""
 
     token: str = ""
-    api_base: str | None = None
+    api_base: ServerUrl | None = None
     streaming: bool = True
 
     @field_validator("allow_from", "owners")
@@ -124,7 +124,7 @@ class TelegramConfig(BotChannel):
 
 
 class DiscordConfig(BotChannel):
-    gateway_url: str | None = None
+    gateway_url: ServerUrl | None = None
 
 
 class SlackEvents(Section):
@@ -150,7 +150,7 @@ class SlackConfig(ChannelSection):
     group_policy: Literal["mention", "open", "allowlist"] = "mention"  # type: ignore[assignment]
     group_allow_from: list[Id] = []
     streaming: bool = True
-    api_base: str | None = None
+    api_base: ServerUrl | None = None
 
     @field_validator("allow_from", "owners")
     @classmethod
@@ -166,13 +166,26 @@ class SlackConfig(ChannelSection):
         return found
 
 
+def _plain_only_when_near(plain: bool, info: ValidationInfo) -> None:
+    host = info.data.get("host") or ""
+    if plain and host and not is_near(host):
+        raise ValueError(f"false: the password and every mail would cross the network to {host} unencrypted "
+                         "(plain is for a server on this machine or a private network)")
+
+
 class ImapServer(Section):
     host: str = ""
     port: int = Field(993, gt=0, lt=65536)
     username: str = ""
     password: str = ""
     mailbox: str = "INBOX"
-    tls: bool = True  # IMAP over TLS from the first byte (993); false: plain, loopback or tests only
+    tls: bool = True  # IMAP over TLS from the first byte (993); false: plain, a near server's only
+
+    @field_validator("tls")
+    @classmethod
+    def _encrypted_when_far(cls, tls: bool, info: ValidationInfo) -> bool:
+        _plain_only_when_near(not tls, info)
+        return tls
 
 
 class SmtpServer(Section):
@@ -180,8 +193,14 @@ class SmtpServer(Section):
     port: int = Field(587, gt=0, lt=65536)
     username: str = ""
     password: str = ""
-    starttls: bool = True  # upgrade with STARTTLS (587); false: plain, loopback or tests only
     tls: bool = False  # TLS from the first byte (465)
+    starttls: bool = True  # upgrade with STARTTLS (587); false (and tls false): plain, a near server's only
+
+    @field_validator("starttls")
+    @classmethod
+    def _encrypted_when_far(cls, starttls: bool, info: ValidationInfo) -> bool:
+        _plain_only_when_near(not starttls and not info.data.get("tls"), info)
+        return starttls
 
 
 class EmailConfig(ChannelSection):
@@ -218,7 +237,7 @@ class MatrixConfig(ChannelSection):
     """Matrix: one account on ``homeserver`` (its ``accessToken``, or ``password`` to log in).
     ``allowFrom``/``owners``: Matrix user ids (``@ada:example.org``)."""
 
-    homeserver: str = ""
+    homeserver: ServerUrl = ""
     user_id: str = ""
     access_token: str = ""
     password: str = ""
@@ -257,7 +276,7 @@ class WhatsAppConfig(ChannelSection):
     app_secret: str = ""
     verify_token: str = ""
     webhook: WhatsAppWebhook = WhatsAppWebhook()
-    api_base: str = "https://graph.facebook.com/v21.0"
+    api_base: ServerUrl = "https://graph.facebook.com/v21.0"
 
     @field_validator("allow_from", "owners")
     @classmethod
@@ -279,7 +298,7 @@ class SignalConfig(ChannelSection):
     ``allowFrom``/``owners``: phone numbers (``+15550001111``) or Signal's account UUIDs."""
 
     account: str = ""
-    rpc_url: str = "http://127.0.0.1:8080"
+    rpc_url: ServerUrl = "http://127.0.0.1:8080"
     # Where signal-cli keeps attachments it received (read without following links)
     attachments_dir: str = "~/.local/share/signal-cli/attachments"
 

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from nanobot.config.base import AddressAndPort, Section, address_and_port
+from nanobot.config.base import AddressAndPort, Section, ServerUrl, address_and_port
 
 
 class ExecTool(Section):
@@ -51,7 +51,7 @@ class McpServer(Section):
     args: list[str] = []
     env: dict[str, str] = {}
     cwd: str | None = None
-    url: str | None = None
+    url: ServerUrl | None = None
     headers: dict[str, str] = {}
     transport: Literal["stdio", "streamable-http", "sse"] | None = None  # default: from command / url
     enabled: bool = True
