@@ -350,6 +350,8 @@ async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path)
     assert saved["channels"]["matrix"]["homeserver"] == "https://matrix.example.org"
     code, _, err = await nanobot("status", home=home)
     assert code == 0, err
+    code, _, err = await nanobot("db", "migrate", "--to", "postgresql://nb:CANARY@db.example.com/nb", home=home)
+    assert code == 2 and "without ?sslmode=verify-full" in err and "CANARY" not in err
 
 
 async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path) -> None:

@@ -110,6 +110,8 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"channels": {"email": {"imap": {"host": "imap.example.org", "tls": False}}}},
      "'channels.email.imap.tls': false: the password and every mail would cross the network to imap.example.org"),
     ({"channels": {"email": {"smtp": {"host": "smtp.example.org", "starttls": False}}}}, "'channels.email.smtp.starttls': "),
+    ({"database": {"url": "postgresql://nb:CANARY@db.example.com:5432/nb"}},
+     "'database.url': db.example.com is not on this machine or a private network, and without ?sslmode=verify-full"),
     ('{"agents": {', "invalid JSON: expecting property name enclosed in double quotes at line 1, column 13"),
     ('{"agents": "x', "invalid JSON: unterminated string starting at line 1, column 12"),
     ("[1, 2]", "top level must be a JSON object"),
@@ -141,7 +143,9 @@ def test_ids_are_read_as_the_platforms_name_senders(tmp_path: Path) -> None:
 def test_plain_http_may_go_to_this_machine_or_a_private_network(tmp_path: Path, server: str) -> None:
     config = load_config(write(tmp_path / "c.json", {
         "providers": {"openai": {"apiBase": server}}, "channels": {"matrix": {"homeserver": server},
-                                                                  "email": {"imap": {"host": "127.0.0.1", "tls": False}}}}))[0]
+                                                                  "email": {"imap": {"host": "127.0.0.1", "tls": False}}},
+        "database": {"url": "postgresql://nb:pw@db.example.com/nb?sslmode=verify-full" if server.startswith("https")
+                     else server.replace("http", "postgresql", 1)}}))[0]
     assert config.channels.matrix.homeserver == config.providers["openai"].api_base == server
 
 

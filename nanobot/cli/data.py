@@ -16,6 +16,7 @@ import typer
 from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.cli.common import fail, get_config
 from nanobot.config import Config, url_without_password
+from nanobot.config.gateway_settings import unencrypted_database
 from nanobot.utf8 import json_for_terminal
 
 db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The store: copy a home into PostgreSQL.")
@@ -35,6 +36,8 @@ def db_migrate(ctx: typer.Context,
     config = get_config(ctx)
     if not to.startswith(("postgresql://", "postgres://")):
         fail(f"--to must be a postgresql:// URL, not {url_without_password(to)!r}")
+    if trouble := unencrypted_database(to):
+        fail(f"--to: {trouble}")
     pid = running_gateway_pid(config.home)
     if pid:
         fail(f"a gateway is running on {config.home} (PID {pid}) and still writes this home: stop it first", 1)

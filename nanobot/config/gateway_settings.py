@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+import os
+from urllib.parse import parse_qs, urlsplit
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
-from nanobot.config.base import Section, _check_listen, listen_address, url_without_password
+from nanobot.config.base import Section, _check_listen, is_near, listen_address, url_without_password
 
 
 class Heartbeat(Section):
@@ -56,12 +57,34 @@ class Gateway(Section):
     failover_seconds: float = Field(10.0, ge=4.0, le=300.0)
 
 
+ENCRYPTED_SSLMODES = ("require", "verify-ca", "verify-full")
+
+
+def unencrypted_database(url: str) -> str | None:
+    """Why a PostgreSQL URL would carry the chats unencrypted (a far host, no TLS demanded), or None.
+    Without ``sslmode`` the driver falls back to plain text where the server has no TLS."""
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    sslmode = (query.get("sslmode") or [os.environ.get("PGSSLMODE", "prefer")])[-1]
+    named = parts.netloc.rpartition("@")[2].split(",") + ",".join(query.get("host", [])).split(",")
+    hosts = [entry[1:].partition("]")[0] if entry.startswith("[") else entry.partition(":")[0] for entry in named]
+    far = [host for host in hosts if host and not host.startswith("/") and not is_near(host)]
+    if far and sslmode not in ENCRYPTED_SSLMODES:
+        return (f"{far[0]} is not on this machine or a private network, and without ?sslmode=verify-full (or "
+                "require) every chat could cross the network unencrypted")
+    return None
+
+
 def _check_database_url(url: str) -> str:
     url = url.strip()
-    if url in ("", "sqlite") or urlsplit(url).scheme in ("postgresql", "postgres"):
+    if url in ("", "sqlite"):
         return url
-    raise ValueError(f"{url_without_password(url)!r} is not a database this nanobot knows: use \"sqlite\" "
-                     "(the default) or postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
+    if urlsplit(url).scheme not in ("postgresql", "postgres"):
+        raise ValueError(f"{url_without_password(url)!r} is not a database this nanobot knows: use \"sqlite\" "
+                         "(the default) or postgresql://USER:PASSWORD@HOST:PORT/DATABASE")
+    if trouble := unencrypted_database(url):
+        raise ValueError(trouble)
+    return url
 
 
 DatabaseUrl = Annotated[str, AfterValidator(_check_database_url)]
