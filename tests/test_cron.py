@@ -140,6 +140,20 @@ def test_timezone_berlin_morning_in_utc():
     assert summer.astimezone(UTC) == datetime(2026, 7, 1, 7, 0, tzinfo=UTC)
 
 
+@pytest.mark.parametrize("expression, runs", [
+    ("30 2 * * *", ["10-25 00:30", "10-26 01:30", "10-27 01:30"]),  # a fixed time: once, at the first 02:30
+    ("*/30 * * * *", ["10-25 00:00", "10-25 00:30", "10-25 01:00", "10-25 01:30", "10-25 02:00"]),  # on, in real time
+    ("0 * * * *", ["10-25 00:00", "10-25 01:00", "10-25 02:00", "10-25 03:00"]),
+])
+def test_a_clock_going_back_repeats_no_fixed_time_job_as_in_crontab(expression: str, runs: list[str]) -> None:
+    """Europe/Berlin, 2026-10-25: 03:00 summer time becomes 02:00 again (01:00 UTC)."""
+    moment, fired = datetime(2026, 10, 24, 23, 45, tzinfo=UTC), []
+    while len(fired) < len(runs):
+        moment = schedule.next_fire("cron", expression, "Europe/Berlin", moment + timedelta(microseconds=1)).astimezone(UTC)
+        fired.append(moment.strftime("%m-%d %H:%M"))
+    assert fired == runs
+
+
 def test_at_naive_is_read_in_the_jobs_zone():
     stored = schedule.validate("at", "2030-01-01T09:00", "Europe/Berlin")
     assert datetime.fromisoformat(stored).astimezone(UTC) == datetime(2030, 1, 1, 8, 0, tzinfo=UTC)

@@ -163,8 +163,21 @@ def next_fire(kind: str, expression: str, timezone: str, after: datetime) -> dat
         moment = at_datetime(expression, zone(timezone))
         return moment if moment >= after else None
     if kind == "cron":
-        return cron_trigger(expression, zone(timezone)).get_next_fire_time(None, after)
+        trigger = cron_trigger(expression, zone(timezone))
+        fire = trigger.get_next_fire_time(None, after)
+        # crontab's rule when the clock goes back an hour: a job at a fixed time ("30 2 * * *")
+        # does not run again in the repeated hour; one with a wildcard hour or minute runs on.
+        fixed = not any(field.startswith("*") for field in expression.split()[:2])
+        while fire is not None and fixed and _repeated(fire):
+            fire = trigger.get_next_fire_time(None, fire.astimezone(dt_timezone.utc) + timedelta(microseconds=1))
+        return fire
     raise ValueError(f"unknown schedule kind {kind!r}")
+
+
+def _repeated(moment: datetime) -> bool:
+    """Whether ``moment`` is the second time its wall-clock time came (``fold``: the hour a
+    clock goes back repeats)."""
+    return moment.fold == 1 and moment.replace(fold=0).utcoffset() != moment.utcoffset()
 
 
 def describe(kind: str, expression: str) -> str:
