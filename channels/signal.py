@@ -48,6 +48,7 @@ MENTION_MARK = "\ufffc"  # where Signal's text had a mention
 class SignalChannel(BaseChannel):
     name = "signal"
     max_message_len = 4000
+    handles_change_hands = False  # the handle is the account's UUID: it stays when a number changes
 
     def __init__(self, config: SignalConfig, ctx: ChannelContext) -> None:
         super().__init__(config, ctx)

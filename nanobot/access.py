@@ -22,6 +22,7 @@ from typing import Awaitable, Callable
 
 from nanobot.bus import Identity
 from nanobot.database import Database, Migrations, StoreUnavailable
+from nanobot.handles import HandleHolders, listed, names_handle
 
 log = logging.getLogger(__name__)
 
@@ -151,9 +152,10 @@ class PairingStore:
     """Pending codes and approved users, in the database. Times are wall-clock seconds,
     because the gateway and the CLI (two processes) compare them."""
 
-    def __init__(self, db: Database, policy: PairingPolicy = PairingPolicy(),
+    def __init__(self, db: Database, holders: HandleHolders, policy: PairingPolicy = PairingPolicy(),
                  clock: Callable[[], float] = time.time) -> None:
         self.db = db
+        self.holders = holders  # whose each handle named in the config is
         self.policy = policy
         self.clock = clock
         self._swept_at = float("-inf")
@@ -163,7 +165,7 @@ class PairingStore:
     async def open(cls, db: Database, policy: PairingPolicy = PairingPolicy(),
                    clock: Callable[[], float] = time.time) -> PairingStore:
         await db.migrate("pairing", MIGRATIONS)
-        return cls(db, policy, clock)
+        return cls(db, await HandleHolders.open(db), policy, clock)
 
     async def is_paired(self, channel: str, sender_id: str) -> bool:
         return await self.db.fetchrow("SELECT 1 FROM paired_users WHERE channel = $1 AND sender_id = $2",
@@ -308,23 +310,6 @@ class PairingStore:
         await self.db.execute("DELETE FROM pairing_requests WHERE expires_at <= $1", now)
 
 
-def listed(allow_from: list[str], who: Identity) -> bool:
-    """Whether ``allowFrom`` names this sender: ``*``, their id, or the handle the platform
-    vouches for (never a display name: ``Identity``).
-
-    An all-digit entry is an id and never matches a handle: a stranger must not get in by
-    picking someone's id as their name.
-    """
-    for entry in allow_from:
-        entry = entry.strip()
-        if entry == "*" or entry == who.id:
-            return True
-        handle = entry.removeprefix("@")
-        if who.handle and not handle.isdigit() and handle.lower() == who.handle.lower():
-            return True
-    return False
-
-
 OWNER_NOTICES_PER_HOUR = 10
 
 
@@ -345,6 +330,22 @@ class AccessGate:
         # approved meanwhile?) and no write, no log line. Strangers can send thousands.
         self._quiet_until: dict[tuple[str, str], float] = {}
         self._codes: deque[float] = deque()  # when pairing work was last done, for codes_per_minute
+        self._told_taken: set[tuple[str, str, str]] = set()  # handles seen with a new holder, already said
+
+    async def vouched(self, channel: str, who: Identity, entries: list[str]) -> Identity:
+        """``who``, without a handle ``entries`` name when it was first seen here with another
+        user id: a username given up and taken by someone else (``nanobot.handles``)."""
+        if not any(names_handle(entry, who.handle) for entry in entries) or \
+                (holder := await self.store.holders.holder(channel, str(who.handle), who.id)) == who.id:
+            return who
+        if (told := (channel, str(who.handle).lower(), who.id)) not in self._told_taken:
+            self._told_taken.add(told)
+            log.warning("%s: @%s is now user %s's, not user %s's who had it when first seen; not matched by it",
+                        channel, who.handle, who.id, holder)
+            await self._tell_owner(f"{channel}: @{who.handle} is now user {who.id}'s, not the user {holder} it was "
+                                   "when your config named it first; they are not let in by it (if it is the same "
+                                   "person, list the new id in allowFrom or owners)")
+        return Identity(who.id, None, who.name)
 
     async def is_allowed(self, channel: str, who: Identity, allow_from: list[str]) -> bool:
         """Admitted already (listed or paired)? Side-effect free: no code is issued."""

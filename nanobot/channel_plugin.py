@@ -16,7 +16,7 @@ import re
 import time
 from abc import ABC, abstractmethod
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar, Coroutine, Protocol, Sequence
 
@@ -76,6 +76,9 @@ class AccessGate(Protocol):
 
     async def is_allowed(self, channel: str, who: Identity, allow_from: list[str]) -> bool:
         """The same verdict as ``check`` for an admitted sender, without side effects (no code issued)."""
+
+    async def vouched(self, channel: str, who: Identity, entries: list[str]) -> Identity:
+        """``who``, without a handle ``entries`` name that its first holder here gave up (``nanobot.handles``)."""
 
 
 class ChannelStore(Protocol):
@@ -203,6 +206,9 @@ class BaseChannel(ABC):
     max_message_len: ClassVar[int]
     # A third-party adapter's own section class (a PluginChannelConfig subclass), if it has one
     config_model: ClassVar[type[ChannelSection] | None] = None
+    # A handle the platform vouches for may pass to someone else (a username given up): it is
+    # held to its first holder here (``nanobot.handles``). Signal's handle, an account UUID, never moves.
+    handles_change_hands: ClassVar[bool] = True
 
     def __init__(self, config: ChannelSection, ctx: ChannelContext) -> None:
         self.config = config  # this channel's section of the config (TelegramConfig, ...)
@@ -326,7 +332,13 @@ class BaseChannel(ABC):
     async def _may_download(self, who: Identity) -> bool:
         """Whether this sender is admitted already; ask before fetching their attachments, so a
         stranger's files never touch the disk."""
-        return await self.ctx.access.is_allowed(self.name, who, self.config.let_in)
+        return await self.ctx.access.is_allowed(self.name, await self._vouched(who), self.config.let_in)
+
+    async def _vouched(self, who: Identity) -> Identity:
+        """``who`` as far as its handle is still its first holder's (``handles_change_hands``)."""
+        if not (self.handles_change_hands and who.handle):
+            return who
+        return await self.ctx.access.vouched(self.name, who, self.config.let_in)
 
     async def _handle_message(self, *, sender: Identity, chat_id: str, content: str, media: list[str] | None = None,
                               is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None) -> bool:
@@ -350,7 +362,7 @@ class BaseChannel(ABC):
         """A group message not for the bot, kept for the next that is (``after_heard``): an allowed
         person's only, as nothing a stranger writes reaches the model. ``shown``: how the model
         is told who wrote it (by default the vouched handle, else the id)."""
-        if self.config.group_history and text.strip() and await self._may_download(who):
+        if self.config.group_history and text.strip() and await self._may_download(who := await self._vouched(who)):
             await self.ctx.store.hear(f"{self.name}:{chat_id}", (
                 who.id, shown or (f"@{who.handle}" if who.handle else who.id), " ".join(text.split())[:HEARD_CHARS]))
 
@@ -361,8 +373,9 @@ class BaseChannel(ABC):
             return None
         if not msg.content.strip() and not msg.media:  # a sticker, a reaction, someone joining:
             return None  # nothing to answer (a turn would be a model call on an empty message)
-        admitted, reply = await self.ctx.access.check(self.name, msg.sender, self.config.let_in,
-                                                      msg.is_private, msg.chat_id)
+        if (who := await self._vouched(msg.sender)) != msg.sender:  # trust reads the handle from the message
+            msg = replace(msg, sender_handle=who.handle)
+        admitted, reply = await self.ctx.access.check(self.name, who, self.config.let_in, msg.is_private, msg.chat_id)
         if not admitted:
             log.debug("%s: ignored message from unknown sender %s (%s)", self.name, msg.sender_id, msg.sender_name)
             if reply:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Container, Iterable, Literal, Mapping
 
-from nanobot.access import listed
+from nanobot.handles import listed
 from nanobot.bus import Identity
 from nanobot.chat_names import chat_name, parent_chat
 

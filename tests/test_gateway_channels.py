@@ -224,3 +224,19 @@ async def test_a_discord_dm_with_an_owner_is_an_owner_chat_and_a_guild_channel_i
     assert "This is an owner chat" in dm["content"]
     assert f"a member chat: it works in its own folder chats/discord_{GUILD_CHANNEL}/" in guild["content"]
     assert chat_trust(config, f"discord:{DM}", None) == "member"  # unknown without the peer: fail closed
+
+
+async def test_a_username_given_up_and_taken_by_someone_else_makes_no_owner(
+        config: Config, tg: FakeTelegram) -> None:
+    """Telegram lets anyone take a username its holder gave up: "@ada" in owners stays the user
+    it was first seen with, the newcomer is a member, and the owner is told."""
+    t = config.channels.telegram
+    t.allow_from, t.owners = ["*"], ["@ada"]
+    async with running_gateway(config):
+        tg.push_text(ALICE, ALICE, "/status", username="ada")
+        await tg.wait_until(lambda: any("This is an" in text for text in texts(tg, ALICE)))
+        tg.push_text(MALLORY, MALLORY, "/status", username="Ada")  # Ada took another name; Mallory took hers
+        await tg.wait_until(lambda: texts(tg, MALLORY) and any("@Ada is now user 666's" in text
+                                                                for text in texts(tg, ALICE)))
+    assert "This is an owner chat" in texts(tg, ALICE)[0]
+    assert texts(tg, MALLORY) == [texts(tg, MALLORY)[0]] and "This is a member chat" in texts(tg, MALLORY)[0]

@@ -73,13 +73,13 @@ def test_the_url_may_come_from_the_environment(home: Path, monkeypatch: pytest.M
     with pytest.raises(ConfigError, match="environment variable NANOBOT_DATABASE__URL: invalid value for "
                                           "'database.url'"):
         load_config()
-    monkeypatch.setenv("NANOBOT_DATABASE__URL", "postgresql://bob:CANARY-pw-3@db.example:5432/nanobot")
+    monkeypatch.setenv("NANOBOT_DATABASE__URL", "postgresql://bob:CANARY-pw-3@db.example:5432/nanobot?sslmode=verify-full")
     config, _ = load_config()
     assert config.database.engine == "postgresql"
 
 
 def test_the_database_password_never_reaches_a_log(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("NANOBOT_DATABASE__URL", "postgresql://bob:CANARY-pw-4@db.example/nanobot")
+    monkeypatch.setenv("NANOBOT_DATABASE__URL", "postgresql://bob:CANARY-pw-4@db.example/nanobot?sslmode=require")
     logs.remember_secrets(load_config()[0])
     assert logs.redact("connecting with CANARY-pw-4") == "connecting with ***"
 

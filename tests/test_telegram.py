@@ -43,6 +43,9 @@ class StubGate:
     async def is_allowed(self, channel, who, allow_from):
         return who.id in allow_from
 
+    async def vouched(self, channel, who, entries):
+        return who
+
 
 @pytest.fixture
 async def intake() -> AsyncIterator[DurableIntake]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from nanobot.access import listed
+from nanobot.handles import listed
 from nanobot.bus import Identity, MessageBus, OutboundMessage, OutgoingFile, split_target
 from nanobot.media import MB, kind_of, upload_limit
 from nanobot.chat_names import history_file
