@@ -8,8 +8,12 @@ send through the Graph API at ``apiBase``.
 - A message is answered 200 only once it is recorded, so a crash or a database outage (503)
   makes Meta post it again; its id (``wamid``) drops the repeat.
 - Only changes for ``phoneNumberId`` are read (the app's other numbers are not ours to answer).
-- Identity is the ``wa_id`` Meta delivered the message from; the contact's profile name is the
-  sender's own to write and is only shown. Chats are ``whatsapp:<wa_id>`` (one-to-one).
+- Identity is the ``wa_id`` Meta delivered the message from; the contact's profile name (and
+  username) is the sender's own to write and is only shown. A user with a WhatsApp username may
+  hide their number: Meta then names them by their business-scoped user id alone (BSUID,
+  ``US.1349…``; it never passes to another person), their id here. Where both come, the BSUID is
+  the handle, so a config entry naming it matches either way. Chats are ``whatsapp:<wa_id>`` or
+  ``whatsapp:<BSUID>`` (one-to-one); a BSUID is written to as ``recipient``, a number as ``to``.
 - Media in: fetched by id (the Graph API names a download URL); the access token goes only to
   ``apiBase``'s origin and to Meta's media host over https. Media out: uploaded, then sent.
 - Outside the 24-hour customer-service window WhatsApp refuses free-form messages (error
@@ -51,6 +55,7 @@ API_TIMEOUT_S = 30.0
 class WhatsAppChannel(BaseChannel):
     name = "whatsapp"
     max_message_len = 4096
+    handles_change_hands = False  # the handle is the BSUID: Meta makes a new one when a number changes
 
     def __init__(self, config: WhatsAppConfig, ctx: ChannelContext) -> None:
         super().__init__(config, ctx)
@@ -119,7 +124,8 @@ class WhatsAppChannel(BaseChannel):
             value = change.get("value") if isinstance(change, dict) else None
             if not isinstance(value, dict) or not self._ours(value):
                 continue
-            names = {c.get("wa_id"): (c.get("profile") or {}).get("name") for c in _list(value, "contacts")}
+            names = {key: (c.get("profile") or {}).get("name") for c in _list(value, "contacts")
+                     for key in (c.get("wa_id"), c.get("user_id")) if key}
             for message in _list(value, "messages"):
                 if (msg := await self._message(message, names)) is not None:
                     admitted.append(msg)
@@ -137,10 +143,11 @@ class WhatsAppChannel(BaseChannel):
         return number == self.config.phone_number_id
 
     async def _message(self, message: dict[str, Any], names: dict[str, str | None]) -> InboundMessage | None:
-        wa_id, kind = str(message.get("from") or ""), message.get("type")
+        number, bsuid, kind = str(message.get("from") or ""), str(message.get("from_user_id") or ""), message.get("type")
+        wa_id = number or bsuid  # a username's holder may hide their number: then the BSUID names them
         if not wa_id or not message.get("id"):
             return None
-        who = Identity(wa_id, name=names.get(wa_id))
+        who = Identity(wa_id, bsuid if number and bsuid else None, names.get(wa_id))
         part = message.get(kind) if isinstance(message.get(kind), dict) else {}
         text = _words(kind, part, message)
         media: list[str] = []
@@ -237,7 +244,8 @@ class WhatsAppChannel(BaseChannel):
 
     async def _send(self, wa_id: str, kind: str, part: dict[str, Any]) -> None:
         answer = await self._graph("POST", f"{self.config.phone_number_id}/messages", json={
-            "messaging_product": "whatsapp", "recipient_type": "individual", "to": wa_id, "type": kind, kind: part})
+            "messaging_product": "whatsapp", "recipient_type": "individual", **_addressed_to(wa_id), "type": kind,
+            kind: part})
         sent, words = _list(answer, "messages"), part.get("body") or part.get("caption")
         if words and sent and sent[0].get("id"):  # kept, so a reply to it can be read with what it answers
             try:
@@ -263,6 +271,11 @@ class WhatsAppChannel(BaseChannel):
                              "only a template message may reach them)", retry=False)
         raise SendFailed(f"whatsapp: {method} {path}: HTTP {status}: {error.get('message') or 'no reason given'}",
                          retry=status >= 500 or status == 429)
+
+
+def _addressed_to(chat_id: str) -> dict[str, str]:
+    """Whom a message goes to: a number as ``to``, a business-scoped user id as ``recipient``."""
+    return {"to": chat_id} if chat_id.isdigit() else {"recipient": chat_id}
 
 
 def _json(raw: bytes) -> Any:

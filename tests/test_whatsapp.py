@@ -19,6 +19,7 @@ from tests.test_api import free_port
 from tests.test_cron import eventually
 
 OWNER, FRIEND, STRANGER = "15550002222", "15550003333", "15550009999"
+HIDDEN, HIDDEN_STRANGER = "US.13491208655302741918", "GB.99001122334455667788"  # business-scoped user ids
 
 
 @pytest.fixture
@@ -59,6 +60,25 @@ async def test_a_message_is_answered_and_the_owner_is_known_by_wa_id(llm: FakeOp
         sent = await wa.wait_sent(1)
         assert sent[0]["to"] == OWNER and sent[0]["text"]["body"] == "hello back"
         assert asked(llm) == ["hi there"] and gateway.runtime.trust(f"whatsapp:{OWNER}") == "owner"
+
+
+async def test_a_user_who_hides_their_number_is_known_by_their_business_scoped_id(
+        llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
+    """Since WhatsApp's usernames, Meta may name a sender by a business-scoped user id alone (no
+    number): listed, they are answered (sent to as "recipient") and can be the owner; a stranger
+    so named gets a pairing code, where before both were dropped without a word."""
+    config = wa_config(llm, workspace, wa)
+    config.channels.whatsapp = WhatsAppConfig.model_validate({
+        **config.channels.whatsapp.model_dump(by_alias=True), "owners": [OWNER, HIDDEN]})
+    llm.script(reply("hello, hidden owner"))
+    async with running_gateway(config) as gateway:
+        await wa.deliver(HIDDEN, "hi there", profile_name="Ada")
+        await wa.deliver(HIDDEN_STRANGER, "let me in")
+        await wa.wait_until(lambda: "hello, hidden owner" in wa.texts(HIDDEN) and wa.texts(HIDDEN_STRANGER))
+        assert gateway.runtime.trust(f"whatsapp:{HIDDEN}") == "owner"
+    assert "hello, hidden owner" in wa.texts(HIDDEN) and "pair" in wa.texts(HIDDEN_STRANGER)[0].lower()
+    assert all("to" not in message and message["recipient"] in (HIDDEN, HIDDEN_STRANGER) for message in wa.sent)
+    assert asked(llm) == ["hi there"]
 
 
 async def test_a_profile_name_is_no_identity(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:

@@ -17,6 +17,7 @@ _ID_OR_USERNAME = re.compile(r"-?\d+|@?[A-Za-z0-9_.]+")  # Telegram's and Discor
 _SLACK_USER = re.compile(r"[UW][A-Z0-9]+")
 _MATRIX_USER = re.compile(r"@[^:\s]+:\S+")
 _PHONE_PUNCTUATION = re.compile(r"[\s().-]")
+_BSUID = re.compile(r"[A-Z]{2}\.(?:ENT\.)?[A-Za-z0-9]+")  # WhatsApp's business-scoped user id (US.1349…)
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
@@ -29,13 +30,12 @@ def _all_like(entries: list[str], shape: re.Pattern[str], what: str) -> list[str
     return entries
 
 
-def _phone(entry: str, *, plus: bool = False) -> str:
+def _phone(entry: str, *, plus: bool = False, other: str) -> str:
     """A phone number as the platforms write it ("+15550002222"; with ``plus``, its "+" is
-    required: Signal's are), or "*"; ValueError otherwise."""
+    required: Signal's are), or "*"; ValueError otherwise, naming the ``other`` kind of entry."""
     number = _PHONE_PUNCTUATION.sub("", entry)
     if number != "*" and not (number.removeprefix("+").isdigit() and (number.startswith("+") or not plus)):
-        raise ValueError(f"{entry!r} is not a phone number with its country code (+15550001111)"
-                         + (" or an account UUID" if plus else ""))
+        raise ValueError(f"{entry!r} is not a phone number with its country code (+15550001111) or {other}")
     return number
 
 
@@ -269,7 +269,8 @@ class WhatsAppWebhook(Section):
 
 class WhatsAppConfig(ChannelSection):
     """WhatsApp through the Cloud API: Meta's webhook in (signed with ``appSecret``), the Graph
-    API out. ``allowFrom``/``owners``: wa_ids (the phone number, digits only)."""
+    API out. ``allowFrom``/``owners``: wa_ids (the phone number, digits only), or business-scoped
+    user ids (``US.1349…``: how Meta names a user who hides their number behind a username)."""
 
     phone_number_id: str = ""
     access_token: str = ""
@@ -281,11 +282,12 @@ class WhatsAppConfig(ChannelSection):
     @field_validator("allow_from", "owners")
     @classmethod
     def _as_meta_names_senders(cls, entries: list[str]) -> list[str]:
-        """wa_ids: "+1 555-000-2222" is 15550002222 (Meta's name for a sender has no "+")."""
-        return [_phone(entry).removeprefix("+") for entry in entries]
+        """wa_ids: "+1 555-000-2222" is 15550002222 (Meta's name for a sender has no "+"); a BSUID as it is."""
+        return [entry.strip() if _BSUID.fullmatch(entry.strip()) else
+                _phone(entry, other="a business-scoped user id (US.1349…)").removeprefix("+") for entry in entries]
 
     def private_chat(self, user_id: str) -> str | None:
-        return user_id if user_id.isdigit() else None
+        return user_id if user_id.isdigit() or _BSUID.fullmatch(user_id) else None
 
     def missing(self) -> list[tuple[str, str]]:
         keys = (("phone_number_id", self.phone_number_id), ("access_token", self.access_token),
@@ -306,7 +308,7 @@ class SignalConfig(ChannelSection):
     @classmethod
     def _as_signal_cli_names_senders(cls, entries: list[str]) -> list[str]:
         """"+1 555 000 2222" is +15550002222; a UUID is in lower case."""
-        return [entry.strip().lower() if _UUID.fullmatch(entry.strip()) else _phone(entry, plus=True)
+        return [entry.strip().lower() if _UUID.fullmatch(entry.strip()) else _phone(entry, plus=True, other="an account UUID")
                 for entry in entries]
 
     def private_chat(self, user_id: str) -> str | None:

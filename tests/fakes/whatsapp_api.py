@@ -11,7 +11,9 @@ Usage::
 - ``deliver(wa_id, text, *, media=None, profile_name="Someone", message_id=None, signature=None)``
   posts one message (``media``: (type, bytes, mime) uploaded to the stand-in, named by id); a
   reply other than 200 is retried as Meta does (``retries`` times, at once here) unless
-  ``retry=False``. ``posts`` lists (status, message id) of every attempt.
+  ``retry=False``. ``posts`` lists (status, message id) of every attempt. A ``wa_id`` that is no
+  number ("US.1349…") is a business-scoped user id: the message comes as from a user who hides
+  their number behind a username (``from_user_id``, no ``from``).
 - The Graph API answers only ``accessToken``; ``closed_window`` (wa_ids) makes a send to them
   fail with error 131047; ``media_url_base`` changes where media URLs point (another host).
 - Recorded: ``sent`` (message bodies), ``uploads`` (name, mime, bytes), ``media_fetches``
@@ -81,7 +83,10 @@ class FakeWhatsApp(Ticks):
     def payload(self, wa_id: str, text: str, *, media: tuple[str, bytes, str] | None = None,
                 profile_name: str = "Someone", message_id: str | None = None,
                 phone_number_id: str = PHONE_ID, context: dict[str, Any] | None = None) -> dict[str, Any]:
-        message: dict[str, Any] = {"from": wa_id, "id": message_id or f"wamid.{next(self._ids)}",
+        # A wa_id that is no number is a business-scoped user id: a user who hides their number
+        # behind a username is named by it alone.
+        sender = {"from": wa_id} if wa_id.isdigit() else {"from_user_id": wa_id}
+        message: dict[str, Any] = {**sender, "id": message_id or f"wamid.{next(self._ids)}",
                                    "timestamp": str(int(time.time())), "type": "text", "text": {"body": text}}
         if context is not None:  # {"forwarded": true}: what Meta marks a forwarded message with
             message["context"] = context
@@ -96,7 +101,8 @@ class FakeWhatsApp(Ticks):
         return {"object": "whatsapp_business_account", "entry": [{"id": "WABA1", "changes": [{"field": "messages", "value": {
             "messaging_product": "whatsapp",
             "metadata": {"display_phone_number": "15550001111", "phone_number_id": phone_number_id},
-            "contacts": [{"profile": {"name": profile_name}, "wa_id": wa_id}], "messages": [message]}}]}]}
+            "contacts": [{"profile": {"name": profile_name}, "wa_id" if wa_id.isdigit() else "user_id": wa_id}],
+            "messages": [message]}}]}]}
 
     async def deliver(self, wa_id: str, text: str, *, retries: int = 3, signature: str | None = None,
                       **payload: Any) -> int:
@@ -133,7 +139,7 @@ class FakeWhatsApp(Ticks):
         return self.sent
 
     def texts(self, wa_id: str | None = None) -> list[str]:
-        return [m["text"]["body"] for m in self.sent if m["type"] == "text" and wa_id in (None, m["to"])]
+        return [m["text"]["body"] for m in self.sent if m["type"] == "text" and wa_id in (None, to(m))]
 
     def _ticked(self) -> None:
         self._tick.set()
@@ -168,13 +174,13 @@ class FakeWhatsApp(Ticks):
             self.typing.append(body)
             self.ticked()
             return web.json_response({"success": True})
-        if body.get("to") in self.closed_window:
+        if to(body) in self.closed_window:
             self.ticked()
             return self._error(400, 131047, "Re-engagement message")
         self.sent.append(body)
         self.sent_ids.append(f"wamid.out{next(self._ids)}")
         self.ticked()
-        return web.json_response({"messaging_product": "whatsapp", "contacts": [{"input": body["to"], "wa_id": body["to"]}],
+        return web.json_response({"messaging_product": "whatsapp", "contacts": [{"input": to(body), "wa_id": to(body)}],
                                   "messages": [{"id": self.sent_ids[-1]}]})
 
     async def _upload(self, request: web.Request) -> web.Response:
@@ -193,3 +199,8 @@ class FakeWhatsApp(Ticks):
             return web.Response(status=401)
         data, mime = self._media[request.match_info["media_id"]]
         return web.Response(body=data, content_type=mime.split(";")[0])
+
+
+def to(message: dict[str, Any]) -> str:
+    """Whom a sent message went to: a number (``to``) or a business-scoped user id (``recipient``)."""
+    return message.get("to") or message["recipient"]
