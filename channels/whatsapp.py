@@ -12,8 +12,10 @@ send through the Graph API at ``apiBase``.
   username) is the sender's own to write and is only shown. A user with a WhatsApp username may
   hide their number: Meta then names them by their business-scoped user id alone (BSUID,
   ``US.1349…``; it never passes to another person), their id here. Where both come, the BSUID is
-  the handle, so a config entry naming it matches either way. Chats are ``whatsapp:<wa_id>`` or
-  ``whatsapp:<BSUID>`` (one-to-one); a BSUID is written to as ``recipient``, a number as ``to``.
+  the handle, so a config entry naming it matches either way, and an admitted user's pair is kept
+  (``store.keep_position``): one who hides their number later is still that number's person and
+  chat. Chats are ``whatsapp:<wa_id>``, else ``whatsapp:<BSUID>`` (one-to-one); a BSUID is written
+  to as ``recipient``, a number as ``to``.
 - Media in: fetched by id (the Graph API names a download URL); the access token goes only to
   ``apiBase``'s origin and to Meta's media host over https. Media out: uploaded, then sent.
 - Outside the 24-hour customer-service window WhatsApp refuses free-form messages (error
@@ -68,6 +70,7 @@ class WhatsAppChannel(BaseChannel):
         app.router.add_post(config.webhook.path, self._post)
         self.webhook = Listener(app, "channels.whatsapp.webhook.listen", timeout_s=ctx.http_timeout_s)
         self._last_message: dict[str, str] = {}  # wa_id -> the id of their latest message (typing, read)
+        self._numbers: dict[str, str] = {}  # an admitted user's business-scoped id -> their number
 
     async def start(self) -> None:
         try:
@@ -143,11 +146,12 @@ class WhatsAppChannel(BaseChannel):
         return number == self.config.phone_number_id
 
     async def _message(self, message: dict[str, Any], names: dict[str, str | None]) -> InboundMessage | None:
-        number, bsuid, kind = str(message.get("from") or ""), str(message.get("from_user_id") or ""), message.get("type")
+        bsuid, kind = str(message.get("from_user_id") or ""), message.get("type")
+        number = str(message.get("from") or "") or await self._number_of(bsuid)
         wa_id = number or bsuid  # a username's holder may hide their number: then the BSUID names them
         if not wa_id or not message.get("id"):
             return None
-        who = Identity(wa_id, bsuid if number and bsuid else None, names.get(wa_id))
+        who = Identity(wa_id, bsuid if number and bsuid else None, names.get(number) or names.get(bsuid))
         part = message.get(kind) if isinstance(message.get(kind), dict) else {}
         text = _words(kind, part, message)
         media: list[str] = []
@@ -165,7 +169,18 @@ class WhatsAppChannel(BaseChannel):
                              delivery_key=str(message["id"]), untrusted="a forwarded message" if forwarded else None)
         if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
             self._last_message[wa_id] = str(message["id"])
+            if number and bsuid and self._numbers.get(bsuid) != number:
+                await self.ctx.store.keep_position(f"{self.name} number of {bsuid}", number)
+                self._numbers[bsuid] = number
         return admitted
+
+    async def _number_of(self, bsuid: str) -> str:
+        """The number Meta named with this business-scoped user id before (kept for admitted
+        users), so one who hides it later is the same person and chat; "" if none."""
+        if bsuid and bsuid not in self._numbers and (number := await self.ctx.store.position(
+                f"{self.name} number of {bsuid}")):
+            self._numbers[bsuid] = number
+        return self._numbers.get(bsuid, "")
 
     def _status(self, status: dict[str, Any]) -> None:
         """What became of a message we sent: a refusal after the fact is logged, once."""

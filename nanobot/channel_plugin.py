@@ -83,7 +83,8 @@ class AccessGate(Protocol):
 
 class ChannelStore(Protocol):
     """What a channel keeps with its messages (the gateway's delivery store, shared by workers):
-    where its event stream stands (a Matrix sync token), what a group said that was not for the
+    where its event stream stands (a Matrix sync token; any value kept under a key until it
+    changes: the number a WhatsApp user id stood for), what a group said that was not for the
     bot (``Heard``: sender id, shown as, text), until the next message that is, and notes on a
     chat for its later messages (``keep``: the words of what the bot sent, where a reply names
     only its id; an album that was for the bot)."""

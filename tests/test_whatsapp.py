@@ -81,6 +81,22 @@ async def test_a_user_who_hides_their_number_is_known_by_their_business_scoped_i
     assert asked(llm) == ["hi there"]
 
 
+async def test_one_who_hides_their_number_later_is_the_same_person_and_chat(
+        llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
+    """Meta names the owner by number and business-scoped id, then (a username chosen, a month
+    quiet) by the id alone: still the owner, in the same chat and history, written to by number."""
+    llm.script(reply("noted: blue"), reply("you said blue"))
+    async with running_gateway(wa_config(llm, workspace, wa)) as gateway:
+        await wa.deliver(OWNER, "my colour is blue", bsuid=HIDDEN)
+        await wa.wait_until(lambda: wa.texts(OWNER) == ["noted: blue"])
+    async with running_gateway(wa_config(llm, workspace, wa)) as gateway:  # a restart between
+        await wa.deliver(HIDDEN, "what is my colour?")
+        await wa.wait_until(lambda: len(wa.texts(OWNER)) == 2)
+        assert gateway.runtime.trust(f"whatsapp:{OWNER}") == "owner"
+    assert wa.texts(OWNER) == ["noted: blue", "you said blue"] and all(m.get("to") == OWNER for m in wa.sent)
+    assert "my colour is blue" in json.dumps(llm.chat_requests[-1]["messages"])  # the same history
+
+
 async def test_a_profile_name_is_no_identity(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
     async with running_gateway(wa_config(llm, workspace, wa)):
         # The stranger's profile is named after the owner's number: Meta's wa_id is what counts.

@@ -13,7 +13,8 @@ Usage::
   reply other than 200 is retried as Meta does (``retries`` times, at once here) unless
   ``retry=False``. ``posts`` lists (status, message id) of every attempt. A ``wa_id`` that is no
   number ("US.1349…") is a business-scoped user id: the message comes as from a user who hides
-  their number behind a username (``from_user_id``, no ``from``).
+  their number behind a username (``from_user_id``, no ``from``); ``bsuid=`` gives a number's
+  message that id too.
 - The Graph API answers only ``accessToken``; ``closed_window`` (wa_ids) makes a send to them
   fail with error 131047; ``media_url_base`` changes where media URLs point (another host).
 - Recorded: ``sent`` (message bodies), ``uploads`` (name, mime, bytes), ``media_fetches``
@@ -81,11 +82,12 @@ class FakeWhatsApp(Ticks):
 
     # ---- Meta's side of the webhook ----------------------------------------------------
     def payload(self, wa_id: str, text: str, *, media: tuple[str, bytes, str] | None = None,
-                profile_name: str = "Someone", message_id: str | None = None,
+                profile_name: str = "Someone", message_id: str | None = None, bsuid: str | None = None,
                 phone_number_id: str = PHONE_ID, context: dict[str, Any] | None = None) -> dict[str, Any]:
         # A wa_id that is no number is a business-scoped user id: a user who hides their number
         # behind a username is named by it alone.
-        sender = {"from": wa_id} if wa_id.isdigit() else {"from_user_id": wa_id}
+        sender = {"from": wa_id, **({"from_user_id": bsuid} if bsuid else {})} if wa_id.isdigit() else \
+            {"from_user_id": wa_id}
         message: dict[str, Any] = {**sender, "id": message_id or f"wamid.{next(self._ids)}",
                                    "timestamp": str(int(time.time())), "type": "text", "text": {"body": text}}
         if context is not None:  # {"forwarded": true}: what Meta marks a forwarded message with
@@ -101,7 +103,8 @@ class FakeWhatsApp(Ticks):
         return {"object": "whatsapp_business_account", "entry": [{"id": "WABA1", "changes": [{"field": "messages", "value": {
             "messaging_product": "whatsapp",
             "metadata": {"display_phone_number": "15550001111", "phone_number_id": phone_number_id},
-            "contacts": [{"profile": {"name": profile_name}, "wa_id" if wa_id.isdigit() else "user_id": wa_id}],
+            "contacts": [{"profile": {"name": profile_name}, "wa_id" if wa_id.isdigit() else "user_id": wa_id,
+                          **({"user_id": bsuid} if bsuid else {})}],
             "messages": [message]}}]}]}
 
     async def deliver(self, wa_id: str, text: str, *, retries: int = 3, signature: str | None = None,
