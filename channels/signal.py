@@ -48,7 +48,7 @@ MENTION_MARK = "\ufffc"  # where Signal's text had a mention
 class SignalChannel(BaseChannel):
     name = "signal"
     max_message_len = 4000
-    handles_change_hands = False  # the handle is the account's UUID: it stays when a number changes
+    moves = "id"  # a number is recycled to a stranger; the handle, the account's UUID, stays with it
 
     def __init__(self, config: SignalConfig, ctx: ChannelContext) -> None:
         super().__init__(config, ctx)

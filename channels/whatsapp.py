@@ -57,7 +57,7 @@ API_TIMEOUT_S = 30.0
 class WhatsAppChannel(BaseChannel):
     name = "whatsapp"
     max_message_len = 4096
-    handles_change_hands = False  # the handle is the BSUID: Meta makes a new one when a number changes
+    moves = "id"  # a number is recycled to a stranger; the handle, the BSUID, is the account's
 
     def __init__(self, config: WhatsAppConfig, ctx: ChannelContext) -> None:
         super().__init__(config, ctx)
@@ -165,8 +165,9 @@ class WhatsAppChannel(BaseChannel):
             if context.get("id") and not forwarded and await self._may_download(who) else None
         text, _ = with_quote(noting_lost((text or "").strip(), int(kind in MEDIA_TYPES), media), answered,
                              self.config.phone_number_id, who.id, self.config.phone_number_id)
-        msg = InboundMessage(self.name, wa_id, who.id, text, sender_name=who.name, media=media, is_private=True,
-                             delivery_key=str(message["id"]), untrusted="a forwarded message" if forwarded else None)
+        msg = InboundMessage(self.name, wa_id, who.id, text, sender_name=who.name, sender_handle=who.handle, media=media,
+                             is_private=True, delivery_key=str(message["id"]),
+                             untrusted="a forwarded message" if forwarded else None)
         if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
             self._last_message[wa_id] = str(message["id"])
             if number and bsuid and self._numbers.get(bsuid) != number:

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Awaitable, Callable
 
 
-from nanobot.bus import Identity
+from nanobot.bus import Identity, Moves
 from nanobot.database import Database, Migrations, StoreUnavailable
-from nanobot.handles import HandleHolders, listed, names_handle
+from nanobot.handles import NameHolders, listed, moving_name
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +152,10 @@ class PairingStore:
     """Pending codes and approved users, in the database. Times are wall-clock seconds,
     because the gateway and the CLI (two processes) compare them."""
 
-    def __init__(self, db: Database, holders: HandleHolders, policy: PairingPolicy = PairingPolicy(),
+    def __init__(self, db: Database, holders: NameHolders, policy: PairingPolicy = PairingPolicy(),
                  clock: Callable[[], float] = time.time) -> None:
         self.db = db
-        self.holders = holders  # whose each handle named in the config is
+        self.holders = holders  # whose each name the config lists is
         self.policy = policy
         self.clock = clock
         self._swept_at = float("-inf")
@@ -165,7 +165,7 @@ class PairingStore:
     async def open(cls, db: Database, policy: PairingPolicy = PairingPolicy(),
                    clock: Callable[[], float] = time.time) -> PairingStore:
         await db.migrate("pairing", MIGRATIONS)
-        return cls(db, await HandleHolders.open(db), policy, clock)
+        return cls(db, await NameHolders.open(db), policy, clock)
 
     async def is_paired(self, channel: str, sender_id: str) -> bool:
         return await self.db.fetchrow("SELECT 1 FROM paired_users WHERE channel = $1 AND sender_id = $2",
@@ -330,22 +330,26 @@ class AccessGate:
         # approved meanwhile?) and no write, no log line. Strangers can send thousands.
         self._quiet_until: dict[tuple[str, str], float] = {}
         self._codes: deque[float] = deque()  # when pairing work was last done, for codes_per_minute
-        self._told_taken: set[tuple[str, str, str]] = set()  # handles seen with a new holder, already said
+        self._told_taken: set[tuple[str, str, str]] = set()  # names seen with a new holder, already said
 
-    async def vouched(self, channel: str, who: Identity, entries: list[str]) -> Identity:
-        """``who``, without a handle ``entries`` name when it was first seen here with another
-        user id: a username given up and taken by someone else (``nanobot.handles``)."""
-        if not any(names_handle(entry, who.handle) for entry in entries) or \
-                (holder := await self.store.holders.holder(channel, str(who.handle), who.id)) == who.id:
+    async def vouched(self, channel: str, who: Identity, entries: list[str], moves: Moves) -> Identity:
+        """``who``, as far as the name ``entries`` list (``moves``: a username, or a phone number)
+        is still the account first seen with it here; else known by their account alone
+        (``nanobot.handles``), and the owner is told once."""
+        if (held := moving_name(who, moves, entries)) is None or \
+                (holder := await self.store.holders.holder(channel, *held)) == held[1]:
             return who
-        if (told := (channel, str(who.handle).lower(), who.id)) not in self._told_taken:
-            self._told_taken.add(told)
-            log.warning("%s: @%s is now user %s's, not user %s's who had it when first seen; not matched by it",
-                        channel, who.handle, who.id, holder)
-            await self._tell_owner(f"{channel}: @{who.handle} is now user {who.id}'s, not the user {holder} it was "
-                                   "when your config named it first; they are not let in by it (if it is the same "
-                                   "person, list the new id in allowFrom or owners)")
-        return Identity(who.id, None, who.name)
+        name, account = held
+        if (channel, name, account) not in self._told_taken:
+            self._told_taken.add((channel, name, account))
+            shown = f"@{who.handle}" if moves == "handle" else name
+            log.warning("%s: %s is now account %s's, not %s's as when first seen; not matched by it", channel, shown,
+                        account, holder)
+            if moves == "handle":  # (a number's owner chat may be that number: the notice would reach its new holder)
+                await self._tell_owner(f"{channel}: {shown} is now account {account}'s, not {holder}'s as when your "
+                                       "config named it first; they are not let in by it (if it is the same person, "
+                                       f"list {account} in allowFrom or owners)")
+        return Identity(who.id, None, who.name) if moves == "handle" else Identity(account, None, who.name)
 
     async def is_allowed(self, channel: str, who: Identity, allow_from: list[str]) -> bool:
         """Admitted already (listed or paired)? Side-effect free: no code is issued."""

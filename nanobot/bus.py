@@ -27,6 +27,12 @@ class Identity:
     name: str | None = None  # for showing only
 
 
+# Which of a sender's names may pass to another account (``nanobot.handles``): the handle (a
+# username) where the id is the account's own (Telegram, Discord); the id (a phone number) where
+# the handle is the account's (Signal's UUID, WhatsApp's business-scoped id).
+Moves = Literal["handle", "id"]
+
+
 @dataclass
 class InboundMessage:
     """A message in: typed fields only (what one platform alone needs stays in its adapter)."""

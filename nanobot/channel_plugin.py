@@ -23,7 +23,7 @@ from typing import Any, Awaitable, Callable, ClassVar, Coroutine, Protocol, Sequ
 import logging
 
 from nanobot import beneath
-from nanobot.bus import Identity, InboundMessage, OutboundMessage
+from nanobot.bus import Identity, InboundMessage, Moves, OutboundMessage
 from nanobot.config import ChannelSection
 from nanobot.coordination import Alone, Singletons, run_while_held
 from nanobot.eventloop import Background
@@ -77,8 +77,8 @@ class AccessGate(Protocol):
     async def is_allowed(self, channel: str, who: Identity, allow_from: list[str]) -> bool:
         """The same verdict as ``check`` for an admitted sender, without side effects (no code issued)."""
 
-    async def vouched(self, channel: str, who: Identity, entries: list[str]) -> Identity:
-        """``who``, without a handle ``entries`` name that its first holder here gave up (``nanobot.handles``)."""
+    async def vouched(self, channel: str, who: Identity, entries: list[str], moves: Moves) -> Identity:
+        """``who`` as far as the name ``entries`` list is still its first account's (``nanobot.handles``)."""
 
 
 class ChannelStore(Protocol):
@@ -207,9 +207,9 @@ class BaseChannel(ABC):
     max_message_len: ClassVar[int]
     # A third-party adapter's own section class (a PluginChannelConfig subclass), if it has one
     config_model: ClassVar[type[ChannelSection] | None] = None
-    # A handle the platform vouches for may pass to someone else (a username given up): it is
-    # held to its first holder here (``nanobot.handles``). Signal's handle, an account UUID, never moves.
-    handles_change_hands: ClassVar[bool] = True
+    # Which name of a sender may pass to another account (``Moves``): it counts only for the
+    # account first seen with it here.
+    moves: ClassVar[Moves] = "handle"
 
     def __init__(self, config: ChannelSection, ctx: ChannelContext) -> None:
         self.config = config  # this channel's section of the config (TelegramConfig, ...)
@@ -336,10 +336,8 @@ class BaseChannel(ABC):
         return await self.ctx.access.is_allowed(self.name, await self._vouched(who), self.config.let_in)
 
     async def _vouched(self, who: Identity) -> Identity:
-        """``who`` as far as its handle is still its first holder's (``handles_change_hands``)."""
-        if not (self.handles_change_hands and who.handle):
-            return who
-        return await self.ctx.access.vouched(self.name, who, self.config.let_in)
+        """``who`` as far as the name that may change hands is still its first account's (``moves``)."""
+        return await self.ctx.access.vouched(self.name, who, self.config.let_in, self.moves) if who.handle else who
 
     async def _handle_message(self, *, sender: Identity, chat_id: str, content: str, media: list[str] | None = None,
                               is_private: bool = True, mentioned: bool = False, delivery_key: str | None = None) -> bool:
@@ -374,8 +372,8 @@ class BaseChannel(ABC):
             return None
         if not msg.content.strip() and not msg.media:  # a sticker, a reaction, someone joining:
             return None  # nothing to answer (a turn would be a model call on an empty message)
-        if (who := await self._vouched(msg.sender)) != msg.sender:  # trust reads the handle from the message
-            msg = replace(msg, sender_handle=who.handle)
+        if (who := await self._vouched(msg.sender)) != msg.sender:  # trust reads the sender from the message
+            msg = replace(msg, sender_id=who.id, sender_handle=who.handle)
         admitted, reply = await self.ctx.access.check(self.name, who, self.config.let_in, msg.is_private, msg.chat_id)
         if not admitted:
             log.debug("%s: ignored message from unknown sender %s (%s)", self.name, msg.sender_id, msg.sender_name)

@@ -1,18 +1,21 @@
-"""How a config entry names a sender: by id, or by a handle the platform vouches for.
+"""How a config entry names a sender: by id, or by a handle the platform vouches for; and the
+names that change hands.
 
-A Telegram or Discord username is vouched for by the platform only while its user keeps it:
-one given up may be taken by anyone next. So a handle named in ``allowFrom`` or ``owners`` is
-held to the user id it was first seen with here (``HandleHolders``); someone who takes it later
-is matched by their id alone (``AccessGate.vouched``).
+A platform vouches for a name only while its account keeps it. A Telegram or Discord username
+given up may be taken by anyone next; a phone number given up is handed by the carrier to a
+stranger, who registers Signal or WhatsApp with it (a new account: a new Signal UUID, a new
+WhatsApp business-scoped id). So a name the config lists counts only for the account it was
+first seen with here (``NameHolders``); whoever holds it later is known by their account alone
+(``AccessGate.vouched``).
 """
 
 from __future__ import annotations
 
-from nanobot.bus import Identity
+from nanobot.bus import Identity, Moves
 from nanobot.database import Database, Migrations
 
-_HOLDERS = """CREATE TABLE handle_holders (  -- a handle named in the config, and the user id first seen with it
-    channel TEXT NOT NULL, handle TEXT NOT NULL, user_id TEXT NOT NULL, PRIMARY KEY (channel, handle));"""
+_HOLDERS = """CREATE TABLE name_holders (  -- a name the config lists, and the account first seen with it
+    channel TEXT NOT NULL, name TEXT NOT NULL, holder TEXT NOT NULL, PRIMARY KEY (channel, name));"""
 MIGRATIONS: Migrations = {"sqlite": [_HOLDERS], "postgresql": [_HOLDERS]}
 
 
@@ -29,25 +32,35 @@ def listed(allow_from: list[str], who: Identity) -> bool:
     return any(entry.strip() in ("*", who.id) or names_handle(entry, who.handle) for entry in allow_from)
 
 
-class HandleHolders:
-    """Which user id each handle named in the config belongs to here: the first seen with it.
-    Written once per handle (the first writer wins among workers), then known in memory."""
+def moving_name(who: Identity, moves: Moves, entries: list[str]) -> tuple[str, str] | None:
+    """(the name that may change hands, the account it names now), when ``entries`` list it and
+    the platform gave both; else None (nothing to hold)."""
+    if not (who.handle and who.id):
+        return None
+    if moves == "handle":
+        return (who.handle.lower(), who.id) if any(names_handle(entry, who.handle) for entry in entries) else None
+    return (who.id, who.handle) if who.id in (entry.strip() for entry in entries) else None
+
+
+class NameHolders:
+    """Which account each name the config lists belongs to here: the first seen with it.
+    Written once per name (the first writer wins among workers), then known in memory."""
 
     def __init__(self, db: Database) -> None:
         self.db = db
         self._known: dict[tuple[str, str], str] = {}
 
     @classmethod
-    async def open(cls, db: Database) -> HandleHolders:
-        await db.migrate("handles", MIGRATIONS)
+    async def open(cls, db: Database) -> NameHolders:
+        await db.migrate("name_holders", MIGRATIONS)
         return cls(db)
 
-    async def holder(self, channel: str, handle: str, user_id: str) -> str:
-        """The user id ``handle`` belongs to on ``channel``: ``user_id``'s if it is seen first."""
-        key = (channel, handle.lower())
+    async def holder(self, channel: str, name: str, account: str) -> str:
+        """The account ``name`` belongs to on ``channel``: ``account`` if it is seen first."""
+        key = (channel, name)
         if (known := self._known.get(key)) is None:
-            await self.db.execute("INSERT INTO handle_holders (channel, handle, user_id) VALUES ($1, $2, $3) "
-                                  "ON CONFLICT DO NOTHING", *key, user_id)
+            await self.db.execute("INSERT INTO name_holders (channel, name, holder) VALUES ($1, $2, $3) "
+                                  "ON CONFLICT DO NOTHING", *key, account)
             known = self._known[key] = str(await self.db.fetchval(
-                "SELECT user_id FROM handle_holders WHERE channel = $1 AND handle = $2", *key))
+                "SELECT holder FROM name_holders WHERE channel = $1 AND name = $2", *key))
         return known

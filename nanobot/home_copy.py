@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from nanobot.access import MIGRATIONS as PAIRING
-from nanobot.handles import MIGRATIONS as HANDLES
+from nanobot.handles import MIGRATIONS as NAME_HOLDERS
 from nanobot.api.keys import MIGRATIONS as API_KEYS
 from nanobot.cron.store import MIGRATIONS as CRON
 from nanobot.database import Migrations, Queries, SqliteDatabase
@@ -31,7 +31,7 @@ from nanobot.usage import MIGRATIONS as USAGE
 COMPONENTS: dict[str, tuple[Migrations, list[str]]] = {
     "usage": (USAGE, ["model_calls", "executions"]),
     "pairing": (PAIRING, ["pairing_requests", "paired_users", "denied_users", "owner_chats"]),
-    "handles": (HANDLES, ["handle_holders"]),
+    "name_holders": (NAME_HOLDERS, ["name_holders"]),
     "cron": (CRON, ["cron_jobs", "cron_runs", "cron_meta"]),
     "delivery": (DELIVERY, ["inbound", "outbox", "channel_positions", "overheard", "kept"]),
     "code_state": (CODE_STATE, ["code_state"]),

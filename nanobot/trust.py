@@ -88,10 +88,10 @@ def chat_trust(config: Config, session_key: str, peer: Identity | None = None,
     section = config.channels.section(channel)
     if section is None or not section.owners_verified:
         return MEMBER  # email without a trusted receiving server: From is anyone's to write
-    # An id entry matching the chat id: Telegram private chats (groups have negative ids).
-    if listed([o for o in owner_ids(section) if o.lstrip("-").isdigit()], Identity(chat_id)):
-        return OWNER
-    return OWNER if peer is not None and is_owner(config, channel, peer) else MEMBER
+    if peer is not None:  # who the chat is with, as vouched (a number now another account's is not the owner)
+        return OWNER if is_owner(config, channel, peer) else MEMBER
+    # Before anyone wrote: an id entry matching the chat id (Telegram private chats; groups have negative ids).
+    return OWNER if listed([o for o in owner_ids(section) if o.lstrip("-").isdigit()], Identity(chat_id)) else MEMBER
 
 
 def is_owner(config: Config, channel: str, who: Identity) -> bool:

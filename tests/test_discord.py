@@ -33,7 +33,7 @@ class AllowList:
     async def is_allowed(self, channel: str, who: Identity, allow_from: list[str]) -> bool:
         return "*" in allow_from or who.id in allow_from
 
-    async def vouched(self, channel: str, who: Identity, entries: list[str]) -> Identity:
+    async def vouched(self, channel: str, who: Identity, entries: list[str], moves: str) -> Identity:
         return who
 
 

@@ -236,7 +236,7 @@ async def test_a_username_given_up_and_taken_by_someone_else_makes_no_owner(
         tg.push_text(ALICE, ALICE, "/status", username="ada")
         await tg.wait_until(lambda: any("This is an" in text for text in texts(tg, ALICE)))
         tg.push_text(MALLORY, MALLORY, "/status", username="Ada")  # Ada took another name; Mallory took hers
-        await tg.wait_until(lambda: texts(tg, MALLORY) and any("@Ada is now user 666's" in text
+        await tg.wait_until(lambda: texts(tg, MALLORY) and any("@Ada is now account 666's" in text
                                                                 for text in texts(tg, ALICE)))
     assert "This is an owner chat" in texts(tg, ALICE)[0]
     assert texts(tg, MALLORY) == [texts(tg, MALLORY)[0]] and "This is a member chat" in texts(tg, MALLORY)[0]

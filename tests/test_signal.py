@@ -54,6 +54,22 @@ async def test_a_direct_message_is_answered_and_is_an_owner_chat(llm: FakeOpenAI
         assert gateway.channels.state["signal"] == "running"
 
 
+async def test_a_number_recycled_to_a_stranger_makes_no_owner(llm: FakeOpenAI, workspace: Path,
+                                                               signal: FakeSignalCli,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """The carrier gives the owner's old number to someone who registers Signal with it: a new
+    account (UUID). With "*" they get in, but as a member, in a chat that starts over."""
+    llm.script(reply("noted: teal"), reply("hello"))
+    async with running_gateway(signal_config(llm, workspace, signal, allowFrom=["*"])) as gateway:
+        signal.push(OWNER, "my colour is teal")
+        await signal.wait_sent(1)
+        signal.push(OWNER, "what is my colour?", account="uuid-the-new-holder")
+        await signal.wait_sent(2)
+        assert gateway.runtime.trust(f"signal:{OWNER}") == "member"
+    assert "teal" not in str(llm.chat_requests[-1]["messages"])  # the owner's chat started over
+    assert f"{OWNER} is now account uuid-the-new-holder's, not uuid-{OWNER}'s" in caplog.text
+
+
 async def test_a_profile_name_is_no_identity_and_strangers_get_nothing_but_a_code(
         llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli) -> None:
     async with running_gateway(signal_config(llm, workspace, signal, owners=[OWNER], allowFrom=[OWNER])):

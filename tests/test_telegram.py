@@ -43,7 +43,7 @@ class StubGate:
     async def is_allowed(self, channel, who, allow_from):
         return who.id in allow_from
 
-    async def vouched(self, channel, who, entries):
+    async def vouched(self, channel, who, entries, moves):
         return who
 
 

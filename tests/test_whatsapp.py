@@ -76,8 +76,11 @@ async def test_a_user_who_hides_their_number_is_known_by_their_business_scoped_i
         await wa.deliver(HIDDEN_STRANGER, "let me in")
         await wa.wait_until(lambda: "hello, hidden owner" in wa.texts(HIDDEN) and wa.texts(HIDDEN_STRANGER))
         assert gateway.runtime.trust(f"whatsapp:{HIDDEN}") == "owner"
+        await wa.deliver("15550004444", "/status", bsuid=HIDDEN)  # the number shown again: the id still counts
+        await wa.wait_until(lambda: any("This is an owner chat" in text for text in wa.texts("15550004444")))
     assert "hello, hidden owner" in wa.texts(HIDDEN) and "pair" in wa.texts(HIDDEN_STRANGER)[0].lower()
-    assert all("to" not in message and message["recipient"] in (HIDDEN, HIDDEN_STRANGER) for message in wa.sent)
+    assert all("to" not in message for message in wa.sent if message.get("recipient") in (HIDDEN, HIDDEN_STRANGER))
+    assert {message.get("recipient") or message["to"] for message in wa.sent} == {HIDDEN, HIDDEN_STRANGER, "15550004444"}
     assert asked(llm) == ["hi there"]
 
 
@@ -95,6 +98,24 @@ async def test_one_who_hides_their_number_later_is_the_same_person_and_chat(
         assert gateway.runtime.trust(f"whatsapp:{OWNER}") == "owner"
     assert wa.texts(OWNER) == ["noted: blue", "you said blue"] and all(m.get("to") == OWNER for m in wa.sent)
     assert "my colour is blue" in json.dumps(llm.chat_requests[-1]["messages"])  # the same history
+
+
+async def test_a_number_recycled_to_a_stranger_makes_no_owner(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """The owner's old number, registered by someone else: a new business-scoped id. With "*"
+    they get in, but as a member, in a chat that starts over (before, the number was the owner)."""
+    config = wa_config(llm, workspace, wa)
+    config.channels.whatsapp = WhatsAppConfig.model_validate({
+        **config.channels.whatsapp.model_dump(by_alias=True), "allowFrom": ["*"]})
+    llm.script(reply("noted: teal"), reply("hello"))
+    async with running_gateway(config) as gateway:
+        await wa.deliver(OWNER, "my colour is teal", bsuid=HIDDEN)
+        await wa.wait_sent(1)
+        await wa.deliver(OWNER, "what is my colour?", bsuid=HIDDEN_STRANGER)
+        await wa.wait_sent(2)
+        assert gateway.runtime.trust(f"whatsapp:{OWNER}") == "member"
+    assert "teal" not in str(llm.chat_requests[-1]["messages"])
+    assert f"{OWNER} is now account {HIDDEN_STRANGER}'s, not {HIDDEN}'s" in caplog.text
 
 
 async def test_a_profile_name_is_no_identity(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:

@@ -70,9 +70,11 @@ class FakeSignalCli(Ticks):
     # ---- the test's side ------------------------------------------------------------
     def push(self, number: str, text: str, *, group: str | None = None, mention: bool = False,
              attachments: dict[str, bytes] | None = None, stored: list[str] = [], source_name: str = "Someone",
-             timestamp: int | None = None, quote: dict[str, Any] | None = None) -> dict[str, Any]:
+             timestamp: int | None = None, quote: dict[str, Any] | None = None,
+             account: str | None = None) -> dict[str, Any]:
         """A message from ``number`` (to a group with ``group``), as the next stream event.
-        ``stored``: names already in the attachments folder, attached as they are."""
+        ``stored``: names already in the attachments folder, attached as they are; ``account``: the
+        sender's UUID (by default one of the number's own)."""
         message: dict[str, Any] = {"timestamp": timestamp or time.time_ns() // 1000, "message": text}
         if group:
             message["groupInfo"] = {"groupId": group, "type": "DELIVER"}
@@ -85,7 +87,7 @@ class FakeSignalCli(Ticks):
         if attachments or stored:
             message["attachments"] = [self._store(name, data) for name, data in (attachments or {}).items()] + [
                 {"contentType": "text/plain", "filename": name, "id": name, "size": 1} for name in stored]
-        envelope = {"source": number, "sourceNumber": number, "sourceUuid": f"uuid-{number}",
+        envelope = {"source": number, "sourceNumber": number, "sourceUuid": account or f"uuid-{number}",
                     "sourceName": source_name, "sourceDevice": 1, "timestamp": message["timestamp"],
                     "dataMessage": message}
         self.push_envelope(envelope)
