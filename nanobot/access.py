@@ -336,8 +336,10 @@ class AccessGate:
         """``who``, as far as the name ``entries`` list (``moves``: a username, or a phone number)
         is still the account first seen with it here; else known by their account alone
         (``nanobot.handles``), and the owner is told once."""
-        if (held := moving_name(who, moves, entries)) is None or \
-                (holder := await self.store.holders.holder(channel, *held)) == held[1]:
+        if (held := moving_name(who, moves, entries)) is None and moves == "id" and who.handle and \
+                await self.store.is_paired(channel, who.id):
+            held = (who.id, who.handle)  # pairing named the number as much as the config does
+        if held is None or (holder := await self.store.holders.holder(channel, *held)) == held[1]:
             return who
         name, account = held
         if (channel, name, account) not in self._told_taken:

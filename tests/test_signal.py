@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -68,6 +69,26 @@ async def test_a_number_recycled_to_a_stranger_makes_no_owner(llm: FakeOpenAI, w
         assert gateway.runtime.trust(f"signal:{OWNER}") == "member"
     assert "teal" not in str(llm.chat_requests[-1]["messages"])  # the owner's chat started over
     assert f"{OWNER} is now account uuid-the-new-holder's, not uuid-{OWNER}'s" in caplog.text
+
+
+async def test_a_paired_number_recycled_to_a_stranger_is_not_paired(llm: FakeOpenAI, workspace: Path,
+                                                                     signal: FakeSignalCli) -> None:
+    """Pairing named a number and its account: whoever registers the number later is a stranger
+    again (a code, no turn, nothing of the paired user's chat)."""
+    llm.script(reply("noted: teal"))
+
+    def to_stranger() -> list[str]:
+        return [m["message"] for m in signal.sent if m["recipient"] == [STRANGER]]
+
+    async with running_gateway(signal_config(llm, workspace, signal)) as gateway:
+        signal.push(STRANGER, "let me in")
+        [offer] = [m["message"] for m in await signal.wait_sent(1)]
+        await gateway.runtime.pairing.approve(re.search(r"nanobot pairing approve (\w+)", offer).group(1))
+        signal.push(STRANGER, "my colour is teal")
+        await signal.wait_until(lambda: any(m["message"] == "noted: teal" for m in signal.sent))
+        signal.push(STRANGER, "what is my colour?", account="uuid-the-new-holder")
+        await signal.wait_until(lambda: sum("pairing code" in text for text in to_stranger()) == 2)
+    assert len(llm.chat_requests) == 1 and "pairing code" in to_stranger()[-1]
 
 
 async def test_a_profile_name_is_no_identity_and_strangers_get_nothing_but_a_code(
