@@ -96,6 +96,8 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"channels": {"signal": {"owners": ["15550002222"]}}},
      "invalid value for 'channels.signal.owners': '15550002222' is not a phone number with its country code"),
     ({"channels": {"slack": {"allowFrom": ["@ada"]}}}, "invalid value for 'channels.slack.allowFrom': '@ada' is not a Slack user id"),
+    ({"channels": {"slack": {"groupAllowFrom": ["#general"]}}},
+     "invalid value for 'channels.slack.groupAllowFrom': '#general' is not a Slack channel id"),
     ({"channels": {"telegram": {"owners": ["+15550002222"]}}}, "'channels.telegram.owners': '+15550002222' is not a user id"),
     ({"channels": {"discord": {"allowFrom": ["ada#1234"]}}}, "'channels.discord.allowFrom': 'ada#1234' is not a user id"),
     ({"channels": {"matrix": {"owners": ["ada"]}}}, "invalid value for 'channels.matrix.owners': 'ada' is not a Matrix user id"),

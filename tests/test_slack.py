@@ -138,6 +138,21 @@ async def test_in_a_channel_a_mention_is_answered_in_its_thread_once(llm: FakeOp
         assert len(slack.posted) == 2  # a stranger in a channel gets nothing at all
 
 
+async def test_allowlist_answers_every_message_in_listed_channels_and_none_elsewhere(
+        llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    llm.fallback = lambda body: reply("re: " + asked_last(body))
+    config = slack_config(llm, workspace, slack)
+    config.channels.slack = SlackConfig.model_validate({**config.channels.slack.model_dump(by_alias=True),
+                                                        "groupPolicy": "allowlist", "groupAllowFrom": ["C1"]})
+    async with running_gateway(config):
+        await slack.push_message("C2", FRIEND, "<@UBOT> over here?", mention=True)  # not a listed channel
+        await slack.push_message("C1", FRIEND, "no mention needed here")
+        shown = await slack.wait_shown("re: no mention needed here")
+        await slack.push_message("C1", STRANGER, "and me?")  # listed channel, unlisted person
+        await slack.wait_until(lambda: len(slack.acks) >= 4)
+    assert shown["channel"] == "C1" and [p["channel"] for p in slack.posted] == ["C1"] and len(llm.chat_requests) == 1
+
+
 async def test_a_retried_event_is_answered_once(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
     llm.fallback = lambda body: reply("once")
     async with running_gateway(slack_config(llm, workspace, slack)):

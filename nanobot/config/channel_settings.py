@@ -15,6 +15,7 @@ from nanobot.config.base import HttpProxy, Id, Section, ServerUrl, _check_listen
 # What a platform names a sender by, where a config entry of another shape would match nobody.
 _ID_OR_USERNAME = re.compile(r"-?\d+|@?[A-Za-z0-9_.]+")  # Telegram's and Discord's
 _SLACK_USER = re.compile(r"[UW][A-Z0-9]+")
+_SLACK_CHANNEL = re.compile(r"[CG][A-Z0-9]+")
 _MATRIX_USER = re.compile(r"@[^:\s]+:\S+")
 _PHONE_PUNCTUATION = re.compile(r"[\s().-]")
 _BSUID = re.compile(r"[A-Z]{2}\.(?:ENT\.)?[A-Za-z0-9]+")  # WhatsApp's business-scoped user id (US.1349…)
@@ -156,6 +157,11 @@ class SlackConfig(ChannelSection):
     @classmethod
     def _user_ids(cls, entries: list[str]) -> list[str]:
         return _all_like(entries, _SLACK_USER, "a Slack user id (U…: a profile's ⋮ menu, Copy member ID)")
+
+    @field_validator("group_allow_from")
+    @classmethod
+    def _channel_ids(cls, entries: list[str]) -> list[str]:
+        return _all_like(entries, _SLACK_CHANNEL, "a Slack channel id (C…: at the bottom of the channel's details)")
 
     def missing(self) -> list[tuple[str, str]]:
         found = [("bot_token", "is empty")] if not self.bot_token.strip() else []
