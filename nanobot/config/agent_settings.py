@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from nanobot.config.base import ExecutionMode, Section, ServerUrl, Timezone
 
@@ -100,6 +100,17 @@ class Agents(Section):
     overrides: dict[str, AgentOverride] = {}
     models: dict[str, ModelChoice] = {}  # the choices of /model NAME
     member_models: list[str] = []  # the names of models that member chats may pick (none: the default only)
+
+    @field_validator("overrides")
+    @classmethod
+    def _chat_keys(cls, overrides: dict[str, AgentOverride]) -> dict[str, AgentOverride]:
+        """Each key a chat's (``channel:chat_id``): another shape would override no chat, silently."""
+        for key in overrides:
+            channel, _, chat_id = key.partition(":")
+            if not channel or not chat_id:
+                raise ValueError(f"{key!r} names no chat: a key is CHANNEL:CHAT_ID, as /status shows it "
+                                 "(telegram:123456, slack:C0123:1712345678.000100)")
+        return overrides
 
     @model_validator(mode="after")
     def _member_models_exist(self) -> Agents:
