@@ -90,6 +90,9 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"channels": {"telegram": {"webhook": {"url": "https://b.example.org/tg", "secretToken": "x" * 16,
                                             "listen": "8443"}}}}, "invalid value for 'channels.telegram.webhook.listen'"),
     ({"gateway": {"failoverSeconds": 1}}, "invalid value for 'gateway.failoverSeconds'"),
+    ({"agents": {"overrides": {"telegram:5": {"mcpServers": ["notse"]}}}},
+     "invalid value for 'agents.overrides.telegram:5.mcpServers': names MCP server 'notse', which is not in "
+     "tools.mcpServers (none)"),
     ({"agents": {"overrides": {"telegram_123": {"trust": "member"}}}},
      "invalid value for 'agents.overrides': 'telegram_123' names no chat: a key is CHANNEL:CHAT_ID"),
     # never matching a sender, silently: an id the platform never names

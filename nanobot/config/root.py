@@ -105,6 +105,9 @@ class Config(BaseSettings):
             provider(("agents", "overrides", key, "provider"), override.provider)
             for i, choice in enumerate(override.fallbacks or []):
                 provider(("agents", "overrides", key, "fallbacks", i, "provider"), choice.provider)
+            found += [(("agents", "overrides", key, "mcpServers"), f"names MCP server {name!r}, which is not in "
+                       f"tools.mcpServers ({', '.join(self.tools.mcp_servers) or 'none'})")
+                      for name in override.mcp_servers or [] if name not in self.tools.mcp_servers]
         provider(("tools", "transcription", "provider"), self.tools.transcription.provider)
         provider(("tools", "speech", "provider"), self.tools.speech.provider)
         for name in BUILTIN_CHANNELS:
