@@ -218,6 +218,15 @@ async def test_name_clashes_are_refused(llm: FakeOpenAI, workspace: Path) -> Non
                                  "'my.notes' my_notes_add_note)")
 
 
+async def test_allowed_tools_offers_only_those_and_names_a_tool_the_server_lacks(
+        llm: FakeOpenAI, workspace: Path, caplog: pytest.LogCaptureFixture) -> None:
+    server = stdio_server(allowed_tools=["search", "serach"])
+    async with open_runtime(with_servers(llm, workspace, {"notes": server})) as rt:
+        await rt.mcp.ensure_started()
+        assert [t.name for t in rt.tools.tools() if t.name.startswith("notes_")] == ["notes_search"]
+    assert "MCP server notes: allowedTools names serach, which it does not list (it lists: " in caplog.text
+
+
 @pytest.mark.parametrize("transport", ["streamable-http", "sse"])
 async def test_network_transports(llm: FakeOpenAI, workspace: Path, transport: str) -> None:
     proc, port = await http_server(*(["--sse"] if transport == "sse" else []))

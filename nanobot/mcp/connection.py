@@ -145,6 +145,9 @@ class McpConnection:
             tools = await _list_tools(client)
             allowed = self.config.allowed_tools
             self.tools = [t for t in tools if allowed is None or t.name in allowed]
+            if unlisted := sorted(set(allowed or ()) - {t.name for t in tools}):  # a typo offers nothing
+                log.warning("MCP server %s: allowedTools names %s, which it does not list (it lists: %s)",
+                            self.name, ", ".join(unlisted), ", ".join(t.name for t in tools))
             self._client = client
             self._set_state("running")
             self._attempted.set()
