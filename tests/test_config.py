@@ -93,6 +93,8 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"agents": {"overrides": {"telegram:5": {"mcpServers": ["notse"]}}}},
      "invalid value for 'agents.overrides.telegram:5.mcpServers': names MCP server 'notse', which is not in "
      "tools.mcpServers (none)"),
+    ({"gateway": {"heartbeat": {"to": "telegram:42"}}},
+     "invalid value for 'gateway.heartbeat.to': names channel 'telegram', which is not enabled (enabled: cli, api)"),
     ({"agents": {"overrides": {"telegram_123": {"trust": "member"}}}},
      "invalid value for 'agents.overrides': 'telegram_123' names no chat: a key is CHANNEL:CHAT_ID"),
     # never matching a sender, silently: an id the platform never names

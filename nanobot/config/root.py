@@ -17,7 +17,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from nanobot.chat_names import parent_chat
 from nanobot.config.agent_settings import AgentSettings, Agents, ProviderConfig
 from nanobot.config.base import ConfigError
-from nanobot.config.channel_settings import BUILTIN_CHANNELS, Channels
+from nanobot.config.channel_settings import BUILTIN_CHANNELS, LIVE_CHANNELS, Channels
 from nanobot.config.gateway_settings import Database, Gateway
 from nanobot.config.tool_settings import Tools
 
@@ -108,6 +108,10 @@ class Config(BaseSettings):
             found += [(("agents", "overrides", key, "mcpServers"), f"names MCP server {name!r}, which is not in "
                        f"tools.mcpServers ({', '.join(self.tools.mcp_servers) or 'none'})")
                       for name in override.mcp_servers or [] if name not in self.tools.mcp_servers]
+        heartbeat, live = self.gateway.heartbeat, [*self.channels.enabled_names(), *LIVE_CHANNELS]
+        if heartbeat.enabled and heartbeat.to and (channel := heartbeat.to.partition(":")[0]) not in live:
+            found.append((("gateway", "heartbeat", "to"), f"names channel {channel!r}, which is not enabled "
+                          f"(enabled: {', '.join(live)})"))
         provider(("tools", "transcription", "provider"), self.tools.transcription.provider)
         provider(("tools", "speech", "provider"), self.tools.speech.provider)
         for name in BUILTIN_CHANNELS:
