@@ -335,7 +335,7 @@ class AccessGate:
     async def vouched(self, channel: str, who: Identity, entries: list[str], moves: Moves) -> Identity:
         """``who``, as far as the name ``entries`` list (``moves``: a username, or a phone number)
         is still the account first seen with it here; else known by their account alone
-        (``nanobot.handles``), and the owner is told once."""
+        (``nanobot.handles``), said once in the log (and to the owner, of a username)."""
         if (held := moving_name(who, moves, entries)) is None and moves == "id" and who.handle and \
                 await self.store.is_paired(channel, who.id):
             held = (who.id, who.handle)  # pairing named the number as much as the config does
