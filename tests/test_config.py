@@ -148,7 +148,8 @@ def test_ids_are_read_as_the_platforms_name_senders(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("server", ["http://127.0.0.1:8008", "http://localhost:11434/v1", "http://synapse:8008",
                                     "http://192.168.1.5:8008", "http://[fd00::5]:80", "http://100.101.102.103:8000",
-                                    "http://gpu.tail1234.ts.net:8000", "http://nas.home.arpa", "https://matrix.example.org"])
+                                    "http://gpu.tail1234.ts.net:8000", "http://nas.home.arpa", "https://matrix.example.org",
+                                    "http://synapse.matrix.svc:8008", "http://host.docker.internal:11434/v1"])
 def test_plain_http_may_go_to_this_machine_or_a_private_network(tmp_path: Path, server: str) -> None:
     config = load_config(write(tmp_path / "c.json", {
         "providers": {"openai": {"apiBase": server}}, "channels": {"matrix": {"homeserver": server},

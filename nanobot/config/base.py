@@ -94,9 +94,11 @@ def url_without_password(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{parts.netloc.rpartition('@')[2]}"))
 
 
-# Names that stay on this machine or a private network: a local-use domain, or a tailnet's
-# (WireGuard carries it encrypted). Plain HTTP may go there.
-NEAR_NAME_SUFFIXES = (".localhost", ".local", ".lan", ".home.arpa", ".internal", ".ts.net")
+# Names that stay on this machine or a private network: domains for local use that no public
+# DNS has (a Kubernetes service's .svc, .home.arpa, .test, the never delegated .home and .corp),
+# or a tailnet's (WireGuard carries it encrypted). Plain HTTP may go there.
+NEAR_NAME_SUFFIXES = (".localhost", ".local", ".lan", ".home", ".corp", ".internal", ".home.arpa", ".svc", ".test",
+                      ".ts.net")
 
 
 def is_near(host: str) -> bool:
