@@ -35,6 +35,7 @@ from nanobot.bus import InboundMessage, OutboundMessage  # noqa: E402
 from nanobot.config import Config  # noqa: E402
 from nanobot.eventloop import cancel_and_wait  # noqa: E402
 from nanobot.gateway import Dispatcher, Gateway  # noqa: E402
+from nanobot.gateway.albums import ALBUM_QUIET_S  # noqa: E402
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider  # noqa: E402
 from nanobot.runtime import Runtime, open_runtime  # noqa: E402
 from tests.fakes.discord_api import FakeDiscord  # noqa: E402
@@ -97,7 +98,7 @@ async def dispatching(rt: Runtime, agent: Any) -> AsyncIterator[Recorder]:
     gateway, sink = Gateway(rt), Recorder("bench")
     gateway.add_internal_channel(sink)
     await gateway.delivery.migrate()
-    dispatcher = Dispatcher(agent, rt.bus, rt.config.gateway, gateway.outbound)
+    dispatcher = Dispatcher(agent, rt.bus, rt.config.gateway, gateway.outbound, album_quiet_s=ALBUM_QUIET_S)
     tasks = [asyncio.create_task(dispatcher.run()), asyncio.create_task(gateway.outbound.route())]
     try:
         yield sink
