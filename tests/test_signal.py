@@ -88,7 +88,13 @@ async def test_a_paired_number_recycled_to_a_stranger_is_not_paired(llm: FakeOpe
         await signal.wait_until(lambda: any(m["message"] == "noted: teal" for m in signal.sent))
         signal.push(STRANGER, "what is my colour?", account="uuid-the-new-holder")
         await signal.wait_until(lambda: sum("pairing code" in text for text in to_stranger()) == 2)
-    assert len(llm.chat_requests) == 1 and "pairing code" in to_stranger()[-1]
+        assert len(llm.chat_requests) == 1
+        # Approved in turn, the new holder is answered, in a chat that started over.
+        await gateway.runtime.pairing.approve(re.search(r"nanobot pairing approve (\w+)", to_stranger()[-1]).group(1))
+        llm.script(reply("a fresh start"))
+        signal.push(STRANGER, "hello?", account="uuid-the-new-holder")
+        await signal.wait_until(lambda: "a fresh start" in to_stranger())
+    assert "teal" not in str(llm.chat_requests[-1]["messages"])
 
 
 async def test_a_profile_name_is_no_identity_and_strangers_get_nothing_but_a_code(
