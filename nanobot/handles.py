@@ -55,6 +55,11 @@ class NameHolders:
         await db.migrate("name_holders", MIGRATIONS)
         return cls(db)
 
+    async def all(self) -> dict[tuple[str, str], str]:
+        """(channel, name) -> the account each is held to (``nanobot status``)."""
+        return {(row["channel"], row["name"]): row["holder"]
+                for row in await self.db.fetch("SELECT channel, name, holder FROM name_holders")}
+
     async def holder(self, channel: str, name: str, account: str) -> str:
         """The account ``name`` belongs to on ``channel``: ``account`` if it is seen first."""
         key = (channel, name)

@@ -230,13 +230,17 @@ async def test_a_username_given_up_and_taken_by_someone_else_makes_no_owner(
         config: Config, tg: FakeTelegram) -> None:
     """Telegram lets anyone take a username its holder gave up: "@ada" in owners stays the user
     it was first seen with, the newcomer is a member, and the owner is told."""
+    from nanobot.cli.status import trust_lines
+
     t = config.channels.telegram
     t.allow_from, t.owners = ["*"], ["@ada"]
-    async with running_gateway(config):
+    async with running_gateway(config) as gateway:
         tg.push_text(ALICE, ALICE, "/status", username="ada")
         await tg.wait_until(lambda: any("This is an" in text for text in texts(tg, ALICE)))
         tg.push_text(MALLORY, MALLORY, "/status", username="Ada")  # Ada took another name; Mallory took hers
         await tg.wait_until(lambda: texts(tg, MALLORY) and any("@Ada is now account 666's" in text
                                                                 for text in texts(tg, ALICE)))
+        held = await gateway.runtime.pairing.holders.all()
+    assert "Owners:    telegram @ada (account 42) in private chats" in trust_lines(config, [], None, held)
     assert "This is an owner chat" in texts(tg, ALICE)[0]
     assert texts(tg, MALLORY) == [texts(tg, MALLORY)[0]] and "This is a member chat" in texts(tg, MALLORY)[0]

@@ -57,7 +57,9 @@ async def _status(config: Config, path: Path) -> None:
         typer.echo(f"nanobot: {exc}", err=True)
         raise typer.Exit(1) from None
     try:
-        for line in trust_lines(config, await _owner_keys(db), await (await PairingStore.open(db)).owner_chats()):
+        pairing = await PairingStore.open(db)
+        held = await pairing.holders.all()  # the account each listed name is held to
+        for line in trust_lines(config, await _owner_keys(db), await pairing.owner_chats(), held):
             typer.echo(for_terminal(line))  # an owner's handle, as the platform gave it
         typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
@@ -155,16 +157,22 @@ def _one_a_line(label: str, items: list[str]) -> list[str]:
     return [(label if i == 0 else " " * len(label)) + item for i, item in enumerate(items)]
 
 
-def trust_lines(config: Config, owner_keys: list[str] | None,
-                heard: dict[str, tuple[str, Identity]] | None = None) -> list[str]:
+def trust_lines(config: Config, owner_keys: list[str] | None, heard: dict[str, tuple[str, Identity]] | None = None,
+                held: dict[tuple[str, str], str] | None = None) -> list[str]:
     """Who the owner is (``owner_keys``: the owner API keys' names, None when the database is
-    unreachable), where notices go (``heard``: the owner chats remembered), where the shell
-    stands, and what steers the assistant unexpectedly."""
+    unreachable; ``held``: the account each listed name is held to), where notices go
+    (``heard``: the owner chats remembered), where the shell stands, and what steers the
+    assistant unexpectedly."""
     from nanobot.skills import shadowing_skills
     from nanobot.tools.shell import shell_status
     from nanobot.trust import owner_chat, owner_ids
 
-    owners = [f"{name} {', '.join(owner_ids(section)) or '(none)'} in private chats" if section.owners_verified
+    def shown(channel: str, entry: str) -> str:
+        account = (held or {}).get((channel, entry)) or (held or {}).get((channel, entry.removeprefix("@").lower()))
+        return f"{entry} (account {account})" if account and account != entry else entry
+
+    owners = [f"{name} {', '.join(shown(name, o) for o in owner_ids(section)) or '(none)'} in private chats"
+              if section.owners_verified
               else f"{name} none (its senders are unverified without trustedAuthServId)"
               for name in config.channels.enabled_names() if (section := config.channels.section(name))]
     if owner_keys:
