@@ -90,8 +90,9 @@ def chat_trust(config: Config, session_key: str, peer: Identity | None = None,
         return MEMBER  # email without a trusted receiving server: From is anyone's to write
     if peer is not None:  # who the chat is with, as vouched (a number now another account's is not the owner)
         return OWNER if is_owner(config, channel, peer) else MEMBER
-    # Before anyone wrote: an id entry matching the chat id (Telegram private chats; groups have negative ids).
-    return OWNER if listed([o for o in owner_ids(section) if o.lstrip("-").isdigit()], Identity(chat_id)) else MEMBER
+    # Before anyone wrote: a private chat named after an owner (a Telegram id, a number), never a
+    # group's or a channel's id however the config lists it.
+    return OWNER if any(section.private_chat(owner) == chat_id for owner in owner_ids(section)) else MEMBER
 
 
 def is_owner(config: Config, channel: str, who: Identity) -> bool:

@@ -14,6 +14,7 @@ from nanobot.gateway import Gateway
 from nanobot.gateway.app import Pace
 from nanobot.runtime import open_runtime
 from nanobot.trust import MEMBER, OWNER, chat_trust
+from nanobot.bus import Identity
 from tests.fakes.openai_server import FakeOpenAI, reply
 
 PLUGIN = '''
@@ -155,5 +156,6 @@ def test_a_plugin_section_is_typed_at_load_and_trust_reads_it(plugin, home: Path
     section = config.channels.section("echo")
     assert section is not None and section.owners == ["7"] and section.model_extra == {"greeting": "hi"}
     assert config.channels.enabled_names() == ["echo"] and config.channels.stream_pace("echo") is None
-    assert chat_trust(config, "echo:7") == OWNER and chat_trust(config, "echo:8") == MEMBER
+    assert chat_trust(config, "echo:7", Identity("7")) == OWNER and chat_trust(config, "echo:8", Identity("8")) == MEMBER
+    assert chat_trust(config, "echo:7") == MEMBER  # before anyone wrote: an id names a person, not a chat
     assert config.channels.section("nowhere") is None

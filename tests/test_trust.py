@@ -258,6 +258,20 @@ def test_notices_go_to_a_chat_an_owners_id_names_only_where_the_platform_names_i
     assert notices_go("discord", ["42"], {"discord": ("5", Identity("43"))}) is None
 
 
+def test_an_id_in_owners_names_a_person_never_a_group_or_a_channel() -> None:
+    """Owner chats are private chats with an owner: a Discord channel whose id the config lists
+    among the owners' (snowflakes look alike) is not one, and a Telegram group's id there is a
+    config error naming the way to trust a group (before, the whole group was an owner chat)."""
+    from nanobot.trust import chat_trust
+
+    config = Config.model_validate({"channels": {"discord": {"owners": ["1234"]}, "telegram": {"owners": ["42"]},
+                                                 "signal": {"owners": ["+15550001111"]}}})
+    assert chat_trust(config, "discord:1234") == "member"
+    assert chat_trust(config, "telegram:42") == chat_trust(config, "signal:+15550001111") == "owner"
+    with pytest.raises(ValueError, match="'-1001234' is not a user id or a username .*to trust a whole group"):
+        Config.model_validate({"channels": {"telegram": {"owners": ["-1001234"]}}})
+
+
 def test_home_is_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 

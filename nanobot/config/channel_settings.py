@@ -13,7 +13,7 @@ from nanobot.config.base import HttpProxy, Id, Section, ServerUrl, _check_listen
 
 
 # What a platform names a sender by, where a config entry of another shape would match nobody.
-_ID_OR_USERNAME = re.compile(r"-?\d+|@?[A-Za-z0-9_.]+")  # Telegram's and Discord's
+_ID_OR_USERNAME = re.compile(r"\d+|@?[A-Za-z0-9_.]+")  # Telegram's and Discord's (a group's id is negative)
 _SLACK_USER = re.compile(r"[UW][A-Z0-9]+")
 _SLACK_CHANNEL = re.compile(r"[CG][A-Z0-9]+")
 _MATRIX_USER = re.compile(r"@[^:\s]+:\S+")
@@ -85,8 +85,9 @@ class BotChannel(ChannelSection):
     @field_validator("allow_from", "owners")
     @classmethod
     def _ids_or_usernames(cls, entries: list[str]) -> list[str]:
-        return _all_like(entries, _ID_OR_USERNAME, "a user id or a username (a phone number, an old-style "
-                                                   "name#1234 or a display name never names a sender here)")
+        return _all_like(entries, _ID_OR_USERNAME, "a user id or a username (a group's id, a phone number, an "
+                                                   "old-style name#1234 or a display name never names a sender "
+                                                   "here; to trust a whole group: agents.overrides)")
 
     def missing(self) -> list[tuple[str, str]]:
         return [("token", "is empty")] if not self.token.strip() else []
