@@ -171,17 +171,19 @@ class WhatsAppChannel(BaseChannel):
         if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
             self._last_message[wa_id] = str(message["id"])
             if number and bsuid and self._numbers.get(bsuid) != number:
-                await self.ctx.store.keep_position(f"{self.name} number of {bsuid}", number)
+                await self.ctx.store.keep_position(self._number_key(bsuid), number)
                 self._numbers[bsuid] = number
         return admitted
 
     async def _number_of(self, bsuid: str) -> str:
         """The number Meta named with this business-scoped user id before (kept for admitted
         users), so one who hides it later is the same person and chat; "" if none."""
-        if bsuid and bsuid not in self._numbers and (number := await self.ctx.store.position(
-                f"{self.name} number of {bsuid}")):
+        if bsuid and bsuid not in self._numbers and (number := await self.ctx.store.position(self._number_key(bsuid))):
             self._numbers[bsuid] = number
         return self._numbers.get(bsuid, "")
+
+    def _number_key(self, bsuid: str) -> str:
+        return f"{self.name} number of {bsuid}"  # in the store's positions: kept until it changes
 
     def _status(self, status: dict[str, Any]) -> None:
         """What became of a message we sent: a refusal after the fact is logged, once."""

@@ -361,7 +361,8 @@ class BaseChannel(ABC):
         """A group message not for the bot, kept for the next that is (``after_heard``): an allowed
         person's only, as nothing a stranger writes reaches the model. ``shown``: how the model
         is told who wrote it (by default the vouched handle, else the id)."""
-        if self.config.group_history and text.strip() and await self._may_download(who := await self._vouched(who)):
+        if self.config.group_history and text.strip() and await self.ctx.access.is_allowed(
+                self.name, who := await self._vouched(who), self.config.let_in):
             await self.ctx.store.hear(f"{self.name}:{chat_id}", (
                 who.id, shown or (f"@{who.handle}" if who.handle else who.id), " ".join(text.split())[:HEARD_CHARS]))
 

@@ -243,4 +243,4 @@ async def test_a_username_given_up_and_taken_by_someone_else_makes_no_owner(
         held = await gateway.runtime.pairing.holders.all()
     assert "Owners:    telegram @ada (account 42) in private chats" in trust_lines(config, [], None, held)
     assert "This is an owner chat" in texts(tg, ALICE)[0]
-    assert texts(tg, MALLORY) == [texts(tg, MALLORY)[0]] and "This is a member chat" in texts(tg, MALLORY)[0]
+    assert len(texts(tg, MALLORY)) == 1 and "This is a member chat" in texts(tg, MALLORY)[0]

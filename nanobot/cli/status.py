@@ -167,8 +167,10 @@ def trust_lines(config: Config, owner_keys: list[str] | None, heard: dict[str, t
     from nanobot.tools.shell import shell_status
     from nanobot.trust import owner_chat, owner_ids
 
+    held = held or {}
+
     def shown(channel: str, entry: str) -> str:
-        account = (held or {}).get((channel, entry)) or (held or {}).get((channel, entry.removeprefix("@").lower()))
+        account = held.get((channel, entry)) or held.get((channel, entry.removeprefix("@").lower()))
         return f"{entry} (account {account})" if account and account != entry else entry
 
     owners = [f"{name} {', '.join(shown(name, o) for o in owner_ids(section)) or '(none)'} in private chats"
