@@ -336,8 +336,8 @@ class AccessGate:
         """``who``, as far as the name ``entries`` list (``moves``: a username, or a phone number)
         is still the account first seen with it here; else known by their account alone
         (``nanobot.handles``), said once in the log (and to the owner, of a username)."""
-        if (held := moving_name(who, moves, entries)) is None and moves == "id" and who.handle and \
-                await self.store.is_paired(channel, who.id):
+        if (held := moving_name(who, moves, entries)) is None and moves == "id" and who.handle and (
+                await self.store.is_paired(channel, who.id) or await self.store.holders.held(channel, who.id)):
             held = (who.id, who.handle)  # pairing named the number as much as the config does
         if held is None or (holder := await self.store.holders.holder(channel, *held)) == held[1]:
             return who

@@ -60,6 +60,15 @@ class NameHolders:
         return {(row["channel"], row["name"]): row["holder"]
                 for row in await self.db.fetch("SELECT channel, name, holder FROM name_holders")}
 
+    async def held(self, channel: str, name: str) -> bool:
+        """Whether ``name`` was ever held to an account here: it stays held once its listing or
+        pairing is gone, so the account approved since it changed hands stays who it is."""
+        key = (channel, name)
+        if key not in self._known and (holder := await self.db.fetchval(
+                "SELECT holder FROM name_holders WHERE channel = $1 AND name = $2", *key)) is not None:
+            self._known[key] = str(holder)
+        return key in self._known
+
     async def holder(self, channel: str, name: str, account: str) -> str:
         """The account ``name`` belongs to on ``channel``: ``account`` if it is seen first."""
         key = (channel, name)

@@ -94,6 +94,11 @@ async def test_a_paired_number_recycled_to_a_stranger_is_not_paired(llm: FakeOpe
         llm.script(reply("a fresh start"))
         signal.push(STRANGER, "hello?", account="uuid-the-new-holder")
         await signal.wait_until(lambda: "a fresh start" in to_stranger())
+        # Taking back the number's old approval leaves the new holder's own approval standing.
+        assert await gateway.runtime.pairing.revoke("signal", STRANGER)
+        llm.script(reply("still here"))
+        signal.push(STRANGER, "still there?", account="uuid-the-new-holder")
+        await signal.wait_until(lambda: "still here" in to_stranger())
     assert "teal" not in str(llm.chat_requests[-1]["messages"])
 
 
