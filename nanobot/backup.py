@@ -30,6 +30,7 @@ from nanobot.chat_names import HISTORY_SUFFIX
 MANIFEST = "manifest.json"
 DATABASE = "nanobot.db"
 HOME_FILES = ("config.json", "vision-off.json", "cli_history")
+COPY_IN_MEMORY = 8 << 20  # a workspace file is copied before it is stored; a larger one, through a temporary file
 
 
 class BackupError(Exception):
@@ -99,12 +100,25 @@ def _add_folder(tar: tarfile.TarFile, folder: int, arcname: str, left_out: list[
             if stat.S_ISDIR(st.st_mode):
                 _add_folder(tar, fd, path, left_out)
             elif stat.S_ISREG(st.st_mode):
-                with os.fdopen(fd, "rb", closefd=False) as file:
-                    tar.addfile(_info(path, st, tarfile.REGTYPE), file)
+                _add_file(tar, fd, path, st)
             else:
                 left_out.append(path)
         finally:
             os.close(fd)
+
+
+def _add_file(tar: tarfile.TarFile, fd: int, path: str, st: os.stat_result) -> None:
+    """The file as far as it is read: a chat's program may cut it short meanwhile (tar would
+    stop at a size it no longer has) or make it grow (what was there when listed is kept)."""
+    with os.fdopen(fd, "rb", closefd=False) as file, tempfile.SpooledTemporaryFile(COPY_IN_MEMORY) as copy:
+        left = st.st_size
+        while left and (chunk := file.read(min(left, 1 << 20))):
+            copy.write(chunk)
+            left -= len(chunk)
+        info = _info(path, st, tarfile.REGTYPE)
+        info.size = copy.tell()
+        copy.seek(0)
+        tar.addfile(info, copy)
 
 
 def _info(name: str, st: os.stat_result, kind: bytes) -> tarfile.TarInfo:

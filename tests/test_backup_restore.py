@@ -96,3 +96,28 @@ def test_a_backup_onto_a_full_disk_leaves_no_partial_file(tmp_path: Path) -> Non
                           env={**os.environ, "NANOBOT_HOME": str(home)})
     assert "exit=1" in done.stdout and "backup failed" in done.stderr, done.stderr
     assert done.stdout.strip().endswith("exit=1")  # and ls found nothing: no .b.tar.gz.partial
+
+
+SHORTER_THAN_SAID = next((path for path in ("/sys/kernel/profiling", "/sys/kernel/mm/transparent_hugepage/enabled",
+                                            "/sys/power/state") if os.path.isfile(path)), None)
+
+
+@pytest.mark.skipif(SHORTER_THAN_SAID is None or shutil.which("unshare") is None or subprocess.run(
+    ["unshare", "-rm", "true"], capture_output=True).returncode != 0, reason="needs unshare -rm and a sysfs file")
+def test_a_file_that_shrinks_while_read_is_backed_up_as_far_as_it_went(tmp_path: Path) -> None:
+    """A chat's program may cut a file in its folder short while the backup reads it: the backup
+    still completes. A sysfs file bound over a workspace file stands in: its size says 4096 bytes
+    and a read gives a few."""
+    home, workspace = home_with_workspace(tmp_path)
+    shrinking = workspace / "chats" / "telegram_-100" / "log.txt"
+    shrinking.write_text("")
+    archive = tmp_path / "b.tar.gz"
+    script = (f"mount --bind {SHORTER_THAN_SAID} {shrinking} && "
+              f"{sys.executable} -m nanobot backup {archive} --with-workspace; echo exit=$?")
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "NANOBOT_HOME": str(home)})
+    assert done.stdout.strip().endswith("exit=0"), done.stderr
+    with tarfile.open(archive) as tar:
+        kept = tar.extractfile("workspace/chats/telegram_-100/log.txt").read()
+        assert kept == Path(SHORTER_THAN_SAID).read_bytes()
+        assert tar.extractfile("workspace/notes.md").read() == b"kept"  # and what came after it
