@@ -168,7 +168,7 @@ class DiscordChannel(BaseChannel):
         who = _identity(message)
         allowed = await self._may_download(who)
         sender = Sender(self.name, str(message.channel.id), who, is_private)
-        media, durations = await self._download(attachments, self.chat_root(sender)) if allowed else ([], {})
+        media, durations = await self._download(attachments, await self.chat_root(sender)) if allowed else ([], {})
         answered = message.reference.resolved if message.type == discord.MessageType.reply and message.reference \
             else None  # the message this one replies to, as Discord sent it along
         answered = answered if isinstance(answered, discord.Message) else None

@@ -218,7 +218,7 @@ class EmailChannel(BaseChannel):
             return
         sender = Sender(self.name, mail.sender, who, True)
         mail = await asyncio.to_thread(read_body, raw, mail)
-        media = await self._save(mail, self.chat_root(sender))
+        media = await self._save(mail, await self.chat_root(sender))
         self._threads[mail.sender] = mail.reply_context()
         text = mail.text if not mail.subject or mail.subject.lower().startswith("re:") \
             else f"{mail.subject}\n\n{mail.text}"

@@ -243,7 +243,7 @@ class MatrixChannel(BaseChannel):
             log.warning("matrix: could not download %s: %s", url[0], exc)
             return []
         name = "voice.ogg" if VOICE in content else str(content.get("filename") or content.get("body") or "file")
-        kept = await self._keep(self.chat_root(sender), media_id[:12], name, data)
+        kept = await self._keep(await self.chat_root(sender), media_id[:12], name, data)
         return [kept] if kept else []
 
     # -- outgoing ------------------------------------------------------------------------

@@ -129,7 +129,7 @@ class SignalChannel(BaseChannel):
                 continue
             name = attachment.get("filename") or stored + (mimetypes.guess_extension(
                 attachment.get("contentType") or "") or "")
-            kept.append(await self._keep(self.chat_root(sender), stored[:12], name, data))
+            kept.append(await self._keep(await self.chat_root(sender), stored[:12], name, data))
         return [path for path in kept if path]
 
     # -- outgoing ------------------------------------------------------------------------

@@ -198,7 +198,7 @@ class SlackChannel(BaseChannel):
         who = Identity(user)  # Slack vouches for the user id; names are anyone's to set
         sender = Sender(self.name, chat_id, who, is_private)
         files = event.get("files") or []
-        media = await self._download(files, self.chat_root(sender)) if files and await self._may_download(who) \
+        media = await self._download(files, await self.chat_root(sender)) if files and await self._may_download(who) \
             else []
         text, untrusted = re.sub(rf"<@{self.bot_user}>", "", text).strip(), None
         if event.get("thread_ts") not in (None, ts) and await self._may_download(who):

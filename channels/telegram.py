@@ -189,7 +189,8 @@ class TelegramChannel(BaseChannel):
         files = _files_of(message)
         allowed = bool(files) and await self._may_download(who)
         sender = Sender(self.name, chat_of(message), who, is_private)
-        media, notes, durations = await self._download_media(files, self.chat_root(sender)) if allowed else ([], [], {})
+        media, notes, durations = (await self._download_media(files, await self.chat_root(sender))
+                                   if allowed else ([], [], {}))
         content = "\n".join(part for part in (text, *notes) if part)  # a stranger's files: noted, never fetched
         content, quoted = with_quote(noting_lost(content, 0 if allowed else len(files), []), *answered(message),
                                      who.id, str(self._bot.id))

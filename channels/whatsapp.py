@@ -209,7 +209,7 @@ class WhatsAppChannel(BaseChannel):
         kind = part.get("mime_type") or found.get("mime_type") or ""
         name = part.get("filename") or ("voice.ogg" if part.get("voice") or kind.startswith("audio/ogg")
                                         else "media" + (mimetypes.guess_extension(kind.split(";")[0]) or ""))
-        return await self._keep(self.chat_root(sender), media_id[:16], name, data)
+        return await self._keep(await self.chat_root(sender), media_id[:16], name, data)
 
     def _token_may_go(self, url: str) -> bool:
         parts, api = urlsplit(url), urlsplit(self.api)

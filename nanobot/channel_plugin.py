@@ -306,8 +306,10 @@ class BaseChannel(ABC):
         await asyncio.sleep(delay)
         return min(delay * 2, RECONNECT_MAX_S)
 
-    def chat_root(self, sender: Sender) -> Path:
-        return self.ctx.chat_root(sender) if self.ctx.chat_root else self.ctx.workspace
+    async def chat_root(self, sender: Sender) -> Path:
+        """Where ``sender``'s files go, by the sender as vouched: whoever holds an owner's old name is a member."""
+        return self.ctx.chat_root(replace(sender, who=await self._vouched(sender.who))) if self.ctx.chat_root \
+            else self.ctx.workspace
 
     async def _keep(self, root: Path, prefix: str, filename: str, data: bytes) -> str | None:
         """Write a file someone sent into the chat's ``inbox/`` as ``<channel>_<prefix>_<filename>``

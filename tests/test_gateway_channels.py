@@ -241,6 +241,11 @@ async def test_a_username_given_up_and_taken_by_someone_else_makes_no_owner(
         await tg.wait_until(lambda: texts(tg, MALLORY) and any("@Ada is now account 666's" in text
                                                                 for text in texts(tg, ALICE)))
         held = await gateway.runtime.pairing.holders.all()
+        tg.push_document(MALLORY, MALLORY, b"CANARY-taken-username", "planted.txt", username="Ada", caption="/status")
+        await tg.wait_until(lambda: len(texts(tg, MALLORY)) == 2)
+    # What the newcomer sends lands in their own folder, never the owner's inbox.
+    [planted] = list(config.workspace_path.rglob("*planted.txt"))
+    assert planted.read_bytes() == b"CANARY-taken-username" and "chats" in planted.relative_to(config.workspace_path).parts
     assert "Owners:    telegram @ada (account 42) in private chats" in trust_lines(config, [], None, held)
     assert "This is an owner chat" in texts(tg, ALICE)[0]
-    assert len(texts(tg, MALLORY)) == 1 and "This is a member chat" in texts(tg, MALLORY)[0]
+    assert "This is a member chat" in texts(tg, MALLORY)[0]

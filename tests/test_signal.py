@@ -64,10 +64,14 @@ async def test_a_number_recycled_to_a_stranger_makes_no_owner(llm: FakeOpenAI, w
     async with running_gateway(signal_config(llm, workspace, signal, allowFrom=["*"])) as gateway:
         signal.push(OWNER, "my colour is teal")
         await signal.wait_sent(1)
-        signal.push(OWNER, "what is my colour?", account="uuid-the-new-holder")
+        signal.push(OWNER, "what is my colour?", account="uuid-the-new-holder",
+                    attachments={"planted.txt": b"CANARY-recycled-number"})
         await signal.wait_sent(2)
         assert gateway.runtime.trust(f"signal:{OWNER}") == "member"
     assert "teal" not in str(llm.chat_requests[-1]["messages"])  # the owner's chat started over
+    # What they send lands in a member's folder, never the owner's inbox.
+    [planted] = [path for path in workspace.rglob("*planted.txt")]
+    assert planted.read_bytes() == b"CANARY-recycled-number" and "chats" in planted.relative_to(workspace).parts
     assert f"{OWNER} is now account uuid-the-new-holder's, not uuid-{OWNER}'s" in caplog.text
 
 
