@@ -9,8 +9,9 @@ sent while nanobot is away waits at Signal's server (by default signal-cli takes
 and, with no stream open, they are gone); a repeat (the same sender and timestamp) is dropped
 by the intake.
 
-Chats: ``signal:<number>`` (or the sender's account UUID when their number is hidden) and
-``signal:group.<group id>``. Identity is the number Signal delivered the message from, with the
+Chats: ``signal:<number>`` (or the sender's account UUID when their number is hidden, or when
+the number's chat is another account's: it was recycled) and ``signal:group.<group id>``; what
+goes to a number's chat is sent to the account first admitted there. Identity is the number Signal delivered the message from, with the
 account UUID as its handle; ``sourceName`` is the sender's own profile name and never counts.
 Attachments are read from signal-cli's attachments folder without following links.
 """
@@ -56,6 +57,7 @@ class SignalChannel(BaseChannel):
         self.base = config.rpc_url.rstrip("/")
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60, connect=CHECK_S))
         self._ids = itertools.count(1)
+        self._accounts: dict[str, str] = {}  # a number's chat -> the account (UUID) first admitted there
 
     async def start(self) -> None:
         try:
@@ -99,7 +101,7 @@ class SignalChannel(BaseChannel):
             return  # receipts, typing, our own messages from another device
         who = Identity(str(number or uuid), str(uuid) if number and uuid else None, envelope.get("sourceName"))
         group = (message.get("groupInfo") or {}).get("groupId")
-        chat_id = f"{GROUP}{group}" if group else who.id
+        chat_id = f"{GROUP}{group}" if group else await self._chat_of(who)
         mentioned = any(m.get("number") == self.config.account for m in message.get("mentions") or []) or \
             (message.get("quote") or {}).get("authorNumber") == self.config.account
         if not self._addressed(not group, mentioned):  # before any attachment is read: kept for the next that is
@@ -111,11 +113,27 @@ class SignalChannel(BaseChannel):
         text, quoted = with_quote(_words(message).replace(MENTION_MARK, "").strip(), quote.get("text"),
                                   quote.get("authorNumber") or quote.get("authorUuid"), who.id, self.config.account)
         sent_at = str(envelope.get("timestamp"))  # with its author, what a quote of it names
-        await self._handle(InboundMessage(
+        went = await self._handle(InboundMessage(
             self.name, chat_id, who.id, noting_lost(text, len(attachments), media), sender_name=who.name,
             sender_handle=who.handle, media=media, is_private=not group, delivery_key=f"{who.id}:{sent_at}",
             untrusted=quoted, reply_context={"message_id": sent_at, "author": who.id} if group else None),
             mentioned=mentioned)  # in a group, answered quoting the question
+        if went and who.handle and chat_id == who.id and await self._account_of(chat_id) == chat_id:
+            await self.ctx.store.keep_position(f"{self.name} account of {chat_id}", who.handle)
+            self._accounts[chat_id] = who.handle  # the number's chat is its first admitted account's
+
+    async def _chat_of(self, who: Identity) -> str:
+        """A private chat: the number's, while it is with the first account admitted there; whoever
+        holds the number after (the carrier gave it to someone else) talks in a chat of their own
+        account's. What goes to the number's chat goes to that first account: its history, the
+        owner's notices and a job's output never pass with the number."""
+        return who.id if not who.handle or await self._account_of(who.id) in (who.id, who.handle) else who.handle
+
+    async def _account_of(self, chat_id: str) -> str:
+        """Whom a message to ``chat_id`` goes to: the account first admitted in that number's chat, else the number."""
+        if chat_id not in self._accounts:
+            self._accounts[chat_id] = await self.ctx.store.position(f"{self.name} account of {chat_id}") or chat_id
+        return self._accounts[chat_id]
 
     async def _attachments(self, attachments: list[dict[str, Any]], sender: Sender) -> list[str]:
         """What signal-cli saved, copied into the chat's inbox (never through a link in its folder)."""
@@ -162,7 +180,8 @@ class SignalChannel(BaseChannel):
     async def _rpc(self, method: str, chat_id: str, **params: Any) -> Any:
         """One JSON-RPC call for ``chat_id``. SendFailed when it did not go: retry while the
         daemon cannot be reached or fails; not when Signal refused it (an unknown number)."""
-        target = {"groupId": chat_id[len(GROUP):]} if chat_id.startswith(GROUP) else {"recipient": [chat_id]}
+        target = {"groupId": chat_id[len(GROUP):]} if chat_id.startswith(GROUP) else \
+            {"recipient": [await self._account_of(chat_id)]}
         body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method,
                 "params": {"account": self.config.account, **target, **params}}
         if self._http.closed:

@@ -49,7 +49,7 @@ async def test_a_direct_message_is_answered_and_is_an_owner_chat(llm: FakeOpenAI
     async with running_gateway(signal_config(llm, workspace, signal)) as gateway:
         signal.push(OWNER, "hi there")
         sent = await signal.wait_sent(1)
-        assert sent[0]["recipient"] == [OWNER] and sent[0]["message"] == "hello back"
+        assert signal.reached == [[f"uuid-{OWNER}"]] and sent[0]["message"] == "hello back"
         assert asked(llm) == ["hi there"]
         assert gateway.runtime.trust(f"signal:{OWNER}") == "owner"
         assert gateway.channels.state["signal"] == "running"
@@ -59,20 +59,43 @@ async def test_a_number_recycled_to_a_stranger_makes_no_owner(llm: FakeOpenAI, w
                                                                signal: FakeSignalCli,
                                                                caplog: pytest.LogCaptureFixture) -> None:
     """The carrier gives the owner's old number to someone who registers Signal with it: a new
-    account (UUID). With "*" they get in, but as a member, in a chat that starts over."""
-    llm.script(reply("noted: teal"), reply("hello"))
+    account (UUID). With "*" they get in, but as a member, in a chat of their own; the owner's
+    chat stays the owner's. A member's number given on is the same: its chat is not passed on."""
+    llm.script(reply("noted: teal"), reply("hello"), reply("noted: vermilion"), reply("hi"))
     async with running_gateway(signal_config(llm, workspace, signal, allowFrom=["*"])) as gateway:
         signal.push(OWNER, "my colour is teal")
         await signal.wait_sent(1)
         signal.push(OWNER, "what is my colour?", account="uuid-the-new-holder",
                     attachments={"planted.txt": b"CANARY-recycled-number"})
         await signal.wait_sent(2)
-        assert gateway.runtime.trust(f"signal:{OWNER}") == "member"
-    assert "teal" not in str(llm.chat_requests[-1]["messages"])  # the owner's chat started over
+        assert signal.reached[1] == ["uuid-the-new-holder"]
+        assert gateway.runtime.trust(f"signal:{OWNER}") == "owner"
+        assert gateway.runtime.trust("signal:uuid-the-new-holder") == "member"
+        assert "teal" not in str(llm.chat_requests[-1]["messages"])
+        signal.push(STRANGER, "my colour is vermilion")
+        await signal.wait_sent(3)
+        signal.push(STRANGER, "what is my colour?", account="uuid-another-holder")
+        await signal.wait_sent(4)
+        assert signal.reached[3] == ["uuid-another-holder"] and "vermilion" not in str(llm.chat_requests[-1]["messages"])
     # What they send lands in a member's folder, never the owner's inbox.
     [planted] = [path for path in workspace.rglob("*planted.txt")]
     assert planted.read_bytes() == b"CANARY-recycled-number" and "chats" in planted.relative_to(workspace).parts
     assert f"{OWNER} is now account uuid-the-new-holder's, not uuid-{OWNER}'s" in caplog.text
+
+
+async def test_what_goes_to_an_owners_number_after_it_changed_hands_reaches_the_owner(
+        llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli) -> None:
+    """A chat named by a number is sent to the account last read there, after a restart too: the
+    owner's notices and a cron job's output never reach whoever the carrier gave the number to."""
+    llm.script(reply("hello back"))
+    async with running_gateway(signal_config(llm, workspace, signal)):
+        signal.push(OWNER, "hi there")
+        await signal.wait_sent(1)
+    signal.recycle(OWNER, "uuid-the-new-holder")  # before they ever write to the bot
+    async with running_gateway(signal_config(llm, workspace, signal)) as gateway:
+        gateway.outbound.deliver(OutboundMessage("signal", OWNER, "your daily summary: CANARY-signal-cron"))
+        await signal.wait_sent(2)
+    assert signal.reached == [[f"uuid-{OWNER}"]] * 2
 
 
 async def test_a_paired_number_recycled_to_a_stranger_is_not_paired(llm: FakeOpenAI, workspace: Path,
@@ -81,8 +104,8 @@ async def test_a_paired_number_recycled_to_a_stranger_is_not_paired(llm: FakeOpe
     again (a code, no turn, nothing of the paired user's chat)."""
     llm.script(reply("noted: teal"))
 
-    def to_stranger() -> list[str]:
-        return [m["message"] for m in signal.sent if m["recipient"] == [STRANGER]]
+    def to_new_holder() -> list[str]:
+        return [m["message"] for m, to in zip(signal.sent, signal.reached) if to == ["uuid-the-new-holder"]]
 
     async with running_gateway(signal_config(llm, workspace, signal)) as gateway:
         signal.push(STRANGER, "let me in")
@@ -91,18 +114,18 @@ async def test_a_paired_number_recycled_to_a_stranger_is_not_paired(llm: FakeOpe
         signal.push(STRANGER, "my colour is teal")
         await signal.wait_until(lambda: any(m["message"] == "noted: teal" for m in signal.sent))
         signal.push(STRANGER, "what is my colour?", account="uuid-the-new-holder")
-        await signal.wait_until(lambda: sum("pairing code" in text for text in to_stranger()) == 2)
+        await signal.wait_until(lambda: any("pairing code" in text for text in to_new_holder()))
         assert len(llm.chat_requests) == 1
-        # Approved in turn, the new holder is answered, in a chat that started over.
-        await gateway.runtime.pairing.approve(re.search(r"nanobot pairing approve (\w+)", to_stranger()[-1]).group(1))
+        # Approved in turn, the new holder is answered, in a chat of their own.
+        await gateway.runtime.pairing.approve(re.search(r"nanobot pairing approve (\w+)", to_new_holder()[-1]).group(1))
         llm.script(reply("a fresh start"))
         signal.push(STRANGER, "hello?", account="uuid-the-new-holder")
-        await signal.wait_until(lambda: "a fresh start" in to_stranger())
+        await signal.wait_until(lambda: "a fresh start" in to_new_holder())
         # Taking back the number's old approval leaves the new holder's own approval standing.
         assert await gateway.runtime.pairing.revoke("signal", STRANGER)
         llm.script(reply("still here"))
         signal.push(STRANGER, "still there?", account="uuid-the-new-holder")
-        await signal.wait_until(lambda: "still here" in to_stranger())
+        await signal.wait_until(lambda: "still here" in to_new_holder())
     assert "teal" not in str(llm.chat_requests[-1]["messages"])
 
 

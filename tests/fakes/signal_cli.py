@@ -18,6 +18,9 @@ Usage::
   signal-cli does, and names them in the envelope; ``source_name`` is the sender's profile name.
 - ``refuse`` (a set of numbers): ``send`` to them answers a JSON-RPC error; ``up = False``:
   ``/api/v1/check`` answers 503.
+- A number is held by one account (UUID) at a time, as Signal's directory says: the last that
+  wrote with it, or one ``recycle()`` names. ``reached``: the accounts each send went to (a
+  recipient named by number reaches whoever holds the number then).
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ class FakeSignalCli(Ticks):
         self.refuse: set[str] = set()
         self.up = True
         self.streams_opened = 0
+        self.holders: dict[str, str] = {}  # number -> the account that holds it now
+        self.reached: list[list[str]] = []  # the accounts each "send" went to
         self._waiting: list[dict[str, Any]] = []
         self._streams: list[asyncio.Queue[dict[str, Any] | None]] = []
         self._runner: web.AppRunner | None = None
@@ -87,11 +92,20 @@ class FakeSignalCli(Ticks):
         if attachments or stored:
             message["attachments"] = [self._store(name, data) for name, data in (attachments or {}).items()] + [
                 {"contentType": "text/plain", "filename": name, "id": name, "size": 1} for name in stored]
-        envelope = {"source": number, "sourceNumber": number, "sourceUuid": account or f"uuid-{number}",
+        account = self.holders[number] = account or self.holders.get(number, f"uuid-{number}")
+        envelope = {"source": number, "sourceNumber": number, "sourceUuid": account,
                     "sourceName": source_name, "sourceDevice": 1, "timestamp": message["timestamp"],
                     "dataMessage": message}
         self.push_envelope(envelope)
         return envelope
+
+    def recycle(self, number: str, account: str) -> None:
+        """The carrier gives ``number`` to someone who registers Signal with it: ``account``."""
+        self.holders[number] = account
+
+    def _accounts(self, recipients: Any) -> list[str]:
+        """The accounts numbers or UUIDs name now."""
+        return [self.holders.get(to, f"uuid-{to}") if to.startswith("+") else to for to in recipients]
 
     def push_envelope(self, envelope: dict[str, Any]) -> None:
         event = {"account": self.account, "envelope": envelope}
@@ -151,10 +165,11 @@ class FakeSignalCli(Ticks):
         answer: dict[str, Any] = {"jsonrpc": "2.0", "id": body.get("id")}
         if params.get("account") != self.account:
             answer["error"] = {"code": -32602, "message": "Specified account does not exist"}
-        elif method == "send" and set(params.get("recipient") or []) & self.refuse:
+        elif method == "send" and set(self._accounts(params.get("recipient") or [])) & set(self._accounts(self.refuse)):
             answer["error"] = {"code": -1, "message": "Failed to send message: Unregistered user"}
         elif method == "send":
             self.sent.append(params)
+            self.reached.append(self._accounts(params.get("recipient") or []))
             answer["result"] = {"timestamp": time.time_ns() // 1000, "results": []}
         else:
             answer["result"] = {}
