@@ -11,8 +11,9 @@ by the intake.
 
 Chats: ``signal:<number>`` (or the sender's account UUID when their number is hidden, or when
 the number's chat is another account's: it was recycled) and ``signal:group.<group id>``; what
-goes to a number's chat is sent to the account first admitted there. Identity is the number Signal delivered the message from, with the
-account UUID as its handle; ``sourceName`` is the sender's own profile name and never counts.
+goes to a number's chat is sent to the account first admitted there. Identity is the number
+Signal delivered the message from, with the account UUID as its handle; ``sourceName`` is the
+sender's own profile name and never counts.
 Attachments are read from signal-cli's attachments folder without following links.
 """
 
@@ -119,7 +120,7 @@ class SignalChannel(BaseChannel):
             untrusted=quoted, reply_context={"message_id": sent_at, "author": who.id} if group else None),
             mentioned=mentioned)  # in a group, answered quoting the question
         if went and who.handle and chat_id == who.id and await self._account_of(chat_id) == chat_id:
-            await self.ctx.store.keep_position(f"{self.name} account of {chat_id}", who.handle)
+            await self.ctx.store.keep_position(self._account_key(chat_id), who.handle)
             self._accounts[chat_id] = who.handle  # the number's chat is its first admitted account's
 
     async def _chat_of(self, who: Identity) -> str:
@@ -131,9 +132,12 @@ class SignalChannel(BaseChannel):
 
     async def _account_of(self, chat_id: str) -> str:
         """Whom a message to ``chat_id`` goes to: the account first admitted in that number's chat, else the number."""
-        if chat_id not in self._accounts:
-            self._accounts[chat_id] = await self.ctx.store.position(f"{self.name} account of {chat_id}") or chat_id
-        return self._accounts[chat_id]
+        if chat_id not in self._accounts and (account := await self.ctx.store.position(self._account_key(chat_id))):
+            self._accounts[chat_id] = account  # for good; none yet is asked again (another worker may admit them)
+        return self._accounts.get(chat_id, chat_id)
+
+    def _account_key(self, chat_id: str) -> str:
+        return f"{self.name} account of {chat_id}"  # in the store's positions: kept until it changes
 
     async def _attachments(self, attachments: list[dict[str, Any]], sender: Sender) -> list[str]:
         """What signal-cli saved, copied into the chat's inbox (never through a link in its folder)."""
