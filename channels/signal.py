@@ -124,11 +124,15 @@ class SignalChannel(BaseChannel):
             self._accounts[chat_id] = who.handle  # the number's chat is its first admitted account's
 
     async def _chat_of(self, who: Identity) -> str:
-        """A private chat: the number's, while it is with the first account admitted there; whoever
-        holds the number after (the carrier gave it to someone else) talks in a chat of their own
-        account's. What goes to the number's chat goes to that first account: its history, the
-        owner's notices and a job's output never pass with the number."""
-        return who.id if not who.handle or await self._account_of(who.id) in (who.id, who.handle) else who.handle
+        """A private chat: the number's, while it is with the first account admitted there (or the
+        config's number is still its first account's: ``nanobot.handles``); whoever holds the number
+        after (the carrier gave it to someone else) talks in a chat of their own account's. What
+        goes to the number's chat goes to that first account: its history, the owner's notices and
+        a job's output never pass with the number."""
+        if not who.handle or (await self._vouched(who)).id == who.id and \
+                await self._account_of(who.id) in (who.id, who.handle):
+            return who.id
+        return who.handle
 
     async def _account_of(self, chat_id: str) -> str:
         """Whom a message to ``chat_id`` goes to: the account first admitted in that number's chat, else the number."""

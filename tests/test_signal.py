@@ -83,6 +83,21 @@ async def test_a_number_recycled_to_a_stranger_makes_no_owner(llm: FakeOpenAI, w
     assert f"{OWNER} is now account uuid-the-new-holder's, not uuid-{OWNER}'s" in caplog.text
 
 
+async def test_an_owners_number_first_heard_in_a_group_is_not_a_new_holders_chat(
+        llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli) -> None:
+    """The owner spoke only in a group, then the number changed hands: its new holder's direct
+    messages are theirs alone, never the owner's private chat by number."""
+    llm.fallback = lambda body: reply("ok")
+    async with running_gateway(signal_config(llm, workspace, signal, allowFrom=["*"])) as gateway:
+        signal.push(OWNER, "hello all", group="R1", mention=True)
+        await signal.wait_sent(1)
+        signal.push(OWNER, "hi bot", account="uuid-the-new-holder")
+        await signal.wait_sent(2)
+        assert signal.reached[1] == ["uuid-the-new-holder"]
+        assert gateway.runtime.trust("signal:uuid-the-new-holder") == "member"
+    assert "Chat: signal:uuid-the-new-holder " in str(llm.chat_requests[-1]["messages"])
+
+
 async def test_what_goes_to_an_owners_number_after_it_changed_hands_reaches_the_owner(
         llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli) -> None:
     """A chat named by a number is sent to the account last read there, after a restart too: the
