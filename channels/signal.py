@@ -102,7 +102,8 @@ class SignalChannel(BaseChannel):
             return  # receipts, typing, our own messages from another device
         who = Identity(str(number or uuid), str(uuid) if number and uuid else None, envelope.get("sourceName"))
         group = (message.get("groupInfo") or {}).get("groupId")
-        chat_id = f"{GROUP}{group}" if group else await self._chat_of(who)
+        own = await self._chat_of(who)  # their private chat, and this one's
+        chat_id = f"{GROUP}{group}" if group else own
         mentioned = any(m.get("number") == self.config.account for m in message.get("mentions") or []) or \
             (message.get("quote") or {}).get("authorNumber") == self.config.account
         if not self._addressed(not group, mentioned):  # before any attachment is read: kept for the next that is
@@ -119,12 +120,12 @@ class SignalChannel(BaseChannel):
             sender_handle=who.handle, media=media, is_private=not group, delivery_key=f"{who.id}:{sent_at}",
             untrusted=quoted, reply_context={"message_id": sent_at, "author": who.id} if group else None),
             mentioned=mentioned)  # in a group, answered quoting the question
-        if went and who.handle and chat_id == who.id and await self._account_of(chat_id) == chat_id:
-            await self.ctx.store.keep_position(self._account_key(chat_id), who.handle)
-            self._accounts[chat_id] = who.handle  # the number's chat is its first admitted account's
+        if went and who.handle and own == who.id and await self._account_of(own) == own:
+            await self.ctx.store.keep_position(self._account_key(own), who.handle)
+            self._accounts[own] = who.handle  # the number's chat is its first admitted account's (in a group too)
 
     async def _chat_of(self, who: Identity) -> str:
-        """A private chat: the number's, while it is with the first account admitted there (or the
+        """A private chat: the number's, while it is with the first account admitted with it (or the
         config's number is still its first account's: ``nanobot.handles``); whoever holds the number
         after (the carrier gave it to someone else) talks in a chat of their own account's. What
         goes to the number's chat goes to that first account: its history, the owner's notices and

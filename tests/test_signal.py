@@ -86,7 +86,8 @@ async def test_a_number_recycled_to_a_stranger_makes_no_owner(llm: FakeOpenAI, w
 async def test_an_owners_number_first_heard_in_a_group_is_not_a_new_holders_chat(
         llm: FakeOpenAI, workspace: Path, signal: FakeSignalCli) -> None:
     """The owner spoke only in a group, then the number changed hands: its new holder's direct
-    messages are theirs alone, never the owner's private chat by number."""
+    messages are theirs alone, never the owner's private chat by number, and what goes to that
+    chat still goes to the owner."""
     llm.fallback = lambda body: reply("ok")
     async with running_gateway(signal_config(llm, workspace, signal, allowFrom=["*"])) as gateway:
         signal.push(OWNER, "hello all", group="R1", mention=True)
@@ -95,6 +96,9 @@ async def test_an_owners_number_first_heard_in_a_group_is_not_a_new_holders_chat
         await signal.wait_sent(2)
         assert signal.reached[1] == ["uuid-the-new-holder"]
         assert gateway.runtime.trust("signal:uuid-the-new-holder") == "member"
+        gateway.outbound.deliver(OutboundMessage("signal", OWNER, "your daily summary: CANARY-signal-group"))
+        await signal.wait_sent(3)
+        assert signal.reached[2] == [f"uuid-{OWNER}"]
     assert "Chat: signal:uuid-the-new-holder " in str(llm.chat_requests[-1]["messages"])
 
 
