@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator
 from nanobot.config import Config
 
 if TYPE_CHECKING:
+    from nanobot.cron.service import CronService
+    from nanobot.cron.store import CronJob
     from nanobot.delivery.intake import DurableIntake
     from nanobot.gateway import Gateway
     from nanobot.gateway.app import Pace
@@ -113,3 +115,12 @@ async def nanobot_process(*args: str, home: Path, env: dict[str, str] | None = N
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def add_cron_job(service: "CronService", **job: Any) -> "CronJob":
+    """A job made as the cron tools and ``nanobot cron add`` make one, and the clock told to look now."""
+    from nanobot.cron.service import create_job
+
+    made = await create_job(service.store, timezone=job.pop("timezone", service.timezone), **job)
+    service.requests.asked.set()
+    return made

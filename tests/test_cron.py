@@ -20,6 +20,7 @@ from nanobot.cli.cron import cron_app
 from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.service import CronService, RunOutcome, create_job
 from nanobot.cron.store import MIGRATIONS, CronJob, CronStore, utcnow
+from tests.helpers import add_cron_job
 
 UTC = timezone.utc
 WEDNESDAY_NOON = datetime(2026, 11, 4, 12, 0, tzinfo=UTC)
@@ -85,6 +86,12 @@ async def add(store: CronStore, kind: str, expression: str, payload: str = "prin
     return await create_job(store, owner_session="telegram:1", schedule_kind=kind, expression=expression,
                             timezone=kwargs.pop("timezone", "UTC"), payload_kind=kwargs.pop("payload_kind", "code"),
                             payload=payload, **kwargs)
+
+
+async def set_next_run(store: CronStore, job_id: str, when: datetime) -> None:
+    """What a run missed while nanobot was down looks like: the job's next time, past."""
+    await store.db.execute("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2",
+                           when.astimezone(timezone.utc).isoformat(timespec="microseconds"), job_id)
 
 
 # ---- store ----------------------------------------------------------------------------
@@ -194,7 +201,7 @@ async def test_create_job_rejects_bad_target_and_code(store: CronStore):
 async def test_every_second_job_fires_and_is_recorded(store, make_service):
     runner = Recorder()
     service = await make_service(runner)
-    job = await service.add_job(owner_session="telegram:1", schedule_kind="every", expression="1",
+    job = await add_cron_job(service, owner_session="telegram:1", schedule_kind="every", expression="1",
                                 payload_kind="prompt", payload="ping")
     await runner.wait_for(1)
     assert runner.calls[0].id == job.id and runner.calls[0].payload == "ping"
@@ -213,12 +220,12 @@ async def test_at_job_runs_once_and_is_gone(store, make_service):
     runner = Recorder()
     service = await make_service(runner)
     when = (utcnow() + timedelta(seconds=0.5)).isoformat()
-    job = await service.add_job(owner_session="telegram:1", schedule_kind="at", expression=when,
+    job = await add_cron_job(service, owner_session="telegram:1", schedule_kind="at", expression=when,
                                 payload_kind="code", payload="print(1)")
     await runner.wait_for(1)
     await eventually(lambda: _gone(store, job.id))
     assert [r.status for r in await store.runs(job.id)] == ["ok"]
-    assert await service.list_jobs() == [] and len(runner.calls) == 1
+    assert await service.store.list() == [] and len(runner.calls) == 1
 
 
 async def _gone(store: CronStore, job_id: str) -> bool:
@@ -233,7 +240,7 @@ async def test_three_failures_pause_the_job_and_tell_the_owner(store, make_servi
 
     service = await make_service(Recorder(RunOutcome("error", "ZeroDivisionError: division by zero")),
                                  on_notice=on_notice)
-    job = await service.add_job(owner_session="telegram:1", schedule_kind="cron", expression="0 9 * * *",
+    job = await add_cron_job(service, owner_session="telegram:1", schedule_kind="cron", expression="0 9 * * *",
                                 payload_kind="code", payload="1/0")
     for _ in range(3):
         assert (await service.requests.run(job.id, 5)).status == "error"
@@ -257,7 +264,7 @@ async def test_runner_exception_counts_as_a_failure(store, make_service):
 
 async def test_missed_run_within_grace_runs_once_at_start(store, make_service):
     job = await add(store, "cron", "*/5 * * * *")
-    await store.update_next_run(job.id, utcnow() - timedelta(seconds=30))  # due while "down"
+    await set_next_run(store, job.id, utcnow() - timedelta(seconds=30))  # due while "down"
     runner = Recorder()
     await make_service(runner, grace_seconds=60)
     await runner.wait_for(1)
@@ -267,7 +274,7 @@ async def test_missed_run_within_grace_runs_once_at_start(store, make_service):
 
 async def test_missed_run_beyond_grace_is_recorded_as_missed(store, make_service):
     job = await add(store, "cron", "0 * * * *")
-    await store.update_next_run(job.id, utcnow() - timedelta(hours=2))
+    await set_next_run(store, job.id, utcnow() - timedelta(hours=2))
     notices: list[str] = []
     runner = Recorder()
     await make_service(runner, grace_seconds=60, on_notice=lambda job, text: notices.append(text))
@@ -300,7 +307,7 @@ async def test_changes_from_another_connection_reach_the_running_service(db_path
 
 
 async def _no_jobs(service: CronService) -> bool:
-    return await service.list_jobs() == []
+    return await service.store.list() == []
 
 
 async def test_stop_cancels_a_running_job(store, make_service):
@@ -469,7 +476,7 @@ async def test_every_is_anchored_to_the_last_run_across_restarts(store, make_ser
     next time is the due time plus a day, whatever restarts come between."""
     job = await add(store, "every", "86400")
     due = utcnow() - timedelta(seconds=1)
-    await store.update_next_run(job.id, due)
+    await set_next_run(store, job.id, due)
     runner = Recorder()
     service = await make_service(runner)
     await runner.wait_for(1)
@@ -510,7 +517,7 @@ async def test_two_clocks_run_a_due_job_once(store, make_service):
     """The row is the schedule: a clock claims a due run by moving next_run_at on, and a second
     clock (two workers over one hand-over) finds nothing left to claim."""
     job = await add(store, "every", "3600")
-    await store.update_next_run(job.id, utcnow() - timedelta(seconds=1))
+    await set_next_run(store, job.id, utcnow() - timedelta(seconds=1))
     runner = Recorder()
     first, second = await asyncio.gather(make_service(runner), make_service(runner))
     await runner.wait_for(1)
@@ -528,7 +535,7 @@ async def test_a_missed_interval_run_is_caught_up_within_the_grace(store, make_s
 
     job = await add(store, "every", "3600")
     await store.record_run(job.id, utcnow() - timedelta(seconds=3630), 5, "ok")  # due 30 s ago
-    await store.update_next_run(job.id, utcnow() - timedelta(seconds=30))
+    await set_next_run(store, job.id, utcnow() - timedelta(seconds=30))
     await make_service(runner, grace_seconds=60)
     await asyncio.wait_for(ran.wait(), 5)
 

@@ -21,7 +21,7 @@ from nanobot.runtime import open_runtime
 from nanobot.heartbeat import Heartbeat
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import running_gateway, telegram_gateway_config
+from tests.helpers import add_cron_job, running_gateway, telegram_gateway_config
 
 ALICE = 42
 
@@ -56,7 +56,7 @@ async def test_a_code_job_sends_a_file_with_no_model_call(config: Config, llm: F
                                                           workspace: Path) -> None:
     (workspace / "report.csv").write_text("day,total\nmon,3\n")
     async with running_gateway(config, with_services=True) as gateway:
-        job = await gateway.cron_jobs.service.add_job(
+        job = await add_cron_job(gateway.cron_jobs.service,
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="3600", payload_kind="code",
             payload='send_file("report.csv", caption="the daily report")', name="report")
         await CronStore(gateway.runtime.db).request_run(job.id)
@@ -70,7 +70,7 @@ async def test_a_code_job_sends_a_file_with_no_model_call(config: Config, llm: F
 async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     async with running_gateway(config, with_services=True) as gateway:
         store = CronStore(gateway.runtime.db)
-        await gateway.cron_jobs.service.add_job(
+        await add_cron_job(gateway.cron_jobs.service,
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="code",
             payload="read_file('missing.txt')", name="broken")
         sent = await tg.wait_sent(3, timeout=10)
@@ -85,7 +85,7 @@ async def test_failing_job_notifies_and_pauses_after_three(config: Config, llm: 
 async def test_prompt_job_is_a_turn_in_the_owning_chat(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:
     llm.script(reply("Time to stretch!"))
     async with running_gateway(config, with_services=True) as gateway:
-        await gateway.cron_jobs.service.add_job(
+        await add_cron_job(gateway.cron_jobs.service,
             owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="1", payload_kind="prompt",
             payload="remind me to stretch")
         [sent] = await tg.wait_sent(1, timeout=10)
@@ -118,7 +118,7 @@ async def test_output_for_a_chat_that_cannot_be_reached_is_a_failed_run(config: 
         cron = gateway.cron_jobs.service
         store = CronStore(gateway.runtime.db)
         for target in ("discord:5",):  # discord is not running
-            job = await cron.add_job(owner_session=target, schedule_kind="every", expression="3600",
+            job = await add_cron_job(cron, owner_session=target, schedule_kind="every", expression="3600",
                                      payload_kind="code", payload="print('lost?')")
             run = await gateway.runtime.cron_runs.run(job.id, 15)
             assert run.status == "error" and f"cannot deliver to {target}" in run.output_excerpt
@@ -136,7 +136,7 @@ async def test_cron_run_shows_a_programs_output_never_obeying_it(config: Config,
     lock.acquire()
     try:
         async with running_gateway(config, with_services=True) as gateway:
-            job = await gateway.cron_jobs.service.add_job(
+            job = await add_cron_job(gateway.cron_jobs.service,
                 owner_session=f"telegram:{ALICE}", schedule_kind="every", expression="3600", payload_kind="code",
                 payload="print('done' + chr(27) + ']52;c;Q0FOQVJZ' + chr(7))")
             code, out, err = await nanobot("cron", "run", job.id, "--wait", "30", home=home)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
-from tests.helpers import config_for, nanobot_process, running_gateway
+from tests.helpers import add_cron_job, config_for, nanobot_process, running_gateway
 from tests.test_cli import write_config
 
 
@@ -149,7 +149,7 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
         config.gateway.heartbeat.enabled = False
         async with running_gateway(config, with_services=True) as gateway:
             cron = gateway.cron_jobs.service
-            job = await cron.add_job(owner_session="cli:default", schedule_kind="every", expression="3600",
+            job = await add_cron_job(cron, owner_session="cli:default", schedule_kind="every", expression="3600",
                                      payload_kind="code", payload="print('the backup finished: 41 s')")
             assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
             async with chat_on(term, home) as proc:

@@ -66,7 +66,7 @@ async def create_job(store: CronStore, *, owner_session: str, schedule_kind: str
                      validate_code: CodeValidator | None = None) -> CronJob:
     """Validate a new job and store it; ValueError says what is wrong.
 
-    Shared by the service (tools, gateway) and the CLI, which writes while a gateway may run.
+    Shared by the cron tools and the CLI, which writes while a gateway may run.
     """
     expression = schedule.validate(schedule_kind, expression, timezone)
     if payload_kind not in PAYLOAD_KINDS:
@@ -102,8 +102,7 @@ def _excerpt(text: str, limit: int = 200) -> str:
 
 class CronService:
     def __init__(self, requests: RunRequests, runner: Runner, *, timezone: str = "UTC",
-                 grace_seconds: float = 3600, poll_interval: float = 1.0, on_notice: NoticeHook | None = None,
-                 validate_code: CodeValidator | None = None):
+                 grace_seconds: float = 3600, poll_interval: float = 1.0, on_notice: NoticeHook | None = None):
         self.timezone = schedule.zone(timezone).key  # fail fast on a bad configured zone
         self.requests = requests  # runs asked for now; its ``asked`` wakes the clock
         self.store = requests.store
@@ -111,7 +110,6 @@ class CronService:
         self._grace = grace_seconds
         self._poll_interval = poll_interval
         self._on_notice = on_notice
-        self._validate_code = validate_code
         self._running: set[str] = set()
         self._background = Background()  # the clock, and each run
         self._stopping = False
@@ -127,20 +125,6 @@ class CronService:
         """Cancel and await the clock and any running jobs."""
         self._stopping = True
         await self._background.stop()
-
-    # ---- public operations ----------------------------------------------------------
-    async def add_job(self, *, owner_session: str, schedule_kind: str, expression: str, payload_kind: str,
-                      payload: str, name: str | None = None, timezone: str | None = None,
-                      deliver_to: str | None = None) -> CronJob:
-        job = await create_job(self.store, owner_session=owner_session, schedule_kind=schedule_kind,
-                               expression=expression, timezone=timezone or self.timezone,
-                               payload_kind=payload_kind, payload=payload, name=name, deliver_to=deliver_to,
-                               validate_code=self._validate_code)
-        self.requests.asked.set()  # it may come due before the clock's next look
-        return job
-
-    async def list_jobs(self, owner_session: str | None = None) -> list[CronJob]:
-        return await self.store.list(owner_session)
 
     # ---- the clock --------------------------------------------------------------------
     async def _keep_time(self) -> None:

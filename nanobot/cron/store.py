@@ -230,10 +230,6 @@ class CronStore:
                 " WHERE id = $3", _to_text(started), status, job_id)
         return await self.get(job_id)
 
-    async def update_next_run(self, job_id: str, next_run_at: datetime | None) -> None:
-        """Set a job's next time by hand (what a run missed while nanobot was down looks like)."""
-        await self.db.execute("UPDATE cron_jobs SET next_run_at = $1 WHERE id = $2", _to_text(next_run_at), job_id)
-
     # ---- the schedule (nanobot.cron.service's clock) ------------------------------------
     async def due(self, now: datetime) -> list[CronJob]:
         """Jobs a clock must act on: due, without a next time yet, or asked to run."""

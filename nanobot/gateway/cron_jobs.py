@@ -123,11 +123,9 @@ class CronJobs:
         self.runtime = runtime
         self.runner = JobRunner(runtime, ask, running_channels)
         self.singletons = singletons  # the gateway's: among workers, one holds the clock
-        settings, limits = runtime.config.agents.defaults, runtime.config.agents.defaults.code_runtime
-        self.service = CronService(runtime.cron_runs, self.runner, timezone=settings.timezone,
+        self.service = CronService(runtime.cron_runs, self.runner, timezone=runtime.config.agents.defaults.timezone,
                                    grace_seconds=runtime.config.gateway.cron_grace_seconds,
-                                   poll_interval=poll_interval, on_notice=self.runner.notice,
-                                   validate_code=lambda code: runtime.code.check(code, limits))
+                                   poll_interval=poll_interval, on_notice=self.runner.notice)
         self._clock = Background()
 
     async def start(self) -> None:
