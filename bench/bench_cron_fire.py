@@ -21,7 +21,7 @@ from pathlib import Path
 from common import p50
 
 from tests.fakes.openai_server import FakeOpenAI
-from tests.helpers import config_for
+from tests.helpers import add_cron_job, config_for
 
 RUNS = 30
 
@@ -49,8 +49,8 @@ async def main() -> None:
             for i in range(RUNS):
                 when = start + timedelta(milliseconds=150 * i)
                 due[str(i)] = when.timestamp()
-                await jobs.service.add_job(owner_session="telegram:1", schedule_kind="at", expression=when.isoformat(),
-                                           payload_kind="code", payload=f"print('{i}')")
+                await add_cron_job(jobs.service, owner_session="telegram:1", schedule_kind="at",
+                                   expression=when.isoformat(), payload_kind="code", payload=f"print('{i}')")
             latencies = []
             while len(latencies) < RUNS:
                 msg = await asyncio.wait_for(rt.bus.outbound.get(), 30)

@@ -20,7 +20,7 @@ from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.postgres import PostgresDatabase
 from tests.fakes.openai_server import reply
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import keep_discord_urls, running_gateway, telegram_gateway_config
+from tests.helpers import add_cron_job, keep_discord_urls, running_gateway, telegram_gateway_config
 
 CHATS = (41, 42, 43)
 
@@ -112,12 +112,12 @@ async def test_a_cron_job_fires_once_per_tick_across_workers(llm, tg, pg_url: st
         clock = holder(gateways, "cron clock")
         assert len(clock) == 1
         service = gateways["w2"].cron_jobs.service  # any worker may add a job
-        await service.add_job(owner_session="telegram:41", schedule_kind="every", expression="1",
-                              payload_kind="code", payload="print('tick')")
+        await add_cron_job(service, owner_session="telegram:41", schedule_kind="every", expression="1",
+                           payload_kind="code", payload="print('tick')")
         await tg.wait_sent(2, timeout=10)
         await gateways[clock[0]].stop()  # the clock moves to another worker
         await tg.wait_sent(4, timeout=15)
-        runs = await service.store.runs((await service.list_jobs())[0].id, limit=100)
+        runs = await service.store.runs((await service.store.list())[0].id, limit=100)
         started = sorted(r.started_at.timestamp() for r in runs)
         # once per tick: no two runs of the one job within the same second
         assert all(b - a > 0.5 for a, b in zip(started, started[1:])), started
@@ -261,9 +261,9 @@ async def test_a_cron_prompt_job_runs_in_its_chat_wherever_that_is_held(
             await gateways[clock].cluster.router.release(chat)
             await gateways[other].cluster.router.pull(chat, claim=True)
         assert chat in gateways[other].cluster.router.held
-        job = await gateways[other].cron_jobs.service.add_job(  # asked on one worker, run by the clock's
-            owner_session=chat, schedule_kind="every", expression="3600", payload_kind="prompt",
-            payload="report please")
+        job = await add_cron_job(  # asked on one worker, run by the clock's
+            gateways[other].cron_jobs.service, owner_session=chat, schedule_kind="every", expression="3600",
+            payload_kind="prompt", payload="report please")
         run = await gateways[other].runtime.cron_runs.run(job.id, 15)
         assert run.status == "ok" and run.output_excerpt == "re: report please"
         await tg.wait_sent(2, timeout=10)
