@@ -102,6 +102,8 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
      "invalid value for 'channels.whatsapp.allowFrom': 'bob' is not a phone number"),
     ({"channels": {"signal": {"owners": ["15550002222"]}}},
      "invalid value for 'channels.signal.owners': '15550002222' is not a phone number with its country code"),
+    ({"channels": {"signal": {"account": "15550001111"}}},
+     "invalid value for 'channels.signal.account': '15550001111' is not a phone number with its country code"),
     ({"channels": {"slack": {"allowFrom": ["@ada"]}}}, "invalid value for 'channels.slack.allowFrom': '@ada' is not a Slack user id"),
     ({"channels": {"slack": {"groupAllowFrom": ["#general"]}}},
      "invalid value for 'channels.slack.groupAllowFrom': '#general' is not a Slack channel id"),

@@ -318,6 +318,16 @@ class SignalConfig(ChannelSection):
         return [entry.strip().lower() if _UUID.fullmatch(entry.strip()) else _phone(entry, plus=True, other="an account UUID")
                 for entry in entries]
 
+    @field_validator("account")
+    @classmethod
+    def _as_signal_cli_names_it(cls, account: str) -> str:
+        """The bot's number as signal-cli writes it ("+1 555 000 1111" is +15550001111): its own
+        messages and mentions of it are told by it."""
+        number = _PHONE_PUNCTUATION.sub("", account)
+        if number and not (number.startswith("+") and number[1:].isdigit()):
+            raise ValueError(f"{account!r} is not a phone number with its country code (+15550001111)")
+        return number
+
     def private_chat(self, user_id: str) -> str | None:
         return user_id if user_id.startswith("+") and user_id[1:].isdigit() else None  # not a UUID
 
