@@ -140,12 +140,13 @@ def test_ids_are_read_as_the_platforms_name_senders(tmp_path: Path) -> None:
     config = load_config(write(tmp_path / "c.json", {"channels": {
         "email": {"allowFrom": ["Ada@Example.org"], "owners": ["Ada@Example.org"]}, "telegram": {"owners": [" 42 "]},
         "whatsapp": {"allowFrom": ["+1 555-000-2222", 15550003333, "*", " US.13491208655302741918"]},
-        "signal": {"allowFrom": ["+1 (555) 000 2222", "A1B2C3D4-0000-1111-2222-333344445555"]}}}))[0]
+        "signal": {"account": "+1 555 000 1111", "allowFrom": ["+1 (555) 000 2222", "A1B2C3D4-0000-1111-2222-333344445555"]}}}))[0]
     channels = config.channels
     assert channels.email.allow_from == channels.email.owners == ["ada@example.org"]
     assert channels.telegram.owners == ["42"]
     assert channels.whatsapp.allow_from == ["15550002222", "15550003333", "*", "US.13491208655302741918"]
     assert channels.signal.allow_from == ["+15550002222", "a1b2c3d4-0000-1111-2222-333344445555"]
+    assert channels.signal.account == "+15550001111"
 
 
 @pytest.mark.parametrize("server", ["http://127.0.0.1:8008", "http://localhost:11434/v1", "http://synapse:8008",
