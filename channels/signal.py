@@ -10,11 +10,10 @@ and, with no stream open, they are gone); a repeat (the same sender and timestam
 by the intake.
 
 Chats: ``signal:<number>`` (or the sender's account UUID when their number is hidden, or when
-the number's chat is another account's: it was recycled) and ``signal:group.<group id>``; what
-goes to a number's chat is sent to the account first admitted there. Identity is the number
-Signal delivered the message from, with the account UUID as its handle; ``sourceName`` is the
-sender's own profile name and never counts.
-Attachments are read from signal-cli's attachments folder without following links.
+the number's chat is another account's: ``NumberChats``) and ``signal:group.<group id>``; what
+goes to a number's chat is sent to its account. Identity is the number Signal delivered the
+message from, with the account UUID as its handle; ``sourceName`` is the sender's own profile
+name and never counts. Attachments are read from signal-cli's attachments folder without following links.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, safe_filename, send_parts
 from nanobot.message_context import noting_lost, shared_poll, with_quote
 from nanobot.config import SignalConfig
+from nanobot_channels.number_chats import NumberChats
 from nanobot_channels.text import split_message
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class SignalChannel(BaseChannel):
         self.base = config.rpc_url.rstrip("/")
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60, connect=CHECK_S))
         self._ids = itertools.count(1)
-        self._accounts: dict[str, str] = {}  # a number's chat -> the account (UUID) first admitted there
+        self._chats = NumberChats(self.name, ctx.store)  # a number's chat is its first account's (its UUID)
 
     async def start(self) -> None:
         try:
@@ -102,7 +102,7 @@ class SignalChannel(BaseChannel):
             return  # receipts, typing, our own messages from another device
         who = Identity(str(number or uuid), str(uuid) if number and uuid else None, envelope.get("sourceName"))
         group = (message.get("groupInfo") or {}).get("groupId")
-        own = await self._chat_of(who)  # their private chat, and this one's
+        own = await self._chats.chat_of(who, await self._vouched(who))  # their private chat, and this one's
         chat_id = f"{GROUP}{group}" if group else own
         mentioned = any(m.get("number") == self.config.account for m in message.get("mentions") or []) or \
             (message.get("quote") or {}).get("authorNumber") == self.config.account
@@ -120,29 +120,8 @@ class SignalChannel(BaseChannel):
             sender_handle=who.handle, media=media, is_private=not group, delivery_key=f"{who.id}:{sent_at}",
             untrusted=quoted, reply_context={"message_id": sent_at, "author": who.id} if group else None),
             mentioned=mentioned)  # in a group, answered quoting the question
-        if went and who.handle and own == who.id and await self._account_of(own) == own:
-            await self.ctx.store.keep_position(self._account_key(own), who.handle)
-            self._accounts[own] = who.handle  # the number's chat is its first admitted account's (in a group too)
-
-    async def _chat_of(self, who: Identity) -> str:
-        """A private chat: the number's, while it is with the first account admitted with it (or the
-        config's number is still its first account's: ``nanobot.handles``); whoever holds the number
-        after (the carrier gave it to someone else) talks in a chat of their own account's. What
-        goes to the number's chat goes to that first account: its history, the owner's notices and
-        a job's output never pass with the number."""
-        if not who.handle or (await self._vouched(who)).id == who.id and \
-                await self._account_of(who.id) in (who.id, who.handle):
-            return who.id
-        return who.handle
-
-    async def _account_of(self, chat_id: str) -> str:
-        """Whom a message to ``chat_id`` goes to: the account first admitted in that number's chat, else the number."""
-        if chat_id not in self._accounts and (account := await self.ctx.store.position(self._account_key(chat_id))):
-            self._accounts[chat_id] = account  # for good; none yet is asked again (another worker may admit them)
-        return self._accounts.get(chat_id, chat_id)
-
-    def _account_key(self, chat_id: str) -> str:
-        return f"{self.name} account of {chat_id}"  # in the store's positions: kept until it changes
+        if went:
+            await self._chats.admitted(who, own)  # (in a group too)
 
     async def _attachments(self, attachments: list[dict[str, Any]], sender: Sender) -> list[str]:
         """What signal-cli saved, copied into the chat's inbox (never through a link in its folder)."""
@@ -190,7 +169,7 @@ class SignalChannel(BaseChannel):
         """One JSON-RPC call for ``chat_id``. SendFailed when it did not go: retry while the
         daemon cannot be reached or fails; not when Signal refused it (an unknown number)."""
         target = {"groupId": chat_id[len(GROUP):]} if chat_id.startswith(GROUP) else \
-            {"recipient": [await self._account_of(chat_id)]}
+            {"recipient": [await self._chats.account_of(chat_id)]}
         body = {"jsonrpc": "2.0", "id": next(self._ids), "method": method,
                 "params": {"account": self.config.account, **target, **params}}
         if self._http.closed:

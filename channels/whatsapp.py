@@ -14,8 +14,9 @@ send through the Graph API at ``apiBase``.
   ``US.1349…``; it never passes to another person), their id here. Where both come, the BSUID is
   the handle, so a config entry naming it matches either way, and an admitted user's pair is kept
   (``store.keep_position``): one who hides their number later is still that number's person and
-  chat. Chats are ``whatsapp:<wa_id>``, else ``whatsapp:<BSUID>`` (one-to-one); a BSUID is written
-  to as ``recipient``, a number as ``to``.
+  chat. Chats are ``whatsapp:<wa_id>``, else ``whatsapp:<BSUID>`` (one-to-one; also when the
+  number's chat is another account's: ``NumberChats``); a BSUID is written to as ``recipient``, a
+  number as ``to``, and a number's chat whose account is known goes to that account.
 - Media in: fetched by id (the Graph API names a download URL); the access token goes only to
   ``apiBase``'s origin and to Meta's media host over https. Media out: uploaded, then sent.
 - Outside the 24-hour customer-service window WhatsApp refuses free-form messages (error
@@ -42,6 +43,7 @@ from nanobot.message_context import noting_lost, shared_contact, shared_place, w
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 from nanobot.sqlite_file import StoreUnavailable
+from nanobot_channels.number_chats import NumberChats
 from nanobot_channels.text import split_message
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,7 @@ class WhatsAppChannel(BaseChannel):
         self.webhook = Listener(app, "channels.whatsapp.webhook.listen", timeout_s=ctx.http_timeout_s)
         self._last_message: dict[str, str] = {}  # wa_id -> the id of their latest message (typing, read)
         self._numbers: dict[str, str] = {}  # an admitted user's business-scoped id -> their number
+        self._chats = NumberChats(self.name, ctx.store)  # a number's chat is its first account's (its BSUID)
 
     async def start(self) -> None:
         try:
@@ -152,24 +155,26 @@ class WhatsAppChannel(BaseChannel):
         if not wa_id or not message.get("id"):
             return None
         who = Identity(wa_id, bsuid if number and bsuid else None, names.get(number) or names.get(bsuid))
+        chat = await self._chats.chat_of(who, await self._vouched(who))
         part = message.get(kind) if isinstance(message.get(kind), dict) else {}
         text = _words(kind, part, message)
         media: list[str] = []
         if kind in MEDIA_TYPES and part.get("id") and await self._may_download(who):
-            kept = await self._download(part, Sender(self.name, wa_id, who, True))
+            kept = await self._download(part, Sender(self.name, chat, who, True))
             media = [kept] if kept else []
         context = message.get("context") if isinstance(message.get("context"), dict) else {}
         forwarded = context.get("forwarded") or context.get("frequently_forwarded")  # someone else's words
         # A reply names only the id of what it answers: the words are ours to know, if we sent it.
-        answered = await self.ctx.store.kept(f"{self.name}:{wa_id}", str(context["id"])) \
+        answered = await self.ctx.store.kept(f"{self.name}:{chat}", str(context["id"])) \
             if context.get("id") and not forwarded and await self._may_download(who) else None
         text, _ = with_quote(noting_lost((text or "").strip(), int(kind in MEDIA_TYPES), media), answered,
                              self.config.phone_number_id, who.id, self.config.phone_number_id)
-        msg = InboundMessage(self.name, wa_id, who.id, text, sender_name=who.name, sender_handle=who.handle, media=media,
+        msg = InboundMessage(self.name, chat, who.id, text, sender_name=who.name, sender_handle=who.handle, media=media,
                              is_private=True, delivery_key=str(message["id"]),
                              untrusted="a forwarded message" if forwarded else None)
         if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
-            self._last_message[wa_id] = str(message["id"])
+            self._last_message[chat] = str(message["id"])
+            await self._chats.admitted(who, chat)
             if number and bsuid and self._numbers.get(bsuid) != number:
                 await self.ctx.store.keep_position(self._number_key(bsuid), number)
                 self._numbers[bsuid] = number
@@ -262,7 +267,8 @@ class WhatsAppChannel(BaseChannel):
 
     async def _send(self, wa_id: str, kind: str, part: dict[str, Any]) -> None:
         answer = await self._graph("POST", f"{self.config.phone_number_id}/messages", json={
-            "messaging_product": "whatsapp", "recipient_type": "individual", **_addressed_to(wa_id), "type": kind,
+            "messaging_product": "whatsapp", "recipient_type": "individual",
+            **_addressed_to(await self._chats.account_of(wa_id)), "type": kind,
             kind: part})
         sent, words = _list(answer, "messages"), part.get("body") or part.get("caption")
         if words and sent and sent[0].get("id"):  # kept, so a reply to it can be read with what it answers

@@ -77,33 +77,36 @@ async def test_a_user_who_hides_their_number_is_known_by_their_business_scoped_i
         await wa.wait_until(lambda: "hello, hidden owner" in wa.texts(HIDDEN) and wa.texts(HIDDEN_STRANGER))
         assert gateway.runtime.trust(f"whatsapp:{HIDDEN}") == "owner"
         await wa.deliver("15550004444", "/status", bsuid=HIDDEN)  # the number shown again: the id still counts
-        await wa.wait_until(lambda: any("This is an owner chat" in text for text in wa.texts("15550004444")))
+        await wa.wait_until(lambda: any("This is an owner chat" in text for text in wa.texts(HIDDEN)))
+        assert gateway.runtime.trust("whatsapp:15550004444") == "owner"  # a chat of that number, sent to the id
     assert "hello, hidden owner" in wa.texts(HIDDEN) and "pair" in wa.texts(HIDDEN_STRANGER)[0].lower()
-    assert all("to" not in message for message in wa.sent if message.get("recipient") in (HIDDEN, HIDDEN_STRANGER))
-    assert {message.get("recipient") or message["to"] for message in wa.sent} == {HIDDEN, HIDDEN_STRANGER, "15550004444"}
+    assert all("to" not in message for message in wa.sent)
+    assert {message["recipient"] for message in wa.sent} == {HIDDEN, HIDDEN_STRANGER}
     assert asked(llm) == ["hi there"]
 
 
 async def test_one_who_hides_their_number_later_is_the_same_person_and_chat(
         llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
     """Meta names the owner by number and business-scoped id, then (a username chosen, a month
-    quiet) by the id alone: still the owner, in the same chat and history, written to by number."""
+    quiet) by the id alone: still the owner, in the same chat and history, written to by the id
+    (a number's chat goes to its account: the number may pass to someone else)."""
     llm.script(reply("noted: blue"), reply("you said blue"))
     async with running_gateway(wa_config(llm, workspace, wa)) as gateway:
         await wa.deliver(OWNER, "my colour is blue", bsuid=HIDDEN)
-        await wa.wait_until(lambda: wa.texts(OWNER) == ["noted: blue"])
+        await wa.wait_until(lambda: wa.texts(HIDDEN) == ["noted: blue"])
     async with running_gateway(wa_config(llm, workspace, wa)) as gateway:  # a restart between
         await wa.deliver(HIDDEN, "what is my colour?")
-        await wa.wait_until(lambda: len(wa.texts(OWNER)) == 2)
+        await wa.wait_until(lambda: len(wa.texts(HIDDEN)) == 2)
         assert gateway.runtime.trust(f"whatsapp:{OWNER}") == "owner"
-    assert wa.texts(OWNER) == ["noted: blue", "you said blue"] and all(m.get("to") == OWNER for m in wa.sent)
+    assert wa.texts(HIDDEN) == ["noted: blue", "you said blue"] and all(m.get("recipient") == HIDDEN for m in wa.sent)
     assert "my colour is blue" in json.dumps(llm.chat_requests[-1]["messages"])  # the same history
 
 
 async def test_a_number_recycled_to_a_stranger_makes_no_owner(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp,
                                                                caplog: pytest.LogCaptureFixture) -> None:
     """The owner's old number, registered by someone else: a new business-scoped id. With "*"
-    they get in, but as a member, in a chat that starts over (before, the number was the owner)."""
+    they get in, but as a member, in a chat of their own; the owner's chat stays the owner's,
+    and what goes there (a cron job's output) goes to the owner's id, never the number."""
     config = wa_config(llm, workspace, wa)
     config.channels.whatsapp = WhatsAppConfig.model_validate({
         **config.channels.whatsapp.model_dump(by_alias=True), "allowFrom": ["*"]})
@@ -113,8 +116,13 @@ async def test_a_number_recycled_to_a_stranger_makes_no_owner(llm: FakeOpenAI, w
         await wa.wait_sent(1)
         await wa.deliver(OWNER, "what is my colour?", bsuid=HIDDEN_STRANGER)
         await wa.wait_sent(2)
-        assert gateway.runtime.trust(f"whatsapp:{OWNER}") == "member"
+        assert wa.texts(HIDDEN_STRANGER) == ["hello"]
+        assert gateway.runtime.trust(f"whatsapp:{OWNER}") == "owner"
+        assert gateway.runtime.trust(f"whatsapp:{HIDDEN_STRANGER}") == "member"
+        gateway.outbound.deliver(OutboundMessage("whatsapp", OWNER, "your daily summary: CANARY-wa-cron"))
+        await wa.wait_sent(3)
     assert "teal" not in str(llm.chat_requests[-1]["messages"])
+    assert wa.texts(HIDDEN) == ["noted: teal", "your daily summary: CANARY-wa-cron"] and not wa.texts(OWNER)
     assert f"{OWNER} is now account {HIDDEN_STRANGER}'s, not {HIDDEN}'s" in caplog.text
 
 
