@@ -270,6 +270,29 @@ async def test_a_cron_prompt_job_runs_in_its_chat_wherever_that_is_held(
         assert texts(tg, 41) == ["re: hello", "re: report please"]
 
 
+async def test_a_chat_that_moves_keeps_its_replies_in_order(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """A worker whose reply Telegram told to wait (429) lets the quiet chat go, and another takes
+    it: that one's turns wait until the first reply is out, so the chat reads in order (before,
+    the next message's answer went out first)."""
+    llm.fallback = echo
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    async with workers(configs) as gateways:
+        chat = "telegram:41"
+        tg.fail_sends(1, retry_after=2)
+        tg.push_text(41, 41, "one")
+        await tg.wait_calls("sendMessage", 1, timeout=10)  # answered, recorded, refused once: waiting 2 s
+        [first] = [name for name, gw in gateways.items() if chat in gw.cluster.router.held]
+        [other] = set(gateways) - {first}
+        await gateways[first].cluster.router.release(chat)  # quiet: its message is answered
+        assert chat not in gateways[first].cluster.router.held
+        await gateways[other].cluster.router.pull(chat, claim=True)
+        assert chat in gateways[other].cluster.router.held
+        tg.push_text(41, 41, "two")
+        await tg.wait_sent(2, timeout=10)
+    assert texts(tg, 41) == ["re: one", "re: two"]
+
+
 async def test_the_webhook_serves_one_gateway_on_sqlite_too(llm, tg, workspace: Path, fast) -> None:
     llm.fallback = echo
     config = telegram_gateway_config(llm.base_url, workspace, tg, 41)

@@ -6,7 +6,8 @@ so exactly one wins. Leases of dead workers are taken over in bulk with ``FOR UP
 LOCKED``: workers sweeping at the same moment split them instead of queueing on each other.
 A holder gives a chat back when it goes quiet, so chats spread over the workers over time.
 The rule for replies whose sender died (``_DEAD_WRITER``) lives here too: the chat's next
-holder adopts and sends them.
+holder adopts and sends them. A sender still alive sends its own; the next holder's replies
+wait for them (``unsent_elsewhere``), so a chat that moves keeps its order.
 """
 
 from __future__ import annotations
@@ -104,6 +105,13 @@ class ChatLeases:
 
         rows = sorted(await delivery.put_retried(op), key=lambda row: row["id"])
         return [outbound_from(row) for row in rows]
+
+    async def unsent_elsewhere(self, chat: str) -> bool:
+        """Whether another live worker has replies in ``chat`` it recorded and has not sent yet
+        (one slowed by a platform's rate limit, or whose marks waited out a database restart)."""
+        return bool(await self.db.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM outbox WHERE state = 'pending' AND channel || ':' || chat_id = $1 "
+            "AND worker <> $2 AND worker IN (SELECT id FROM live_workers))", chat, self.id))
 
     async def take_over(self, chats: list[str]) -> list[str]:
         """Of ``chats``, those we now hold: unleased ones, and dead workers' leases."""

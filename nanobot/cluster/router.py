@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 CLAIM_DELAY_PER_CHAT_S = 0.001  # a worker busy with n chats waits n ms (at most MAX) before claiming
 MAX_CLAIM_DELAY_S = 0.02
 MAX_ELSEWHERE = 100_000  # chats remembered as held elsewhere (forgotten wholesale past this)
+# A chat taken while its last holder still sends what it answered there (a rate limit's wait, marks
+# held up by a database restart): looked at this often, for at most this long, before our turns run.
+HANDOVER_POLL_S, HANDOVER_WAIT_S = 0.05, 60.0
 
 
 @dataclass(frozen=True)
@@ -180,12 +183,28 @@ class ChatRouter:
 
     async def _taken(self, chat: str) -> None:
         """Ours now: read its history afresh (another worker wrote it since), and send what a
-        dead holder recorded but did not get out, before anything new."""
+        dead holder recorded but did not get out, before anything new; what a live one did not
+        get out yet, it sends, and our turns there wait for it (the chat keeps its order)."""
         self.held.add(chat)
         self._elsewhere.discard(chat)
         self.queued[chat] = 0
         self.sessions.close(chat)
         self.resend(await self.leases.adopt_replies(chat, self.delivery))
+        if await self._sent_elsewhere(chat):
+            self.resend(await self.leases.adopt_replies(chat, self.delivery))  # their sender may have died
+
+    async def _sent_elsewhere(self, chat: str) -> bool:
+        """Wait while another live worker has replies in ``chat`` to send; whether there were any."""
+        loop = asyncio.get_running_loop()
+        deadline, waited = loop.time() + HANDOVER_WAIT_S, False
+        while await self.leases.unsent_elsewhere(chat):
+            if loop.time() > deadline:
+                log.warning("%s: another worker has not sent its replies there in %.0f s; answering on",
+                            chat, HANDOVER_WAIT_S)
+                break
+            waited = True
+            await asyncio.sleep(HANDOVER_POLL_S)
+        return waited
 
     # ---- the sweep ---------------------------------------------------------------------
     async def sweep(self) -> None:
