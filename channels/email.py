@@ -133,8 +133,8 @@ class EmailChannel(BaseChannel):
                     self._report(None, "mailbox")
                 opened, failures = None, 0
                 while True:
-                    # Mail that came while a batch was taken is announced with those commands'
-                    # answers, not in the IDLE after them: look again until a look finds none.
+                    # Mail that came while a batch was taken, or the search ran, is announced with
+                    # those commands' answers, not in the IDLE after them: look again until it is quiet.
                     while await self._take_new(mailbox):
                         pass
                     await self._wait_for_mail(mailbox)
@@ -176,9 +176,12 @@ class EmailChannel(BaseChannel):
                 idle.cancel()
 
     async def _take_new(self, mailbox: Mailbox) -> bool:
-        """Read and mark every unseen mail; whether there was any."""
+        """Read and mark every unseen mail; whether to look again: there was some, or mail came
+        while the search ran (announced beside its answer, never in the IDLE after it)."""
         imap, uidvalidity = mailbox.imap, mailbox.uidvalidity
-        found = await imap.uid_search("UNSEEN", charset=None)
+        # A NOOP beside the search takes what the server says besides (aioimaplib drops an untagged
+        # EXISTS that no NOOP waits for): a mail that came while the search ran, not among its results.
+        found, told = await asyncio.gather(imap.uid_search("UNSEEN", charset=None), imap.noop())
         if found.result != "OK":
             raise MailboxError(f"search failed: {_said(found)}")
         words = b" ".join(line for line in found.lines[:1] if isinstance(line, bytes)).split()
@@ -195,7 +198,7 @@ class EmailChannel(BaseChannel):
             stored = await imap.uid("store", uid, "+FLAGS.SILENT", r"(\Seen)")
             if stored.result != "OK":
                 raise MailboxError(f"marking mail {uid} seen failed: {_said(stored)}")
-        return bool(uids)
+        return bool(uids) or any(line.endswith(b" EXISTS") for line in told.lines if isinstance(line, bytes))
 
     async def _intake(self, raw: bytes, uid_key: str) -> None:
         """Who sent it is decided from the headers; only then is the body read (bounded, off

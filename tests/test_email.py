@@ -335,6 +335,37 @@ async def test_mail_that_comes_while_a_batch_is_taken_is_read_before_idling(llm:
     assert sorted(said(llm, i) for i in range(2)) == ["first\n\none", "second\n\ntwo"]
 
 
+async def test_mail_that_comes_while_the_reader_looks_for_it_is_read_before_idling(
+        llm: FakeOpenAI, workspace: Path, smtp: SmtpReceiver) -> None:
+    """A mail that lands while the reader's search runs is not among its results, and is
+    announced with its answer ("* 1 EXISTS" beside an empty SEARCH), not in the IDLE after it:
+    the reader must look again (a reader that had just taken the mailbox over missed it in a
+    loaded test run, until the IDLE renewal)."""
+    searches = 0
+    llm.fallback = lambda body: reply("ok")
+
+    async def answer(tag: str, command: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        nonlocal searches
+        if command.startswith("SELECT"):
+            writer.write(b"* 0 EXISTS\r\n* OK [UIDVALIDITY 7] UIDs valid\r\n")
+        elif command.startswith("UID SEARCH"):
+            searches += 1
+            writer.write(b"* SEARCH\r\n* 1 EXISTS\r\n" if searches == 1 else b"* SEARCH 1\r\n")
+        elif command.startswith("UID FETCH"):
+            raw = bytes(mail(FRIEND, "during", "the search"))
+            writer.write(f"* 1 FETCH (UID 1 BODY[] {{{len(raw)}}}\r\n".encode() + raw + b")\r\n")
+        elif command == "IDLE":
+            writer.write(b"+ idling\r\n")
+            await writer.drain()
+            await reader.readline()  # DONE, at the renewal or the stop: nothing is pushed meanwhile
+        return True
+
+    async with ScriptedImap(answer) as scripted:
+        async with running_gateway(email_config(llm, workspace, scripted, smtp)):
+            await smtp.wait_sent(1)
+    assert said(llm) == "during\n\nthe search"
+
+
 async def test_a_mailbox_down_at_start_is_read_once_it_is_back(llm: FakeOpenAI, workspace: Path, imap: Dovecot,
                                                                smtp: SmtpReceiver) -> None:
     """An unreachable server is no reason to fail the channel (a wrong password is): it starts,
