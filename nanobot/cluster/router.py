@@ -197,7 +197,7 @@ class ChatRouter:
         """Wait while another live worker has replies in ``chat`` to send; whether there were any."""
         loop = asyncio.get_running_loop()
         deadline, waited = loop.time() + HANDOVER_WAIT_S, False
-        while await self.leases.unsent_elsewhere(chat):
+        while chat in self.held and await self.leases.unsent_elsewhere(chat):  # (not if the line broke)
             if loop.time() > deadline:
                 log.warning("%s: another worker has not sent its replies there in %.0f s; answering on",
                             chat, HANDOVER_WAIT_S)
