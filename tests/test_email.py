@@ -13,7 +13,8 @@ from typing import AsyncIterator
 import pytest
 
 from nanobot.config import Config, EmailConfig
-from tests.fakes.mail_servers import Dovecot, ScriptedImap, SmtpReceiver, email_section, needs_dovecot
+from tests.fakes.mail_servers import (Dovecot, ScriptedImap, SmtpReceiver, email_section, fetched, idle_quietly,
+                                      needs_dovecot)
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for, fast_pace, running_gateway
 
@@ -316,17 +317,14 @@ async def test_mail_that_comes_while_a_batch_is_taken_is_read_before_idling(llm:
             writer.write(f"* SEARCH {unseen}\r\n".encode())
         elif command.startswith("UID FETCH"):
             uid = int(command.split()[2])
-            raw = bytes(mails[uid])
-            writer.write(f"* {uid} FETCH (UID {uid} BODY[] {{{len(raw)}}}\r\n".encode() + raw + b")\r\n")
+            fetched(writer, uid, bytes(mails[uid]))
         elif command.startswith("UID STORE"):
             seen.add(int(command.split()[2]))
             if arrived == 1:  # the second mail lands now: told with this answer, as Dovecot does
                 arrived = 2
                 writer.write(b"* 2 EXISTS\r\n")
         elif command == "IDLE":
-            writer.write(b"+ idling\r\n")
-            await writer.drain()
-            await reader.readline()  # DONE, at the renewal or the stop: nothing is pushed meanwhile
+            await idle_quietly(reader, writer)
         return True
 
     async with ScriptedImap(answer) as scripted:
@@ -352,12 +350,9 @@ async def test_mail_that_comes_while_the_reader_looks_for_it_is_read_before_idli
             searches += 1
             writer.write(b"* SEARCH\r\n* 1 EXISTS\r\n" if searches == 1 else b"* SEARCH 1\r\n")
         elif command.startswith("UID FETCH"):
-            raw = bytes(mail(FRIEND, "during", "the search"))
-            writer.write(f"* 1 FETCH (UID 1 BODY[] {{{len(raw)}}}\r\n".encode() + raw + b")\r\n")
+            fetched(writer, 1, bytes(mail(FRIEND, "during", "the search")))
         elif command == "IDLE":
-            writer.write(b"+ idling\r\n")
-            await writer.drain()
-            await reader.readline()  # DONE, at the renewal or the stop: nothing is pushed meanwhile
+            await idle_quietly(reader, writer)
         return True
 
     async with ScriptedImap(answer) as scripted:

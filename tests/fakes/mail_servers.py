@@ -201,6 +201,19 @@ class ScriptedImap:
             await writer.drain()
 
 
+def fetched(writer: asyncio.StreamWriter, uid: int, raw: bytes) -> None:
+    """A ``ScriptedImap`` answer's untagged line for ``UID FETCH uid (BODY.PEEK[])``: the mail."""
+    writer.write(f"* {uid} FETCH (UID {uid} BODY[] {{{len(raw)}}}\r\n".encode() + raw + b")\r\n")
+
+
+async def idle_quietly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A ``ScriptedImap`` answer to IDLE that pushes nothing until the client's DONE (at the
+    renewal or the stop): mail told of only here would wait that long."""
+    writer.write(b"+ idling\r\n")
+    await writer.drain()
+    await reader.readline()
+
+
 def email_section(imap: Dovecot, smtp: SmtpReceiver, allow_from: list[str] | None = None) -> dict[str, Any]:
     """``channels.email`` (as config.json spells it) reading ``imap`` and sending through ``smtp``,
     plain text on loopback."""
