@@ -40,14 +40,19 @@ async def http_server(*flags: str) -> tuple[asyncio.subprocess.Process, int]:
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tests.fakes.mcp_notes", "--http", str(port),
                                                 *flags, cwd=REPO, stdout=asyncio.subprocess.DEVNULL,
                                                 stderr=asyncio.subprocess.DEVNULL)
-    async with asyncio.timeout(20):
-        while True:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.close()
-                return proc, port
-            except OSError:
-                await asyncio.sleep(0.05)
+    try:
+        async with asyncio.timeout(20):
+            while True:
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                    writer.close()
+                    return proc, port
+                except OSError:
+                    await asyncio.sleep(0.05)
+    except BaseException:  # not up in time (a loaded machine): the test fails, the server must not outlive it
+        proc.kill()
+        await proc.wait()
+        raise
 
 
 def with_servers(llm: FakeOpenAI, workspace: Path, servers: dict[str, McpServer], **kw):
