@@ -26,11 +26,12 @@ class NumberChats:
             return who.id
         return who.handle
 
-    async def admitted(self, who: Identity, chat: str) -> None:
-        """``who`` was let in, in ``chat``: their number's chat is their account's, if none had it."""
-        if who.handle and chat == who.id and await self.account_of(chat) == chat:
-            await self.store.keep_position(self._key(chat), who.handle)
-            self._accounts[chat] = who.handle
+    async def admitted(self, who: Identity, vouched: Identity) -> None:
+        """``who`` was let in (anywhere): their number's chat is their account's, if no account had
+        it and the config holds the number to nobody else (``vouched``)."""
+        if who.handle and vouched.id == who.id and await self.account_of(who.id) == who.id:
+            await self.store.keep_position(self._key(who.id), who.handle)
+            self._accounts[who.id] = who.handle
 
     async def account_of(self, chat_id: str) -> str:
         """Whom a message to ``chat_id`` goes to: the account first admitted with that number, else itself."""

@@ -102,8 +102,7 @@ class SignalChannel(BaseChannel):
             return  # receipts, typing, our own messages from another device
         who = Identity(str(number or uuid), str(uuid) if number and uuid else None, envelope.get("sourceName"))
         group = (message.get("groupInfo") or {}).get("groupId")
-        own = await self._chats.chat_of(who, await self._vouched(who))  # their private chat, and this one's
-        chat_id = f"{GROUP}{group}" if group else own
+        chat_id = f"{GROUP}{group}" if group else await self._chats.chat_of(who, await self._vouched(who))
         mentioned = any(m.get("number") == self.config.account for m in message.get("mentions") or []) or \
             (message.get("quote") or {}).get("authorNumber") == self.config.account
         if not self._addressed(not group, mentioned):  # before any attachment is read: kept for the next that is
@@ -120,8 +119,8 @@ class SignalChannel(BaseChannel):
             sender_handle=who.handle, media=media, is_private=not group, delivery_key=f"{who.id}:{sent_at}",
             untrusted=quoted, reply_context={"message_id": sent_at, "author": who.id} if group else None),
             mentioned=mentioned)  # in a group, answered quoting the question
-        if went:
-            await self._chats.admitted(who, own)  # (in a group too)
+        if went:  # (in a group too: its number's chat is theirs from then on)
+            await self._chats.admitted(who, await self._vouched(who))
 
     async def _attachments(self, attachments: list[dict[str, Any]], sender: Sender) -> list[str]:
         """What signal-cli saved, copied into the chat's inbox (never through a link in its folder)."""

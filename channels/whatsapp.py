@@ -155,7 +155,7 @@ class WhatsAppChannel(BaseChannel):
         if not wa_id or not message.get("id"):
             return None
         who = Identity(wa_id, bsuid if number and bsuid else None, names.get(number) or names.get(bsuid))
-        chat = await self._chats.chat_of(who, await self._vouched(who))
+        chat = await self._chats.chat_of(who, vouched := await self._vouched(who))
         part = message.get(kind) if isinstance(message.get(kind), dict) else {}
         text = _words(kind, part, message)
         media: list[str] = []
@@ -174,7 +174,7 @@ class WhatsAppChannel(BaseChannel):
                              untrusted="a forwarded message" if forwarded else None)
         if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
             self._last_message[chat] = str(message["id"])
-            await self._chats.admitted(who, chat)
+            await self._chats.admitted(who, vouched)
             if number and bsuid and self._numbers.get(bsuid) != number:
                 await self.ctx.store.keep_position(self._number_key(bsuid), number)
                 self._numbers[bsuid] = number

@@ -63,18 +63,20 @@ class NameHolders:
     async def held(self, channel: str, name: str) -> bool:
         """Whether ``name`` was ever held to an account here: it stays held once its listing or
         pairing is gone, so the account approved since it changed hands stays who it is."""
-        key = (channel, name)
-        if key not in self._known and (holder := await self.db.fetchval(
-                "SELECT holder FROM name_holders WHERE channel = $1 AND name = $2", *key)) is not None:
-            self._known[key] = str(holder)
-        return key in self._known
+        return await self._read((channel, name)) is not None
 
     async def holder(self, channel: str, name: str, account: str) -> str:
         """The account ``name`` belongs to on ``channel``: ``account`` if it is seen first."""
         key = (channel, name)
-        if (known := self._known.get(key)) is None:
+        if (known := await self._read(key)) is None:
             await self.db.execute("INSERT INTO name_holders (channel, name, holder) VALUES ($1, $2, $3) "
                                   "ON CONFLICT DO NOTHING", *key, account)
-            known = self._known[key] = str(await self.db.fetchval(
-                "SELECT holder FROM name_holders WHERE channel = $1 AND name = $2", *key))
+            known = str(await self._read(key))  # the first writer's, among workers
         return known
+
+    async def _read(self, key: tuple[str, str]) -> str | None:
+        """The holder of ``key``, known in memory once read (a holder never changes)."""
+        if key not in self._known and (holder := await self.db.fetchval(
+                "SELECT holder FROM name_holders WHERE channel = $1 AND name = $2", *key)) is not None:
+            self._known[key] = str(holder)
+        return self._known.get(key)
