@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from nanobot.config import Config
 
@@ -17,6 +18,19 @@ if TYPE_CHECKING:
     from nanobot.delivery.intake import DurableIntake
     from nanobot.gateway import Gateway
     from nanobot.gateway.app import Pace
+
+
+async def until(condition: Callable[[], Any], timeout: float = 30.0) -> None:
+    """Wait for what another task, process or the database makes true and no stand-in request
+    marks: ``condition`` (awaited if it is async) is looked at every 20 ms."""
+    async with asyncio.timeout(timeout):
+        while True:
+            done = condition()
+            if inspect.isawaitable(done):
+                done = await done
+            if done:
+                return
+            await asyncio.sleep(0.02)
 
 
 def keep_discord_urls(monkeypatch) -> None:

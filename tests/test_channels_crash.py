@@ -14,10 +14,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from tests.fakes.openai_server import FakeOpenAI, delayed
 from tests.fakes.signal_cli import FakeSignalCli
 from tests.fakes.whatsapp_api import FakeWhatsApp
-from tests.helpers import nanobot_process
+from tests.helpers import nanobot_process, until
 from tests.test_api import port_to_listen_again
 from tests.test_delivery_crash import echo
-from tests.test_tasks import until
 
 OWNER_NUMBER = "+15550002222"
 

@@ -20,7 +20,7 @@ from nanobot.cli.cron import cron_app
 from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.service import CronService, RunOutcome, create_job
 from nanobot.cron.store import MIGRATIONS, CronJob, CronStore, utcnow
-from tests.helpers import add_cron_job
+from tests.helpers import add_cron_job, until
 
 UTC = timezone.utc
 WEDNESDAY_NOON = datetime(2026, 11, 4, 12, 0, tzinfo=UTC)
@@ -72,14 +72,6 @@ async def make_service(store: CronStore):
     yield make
     for service in services:
         await service.stop()
-
-
-async def eventually(predicate, timeout: float = 2.0) -> None:
-    """Await an async predicate becoming true (state another task writes to the database)."""
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 async def add(store: CronStore, kind: str, expression: str, payload: str = "print(1)", **kwargs) -> CronJob:
@@ -205,7 +197,7 @@ async def test_every_second_job_fires_and_is_recorded(store, make_service):
                                 payload_kind="prompt", payload="ping")
     await runner.wait_for(1)
     assert runner.calls[0].id == job.id and runner.calls[0].payload == "ping"
-    await eventually(lambda: _status(store, job.id, "ok"))
+    await until(lambda: _status(store, job.id, "ok"))
     run = (await store.runs(job.id))[0]
     assert (run.status, run.output_excerpt, run.function_calls) == ("ok", "done", 2)
     assert (await store.get(job.id)).next_run_at > run.started_at
@@ -223,7 +215,7 @@ async def test_at_job_runs_once_and_is_gone(store, make_service):
     job = await add_cron_job(service, owner_session="telegram:1", schedule_kind="at", expression=when,
                                 payload_kind="code", payload="print(1)")
     await runner.wait_for(1)
-    await eventually(lambda: _gone(store, job.id))
+    await until(lambda: _gone(store, job.id))
     assert [r.status for r in await store.runs(job.id)] == ["ok"]
     assert await service.store.list() == [] and len(runner.calls) == 1
 
@@ -268,7 +260,7 @@ async def test_missed_run_within_grace_runs_once_at_start(store, make_service):
     runner = Recorder()
     await make_service(runner, grace_seconds=60)
     await runner.wait_for(1)
-    await eventually(lambda: _status(store, job.id, "ok"))
+    await until(lambda: _status(store, job.id, "ok"))
     assert (await store.get(job.id)).next_run_at > utcnow()
 
 
@@ -293,14 +285,14 @@ async def test_changes_from_another_connection_reach_the_running_service(db_path
         assert runner.calls[0].id == job.id
 
         assert await cli_store.remove(job.id)
-        await eventually(lambda: _no_jobs(service))
+        await until(lambda: _no_jobs(service))
 
         manual = await add(cli_store, "cron", "0 0 1 1 *", payload="print('manual')")
         calls = len(runner.calls)
         await cli_store.request_run(manual.id)  # what `nanobot cron run ID` does
         await runner.wait_for(calls + 1, timeout=2.0)
         assert runner.calls[-1].id == manual.id
-        await eventually(lambda: _status(store, manual.id, "ok"))
+        await until(lambda: _status(store, manual.id, "ok"))
         assert (await store.get(manual.id)).run_requested is False
     finally:
         await cli_store.close()
@@ -509,7 +501,7 @@ async def test_a_one_shot_running_past_the_next_look_is_neither_paused_nor_run_a
     await service._tick()  # the clock's next look, while the run goes on
     assert (await store.get(job.id)).enabled and runs == 1
     release.set()
-    await eventually(lambda: _gone(store, job.id))
+    await until(lambda: _gone(store, job.id))
     assert runs == 1
 
 
@@ -521,7 +513,7 @@ async def test_two_clocks_run_a_due_job_once(store, make_service):
     runner = Recorder()
     first, second = await asyncio.gather(make_service(runner), make_service(runner))
     await runner.wait_for(1)
-    await eventually(lambda: _status(store, job.id, "ok"))
+    await until(lambda: _status(store, job.id, "ok"))
     await asyncio.gather(first.stop(), second.stop())
     assert len(runner.calls) == 1 and len(await store.runs(job.id)) == 1
 

@@ -19,8 +19,7 @@ from nanobot.api.keys import ApiKeys
 from nanobot.config import TelegramWebhook
 from tests.test_api import api, config, free_port, post  # noqa: F401  (fixtures)
 from tests.test_cli import nanobot, write_config
-from tests.helpers import fast_pace, running_gateway
-from tests.test_cron import eventually
+from tests.helpers import fast_pace, running_gateway, until
 
 SECRET = "s" * 24
 
@@ -136,7 +135,7 @@ async def test_a_key_has_only_so_many_uploads_under_way(api: dict) -> None:  # n
                                         Authorization=f"Bearer {api['member']}")
         return status == 429 and "uploads under way" in answer["error"]["message"]
 
-    await eventually(refused, timeout=10)
+    await until(refused, timeout=10)
     status, _ = await raw_post(api["base"] + "/nanobot/upload?name=c.bin", b"small",
                                Authorization=f"Bearer {api['owner']}")
     assert status == 200  # another key's are its own
@@ -147,7 +146,7 @@ async def test_a_key_has_only_so_many_uploads_under_way(api: dict) -> None:  # n
         return (await raw_post(api["base"] + "/nanobot/upload?name=d.bin", b"small",
                                Authorization=f"Bearer {api['member']}"))[0] == 200
 
-    await eventually(taken, timeout=10)  # a dropped upload frees its place
+    await until(taken, timeout=10)  # a dropped upload frees its place
 
 
 async def test_a_webhooks_stalled_body_is_ended_in_time(llm, workspace: Path) -> None:

@@ -20,9 +20,8 @@ from nanobot_channels.matrix import MatrixChannel
 from tests.fakes.http_proxy import HttpProxy
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.synapse import Homeserver, SynapseUnavailable, homeserver
-from tests.helpers import config_for, fast_pace, recorded_intake, running_gateway
+from tests.helpers import config_for, fast_pace, recorded_intake, running_gateway, until
 from tests.test_api import free_port
-from tests.test_cron import eventually
 from tests.test_discord import AllowList
 from tests.test_signal import asked_last
 from tests.test_channels_crash import killed_mid_turn_then_answered_once, write_config
@@ -294,7 +293,7 @@ async def test_a_room_that_changes_hands_starts_over_with_the_new_partys_trust(
         assert [(await cron.get(j.id)).enabled for j in (owners_job, friends_job)] == [False, False]
         async def stopped() -> bool:
             return (await tasks.get(friends_task.id)).state == "stopped"
-        await eventually(stopped, timeout=10)
+        await until(stopped, timeout=10)
 
 
 async def test_notices_reach_the_owner_in_the_room_they_last_wrote_from(
@@ -519,7 +518,7 @@ async def test_a_members_file_cannot_name_another_address_of_the_homeserver(
 
         async def both_answered() -> bool:
             return len(llm.chat_requests) == 3
-        await eventually(both_answered, timeout=20)
+        await until(both_answered, timeout=20)
     assert len(llm.chat_requests) == 3 and "CANARY-matrix-owner" not in str(llm.chat_requests[1:])
     assert not [p for p in (workspace / "chats").rglob("*") if p.is_file() and b"CANARY" in p.read_bytes()]
 

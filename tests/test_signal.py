@@ -15,8 +15,7 @@ from nanobot.bus import OutboundMessage
 from nanobot.config import Config, SignalConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.signal_cli import FakeSignalCli
-from tests.helpers import TWO_PARTS, config_for, running_gateway
-from tests.test_cron import eventually
+from tests.helpers import TWO_PARTS, config_for, running_gateway, until
 from tests.test_workers import holder, workers
 
 BOT, OWNER, FRIEND, STRANGER = "+15550001111", "+15550002222", "+15550003333", "+15550009999"
@@ -300,7 +299,7 @@ async def test_a_number_signal_refuses_is_not_retried(llm: FakeOpenAI, workspace
         async def refused() -> bool:
             return (await gateway.delivery.backlog())[2] == 1
 
-        await eventually(refused, timeout=5)
+        await until(refused, timeout=5)
         assert signal.calls.count("send") == 2  # the refused one was tried once, not again
 
 

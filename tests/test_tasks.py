@@ -16,7 +16,7 @@ from nanobot.config import Config
 from nanobot.trust import OWNER
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import keep_discord_urls, nanobot_process, running_gateway, telegram_gateway_config
+from tests.helpers import keep_discord_urls, nanobot_process, running_gateway, telegram_gateway_config, until
 
 ALICE = 42
 FINISHED = "Background task "
@@ -47,13 +47,6 @@ def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path, monkeypatch: pyte
     cfg.channels.telegram.streaming = False
     llm.fallback = model
     return cfg
-
-
-async def until(condition, timeout: float = 30.0) -> None:  # noqa: ANN001
-    """For what no stand-in request marks (a model call of another process, say)."""
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.05)
 
 
 def texts(tg: FakeTelegram) -> list[str]:

@@ -14,9 +14,8 @@ from nanobot.bus import OutboundMessage
 from nanobot.config import Config, WhatsAppConfig
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
 from tests.fakes.whatsapp_api import FakeWhatsApp
-from tests.helpers import TWO_PARTS, config_for, running_gateway
+from tests.helpers import TWO_PARTS, config_for, running_gateway, until
 from tests.test_api import free_port
-from tests.test_cron import eventually
 
 OWNER, FRIEND, STRANGER = "15550002222", "15550003333", "15550009999"
 HIDDEN, HIDDEN_STRANGER = "US.13491208655302741918", "GB.99001122334455667788"  # business-scoped user ids
@@ -274,7 +273,7 @@ async def test_outside_the_24_hour_window_a_reply_fails_once_and_says_so(llm: Fa
             row = await gateway.runtime.db.fetchrow("SELECT state, error FROM outbox WHERE chat_id = $1", OWNER)
             return row is not None and row["state"] == "failed" and "24-hour window" in row["error"]
 
-        await eventually(refused, timeout=5)
+        await until(refused, timeout=5)
         assert wa.texts() == ["fine"] and (await gateway.delivery.backlog())[2] == 1
 
 
