@@ -249,11 +249,14 @@ class ChatRouter:
 
     async def _pull_taken(self, chat: str, epoch: int) -> None:
         """One chat of a takeover, checked again under its lock: the chats taken before it wait
-        for their replies to be adopted, and the line may break meanwhile (then it is not ours)."""
+        for their replies to be adopted, and the line may break meanwhile (then it is not ours).
+        A wake-up may have claimed it here meanwhile (the claim finds the lease ours): then it is
+        taken already, and taking it again would queue its messages a second time."""
         async with self._locks.hold(chat):
-            if not await self._still_ours([chat], epoch):
-                return
-            await self._taken(chat)
+            if chat not in self.held:
+                if not await self._still_ours([chat], epoch):
+                    return
+                await self._taken(chat)
         await self.pull(chat, claim=False)
 
     # ---- giving chats back -------------------------------------------------------------
@@ -270,6 +273,9 @@ class ChatRouter:
             self.queued.pop(chat, None)
             self.sessions.close(chat)
             await self.leases.release(chat)
+
+    def holds(self, chat: str) -> bool:
+        return chat in self.held
 
     def fresh(self, chat: str) -> None:
         """Before reading a chat we do not hold: drop our copy of it (its holder may have

@@ -50,6 +50,9 @@ GAVE_UP_REPLY = ("I stopped working on your last message: I was restarted {start
 
 
 class ChatHolder(Protocol):
+    def holds(self, key: str) -> bool:
+        """Whether this worker runs the chat's turns now (its lease)."""
+
     async def release(self, key: str) -> None:
         """The chat went quiet on this worker: any worker may take its next message."""
 
@@ -181,13 +184,10 @@ class Dispatcher:
     """Reads ``bus.inbound`` and hands each message to its chat's worker."""
 
     def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, outbound: Outbound, *,
-                 holder: ChatHolder | None = None, typing_interval: float = TYPING_INTERVAL,
-                 album_quiet_s: float,
+                 holder: ChatHolder | None = None, typing_interval: float = TYPING_INTERVAL, album_quiet_s: float,
                  stream_pace: Callable[[str], float | None] = lambda channel: None) -> None:
-        self.agent = agent
-        self.bus = bus
+        self.agent, self.bus, self.settings = agent, bus, settings
         self.outbound = outbound  # records and sends replies
-        self.settings = settings
         self.typing_interval = typing_interval
         self.album_quiet_s = album_quiet_s  # an album's parts are joined once none came for this long
         self.stream_pace = stream_pace  # how often a channel shows a reply as it is written (None: not)
@@ -197,14 +197,13 @@ class Dispatcher:
         self.chats = Background()  # each worker's task
         self._side = Background()  # /stop handlers, spoken replies, chats given back: in flight
         self._told: set[str] = set()  # chats told about the restart
-        # Among workers: a chat that goes quiet here is given back to it, and at shutdown the
-        # others answer what is queued (its chats are told nothing).
+        # Among workers: only the chats it holds run here; one that goes quiet is given back to
+        # it, and at shutdown the others answer what is queued (its chats are told nothing).
         self._holder = holder
 
     def let_go(self, keys: list[str]) -> None:
-        """Among workers: these chats are another worker's now (this one lost its database
-        connection and was taken for dead). Their turns stop here and their queued messages
-        are dropped: the new holder runs them from the record."""
+        """Among workers: these chats are another worker's now (this one was cut off and taken for
+        dead). Their turns stop here, their queued messages are dropped: the new holder runs them."""
         for key in keys:
             worker = self.workers.pop(key, None)
             if worker is not None:
@@ -229,6 +228,8 @@ class Dispatcher:
         if self.closing:
             self.tell_restarting(msg)
             return
+        if self._holder is not None and msg.intake_id is not None and not self._holder.holds(msg.session_key):
+            return  # handed on just before its chat was let go (a broken line): its new holder runs it
         if is_stop(msg.content):
             self._side.run(self._stop(msg), name=f"stop {msg.session_key}")
             return
