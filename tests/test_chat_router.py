@@ -17,6 +17,7 @@ from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.cluster.leases import ChatLeases
 from nanobot.cluster.registry import MIGRATIONS, Registry
 from nanobot.cluster.router import ChatRouter, GatewayHooks
+from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.delivery.store import DeliveryStore
 from nanobot.postgres import PostgresDatabase
 from nanobot.session_rows import DatabaseSessionStore
@@ -85,3 +86,34 @@ async def test_a_message_handed_on_as_its_chat_is_let_go_does_not_run(
         await until(gateway.bus.inbound.empty)  # the dispatcher took it
         assert "telegram:41" not in gateway.dispatcher.workers
     assert len(llm.requests) == asked and texts(tg, 41) == ["re: hello"]
+
+
+async def test_a_chat_going_quiet_as_a_message_is_handed_on_is_kept(
+        llm, tg: FakeTelegram, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
+    """A chat's worker went quiet (its queue empty for idleWorkerSeconds) just as the router
+    handed it the chat's next message: the chat was given back all the same, as nothing was
+    unanswered past what the router had handed on. The message's reply was then refused (the
+    lease gone) and the message ran again, on whichever worker took the chat next."""
+    given_back = asyncio.Event()
+
+    async def answer(body: dict) -> dict:  # "again" is answered once the chat was given back, or kept
+        if asked(body) == "again":
+            await given_back.wait()
+        return echo(body)
+
+    llm.fallback = answer
+    async with workers([worker_config(llm, workspace, tg, pg_url, "w1", tmp_path)]) as gateways:
+        gateway = gateways["w1"]
+        tg.push_text(41, 41, "hello")
+        await tg.wait_sent(1, timeout=30)
+        await gateway.intake.accept([InboundMessage("telegram", "41", "41", "again", is_private=True, delivery_key="again")])
+        await gateway.cluster.router.release("telegram:41")  # the worker went quiet meanwhile
+        given_back.set()
+        await tg.wait_sent(2, timeout=30)
+    assert [asked(body) for body in llm.requests].count("again") == 1
+    assert texts(tg, 41) == ["re: hello", "re: again"]
+
+
+def asked(body: dict) -> str:
+    """What a model request asks (as ``echo`` reads it: a resumed turn ends with a note)."""
+    return [m["content"] for m in body["messages"] if m["role"] == "user" and m["content"] != RESUMED_NOTE][-1]

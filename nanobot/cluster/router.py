@@ -265,8 +265,8 @@ class ChatRouter:
         async with self._locks.hold(chat):
             if chat not in self.held:
                 return
-            if await self.delivery.unfinished_in(chat, self.queued.get(chat, 0)):
-                return  # a message is on its way to us: keep it
+            if await self.delivery.unfinished_in(chat):
+                return  # a message on its way here, or handed on as its worker went quiet: keep it
             session = await self.sessions.open(chat)
             await session.sync_soon()  # its history is in the database before anyone else reads it
             self.held.discard(chat)

@@ -21,6 +21,7 @@ empty the server answers ``fallback`` (default: a plain "(script exhausted)" rep
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
 import socket
@@ -267,7 +268,10 @@ class FakeOpenAI:
 
 
 async def _waited(item: Any) -> Any:
-    """A ``delayed(...)`` item after its delay; any other as it is."""
+    """A ``delayed(...)`` item after its delay, an async function's answer once it is given; any
+    other as it is."""
+    if inspect.isawaitable(item):
+        return await item
     if isinstance(item, Delayed):
         await asyncio.sleep(item.seconds)
         return item.item
