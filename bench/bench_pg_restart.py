@@ -1,7 +1,8 @@
 """Two workers under steady Telegram traffic while PostgreSQL is restarted (``pg_ctl restart
 -m fast``) and then crashed (``stop -m immediate``, started again at once): how many messages
-were answered once, twice, or not at all, whether each chat kept its order, and how long
-after each fault the first answer came.
+were answered once, twice, or not at all, how many ran twice (a turn whose answer was refused
+still writes history), whether each chat kept its order, and how long after each fault the
+first answer came.
 
     python bench/bench_pg_restart.py [--runs 3]
 
@@ -25,7 +26,7 @@ from tests.fakes.postgres import create_database, start_server
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import telegram_gateway_config
 from tests.test_pg_restart import pg_ctl
-from tests.test_workers import echo, workers
+from tests.test_workers import asked, echo, workers
 
 CHATS = (41, 42, 43, 44, 45, 46, 47, 48, 49, 50)
 ROUNDS = 30  # per chat, a round every 100 ms: 300 messages over about 3 s, the faults among them
@@ -74,7 +75,9 @@ async def one_run(server, root: Path) -> dict:
         answers = [m for m in tg.sent if m["text"].startswith("re: ")]
         in_order = all(_numbers(answers, chat) == sorted(_numbers(answers, chat)) for chat in CHATS)
         others = Counter(m["text"] for m in tg.sent if not m["text"].startswith("re: "))
+        runs = Counter(asked(body) for body in llm.requests)  # a message whose turn ran twice asks twice
         return {"once": sum(counts[t] == 1 for t in expected), "twice": sum(counts[t] > 1 for t in expected),
+                "ran_twice": sum(runs[t[4:]] > 1 for t in expected),
                 "lost": sum(counts[t] == 0 for t in expected), "in_order": in_order, "recovery": recovery,
                 "others": dict(others)}
 
@@ -91,7 +94,8 @@ async def main(runs: int) -> None:
                 (Path(tmp) / "workspace").mkdir()
                 m = await one_run(server, Path(tmp))
             print(f"run {run + 1}: {len(CHATS) * ROUNDS} messages: {m['once']} answered once, {m['twice']} twice, "
-                  f"{m['lost']} lost; every chat in order: {m['in_order']}; first answer after the restart "
+                  f"{m['lost']} lost, {m['ran_twice']} run twice; every chat in order: {m['in_order']}; "
+                  "first answer after the restart "
                   f"{m['recovery'][0]:.1f} s, after the crash {m['recovery'][1]:.1f} s; other messages: {m['others'] or 'none'}")
     finally:
         server.cleanup()

@@ -17,13 +17,12 @@ from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.cluster.leases import ChatLeases
 from nanobot.cluster.registry import MIGRATIONS, Registry
 from nanobot.cluster.router import ChatRouter, GatewayHooks
-from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.delivery.store import DeliveryStore
 from nanobot.postgres import PostgresDatabase
 from nanobot.session_rows import DatabaseSessionStore
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import until
-from tests.test_workers import echo, fast, texts, worker_config, workers  # noqa: F401  (fixtures)
+from tests.test_workers import asked, echo, fast, texts, worker_config, workers  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
@@ -112,8 +111,3 @@ async def test_a_chat_going_quiet_as_a_message_is_handed_on_is_kept(
         await tg.wait_sent(2, timeout=30)
     assert [asked(body) for body in llm.requests].count("again") == 1
     assert texts(tg, 41) == ["re: hello", "re: again"]
-
-
-def asked(body: dict) -> str:
-    """What a model request asks (as ``echo`` reads it: a resumed turn ends with a note)."""
-    return [m["content"] for m in body["messages"] if m["role"] == "user" and m["content"] != RESUMED_NOTE][-1]

@@ -31,9 +31,12 @@ def fast(monkeypatch) -> None:
 
 
 def echo(body: dict) -> dict:
-    """Answers the last message the user wrote (a resumed turn ends with a note, not a repeat)."""
-    asked = [m["content"] for m in body["messages"] if m["role"] == "user" and m["content"] != RESUMED_NOTE]
-    return reply("re: " + asked[-1])
+    return reply("re: " + asked(body))
+
+
+def asked(body: dict) -> str:
+    """The last message the user wrote (a resumed turn ends with a note, not a repeat)."""
+    return [m["content"] for m in body["messages"] if m["role"] == "user" and m["content"] != RESUMED_NOTE][-1]
 
 
 def worker_config(llm, workspace: Path, tg: FakeTelegram, pg_url: str, name: str, tmp_path: Path) -> Config:
