@@ -135,13 +135,22 @@ class TaskStore:
 
     async def requeue(self, worker: str, *, dead_workers: bool = False) -> list[str]:
         """Put back what a crash left running: this worker's own (its last run), or with
-        ``dead_workers`` what workers no longer alive held (PostgreSQL). Ids of the resumed."""
-        where = "worker NOT IN (SELECT id FROM live_workers)" if dead_workers else "worker = $1"
-        args = () if dead_workers else (worker,)
+        ``dead_workers`` what other workers whose heartbeat lapsed held (PostgreSQL). Not merely
+        a worker whose line broke: after a database restart every worker is without one until it
+        rejoins, a second later, and its tasks run on meanwhile. Ids of the resumed."""
+        where = ("worker <> $1 AND worker NOT IN (SELECT id FROM workers WHERE expires > nanobot_now())"
+                 if dead_workers else "worker = $1")
         async with self.db.transaction() as tx:
             rows = await tx.fetch(f"UPDATE tasks SET state = 'queued', worker = NULL WHERE state = 'running' "
-                                  f"AND {where} RETURNING id", *args)
+                                  f"AND {where} RETURNING id", worker)
         return [r["id"] for r in rows]
+
+    async def moved(self, worker: str, task_ids: list[str]) -> list[str]:
+        """Of these tasks running on ``worker``, those another worker put back or runs (it took
+        this one for dead)."""
+        rows = await self.db.fetch("SELECT id FROM tasks WHERE id = ANY($1::text[]) AND state IN ('queued', "
+                                   "'running') AND worker IS DISTINCT FROM $2", task_ids, worker)
+        return [row["id"] for row in rows]
 
     async def running_on(self, worker: str) -> list[str]:
         rows = await self.db.fetch("SELECT id FROM tasks WHERE state = 'running' AND worker = $1", worker)

@@ -15,7 +15,8 @@ import pytest
 from tests.fakes.openai_server import reply
 from tests.fakes.postgres import create_database, served
 from tests.fakes.telegram_api import FakeTelegram
-from tests.test_workers import CHATS, echo, fast, texts, worker_config, workers  # noqa: F401  (fixtures)
+from tests.helpers import until
+from tests.test_workers import CHATS, asked, echo, fast, texts, worker_config, workers  # noqa: F401  (fixtures)
 
 ROUNDS = 40  # messages per chat, one round every 50 ms: the faults land mid-traffic
 
@@ -216,3 +217,82 @@ async def test_a_background_task_whose_claim_answer_was_lost_still_runs(
         await asyncio.sleep(1.0)  # a second run would report now
     assert sum("RESULT of long" in t for t in texts(tg, CHATS[0])) == 1
     assert sum(body["messages"][-1]["content"].startswith("TASK") for body in llm.chat_requests) == 1
+
+
+def task_answers(go: asyncio.Event) -> Any:
+    """The model: a task's turn is answered once ``go`` is set, anything else at once."""
+    async def answer(body: dict) -> dict:
+        if asked(body).startswith("TASK"):
+            await go.wait()
+            return reply(f"RESULT of {asked(body)}")
+        return reply("done")
+    return answer
+
+
+async def queue_task(url: str, text: str) -> None:
+    from nanobot.postgres import PostgresDatabase
+    from nanobot.tasks import TaskStore
+
+    db = await PostgresDatabase.open(url)
+    try:
+        await (await TaskStore.open(db)).add(f"telegram:{CHATS[0]}", text, text.split()[-1])
+    finally:
+        await db.close()
+
+
+def asks(llm: Any, task: str) -> int:
+    """How many turns of ``task`` began (a resumed one is told so below its text)."""
+    return sum(asked(body).startswith(task) for body in llm.chat_requests)
+
+
+async def test_a_worker_cut_off_for_a_moment_runs_its_background_task_once(
+        llm, tg: FakeTelegram, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
+    """A worker's line breaks (a database restart breaks every worker's) and it rejoins a moment
+    later. Meanwhile its next look for work put its own running task back (its line gone, it was
+    not alive), claimed it again and ran it a second time beside the first. Its row is held here,
+    so it cannot rejoin until the look that claims the task queued meanwhile has run."""
+    from nanobot.postgres import PostgresDatabase
+
+    go = asyncio.Event()
+    llm.fallback = task_answers(go)
+    await queue_task(pg_url, "TASK one")
+    async with workers([worker_config(llm, workspace, tg, pg_url, "w1", tmp_path)], with_services=True):
+        await until(lambda: asks(llm, "TASK one"))
+        db = await PostgresDatabase.open(pg_url)
+        try:
+            async with db.transaction() as tx:
+                await tx.execute("SELECT 1 FROM workers WHERE id = 'w1' FOR UPDATE")  # no rejoining yet
+                await tx.execute("SELECT pg_terminate_backend(backend_pid) FROM workers WHERE id = 'w1'")
+                await queue_task(pg_url, "TASK two")
+                await until(lambda: asks(llm, "TASK two"))  # a look ran while the worker was cut off
+        finally:
+            await db.close()
+        go.set()
+        await tg.wait_until(lambda: sum("RESULT of TASK" in t for t in texts(tg, CHATS[0])) == 2, timeout=30)
+    assert asks(llm, "TASK one") == 1
+
+
+async def test_a_background_task_another_worker_took_over_stops_here(
+        llm, tg: FakeTelegram, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
+    """A worker cut off for longer than its heartbeat lasts finds its running task put back by
+    another (which took it for dead; done here by hand): it ran on beside the other's run, and
+    both wrote the task's history. Now it stops here; the one run that goes on answers."""
+    from nanobot.postgres import PostgresDatabase
+
+    go = asyncio.Event()
+    llm.fallback = task_answers(go)
+    await queue_task(pg_url, "TASK one")
+    async with workers([worker_config(llm, workspace, tg, pg_url, "w1", tmp_path)], with_services=True):
+        await until(lambda: asks(llm, "TASK one"))
+        db = await PostgresDatabase.open(pg_url)
+        try:
+            await db.execute("UPDATE tasks SET state = 'queued', worker = NULL")  # as a worker taking over does
+            await until(lambda: len(llm.chat_requests) == 2)  # claimed again (here: the only worker)
+            go.set()
+            await tg.wait_until(lambda: any("RESULT of TASK" in t for t in texts(tg, CHATS[0])), timeout=30)
+            await until(lambda: db.fetchval("SELECT state = 'done' FROM tasks"))
+            answers = await db.fetchval("SELECT count(*) FROM history WHERE session_key LIKE 'task:%' "
+                                        "AND record LIKE '%RESULT of TASK%'")
+        finally:
+            await db.close()
+    assert answers == 1

@@ -23,7 +23,7 @@ from nanobot.agent.markup import FailedReply
 from nanobot.bus import Identity, InboundMessage, split_target
 from nanobot.chat_names import task_key
 from nanobot.tasks import MAX_ATTEMPTS, Task
-from nanobot.eventloop import Background
+from nanobot.eventloop import Background, cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.runtime import Runtime
@@ -85,8 +85,10 @@ class TaskRunner:
 
     async def look(self) -> None:
         """Take back dead workers' tasks, carry out stops, start what waits."""
-        if self.among_workers and await self.store.requeue(self.worker, dead_workers=True):
-            log.info("took over background tasks of a worker that died")
+        if self.among_workers:
+            await self._let_go_moved()
+            if await self.store.requeue(self.worker, dead_workers=True):
+                log.info("took over background tasks of a worker that died")
         for task in await self.store.stops(self.worker):
             running = self._running.get(task.id)
             if running is not None and task.id not in self._stop_asked:
@@ -97,6 +99,17 @@ class TaskRunner:
         limit = self.runtime.config.agents.defaults.tasks.max_total
         while len(self._running) < limit and (task := await self.store.claim(self.worker)) is not None:
             self._running[task.id] = self._background.run(self._run(task), name=f"task {task.id}")
+
+    async def _let_go_moved(self) -> None:
+        """Tasks another worker put back while this one was cut off from the database for longer
+        than its heartbeat lasts are that worker's now: they stop here (they ran on in both, and
+        what they did, they did twice)."""
+        if not self._running:
+            return
+        for task_id in await self.store.moved(self.worker, list(self._running)):
+            log.warning("background task %s: another worker took it over while this one was cut off; "
+                        "stopped here", task_id)
+            await cancel_and_wait(self._running[task_id])
 
     async def _run(self, task: Task) -> None:
         try:
