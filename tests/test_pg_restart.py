@@ -7,6 +7,7 @@ while its answer was lost, made with a proxy in front of the server."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -296,3 +297,66 @@ async def test_a_background_task_another_worker_took_over_stops_here(
         finally:
             await db.close()
     assert answers == 1
+
+
+async def test_a_worker_whose_line_a_restart_broke_is_reconnecting_not_dead(own_server: Any) -> None:
+    """After a restart no worker has a line until it rejoins; one counted dead meanwhile had its
+    chats, unsent replies and tasks taken while it ran them on (a reply sent twice). A worker
+    whose line is older than the server is reconnecting while its heartbeat lasts; one whose
+    line closed under a running server is dead at once. A rejoining worker takes its row back,
+    and so does a new process with its id on its host once the old one is gone."""
+    import asyncpg
+
+    from nanobot.cluster.registry import MIGRATIONS, Registry, WorkerIdInUse
+    from nanobot.postgres import PostgresDatabase
+
+    url = await create_database(own_server.get_uri())
+
+    async def line() -> Any:
+        conn = await asyncpg.connect(url)
+        row = await conn.fetchrow("SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+        return conn, (row["pid"], row["backend_start"])
+
+    db = await PostgresDatabase.open(url)
+    await db.migrate("workers", MIGRATIONS)
+    (first_line, w1), (w2_line, w2) = await line(), await line()
+    await Registry(db, "w1", 30.0).register(w1, os.getpid(), 1.0, "/w")
+    await Registry(db, "w2", 30.0).register(w2, os.getpid(), 2.0, "/w")
+    await w2_line.close()  # w2's process died, the server running on: dead once its backend is
+    await until(lambda: _is(live(db), ["w1"]))
+    await db.close()
+    await asyncio.to_thread(pg_ctl, own_server, "-m", "fast", "restart")
+    db = await PostgresDatabase.open(url)
+    try:
+        # Reconnecting while their heartbeat lasts (w2's line, lost before the restart, looks the same).
+        assert await live(db) == ["w1", "w2"]
+        first_line.terminate()  # (its server is gone)
+        (w2_line, w2_again), (w1_line, w1_next) = await line(), await line()
+        with pytest.raises(WorkerIdInUse):  # a running process of this host has w1's id (this one)
+            await Registry(db, "w1", 30.0).register(w1_next, os.getpid(), 3.0, "/w")
+        await Registry(db, "w2", 30.0).register(w2_again, os.getpid(), 2.0, "/w")  # w2's process rejoins
+        await db.execute("UPDATE workers SET pid = $1 WHERE id = 'w1'", dead_pid())  # w1's process ended
+        await Registry(db, "w1", 30.0).register(w1_next, os.getpid(), 3.0, "/w")  # its successor, at once
+        await db.execute("UPDATE workers SET expires = 0")
+        assert await live(db) == []  # heartbeats that lapsed
+        await w1_line.close()
+        await w2_line.close()
+    finally:
+        await db.close()
+
+
+async def _is(value: Any, expected: Any) -> bool:
+    return await value == expected
+
+
+async def live(db: Any) -> list[str]:
+    return [row["id"] for row in await db.fetch("SELECT id FROM live_workers ORDER BY id")]
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (a crashed worker's)."""
+    import subprocess
+
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid

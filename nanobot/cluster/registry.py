@@ -2,13 +2,16 @@
 
 A worker is alive while its line's backend exists (``pg_stat_activity``: a killed worker is
 dead at once) and its heartbeat is fresh (``expires``: a worker that cannot reach the database
-is dead after ``gateway.failoverSeconds``). The view ``live_workers`` says which are; every
+is dead after ``gateway.failoverSeconds``). A line older than the server was lost to a restart:
+its worker is reconnecting, alive while its heartbeat lasts, so a restart moves nothing of
+anybody's (chats, replies, tasks). The view ``live_workers`` says which are; every
 takeover decision reads it, inside PostgreSQL, with the server's clock (hosts' clocks may
 differ). A chat lease is valid while its holder is alive, so one heartbeat renews them all.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,9 +51,28 @@ CREATE INDEX chat_leases_worker ON chat_leases (worker);
 """
 CREATE TABLE assistant (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 ALTER TABLE workers ADD COLUMN workspace TEXT NOT NULL DEFAULT '';
+""",
+# A worker whose line began before the server did lost it to a restart: it is reconnecting, not
+# dead, while its heartbeat lasts (else its chats, replies and tasks moved while it ran them on).
+"""
+CREATE OR REPLACE VIEW live_workers AS
+    SELECT w.* FROM workers w LEFT JOIN pg_stat_activity a ON a.pid = w.backend_pid
+        AND a.backend_start = w.backend_start
+    WHERE w.expires > nanobot_now() AND (a.pid IS NOT NULL OR w.backend_start < pg_postmaster_start_time());
 """]}
 
 FORGET_DEAD_AFTER_S = 86400  # a dead worker's row stays this long, for status
+
+
+def _running(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class WorkerIdInUse(Exception):
@@ -101,15 +123,20 @@ class Registry:
                                  "several hosts)")
 
     async def register(self, backend: tuple[int, datetime], pid: int, started: float, workspace: str) -> None:
-        """Join (or rejoin after a lost line); WorkerIdInUse if a live worker has our id."""
+        """Join (or rejoin after a lost line); WorkerIdInUse if a live worker has our id. Ours
+        still: the row of this process, and of a process with our id on this host that is gone
+        (a crash, then a start within its heartbeat: after a restart it counts as reconnecting)."""
+        row = await self.db.fetchrow("SELECT host, pid FROM workers WHERE id = $1", self.id)
+        gone = row is not None and row["host"] == socket.gethostname() and not _running(row["pid"])
         joined = await self.db.fetchval(
             "INSERT INTO workers AS w (id, host, pid, backend_pid, backend_start, started, heartbeat, expires, "
             "workspace) VALUES ($1, $2, $3, $4, $5, $6, nanobot_now(), nanobot_now() + $7, $8) "
             "ON CONFLICT (id) DO UPDATE SET host = excluded.host, pid = excluded.pid, "
             "backend_pid = excluded.backend_pid, backend_start = excluded.backend_start, started = excluded.started, "
             "heartbeat = excluded.heartbeat, expires = excluded.expires, holds = '', workspace = excluded.workspace "
-            "WHERE w.id NOT IN (SELECT id FROM live_workers) OR w.backend_pid = excluded.backend_pid RETURNING id",
-            self.id, socket.gethostname(), pid, backend[0], backend[1], started, self.lapse, workspace)
+            "WHERE w.id NOT IN (SELECT id FROM live_workers) OR w.backend_pid = excluded.backend_pid "
+            "OR (w.host, w.pid, w.started) = (excluded.host, excluded.pid, excluded.started) OR $9 RETURNING id",
+            self.id, socket.gethostname(), pid, backend[0], backend[1], started, self.lapse, workspace, gone)
         if joined is None:
             row = await self.db.fetchrow("SELECT host, pid FROM workers WHERE id = $1", self.id)
             raise WorkerIdInUse(f"gateway.workerId: {self.id!r} is the id of a running worker "
