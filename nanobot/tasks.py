@@ -135,11 +135,9 @@ class TaskStore:
 
     async def requeue(self, worker: str, *, dead_workers: bool = False) -> list[str]:
         """Put back what a crash left running: this worker's own (its last run), or with
-        ``dead_workers`` what other workers whose heartbeat lapsed held (PostgreSQL). Not merely
-        a worker whose line broke: after a database restart every worker is without one until it
-        rejoins, a second later, and its tasks run on meanwhile. Ids of the resumed."""
-        where = ("worker <> $1 AND worker NOT IN (SELECT id FROM workers WHERE expires > nanobot_now())"
-                 if dead_workers else "worker = $1")
+        ``dead_workers`` what other workers no longer alive held (PostgreSQL; not its own: cut off
+        and not alive itself, it still runs them). Ids of the resumed."""
+        where = "worker <> $1 AND worker NOT IN (SELECT id FROM live_workers)" if dead_workers else "worker = $1"
         async with self.db.transaction() as tx:
             rows = await tx.fetch(f"UPDATE tasks SET state = 'queued', worker = NULL WHERE state = 'running' "
                                   f"AND {where} RETURNING id", worker)

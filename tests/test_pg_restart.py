@@ -248,10 +248,10 @@ def asks(llm: Any, task: str) -> int:
 
 async def test_a_worker_cut_off_for_a_moment_runs_its_background_task_once(
         llm, tg: FakeTelegram, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
-    """A worker's line breaks (a database restart breaks every worker's) and it rejoins a moment
-    later. Meanwhile its next look for work put its own running task back (its line gone, it was
-    not alive), claimed it again and ran it a second time beside the first. Its row is held here,
-    so it cannot rejoin until the look that claims the task queued meanwhile has run."""
+    """A worker's line breaks (a network cut) and it rejoins a moment later. Meanwhile its next
+    look for work put its own running task back (its line gone, it was not alive), claimed it
+    again and ran it a second time beside the first. Its row is held here, so it cannot rejoin
+    until the look that claims the task queued meanwhile has run."""
     from nanobot.postgres import PostgresDatabase
 
     go = asyncio.Event()
