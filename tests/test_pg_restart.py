@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import pytest
 
@@ -241,6 +242,18 @@ async def queue_task(url: str, text: str) -> None:
         await db.close()
 
 
+@asynccontextmanager
+async def a_task_running(llm: Any, tg: FakeTelegram, url: str, workspace: Path,
+                         tmp_path: Path) -> AsyncIterator[asyncio.Event]:
+    """One worker running "TASK one", whose model answer waits for the event yielded."""
+    go = asyncio.Event()
+    llm.fallback = task_answers(go)
+    await queue_task(url, "TASK one")
+    async with workers([worker_config(llm, workspace, tg, url, "w1", tmp_path)], with_services=True):
+        await until(lambda: asks(llm, "TASK one"))
+        yield go
+
+
 def asks(llm: Any, task: str) -> int:
     """How many turns of ``task`` began (a resumed one is told so below its text)."""
     return sum(asked(body).startswith(task) for body in llm.chat_requests)
@@ -254,11 +267,7 @@ async def test_a_worker_cut_off_for_a_moment_runs_its_background_task_once(
     until the look that claims the task queued meanwhile has run."""
     from nanobot.postgres import PostgresDatabase
 
-    go = asyncio.Event()
-    llm.fallback = task_answers(go)
-    await queue_task(pg_url, "TASK one")
-    async with workers([worker_config(llm, workspace, tg, pg_url, "w1", tmp_path)], with_services=True):
-        await until(lambda: asks(llm, "TASK one"))
+    async with a_task_running(llm, tg, pg_url, workspace, tmp_path) as go:
         db = await PostgresDatabase.open(pg_url)
         try:
             async with db.transaction() as tx:
@@ -275,16 +284,12 @@ async def test_a_worker_cut_off_for_a_moment_runs_its_background_task_once(
 
 async def test_a_background_task_another_worker_took_over_stops_here(
         llm, tg: FakeTelegram, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
-    """A worker cut off for longer than its heartbeat lasts finds its running task put back by
-    another (which took it for dead; done here by hand): it ran on beside the other's run, and
-    both wrote the task's history. Now it stops here; the one run that goes on answers."""
+    """A worker cut off (a network cut) finds its running task put back by another, which took
+    it for dead (done here by hand): it ran on beside the other's run, and both wrote the task's
+    history. Now it stops here; the one run that goes on answers."""
     from nanobot.postgres import PostgresDatabase
 
-    go = asyncio.Event()
-    llm.fallback = task_answers(go)
-    await queue_task(pg_url, "TASK one")
-    async with workers([worker_config(llm, workspace, tg, pg_url, "w1", tmp_path)], with_services=True):
-        await until(lambda: asks(llm, "TASK one"))
+    async with a_task_running(llm, tg, pg_url, workspace, tmp_path) as go:
         db = await PostgresDatabase.open(pg_url)
         try:
             await db.execute("UPDATE tasks SET state = 'queued', worker = NULL")  # as a worker taking over does
