@@ -124,8 +124,9 @@ class Registry:
 
     async def register(self, backend: tuple[int, datetime], pid: int, started: float, workspace: str) -> None:
         """Join (or rejoin after a lost line); WorkerIdInUse if a live worker has our id. Ours
-        still: the row of this process, and of a process with our id on this host that is gone
-        (a crash, then a start within its heartbeat: after a restart it counts as reconnecting)."""
+        still: the row of this process, and of a process with our id on this host whose line and
+        process are gone (a crash, then a start within its heartbeat: after a restart it counts
+        as reconnecting)."""
         row = await self.db.fetchrow("SELECT host, pid FROM workers WHERE id = $1", self.id)
         gone = row is not None and row["host"] == socket.gethostname() and not _running(row["pid"])
         joined = await self.db.fetchval(
@@ -135,7 +136,9 @@ class Registry:
             "backend_pid = excluded.backend_pid, backend_start = excluded.backend_start, started = excluded.started, "
             "heartbeat = excluded.heartbeat, expires = excluded.expires, holds = '', workspace = excluded.workspace "
             "WHERE w.id NOT IN (SELECT id FROM live_workers) OR w.backend_pid = excluded.backend_pid "
-            "OR (w.host, w.pid, w.started) = (excluded.host, excluded.pid, excluded.started) OR $9 RETURNING id",
+            "OR (w.host, w.pid, w.started) = (excluded.host, excluded.pid, excluded.started) OR $9 AND NOT EXISTS "
+            "(SELECT 1 FROM pg_stat_activity a WHERE a.pid = w.backend_pid AND a.backend_start = w.backend_start) "
+            "RETURNING id",
             self.id, socket.gethostname(), pid, backend[0], backend[1], started, self.lapse, workspace, gone)
         if joined is None:
             row = await self.db.fetchrow("SELECT host, pid FROM workers WHERE id = $1", self.id)
