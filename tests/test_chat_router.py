@@ -1,7 +1,8 @@
-"""The chat router's instants that traffic hits only now and then (seen in test_pg_restart under
-load): a takeover that meets a wake-up's claim, and a message handed on as its chat is let go.
-Each is made exact here: the first with a row lock that holds the sweep between its takeover
-and its taking the chat, the second by letting go in the same step as the hand-over."""
+"""The chat router's instants that traffic hits only now and then (the first two seen in
+test_pg_restart under load): a takeover that meets a wake-up's claim, a message handed on as its
+chat is let go, and a chat given back as its next message is handed on. Each is made exact: a
+row lock holds the sweep between its takeover and its taking the chat; the let-go comes in the
+same step as the hand-over; the model's answer waits until the chat was given back."""
 
 from __future__ import annotations
 
