@@ -77,7 +77,7 @@ async def one_run(server, root: Path) -> dict:
         others = Counter(m["text"] for m in tg.sent if not m["text"].startswith("re: "))
         runs = Counter(asked(body) for body in llm.requests)  # a message whose turn ran twice asks twice
         return {"once": sum(counts[t] == 1 for t in expected), "twice": sum(counts[t] > 1 for t in expected),
-                "ran_twice": sum(runs[t[4:]] > 1 for t in expected),
+                "ran_twice": sum(runs[t.removeprefix("re: ")] > 1 for t in expected),
                 "lost": sum(counts[t] == 0 for t in expected), "in_order": in_order, "recovery": recovery,
                 "others": dict(others)}
 

@@ -23,7 +23,7 @@ from nanobot.postgres import PostgresDatabase
 from nanobot.session_rows import DatabaseSessionStore
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import until
-from tests.test_workers import asked, echo, fast, texts, worker_config, workers  # noqa: F401  (fixtures)
+from tests.test_workers import asked, asks, echo, fast, texts, worker_config, workers  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
@@ -110,5 +110,5 @@ async def test_a_chat_going_quiet_as_a_message_is_handed_on_is_kept(
         await gateway.cluster.router.release("telegram:41")  # the worker went quiet meanwhile
         given_back.set()
         await tg.wait_sent(2, timeout=30)
-    assert [asked(body) for body in llm.requests].count("again") == 1
+    assert asks(llm, "again") == 1
     assert texts(tg, 41) == ["re: hello", "re: again"]

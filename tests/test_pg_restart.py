@@ -18,7 +18,7 @@ from tests.fakes.openai_server import reply
 from tests.fakes.postgres import create_database, served
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import until
-from tests.test_workers import CHATS, asked, echo, fast, texts, worker_config, workers  # noqa: F401  (fixtures)
+from tests.test_workers import CHATS, asked, asks, echo, fast, texts, worker_config, workers  # noqa: F401  (fixtures)
 
 ROUNDS = 40  # messages per chat, one round every 50 ms: the faults land mid-traffic
 
@@ -254,11 +254,6 @@ async def a_task_running(llm: Any, tg: FakeTelegram, url: str, workspace: Path,
         yield go
 
 
-def asks(llm: Any, task: str) -> int:
-    """How many turns of ``task`` began (a resumed one is told so below its text)."""
-    return sum(asked(body).startswith(task) for body in llm.chat_requests)
-
-
 async def test_a_worker_cut_off_for_a_moment_runs_its_background_task_once(
         llm, tg: FakeTelegram, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:  # noqa: F811
     """A worker's line breaks (a network cut) and it rejoins a moment later. Meanwhile its next
@@ -328,7 +323,7 @@ async def test_a_worker_whose_line_a_restart_broke_is_reconnecting_not_dead(own_
     await Registry(db, "w1", 30.0).register(w1, os.getpid(), 1.0, "/w")
     await Registry(db, "w2", 30.0).register(w2, os.getpid(), 2.0, "/w")
     await w2_line.close()  # w2's process died, the server running on: dead once its backend is
-    await until(lambda: _is(live(db), ["w1"]))
+    await until(lambda: live_are(db, ["w1"]))
     await db.close()
     await asyncio.to_thread(pg_ctl, own_server, "-m", "fast", "restart")
     db = await PostgresDatabase.open(url)
@@ -340,7 +335,9 @@ async def test_a_worker_whose_line_a_restart_broke_is_reconnecting_not_dead(own_
         with pytest.raises(WorkerIdInUse):  # a running process of this host has w1's id (this one)
             await Registry(db, "w1", 30.0).register(w1_next, os.getpid(), 3.0, "/w")
         await Registry(db, "w2", 30.0).register(w2_again, os.getpid(), 2.0, "/w")  # w2's process rejoins
-        await db.execute("UPDATE workers SET pid = $1 WHERE id = 'w1'", dead_pid())  # w1's process ended
+        await db.execute("UPDATE workers SET pid = $1", dead_pid())  # both processes ended, as far as this host sees
+        with pytest.raises(WorkerIdInUse):  # w2's line is up: not its predecessor's (a host of the same name)
+            await Registry(db, "w2", 30.0).register(w1_next, os.getpid(), 3.0, "/w")
         await Registry(db, "w1", 30.0).register(w1_next, os.getpid(), 3.0, "/w")  # its successor, at once
         await db.execute("UPDATE workers SET expires = 0")
         assert await live(db) == []  # heartbeats that lapsed
@@ -350,8 +347,8 @@ async def test_a_worker_whose_line_a_restart_broke_is_reconnecting_not_dead(own_
         await db.close()
 
 
-async def _is(value: Any, expected: Any) -> bool:
-    return await value == expected
+async def live_are(db: Any, ids: list[str]) -> bool:
+    return await live(db) == ids
 
 
 async def live(db: Any) -> list[str]:

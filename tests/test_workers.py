@@ -39,6 +39,11 @@ def asked(body: dict) -> str:
     return [m["content"] for m in body["messages"] if m["role"] == "user" and m["content"] != RESUMED_NOTE][-1]
 
 
+def asks(llm: Any, text: str) -> int:
+    """How many turns for ``text`` the model was asked (a resumed task's is told so below its text)."""
+    return sum(asked(body).startswith(text) for body in llm.chat_requests)
+
+
 def worker_config(llm, workspace: Path, tg: FakeTelegram, pg_url: str, name: str, tmp_path: Path) -> Config:
     config = telegram_gateway_config(llm.base_url, workspace, tg, *CHATS)
     config.database.url = pg_url
