@@ -207,8 +207,9 @@ class Session:
 
     def keep_for_reader(self, text: str) -> None:
         """A message for a chat nobody can be sent to (the terminal, an API conversation): it is
-        kept in the history, and counted until the reader comes back (``take_waiting``)."""
-        self.append({"role": "assistant", "content": text})
+        kept in the history, and counted until the reader comes back (``take_waiting``); marked
+        ``kept``, so a history shown to its reader tells it from the reply before it."""
+        self.append({"role": "assistant", "content": text, "kept": True})
         self.set_meta(waiting=self.meta.waiting + 1)
 
     def take_waiting(self) -> list[str]:
@@ -241,8 +242,8 @@ class Session:
 
 def as_sent(message: dict[str, Any]) -> dict[str, Any]:
     """A history record as the model is sent it, the same way every time: without the record's
-    own stamp (``ts``), and a user message's ``sent`` time at the end of its text."""
-    sent = {k: v for k, v in message.items() if k not in ("ts", "sent")}
+    own marks (``ts``, ``kept``), and a user message's ``sent`` time at the end of its text."""
+    sent = {k: v for k, v in message.items() if k not in ("ts", "sent", "kept")}
     if isinstance(message.get("sent"), str):
         content = sent.get("content")
         if isinstance(content, str):

@@ -5,6 +5,7 @@ chat runs, its output kept in that chat's history (read through the history endp
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import aiohttp
@@ -15,7 +16,7 @@ from nanobot.config import Config
 from nanobot.cron.store import CronStore
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import running_gateway, telegram_gateway_config
+from tests.helpers import running_gateway, telegram_gateway_config, until
 from tests.test_api import free_port
 
 OWNER = 42
@@ -81,8 +82,29 @@ async def test_a_job_made_in_an_api_chat_runs_and_its_output_is_in_that_chats_hi
             run = await gateway.runtime.cron_runs.run(job.id, 15)
             assert run.status == "ok", run.output_excerpt
             assert job.target == "api:ada:desk"
+        desk = gateway.runtime.sessions.get("api:ada:desk")  # the code job's output is kept as its chat gets to it
+        await until(lambda: any(m["content"] == "CODE-OUTPUT" for m in desk.messages))
         shown = await history(config, owner, "desk")
     assert "CODE-OUTPUT" in shown and "PROMPT-JOB-REPLY" in shown
+
+
+async def test_a_code_job_run_from_its_own_api_chats_turn_keeps_its_output_after_that_turn(
+        config: Config, llm: FakeOpenAI) -> None:
+    """``run_cron`` in the chat that owns the job: the turn waits for the run, so the output,
+    which that chat keeps, comes after the turn and must not be waited for by the run."""
+    from nanobot.cron.service import create_job
+
+    async with running_gateway(config, with_services=True) as gateway:
+        owner = await ApiKeys(gateway.runtime.db).add("ada", owner=True)
+        job = await create_job(CronStore(gateway.runtime.db), owner_session="api:ada:desk", schedule_kind="every",
+                               expression="3600", timezone="UTC", payload_kind="code", payload="print('TEA-READY')")
+        llm.script(tool_call("run_cron", {"job_id": job.id}), reply("ran it"))
+        assert await chat(config, owner, "desk", "run the tea job now") == "ran it"
+        ran = json.loads(llm.chat_requests[-1]["messages"][-1]["content"])  # the run's result, in time
+        assert ran == {"status": "ok", "output": "TEA-READY"}
+        desk = gateway.runtime.sessions.get("api:ada:desk")
+        await until(lambda: desk.messages[-1]["content"] == "TEA-READY")
+        assert (await history(config, owner, "desk"))[-2:] == ["ran it", "TEA-READY"]
 
 
 async def test_a_notice_shows_a_strangers_text_in_the_order_written() -> None:

@@ -12,7 +12,7 @@ import socket
 import sys
 import uuid
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import pytest
 
@@ -282,10 +282,14 @@ async def test_a_cron_code_job_calls_mcp_with_no_model_call(llm: FakeOpenAI, wor
         job = await create_job(store, owner_session="telegram:1", schedule_kind="every", expression="3600",
                                timezone="UTC", payload_kind="code",
                                payload="notes_add_note(title='from cron')\nprint(len(notes_list_notes()))")
-        outcome = await JobRunner(rt, lambda: None, lambda: ["telegram"])(job)
+        outcome = await JobRunner(rt, _never, _never, lambda: ["telegram"])(job)
         assert outcome.status == "ok", outcome
         sent = rt.bus.outbound.get_nowait()
     assert outcome.status == "ok" and sent.content == "1" and llm.chat_requests == []
+
+
+async def _never(_: object) -> Any:
+    raise AssertionError("a code job printing for Telegram neither asks for a turn nor records a message")
 
 
 def mcp_children(tag: str) -> list[int]:

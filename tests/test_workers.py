@@ -20,7 +20,7 @@ from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.postgres import PostgresDatabase
 from tests.fakes.openai_server import reply
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import add_cron_job, keep_discord_urls, running_gateway, telegram_gateway_config
+from tests.helpers import add_cron_job, keep_discord_urls, running_gateway, telegram_gateway_config, until
 
 CHATS = (41, 42, 43)
 
@@ -246,7 +246,8 @@ async def test_an_api_request_on_another_worker_than_its_chat_gets_the_reply(
             async def history_on_w2() -> list[str]:
                 async with http.get(f"http://{configs[1].gateway.api.listen}/v1/nanobot/history",
                                     headers=on_w2) as response:
-                    return [m["content"] for m in (await response.json())["messages"]]
+                    body = await response.json(); print(body)
+                    return [m["content"] for m in body["messages"]]
 
             await gateways["w1"].runtime.sessions.flush()
             assert (await history_on_w2())[-2:] == ["three", "re: three"]
@@ -276,6 +277,48 @@ async def test_a_cron_prompt_job_runs_in_its_chat_wherever_that_is_held(
         assert run.status == "ok" and run.output_excerpt == "re: report please"
         await tg.wait_sent(2, timeout=10)
         assert texts(tg, 41) == ["re: hello", "re: report please"]
+
+
+async def test_a_code_jobs_output_for_an_api_chat_is_kept_by_the_worker_holding_it(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """A job's output for a page or API chat (nobody to message) goes into the chat's history
+    on the worker holding the chat: its reader there and its next turn see it. Before, the cron
+    clock's worker wrote it into the table behind the holder's back, and the holder's copy of
+    the chat never had it."""
+    import openai
+
+    from nanobot.api.keys import ApiKeys
+
+    llm.fallback = echo
+    configs = {f"w{i}": worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)}
+    for config in configs.values():
+        config.gateway.api.enabled, config.gateway.api.listen = True, f"127.0.0.1:{free_port()}"
+    async with workers(list(configs.values()), with_services=True) as gateways:
+        [clock] = holder(gateways, "cron clock")
+        [other] = set(gateways) - {clock}
+        key = await ApiKeys(gateways[other].runtime.db).add("ada", owner=True)
+        client = openai.AsyncOpenAI(base_url=f"http://{configs[other].gateway.api.listen}/v1", api_key=key,
+                                    max_retries=0, timeout=15, default_headers={"X-Nanobot-Session": "s1"})
+
+        async def say(text: str) -> str:
+            answer = await client.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": text}])
+            return answer.choices[0].message.content
+
+        assert await say("hello") == "re: hello"
+        chat = "api:ada:s1"
+        assert gateways[other].cluster.router.held == {chat}
+        job = await add_cron_job(gateways[other].cron_jobs.service, owner_session=chat, schedule_kind="every",
+                                 expression="3600", payload_kind="code", payload="print('TEA-READY')")
+        run = await gateways[other].runtime.cron_runs.run(job.id, 15)  # the clock's worker runs it
+        assert run.status == "ok" and run.output_excerpt == "TEA-READY"
+        kept = gateways[other].runtime.sessions.get(chat)  # the holder's copy of the chat
+        await until(lambda: any(m["content"] == "TEA-READY" for m in kept.messages))
+        async with aiohttp.ClientSession() as http:  # its reader there sees it
+            async with http.get(f"http://{configs[other].gateway.api.listen}/v1/nanobot/history",
+                                headers={"Authorization": f"Bearer {key}", "X-Nanobot-Session": "s1"}) as response:
+                assert [m["content"] for m in (await response.json())["messages"]][-1] == "TEA-READY"
+        assert await say("and now?") == "re: and now?"
+        assert any("TEA-READY" in m["content"] for m in llm.chat_requests[-1]["messages"] if m["role"] == "assistant")
 
 
 async def test_a_chat_that_moves_keeps_its_replies_in_order(

@@ -197,17 +197,18 @@ STEP_RESULTS = ("<python_result>", "<tool_result")
 def shown_history(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
     """A chat as its reader saw it live: each user message and the reply it got, not the steps
     in between (code mode's programs and results, tool calls): the last assistant text before
-    the next user message is the reply (a cron job's output, kept here, is one too)."""
+    the next user message is the reply; what was kept for the reader since (a cron job's output,
+    a task's result) follows it."""
     shown: list[dict[str, str]] = []
     reply: str | None = None
     for m in messages:
         text = m.get("content") if isinstance(m.get("content"), str) else None
         if m.get("role") == "user" and text and (text.startswith(STEP_RESULTS) or text == RESUMED_NOTE):
             continue  # what a program or a text tool call gave back, or the restart note: steps too
-        if m.get("role") == "user" and text:
+        if (m.get("role") == "user" or m.get("kept")) and text:
             if reply:
                 shown.append({"role": "assistant", "content": reply})
-            shown.append({"role": "user", "content": as_written(text)})
+            shown.append({"role": m["role"], "content": as_written(text) if m["role"] == "user" else text})
             reply = None
         elif m.get("role") == "assistant" and text and not m.get("tool_calls"):
             reply = text

@@ -22,9 +22,8 @@ import shutil
 import signal
 from functools import partial
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
-
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, Sender
 from nanobot import sdnotify, tracing
@@ -133,7 +132,7 @@ class Gateway:
                                      holder=self.cluster.router if self.cluster else None,
                                      typing_interval=pace.typing_s, album_quiet_s=pace.album_quiet_s,
                                      stream_pace=partial(self.config.channels.stream_pace, edit_every_s=pace.edit_s))
-        # The cron scheduler: its runner asks us for turns (prompt jobs).
+        # The cron scheduler: its runner asks us for turns (prompt jobs), the intake keeps outputs.
         self.cron_jobs: CronJobs | None = self._cron_jobs() if with_services else None
         self.services: list[Service] = [] if self.terminal else [
             Pruner(self.delivery, self.singletons),  # prunes at once, then every 6 hours
@@ -148,7 +147,8 @@ class Gateway:
     def _cron_jobs(self) -> CronJobs:
         from nanobot.gateway import cron_jobs  # APScheduler: not loaded for the terminal chat
 
-        return cron_jobs.CronJobs(self.runtime, self.ask, self.channels.outgoing, self.singletons)
+        runner = cron_jobs.JobRunner(self.runtime, self.ask, self.intake.accept, self.channels.outgoing)
+        return cron_jobs.CronJobs(runner, self.singletons)
 
     def _daemon_services(self) -> list[Service]:
         """What lives and dies with the daemon (``with_services``): the cron scheduler, the terminal

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Ask = Callable[[InboundMessage], Awaitable[str]]
+Accept = Callable[[list[InboundMessage]], Awaitable[None]]
 
 
 class Undeliverable(Exception):
@@ -37,9 +38,11 @@ class Undeliverable(Exception):
 
 
 class JobRunner:
-    def __init__(self, runtime: Runtime, ask: Ask, running_channels: Callable[[], Collection[str]]) -> None:
+    def __init__(self, runtime: Runtime, ask: Ask, accept: Accept,
+                 running_channels: Callable[[], Collection[str]]) -> None:
         self.runtime = runtime
         self.ask = ask  # a turn in the job's chat, its reply back (Gateway.ask)
+        self.accept = accept  # a message recorded for the chat's holder (the intake's)
         self.running_channels = running_channels
 
     def check_delivery(self, target: str) -> None:
@@ -57,14 +60,15 @@ class JobRunner:
             return RunOutcome("error", str(exc))
 
     async def notice(self, job: CronJob, text: str) -> None:
-        await self.deliver(job.target, f"⏰ {text}")
+        await self.deliver(job, f"⏰ {text}")
 
-    async def deliver(self, target: str, text: str) -> None:
-        channel, chat_id = split_target(target)
-        if channel in HISTORY_CHANNELS:  # nobody to message: kept in the chat's history, shown there
-            session = await self.runtime.sessions.open(target)
-            session.keep_for_reader(text)
-            await session.sync_soon()
+    async def deliver(self, job: CronJob, text: str) -> None:
+        channel, chat_id = split_target(job.target)
+        if channel in HISTORY_CHANNELS:
+            # Nobody to message: kept in the chat's history, shown there. Written by the chat's
+            # holder (among workers, maybe not us), as a task's result is; not waited for: the
+            # chat may be in the very turn that runs this job (run_cron).
+            await self.accept([InboundMessage(channel, chat_id, f"cron:{job.id}", text, source="task")])
             return
         await self.runtime.bus.publish_outbound(OutboundMessage(channel, chat_id, text))
 
@@ -98,7 +102,7 @@ class JobRunner:
         text = final[0] if final else "\n".join(p for p in (result.output.rstrip(), result.value) if p)
         if text.strip() and not sent:
             self.check_delivery(job.target)
-            await self.deliver(job.target, labelled(job, text))
+            await self.deliver(job, labelled(job, text))
         return RunOutcome("ok", text or "; ".join(sent), result.function_calls)
 
     async def run_prompt(self, job: CronJob) -> RunOutcome:
@@ -118,10 +122,8 @@ class CronJobs:
 
     CLOCK = "cron clock"
 
-    def __init__(self, runtime: Runtime, ask: Ask, running_channels: Callable[[], Collection[str]],
-                 singletons: Singletons, *, poll_interval: float = 1.0) -> None:
-        self.runtime = runtime
-        self.runner = JobRunner(runtime, ask, running_channels)
+    def __init__(self, runner: JobRunner, singletons: Singletons, *, poll_interval: float = 1.0) -> None:
+        runtime, self.runner = runner.runtime, runner
         self.singletons = singletons  # the gateway's: among workers, one holds the clock
         self.service = CronService(runtime.cron_runs, self.runner, timezone=runtime.config.agents.defaults.timezone,
                                    grace_seconds=runtime.config.gateway.cron_grace_seconds,
