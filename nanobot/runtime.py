@@ -22,6 +22,7 @@ from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.store import CronStore
 from nanobot.access import PairingStore
 from nanobot.database import open_database
+from nanobot.coordination import worker_id
 from nanobot.eventloop import Changed
 from nanobot.sqlite_file import HomeError, check_writable
 from nanobot.notices import OwnerNotices
@@ -121,7 +122,11 @@ async def _build(config: Config, provider: Provider, terminal: bool, db: Databas
     shared = db.engine == "postgresql"  # then every piece of state is in the one database
     sessions_dir = config.home / "sessions"
     await rename_legacy_chats(db, None if shared else sessions_dir, config.workspace_path)
-    sessions: Histories = await DatabaseSessionStore.create(db) if shared else SessionStore(sessions_dir)
+    # A gateway on PostgreSQL is a worker: its histories are fenced by its chats' leases (created
+    # when it joins, before its first turn).
+    fenced_by = None if terminal else worker_id(config.gateway)
+    sessions: Histories = await DatabaseSessionStore.create(db, fenced_by=fenced_by) if shared \
+        else SessionStore(sessions_dir)
     tools = default_registry(config)
     tools.register(read_skill)
     code = CodeExecutor(tools, db, usage)  # the sandbox starts on first use

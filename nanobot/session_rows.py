@@ -5,6 +5,10 @@ Records are written as they happen without making the turn wait: a journal queue
 one task per session inserts them in order (a batch per round trip). ``sync_soon`` waits until
 they are committed. If the database is away, the records stay queued and are retried with
 backoff, in order, until it is back; nothing is dropped.
+
+Among workers (``fenced_by``: this worker's id) a chat's records are written only while no
+other worker holds the chat (``chat_leases``, the cluster's): a worker taken for dead that wakes
+mid-turn must not write that turn into the history its chat's new holder reads.
 """
 
 from __future__ import annotations
@@ -33,11 +37,18 @@ MIGRATIONS: Migrations = {
     """],
 }
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 10.0
+_INSERT = "INSERT INTO history (session_key, record) VALUES ($1, $2)"
+# The lease row is locked while the records go in: a takeover of the chat waits for them (its new
+# holder then reads them, as a crashed turn's), or they wait for it (and are refused).
+_INSERT_FENCED = ("WITH holder AS (SELECT worker FROM chat_leases WHERE chat = $1 FOR SHARE), "
+                  "written AS (INSERT INTO history (session_key, record) SELECT $1, record FROM unnest($2::text[]) "
+                  "AS record WHERE NOT EXISTS (SELECT 1 FROM holder WHERE worker <> $3) RETURNING 1) "
+                  "SELECT count(*) FROM written")
 
 
 class DatabaseJournal:
-    def __init__(self, db: Database, key: str, *, empty: bool) -> None:
-        self.db, self.key = db, key
+    def __init__(self, db: Database, key: str, *, empty: bool, fenced_by: str | None = None) -> None:
+        self.db, self.key, self.fenced_by = db, key, fenced_by
         self._empty = empty
         self._queued: list[str] = []
         self._writer: asyncio.Task[None] | None = None
@@ -85,8 +96,7 @@ class DatabaseJournal:
         while self._queued:
             batch = self._queued[:]
             try:
-                await self.db.executemany("INSERT INTO history (session_key, record) VALUES ($1, $2)",
-                                          [(self.key, record) for record in batch])
+                written = await self._insert(batch)
             except Exception as exc:  # the database is away: keep them, in order, and try again
                 metrics.current.store_error()
                 log.warning("history %s: %d record(s) wait for the database (%s); retrying in %g s",
@@ -94,21 +104,39 @@ class DatabaseJournal:
                 await asyncio.sleep(delay)
                 delay = min(RETRY_MAX_S, delay * 2)
                 continue
+            if not written:
+                log.warning("history %s: %d record(s) not written: another worker holds the chat now (this "
+                            "one was taken for dead)", self.key, len(batch))
+                self._abandoned = True
+                self._queued.clear()
+                return
             del self._queued[:len(batch)]
             delay = RETRY_FIRST_S
+
+    async def _insert(self, batch: list[str]) -> bool:
+        """Whether the batch went in (all of it: refused by the fence, none of it does)."""
+        if self.fenced_by is not None:
+            try:
+                return bool(await self.db.fetchval(_INSERT_FENCED, self.key, batch, self.fenced_by))
+            except Exception as exc:
+                if getattr(exc, "sqlstate", None) != "42P01":  # undefined_table: no worker ever joined this
+                    raise  # database (a runtime opened without its gateway), so nobody else holds a chat
+        await self.db.executemany(_INSERT, [(self.key, record) for record in batch])
+        return True
 
 
 class DatabaseSessionStore(OpenSessions):
     """Histories as rows of the ``history`` table; sessions are loaded with ``open`` (async)."""
 
-    def __init__(self, db: Database, *, max_open: int = MAX_OPEN) -> None:
+    def __init__(self, db: Database, *, max_open: int = MAX_OPEN, fenced_by: str | None = None) -> None:
         super().__init__(max_open)
-        self.db = db
+        self.db, self.fenced_by = db, fenced_by  # this worker's id among workers (see the module's text)
 
     @classmethod
-    async def create(cls, db: Database, *, max_open: int = MAX_OPEN) -> DatabaseSessionStore:
+    async def create(cls, db: Database, *, max_open: int = MAX_OPEN,
+                     fenced_by: str | None = None) -> DatabaseSessionStore:
         await db.migrate("history", MIGRATIONS)
-        return cls(db, max_open=max_open)
+        return cls(db, max_open=max_open, fenced_by=fenced_by)
 
     async def open(self, key: str) -> Session:
         session = self._cached(key)
@@ -116,7 +144,7 @@ class DatabaseSessionStore(OpenSessions):
             records = await self._records_when_reachable(key)
             session = self._cached(key)  # another task may have opened it meanwhile
             if session is None:
-                session = Session(key, DatabaseJournal(self.db, key, empty=not records))
+                session = Session(key, DatabaseJournal(self.db, key, empty=not records, fenced_by=self.fenced_by))
                 replay(session, records)
                 self._keep(key, session)
         return session

@@ -723,3 +723,48 @@ async def test_what_a_cut_off_turn_left_unwritten_never_reaches_the_chats_histor
             await db.close()
     assert texts(tg, 41) == ["re: one", "re: two"]
     assert not any("first try" in record for record in records)
+
+
+async def test_a_worker_taken_for_dead_mid_turn_writes_nothing_into_the_chats_history(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """A frozen worker (a paused VM, a stalled process) whose chat another took over may wake in
+    the middle of a turn, its connections still open: the turn's records must not go into the
+    history the chat's new holder reads (its reply was refused already; its records were not).
+    Made here by changing the worker's row as its death would, leaving its connections be."""
+    import asyncpg
+
+    first_try, go_on = asyncio.Event(), asyncio.Event()
+
+    def model(body: dict) -> Any:
+        if asked(body) == "two" and not first_try.is_set():
+            first_try.set()
+
+            async def after_the_takeover() -> dict:
+                await go_on.wait()
+                return reply("re: two (first try)")
+            return after_the_takeover()
+        return echo(body)
+
+    llm.fallback = model
+    chat = "telegram:41"
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    async with workers(configs) as gateways:
+        tg.push_text(41, 41, "one")
+        await tg.wait_sent(1, timeout=20)
+        [frozen] = [name for name, gw in gateways.items() if chat in gw.cluster.router.held]
+        tg.push_text(41, 41, "two")
+        await asyncio.wait_for(first_try.wait(), 20)
+        admin = await asyncpg.connect(pg_url)
+        try:
+            await admin.execute("UPDATE workers SET backend_start = backend_start - interval '1 s' WHERE id = $1",
+                                frozen)  # dead to the others: its line is not the one it registered
+            await tg.wait_sent(2, timeout=20)  # the other worker took the chat and answered
+            go_on.set()
+            session = gateways[frozen].runtime.sessions.get(chat)
+            await until(lambda: session.messages[-1]["content"] == "re: two (first try)")
+            await session.sync_soon()  # its records were written, or refused
+            records = [r[0] for r in await admin.fetch("SELECT record FROM history WHERE session_key = $1", chat)]
+        finally:
+            await admin.close()
+    assert texts(tg, 41) == ["re: one", "re: two"]
+    assert not any("first try" in record for record in records)
