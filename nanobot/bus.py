@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 
-Source = Literal["user", "cron", "task"]  # who asked: a person (any channel, the API), a cron job, a task
+# Who asked: a person (any channel, the API), a cron prompt job; "task": a result delivered into the
+# chat with no model call (a background task's, a code job's output for a chat nobody is messaged in).
+Source = Literal["user", "cron", "task"]
 
 
 @dataclass(frozen=True)

@@ -81,8 +81,9 @@ class Agent:
         return session.meta.mode or self.deps.config.agent_for(session.key).execution_mode
 
     def task_result(self, session_key: str, text: str) -> str:
-        """A background task's result, queued in its chat like a message: into the history (for
-        the model, and the reader who is away), and back as the reply, with no model call."""
+        """A background task's result (or a code job's output for a terminal or API chat), queued
+        in its chat like a message: into the history (for the model, and the reader who is away),
+        and back as the reply, with no model call."""
         session = self.session(session_key)
         if session_key.partition(":")[0] in HISTORY_CHANNELS:
             session.keep_for_reader(text)
