@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any, Awaitable
 
 import aiohttp
 import pytest
@@ -105,6 +106,28 @@ async def test_a_code_job_run_from_its_own_api_chats_turn_keeps_its_output_after
         desk = gateway.runtime.sessions.get("api:ada:desk")
         await until(lambda: desk.messages[-1]["content"] == "TEA-READY")
         assert (await history(config, owner, "desk"))[-2:] == ["ran it", "TEA-READY"]
+
+
+async def test_a_job_for_an_api_chat_keeps_its_output_with_the_api_off_and_sends_nothing(
+        config: Config, llm: FakeOpenAI, caplog) -> None:
+    """``--to api:bob`` works with the API off: the output is kept in the chat's history, and no
+    message is sent (or given up on) on a channel that is not running."""
+    from nanobot.cron.service import create_job
+
+    config.gateway.api.enabled = False
+    async with running_gateway(config, with_services=True) as gateway:
+        job = await create_job(CronStore(gateway.runtime.db), owner_session="api:bob", schedule_kind="every",
+                               expression="3600", timezone="UTC", payload_kind="code", payload="print('TEA-READY')")
+        assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
+        bob = await gateway.runtime.sessions.open("api:bob")
+        await until(lambda: bob.take_waiting() == ["TEA-READY"])
+        await until(lambda: _not(gateway.delivery.unfinished_in("api:bob")))  # settled
+        assert await gateway.runtime.db.fetchval("SELECT count(*) FROM outbox WHERE channel = 'api'") == 0
+    assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR") and "api:bob" in r.getMessage()]
+
+
+async def _not(condition: Awaitable[Any]) -> bool:
+    return not await condition
 
 
 async def test_a_notice_shows_a_strangers_text_in_the_order_written() -> None:

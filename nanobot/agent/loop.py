@@ -83,14 +83,16 @@ class Agent:
     def task_result(self, session_key: str, text: str) -> str:
         """A background task's result (or a code job's output for a terminal or API chat), queued
         in its chat like a message: into the history (for the model, and the reader who is away),
-        and back as the reply, with no model call."""
+        and back as the reply, with no model call; none for a chat nobody is messaged in (the
+        terminal's, the API's: its reader finds it there, and its channel may not even run)."""
         session = self.session(session_key)
-        if session_key.partition(":")[0] in HISTORY_CHANNELS:
+        kept = session_key.partition(":")[0] in HISTORY_CHANNELS
+        if kept:
             session.keep_for_reader(text)
         else:
             session.append({"role": "assistant", "content": text})
         session.sync()
-        return text
+        return "" if kept else text
 
     async def meet(self, session_key: str, origin: Origin) -> None:
         """Record who a chat is with: a private peer, or a group (trust is decided from it). A
