@@ -108,6 +108,23 @@ async def test_a_code_job_run_from_its_own_api_chats_turn_keeps_its_output_after
         assert (await history(config, owner, "desk"))[-2:] == ["ran it", "TEA-READY"]
 
 
+async def test_a_code_job_that_sends_its_own_message_to_its_api_chat_has_it_kept(config: Config, llm: FakeOpenAI) -> None:
+    """A job's ``send_message`` to its page or API chat, where no request waits to show it, is
+    kept for the reader as printed output is (it went to the API channel and was lost)."""
+    from nanobot.cron.service import create_job
+
+    async with running_gateway(config, with_services=True) as gateway:
+        job = await create_job(CronStore(gateway.runtime.db), owner_session="api:ada:desk", schedule_kind="every",
+                               expression="3600", timezone="UTC", payload_kind="code",
+                               payload="send_message('TEA-READY')\nprint('not shown: it sent its own')")
+        run = await gateway.runtime.cron_runs.run(job.id, 15)
+        assert run.status == "ok" and run.output_excerpt == "not shown: it sent its own"
+        desk = await gateway.runtime.sessions.open("api:ada:desk")
+        await until(lambda: desk.take_waiting() == ["TEA-READY"])
+        await until(lambda: _not(gateway.delivery.unfinished_in("api:ada:desk")))
+    assert [m["content"] for m in desk.messages] == ["TEA-READY"]
+
+
 async def test_a_job_for_an_api_chat_keeps_its_output_with_the_api_off_and_sends_nothing(
         config: Config, llm: FakeOpenAI, caplog) -> None:
     """``--to api:bob`` works with the API off: the output is kept in the chat's history, and no
