@@ -1,6 +1,7 @@
 """Cron from an API key's chats: the job limit counts the key's sessions together, the owner
 hears of new jobs at most once a minute (one message for a batch), and a job made in an API
-chat runs, its output kept in that chat's history (read through the history endpoint)."""
+chat runs, its output (printed or sent) kept in that chat's history after the turn it came
+behind (read through the history endpoint), with the API on or off."""
 
 from __future__ import annotations
 
@@ -93,12 +94,9 @@ async def test_a_code_job_run_from_its_own_api_chats_turn_keeps_its_output_after
         config: Config, llm: FakeOpenAI) -> None:
     """``run_cron`` in the chat that owns the job: the turn waits for the run, so the output,
     which that chat keeps, comes after the turn and must not be waited for by the run."""
-    from nanobot.cron.service import create_job
-
     async with running_gateway(config, with_services=True) as gateway:
         owner = await ApiKeys(gateway.runtime.db).add("ada", owner=True)
-        job = await create_job(CronStore(gateway.runtime.db), owner_session="api:ada:desk", schedule_kind="every",
-                               expression="3600", timezone="UTC", payload_kind="code", payload="print('TEA-READY')")
+        job = await code_job(gateway, "api:ada:desk", "print('TEA-READY')")
         llm.script(tool_call("run_cron", {"job_id": job.id}), reply("ran it"))
         assert await chat(config, owner, "desk", "run the tea job now") == "ran it"
         ran = json.loads(llm.chat_requests[-1]["messages"][-1]["content"])  # the run's result, in time
@@ -111,12 +109,8 @@ async def test_a_code_job_run_from_its_own_api_chats_turn_keeps_its_output_after
 async def test_a_code_job_that_sends_its_own_message_to_its_api_chat_has_it_kept(config: Config, llm: FakeOpenAI) -> None:
     """A job's ``send_message`` to its page or API chat, where no request waits to show it, is
     kept for the reader as printed output is (it went to the API channel and was lost)."""
-    from nanobot.cron.service import create_job
-
     async with running_gateway(config, with_services=True) as gateway:
-        job = await create_job(CronStore(gateway.runtime.db), owner_session="api:ada:desk", schedule_kind="every",
-                               expression="3600", timezone="UTC", payload_kind="code",
-                               payload="send_message('TEA-READY')\nprint('not shown: it sent its own')")
+        job = await code_job(gateway, "api:ada:desk", "send_message('TEA-READY')\nprint('not shown: it sent its own')")
         run = await gateway.runtime.cron_runs.run(job.id, 15)
         assert run.status == "ok" and run.output_excerpt == "not shown: it sent its own"
         desk = await gateway.runtime.sessions.open("api:ada:desk")
@@ -129,18 +123,23 @@ async def test_a_job_for_an_api_chat_keeps_its_output_with_the_api_off_and_sends
         config: Config, llm: FakeOpenAI, caplog) -> None:
     """``--to api:bob`` works with the API off: the output is kept in the chat's history, and no
     message is sent (or given up on) on a channel that is not running."""
-    from nanobot.cron.service import create_job
-
     config.gateway.api.enabled = False
     async with running_gateway(config, with_services=True) as gateway:
-        job = await create_job(CronStore(gateway.runtime.db), owner_session="api:bob", schedule_kind="every",
-                               expression="3600", timezone="UTC", payload_kind="code", payload="print('TEA-READY')")
+        job = await code_job(gateway, "api:bob", "print('TEA-READY')")
         assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
         bob = await gateway.runtime.sessions.open("api:bob")
         await until(lambda: bob.take_waiting() == ["TEA-READY"])
         await until(lambda: _not(gateway.delivery.unfinished_in("api:bob")))  # settled
         assert await gateway.runtime.db.fetchval("SELECT count(*) FROM outbox WHERE channel = 'api'") == 0
     assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR") and "api:bob" in r.getMessage()]
+
+
+async def code_job(gateway: Any, chat: str, code: str) -> Any:
+    """An hourly code job of ``chat``, made as ``schedule_cron`` makes one."""
+    from nanobot.cron.service import create_job
+
+    return await create_job(CronStore(gateway.runtime.db), owner_session=chat, schedule_kind="every",
+                            expression="3600", timezone="UTC", payload_kind="code", payload=code)
 
 
 async def _not(condition: Awaitable[Any]) -> bool:

@@ -246,8 +246,7 @@ async def test_an_api_request_on_another_worker_than_its_chat_gets_the_reply(
             async def history_on_w2() -> list[str]:
                 async with http.get(f"http://{configs[1].gateway.api.listen}/v1/nanobot/history",
                                     headers=on_w2) as response:
-                    body = await response.json(); print(body)
-                    return [m["content"] for m in body["messages"]]
+                    return [m["content"] for m in (await response.json())["messages"]]
 
             await gateways["w1"].runtime.sessions.flush()
             assert (await history_on_w2())[-2:] == ["three", "re: three"]
