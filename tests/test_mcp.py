@@ -282,7 +282,7 @@ async def test_a_cron_code_job_calls_mcp_with_no_model_call(llm: FakeOpenAI, wor
         job = await create_job(store, owner_session="telegram:1", schedule_kind="every", expression="3600",
                                timezone="UTC", payload_kind="code",
                                payload="notes_add_note(title='from cron')\nprint(len(notes_list_notes()))")
-        outcome = await JobRunner(rt, _never, _never, lambda: ["telegram"])(job)
+        outcome = await JobRunner(rt, _never, _never, rt.sessions.open, lambda: ["telegram"])(job)
         assert outcome.status == "ok", outcome
         sent = rt.bus.outbound.get_nowait()
     assert outcome.status == "ok" and sent.content == "1" and llm.chat_requests == []

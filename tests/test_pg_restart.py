@@ -231,13 +231,13 @@ def task_answers(go: asyncio.Event) -> Any:
     return answer
 
 
-async def queue_task(url: str, text: str) -> None:
+async def queue_task(url: str, text: str, *, chat: str = f"telegram:{CHATS[0]}") -> None:
     from nanobot.postgres import PostgresDatabase
     from nanobot.tasks import TaskStore
 
     db = await PostgresDatabase.open(url)
     try:
-        await (await TaskStore.open(db)).add(f"telegram:{CHATS[0]}", text, text.split()[-1])
+        await (await TaskStore.open(db)).add(chat, text, text.split()[-1])
     finally:
         await db.close()
 

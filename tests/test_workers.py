@@ -767,3 +767,47 @@ async def test_a_worker_taken_for_dead_mid_turn_writes_nothing_into_the_chats_hi
             await admin.close()
     assert texts(tg, 41) == ["re: one", "re: two"]
     assert not any("first try" in record for record in records)
+
+
+async def test_a_background_task_on_another_worker_reads_its_chat_afresh(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """A task runs on any worker, with its chat's settings (and trust) read from the chat's
+    history. A worker that had read the chat for an earlier task kept that copy, and ran the next
+    task with what the chat said then: here the model before the chat's ``/model big``; a chat
+    that changed hands (a Matrix room grown into a group) with its old party's trust. w1 holds
+    the chat and is kept busy with a task of another chat, so w2 runs the chat's tasks."""
+    from nanobot.config import ModelChoice
+    from tests.test_pg_restart import queue_task
+
+    hold = asyncio.Event()
+
+    async def model(body: dict) -> dict:
+        if asked(body).startswith("TASK hold"):
+            await hold.wait()
+        return reply(f"RESULT of {asked(body)}")
+
+    llm.fallback = model
+    configs = [worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)]
+    for config in configs:
+        config.agents.models = {"big": ModelChoice(provider="openai", model="big-model")}
+    configs[0].agents.defaults.tasks.max_total = 1  # busy with one task, it takes no other
+    configs[0].gateway.idle_worker_seconds = 3600  # and it keeps the chat
+    try:
+        async with workers(configs[:1], with_services=True) as first:
+            await queue_task(pg_url, "TASK hold", chat=f"telegram:{CHATS[1]}")
+            await until(lambda: asks(llm, "TASK hold"))
+            tg.push_text(41, 41, "/model big")
+            await tg.wait_sent(1, timeout=20)
+            assert first["w1"].cluster.router.held == {"telegram:41"}, texts(tg, 41)
+            async with workers(configs[1:], with_services=True):
+                await queue_task(pg_url, "TASK one")
+                await tg.wait_until(lambda: any("RESULT of TASK one" in t for t in texts(tg, 41)), timeout=30)
+                tg.push_text(41, 41, "/model default")
+                await tg.wait_sent(3, timeout=20)
+                await first["w1"].runtime.sessions.get("telegram:41").sync_soon()
+                await queue_task(pg_url, "TASK two")
+                await tg.wait_until(lambda: any("RESULT of TASK two" in t for t in texts(tg, 41)), timeout=30)
+    finally:
+        hold.set()
+    models = {asked(body).split("\n")[0]: body["model"] for body in llm.chat_requests if asked(body).startswith("TASK")}
+    assert models["TASK one"] == "big-model" and models["TASK two"] != "big-model", models

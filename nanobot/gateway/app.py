@@ -137,7 +137,7 @@ class Gateway:
         self.services: list[Service] = [] if self.terminal else [
             Pruner(self.delivery, self.singletons),  # prunes at once, then every 6 hours
             # Background tasks: one name per home alone (its last run's tasks are its own), the worker id among workers.
-            TaskRunner(rt, self.intake.accept, self.cluster.id if self.cluster else "gateway",
+            TaskRunner(rt, self.intake.accept, self.open_chat, self.cluster.id if self.cluster else "gateway",
                        among_workers=self.cluster is not None),
             *self._daemon_services()]
         self._started_services: list[Service] = []
@@ -147,7 +147,7 @@ class Gateway:
     def _cron_jobs(self) -> CronJobs:
         from nanobot.gateway import cron_jobs  # APScheduler: not loaded for the terminal chat
 
-        runner = cron_jobs.JobRunner(self.runtime, self.ask, self.intake.accept, self.channels.outgoing)
+        runner = cron_jobs.JobRunner(self.runtime, self.ask, self.intake.accept, self.open_chat, self.channels.outgoing)
         return cron_jobs.CronJobs(runner, self.singletons)
 
     def _daemon_services(self) -> list[Service]:

@@ -21,6 +21,7 @@ from nanobot.coordination import Held, run_while_held
 from nanobot.cron.service import CronService, RunOutcome, default_name
 from nanobot.trust import HISTORY_CHANNELS
 from nanobot.eventloop import Background
+from nanobot.gateway.task_runner import Accept, OpenChat
 
 if TYPE_CHECKING:
     from nanobot.cron.store import CronJob
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Ask = Callable[[InboundMessage], Awaitable[str]]
-Accept = Callable[[list[InboundMessage]], Awaitable[None]]
 
 
 class Undeliverable(Exception):
@@ -38,11 +38,12 @@ class Undeliverable(Exception):
 
 
 class JobRunner:
-    def __init__(self, runtime: Runtime, ask: Ask, accept: Accept,
+    def __init__(self, runtime: Runtime, ask: Ask, accept: Accept, open_chat: OpenChat,
                  running_channels: Callable[[], Collection[str]]) -> None:
         self.runtime = runtime
         self.ask = ask  # a turn in the job's chat, its reply back (Gateway.ask)
         self.accept = accept  # a message recorded for the chat's holder (the intake's)
+        self.open_chat = open_chat  # the owning chat as it is now: its trust (Gateway.open_chat)
         self.running_channels = running_channels
 
     def check_delivery(self, target: str) -> None:
@@ -78,7 +79,7 @@ class JobRunner:
         rt = self.runtime
         # The job runs with the rights of the chat that owns it; its target is "this chat" for
         # its functions (send_message, list_cron...).
-        await rt.sessions.open(job.owner_session)
+        await self.open_chat(job.owner_session)
         ctx = replace(rt.chat_context(job.owner_session), session_key=job.target, origin="cron")
         sent: list[str] = []
         final: list[str] = []

@@ -27,18 +27,24 @@ from nanobot.eventloop import Background, cancel_and_wait
 
 if TYPE_CHECKING:
     from nanobot.runtime import Runtime
+    from nanobot.session import Session
 
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
 RESUMED = "(This task was cut off by a restart; what it did so far is above. Carry on from there.)"
 Accept = Callable[[list[InboundMessage]], Awaitable[None]]
+OpenChat = Callable[[str], Awaitable["Session"]]
 
 
 class TaskRunner:
-    def __init__(self, runtime: Runtime, accept: Accept, worker: str, *, among_workers: bool) -> None:
+    def __init__(self, runtime: Runtime, accept: Accept, open_chat: OpenChat, worker: str, *,
+                 among_workers: bool) -> None:
         self.runtime = runtime
         self.accept = accept  # the durable intake: results go to the chat as recorded messages
+        # The chat as it is now (Gateway.open_chat): among workers another may hold it and have
+        # changed it since we last read it (its model, its party and so its trust).
+        self.open_chat = open_chat
         self.worker = worker
         self.among_workers = among_workers
         self.store = runtime.tasks
@@ -140,7 +146,7 @@ class TaskRunner:
     async def _turn(self, task: Task) -> str:
         """The task as a turn of its own, with its chat's mode and model."""
         agent, sessions = self.runtime.agent, self.runtime.sessions
-        chat = await sessions.open(task.chat)
+        chat = await self.open_chat(task.chat)
         key = task_key(task.chat, task.id)
         own = await sessions.open(key)
         if own.meta.model != chat.meta.model:
