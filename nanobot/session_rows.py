@@ -106,7 +106,7 @@ class DatabaseJournal:
                 continue
             if not written:
                 log.warning("history %s: %d record(s) not written: another worker holds the chat now (this "
-                            "one was taken for dead)", self.key, len(batch))
+                            "one was taken for dead, or wrote a chat it does not hold)", self.key, len(batch))
                 self._abandoned = True
                 self._queued.clear()
                 return
