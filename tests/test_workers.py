@@ -715,13 +715,18 @@ async def test_what_a_cut_off_turn_left_unwritten_never_reaches_the_chats_histor
                 await asyncio.sleep(0.02)
         await tg.wait_sent(2, timeout=20)
         await asyncio.sleep(1)  # the cut-off worker's records would land now
-        db = await PostgresDatabase.open(pg_url)
-        try:
-            records = [r[0] for r in await db.fetch("SELECT record FROM history WHERE session_key = 'telegram:41'")]
-        finally:
-            await db.close()
+        records = await history_rows(pg_url, "telegram:41")
     assert texts(tg, 41) == ["re: one", "re: two"]
     assert not any("first try" in record for record in records)
+
+
+async def history_rows(pg_url: str, chat: str) -> list[str]:
+    """The chat's history as the table holds it (what its next holder reads)."""
+    db = await PostgresDatabase.open(pg_url)
+    try:
+        return [r[0] for r in await db.fetch("SELECT record FROM history WHERE session_key = $1", chat)]
+    finally:
+        await db.close()
 
 
 async def test_a_worker_taken_for_dead_mid_turn_writes_nothing_into_the_chats_history(
@@ -762,9 +767,9 @@ async def test_a_worker_taken_for_dead_mid_turn_writes_nothing_into_the_chats_hi
             session = gateways[frozen].runtime.sessions.get(chat)
             await until(lambda: session.messages[-1]["content"] == "re: two (first try)")
             await session.sync_soon()  # its records were written, or refused
-            records = [r[0] for r in await admin.fetch("SELECT record FROM history WHERE session_key = $1", chat)]
         finally:
             await admin.close()
+        records = await history_rows(pg_url, chat)
     assert texts(tg, 41) == ["re: one", "re: two"]
     assert not any("first try" in record for record in records)
 
