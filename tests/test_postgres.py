@@ -107,6 +107,30 @@ async def test_a_chat_lives_in_postgresql_across_restarts(pg_url: str, llm, work
     assert not (home / "nanobot.db").exists() and not (home / "sessions").exists()
 
 
+async def test_a_task_result_counts_as_answered_only_once_its_history_record_is_in(
+        pg_url: str, llm, workspace: Path, home: Path) -> None:
+    """A background task's result (or a job's output kept for a reader) comes in as a message;
+    its answer settles that message, after which it never runs again. The history record has to
+    be in first, as a turn's records are before its reply: a crash between the two lost it."""
+    from nanobot.agent.loop import Origin, TurnRequest
+    from nanobot.bus import Identity
+    from tests.test_workers import history_locked
+
+    config = config_for(llm.base_url, workspace, mode="tools")
+    config.database.url = pg_url
+    async with open_runtime(config) as rt:
+        await rt.sessions.open("telegram:5")
+        async with history_locked(pg_url) as locker:
+            answering = asyncio.create_task(rt.agent.answer(TurnRequest(
+                "telegram:5", "RESULT of the task", origin=Origin(Identity("task-result:t1"), source="task"))))
+            while not await locker.fetchval("SELECT count(*) FROM pg_locks WHERE relation = 'history'::regclass "
+                                            "AND NOT granted"):
+                await asyncio.sleep(0.02)  # its record is on its way
+            assert not answering.done()
+        assert await answering == "RESULT of the task"
+        assert (await rt.sessions.records("telegram:5"))[-1]["content"] == "RESULT of the task"
+
+
 async def test_the_gateway_runs_on_postgresql_end_to_end(pg_url: str, llm, tg, workspace: Path) -> None:
     """Telegram in, the durable intake and outbox in PostgreSQL, the reply out."""
     config = telegram_gateway_config(llm.base_url, workspace, tg, 42)

@@ -80,18 +80,19 @@ class Agent:
         """The chat's /mode setting beats agents.overrides[key], which beats agents.defaults."""
         return session.meta.mode or self.deps.config.agent_for(session.key).execution_mode
 
-    def task_result(self, session_key: str, text: str) -> str:
+    async def task_result(self, session_key: str, text: str) -> str:
         """A background task's result (or a code job's output for a terminal or API chat), queued
         in its chat like a message: into the history (for the model, and the reader who is away),
         and back as the reply, with no model call; none for a chat nobody is messaged in (the
-        terminal's, the API's: its reader finds it there, and its channel may not even run)."""
+        terminal's, the API's: its reader finds it there, and its channel may not even run).
+        The record is in before the reply settles the message, as a turn's are."""
         session = self.session(session_key)
         kept = session_key.partition(":")[0] in HISTORY_CHANNELS
         if kept:
             session.keep_for_reader(text)
         else:
             session.append({"role": "assistant", "content": text})
-        session.sync()
+        await session.sync_soon()
         return "" if kept else text
 
     async def meet(self, session_key: str, origin: Origin) -> None:
@@ -139,7 +140,7 @@ class Agent:
         logs.current_chat.set(session_key)  # log lines of this task name the chat (json logs)
         await self.deps.sessions.open(session_key)  # loaded before anything reads it
         if origin is not None and origin.source == "task":
-            return self.task_result(session_key, request.content)
+            return await self.task_result(session_key, request.content)
         if origin is not None and origin.source == "user" and session_key.partition(":")[0] not in HISTORY_CHANNELS:
             await self.meet(session_key, origin)  # (a terminal or API chat's trust is not its party's)
         answer = await handle_command(self, session_key, request.content)
