@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
-from tests.helpers import add_cron_job, config_for, nanobot_process, running_gateway
+from tests.helpers import add_cron_job, config_for, nanobot_process, running_gateway, until
 from tests.test_cli import write_config
 
 
@@ -152,6 +152,8 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
             job = await add_cron_job(cron, owner_session="cli:default", schedule_kind="every", expression="3600",
                                      payload_kind="code", payload="print('the backup finished: 41 s')")
             assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
+            kept = await gateway.runtime.sessions.open("cli:default")
+            await until(lambda: kept.meta.waiting == 1)  # kept as the chat gets to it (a message of its own)
             async with chat_on(term, home) as proc:
                 await term.wait_for("While you were away (1):")
                 await term.wait_for("the backup finished: 41 s")
