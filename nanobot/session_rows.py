@@ -84,8 +84,8 @@ class DatabaseJournal:
         # holder loaded the chat: its turns would read them as their own.
         self._abandoned = True
         self._queued.clear()
-        if self._writer is not None:
-            self._writer.cancel()
+        if self._writer is not None and self._writer is not asyncio.current_task():
+            self._writer.cancel()  # (the writer itself abandons what the fence refused: it just ends)
 
     def _start_writer(self) -> None:
         if self._queued and (self._writer is None or self._writer.done()):
@@ -107,8 +107,7 @@ class DatabaseJournal:
             if not written:
                 log.warning("history %s: %d record(s) not written: another worker holds the chat now (this "
                             "one was taken for dead, or wrote a chat it does not hold)", self.key, len(batch))
-                self._abandoned = True
-                self._queued.clear()
+                self.abandon()
                 return
             del self._queued[:len(batch)]
             delay = RETRY_FIRST_S

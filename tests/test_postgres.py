@@ -20,7 +20,7 @@ from nanobot.runtime import open_runtime
 from nanobot.tasks import TaskStore
 from nanobot.usage import UsageStore
 from tests.fakes.openai_server import reply
-from tests.helpers import config_for, running_gateway, telegram_gateway_config
+from tests.helpers import config_for, running_gateway, telegram_gateway_config, until
 from tests.test_cli import nanobot, write_config
 
 STEPS = ["CREATE TABLE notes (id BIGSERIAL PRIMARY KEY, body TEXT NOT NULL);",
@@ -123,9 +123,8 @@ async def test_a_task_result_counts_as_answered_only_once_its_history_record_is_
         async with history_locked(pg_url) as locker:
             answering = asyncio.create_task(rt.agent.answer(TurnRequest(
                 "telegram:5", "RESULT of the task", origin=Origin(Identity("task-result:t1"), source="task"))))
-            while not await locker.fetchval("SELECT count(*) FROM pg_locks WHERE relation = 'history'::regclass "
-                                            "AND NOT granted"):
-                await asyncio.sleep(0.02)  # its record is on its way
+            await until(lambda: locker.fetchval("SELECT count(*) FROM pg_locks WHERE relation = 'history'::regclass "
+                                                "AND NOT granted"))  # its record is on its way
             assert not answering.done()
         assert await answering == "RESULT of the task"
         assert (await rt.sessions.records("telegram:5"))[-1]["content"] == "RESULT of the task"

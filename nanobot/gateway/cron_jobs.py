@@ -85,11 +85,10 @@ class JobRunner:
         final: list[str] = []
 
         async def send_message(content: str, to: str | None = None) -> str:
-            if to in (None, job.target) and split_target(job.target)[0] in HISTORY_CHANNELS and str(content).strip():
-                sent.append(content)  # nobody to message there (no request is waiting): kept for its reader
-                await self.deliver(job, str(content))
-                return f"Message kept in {job.target}."
             sent.append(content)
+            if to in (None, job.target) and split_target(job.target)[0] in HISTORY_CHANNELS and str(content).strip():
+                await self.deliver(job, str(content))  # nobody to message there (no request waits): kept
+                return f"Message kept in {job.target}."
             return await rt.tools.call("send_message", {"content": content, "to": to}, ctx)
 
         async def final_answer(value: Any = "") -> None:
