@@ -58,7 +58,7 @@ async def open_db(path: Path | str) -> aiosqlite.Connection:
     conn = await aiosqlite.connect(str(path), timeout=10)
     try:
         conn.row_factory = aiosqlite.Row
-        await conn.execute("PRAGMA journal_mode=WAL")
+        await _use_wal(conn)
         await conn.execute("PRAGMA synchronous=NORMAL")
         await conn.execute("PRAGMA busy_timeout=10000")
         await conn.execute("CREATE TABLE IF NOT EXISTS schema_versions "
@@ -70,6 +70,21 @@ async def open_db(path: Path | str) -> aiosqlite.Connection:
             raise HomeError(f"database {path}: {exc}") from None
         raise
     return conn
+
+
+async def _use_wal(conn: aiosqlite.Connection, wait_s: float = 10.0) -> None:
+    """WAL mode, waited for as long as any lock is: the switch (once, on a fresh file) takes an
+    exclusive lock without SQLite's busy handler, so a process opening the file at that moment
+    (six ``nanobot cron add`` at once) got "database is locked" at once."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        try:
+            await conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.02)
 
 
 async def migrate(conn: aiosqlite.Connection, component: str, migrations: list[str]) -> None:

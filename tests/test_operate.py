@@ -180,6 +180,26 @@ async def test_two_connections_migrating_a_fresh_database_at_once(tmp_path: Path
         await second.close()
 
 
+async def test_opening_a_fresh_database_another_process_has_locked_waits_for_it(tmp_path: Path) -> None:
+    """The switch to WAL mode ignores SQLite's busy timeout: a process opening the fresh file
+    while another read it failed at once ("database is locked"; six ``cron add`` at once)."""
+    from nanobot.sqlite_file import open_db
+
+    path = tmp_path / "x.db"
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # a write lock, as another opener's writing its first table
+    opening = asyncio.ensure_future(open_db(path))
+    with pytest.raises(asyncio.TimeoutError):  # still waiting: the lock is held
+        await asyncio.wait_for(asyncio.shield(opening), 0.5)
+    other.execute("COMMIT")
+    other.close()
+    conn = await opening
+    try:
+        assert (await (await conn.execute("PRAGMA journal_mode")).fetchone())[0] == "wal"
+    finally:
+        await conn.close()
+
+
 async def test_a_migration_step_is_all_or_nothing(tmp_path: Path) -> None:
     """A step that fails (or a process killed) half-way leaves nothing behind: the next start
     must not find half its tables ("table cron_jobs already exists")."""
