@@ -207,18 +207,20 @@ class Session:
 
     def keep_for_reader(self, text: str) -> None:
         """A message for a chat nobody can be sent to (the terminal, an API conversation): it is
-        kept in the history, and counted until the reader comes back (``take_waiting``); marked
+        kept in the history, and counted until the reader comes back (``waiting_messages``); marked
         ``kept``, so a history shown to its reader tells it from the reply before it."""
         self.append({"role": "assistant", "content": text, "kept": True})
         self.set_meta(waiting=self.meta.waiting + 1)
 
-    def take_waiting(self) -> list[str]:
-        """What arrived while the reader was away, oldest first; counted as seen from now."""
+    def waiting_messages(self) -> list[str]:
+        """What arrived while the reader was away, oldest first (``mark_seen`` once shown)."""
         count = self.meta.waiting
-        if not count:
-            return []
-        self.set_meta(waiting=0)
-        return [m["content"] for m in self.messages if m.get("role") == "assistant"][-count:]
+        return [m["content"] for m in self.messages if m.get("role") == "assistant"][-count:] if count else []
+
+    def mark_seen(self, count: int) -> None:
+        """``count`` of the waiting messages were shown (more may have come since: they still wait)."""
+        if count > 0 and self.meta.waiting:
+            self.set_meta(waiting=max(0, self.meta.waiting - count))
 
     def sync(self) -> None:
         self.journal.sync()

@@ -114,7 +114,7 @@ async def test_a_code_job_that_sends_its_own_message_to_its_api_chat_has_it_kept
         run = await gateway.runtime.cron_runs.run(job.id, 15)
         assert run.status == "ok" and run.output_excerpt == "not shown: it sent its own"
         desk = await gateway.runtime.sessions.open("api:ada:desk")
-        await until(lambda: desk.take_waiting() == ["TEA-READY"])
+        await until(lambda: desk.waiting_messages() == ["TEA-READY"])
         await until(lambda: _not(gateway.delivery.unfinished_in("api:ada:desk")))
     assert [m["content"] for m in desk.messages] == ["TEA-READY"]
 
@@ -128,7 +128,7 @@ async def test_a_job_for_an_api_chat_keeps_its_output_with_the_api_off_and_sends
         job = await code_job(gateway, "api:bob", "print('TEA-READY')")
         assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
         bob = await gateway.runtime.sessions.open("api:bob")
-        await until(lambda: bob.take_waiting() == ["TEA-READY"])
+        await until(lambda: bob.waiting_messages() == ["TEA-READY"])
         await until(lambda: _not(gateway.delivery.unfinished_in("api:bob")))  # settled
         assert await gateway.runtime.db.fetchval("SELECT count(*) FROM outbox WHERE channel = 'api'") == 0
     assert not [r for r in caplog.records if r.levelname in ("WARNING", "ERROR") and "api:bob" in r.getMessage()]

@@ -160,6 +160,7 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
                 await term.wait_for("you>")
                 term.type("\x03")  # Ctrl-C at an idle prompt: leave
                 await asyncio.wait_for(proc.wait(), 15)
+            await until(lambda: kept.meta.waiting == 0)  # marked seen by the chat's turn, a moment after
             second = Terminal()
             async with chat_on(second, home) as again:
                 await second.wait_for("you>")

@@ -320,6 +320,39 @@ async def test_a_code_jobs_output_for_an_api_chat_is_kept_by_the_worker_holding_
         assert any("TEA-READY" in m["content"] for m in llm.chat_requests[-1]["messages"] if m["role"] == "assistant")
 
 
+async def test_what_waited_in_a_terminal_chat_held_elsewhere_is_shown_once(
+        llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
+    """``nanobot agent`` shows what was kept for its reader while away, once: the mark is made by
+    the worker holding the chat. Made by the terminal's own worker, it went behind the holder's
+    back (and the fence refuses that since): the messages were shown again at every start."""
+    llm.fallback = echo
+    configs = {f"w{i}": worker_config(llm, workspace, tg, pg_url, f"w{i}", tmp_path) for i in (1, 2)}
+    async with workers(list(configs.values()), with_services=True) as gateways:
+        [clock] = holder(gateways, "cron clock")
+        job = await add_cron_job(gateways[clock].cron_jobs.service, owner_session="cli:default",
+                                 schedule_kind="every", expression="3600", payload_kind="code",
+                                 payload="print('BACKUP-DONE')")
+        assert (await gateways[clock].runtime.cron_runs.run(job.id, 15)).status == "ok"
+
+        async def waiting_there(count: int) -> bool:  # in the holder's copy of the chat
+            held = [gw for gw in gateways.values() if gw.cluster.router.holds("cli:default")]
+            return bool(held) and (await held[0].runtime.sessions.open("cli:default")).meta.waiting == count
+
+        await until(lambda: waiting_there(1))
+        [elsewhere] = [name for name, gw in gateways.items() if not gw.cluster.router.holds("cli:default")]
+        connector = aiohttp.UnixConnector(path=str(configs[elsewhere].home / "api.sock"))
+        async with aiohttp.ClientSession(connector=connector) as http:
+
+            async def shown_at_start() -> list[str]:
+                async with http.post("http://gateway/v1/nanobot/waiting",
+                                     headers={"X-Nanobot-Session": "cli:default"}) as response:
+                    return (await response.json())["messages"]
+
+            assert await shown_at_start() == ["BACKUP-DONE"]
+            await until(lambda: waiting_there(0))
+            assert await shown_at_start() == []
+
+
 async def test_a_chat_that_moves_keeps_its_replies_in_order(
         llm, tg, pg_url: str, workspace: Path, tmp_path: Path, fast) -> None:
     """A worker whose reply Telegram told to wait (429) lets the quiet chat go, and another takes

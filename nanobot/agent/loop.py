@@ -95,6 +95,15 @@ class Agent:
         await session.sync_soon()
         return "" if kept else text
 
+    async def reader_saw(self, session_key: str, count: str) -> str:
+        """The terminal showed its reader ``count`` messages kept for them: seen from now. Marked
+        here, by the worker running the chat (among workers, a mark written by the terminal's own
+        worker would go behind the holder's back, and the fence refuses it)."""
+        session = self.session(session_key)
+        session.mark_seen(int(count) if count.isdigit() else 0)
+        await session.sync_soon()
+        return ""
+
     async def meet(self, session_key: str, origin: Origin) -> None:
         """Record who a chat is with: a private peer, or a group (trust is decided from it). A
         chat that changes hands (a Matrix room of two grown into a group, or back, or another
@@ -141,6 +150,8 @@ class Agent:
         await self.deps.sessions.open(session_key)  # loaded before anything reads it
         if origin is not None and origin.source == "task":
             return await self.task_result(session_key, request.content)
+        if origin is not None and origin.source == "seen":
+            return await self.reader_saw(session_key, request.content)
         if origin is not None and origin.source == "user" and session_key.partition(":")[0] not in HISTORY_CHANNELS:
             await self.meet(session_key, origin)  # (a terminal or API chat's trust is not its party's)
         answer = await handle_command(self, session_key, request.content)

@@ -18,6 +18,7 @@ from aiohttp import web
 from nanobot.api.channel import ApiChannel
 from nanobot.agent.commands import MODES
 from nanobot.api.server import ApiError, answer, errors, last_user_text, read_body
+from nanobot.bus import InboundMessage
 from nanobot.listener import Listener
 from nanobot.terminal_client import SOCKET
 
@@ -62,11 +63,13 @@ class TerminalSocket:
         return web.json_response({"config": str(source) if source else None, "pid": os.getpid()})
 
     async def waiting(self, request: web.Request) -> web.Response:
-        """What arrived in a terminal chat while nobody was there; seen from now on."""
+        """What arrived in a terminal chat while nobody was there; seen from now on: the mark is a
+        message of the chat (``seen``), written by whichever worker holds it, a moment later."""
         session = _terminal_session(request)
-        chat = await self.door.open_chat(session)
-        messages = chat.take_waiting()
-        await chat.sync_soon()
+        messages = (await self.door.open_chat(session)).waiting_messages()
+        if messages:
+            await self.channel.ctx.accept([InboundMessage(self.channel.name, session.partition(":")[2], "owner",
+                                                          str(len(messages)), source="seen")])
         return web.json_response({"messages": messages})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
