@@ -213,9 +213,10 @@ class Session:
         self.set_meta(waiting=self.meta.waiting + 1)
 
     def waiting_messages(self) -> list[str]:
-        """What arrived while the reader was away, oldest first (``mark_seen`` once shown)."""
+        """What was kept for the reader while away, oldest first (``mark_seen`` once shown); not
+        the replies to what they typed meanwhile."""
         count = self.meta.waiting
-        return [m["content"] for m in self.messages if m.get("role") == "assistant"][-count:] if count else []
+        return [m["content"] for m in self.messages if m.get("kept")][-count:] if count else []
 
     def mark_seen(self, count: int) -> None:
         """``count`` of the waiting messages were shown (more may have come since: they still wait)."""

@@ -170,6 +170,40 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
     assert "While you were away" not in second.screen  # shown once
 
 
+async def test_what_came_while_the_terminal_was_open_is_shown_at_the_next_start_not_a_reply(
+        home: Path, workspace: Path) -> None:
+    """A job's output kept while the terminal was open (it is not shown there), then a line typed
+    and answered: the next start shows the output. It showed the last reply instead (the last
+    ``waiting`` assistant messages were taken, whatever they were)."""
+    import aiohttp
+
+    from nanobot.terminal_client import SOCKET
+
+    async with FakeOpenAI() as llm:
+        config = config_for(llm.base_url, workspace)
+        config.gateway.heartbeat.enabled = False
+        config.use_home(home)
+        llm.script(reply("hi there"))
+        async with running_gateway(config, with_services=True) as gateway, aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=str(home / SOCKET))) as http:
+            headers = {"X-Nanobot-Session": "cli:default"}
+
+            async def shown_at_start() -> list[str]:
+                async with http.post("http://gateway/v1/nanobot/waiting", headers=headers) as response:
+                    return (await response.json())["messages"]
+
+            assert await shown_at_start() == []
+            job = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
+                                     expression="3600", payload_kind="code", payload="print('the backup finished')")
+            assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
+            chat = await gateway.runtime.sessions.open("cli:default")
+            await until(lambda: chat.meta.waiting == 1)
+            async with http.post("http://gateway/v1/chat/completions", headers=headers,
+                                 json={"messages": [{"role": "user", "content": "hello"}]}) as response:
+                assert (await response.json())["choices"][0]["message"]["content"] == "hi there"
+            assert await shown_at_start() == ["the backup finished"]
+
+
 async def test_a_stop_typed_at_once_waits_until_the_gateway_has_the_line(tmp_path: Path) -> None:
     """Ctrl-C right after Enter: the /stop must reach the gateway after the line it stops. A
     stand-in gateway holds the line's answer until a /stop arrives (or a second passes)."""
