@@ -14,7 +14,7 @@ from typing import Literal
 
 # Who asked: a person (any channel, the API), a cron prompt job; "task": a result delivered into the
 # chat with no model call (a background task's, a code job's output for a chat nobody is messaged in);
-# "seen": the terminal showed its reader what was kept meanwhile (the count), marked where the chat runs.
+# "seen": the terminal showed its reader what waited (up to a position), marked where the chat runs.
 Source = Literal["user", "cron", "task", "seen"]
 
 

@@ -16,10 +16,10 @@ import asyncio
 import time
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, field, fields
-from typing import Any, Iterable, Protocol, get_args, get_origin, get_type_hints
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Protocol
 
-from nanobot.bus import Identity
+from nanobot.chat_state import ChatState
 from nanobot.utf8 import clean_text
 
 
@@ -27,68 +27,9 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
-@dataclass
-class ChatState:
-    """What a chat remembers besides its messages: the ``_meta`` lines of its history file,
-    each field under its own name (so histories written before this class read the same)."""
-
-    created: str | None = None
-    mode: str | None = None  # the /mode choice; None: agents.overrides / agents.defaults decide
-    model: str | None = None  # the /model choice, a name in agents.models
-    voice: str | None = None  # the /voice choice (always, whenVoice, never); None: tools.speech.reply
-    # Who a private chat is with, as the platform vouches (its trust is decided from it): never a name.
-    peer_id: str | None = None
-    peer_handle: str | None = None
-    group: bool = False  # a group speaks here (its messages are not private): trust follows (Agent.meet)
-    long_message: str | None = None  # the chat file holding the latest long message (code mode's `context`)
-    voice_hint_sent: bool = False  # the how-to-enable-transcription reply went out once
-    consolidated_upto: int | None = None  # messages since /new that memory consolidation has covered
-    consolidated_ts: str | None = None  # the "ts" of the last of them: a marker from before /new fails it
-    intake_started: int | None = None  # the intake id of the latest turn begun (a crash resumes it)
-    intake_started_at: int | None = None  # where in the history that turn's message went
-    intake_starts: int = 0  # how often that turn has begun: a crash each time is a loop (MAX_TURN_STARTS)
-    waiting: int = 0  # messages kept for a reader who was away (the terminal): shown at its next start
-
-    @property
-    def peer(self) -> Identity | None:
-        return Identity(self.peer_id, self.peer_handle) if self.peer_id is not None else None
-
-    def check(self, values: dict[str, Any]) -> None:
-        """Raise for a name that is not a field or a value of the wrong type (a typo in code)."""
-        for name, value in values.items():
-            if name not in _STATE_TYPES:
-                raise AttributeError(f"a chat has no setting {name!r}")
-            if not _fits(value, _STATE_TYPES[name]):
-                raise TypeError(f"chat setting {name!r} cannot be {value!r}")
-
-    def merge(self, record: dict[str, Any]) -> None:
-        """Take a ``_meta`` line's known fields of the right type; anything else (the file's
-        ``key``, settings of older versions, a hand-edited value) is left out."""
-        for name, value in record.items():
-            if name in _STATE_TYPES and _fits(value, _STATE_TYPES[name]):
-                setattr(self, name, value)
-        old_peer = record.get("peer")  # [id, name] written before names were told from handles: the id only
-        if isinstance(old_peer, list) and old_peer and "peer_id" not in record:
-            self.peer_id, self.peer_handle = str(old_peer[0]), None
-
-    def record(self) -> dict[str, Any]:
-        """The fields that differ from a new chat's, as the first ``_meta`` line stores them."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != f.default}
-
-
-_STATE_TYPES = get_type_hints(ChatState)
 # Messages of a chat held in memory past what memory has folded (the page shows the last 200).
 KEEP_IN_MEMORY = 200
-
-
-def _fits(value: Any, hint: Any) -> bool:
-    for option in get_args(hint) or (hint,):
-        if option is type(None):
-            if value is None:
-                return True
-        elif isinstance(value, get_origin(option) or option) and not (option is int and isinstance(value, bool)):
-            return True
-    return False
+MAX_WAITING = 20  # messages a reader who was away is shown at their return (Session.wait_for_reader)
 
 
 class Journal(Protocol):
@@ -204,24 +145,30 @@ class Session:
         """``/new``: later turns start from an empty history; the old lines stay in the file."""
         self.messages, self.offset, self.opening = [], 0, ""
         self._write({"_reset": _now()})
+        if self.meta.waiting:  # positions in the history left behind
+            self.set_meta(waiting=[])
 
     def keep_for_reader(self, text: str) -> None:
-        """A message for a chat nobody can be sent to (the terminal, an API conversation): it is
-        kept in the history, and counted until the reader comes back (``waiting_messages``); marked
-        ``kept``, so a history shown to its reader tells it from the reply before it."""
+        """A message for a chat nobody can be sent to (the terminal, an API conversation): kept
+        in the history for the reader who comes back (``waiting_messages``); marked ``kept``, so a
+        history shown to its reader tells it from the reply before it."""
         self.append({"role": "assistant", "content": text, "kept": True})
-        self.set_meta(waiting=self.meta.waiting + 1)
+        self.wait_for_reader(self.count - 1)
+
+    def wait_for_reader(self, position: int) -> None:
+        """The message at ``position`` is shown to the reader when they come back (the newest
+        ``MAX_WAITING``: an API chat's reader never marks them, and a month away is in the history)."""
+        self.set_meta(waiting=[*self.meta.waiting, position][-MAX_WAITING:])
 
     def waiting_messages(self) -> list[str]:
-        """What was kept for the reader while away, oldest first (``mark_seen`` once shown); not
-        the replies to what they typed meanwhile."""
-        count = self.meta.waiting
-        return [m["content"] for m in self.messages if m.get("kept")][-count:] if count else []
+        """What waits for the reader, oldest first (``mark_seen`` once shown): not the replies to
+        what they typed meanwhile; what memory folded away meanwhile is no longer here."""
+        return [m["content"] for m in map(self.message, self.meta.waiting) if m is not None]
 
-    def mark_seen(self, count: int) -> None:
-        """``count`` of the waiting messages were shown (more may have come since: they still wait)."""
-        if count > 0 and self.meta.waiting:
-            self.set_meta(waiting=max(0, self.meta.waiting - count))
+    def mark_seen(self, upto: int) -> None:
+        """What waited, up to position ``upto``, was shown (what came since still waits)."""
+        if any(position <= upto for position in self.meta.waiting):
+            self.set_meta(waiting=[position for position in self.meta.waiting if position > upto])
 
     def sync(self) -> None:
         self.journal.sync()

@@ -35,7 +35,7 @@ FOUNDATION: list[list[str]] = [  # the top-level modules, in their own order (th
      "nanobot.periodic"],
     ["nanobot.postgres", "nanobot.database"],  # the stores' engines
     # Stores and the rules read from them: histories, access, trust, tasks, usage, health.
-    ["nanobot.session", "nanobot.session_files", "nanobot.session_rows", "nanobot.chat_names_legacy",
+    ["nanobot.chat_state", "nanobot.session", "nanobot.session_files", "nanobot.session_rows", "nanobot.chat_names_legacy",
      "nanobot.tasks", "nanobot.usage", "nanobot.health", "nanobot.handles", "nanobot.access",
      "nanobot.trust"],
 ]

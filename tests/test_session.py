@@ -104,3 +104,24 @@ async def test_a_history_is_read_only_once_opened(tmp_path: Path) -> None:
         store.get("cli:x")
     opened = await store.open("cli:x")
     assert store.get("cli:x") is opened
+
+
+async def test_what_waits_for_a_reader_survives_a_reload_and_a_new_conversation_clears_it(tmp_path: Path) -> None:
+    """The messages kept for a reader who is away are positions in the history: read back as
+    written, the newest 20 at most (an API chat's reader never marks them seen), none after /new."""
+    store = SessionStore(tmp_path)
+    s = await store.open("api:bob")
+    for i in range(25):
+        s.keep_for_reader(f"run {i}")
+        s.append({"role": "user", "content": "and?"})
+    store.close()
+    second = SessionStore(tmp_path)
+    again = await second.open("api:bob")
+    assert again.waiting_messages() == [f"run {i}" for i in range(5, 25)]
+    again.mark_seen(again.meta.waiting[9])
+    assert again.waiting_messages() == [f"run {i}" for i in range(15, 25)]
+    again.reset()
+    again.keep_for_reader("after /new")
+    assert again.waiting_messages() == ["after /new"]
+    second.close()
+    assert (await SessionStore(tmp_path).open("api:bob")).waiting_messages() == ["after /new"]

@@ -153,28 +153,29 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
                                      payload_kind="code", payload="print('the backup finished: 41 s')")
             assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
             kept = await gateway.runtime.sessions.open("cli:default")
-            await until(lambda: kept.meta.waiting == 1)  # kept as the chat gets to it (a message of its own)
+            await until(lambda: len(kept.meta.waiting) == 1)  # kept as the chat gets to it (a message of its own)
             async with chat_on(term, home) as proc:
                 await term.wait_for("While you were away (1):")
                 await term.wait_for("the backup finished: 41 s")
                 await term.wait_for("you>")
                 term.type("\x03")  # Ctrl-C at an idle prompt: leave
                 await asyncio.wait_for(proc.wait(), 15)
-            await until(lambda: kept.meta.waiting == 0)  # marked seen by the chat's turn, a moment after
+            await until(lambda: not kept.meta.waiting)  # marked seen by the chat's turn, a moment after
             second = Terminal()
             async with chat_on(second, home) as again:
                 await second.wait_for("you>")
                 second.type("\x03")
                 await asyncio.wait_for(again.wait(), 15)
-            assert (await gateway.runtime.sessions.open("cli:default")).meta.waiting == 0
+            assert not (await gateway.runtime.sessions.open("cli:default")).meta.waiting
     assert "While you were away" not in second.screen  # shown once
 
 
 async def test_what_came_while_the_terminal_was_open_is_shown_at_the_next_start_not_a_reply(
         home: Path, workspace: Path) -> None:
-    """A job's output kept while the terminal was open (it is not shown there), then a line typed
-    and answered: the next start shows the output. It showed the last reply instead (the last
-    ``waiting`` assistant messages were taken, whatever they were)."""
+    """A code job's output kept while the terminal was open (it is not shown there), a line typed
+    and answered, then a prompt job's reply: the next start shows the output and the job's reply,
+    once. It showed the typed line's answer instead of the output (the last N assistant messages
+    were taken), and never a prompt job's reply (``nanobot cron add --message``'s default chat)."""
     import aiohttp
 
     from nanobot.terminal_client import SOCKET
@@ -183,7 +184,7 @@ async def test_what_came_while_the_terminal_was_open_is_shown_at_the_next_start_
         config = config_for(llm.base_url, workspace)
         config.gateway.heartbeat.enabled = False
         config.use_home(home)
-        llm.script(reply("hi there"))
+        llm.script(reply("hi there"), reply("3 new mails"))
         async with running_gateway(config, with_services=True) as gateway, aiohttp.ClientSession(
                 connector=aiohttp.UnixConnector(path=str(home / SOCKET))) as http:
             headers = {"X-Nanobot-Session": "cli:default"}
@@ -192,16 +193,22 @@ async def test_what_came_while_the_terminal_was_open_is_shown_at_the_next_start_
                 async with http.post("http://gateway/v1/nanobot/waiting", headers=headers) as response:
                     return (await response.json())["messages"]
 
+            async def job(kind: str, payload: str) -> None:
+                made = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
+                                          expression="3600", payload_kind=kind, payload=payload)
+                assert (await gateway.runtime.cron_runs.run(made.id, 15)).status == "ok"
+
             assert await shown_at_start() == []
-            job = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
-                                     expression="3600", payload_kind="code", payload="print('the backup finished')")
-            assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
+            await job("code", "print('the backup finished')")
             chat = await gateway.runtime.sessions.open("cli:default")
-            await until(lambda: chat.meta.waiting == 1)
+            await until(lambda: len(chat.meta.waiting) == 1)
             async with http.post("http://gateway/v1/chat/completions", headers=headers,
                                  json={"messages": [{"role": "user", "content": "hello"}]}) as response:
                 assert (await response.json())["choices"][0]["message"]["content"] == "hi there"
-            assert await shown_at_start() == ["the backup finished"]
+            await job("prompt", "how many new mails?")
+            assert await shown_at_start() == ["the backup finished", "3 new mails"]
+            await until(lambda: not chat.meta.waiting)
+            assert await shown_at_start() == []
 
 
 async def test_a_stop_typed_at_once_waits_until_the_gateway_has_the_line(tmp_path: Path) -> None:

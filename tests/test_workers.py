@@ -336,7 +336,7 @@ async def test_what_waited_in_a_terminal_chat_held_elsewhere_is_shown_once(
 
         async def waiting_there(count: int) -> bool:  # in the holder's copy of the chat
             held = [gw for gw in gateways.values() if gw.cluster.router.holds("cli:default")]
-            return bool(held) and (await held[0].runtime.sessions.open("cli:default")).meta.waiting == count
+            return bool(held) and len((await held[0].runtime.sessions.open("cli:default")).meta.waiting) == count
 
         await until(lambda: waiting_there(1))
         [elsewhere] = [name for name, gw in gateways.items() if not gw.cluster.router.holds("cli:default")]

@@ -95,12 +95,12 @@ class Agent:
         await session.sync_soon()
         return "" if kept else text
 
-    async def reader_saw(self, session_key: str, count: str) -> str:
-        """The terminal showed its reader ``count`` messages kept for them: seen from now. Marked
-        here, by the worker running the chat (among workers, a mark written by the terminal's own
-        worker would go behind the holder's back, and the fence refuses it)."""
+    async def reader_saw(self, session_key: str, upto: str) -> str:
+        """The terminal showed its reader what waited for them, up to position ``upto``: seen from
+        now. Marked here, by the worker running the chat (among workers, a mark written by the
+        terminal's own worker would go behind the holder's back, and the fence refuses it)."""
         session = self.session(session_key)
-        session.mark_seen(int(count) if count.isdigit() else 0)
+        session.mark_seen(int(upto) if upto.isdigit() else -1)
         await session.sync_soon()
         return ""
 
@@ -158,7 +158,19 @@ class Agent:
         if answer is not None:
             return answer
         with tracing.span("nanobot.turn", channel=session_key.partition(":")[0], mode=request.mode):
-            return await self.run_turn(request, io)
+            reply = await self.run_turn(request, io)
+        if origin is not None and origin.source == "cron" and session_key.partition(":")[0] in HISTORY_CHANNELS:
+            await self.reply_waits(session_key, reply)
+        return reply
+
+    async def reply_waits(self, session_key: str, reply: str) -> None:
+        """A job's turn in a chat nobody is messaged in (the terminal's, the API's): its reply,
+        the turn's last record, waits for the reader there, as a code job's output does."""
+        session = self.session(session_key)
+        last = session.message(session.count - 1)
+        if reply.strip() and last is not None and last.get("content") == reply:
+            session.wait_for_reader(session.count - 1)
+            await session.sync_soon()
 
     async def run_turn(self, request: TurnRequest, io: TurnIO) -> str:
         session_key, origin = request.session_key, request.origin

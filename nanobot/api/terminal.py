@@ -66,10 +66,10 @@ class TerminalSocket:
         """What arrived in a terminal chat while nobody was there; seen from now on: the mark is a
         message of the chat (``seen``), written by whichever worker holds it, a moment later."""
         session = _terminal_session(request)
-        messages = (await self.door.open_chat(session)).waiting_messages()
-        if messages:
+        chat = await self.door.open_chat(session)
+        if messages := chat.waiting_messages():
             await self.channel.ctx.accept([InboundMessage(self.channel.name, session.partition(":")[2], "owner",
-                                                          str(len(messages)), source="seen")])
+                                                          str(chat.meta.waiting[-1]), source="seen")])
         return web.json_response({"messages": messages})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:

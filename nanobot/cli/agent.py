@@ -91,8 +91,8 @@ async def _converse(rt, session: str, mode: str | None, message: str | None) -> 
         typer.echo(f"nanobot chat ({session}). /help for commands; Ctrl-C cancels a turn, Ctrl-C or Ctrl-D "
                    "at the prompt leaves.")
         chat = await rt.sessions.open(session)  # no gateway runs here: this process runs the chat
-        show_waiting(shown := chat.waiting_messages())
-        chat.mark_seen(len(shown))
+        show_waiting(chat.waiting_messages())
+        chat.mark_seen(max(chat.meta.waiting, default=-1))
     scratch = await SqliteDatabase.open(":memory:")
     gateway = Gateway(rt, scratch=scratch)
     channel = CliChannel(gateway.dispatcher, session, mode=mode, message=message,
