@@ -117,8 +117,8 @@ async def test_killed_workers_are_replaced_within_the_failover_time(pg_url: str,
         os.kill(procs[frozen].pid, signal.SIGSTOP)
         try:
             # The heartbeat lapses after FAILOVER_S; then the takeover and the answer (a loaded
-            # machine took 1.05 s for those).
-            took_frozen = await wait_for(lambda: _true(texts(tg, DAVE) == ["re: slow two"]), FAILOVER_S + 3,
+            # machine took 1.05 s for those; 3.02 s once in the whole suite on two busy cores).
+            took_frozen = await wait_for(lambda: _true(texts(tg, DAVE) == ["re: slow two"]), FAILOVER_S + 5,
                                          "a frozen worker's chat taken over")
         finally:
             os.kill(procs[frozen].pid, signal.SIGCONT)
