@@ -160,10 +160,10 @@ class Session:
         ``MAX_WAITING``: an API chat's reader never marks them, and a month away is in the history)."""
         self.set_meta(waiting=[*self.meta.waiting, position][-MAX_WAITING:])
 
-    def waiting_messages(self) -> list[str]:
-        """What waits for the reader, oldest first (``mark_seen`` once shown): not the replies to
-        what they typed meanwhile; what memory folded away meanwhile is no longer here."""
-        return [m["content"] for m in map(self.message, self.meta.waiting) if m is not None]
+    def waiting_messages(self, after: int = -1) -> list[str]:
+        """What waits for the reader past position ``after``, oldest first (``mark_seen`` once
+        shown): not the replies to what they typed meanwhile; what memory folded away is gone."""
+        return [m["content"] for m in (self.message(p) for p in self.meta.waiting if p > after) if m is not None]
 
     def mark_seen(self, upto: int) -> None:
         """What waited, up to position ``upto``, was shown (what came since still waits)."""

@@ -170,6 +170,35 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
     assert "While you were away" not in second.screen  # shown once
 
 
+async def test_what_reaches_an_open_terminal_chat_is_shown_there_at_once_and_not_again(
+        home: Path, workspace: Path) -> None:
+    """A job's output (or a task's result) for the terminal's chat while ``nanobot agent`` is
+    open appears above its prompt; it was kept for the next start only, so whoever waited at the
+    terminal for it never saw it there."""
+    term = Terminal()
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        config = config_for(llm.base_url, workspace)
+        config.gateway.heartbeat.enabled = False
+        async with running_gateway(config, with_services=True) as gateway:
+            async with chat_on(term, home) as proc:
+                await term.wait_for("you>")
+                job = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
+                                         expression="3600", payload_kind="code", payload="print('the backup finished')")
+                assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
+                await term.wait_for("the backup finished")
+                kept = await gateway.runtime.sessions.open("cli:default")
+                await until(lambda: not kept.meta.waiting)  # marked seen
+                term.type("\x03")
+                await asyncio.wait_for(proc.wait(), 15)
+            second = Terminal()
+            async with chat_on(second, home) as again:
+                await second.wait_for("you>")
+                second.type("\x03")
+                await asyncio.wait_for(again.wait(), 15)
+    assert "While you were away" not in term.screen + second.screen and term.screen.count("the backup finished") == 1
+
+
 async def test_what_came_while_the_terminal_was_open_is_shown_at_the_next_start_not_a_reply(
         home: Path, workspace: Path) -> None:
     """A code job's output kept while the terminal was open (it is not shown there), a line typed
@@ -209,6 +238,48 @@ async def test_what_came_while_the_terminal_was_open_is_shown_at_the_next_start_
             assert await shown_at_start() == ["the backup finished", "3 new mails"]
             await until(lambda: not chat.meta.waiting)
             assert await shown_at_start() == []
+
+
+async def test_an_open_terminal_asking_again_before_the_mark_is_made_is_not_shown_it_twice(
+        home: Path, workspace: Path) -> None:
+    """The mark is a message of the chat: behind a turn still running there, it waits. An open
+    terminal asks every few seconds meanwhile; it names what it showed (``after``), so the same
+    message does not come again."""
+    import aiohttp
+
+    from nanobot.terminal_client import SOCKET
+
+    async with FakeOpenAI() as llm:
+        config = config_for(llm.base_url, workspace)
+        config.gateway.heartbeat.enabled = False
+        config.use_home(home)
+        llm.script(delayed(reply("late"), 60))
+        async with running_gateway(config, with_services=True) as gateway, aiohttp.ClientSession(
+                connector=aiohttp.UnixConnector(path=str(home / SOCKET))) as http:
+            headers = {"X-Nanobot-Session": "cli:default"}
+
+            async def ask(after: int) -> dict:
+                async with http.post("http://gateway/v1/nanobot/waiting", headers=headers,
+                                     params={"after": str(after)}) as response:
+                    return await response.json()
+
+            job = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
+                                     expression="3600", payload_kind="code", payload="print('the backup finished')")
+            assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
+            chat = await gateway.runtime.sessions.open("cli:default")
+            await until(lambda: len(chat.meta.waiting) == 1)
+            slow = asyncio.ensure_future(http.post("http://gateway/v1/chat/completions", headers=headers,
+                                                   json={"messages": [{"role": "user", "content": "slow one"}]}))
+            await asyncio.wait_for(llm.request_event.wait(), 15)  # the chat is busy: the mark will wait
+            first = await ask(-1)
+            assert first["messages"] == ["the backup finished"]
+            again = await ask(first["upto"])
+            assert again["messages"] == [] and chat.meta.waiting  # not marked yet, not shown twice
+            async with http.post("http://gateway/v1/chat/completions", headers=headers,
+                                 json={"messages": [{"role": "user", "content": "/stop"}]}) as response:
+                assert response.status == 200
+            (await slow).release()
+            await until(lambda: not chat.meta.waiting)  # marked once the turn was stopped
 
 
 async def test_a_stop_typed_at_once_waits_until_the_gateway_has_the_line(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@
 
 Lines are asked one after another; ``/stop`` (typed, or Ctrl-C during a turn) goes at once,
 or, if the line before it is still on its way, as soon as the gateway has that line.
-At the end of input, what was asked is answered before it leaves.
+At the end of input, what was asked is answered before it leaves. What reaches the chat with
+nobody asking (a background task's result, a job's output) is shown above the prompt as it
+comes: the gateway is asked for it every ``NEWS_EVERY_S``, as at the start.
 """
 
 from __future__ import annotations
@@ -26,15 +28,16 @@ from nanobot.terminal_client import aside_text
 from nanobot.eventloop import Background
 
 URL = "http://gateway/v1/chat/completions"  # the host is not used: the connection is the socket
+NEWS_EVERY_S = 2.0  # an idle terminal asks this often for what came (a read of a chat loaded already)
 
 
 async def chat_via_gateway(sock: Path, home: Path, session: str, mode: str | None) -> int:
     collector.started()  # the program is built
     headers = {"X-Nanobot-Session": session, **({"X-Nanobot-Mode": mode} if mode else {})}
     async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock))) as http:
-        async with http.post("http://gateway/v1/nanobot/waiting", headers=headers) as response:
-            show_waiting((await response.json()).get("messages", []) if response.status == 200 else [])
-        await RemoteChat(http, headers, session, home).run()
+        chat = RemoteChat(http, headers, session, home)
+        show_waiting(await chat.news())
+        await chat.run()
     return 0
 
 
@@ -51,9 +54,11 @@ class RemoteChat:
         self.given = asyncio.Event()  # cleared while a line is on its way: a /stop must not overtake it
         self.given.set()
         self._stream_ids = itertools.count(1)
+        self.shown_upto = -1  # where in the chat the last message waiting for us that we showed is
 
     async def run(self) -> None:
         self.background.run(self._asker(), name="asker")
+        self.background.run(self._news_while_open(), name="news")
         await self.channel.start()
         try:
             await self.channel.finished()
@@ -79,6 +84,28 @@ class RemoteChat:
                 await self.channel.send(OutboundMessage("cli", self.chat_id, f"(the gateway did not answer: {exc})"))
             finally:
                 self.given.set()
+
+    async def news(self) -> list[str]:
+        """What waits for the terminal's reader in its chat that we have not shown (the gateway
+        marks it seen a moment later: asked again meanwhile, it would come again)."""
+        async with self.http.post("http://gateway/v1/nanobot/waiting", headers=self.headers,
+                                  params={"after": str(self.shown_upto)}) as response:
+            if response.status != 200:
+                return []
+            answer = await response.json()
+        upto = answer.get("upto", -1)  # the last waiting; -1: none (nothing can come twice then)
+        self.shown_upto = max(self.shown_upto, upto) if upto >= 0 else -1
+        return answer.get("messages", [])
+
+    async def _news_while_open(self) -> None:
+        """What reaches the chat while the terminal is open (a task's result), shown above the prompt."""
+        while True:
+            await asyncio.sleep(NEWS_EVERY_S)
+            try:
+                for text in await self.news():
+                    await self.channel.send(OutboundMessage("cli", self.chat_id, text))
+            except (aiohttp.ClientError, ValueError):  # the gateway went away: the next line says so
+                pass
 
     async def _stop(self, msg: InboundMessage) -> None:
         await self.given.wait()  # the gateway has the line it stops
