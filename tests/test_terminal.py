@@ -186,7 +186,7 @@ async def test_what_reaches_an_open_terminal_chat_is_shown_there_at_once_and_not
                 job = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
                                          expression="3600", payload_kind="code", payload="print('the backup finished')")
                 assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
-                await term.wait_for("the backup finished")
+                await term.wait_for("the backup finished", timeout=45)  # asked every 2, 4, 8... at most 30 s
                 kept = await gateway.runtime.sessions.open("cli:default")
                 await until(lambda: not kept.meta.waiting)  # marked seen
                 term.type("\x03")

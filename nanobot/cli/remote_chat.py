@@ -6,7 +6,7 @@ Lines are asked one after another; ``/stop`` (typed, or Ctrl-C during a turn) go
 or, if the line before it is still on its way, as soon as the gateway has that line.
 At the end of input, what was asked is answered before it leaves. What reaches the chat with
 nobody asking (a background task's result, a job's output) is shown above the prompt as it
-comes: the gateway is asked for it every ``NEWS_EVERY_S``, as at the start.
+comes: the gateway is asked for it every few seconds, as at the start.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ from nanobot.terminal_client import aside_text
 from nanobot.eventloop import Background
 
 URL = "http://gateway/v1/chat/completions"  # the host is not used: the connection is the socket
-NEWS_EVERY_S = 2.0  # an idle terminal asks this often for what came (a read of a chat loaded already)
+# How often an open terminal asks for what came: soon after a line (a task it started may end),
+# ever more seldom while nothing happens (among workers, a chat nobody holds is read afresh each time).
+NEWS_EVERY_S, NEWS_IDLE_S = 2.0, 30.0
 
 
 async def chat_via_gateway(sock: Path, home: Path, session: str, mode: str | None) -> int:
@@ -55,6 +57,7 @@ class RemoteChat:
         self.given.set()
         self._stream_ids = itertools.count(1)
         self.shown_upto = -1  # where in the chat the last message waiting for us that we showed is
+        self.lines = 0  # lines asked so far
 
     async def run(self) -> None:
         self.background.run(self._asker(), name="asker")
@@ -78,6 +81,7 @@ class RemoteChat:
         while True:
             msg = await self.queue.get()
             self.given.clear()
+            self.lines += 1
             try:
                 await self.ask(msg, given=self.given.set)
             except (aiohttp.ClientError, ValueError) as exc:  # the gateway went away (or garbled): said, next line
@@ -99,13 +103,17 @@ class RemoteChat:
 
     async def _news_while_open(self) -> None:
         """What reaches the chat while the terminal is open (a task's result), shown above the prompt."""
+        delay, lines = NEWS_EVERY_S, self.lines
         while True:
-            await asyncio.sleep(NEWS_EVERY_S)
+            await asyncio.sleep(delay)
             try:
-                for text in await self.news():
-                    await self.channel.send(OutboundMessage("cli", self.chat_id, text))
+                news = await self.news()
             except (aiohttp.ClientError, ValueError):  # the gateway went away: the next line says so
-                pass
+                news = []
+            for text in news:
+                await self.channel.send(OutboundMessage("cli", self.chat_id, text))
+            delay = NEWS_EVERY_S if news or self.lines != lines else min(2 * delay, NEWS_IDLE_S)
+            lines = self.lines
 
     async def _stop(self, msg: InboundMessage) -> None:
         await self.given.wait()  # the gateway has the line it stops
