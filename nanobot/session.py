@@ -165,6 +165,13 @@ class Session:
         shown): not the replies to what they typed meanwhile; what memory folded away is gone."""
         return [m["content"] for m in (self.message(p) for p in self.meta.waiting if p > after) if m is not None]
 
+    def waiting_since(self, shown: str) -> tuple[list[str], int]:
+        """For a reader who showed what waited up to position ``shown`` (as a query gives it): what
+        waits past it, and the last position that waits (-1: none). A position past the end means
+        a /new since: all that waits is new then."""
+        after = int(shown) if shown.isdigit() and int(shown) < self.count else -1
+        return self.waiting_messages(after), self.meta.waiting[-1] if self.meta.waiting else -1
+
     def mark_seen(self, upto: int) -> None:
         """What waited, up to position ``upto``, was shown (what came since still waits)."""
         if any(position <= upto for position in self.meta.waiting):

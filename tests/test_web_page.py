@@ -220,6 +220,32 @@ async def test_notes_and_files_the_assistant_sends_show_in_the_chat(api: dict, l
 
 
 @needs_browser
+async def test_what_reaches_the_open_chat_with_nobody_asking_shows_at_once_once(api: dict, llm: FakeOpenAI) -> None:  # noqa: F811
+    """A job's output (or a task's result) for the chat in view appears within seconds, below
+    what is there, and only once; it showed only once the page was reloaded."""
+    from tests.helpers import add_cron_job, until
+
+    gateway = api["gateway"]
+    llm.script(reply("Hello."))
+    async with browser_page() as page:
+        asked: list[str] = []
+        page.on("requestfinished", lambda request: asked.append(request.url) if "/nanobot/news" in request.url else None)
+        await sign_in(page, api["base"].removesuffix("/v1") + "/", api["owner"])
+        await page.get_by_label("Message").fill("hi")
+        await page.get_by_label("Message").press("Enter")
+        await shows(page, "#messages > li.assistant", "Hello.")
+        for said in ("the backup finished", "the tea is ready"):
+            job = await add_cron_job(gateway.cron_jobs.service, owner_session="api:ada", schedule_kind="every",
+                                     expression="3600", payload_kind="code", payload=f"print({said!r})")
+            assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
+            await shows(page, "#messages", said)
+        before = len(asked)
+        await until(lambda: len(asked) >= before + 2)  # asked again since: nothing comes twice
+        assert await page.locator("#messages > li.assistant").all_inner_texts() == [
+            "Hello.", "the backup finished", "the tea is ready"]
+
+
+@needs_browser
 async def test_an_owner_reads_every_chat_and_a_member_only_its_own(api: dict, llm: FakeOpenAI) -> None:  # noqa: F811
     root = api["base"].removesuffix("/v1") + "/"
     llm.script(reply("the owner's secret plan"), reply("hello member"))

@@ -4,7 +4,9 @@ channel and reads any one's history (read-only: it writes only to its own conver
 
 - ``GET /v1/nanobot/conversations``: the key's conversations, newest first (title: the first
   message; last: the time of the last one); for an owner key also ``chats``: every chat.
-- ``GET /v1/nanobot/history`` (``?chat=KEY`` for owners): the chat as it was seen live.
+- ``GET /v1/nanobot/history`` (``?chat=KEY`` for owners): the chat as it was seen live, and
+  ``upto``: where the last message kept for its reader is (a task's result, a job's output).
+- ``GET /v1/nanobot/news?after=UPTO``: what was kept for the reader since (the open page shows it).
 - ``GET /v1/nanobot/chat``: its mode and model, and the choices its trust allows.
 - ``POST /v1/nanobot/upload?name=FILE``: a file into the chat's ``inbox/``; its id goes into a
   message as ``{"type": "file", "file": {"file_id": ID}}`` and through the media pipeline.
@@ -53,6 +55,7 @@ class ChatRoutes:
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_get("/v1/nanobot/history", self.history)
+        app.router.add_get("/v1/nanobot/news", self.news)
         app.router.add_get("/v1/nanobot/conversations", self.conversations)
         app.router.add_get("/v1/nanobot/chat", self.settings)
         app.router.add_post("/v1/nanobot/upload", self.upload)
@@ -81,7 +84,15 @@ class ChatRoutes:
     async def history(self, request: web.Request) -> web.Response:
         chat = await self._readable_chat(request)
         session = await self.door.open_chat(chat)
-        return web.json_response({"chat": chat, "messages": shown_history(session.messages)[-200:]})
+        return web.json_response({"chat": chat, "messages": shown_history(session.messages)[-200:],
+                                  "upto": session.waiting_since("")[1]})
+
+    async def news(self, request: web.Request) -> web.Response:
+        """What reached the chat with nobody asking past position ``?after=`` (not marked seen:
+        the page keeps its own place)."""
+        session = await self.door.open_chat(await self._readable_chat(request))
+        messages, upto = session.waiting_since(request.query.get("after", ""))
+        return web.json_response({"messages": messages, "upto": upto})
 
     async def conversations(self, request: web.Request) -> web.Response:
         name, owner = await self.key_of(request)

@@ -66,13 +66,12 @@ class TerminalSocket:
         """What arrived in a terminal chat while nobody was there (past position ``?after=``, what
         this terminal showed already), and its last position; seen from now on: the mark is a
         message of the chat (``seen``), written by whichever worker holds it, a moment later."""
-        session, after = _terminal_session(request), request.query.get("after", "")
-        chat = await self.door.open_chat(session)
-        shown = int(after) if after.isdigit() and int(after) < chat.count else -1  # past the end: a /new since
-        if messages := chat.waiting_messages(shown):
+        session = _terminal_session(request)
+        messages, upto = (await self.door.open_chat(session)).waiting_since(request.query.get("after", ""))
+        if messages:
             await self.channel.ctx.accept([InboundMessage(self.channel.name, session.partition(":")[2], "owner",
-                                                          str(chat.meta.waiting[-1]), source="seen")])
-        return web.json_response({"messages": messages, "upto": chat.meta.waiting[-1] if chat.meta.waiting else -1})
+                                                          str(upto), source="seen")])
+        return web.json_response({"messages": messages, "upto": upto})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         body = await read_body(request, 1024)

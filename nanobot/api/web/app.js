@@ -15,6 +15,9 @@ let running = false;  // a turn of this conversation is being answered
 // a Stop pressed sooner waits for it, or the /stop would overtake the message and stop nothing.
 let accepted = Promise.resolve();
 let attachments = [];  // uploaded files for the next message: {id, name}
+let keptUpto = -1;  // where the last message kept for us that the chat shows is (a task's result, a job's output)
+let redraws = 0;  // counts the chat's redraws (loadChat): news asked across one is dropped
+const NEWS_EVERY_MS = 3000;  // how often the open chat asks for what reached it with nobody asking
 const OWNER_VIEWS = ["status", "cron", "pairing", "usage"];
 const AUDIO = /\.(ogg|oga|opus|mp3|m4a|wav)$/i;  // files the page plays (a spoken reply is reply.ogg)
 
@@ -158,12 +161,15 @@ function newConversation() {
 
 // ---- the chat -----------------------------------------------------------------------------
 async function loadChat() {
+  redraws += 1;
   const query = viewing ? "?chat=" + encodeURIComponent(viewing) : "";
   const [history, settings] = await Promise.all([
     api("/v1/nanobot/history" + query).then((r) => r.json()),
     api("/v1/nanobot/chat" + query).then((r) => r.json())]);
   $("messages").replaceChildren();
   for (const message of history.messages) add(message.role, message.content);
+  keptUpto = history.upto;
+  redraws += 1;
   $("chat-title").textContent = viewing || (session ? "Conversation " + session : "Chat");
   fill($("mode"), settings.modes, settings.mode);
   fill($("model"), settings.models, settings.model);
@@ -243,6 +249,17 @@ async function showFile(item, file) {
   if (AUDIO.test(file.name)) item.append(el("audio", undefined, {src: url, controls: "", "aria-label": file.name}));
   if (file.caption) item.append(el("p", file.caption));
   item.append(link);
+}
+
+// What reaches the chat in view with nobody asking (a background task's result, a job's output)
+// shows within seconds, after what is there; not while a turn of it is answered (it comes after).
+async function news() {
+  if (!key || running || viewing || document.hidden || $("chat").hidden) return;
+  const asked = redraws;
+  const data = await (await api("/v1/nanobot/news?after=" + keptUpto)).json();
+  if (asked !== redraws || running) return;  // redrawn (or another conversation) meanwhile, or a turn began
+  for (const text of data.messages) add("assistant", text);
+  keptUpto = data.upto >= 0 ? Math.max(keptUpto, data.upto) : -1;  // -1: none waits, none can come twice
 }
 
 async function command(text) {
@@ -407,4 +424,5 @@ $("attach").addEventListener("change", () => attach([...$("attach").files]).catc
 $("new-conversation").addEventListener("click", newConversation);
 $("sign-out").addEventListener("click", () => { sessionStorage.clear(); key = ""; session = null; route(); });
 window.addEventListener("hashchange", route);
+setInterval(() => news().catch(() => {}), NEWS_EVERY_MS);  // a failure (the gateway restarting) waits for the next
 if (key) signIn(key); else route();
