@@ -17,7 +17,10 @@ let accepted = Promise.resolve();
 let attachments = [];  // uploaded files for the next message: {id, name}
 let keptUpto = -1;  // where the last message kept for us that the chat shows is (a task's result, a job's output)
 let redraws = 0;  // counts the chat's redraws (loadChat): news asked across one is dropped
-const NEWS_EVERY_MS = 3000;  // how often the open chat asks for what reached it with nobody asking
+// How often the open chat asks for what reached it with nobody asking: soon after a message (a task
+// it started may end), ever more seldom while nothing happens (among workers it may be a database read).
+const NEWS_EVERY_MS = 3000, NEWS_IDLE_MS = 30000;
+let newsDelay = NEWS_EVERY_MS;
 const OWNER_VIEWS = ["status", "cron", "pairing", "usage"];
 const AUDIO = /\.(ogg|oga|opus|mp3|m4a|wav)$/i;  // files the page plays (a spoken reply is reply.ogg)
 
@@ -197,6 +200,7 @@ async function send(text) {
   add("user", names.length ? `${text}\n📎 ${names.join(", ")}` : text);
   const reply = add("assistant", "…");
   busy(true);
+  newsDelay = NEWS_EVERY_MS;
   try {
     const asked = post("/v1/chat/completions", {model: "nanobot", stream: true, messages: [{role: "user", content}]});
     accepted = asked.catch(() => {});
@@ -260,6 +264,11 @@ async function news() {
   if (asked !== redraws || running) return;  // redrawn (or another conversation) meanwhile, or a turn began
   for (const text of data.messages) add("assistant", text);
   keptUpto = data.upto >= 0 ? Math.max(keptUpto, data.upto) : -1;  // -1: none waits, none can come twice
+  newsDelay = data.messages.length ? NEWS_EVERY_MS : Math.min(2 * newsDelay, NEWS_IDLE_MS);
+}
+
+function askForNews() {
+  news().catch(() => {}).finally(() => setTimeout(askForNews, newsDelay));  // a failure waits for the next
 }
 
 async function command(text) {
@@ -424,5 +433,5 @@ $("attach").addEventListener("change", () => attach([...$("attach").files]).catc
 $("new-conversation").addEventListener("click", newConversation);
 $("sign-out").addEventListener("click", () => { sessionStorage.clear(); key = ""; session = null; route(); });
 window.addEventListener("hashchange", route);
-setInterval(() => news().catch(() => {}), NEWS_EVERY_MS);  // a failure (the gateway restarting) waits for the next
+setTimeout(askForNews, newsDelay);
 if (key) signIn(key); else route();
