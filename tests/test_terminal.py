@@ -8,7 +8,7 @@ import pty
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.helpers import add_cron_job, config_for, nanobot_process, running_gateway, until
@@ -67,6 +67,45 @@ async def stop_a_slow_turn_then_leave(term: Terminal, llm: FakeOpenAI, proc: asy
     assert await asyncio.wait_for(proc.wait(), 15) == 0
 
 
+async def leave(term: Terminal, proc: asyncio.subprocess.Process) -> None:
+    term.type("\x03")  # Ctrl-C at an idle prompt: leave
+    await asyncio.wait_for(proc.wait(), 15)
+
+
+@asynccontextmanager
+async def gateway_on(home: Path, workspace: Path, llm: FakeOpenAI) -> AsyncIterator[Any]:
+    """A gateway of the home (``nanobot agent`` reaches it through its socket), no heartbeat."""
+    write_config(home, workspace, llm.base_url)
+    config = config_for(llm.base_url, workspace)
+    config.gateway.heartbeat.enabled = False
+    async with running_gateway(config, with_services=True) as gateway:
+        yield gateway
+
+
+async def run_job(gateway: Any, kind: str, payload: str) -> None:
+    """A job of the terminal's chat (``nanobot cron add`` without ``--to``), run now."""
+    job = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
+                             expression="3600", payload_kind=kind, payload=payload)
+    assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
+
+
+@asynccontextmanager
+async def terminal_socket(home: Path) -> AsyncIterator[Any]:
+    """The gateway's terminal socket, as ``nanobot agent`` asks it, in the terminal's chat."""
+    import aiohttp
+
+    from nanobot.terminal_client import SOCKET
+
+    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(home / SOCKET)),
+                                     headers={"X-Nanobot-Session": "cli:default"}) as http:
+        yield http
+
+
+async def waiting(http: Any, after: int = -1) -> dict:
+    async with http.post("http://gateway/v1/nanobot/waiting", params={"after": str(after)}) as response:
+        return await response.json()
+
+
 async def test_arrows_edit_the_line_and_ctrl_c_cancels_then_leaves(home: Path, workspace: Path) -> None:
     term = Terminal()
     async with FakeOpenAI() as llm:
@@ -104,19 +143,15 @@ async def test_the_chat_goes_through_a_running_gateway(home: Path, workspace: Pa
     """With a gateway on the home, the terminal chat is its front end: the gateway runs the
     turns and writes the history (one writer), Ctrl-C still stops a turn and then leaves."""
     term = Terminal()
-    async with FakeOpenAI() as llm:
-        write_config(home, workspace, llm.base_url)
-        config = config_for(llm.base_url, workspace)
-        config.gateway.heartbeat.enabled = False
+    async with FakeOpenAI() as llm, gateway_on(home, workspace, llm) as gateway:
         llm.script(reply("hi there"), delayed(reply("too slow"), 30))
-        async with running_gateway(config, with_services=True) as gateway:
-            async with chat_on(term, home) as proc:
-                await term.wait_for("through the running gateway")
-                await term.wait_for("you>")
-                term.type("hello\r")
-                await term.wait_for("hi there")
-                await stop_a_slow_turn_then_leave(term, llm, proc)
-            said = [m["content"] for m in (await gateway.runtime.sessions.open("cli:default")).messages]
+        async with chat_on(term, home) as proc:
+            await term.wait_for("through the running gateway")
+            await term.wait_for("you>")
+            term.type("hello\r")
+            await term.wait_for("hi there")
+            await stop_a_slow_turn_then_leave(term, llm, proc)
+        said = [m["content"] for m in (await gateway.runtime.sessions.open("cli:default")).messages]
     assert said[:2] == ["hello", "hi there"] and "slow one" in said
     assert "Traceback" not in term.screen
 
@@ -126,47 +161,33 @@ async def test_the_chat_through_a_running_gateway_has_the_garbage_collector_on(h
     gateway, which opens no runtime of its own, must turn it back on."""
     probe = ("import atexit, gc, sys; atexit.register(lambda: print('on:', gc.isenabled())); "
              "sys.argv = ['nanobot', 'agent']; from nanobot.entry import main; main()")
-    async with FakeOpenAI() as llm:
-        write_config(home, workspace, llm.base_url)
-        config = config_for(llm.base_url, workspace)
-        config.gateway.heartbeat.enabled = False
+    async with FakeOpenAI() as llm, gateway_on(home, workspace, llm):
         llm.script(reply("hi there"))
-        async with running_gateway(config, with_services=True):
-            proc = await asyncio.create_subprocess_exec(sys.executable, "-c", probe, stdin=asyncio.subprocess.PIPE,
-                                                        stdout=asyncio.subprocess.PIPE,
-                                                        env={**os.environ, "NANOBOT_HOME": str(home)})
-            out = (await asyncio.wait_for(proc.communicate(b"hello\n"), 60))[0].decode()
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", probe, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE,
+                                                    env={**os.environ, "NANOBOT_HOME": str(home)})
+        out = (await asyncio.wait_for(proc.communicate(b"hello\n"), 60))[0].decode()
     assert "through the running gateway" in out and "hi there" in out and out.endswith("on: True\n"), out
 
 
 async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, workspace: Path) -> None:
     """The terminal chat is a chat like any other: a job made there delivers there, kept in its
     history while nobody is at the terminal, and shown when the chat starts again, once."""
-    term = Terminal()
-    async with FakeOpenAI() as llm:
-        write_config(home, workspace, llm.base_url)
-        config = config_for(llm.base_url, workspace)
-        config.gateway.heartbeat.enabled = False
-        async with running_gateway(config, with_services=True) as gateway:
-            cron = gateway.cron_jobs.service
-            job = await add_cron_job(cron, owner_session="cli:default", schedule_kind="every", expression="3600",
-                                     payload_kind="code", payload="print('the backup finished: 41 s')")
-            assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
-            kept = await gateway.runtime.sessions.open("cli:default")
-            await until(lambda: len(kept.meta.waiting) == 1)  # kept as the chat gets to it (a message of its own)
-            async with chat_on(term, home) as proc:
-                await term.wait_for("While you were away (1):")
-                await term.wait_for("the backup finished: 41 s")
-                await term.wait_for("you>")
-                term.type("\x03")  # Ctrl-C at an idle prompt: leave
-                await asyncio.wait_for(proc.wait(), 15)
-            await until(lambda: not kept.meta.waiting)  # marked seen by the chat's turn, a moment after
-            second = Terminal()
-            async with chat_on(second, home) as again:
-                await second.wait_for("you>")
-                second.type("\x03")
-                await asyncio.wait_for(again.wait(), 15)
-            assert not (await gateway.runtime.sessions.open("cli:default")).meta.waiting
+    term, second = Terminal(), Terminal()
+    async with FakeOpenAI() as llm, gateway_on(home, workspace, llm) as gateway:
+        await run_job(gateway, "code", "print('the backup finished: 41 s')")
+        kept = await gateway.runtime.sessions.open("cli:default")
+        await until(lambda: len(kept.meta.waiting) == 1)  # kept as the chat gets to it (a message of its own)
+        async with chat_on(term, home) as proc:
+            await term.wait_for("While you were away (1):")
+            await term.wait_for("the backup finished: 41 s")
+            await term.wait_for("you>")
+            await leave(term, proc)
+        await until(lambda: not kept.meta.waiting)  # marked seen by the chat's turn, a moment after
+        async with chat_on(second, home) as again:
+            await second.wait_for("you>")
+            await leave(second, again)
+        assert not (await gateway.runtime.sessions.open("cli:default")).meta.waiting
     assert "While you were away" not in second.screen  # shown once
 
 
@@ -175,27 +196,18 @@ async def test_what_reaches_an_open_terminal_chat_is_shown_there_at_once_and_not
     """A job's output (or a task's result) for the terminal's chat while ``nanobot agent`` is
     open appears above its prompt; it was kept for the next start only, so whoever waited at the
     terminal for it never saw it there."""
-    term = Terminal()
-    async with FakeOpenAI() as llm:
-        write_config(home, workspace, llm.base_url)
-        config = config_for(llm.base_url, workspace)
-        config.gateway.heartbeat.enabled = False
-        async with running_gateway(config, with_services=True) as gateway:
-            async with chat_on(term, home) as proc:
-                await term.wait_for("you>")
-                job = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
-                                         expression="3600", payload_kind="code", payload="print('the backup finished')")
-                assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
-                await term.wait_for("the backup finished", timeout=45)  # asked every 2, 4, 8... at most 30 s
-                kept = await gateway.runtime.sessions.open("cli:default")
-                await until(lambda: not kept.meta.waiting)  # marked seen
-                term.type("\x03")
-                await asyncio.wait_for(proc.wait(), 15)
-            second = Terminal()
-            async with chat_on(second, home) as again:
-                await second.wait_for("you>")
-                second.type("\x03")
-                await asyncio.wait_for(again.wait(), 15)
+    term, second = Terminal(), Terminal()
+    async with FakeOpenAI() as llm, gateway_on(home, workspace, llm) as gateway:
+        async with chat_on(term, home) as proc:
+            await term.wait_for("you>")
+            await run_job(gateway, "code", "print('the backup finished')")
+            await term.wait_for("the backup finished", timeout=45)  # asked every 2, 4, 8... at most 30 s
+            kept = await gateway.runtime.sessions.open("cli:default")
+            await until(lambda: not kept.meta.waiting)  # marked seen
+            await leave(term, proc)
+        async with chat_on(second, home) as again:
+            await second.wait_for("you>")
+            await leave(second, again)
     assert "While you were away" not in term.screen + second.screen and term.screen.count("the backup finished") == 1
 
 
@@ -205,39 +217,19 @@ async def test_what_came_while_the_terminal_was_open_is_shown_at_the_next_start_
     and answered, then a prompt job's reply: the next start shows the output and the job's reply,
     once. It showed the typed line's answer instead of the output (the last N assistant messages
     were taken), and never a prompt job's reply (``nanobot cron add --message``'s default chat)."""
-    import aiohttp
-
-    from nanobot.terminal_client import SOCKET
-
-    async with FakeOpenAI() as llm:
-        config = config_for(llm.base_url, workspace)
-        config.gateway.heartbeat.enabled = False
-        config.use_home(home)
+    async with FakeOpenAI() as llm, gateway_on(home, workspace, llm) as gateway, terminal_socket(home) as http:
         llm.script(reply("hi there"), reply("3 new mails"))
-        async with running_gateway(config, with_services=True) as gateway, aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=str(home / SOCKET))) as http:
-            headers = {"X-Nanobot-Session": "cli:default"}
-
-            async def shown_at_start() -> list[str]:
-                async with http.post("http://gateway/v1/nanobot/waiting", headers=headers) as response:
-                    return (await response.json())["messages"]
-
-            async def job(kind: str, payload: str) -> None:
-                made = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
-                                          expression="3600", payload_kind=kind, payload=payload)
-                assert (await gateway.runtime.cron_runs.run(made.id, 15)).status == "ok"
-
-            assert await shown_at_start() == []
-            await job("code", "print('the backup finished')")
-            chat = await gateway.runtime.sessions.open("cli:default")
-            await until(lambda: len(chat.meta.waiting) == 1)
-            async with http.post("http://gateway/v1/chat/completions", headers=headers,
-                                 json={"messages": [{"role": "user", "content": "hello"}]}) as response:
-                assert (await response.json())["choices"][0]["message"]["content"] == "hi there"
-            await job("prompt", "how many new mails?")
-            assert await shown_at_start() == ["the backup finished", "3 new mails"]
-            await until(lambda: not chat.meta.waiting)
-            assert await shown_at_start() == []
+        assert (await waiting(http))["messages"] == []
+        await run_job(gateway, "code", "print('the backup finished')")
+        chat = await gateway.runtime.sessions.open("cli:default")
+        await until(lambda: len(chat.meta.waiting) == 1)
+        async with http.post("http://gateway/v1/chat/completions",
+                             json={"messages": [{"role": "user", "content": "hello"}]}) as response:
+            assert (await response.json())["choices"][0]["message"]["content"] == "hi there"
+        await run_job(gateway, "prompt", "how many new mails?")
+        assert (await waiting(http))["messages"] == ["the backup finished", "3 new mails"]
+        await until(lambda: not chat.meta.waiting)
+        assert (await waiting(http))["messages"] == []
 
 
 async def test_an_open_terminal_asking_again_before_the_mark_is_made_is_not_shown_it_twice(
@@ -245,41 +237,23 @@ async def test_an_open_terminal_asking_again_before_the_mark_is_made_is_not_show
     """The mark is a message of the chat: behind a turn still running there, it waits. An open
     terminal asks every few seconds meanwhile; it names what it showed (``after``), so the same
     message does not come again."""
-    import aiohttp
-
-    from nanobot.terminal_client import SOCKET
-
-    async with FakeOpenAI() as llm:
-        config = config_for(llm.base_url, workspace)
-        config.gateway.heartbeat.enabled = False
-        config.use_home(home)
+    async with FakeOpenAI() as llm, gateway_on(home, workspace, llm) as gateway, terminal_socket(home) as http:
         llm.script(delayed(reply("late"), 60))
-        async with running_gateway(config, with_services=True) as gateway, aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=str(home / SOCKET))) as http:
-            headers = {"X-Nanobot-Session": "cli:default"}
-
-            async def ask(after: int) -> dict:
-                async with http.post("http://gateway/v1/nanobot/waiting", headers=headers,
-                                     params={"after": str(after)}) as response:
-                    return await response.json()
-
-            job = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
-                                     expression="3600", payload_kind="code", payload="print('the backup finished')")
-            assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
-            chat = await gateway.runtime.sessions.open("cli:default")
-            await until(lambda: len(chat.meta.waiting) == 1)
-            slow = asyncio.ensure_future(http.post("http://gateway/v1/chat/completions", headers=headers,
-                                                   json={"messages": [{"role": "user", "content": "slow one"}]}))
-            await asyncio.wait_for(llm.request_event.wait(), 15)  # the chat is busy: the mark will wait
-            first = await ask(-1)
-            assert first["messages"] == ["the backup finished"]
-            again = await ask(first["upto"])
-            assert again["messages"] == [] and chat.meta.waiting  # not marked yet, not shown twice
-            async with http.post("http://gateway/v1/chat/completions", headers=headers,
-                                 json={"messages": [{"role": "user", "content": "/stop"}]}) as response:
-                assert response.status == 200
-            (await slow).release()
-            await until(lambda: not chat.meta.waiting)  # marked once the turn was stopped
+        await run_job(gateway, "code", "print('the backup finished')")
+        chat = await gateway.runtime.sessions.open("cli:default")
+        await until(lambda: len(chat.meta.waiting) == 1)
+        slow = asyncio.ensure_future(http.post("http://gateway/v1/chat/completions",
+                                               json={"messages": [{"role": "user", "content": "slow one"}]}))
+        await asyncio.wait_for(llm.request_event.wait(), 15)  # the chat is busy: the mark will wait
+        first = await waiting(http)
+        assert first["messages"] == ["the backup finished"]
+        again = await waiting(http, first["upto"])
+        assert again["messages"] == [] and chat.meta.waiting  # not marked yet, not shown twice
+        async with http.post("http://gateway/v1/chat/completions",
+                             json={"messages": [{"role": "user", "content": "/stop"}]}) as response:
+            assert response.status == 200
+        (await slow).release()
+        await until(lambda: not chat.meta.waiting)  # marked once the turn was stopped
 
 
 async def test_a_stop_typed_at_once_waits_until_the_gateway_has_the_line(tmp_path: Path) -> None:
