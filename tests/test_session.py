@@ -81,15 +81,18 @@ async def test_chat_state_is_typed_and_reads_old_histories(tmp_path: Path) -> No
     path.write_text('{"_meta": {"key": "telegram:7", "created": "2025-01-01T00:00:00+0000", "mode": "code"}}\n'
                     '{"role": "user", "content": "hi", "ts": "x"}\n'
                     '{"_meta": {"model": "fast", "peer": ["7", "Ann"], "retired_setting": 1}}\n'
-                    '{"_meta": {"intake_started": "not a number", "consolidated_upto": true}}\n')
+                    '{"_meta": {"intake_started": "not a number", "consolidated_upto": true}}\n'
+                    '{"_meta": {"waiting": 2}}\n{"_meta": {"waiting": [0, "x"]}}\n')  # an old count; a bad list
     s = load_session("telegram:7", path)
     # An old peer's second part may be a display name (email's From name): its id is kept, never the name.
     assert (s.meta.mode, s.meta.model, s.meta.peer) == ("code", "fast", Identity("7"))
-    assert s.meta.intake_started is None and s.meta.consolidated_upto is None
+    assert s.meta.intake_started is None and s.meta.consolidated_upto is None and s.meta.waiting == []
     with pytest.raises(AttributeError, match="modle"):
         s.set_meta(modle="fast")
     with pytest.raises(TypeError, match="intake_started"):
         s.set_meta(intake_started="12")
+    with pytest.raises(TypeError, match="waiting"):
+        s.set_meta(waiting=[1, True])
     s.set_meta(mode=None, voice_hint_sent=True)
     s.close()
     again = load_session("telegram:7", path)
