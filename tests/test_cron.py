@@ -366,18 +366,21 @@ def test_cli_add_list_remove(home: Path, tmp_path: Path, owner_config: None):
 
 
 def test_cli_run_without_a_gateway_refuses(home: Path, owner_config: None):
-    job_id = invoke("add", "--every", "60", "--message", "hi").stdout.strip()
-    result = invoke("run", job_id)
+    added = invoke("add", "--every", "60", "--message", "hi")  # added all the same, and says when it runs
+    assert added.exit_code == 0 and f"No gateway runs on {home}: the job runs once one does" in added.stderr
+    result = invoke("run", added.stdout.strip())
     assert result.exit_code == 1 and "no gateway is running" in result.stderr and not result.stdout
 
 
 def test_cli_run_requests_a_run(home: Path, owner_config: None):
     from nanobot.gateway_lock import GatewayLock
 
-    job_id = invoke("add", "--every", "60", "--message", "hi").stdout.strip()
     lock = GatewayLock(home)  # what a running gateway holds (the CLI reads only this lock)
     lock.acquire()
     try:
+        added = invoke("add", "--every", "60", "--message", "hi")
+        assert added.exit_code == 0 and "No gateway runs" not in added.stderr
+        job_id = added.stdout.strip()
         result = invoke("run", job_id)
         timed_out = invoke("run", job_id, "--wait", "0.3")
     finally:

@@ -26,6 +26,7 @@ from nanobot.config import Config, nanobot_home
 from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.store import CronJob, CronStore
 from nanobot.database import open_database
+from nanobot.gateway_lock import running_gateway_pid
 from nanobot.sqlite_file import HomeError
 from nanobot.utf8 import for_terminal
 
@@ -162,6 +163,9 @@ def add(
             validate_code=validate_code)
         typer.echo(job.id)
         typer.echo(f"Output goes to {job.target}.", err=True)
+        if config.database.engine == "sqlite" and running_gateway_pid(nanobot_home()) is None:  # (workers: elsewhere)
+            typer.echo(f"No gateway runs on {nanobot_home()}: the job runs once one does (nanobot gateway, or "
+                       "the systemd service).", err=True)
 
     _run(ctx, action)
 
@@ -243,8 +247,6 @@ def run(
 
     async def action(store: CronStore, config: Config) -> None:
         await _existing(store, job_id)
-        from nanobot.gateway_lock import running_gateway_pid  # not at the top: the gateway package is heavy
-
         if running_gateway_pid(nanobot_home()) is None:
             raise CliError(f"no gateway is running on {nanobot_home()}, so nothing would run job {job_id} or "
                            "deliver its output; start it (nanobot gateway, or the systemd service) and try again", 1)
