@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from tests.fakes.openai_server import FakeOpenAI, delayed, reply
+from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply
 from tests.helpers import add_cron_job, config_for, nanobot_process, running_gateway, until
 from tests.test_cli import write_config
 
@@ -230,6 +230,10 @@ async def test_what_came_while_the_terminal_was_open_is_shown_at_the_next_start_
         assert (await waiting(http))["messages"] == ["the backup finished", "3 new mails"]
         await until(lambda: not chat.meta.waiting)
         assert (await waiting(http))["messages"] == []
+        llm.script(error(400, message="model gone"))  # a job whose turn fails before doing anything
+        await run_job(gateway, "prompt", "and now?")
+        [failed] = (await waiting(http))["messages"]
+        assert failed.startswith("Sorry, I could not get an answer from the model") and "model gone" in failed
 
 
 async def test_an_open_terminal_asking_again_before_the_mark_is_made_is_not_shown_it_twice(

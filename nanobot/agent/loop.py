@@ -165,12 +165,17 @@ class Agent:
 
     async def reply_waits(self, session_key: str, reply: str) -> None:
         """A job's turn in a chat nobody is messaged in (the terminal's, the API's): its reply,
-        the turn's last record, waits for the reader there, as a code job's output does."""
+        the turn's last record, waits for the reader there, as a code job's output does; a
+        failure that took the job's message back (nothing in the history says so) is kept."""
         session = self.session(session_key)
-        last = session.message(session.count - 1)
-        if reply.strip() and last is not None and last.get("content") == reply:
+        last = session.message(session.count - 1) or {}
+        if not reply.strip():
+            return
+        if last.get("content") in (reply, f"({reply})"):  # (a failure after some work: settle_failed_turn)
             session.wait_for_reader(session.count - 1)
-            await session.sync_soon()
+        elif isinstance(reply, FailedReply):
+            session.keep_for_reader(reply)
+        await session.sync_soon()
 
     async def run_turn(self, request: TurnRequest, io: TurnIO) -> str:
         session_key, origin = request.session_key, request.origin
