@@ -222,10 +222,18 @@ async def test_notes_and_files_the_assistant_sends_show_in_the_chat(api: dict, l
 @needs_browser
 async def test_what_reaches_the_open_chat_with_nobody_asking_shows_at_once_once(api: dict, llm: FakeOpenAI) -> None:  # noqa: F811
     """A job's output (or a task's result) for the chat in view appears within seconds, below
-    what is there, and only once; it showed only once the page was reloaded."""
+    what is there, and only once; it showed only once the page was reloaded. A reader scrolled
+    up to read is not pulled down to it."""
     from tests.helpers import add_cron_job, until
 
     gateway = api["gateway"]
+
+    async def job_says(said: str) -> None:
+        job = await add_cron_job(gateway.cron_jobs.service, owner_session="api:ada", schedule_kind="every",
+                                 expression="3600", payload_kind="code", payload=f"print({said!r})")
+        assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
+        await shows(page, "#messages", said)
+
     llm.script(reply("Hello."))
     async with browser_page() as page:
         asked: list[str] = []
@@ -234,11 +242,11 @@ async def test_what_reaches_the_open_chat_with_nobody_asking_shows_at_once_once(
         await page.get_by_label("Message").fill("hi")
         await page.get_by_label("Message").press("Enter")
         await shows(page, "#messages > li.assistant", "Hello.")
-        for said in ("the backup finished", "the tea is ready"):
-            job = await add_cron_job(gateway.cron_jobs.service, owner_session="api:ada", schedule_kind="every",
-                                     expression="3600", payload_kind="code", payload=f"print({said!r})")
-            assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
-            await shows(page, "#messages", said)
+        await job_says("the backup finished")
+        await page.set_viewport_size({"width": 800, "height": 240})  # a reader scrolled up to read
+        await page.evaluate("window.scrollTo(0, 0)")
+        await job_says("the tea is ready")
+        assert await page.evaluate("window.scrollY") == 0  # is not pulled away from what they read
         before = len(asked)
         await until(lambda: len(asked) >= before + 2)  # asked again since: nothing comes twice
         assert await page.locator("#messages > li.assistant").all_inner_texts() == [

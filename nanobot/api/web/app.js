@@ -82,11 +82,11 @@ function showText(item, role, text) {
   else item.replaceChildren(...rendered(text));
 }
 
-function add(role, text) {
+function add(role, text, scroll = true) {
   const item = el("li", undefined, {class: role});
   showText(item, role, text);
   $("messages").append(item);
-  item.scrollIntoView({block: "end"});
+  if (scroll) item.scrollIntoView({block: "end"});
   return item;
 }
 
@@ -262,7 +262,8 @@ async function news() {
   const asked = redraws;
   const data = await (await api("/v1/nanobot/news?after=" + keptUpto)).json();
   if (asked !== redraws || running) return;  // redrawn (or another conversation) meanwhile, or a turn began
-  for (const text of data.messages) add("assistant", text);
+  const atEnd = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 40;
+  for (const text of data.messages) add("assistant", text, atEnd);  // a reader scrolled up stays where they are
   keptUpto = data.upto >= 0 ? Math.max(keptUpto, data.upto) : -1;  // -1: none waits, none can come twice
   newsDelay = data.messages.length ? NEWS_EVERY_MS : Math.min(2 * newsDelay, NEWS_IDLE_MS);
 }
