@@ -125,6 +125,29 @@ async def test_send_message_to_another_chat_from_the_terminal_says_what_holds_th
     assert f"the gateway running on this home (PID {os.getpid()}) holds the chat connections" in result
 
 
+async def test_a_background_task_from_the_terminal_with_no_gateway_is_refused_saying_why(
+        home: Path, workspace: Path) -> None:
+    """``nanobot agent`` runs no background tasks (the gateway does): with none running, a task
+    was recorded and waited, unsaid, for a gateway to start; the model is told to do the work."""
+    from nanobot.gateway_lock import GatewayLock
+
+    async def spawned() -> str:
+        async with FakeOpenAI() as llm:
+            write_config(home, workspace, llm.base_url)
+            llm.script(tool_call("find_tools", {"query": "background task"}),
+                       tool_call("spawn", {"task": "summarise the logs"}), reply("ok"))
+            await nanobot("agent", "-m", "summarise the logs in the background", home=home)
+            return llm.chat_requests[2]["messages"][-1]["content"]
+
+    assert "none runs on this home: do the work in this chat" in await spawned()
+    lock = GatewayLock(home)  # what a running gateway holds: it runs the task
+    lock.acquire()
+    try:
+        assert "none runs" not in await spawned()
+    finally:
+        lock.release()
+
+
 async def test_onboard_then_status(home: Path, tmp_path: Path) -> None:
     code, out, _ = await nanobot("onboard", home=home)
     assert code == 0 and (home / "config.json").exists()

@@ -13,6 +13,7 @@ from typing import Annotated
 
 from pydantic import Field
 
+from nanobot.gateway_lock import running_gateway_pid
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.trust import OWNER, quota_holder
 
@@ -34,8 +35,12 @@ async def spawn(
     ctx.guard.require_clean("spawn")
     if not task.strip():
         raise ValueError("spawn needs the task, said in full")
+    services = ctx.needs_services("background tasks")
+    if services.terminal and ctx.config.database.engine == "sqlite" and running_gateway_pid(ctx.config.home) is None:
+        raise RuntimeError("background tasks run in the gateway (nanobot gateway), and none runs on this home: do "
+                           "the work in this chat, or start the gateway and ask again")  # (else it waited for one)
     limits = ctx.config.agent_for(ctx.session_key).tasks
-    store = await _store(ctx)
+    store = services.tasks
     holder, member = quota_holder(ctx.session_key), ctx.trust != OWNER
     if await store.active(holder=holder) >= limits.max_per_chat:  # an API key's sessions count together
         raise PermissionError(f"this chat has {limits.max_per_chat} background tasks running or waiting already "
