@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from nanobot.config import write_private
+from nanobot.config import Config, write_private
 
 LOCK_NAME = "gateway.lock"
 STATE_NAME = "gateway-state.json"
@@ -65,6 +65,12 @@ def running_gateway_pid(home: Path) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+def nothing_runs_jobs(config: Config) -> bool:
+    """Nothing would run this home's cron jobs and background tasks: no gateway runs on it, and
+    it is not one of several workers on PostgreSQL (theirs may run on other machines)."""
+    return config.database.engine == "sqlite" and running_gateway_pid(config.home) is None
 
 
 def write_gateway_state(home: Path, channels: dict[str, str], mcp: dict[str, str],

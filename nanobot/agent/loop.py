@@ -167,10 +167,10 @@ class Agent:
         """A job's turn in a chat nobody is messaged in (the terminal's, the API's): its reply,
         the turn's last record, waits for the reader there, as a code job's output does; a
         failure that took the job's message back (nothing in the history says so) is kept."""
-        session = self.session(session_key)
-        last = session.message(session.count - 1) or {}
         if not reply.strip():
             return
+        session = self.session(session_key)
+        last = session.message(session.count - 1) or {}
         if last.get("content") in (reply, f"({reply})"):  # (a failure after some work: settle_failed_turn)
             session.wait_for_reader(session.count - 1)
         elif isinstance(reply, FailedReply):

@@ -91,8 +91,9 @@ async def _converse(rt, session: str, mode: str | None, message: str | None) -> 
         typer.echo(f"nanobot chat ({session}). /help for commands; Ctrl-C cancels a turn, Ctrl-C or Ctrl-D "
                    "at the prompt leaves.")
         chat = await rt.sessions.open(session)  # no gateway runs here: this process runs the chat
-        show_waiting(chat.waiting_messages())
-        chat.mark_seen(max(chat.meta.waiting, default=-1))
+        shown, upto = chat.waiting_since("")
+        show_waiting(shown)
+        chat.mark_seen(upto)
     scratch = await SqliteDatabase.open(":memory:")
     gateway = Gateway(rt, scratch=scratch)
     channel = CliChannel(gateway.dispatcher, session, mode=mode, message=message,

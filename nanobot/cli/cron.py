@@ -26,7 +26,7 @@ from nanobot.config import Config, nanobot_home
 from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.store import CronJob, CronStore
 from nanobot.database import open_database
-from nanobot.gateway_lock import running_gateway_pid
+from nanobot.gateway_lock import nothing_runs_jobs, running_gateway_pid
 from nanobot.sqlite_file import HomeError
 from nanobot.utf8 import for_terminal
 
@@ -163,8 +163,8 @@ def add(
             validate_code=validate_code)
         typer.echo(job.id)
         typer.echo(f"Output goes to {job.target}.", err=True)
-        if config.database.engine == "sqlite" and running_gateway_pid(nanobot_home()) is None:  # (workers: elsewhere)
-            typer.echo(f"No gateway runs on {nanobot_home()}: the job runs once one does (nanobot gateway, or "
+        if nothing_runs_jobs(config):
+            typer.echo(f"No gateway runs on {config.home}: the job runs once one does (nanobot gateway, or "
                        "the systemd service).", err=True)
 
     _run(ctx, action)

@@ -91,7 +91,7 @@ class RemoteChat:
 
     async def news(self) -> list[str]:
         """What waits for the terminal's reader in its chat that we have not shown (the gateway
-        marks it seen a moment later: asked again meanwhile, it would come again)."""
+        marks it seen a moment later; until then ``after`` keeps it from coming twice)."""
         async with self.http.post("http://gateway/v1/nanobot/waiting", headers=self.headers,
                                   params={"after": str(self.shown_upto)}) as response:
             if response.status != 200:

@@ -13,7 +13,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from nanobot.gateway_lock import running_gateway_pid
+from nanobot.gateway_lock import nothing_runs_jobs
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.trust import OWNER, quota_holder
 
@@ -36,7 +36,7 @@ async def spawn(
     if not task.strip():
         raise ValueError("spawn needs the task, said in full")
     services = ctx.needs_services("background tasks")
-    if services.terminal and ctx.config.database.engine == "sqlite" and running_gateway_pid(ctx.config.home) is None:
+    if services.terminal and nothing_runs_jobs(ctx.config):
         raise RuntimeError("background tasks run in the gateway (nanobot gateway), and none runs on this home: do "
                            "the work in this chat, or start the gateway and ask again")  # (else it waited for one)
     limits = ctx.config.agent_for(ctx.session_key).tasks
