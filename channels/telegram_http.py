@@ -13,6 +13,7 @@ they saw before. ``channels.telegram.proxy`` must be an HTTP(S) proxy: aiohttp h
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from urllib.parse import urlencode
 from typing import Any
@@ -42,10 +43,8 @@ class AiohttpRequest(BaseRequest):
 
     async def initialize(self) -> None:
         if self._session is None or self._session.closed:
-            # certifi's roots, as httpx used: a machine with only Python may lack system CAs.
-            tls = ssl.create_default_context(cafile=certifi.where())
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connections, ssl=tls),
+                connector=aiohttp.TCPConnector(limit=self._connections, ssl=_tls_context()),
                 headers={"User-Agent": self.USER_AGENT})
 
     async def shutdown(self) -> None:
@@ -79,6 +78,14 @@ class AiohttpRequest(BaseRequest):
         parts = (read, write, connect, pool)
         return aiohttp.ClientTimeout(total=None if None in parts else sum(parts),  # type: ignore[arg-type]
                                      connect=pool, sock_connect=connect, sock_read=read)
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """certifi's roots, as httpx used (a machine with only Python may lack system CAs), read
+    once for the process: that takes about 40 ms of CPU, and a bot has two requests (one for
+    its calls, one for its updates), made again each time the channel restarts."""
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 def _given(value: Any, default: float | None) -> float | None:

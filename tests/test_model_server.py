@@ -199,6 +199,27 @@ async def test_agent_message_exits_1_when_the_model_fails(home: Path, workspace:
     assert "Sorry, I could not get an answer from the model" in out and "Traceback" not in out + err
 
 
+async def test_a_model_server_over_https_is_trusted_by_its_certificate_only(home: Path, workspace: Path) -> None:
+    """A server whose certificate no trusted CA signed is refused at once, saying so and how to
+    trust it (it was retried three times, 7 s, as "could not reach"); with its CA in
+    SSL_CERT_FILE it answers."""
+    import ssl
+
+    import trustme
+
+    ca, served = trustme.CA(), ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(served)
+    ca.cert_pem.write_to_path(str(home / "ca.pem"))
+    async with FakeOpenAI(tls=served) as llm:
+        write_config(home, workspace, llm.base_url)
+        llm.script(reply("over TLS"))
+        code, out, err = await nanobot("agent", "-m", "hi", home=home, env={"SSL_CERT_FILE": ""})
+        assert code == 1 and "certificate was refused (unable to get local issuer certificate)" in out, (out, err)
+        assert "SSL_CERT_FILE" in out and "retry" not in err and not llm.chat_requests
+        code, out, err = await nanobot("agent", "-m", "hi", home=home, env={"SSL_CERT_FILE": str(home / "ca.pem")})
+    assert code == 0 and "over TLS" in out, (out, err)
+
+
 async def test_no_key_for_openai_says_so_before_any_network(home: Path, workspace: Path) -> None:
     (home / "config.json").write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace)}}}))
     code, out, err = await nanobot("agent", "-m", "hi", home=home)

@@ -11,8 +11,10 @@ error, 429, 502, 503 or 504 is, up to ``maxRetries`` times, with backoff (honour
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+import ssl
 from typing import Any
 
 import httpx2
@@ -41,7 +43,7 @@ class OpenAIProvider(Provider):
             base_url=config.api_base or None,
             timeout=httpx2.Timeout(config.timeout, connect=min(10.0, config.timeout)),
             max_retries=0,
-            http_client=_AiohttpClient(),
+            http_client=_AiohttpClient(verify=_tls_context()),
         )
 
     async def chat(self, request: ChatRequest) -> LLMResponse:
@@ -141,6 +143,13 @@ class OpenAIProvider(Provider):
         await self._client.close()
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """The SDK's TLS context (the system's roots, or ``SSL_CERT_FILE``), one for the process:
+    building one reads the CA bundle, about 40 ms of CPU, and the SDK builds one per client."""
+    return httpx2.create_ssl_context()
+
+
 class _AiohttpClient(openai.DefaultAioHttpClient):  # type: ignore[misc, valid-type]
     """The SDK's client over aiohttp: a call costs 0.8 CPU-ms instead of 1.25 over httpx2's
     own pool (bench/RESULTS.md, "Durable delivery"). Its adapter reports every aiohttp
@@ -200,6 +209,10 @@ def _classify(exc: Exception) -> tuple[ProviderError, float | None]:
         return error, _retry_after(exc.response)
     if isinstance(exc, openai.APITimeoutError):  # before APIConnectionError: it is a subclass
         return ProviderError("the model server did not answer in time (providers.*.timeout)", fallback=True), None
+    if isinstance(exc, openai.APIConnectionError) and (refused := _certificate_error(exc)) is not None:
+        # Not retried: a certificate refused once is refused again.
+        return ProviderError(f"the model server's certificate was refused ({refused.verify_message}); for a "
+                             "certificate of your own CA, give its file in SSL_CERT_FILE", fallback=True), None
     if isinstance(exc, openai.APIConnectionError):
         return ProviderError(f"could not reach the model server ({_short(str(exc.__cause__ or exc))})",
                              fallback=True), 0
@@ -207,6 +220,14 @@ def _classify(exc: Exception) -> tuple[ProviderError, float | None]:
         # ValueError & co: a 200 whose body is not a chat completion (an HTML page, say)
         return ProviderError(f"the model server's answer was not a chat completion ({_short(str(exc))})"), None
     raise exc
+
+
+def _certificate_error(exc: BaseException | None) -> ssl.SSLCertVerificationError | None:
+    """The certificate check that failed, down ``exc``'s causes (aiohttp's error is one too, and
+    holds the check's own as ``certificate_error``)."""
+    while exc is not None and not isinstance(exc, ssl.SSLCertVerificationError):
+        exc = exc.__cause__
+    return getattr(exc, "certificate_error", exc)
 
 
 def _server_message(exc: openai.APIStatusError) -> str:

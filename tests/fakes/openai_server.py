@@ -25,6 +25,7 @@ import inspect
 import json
 import re
 import socket
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -113,7 +114,8 @@ class FakeOpenAI:
     stream_piece_chars = 4
     stream_interval = 0.0
 
-    def __init__(self, fallback: Any = None, cache: Any = None) -> None:
+    def __init__(self, fallback: Any = None, cache: Any = None, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls  # served over https with this context (its certificate), else plain http
         self.cache = cache  # a prompt_cache.PromptCache: usage then says how many prompt tokens were cached
         self.requests: list[dict[str, Any]] = []
         self.raw_requests: list[dict[str, Any]] = []
@@ -130,7 +132,7 @@ class FakeOpenAI:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/v1"
 
     def script(self, *items: Any) -> None:
         self._script.extend(items)
@@ -152,7 +154,7 @@ class FakeOpenAI:
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        await web.SockSite(self._runner, sock, ssl_context=self.tls).start()
         return self
 
     async def stop(self) -> None:
