@@ -201,8 +201,8 @@ async def test_agent_message_exits_1_when_the_model_fails(home: Path, workspace:
 
 async def test_a_model_server_over_https_is_trusted_by_its_certificate_only(home: Path, workspace: Path) -> None:
     """A server whose certificate no trusted CA signed is refused at once, saying so and how to
-    trust it (it was retried three times, 7 s, as "could not reach"); with its CA in
-    SSL_CERT_FILE it answers."""
+    trust it (it was retried three times, 7 s, as "could not reach"; `onboard` said "Connection
+    error."); with its CA in SSL_CERT_FILE it answers."""
     import ssl
 
     import trustme
@@ -216,6 +216,9 @@ async def test_a_model_server_over_https_is_trusted_by_its_certificate_only(home
         code, out, err = await nanobot("agent", "-m", "hi", home=home, env={"SSL_CERT_FILE": ""})
         assert code == 1 and "certificate was refused (unable to get local issuer certificate)" in out, (out, err)
         assert "SSL_CERT_FILE" in out and "retry" not in err and not llm.chat_requests
+        code, out, err = await nanobot("onboard", "--non-interactive", "--api-base", llm.base_url, "--api-key", "k",
+                                       home=home / "new", env={"SSL_CERT_FILE": ""})  # its check says the same
+        assert code == 0 and "certificate was refused (unable to get local issuer certificate)" in out, (out, err)
         code, out, err = await nanobot("agent", "-m", "hi", home=home, env={"SSL_CERT_FILE": str(home / "ca.pem")})
     assert code == 0 and "over TLS" in out, (out, err)
 

@@ -93,6 +93,8 @@ def _models(base: str, key: str) -> list[str]:
     """One call to the server (``GET /models``): says whether it answered, and what it serves."""
     import openai
 
+    from nanobot.providers.openai_provider import classify_error
+
     client = openai.OpenAI(base_url=base, api_key=key or "none", max_retries=0, timeout=15)
     try:
         names = sorted(m.id for m in client.models.list())
@@ -100,9 +102,9 @@ def _models(base: str, key: str) -> list[str]:
         typer.echo(f"  The server answered {exc.status_code}: {_reason(exc)}. Check the URL and key; "
                    "you can change them later in the config file.")
         return []
-    except openai.APIError as exc:
-        typer.echo(f"  The server did not answer ({type(exc).__name__}: {exc}). It is written anyway; "
-                   "start the server, or change the URL later in the config file.")
+    except openai.APIError as exc:  # said as a turn would say it ("Connection error." hides why)
+        typer.echo(f"  No answer: {classify_error(exc)[0]}. It is written anyway; start the server, or "
+                   "change the URL later in the config file.")
         return []
     finally:
         client.close()

@@ -60,7 +60,7 @@ class OpenAIProvider(Provider):
             except ProviderError:
                 raise
             except Exception as exc:
-                error, wait = _classify(exc)
+                error, wait = classify_error(exc)
                 if wait is None or attempt == self.max_retries:
                     raise error from exc
                 delay = min(MAX_BACKOFF_S, wait if wait > 0 else self.backoff_s * 2 ** attempt)
@@ -126,7 +126,7 @@ class OpenAIProvider(Provider):
         try:
             result = await self._client.audio.transcriptions.create(model=model, file=audio, timeout=timeout, **extra)
         except Exception as exc:
-            raise _classify(exc)[0] from exc
+            raise classify_error(exc)[0] from exc
         return (result if isinstance(result, str) else getattr(result, "text", None)) or ""
 
     async def speak(self, text: str, model: str, voice: str, timeout: float) -> bytes:
@@ -136,7 +136,7 @@ class OpenAIProvider(Provider):
             result = await self._client.audio.speech.create(model=model, voice=voice, input=text,
                                                             response_format="opus", timeout=timeout)
         except Exception as exc:
-            raise _classify(exc)[0] from exc
+            raise classify_error(exc)[0] from exc
         return result.content
 
     async def close(self) -> None:
@@ -199,7 +199,7 @@ def wire_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**m, "content": ""} if m.get("content") is None else m for m in clean_text(messages)]
 
 
-def _classify(exc: Exception) -> tuple[ProviderError, float | None]:
+def classify_error(exc: Exception) -> tuple[ProviderError, float | None]:
     """The user's error line, and whether to retry: None = never, 0 = backoff, >0 = Retry-After."""
     if isinstance(exc, openai.APIStatusError):
         error = ProviderError(f"the model server answered HTTP {exc.status_code}: {_short(_server_message(exc))}",
@@ -224,9 +224,9 @@ def _classify(exc: Exception) -> tuple[ProviderError, float | None]:
 
 def _certificate_error(exc: BaseException | None) -> ssl.SSLCertVerificationError | None:
     """The certificate check that failed, down ``exc``'s causes (aiohttp's error is one too, and
-    holds the check's own as ``certificate_error``)."""
+    holds the check's own as ``certificate_error``; httpx's chain is partly implicit)."""
     while exc is not None and not isinstance(exc, ssl.SSLCertVerificationError):
-        exc = exc.__cause__
+        exc = exc.__cause__ or exc.__context__
     return getattr(exc, "certificate_error", exc)
 
 
