@@ -202,7 +202,8 @@ async def test_agent_message_exits_1_when_the_model_fails(home: Path, workspace:
 async def test_a_model_server_over_https_is_trusted_by_its_certificate_only(home: Path, workspace: Path) -> None:
     """A server whose certificate no trusted CA signed is refused at once, saying so and how to
     trust it (it was retried three times, 7 s, as "could not reach"; `onboard` said "Connection
-    error."); with its CA in SSL_CERT_FILE it answers."""
+    error."); with its CA in SSL_CERT_FILE it answers; a SSL_CERT_FILE that is not there is
+    one line naming it (it was "nanobot: No such file or directory")."""
     import ssl
 
     import trustme
@@ -220,7 +221,10 @@ async def test_a_model_server_over_https_is_trusted_by_its_certificate_only(home
                                        home=home / "new", env={"SSL_CERT_FILE": ""})  # its check says the same
         assert code == 0 and "certificate was refused (unable to get local issuer certificate)" in out, (out, err)
         code, out, err = await nanobot("agent", "-m", "hi", home=home, env={"SSL_CERT_FILE": str(home / "ca.pem")})
-    assert code == 0 and "over TLS" in out, (out, err)
+        assert code == 0 and "over TLS" in out, (out, err)
+        code, out, err = await nanobot("agent", "-m", "hi", home=home, env={"SSL_CERT_FILE": str(home / "gone.pem")})
+    assert code == 2 and err == (f"nanobot: SSL_CERT_FILE={home / 'gone.pem'} (environment): no CA certificate could "
+                                 "be read there (No such file or directory)\n"), err  # one line, no traceback
 
 
 async def test_no_key_for_openai_says_so_before_any_network(home: Path, workspace: Path) -> None:

@@ -14,6 +14,7 @@ import asyncio
 import functools
 import json
 import logging
+import os
 import ssl
 from typing import Any
 
@@ -22,7 +23,7 @@ import openai
 from openai import AsyncStream
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from nanobot.config import ProviderConfig
+from nanobot.config import ConfigError, ProviderConfig
 from nanobot.utf8 import clean_text
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError, ToolCall, Usage
 
@@ -147,7 +148,12 @@ class OpenAIProvider(Provider):
 def _tls_context() -> ssl.SSLContext:
     """The SDK's TLS context (the system's roots, or ``SSL_CERT_FILE``), one for the process:
     building one reads the CA bundle, about 40 ms of CPU, and the SDK builds one per client."""
-    return httpx2.create_ssl_context()
+    try:
+        return httpx2.create_ssl_context()
+    except (OSError, ssl.SSLError) as exc:  # a file the environment names (the first set is read)
+        name = next((name for name in ("SSL_CERT_FILE", "SSL_CERT_DIR") if os.environ.get(name)), None)
+        where = f"{name}={os.environ[name]} (environment)" if name else "the system's CA certificates"
+        raise ConfigError(f"{where}: no CA certificate could be read there ({exc.strerror or exc})") from exc
 
 
 class _AiohttpClient(openai.DefaultAioHttpClient):  # type: ignore[misc, valid-type]
