@@ -201,6 +201,8 @@ def test_the_terminal_renders_markdown() -> None:
     shown = render_markdown("# Plan\n\nSome **bold** words.\n\n- one\n- two")
     assert "**" not in shown and "\x1b[1mbold" in shown and " • \x1b[0mone" in shown
     assert not any(line.endswith(" ") for line in shown.splitlines())  # rich pads lines to the width
+    lines = render_markdown("Commands:\n/new — start afresh\n/stop — cancel").splitlines()
+    assert lines == ["Commands:", "/new — start afresh", "/stop — cancel"]  # as the page shows it (/help was one line)
 
 
 async def test_a_megabyte_reply_in_small_pieces_streams_in_linear_time() -> None:

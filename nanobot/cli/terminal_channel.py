@@ -31,7 +31,8 @@ PARTIAL_LINES = 12  # the most of a block being written that the prompt area sho
 
 
 def render_markdown(text: str) -> str:
-    """Markdown as a terminal shows it (rich): bold, lists, highlighted code, no trailing padding."""
+    """Markdown as a terminal shows it (rich): bold, lists, highlighted code, line breaks kept, no
+    trailing padding."""
     import io
     import shutil
 
@@ -41,7 +42,12 @@ def render_markdown(text: str) -> str:
     console = Console(file=io.StringIO(), force_terminal=True, width=shutil.get_terminal_size().columns)
     # A link as its words and then its target: a terminal hyperlink (OSC 8) would show only the
     # words, which a steered reply can make look like another address.
-    console.print(Markdown(text, hyperlinks=False))
+    markdown = Markdown(text, hyperlinks=False)
+    for block in markdown.parsed:  # a line break is one, as in chat apps and on the page (markdown-it's breaks)
+        for token in block.children or ():
+            if token.type == "softbreak":
+                token.type = "hardbreak"
+    console.print(markdown)
     lines = [line.rstrip(" ") for line in console.file.getvalue().split("\n")]  # type: ignore[attr-defined]
     return "\n".join(lines).strip("\n") + "\n"
 
