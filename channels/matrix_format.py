@@ -36,7 +36,8 @@ def _targets_shown(state: StateCore) -> None:
             block.children = shown
 
 
-RENDER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough").enable("table").disable("image")
+# breaks: a line break is one, as in the plain body and other chat apps (/help's lines ran together).
+RENDER = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable("strikethrough").enable("table").disable("image")
 RENDER.core.ruler.push("targets_shown", _targets_shown)
 
 

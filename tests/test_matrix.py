@@ -428,6 +428,13 @@ def test_a_links_words_naming_another_address_show_its_target() -> None:
         '<a href="https://docs.example">docs</a></p>')
 
 
+def test_a_line_break_is_one() -> None:
+    """As in the plain body and on other platforms: /help's lines ran together in Element."""
+    from nanobot_channels.matrix_format import to_html
+
+    assert to_html("Commands:\n/new — start afresh") == "<p>Commands:<br />\n/new — start afresh</p>"
+
+
 async def test_files_both_ways(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
                                people: dict[str, Any]) -> None:
     owner, bot = people["owner"], people["bot"][0]
