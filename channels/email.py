@@ -33,6 +33,7 @@ import aiosmtplib
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender
 from nanobot.message_context import noting_lost
 from nanobot_channels.email_parse import Mail, Unreadable, read_body, read_headers, vouched
+from nanobot_channels.markdown_html import to_html
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import EmailConfig
 from nanobot.eventloop import raise_if_cancelled
@@ -278,6 +279,9 @@ class EmailChannel(BaseChannel):
         mail["Date"] = formatdate(localtime=True)
         mail["Auto-Submitted"] = "auto-replied"  # RFC 3834: other robots must not answer it
         mail.set_content(text)
+        # The same words formatted, for the clients that show HTML (most): Markdown read as
+        # written would show its marks and tables raw.
+        mail.add_alternative(f"<!DOCTYPE html><html><body>{to_html(text)}</body></html>", subtype="html")
         return mail
 
     async def _send_mail(self, msg: OutboundMessage, mail: EmailMessage) -> None:

@@ -38,7 +38,7 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot.message_context import noting_lost, shared_poll, with_quote
 from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
-from nanobot_channels.matrix_format import to_html
+from nanobot_channels.markdown_html import to_html
 from nanobot_channels.text import split_message
 
 log = logging.getLogger(__name__)

@@ -421,7 +421,7 @@ async def test_a_reply_carries_the_message_it_answers(llm: FakeOpenAI, workspace
 
 def test_a_links_words_naming_another_address_show_its_target() -> None:
     """A reply a web page steered could show "https://bank.example" over a link elsewhere."""
-    from nanobot_channels.matrix_format import to_html
+    from nanobot_channels.markdown_html import to_html
 
     assert to_html("**[https://bank.example](https://evil.example/a_b)** [docs](https://docs.example)") == (
         '<p><strong><a href="https://evil.example/a_b">https://bank.example (https://evil.example/a_b)</a></strong> '
@@ -430,7 +430,7 @@ def test_a_links_words_naming_another_address_show_its_target() -> None:
 
 def test_a_line_break_is_one() -> None:
     """As in the plain body and on other platforms: /help's lines ran together in Element."""
-    from nanobot_channels.matrix_format import to_html
+    from nanobot_channels.markdown_html import to_html
 
     assert to_html("Commands:\n/new — start afresh") == "<p>Commands:<br />\n/new — start afresh</p>"
 

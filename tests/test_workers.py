@@ -466,7 +466,7 @@ async def test_one_worker_holds_slacks_socket_and_one_reads_the_mailbox(
     """Two workers: one Socket Mode connection and one IMAP reader between them; when the
     holder stops, the other takes both over, and every message is answered once."""
     from nanobot.config import EmailConfig, SlackConfig
-    from tests.fakes.mail_servers import DOVECOT, Dovecot, SmtpReceiver, email_section
+    from tests.fakes.mail_servers import DOVECOT, Dovecot, SmtpReceiver, email_section, plain_text
     from tests.fakes.slack_api import FakeSlack
     from tests.test_email import mail
 
@@ -492,7 +492,7 @@ async def test_one_worker_holds_slacks_socket_and_one_reads_the_mailbox(
             await slack.wait_posted(2)
             await smtp.wait_sent(2, timeout=30)  # the reader taken over, the mail read: slow under load
             assert [m["text"] for m in slack.posted] == ["re: one", "re: two"]
-            assert [m.get_content().replace("\r\n", "\n").strip() for m in smtp.sent] == [
+            assert [plain_text(m).replace("\r\n", "\n").strip() for m in smtp.sent] == [
                 "re: first\n\nmail one", "re: second\n\nmail two"]
             assert holder(second, "slack socket mode") == ["w2"] and holder(second, "email reader") == ["w2"]
 

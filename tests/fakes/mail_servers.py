@@ -223,6 +223,11 @@ def email_section(imap: Dovecot, smtp: SmtpReceiver, allow_from: list[str] | Non
             "smtp": {"host": "127.0.0.1", "port": smtp.port, "starttls": False}}
 
 
+def plain_text(mail: EmailMessage) -> str:
+    """What a mail says, from its plain part (the reader's words, without the HTML beside them)."""
+    return mail.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+
+
 class SmtpReceiver:
     """aiosmtpd on loopback (its own thread): every mail it is given, parsed."""
 

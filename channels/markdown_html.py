@@ -1,10 +1,12 @@
-"""Markdown as Matrix clients show it: the ``formatted_body`` HTML of a message (markdown-it,
-CommonMark with tables and strikethrough, no raw HTML passed through).
+"""Markdown as HTML for clients that show it: a Matrix message's ``formatted_body`` and a
+mail's HTML part (markdown-it, CommonMark with tables and strikethrough, a line break kept as
+one, no raw HTML passed through).
 
-No images: a client shows an <img> of mxc://any.server/id at once, and the homeserver fetches it
-from that server, so a reply a web page steered could hand what the chat knows to another server
-in an image's id, with nobody clicking. An image is shown as its link. A link whose words name
-another address shows its target after them (``misleading``).
+No images: a Matrix client shows an <img> of mxc://any.server/id at once, and the homeserver
+fetches it from that server, so a reply a web page steered could hand what the chat knows to
+another server in an image's id, with nobody clicking; a mail client that loads pictures does
+the same with any address. An image is shown as its link. A link whose words name another
+address shows its target after them (``misleading``).
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ def _targets_shown(state: StateCore) -> None:
             block.children = shown
 
 
-# breaks: a line break is one, as in the plain body and other chat apps (/help's lines ran together).
-RENDER = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable("strikethrough").enable("table").disable("image")
+# breaks: a line break is one, as in the plain text and other chat apps (/help's lines ran together).
+RENDER = MarkdownIt("commonmark", {"html": False, "breaks": True}).enable(["strikethrough", "table"]).disable("image")
 RENDER.core.ruler.push("targets_shown", _targets_shown)
 
 
