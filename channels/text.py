@@ -1,5 +1,6 @@
 """Splitting long replies for platforms with a message size limit, and the Markdown that
-models write, as patterns the platform converters (Telegram HTML, Slack mrkdwn) share."""
+models write, as patterns the platform converters (Telegram HTML, Slack's and WhatsApp's
+marks) share."""
 
 from __future__ import annotations
 
@@ -32,6 +33,32 @@ def misleading(words: str, url: str) -> bool:
     the converters show the target after such words."""
     host = (urlsplit(url).hostname or "").lower().removeprefix("www.")
     return any(host not in named.lower() for named in ADDRESS.findall(words))
+
+
+def to_marks(text: str, escape: Callable[[str], str], link: Callable[[str, str], str]) -> str:
+    """Markdown as models write it -> the marks Slack and WhatsApp read: ``*bold*``,
+    ``_italic_``, ``~strike~``, a heading bold, a bullet "•". Code is cut out first, so nothing
+    inside it is formatted (both show ``` blocks and `code` as they are); ``escape`` is for what
+    the platform would read as markup, ``link(words, url)`` writes a link."""
+    slots: list[str] = []
+
+    def stash(fragment: str) -> str:
+        slots.append(fragment)
+        return f"\x00{len(slots) - 1}\x00"
+
+    text = text.replace("\x00", "")
+    text = FENCE.sub(lambda m: stash("```\n" + escape(m.group(2).rstrip("\n")) + "\n```"), text)
+    text = INLINE_CODE.sub(lambda m: stash(f"`{escape(m.group(1))}`"), text)
+    text = escape(text)
+    text = LINK.sub(lambda m: stash(link(m.group(1), m.group(2))), text)
+    text = HEADING.sub(lambda m: stash(f"*{m.group(1)}*"), text)
+    text = BULLET.sub(r"\1• ", text)  # before italics: a "* item" bullet is not emphasis
+    text = ITALIC.sub(lambda m: stash(f"_{m.group(1) or m.group(2)}_"), text)  # before bold makes *x*
+    text = BOLD.sub(lambda m: stash(f"*{m.group(1) or m.group(2)}*"), text)
+    text = STRIKE.sub(r"~\1~", text)
+    while SLOT.search(text):
+        text = SLOT.sub(lambda m: slots[int(m.group(1))], text)
+    return text
 
 
 def utf16_len(text: str) -> int:

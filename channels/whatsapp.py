@@ -44,7 +44,7 @@ from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 from nanobot.sqlite_file import StoreUnavailable
 from nanobot_channels.number_chats import NumberChats
-from nanobot_channels.text import split_message
+from nanobot_channels.text import split_message, to_marks
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ class WhatsAppChannel(BaseChannel):
         await send_parts(msg, self._text_parts(msg.chat_id, msg.content))
 
     def _text_parts(self, chat_id: str, text: str) -> list[partial[Any]]:
-        return [partial(self._send, chat_id, "text", {"body": chunk, "preview_url": False})
+        return [partial(self._send, chat_id, "text", {"body": whatsapp_marks(chunk), "preview_url": False})
                 for chunk in split_message(text, self.max_message_len)]
 
     async def send_stream(self, msg: OutboundMessage) -> None:
@@ -248,7 +248,7 @@ class WhatsAppChannel(BaseChannel):
         shown_as = "image" if file.photo else "audio" if file.voice else "document"
         media: dict[str, Any] = {"id": uploaded["id"]}
         if caption:
-            media["caption"] = caption[:1024]
+            media["caption"] = whatsapp_marks(caption)[:1024]
         if shown_as == "document":
             media["filename"] = file.name
         await self._send(chat_id, shown_as, media)
@@ -295,6 +295,14 @@ class WhatsAppChannel(BaseChannel):
                              "only a template message may reach them)", retry=False)
         raise SendFailed(f"whatsapp: {method} {path}: HTTP {status}: {error.get('message') or 'no reason given'}",
                          retry=status >= 500 or status == 429)
+
+
+def whatsapp_marks(text: str) -> str:
+    """Markdown as models write it -> WhatsApp's own marks (``*bold*``, ``_italic_``, ``~strike~``;
+    it showed ``**`` and ``#`` as they are). A link is its words, then its address: WhatsApp
+    links addresses it sees, and has no hidden targets."""
+    return to_marks(text, lambda plain: plain, lambda words, url: url if words in (url, url.split("://", 1)[-1])
+                    else f"{words} ({url})")
 
 
 def _addressed_to(chat_id: str) -> dict[str, str]:

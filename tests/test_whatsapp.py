@@ -51,13 +51,14 @@ async def test_the_webhook_handshake_answers_only_our_verify_token(llm: FakeOpen
 
 async def test_a_message_is_answered_and_the_owner_is_known_by_wa_id(llm: FakeOpenAI, workspace: Path,
                                                                       wa: FakeWhatsApp) -> None:
-    llm.script(delayed(reply("hello back"), 2))  # slow enough for the typing indicator
+    llm.script(delayed(reply("**hello** back, see [the menu](https://cafe.example/menu_2)"), 2))  # slow: typing shows
     async with running_gateway(wa_config(llm, workspace, wa)) as gateway:
         assert await wa.deliver(OWNER, "hi there") == 200
         await wa.wait_until(lambda: bool(wa.typing))
         assert wa.typing[0]["message_id"].startswith("wamid.")  # their message read, typing shown
         sent = await wa.wait_sent(1)
-        assert sent[0]["to"] == OWNER and sent[0]["text"]["body"] == "hello back"
+        assert sent[0]["to"] == OWNER  # in WhatsApp's own marks (the ** showed), a link's address after its words
+        assert sent[0]["text"]["body"] == "*hello* back, see the menu (https://cafe.example/menu_2)"
         assert asked(llm) == ["hi there"] and gateway.runtime.trust(f"whatsapp:{OWNER}") == "owner"
 
 
@@ -296,3 +297,10 @@ async def test_a_long_reply_goes_on_from_the_part_an_earlier_attempt_did_not_sen
         gateway.outbound.deliver(OutboundMessage("whatsapp", OWNER, TWO_PARTS, parts_sent=1))
         await wa.wait_sent(1)
     assert [text[:6] for text in wa.texts()] == ["B-PART"]
+
+
+def test_replies_are_in_whatsapps_own_marks() -> None:
+    from nanobot_channels.whatsapp import whatsapp_marks
+
+    assert whatsapp_marks("# Plan\n- **one** _two_ ~~three~~ snake_case 2*3*4 `a**b`\n[https://x.org](https://x.org)") \
+        == "*Plan*\n• *one* _two_ ~three~ snake_case 2*3*4 `a**b`\nhttps://x.org"
