@@ -36,6 +36,7 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Send
 from nanobot.message_context import noting_lost, shared_poll, with_quote
 from nanobot.config import SignalConfig
 from nanobot_channels.number_chats import NumberChats
+from nanobot_channels.signal_format import signal_message
 from nanobot_channels.text import split_message
 
 log = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ class SignalChannel(BaseChannel):
         answers, author = msg.answers, (msg.reply_context or {}).get("author")
         quote = {"quoteTimestamp": int(answers), "quoteAuthor": author} if answers and answers.isdigit() and author \
             else {}  # a group's answer quotes its question
-        first, *rest = [partial(self._rpc, "send", msg.chat_id, message=chunk)
+        first, *rest = [partial(self._rpc, "send", msg.chat_id, **signal_message(chunk))
                         for chunk in split_message(msg.content, self.max_message_len)]
         await send_parts(msg, [partial(first, **quote), *rest])
 
@@ -155,7 +156,7 @@ class SignalChannel(BaseChannel):
         kind = mimetypes.guess_type(msg.file.name)[0] or "application/octet-stream"
         data = base64.b64encode(msg.file.data).decode()
         name = safe_filename(msg.file.name)  # a "," or ";" in it would end the data URI's part early
-        await self._rpc("send", msg.chat_id, message=msg.content,
+        await self._rpc("send", msg.chat_id, **signal_message(msg.content),
                         attachments=[f"data:{kind};filename={name};base64,{data}"])
 
     async def send_typing(self, chat_id: str) -> None:

@@ -51,11 +51,14 @@ def asked(llm: FakeOpenAI) -> list[str]:
 
 async def test_a_direct_message_is_answered_and_is_an_owner_chat(llm: FakeOpenAI, workspace: Path,
                                                                   signal: FakeSignalCli) -> None:
-    llm.script(reply("hello back"))
+    llm.script(reply("😀 **hello** back, see [the menu](https://cafe.example/menu) at `4`"))
     async with running_gateway(signal_config(llm, workspace, signal)) as gateway:
         signal.push(OWNER, "hi there")
         sent = await signal.wait_sent(1)
-        assert signal.reached == [[f"uuid-{OWNER}"]] and sent[0]["message"] == "hello back"
+        # Signal's words and styles (UTF-16 positions), not the Markdown's marks; a link's address after its words
+        assert signal.reached == [[f"uuid-{OWNER}"]] and sent[0]["message"] == \
+            "😀 hello back, see the menu (https://cafe.example/menu) at 4"
+        assert sent[0]["textStyle"] == ["3:5:BOLD", "59:1:MONOSPACE"]
         assert asked(llm) == ["hi there"]
         assert gateway.runtime.trust(f"signal:{OWNER}") == "owner"
         assert gateway.channels.state["signal"] == "running"
@@ -339,3 +342,12 @@ async def test_a_long_reply_goes_on_from_the_part_an_earlier_attempt_did_not_sen
         gateway.outbound.deliver(OutboundMessage("signal", OWNER, TWO_PARTS, parts_sent=1))
         sent = await signal.wait_sent(1)
     assert [m["message"][:6] for m in sent] == ["B-PART"]
+
+
+def test_a_replys_markdown_becomes_signals_words_and_styles() -> None:
+    from nanobot_channels.signal_format import signal_message
+
+    assert signal_message("# Plan\n\n- _one_ ~~two~~\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```\nx = 1\n```") == {
+        "message": "Plan\n\n• one two\n\na | b\n1 | 2\n\nx = 1",
+        "textStyle": ["0:4:BOLD", "8:3:ITALIC", "12:3:STRIKETHROUGH", "30:5:MONOSPACE"]}
+    assert signal_message("[https://x.org](https://x.org)") == {"message": "https://x.org"}
