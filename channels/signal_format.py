@@ -15,7 +15,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from nanobot_channels.text import utf16_len
+from nanobot_channels.text import names_itself, utf16_len
 
 PARSER = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
 STYLED = {"strong": "BOLD", "em": "ITALIC", "s": "STRIKETHROUGH", "heading": "BOLD"}
@@ -28,7 +28,7 @@ class _Message:
         self.parts: list[str] = []
         self.length = 0  # in UTF-16 code units, as Signal counts
         self.styles: list[str] = []
-        self._open: dict[str, list[int]] = {}  # style -> where each open one began
+        self._open: list[int] = []  # where each styled part still open began
 
     def write(self, text: str, style: str | None = None) -> None:
         start, self.length = self.length, self.length + utf16_len(text)
@@ -38,10 +38,9 @@ class _Message:
 
     def style(self, style: str, edge: str) -> None:
         """A styled part begins (``edge`` "open") or ends here."""
-        begun = self._open.setdefault(style, [])
         if edge == "open":
-            begun.append(self.length)
-        elif begun and self.length > (start := begun.pop()):
+            self._open.append(self.length)
+        elif self._open and self.length > (start := self._open.pop()):  # markdown-it nests them well
             self.styles.append(f"{start}:{self.length - start}:{style}")
 
 
@@ -85,7 +84,7 @@ def _inline(out: _Message, children: list[Token]) -> None:
             link = (str(child.attrGet("href") or ""), len(out.parts))
         elif child.type == "link_close" and link is not None:
             address, words = link[0], "".join(out.parts[link[1]:])
-            if words not in (address, address.split("://", 1)[-1], address.removeprefix("mailto:")):
+            if not names_itself(words, address):
                 out.write(f" ({address})")
             link = None
         elif kind in STYLED:

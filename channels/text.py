@@ -35,6 +35,11 @@ def misleading(words: str, url: str) -> bool:
     return any(host not in named.lower() for named in ADDRESS.findall(words))
 
 
+def names_itself(words: str, url: str) -> bool:
+    """Whether a link's words are its address (written out as text, the link is then just them)."""
+    return words in (url, url.split("://", 1)[-1], url.removeprefix("mailto:"))
+
+
 def to_marks(text: str, escape: Callable[[str], str], link: Callable[[str, str], str]) -> str:
     """Markdown as models write it -> the marks Slack and WhatsApp read: ``*bold*``,
     ``_italic_``, ``~strike~``, a heading bold, a bullet "•". Code is cut out first, so nothing

@@ -44,7 +44,7 @@ from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 from nanobot.sqlite_file import StoreUnavailable
 from nanobot_channels.number_chats import NumberChats
-from nanobot_channels.text import split_message, to_marks
+from nanobot_channels.text import names_itself, split_message, to_marks
 
 log = logging.getLogger(__name__)
 
@@ -301,8 +301,8 @@ def whatsapp_marks(text: str) -> str:
     """Markdown as models write it -> WhatsApp's own marks (``*bold*``, ``_italic_``, ``~strike~``;
     it showed ``**`` and ``#`` as they are). A link is its words, then its address: WhatsApp
     links addresses it sees, and has no hidden targets."""
-    return to_marks(text, lambda plain: plain, lambda words, url: url if words in (url, url.split("://", 1)[-1])
-                    else f"{words} ({url})")
+    return to_marks(text, lambda plain: plain,
+                    lambda words, url: words if names_itself(words, url) else f"{words} ({url})")
 
 
 def _addressed_to(chat_id: str) -> dict[str, str]:

@@ -217,7 +217,7 @@ def classify_error(exc: Exception) -> tuple[ProviderError, float | None]:
         return ProviderError("the model server did not answer in time (providers.*.timeout)", fallback=True), None
     if isinstance(exc, openai.APIConnectionError) and (refused := _certificate_error(exc)) is not None:
         # Not retried: a certificate refused once is refused again.
-        return ProviderError(f"the model server's certificate was refused ({refused.verify_message}); for a "
+        return ProviderError(f"the model server's certificate was refused ({refused.verify_message or refused}); for a "
                              "certificate of your own CA, give its file in SSL_CERT_FILE", fallback=True), None
     if isinstance(exc, openai.APIConnectionError):
         return ProviderError(f"could not reach the model server ({_short(str(exc.__cause__ or exc))})",
@@ -231,9 +231,11 @@ def classify_error(exc: Exception) -> tuple[ProviderError, float | None]:
 def _certificate_error(exc: BaseException | None) -> ssl.SSLCertVerificationError | None:
     """The certificate check that failed, down ``exc``'s causes (aiohttp's error is one too, and
     holds the check's own as ``certificate_error``; httpx's chain is partly implicit)."""
-    while exc is not None and not isinstance(exc, ssl.SSLCertVerificationError):
+    for _ in range(10):  # a chain is a few links long; a cycle in one must not hang the turn
+        if exc is None or isinstance(exc, ssl.SSLCertVerificationError):
+            return getattr(exc, "certificate_error", exc)
         exc = exc.__cause__ or exc.__context__
-    return getattr(exc, "certificate_error", exc)
+    return None
 
 
 def _server_message(exc: openai.APIStatusError) -> str:
