@@ -31,7 +31,7 @@ from discord.http import Route
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, send_parts
 from nanobot.message_context import noting_lost, shared_poll, with_quote
-from nanobot_channels.text import split_message
+from nanobot_channels.text import split_message, tables_as_code
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
 from nanobot.coordination import Held, run_while_held
@@ -232,7 +232,7 @@ class DiscordChannel(BaseChannel):
         channel = self._client.get_partial_messageable(int(msg.chat_id))
         reference = _reference(msg, channel.id)
         first, *rest = [partial(self._send_chunk, channel, chunk, _nonce(msg, i))
-                        for i, chunk in enumerate(split_message(msg.content, self.max_message_len))]
+                        for i, chunk in enumerate(split_message(tables_as_code(msg.content), self.max_message_len))]
         await send_parts(msg, [partial(first, reference=reference, preview=preview), *rest])
 
     def _check_target(self, msg: OutboundMessage) -> None:
@@ -273,7 +273,7 @@ class DiscordChannel(BaseChannel):
             return
         self._check_target(msg)
         channel = self._client.get_partial_messageable(int(msg.chat_id))
-        chunks = split_message(msg.content, self.max_message_len) if msg.content.strip() else [None]
+        chunks = split_message(tables_as_code(msg.content), self.max_message_len) if msg.content.strip() else [None]
         def attach() -> dict[str, Any]:
             return {"content": chunks[0], "file": discord.File(io.BytesIO(file.data), filename=file.name),
                     "nonce": _nonce(msg, 0)}

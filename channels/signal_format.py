@@ -4,8 +4,8 @@ Signal has no markup: a message is plain text, and signal-cli's ``textStyle`` ra
 (``start:length:STYLE``, counted in UTF-16 code units) make parts of it BOLD, ITALIC,
 STRIKETHROUGH or MONOSPACE. So the Markdown is parsed (markdown-it), its words written without
 the markers, and each emphasis, heading and piece of code becomes a range. A list item starts
-with "•" or its number, a table row is its cells between "|". A link is its words and then its
-address: Signal links the addresses it sees, and has no hidden targets.
+with "•" or its number, a table is code with its columns lined up. A link is its words and
+then its address: Signal links the addresses it sees, and has no hidden targets.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from nanobot_channels.text import names_itself, utf16_len
+from nanobot_channels.text import names_itself, tables_as_code, utf16_len
 
-PARSER = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
+PARSER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough")  # tables: tables_as_code
 STYLED = {"strong": "BOLD", "em": "ITALIC", "s": "STRIKETHROUGH", "heading": "BOLD"}
 ENDS = {"paragraph_close": "\n\n", "heading_close": "\n\n", "bullet_list_close": "\n", "ordered_list_close": "\n",
-        "tr_close": "\n", "table_close": "\n", "blockquote_close": "\n", "hr": "———\n\n"}
+        "blockquote_close": "\n", "hr": "———\n\n"}
 
 
 class _Message:
@@ -47,7 +47,7 @@ class _Message:
 def signal_message(markdown: str) -> dict[str, Any]:
     """The ``send`` parameters for ``markdown``: ``message``, and ``textStyle`` if any part is styled."""
     out = _Message()
-    for token in PARSER.parse(markdown):
+    for token in PARSER.parse(tables_as_code(markdown)):
         kind, _, edge = token.type.rpartition("_")
         if token.type in ("fence", "code_block"):
             out.write(token.content.rstrip("\n"), "MONOSPACE")
@@ -56,8 +56,6 @@ def signal_message(markdown: str) -> dict[str, Any]:
             _inline(out, token.children or [])
         elif token.type == "list_item_open":
             out.write(f"{token.info}{token.markup} " if token.info else "• ")
-        elif token.type in ("th_open", "td_open") and out.parts and not out.parts[-1].endswith("\n"):
-            out.write(" | ")
         elif token.type == "paragraph_close" and token.hidden:  # a tight list's item
             out.write("\n")
         elif kind in STYLED:

@@ -14,9 +14,7 @@ import re
 from collections.abc import Callable
 
 from nanobot_channels.text import (BOLD, BULLET, FENCE, HEADING, INLINE_CODE, ITALIC, LINK, QUOTE, SLOT, STRIKE,
-                                   misleading, split_message, utf16_len)
-
-
+                                   misleading, split_message, tables_as_code, utf16_len)
 
 
 def markdown_to_html(text: str) -> str:
@@ -32,7 +30,7 @@ def markdown_to_html(text: str) -> str:
         attr = f' class="language-{html.escape(lang)}"' if lang else ""
         return stash(f"<pre><code{attr}>{body}</code></pre>")
 
-    text = text.replace("\x00", "")  # NUL delimits our placeholders
+    text = tables_as_code(text.replace("\x00", ""))  # NUL delimits our placeholders
     text = FENCE.sub(fence, text)
     text = INLINE_CODE.sub(lambda m: stash(f"<code>{html.escape(m.group(1), quote=False)}</code>"), text)
     text = html.escape(text, quote=False)

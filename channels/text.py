@@ -35,6 +35,32 @@ def misleading(words: str, url: str) -> bool:
     return any(host not in named.lower() for named in ADDRESS.findall(words))
 
 
+# A table: a row of cells, the row of dashes under it, and the rows after them.
+TABLE = re.compile(r"^[ \t]*\|?[^\n]*\|[^\n]*\n[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$"
+                   r"(?:\n[ \t]*\|?[^\n]*\|[^\n]*)*\n?", re.M)
+
+
+def tables_as_code(text: str) -> str:
+    """Each Markdown table outside code as a code block with its columns lined up: the chat
+    apps that show code (Telegram, Slack, WhatsApp, Signal, Discord) show no tables, and their
+    raw pipes and dashes line up nowhere."""
+    out, at = [], 0
+    for fence in FENCE.finditer(text):
+        out += [TABLE.sub(_table_as_code, text[at:fence.start()]), fence.group(0)]
+        at = fence.end()
+    return "".join(out) + TABLE.sub(_table_as_code, text[at:])
+
+
+def _table_as_code(m: re.Match[str]) -> str:
+    lines = m.group(0).rstrip("\n").split("\n")
+    rows = [[re.sub(r"\*\*|__|`", "", cell).strip() for cell in line.strip().strip("|").split("|")]
+            for i, line in enumerate(lines) if i != 1]
+    widths = [max(len(row[i]) if i < len(row) else 0 for row in rows) for i in range(max(map(len, rows)))]
+    rows.insert(1, ["-" * width for width in widths])
+    shown = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    return "```\n" + "\n".join(shown) + "\n```" + ("\n" if m.group(0).endswith("\n") else "")
+
+
 def names_itself(words: str, url: str) -> bool:
     """Whether a link's words are its address (written out as text, the link is then just them)."""
     return words in (url, url.split("://", 1)[-1], url.removeprefix("mailto:"))
@@ -51,7 +77,7 @@ def to_marks(text: str, escape: Callable[[str], str], link: Callable[[str, str],
         slots.append(fragment)
         return f"\x00{len(slots) - 1}\x00"
 
-    text = text.replace("\x00", "")
+    text = tables_as_code(text.replace("\x00", ""))
     text = FENCE.sub(lambda m: stash("```\n" + escape(m.group(2).rstrip("\n")) + "\n```"), text)
     text = INLINE_CODE.sub(lambda m: stash(f"`{escape(m.group(1))}`"), text)
     text = escape(text)

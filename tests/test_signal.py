@@ -348,6 +348,6 @@ def test_a_replys_markdown_becomes_signals_words_and_styles() -> None:
     from nanobot_channels.signal_format import signal_message
 
     assert signal_message("# Plan\n\n- _one_ ~~two~~\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```\nx = 1\n```") == {
-        "message": "Plan\n\n• one two\n\na | b\n1 | 2\n\nx = 1",
-        "textStyle": ["0:4:BOLD", "8:3:ITALIC", "12:3:STRIKETHROUGH", "30:5:MONOSPACE"]}
+        "message": "Plan\n\n• one two\n\na  b\n-  -\n1  2\n\nx = 1",  # a table as code, its columns lined up
+        "textStyle": ["0:4:BOLD", "8:3:ITALIC", "12:3:STRIKETHROUGH", "17:14:MONOSPACE", "33:5:MONOSPACE"]}
     assert signal_message("[https://x.org](https://x.org)") == {"message": "https://x.org"}

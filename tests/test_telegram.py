@@ -310,6 +310,15 @@ async def test_markdown_goes_out_as_html(tg, channel):
                             '<pre><code class="language-python">print(\'&lt;hi&gt;\')</code></pre>')
 
 
+async def test_a_table_goes_out_as_code_with_its_columns_lined_up(tg, channel):
+    """Telegram shows no tables: their pipes and dashes lined up nowhere. One in code stays as it is."""
+    md = "Plan:\n\n| day | city |\n|---|:---|\n| 1 | **Lisbon** |\n| 12 | Porto |\n\n```\n| a | b |\n|---|---|\n```"
+    await channel.send(OutboundMessage("telegram", "42", md))
+    [sent] = await tg.wait_sent(1)
+    assert sent["text"] == ("Plan:\n\n<pre><code>day  city\n---  ------\n1    Lisbon\n12   Porto</code></pre>\n\n"
+                            "<pre><code>| a | b |\n|---|---|</code></pre>")
+
+
 async def test_long_reply_is_split_without_breaking_code(tg, channel):
     prose = "\n\n".join(f"Paragraph {i}: " + "lorem ipsum 😀 " * 40 for i in range(12))
     code = "\n".join(f"    if x < {i} and y > {i}: total += {i}  # <tag> & more" for i in range(120))
