@@ -5,6 +5,7 @@ marks) share."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from typing import Callable
 from urllib.parse import urlsplit
 
@@ -55,10 +56,16 @@ def _table_as_code(m: re.Match[str]) -> str:
     lines = m.group(0).rstrip("\n").split("\n")
     rows = [[re.sub(r"\*\*|__|`", "", cell).strip() for cell in line.strip().strip("|").split("|")]
             for i, line in enumerate(lines) if i != 1]
-    widths = [max(len(row[i]) if i < len(row) else 0 for row in rows) for i in range(max(map(len, rows)))]
+    widths = [max(_width(row[i]) if i < len(row) else 0 for row in rows) for i in range(max(map(len, rows)))]
     rows.insert(1, ["-" * width for width in widths])
-    shown = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    shown = ["  ".join(cell + " " * (width - _width(cell)) for cell, width in zip(row, widths)).rstrip()
+             for row in rows]
     return "```\n" + "\n".join(shown) + "\n```" + ("\n" if m.group(0).endswith("\n") else "")
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a monospaced font: wide characters (✅, 日本) take two."""
+    return sum(2 if unicodedata.east_asian_width(char) in "WF" else 1 for char in text)
 
 
 def names_itself(words: str, url: str) -> bool:

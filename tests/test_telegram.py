@@ -312,10 +312,10 @@ async def test_markdown_goes_out_as_html(tg, channel):
 
 async def test_a_table_goes_out_as_code_with_its_columns_lined_up(tg, channel):
     """Telegram shows no tables: their pipes and dashes lined up nowhere. One in code stays as it is."""
-    md = "Plan:\n\n| day | city |\n|---|:---|\n| 1 | **Lisbon** |\n| 12 | Porto |\n\n```\n| a | b |\n|---|---|\n```"
+    md = "Plan:\n\n| day | city |\n|---|:---|\n| ✅ | **Lisbon** |\n| 123 | Porto |\n\n```\n| a | b |\n|---|---|\n```"
     await channel.send(OutboundMessage("telegram", "42", md))
-    [sent] = await tg.wait_sent(1)
-    assert sent["text"] == ("Plan:\n\n<pre><code>day  city\n---  ------\n1    Lisbon\n12   Porto</code></pre>\n\n"
+    [sent] = await tg.wait_sent(1)  # ✅ takes two columns
+    assert sent["text"] == ("Plan:\n\n<pre><code>day  city\n---  ------\n✅   Lisbon\n123  Porto</code></pre>\n\n"
                             "<pre><code>| a | b |\n|---|---|</code></pre>")
 
 
