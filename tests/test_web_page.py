@@ -357,7 +357,8 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
 @pytest.mark.parametrize("dark", [False, True])
 async def test_it_works_at_375_pixels_light_and_dark(api: dict, llm: FakeOpenAI, dark: bool) -> None:  # noqa: F811
     root = api["base"].removesuffix("/v1") + "/"
-    llm.fallback = lambda body: reply("A reply that is long enough to wrap on a phone, with `code` and **bold** words.")
+    llm.fallback = lambda body: reply("A reply that is long enough to wrap on a phone, with `code` and **bold** words."
+                                      "\n\n| Conversation | Notifications | Attachments |\n|---|---|---|\n| a | b | c |")
     async with browser_page(width=375, height=740, dark=dark) as page:
         await sign_in(page, root, api["owner"])
         for n in range(4):  # conversations whose names are as long as their first messages
@@ -370,6 +371,10 @@ async def test_it_works_at_375_pixels_light_and_dark(api: dict, llm: FakeOpenAI,
         await shows(page, "#conversation-list", "conversation 3")
         assert await page.locator("#conversation-list li").count() >= 4
         assert await page.evaluate("document.scrollingElement.scrollWidth") <= 375  # nothing sideways
+        lines = await page.locator("#messages th").evaluate_all(  # a table's words stay whole: it scrolls instead
+            "cells => cells.map(c => { const r = document.createRange(); r.selectNodeContents(c); "
+            "return r.getClientRects().length; })")
+        assert lines and set(lines) == {1}, lines
         background = await page.evaluate("getComputedStyle(document.body).backgroundColor")
         assert (background == "rgb(13, 17, 23)") == dark
         await no_serious_violations(page)
