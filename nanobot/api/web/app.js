@@ -62,9 +62,9 @@ function rendered(text) {
     link.rel = "noopener noreferrer";
     if (misleading(link)) link.append(` (${link.href})`);
   }
-  // What may scroll sideways (a wide table, a long line of code) takes the keyboard's focus,
-  // so it can be scrolled without a mouse.
-  for (const wide of box.querySelectorAll("table, pre")) wide.tabIndex = 0;
+  // A table may scroll sideways (code wraps instead): it takes the keyboard's focus, so it
+  // can be scrolled without a mouse.
+  for (const table of box.querySelectorAll("table")) table.tabIndex = 0;
   for (const pre of box.querySelectorAll("pre")) {
     const code = pre.querySelector("code") || pre;
     const language = (/language-(\S+)/.exec(code.className) || [])[1] || "text";
