@@ -30,6 +30,8 @@ def test_what_is_spoken_is_the_words_without_markers_or_code() -> None:
     markdown = ("# Plan\n\nRun **this** and see `ls`:\n\n```sh\nrm -rf /tmp/x\n```\n\n```py\nprint(1)\n```\n\n"
                 "- one\n- [two](https://example.org)\n\n> quoted *words*")
     assert spoken_text(markdown) == f"Plan\nRun this and see ls:\n{CODE_SAID}\none\ntwo\nquoted words"
+    # A table row by row, its cells apart ("Code modeyesno" before)
+    assert spoken_text("| Feature | A |\n|---|---|\n| Code mode | yes |") == "Feature, A\nCode mode, yes"
 
 
 async def test_a_voice_note_gets_the_text_then_a_voice_note(config: Config, llm: FakeOpenAI,

@@ -59,6 +59,8 @@ def spoken_text(markdown: str) -> str:
             line = _said(lines, line)
             if not lines or lines[-1] != CODE_SAID:
                 lines.append(CODE_SAID)
+        elif token.type in ("th_open", "td_open") and line.strip():  # a row's cells, said apart
+            line += ", "
         elif token.type == "inline":
             line += "".join(_words(child) for child in token.children or ())
         elif token.type in _BLOCK_END or token.type == "hr":
