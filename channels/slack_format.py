@@ -9,7 +9,7 @@ through as they are, so a reply could ping a whole channel, and makes ``2*3*4`` 
 
 from __future__ import annotations
 
-from nanobot_channels.text import misleading, split_message, to_marks
+from nanobot_channels.text import misleading, split_message, tables_as_code, to_marks
 
 MAX_TEXT = 3900  # Slack truncates a message's text past 40,000 characters; it advises under 4,000
 
@@ -24,6 +24,7 @@ def markdown_to_mrkdwn(text: str) -> str:
 
 
 def mrkdwn_chunks(text: str, limit: int = MAX_TEXT) -> list[str]:
-    """Split on the Markdown (code blocks closed and reopened), then convert each piece;
-    escaping makes a piece longer, so the split leaves room for it."""
-    return [markdown_to_mrkdwn(piece) for piece in split_message(text, limit * 4 // 5)]
+    """Split on the Markdown (code blocks closed and reopened; tables already lined up, which can
+    make them much longer), then convert each piece; escaping makes a piece longer, so the split
+    leaves room for it."""
+    return [markdown_to_mrkdwn(piece) for piece in split_message(tables_as_code(text), limit * 4 // 5)]

@@ -299,6 +299,18 @@ async def test_a_long_reply_goes_on_from_the_part_an_earlier_attempt_did_not_sen
     assert [text[:6] for text in wa.texts()] == ["B-PART"]
 
 
+async def test_a_table_that_grows_when_lined_up_is_split_as_sent(llm: FakeOpenAI, workspace: Path,
+                                                                   wa: FakeWhatsApp) -> None:
+    """Lining a table up can make it many times longer (one wide cell pads every row): it is split
+    after, so no part passes WhatsApp's 4,096 characters (one part of 31,000 was sent before)."""
+    llm.script(reply("| name | n |\n|---|---|\n| " + "x" * 200 + " | 1 |\n" + "| a | 2 |\n" * 150))
+    async with running_gateway(wa_config(llm, workspace, wa)):
+        assert await wa.deliver(OWNER, "the table") == 200
+        rows = lambda: sum(s["text"]["body"].count("\na ") for s in wa.sent)  # noqa: E731
+        await wa.wait_until(lambda: rows() == 150)
+        assert all(len(s["text"]["body"]) <= 4096 for s in wa.sent) and len(wa.sent) > 1
+
+
 def test_replies_are_in_whatsapps_own_marks() -> None:
     from nanobot_channels.whatsapp import whatsapp_marks
 
