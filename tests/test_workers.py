@@ -348,7 +348,14 @@ async def test_what_waited_in_a_terminal_chat_held_elsewhere_is_shown_once(
                                      headers={"X-Nanobot-Session": "cli:default"}) as response:
                     return (await response.json())["messages"]
 
-            assert await shown_at_start() == ["BACKUP-DONE"]
+            shown: list[str] = []
+
+            async def shown_there() -> bool:  # once the holder has written it down (in memory first)
+                shown[:] = await shown_at_start()
+                return bool(shown)
+
+            await until(shown_there)
+            assert shown == ["BACKUP-DONE"]
             await until(lambda: waiting_there(0))
             assert await shown_at_start() == []
 
