@@ -36,8 +36,9 @@ def misleading(words: str, url: str) -> bool:
     return any(host not in named.lower() for named in ADDRESS.findall(words))
 
 
-# A table: a row of cells, the row of dashes under it, and the rows after them.
-TABLE = re.compile(r"^[ \t]*\|?[^\n]*\|[^\n]*\n[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$"
+# A table: a row of cells, the row of dashes under it (with a "|": a bare "---" under a line is a
+# heading or a rule), and the rows after them.
+TABLE = re.compile(r"^[ \t]*\|?[^\n]*\|[^\n]*\n(?=[^\n]*\|)[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$"
                    r"(?:\n[ \t]*\|?[^\n]*\|[^\n]*)*\n?", re.M)
 
 
@@ -75,7 +76,8 @@ def names_itself(words: str, url: str) -> bool:
 
 def to_marks(text: str, escape: Callable[[str], str], link: Callable[[str, str], str]) -> str:
     """Markdown as models write it -> the marks Slack and WhatsApp read: ``*bold*``,
-    ``_italic_``, ``~strike~``, a heading bold, a bullet "•". Code is cut out first, so nothing
+    ``_italic_``, ``~strike~``, a heading bold, a bullet "•", a table lined up in code (the
+    channels line tables up before splitting too: doing it again finds none). Code is cut out first, so nothing
     inside it is formatted (both show ``` blocks and `code` as they are); ``escape`` is for what
     the platform would read as markup, ``link(words, url)`` writes a link."""
     slots: list[str] = []

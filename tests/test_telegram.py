@@ -419,6 +419,7 @@ def test_markdown_to_html_basics():
     assert markdown_to_html("_it_ __b__ ~~s~~ <x> & y") == "<i>it</i> <b>b</b> <s>s</s> &lt;x&gt; &amp; y"
     assert markdown_to_html("```\nraw **x** <y>") == "<pre><code>raw **x** &lt;y&gt;</code></pre>"
     assert markdown_to_html("> quoted\nplain") == "<blockquote>quoted</blockquote>\nplain"
+    assert markdown_to_html("Price | qty\n---\nmore") == "Price | qty\n---\nmore"  # a rule under a line: no table
     assert markdown_to_html("see ![chart](https://x.org/c.png)") == 'see <a href="https://x.org/c.png">chart</a>'
     # Words naming another address than the target (a reply a web page steered) show the target too.
     assert markdown_to_html("[https://bank.example](https://evil.example/a_b) [docs](https://docs.example) "
