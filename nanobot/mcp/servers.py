@@ -70,7 +70,9 @@ class McpServers:
             self.register(connection)
 
     def states(self) -> dict[str, str]:
-        return {name: f"{c.state}, {self.tool_count(name)} tools" for name, c in self.connections.items()}
+        """Each server's state for a person: its tool count when running, why not when not."""
+        return {name: f"{c.state}, {self.tool_count(name)} tools" if c.running else f"down: {c.down_reason()}"
+                for name, c in self.connections.items()}
 
     def tool_count(self, name: str) -> int:
         return sum(1 for t in self.registry.tools() if isinstance(t, McpTool) and t.server == name)
@@ -78,9 +80,8 @@ class McpServers:
     def summary(self) -> list[str]:
         """One line per server: state and tool count (``nanobot mcp list``, ``status``)."""
         lines = []
-        for name, c in self.connections.items():
-            state = c.state if c.running else f"down: {c.down_reason()}"
-            line = f"{name} ({c.config.transport}): {state}, {self.tool_count(name)} tools"
+        for (name, c), state in zip(self.connections.items(), self.states().values()):
+            line = f"{name} ({c.config.transport}): {state}"
             if self.clashes.get(name):
                 line += f"; refused: {', '.join(self.clashes[name])}"
             lines.append(line)
