@@ -19,7 +19,7 @@ from nanobot.config import Config
 from nanobot.cron.store import CronStore
 from nanobot.runtime import open_runtime
 from nanobot.heartbeat import Heartbeat
-from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.fakes.openai_server import FakeOpenAI, error, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import add_cron_job, running_gateway, telegram_gateway_config, until
 
@@ -93,6 +93,23 @@ async def test_prompt_job_is_a_turn_in_the_owning_chat(config: Config, llm: Fake
     assert llm.chat_requests[0]["messages"][-1]["content"] == "remind me to stretch"
     history = (await gateway.runtime.sessions.open(f"telegram:{ALICE}")).messages
     assert [m["content"] for m in history[:2]] == ["remind me to stretch", "Time to stretch!"]
+
+
+async def test_a_prompt_job_whose_turn_fails_is_a_failed_run(config: Config, llm: FakeOpenAI,
+                                                             tg: FakeTelegram) -> None:
+    """The failed turn's reply tells the chat; the run is recorded as failed (it was "ok"), and
+    the owner is told which job it was, as for a code job."""
+    llm.script(error(400, message="model 'gpt-9' does not exist"))
+    async with running_gateway(config, with_services=True) as gateway:
+        job = await add_cron_job(gateway.cron_jobs.service, owner_session=f"telegram:{ALICE}", schedule_kind="every",
+                                 expression="3600", payload_kind="prompt", payload="summarise my day", name="daily")
+        run = await gateway.runtime.cron_runs.run(job.id, 15)
+        told, notice = await tg.wait_sent(2, timeout=10)
+        [job] = await CronStore(gateway.runtime.db).list()
+    assert run.status == "error" and "gpt-9" in run.output_excerpt
+    assert told["text"].startswith("Sorry, I could not get an answer from the model") and "gpt-9" in told["text"]
+    assert notice["text"].startswith("⏰ Cron job 'daily'") and "failed (1/3)" in notice["text"]
+    assert job.last_status == "error" and job.consecutive_failures == 1
 
 
 async def test_heartbeat_speaks_only_when_there_is_something_to_say(config: Config, llm: FakeOpenAI,

@@ -82,11 +82,11 @@ async def gateway_on(home: Path, workspace: Path, llm: FakeOpenAI) -> AsyncItera
         yield gateway
 
 
-async def run_job(gateway: Any, kind: str, payload: str) -> None:
+async def run_job(gateway: Any, kind: str, payload: str, status: str = "ok") -> None:
     """A job of the terminal's chat (``nanobot cron add`` without ``--to``), run now."""
     job = await add_cron_job(gateway.cron_jobs.service, owner_session="cli:default", schedule_kind="every",
                              expression="3600", payload_kind=kind, payload=payload)
-    assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == "ok"
+    assert (await gateway.runtime.cron_runs.run(job.id, 15)).status == status
 
 
 @asynccontextmanager
@@ -231,9 +231,11 @@ async def test_what_came_while_the_terminal_was_open_is_shown_at_the_next_start_
         await until(lambda: not chat.meta.waiting)
         assert (await waiting(http))["messages"] == []
         llm.script(error(400, message="model gone"))  # a job whose turn fails before doing anything
-        await run_job(gateway, "prompt", "and now?")
-        [failed] = (await waiting(http))["messages"]
+        await run_job(gateway, "prompt", "and now?", status="error")
+        await until(lambda: len(chat.meta.waiting) == 2)  # the job's notice comes behind
+        failed, notice = (await waiting(http))["messages"]
         assert failed.startswith("Sorry, I could not get an answer from the model") and "model gone" in failed
+        assert notice.startswith("⏰ Cron job") and "failed (1/3)" in notice
 
 
 async def test_an_open_terminal_asking_again_before_the_mark_is_made_is_not_shown_it_twice(

@@ -18,7 +18,7 @@ from nanobot.cluster.registry import OtherWorkspace, list_workers
 from nanobot.config import Config, TelegramWebhook
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.postgres import PostgresDatabase
-from tests.fakes.openai_server import reply
+from tests.fakes.openai_server import error, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import add_cron_job, keep_discord_urls, running_gateway, telegram_gateway_config, until
 
@@ -276,6 +276,9 @@ async def test_a_cron_prompt_job_runs_in_its_chat_wherever_that_is_held(
         assert run.status == "ok" and run.output_excerpt == "re: report please"
         await tg.wait_sent(2, timeout=10)
         assert texts(tg, 41) == ["re: hello", "re: report please"]
+        llm.script(error(400, message="no such model"))  # a failed turn is a failed run, there too
+        run = await gateways[other].runtime.cron_runs.run(job.id, 15)
+        assert run.status == "error" and "no such model" in run.output_excerpt
 
 
 async def test_a_code_jobs_output_for_an_api_chat_is_kept_by_the_worker_holding_it(

@@ -217,11 +217,13 @@ class Agent:
                      turn.state.model_calls, took * 1000, outcome)
             metrics.current.turn(turn.mode.name, took, outcome)
         self.memory.schedule(session, turn.mode.name)  # a background task: the reply does not wait for it
-        return "\n\n".join([reply, *turn.state.notices]) if turn.state.notices else reply
+        if turn.state.notices:  # (a failure stays one: type(reply))
+            return type(reply)("\n\n".join([reply, *turn.state.notices]))
+        return reply
 
 
-TURN_CRASHED = ("Sorry, something went wrong while I was working on that (the details are in the log). "
-                "Please try again.")
+TURN_CRASHED = FailedReply("Sorry, something went wrong while I was working on that (the details are in the log). "
+                           "Please try again.")
 
 
 def failure_reply(session_key: str, exc: Exception) -> tuple[FailedReply, str]:
@@ -231,7 +233,7 @@ def failure_reply(session_key: str, exc: Exception) -> tuple[FailedReply, str]:
     if isinstance(exc, ProviderError):
         return FailedReply(f"Sorry, I could not get an answer from the model: {exc}"), "model-error"
     log.error("%s: the turn failed", session_key, exc_info=exc)  # a bug: the traceback is for the log
-    return FailedReply(TURN_CRASHED), "error"
+    return TURN_CRASHED, "error"
 
 
 def settle_failed_turn(session: Session, added: int, reply: str) -> None:

@@ -22,6 +22,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, AsyncIterator, Callable
 
+from nanobot.agent.markup import FailedReply
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot import metrics
 from nanobot.cluster.leases import ChatLeases
@@ -138,12 +139,13 @@ class ChatRouter:
 
     async def _answer(self, intake_id: int) -> None:
         """Answer a caller waiting here, once its message is settled in the database."""
-        reply = await self.delivery.settled_reply(intake_id)
-        if reply is None:
+        settled = await self.delivery.settled_reply(intake_id)
+        if settled is None:
             return  # not settled: the notification was not the holder's (the sweep looks again)
+        reply, failed = settled
         done = self._awaiting.pop(intake_id, None)
         if done is not None and not done.done():
-            done.set_result(reply)
+            done.set_result(FailedReply(reply) if failed else reply)
 
     async def pull(self, chat: str, *, claim: bool, polite: bool = False) -> None:
         """Queue the chat's unanswered messages we have not queued yet, claiming the chat first

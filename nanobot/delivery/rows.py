@@ -37,7 +37,14 @@ def outbound_metadata_json(msg: OutboundMessage) -> str:
         kept["voice_note"] = True
     if msg.reply_context:
         kept["reply_context"] = msg.reply_context
+    if msg.failed:  # read by a caller waiting on another worker (``settled_reply``)
+        kept["failed"] = True
     return json.dumps(kept)
+
+
+def said_failed(metadata: str | None) -> bool:
+    """Whether a recorded reply says its turn failed (its metadata column)."""
+    return bool(metadata) and bool(json.loads(metadata).get("failed"))
 
 
 def outbound_from(row: Any) -> OutboundMessage:

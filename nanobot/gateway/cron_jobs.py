@@ -16,6 +16,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection
 
+from nanobot.agent.markup import FailedReply
 from nanobot.bus import InboundMessage, OutboundMessage, split_target
 from nanobot.coordination import Held, run_while_held
 from nanobot.cron.service import CronService, RunOutcome, default_name
@@ -113,7 +114,9 @@ class JobRunner:
         channel, chat_id = split_target(job.target)
         reply = await self.ask(InboundMessage(channel, chat_id, sender_id=f"cron:{job.id}",
                                               content=job.payload, source="cron"))
-        return RunOutcome("ok", reply)
+        # A failed turn told the chat so as its reply; the run is a failure all the same (counted
+        # towards the pause, and the owner told which job it was).
+        return RunOutcome("error" if isinstance(reply, FailedReply) else "ok", reply)
 
 
 class CronJobs:

@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from nanobot.agent.commands import is_command
-from nanobot.agent.loop import TURN_CRASHED, Origin, TurnIO, TurnRequest
+from nanobot.agent.loop import TURN_CRASHED, FailedReply, Origin, TurnIO, TurnRequest
 from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.gateway.albums import whole_album
@@ -280,8 +280,8 @@ class Dispatcher:
         """``msg``'s reply (none if ``text`` is empty). With an outbox it is recorded before
         this returns, and ``msg`` is settled in the same commit: a crash from now on cannot
         make it run again."""
-        voice = will_speak(self.agent, msg, text)
-        reply = OutboundMessage(msg.channel, msg.chat_id, text, stream_id=stream_id, turn_reply=True,
+        voice, failed = will_speak(self.agent, msg, text), isinstance(text, FailedReply)
+        reply = OutboundMessage(msg.channel, msg.chat_id, text, stream_id=stream_id, turn_reply=True, failed=failed,
                                 reply_context=msg.reply_context, voice_follows=voice_wait(self.agent) if voice else None)
         await self._put(msg, reply, settles=True)
         if voice:  # after the text, never holding it up
