@@ -409,10 +409,12 @@ async def test_cli_says_a_dead_server_is_down_and_where_its_log_is(home: Path) -
     dying = {"command": sys.executable, "args": ["-c", "import sys; sys.stderr.write('boom: bad key\\n'); sys.exit(3)"]}
     write_mcp_config(home, {"dying": dying})
     log_file = home / "logs" / "mcp-dying.log"
-    code, out, _ = await nanobot("mcp", "list", home=home)
+    code, out, err = await nanobot("mcp", "list", home=home)
     assert code == 0 and "dying (stdio): down: " in out and out.rstrip().endswith(f"its log: {log_file}")
+    assert err == ""  # said once, in the listing: not again as the log's warnings
     code, _, err = await nanobot("mcp", "call", "dying", "search", home=home)
     assert code == 1 and "MCP server 'dying' is down" in err and str(log_file) in err and "no tool" not in err
+    assert len(err.splitlines()) == 1, err
     assert "boom: bad key" in log_file.read_text()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Optional
@@ -37,6 +38,8 @@ async def _servers(config: Config, only: str | None = None) -> AsyncIterator[obj
     if only is not None:
         config = config.model_copy(deep=True)
         config.tools.mcp_servers = {only: config.tools.mcp_servers[only]}
+    if logging.getLogger().level > logging.INFO:  # without -v: each command says a server's state itself
+        logging.getLogger("nanobot.mcp").setLevel(logging.ERROR)
     servers = McpServers(config, default_registry(config), config.home / "logs")
     try:
         await servers.ensure_started()
