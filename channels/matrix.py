@@ -39,7 +39,7 @@ from nanobot.message_context import noting_lost, shared_poll, with_quote
 from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
 from nanobot_channels.markdown_html import to_html
-from nanobot_channels.text import split_message
+from nanobot_channels.text import split_message, tables_as_lists
 
 log = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ class MatrixChannel(BaseChannel):
     async def send(self, msg: OutboundMessage) -> None:
         preview = self._previews.pop(msg.stream_id, None) if msg.stream_id is not None else None
         first, *rest = [partial(self._send_chunk, msg.chat_id, chunk, _txn(msg, i))
-                        for i, chunk in enumerate(split_message(msg.content, self.max_message_len))]
+                        for i, chunk in enumerate(split_message(tables_as_lists(msg.content), self.max_message_len))]
         await send_parts(msg, [partial(first, answers=msg.answers, preview=preview), *rest])
 
     async def _send_chunk(self, room: str, chunk: str, txn: str, answers: str | None = None,
@@ -332,6 +332,7 @@ def _text(markdown: str, answers: str | None = None) -> dict[str, Any]:
     a reply to the event ``answers`` names. It mentions nobody (``m.mentions``): without that,
     push rules read the body, and a reply a web page steered could ping the whole room
     (``@room``) or anyone by their display name."""
+    markdown = tables_as_lists(markdown)  # Element X shows a table's cells run together, or none
     content = {"msgtype": "m.text", "body": markdown, "format": "org.matrix.custom.html",
                "formatted_body": to_html(markdown), "m.mentions": {}}
     return {**content, "m.relates_to": {"m.in_reply_to": {"event_id": answers}}} if answers else content

@@ -37,7 +37,7 @@ from nanobot.message_context import noting_lost, shared_poll, with_quote
 from nanobot.config import SignalConfig
 from nanobot_channels.number_chats import NumberChats
 from nanobot_channels.signal_format import signal_message
-from nanobot_channels.text import split_message, tables_as_code
+from nanobot_channels.text import split_message, tables_as_lists
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class SignalChannel(BaseChannel):
         quote = {"quoteTimestamp": int(answers), "quoteAuthor": author} if answers and answers.isdigit() and author \
             else {}  # a group's answer quotes its question
         first, *rest = [partial(self._rpc, "send", msg.chat_id, **signal_message(chunk))
-                        for chunk in split_message(tables_as_code(msg.content), self.max_message_len)]
+                        for chunk in split_message(tables_as_lists(msg.content), self.max_message_len)]
         await send_parts(msg, [partial(first, **quote), *rest])
 
     async def send_stream(self, msg: OutboundMessage) -> None:

@@ -15,9 +15,9 @@ from typing import Any
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from nanobot_channels.text import names_itself, tables_as_code, utf16_len
+from nanobot_channels.text import names_itself, tables_as_lists, utf16_len
 
-PARSER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough")  # tables: tables_as_code
+PARSER = MarkdownIt("commonmark", {"html": False}).enable("strikethrough")  # tables: tables_as_lists
 STYLED = {"strong": "BOLD", "em": "ITALIC", "s": "STRIKETHROUGH", "heading": "BOLD"}
 ENDS = {"paragraph_close": "\n\n", "heading_close": "\n\n", "bullet_list_close": "\n", "ordered_list_close": "\n",
         "blockquote_close": "\n", "hr": "———\n\n"}
@@ -47,7 +47,7 @@ class _Message:
 def signal_message(markdown: str) -> dict[str, Any]:
     """The ``send`` parameters for ``markdown``: ``message``, and ``textStyle`` if any part is styled."""
     out = _Message()
-    for token in PARSER.parse(tables_as_code(markdown)):
+    for token in PARSER.parse(tables_as_lists(markdown)):
         kind, _, edge = token.type.rpartition("_")
         if token.type in ("fence", "code_block"):
             out.write(token.content.rstrip("\n"), "MONOSPACE")
@@ -55,13 +55,15 @@ def signal_message(markdown: str) -> dict[str, Any]:
         elif token.type == "inline":
             _inline(out, token.children or [])
         elif token.type == "list_item_open":
-            out.write(f"{token.info}{token.markup} " if token.info else "• ")
+            indent = "   " * (token.level // 2)  # an item of a list inside an item
+            out.write(indent + (f"{token.info}{token.markup} " if token.info else "• "))
         elif token.type == "paragraph_close" and token.hidden:  # a tight list's item
             out.write("\n")
         elif kind in STYLED:
             out.style(STYLED[kind], edge)
-        if token.type in ENDS and not (token.type == "paragraph_close" and token.hidden):
-            out.write(ENDS[token.type])
+        if token.type in ENDS and not (token.type == "paragraph_close" and token.hidden) and not (
+                token.type.endswith("list_close") and (token.level or out.parts[-1:] == ["\n\n"])):
+            out.write(ENDS[token.type])  # (a list inside an item, or a loose list's last paragraph, ended already)
     text = "".join(out.parts).rstrip("\n")
     return {"message": text, "textStyle": out.styles} if out.styles else {"message": text}
 

@@ -38,26 +38,62 @@ def misleading(words: str, url: str) -> bool:
 
 # A table: a row of cells, the row of dashes under it (with a "|": a bare "---" under a line is a
 # heading or a rule), and the rows after them.
-TABLE = re.compile(r"^[ \t]*\|?[^\n]*\|[^\n]*\n(?=[^\n]*\|)[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$"
+TABLE = re.compile(r"^[ \t]*\|?[^\n]*\|[^\n]*\n(?=[^\n]*\|)[ \t]*\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$"
                    r"(?:\n[ \t]*\|?[^\n]*\|[^\n]*)*\n?", re.M)
 
 
 def tables_as_code(text: str) -> str:
     """Each Markdown table outside code as a code block with its columns lined up: the chat
-    apps that show code (Telegram, Slack, WhatsApp, Signal, Discord) show no tables, and their
-    raw pipes and dashes line up nowhere."""
+    apps that show code (Telegram, Slack, Discord) show no tables, and their raw pipes and
+    dashes line up nowhere."""
+    return _each_table(text, _table_as_code)
+
+
+def tables_as_lists(text: str) -> str:
+    """Each Markdown table outside code as a list per row, under the row's first cell, each
+    value named by its column: for apps read on phones (Signal, WhatsApp, Matrix's Element X,
+    which drops a table's cells), where a table lined up in code is wider than the screen."""
+    return _each_table(text, _table_as_list)
+
+
+def _each_table(text: str, convert: Callable[[re.Match[str]], str]) -> str:
     out, at = [], 0
     for fence in FENCE.finditer(text):
-        out += [TABLE.sub(_table_as_code, text[at:fence.start()]), fence.group(0)]
+        out += [TABLE.sub(convert, text[at:fence.start()]), fence.group(0)]
         at = fence.end()
-    return "".join(out) + TABLE.sub(_table_as_code, text[at:])
+    return "".join(out) + TABLE.sub(convert, text[at:])
+
+
+def _rows(table: str) -> list[list[str]]:
+    """A table's rows of cells, the header first (not the row of dashes), each as long as the longest."""
+    lines = table.rstrip("\n").split("\n")
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for i, line in enumerate(lines) if i != 1]
+    return [row + [""] * (max(map(len, rows)) - len(row)) for row in rows]
+
+
+def _table_as_list(m: re.Match[str]) -> str:
+    header, *body = _rows(m.group(0))
+    # "+" items: a list of their own, even right under a list of the model's ("-" or "*").
+    if len(header) <= 2:  # a name and its value: one item each
+        shown = "\n".join("+ " + _label(row[0], ": ") + row[1] for row in body)
+    else:  # a row: its first cell, then an item for each other cell, named by its column
+        shown = "\n\n".join(_label(row[0], "\n") + "\n".join(f"+ {name}: {cell}" if name else f"+ {cell}"
+                                                           for name, cell in zip(header[1:], row[1:]) if cell)
+                            for row in body)
+    # Apart from what is around it: a line right after a list would be read as its last item's.
+    apart = m.start() > 0 and m.string[m.start() - 2:m.start()] != "\n\n"
+    return ("\n" if apart else "") + (shown or " · ".join(header)) + ("\n\n" if m.group(0).endswith("\n") else "")
+
+
+def _label(cell: str, then: str) -> str:
+    """A row's first cell, bold (marks of its own taken off), and ``then``; nothing if it is empty."""
+    cell = re.sub(r"\*\*|__", "", cell)
+    return f"**{cell}**{then}" if cell else ""
 
 
 def _table_as_code(m: re.Match[str]) -> str:
-    lines = m.group(0).rstrip("\n").split("\n")
-    rows = [[re.sub(r"\*\*|__|`", "", cell).strip() for cell in line.strip().strip("|").split("|")]
-            for i, line in enumerate(lines) if i != 1]
-    widths = [max(_width(row[i]) if i < len(row) else 0 for row in rows) for i in range(max(map(len, rows)))]
+    rows = [[re.sub(r"\*\*|__|`", "", cell) for cell in row] for row in _rows(m.group(0))]
+    widths = [max(_width(row[i]) for row in rows) for i in range(len(rows[0]))]
     rows.insert(1, ["-" * width for width in widths])
     shown = ["  ".join(cell + " " * (width - _width(cell)) for cell, width in zip(row, widths)).rstrip()
              for row in rows]

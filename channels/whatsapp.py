@@ -44,7 +44,7 @@ from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 from nanobot.sqlite_file import StoreUnavailable
 from nanobot_channels.number_chats import NumberChats
-from nanobot_channels.text import names_itself, split_message, tables_as_code, to_marks
+from nanobot_channels.text import names_itself, split_message, tables_as_lists, to_marks
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class WhatsAppChannel(BaseChannel):
 
     def _text_parts(self, chat_id: str, text: str) -> list[partial[Any]]:
         return [partial(self._send, chat_id, "text", {"body": whatsapp_marks(chunk), "preview_url": False})
-                for chunk in split_message(tables_as_code(text), self.max_message_len)]  # split as sent
+                for chunk in split_message(tables_as_lists(text), self.max_message_len)]  # split as sent
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         return None  # WhatsApp messages cannot be edited: the final text is sent whole
@@ -300,8 +300,8 @@ class WhatsAppChannel(BaseChannel):
 def whatsapp_marks(text: str) -> str:
     """Markdown as models write it -> WhatsApp's own marks (``*bold*``, ``_italic_``, ``~strike~``;
     it showed ``**`` and ``#`` as they are). A link is its words, then its address: WhatsApp
-    links addresses it sees, and has no hidden targets."""
-    return to_marks(text, lambda plain: plain,
+    links addresses it sees, and has no hidden targets. A table is a list per row (a caption's too)."""
+    return to_marks(tables_as_lists(text), lambda plain: plain,
                     lambda words, url: words if names_itself(words, url) else f"{words} ({url})")
 
 

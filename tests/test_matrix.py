@@ -131,7 +131,7 @@ async def bot_in(person: Person, room: str, bot: str) -> None:
 async def test_a_direct_chat_is_answered_and_is_the_owners(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
                                                            people: dict[str, Any]) -> None:
     owner, bot = people["owner"], people["bot"][0]
-    llm.script(reply("**Hello** there"))
+    llm.script(reply("**Hello** there"), reply("| Plan | Price | Seats |\n|---|---|---|\n| Basic | 5 € | 1 |"))
     async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
         room = await owner.room(bot)
         await bot_in(owner, room, bot)
@@ -141,6 +141,10 @@ async def test_a_direct_chat_is_answered_and_is_the_owners(llm: FakeOpenAI, work
         assert final["formatted_body"] == "<p><strong>Hello</strong> there</p>"
         assert asked(llm) == ["hi bot"] and gateway.runtime.trust(f"matrix:{room}") == "owner"
         assert gateway.channels.state["matrix"] == "running"
+        await owner.say(room, "the plans?")  # a table: Element X shows its cells run together, or none
+        await owner.read_until(lambda seen: owner.shown()[1:] == ["**Basic**\n+ Price: 5 €\n+ Seats: 1"])
+        final = owner.seen[-1]["content"].get("m.new_content") or owner.seen[-1]["content"]
+        assert final["formatted_body"] == "<p><strong>Basic</strong></p>\n<ul>\n<li>Price: 5 €</li>\n<li>Seats: 1</li>\n</ul>"
 
 
 async def test_a_notice_from_another_bot_is_not_answered(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,

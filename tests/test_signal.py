@@ -347,7 +347,10 @@ async def test_a_long_reply_goes_on_from_the_part_an_earlier_attempt_did_not_sen
 def test_a_replys_markdown_becomes_signals_words_and_styles() -> None:
     from nanobot_channels.signal_format import signal_message
 
-    assert signal_message("# Plan\n\n- _one_ ~~two~~\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```\nx = 1\n```") == {
-        "message": "Plan\n\n• one two\n\na  b\n-  -\n1  2\n\nx = 1",  # a table as code, its columns lined up
-        "textStyle": ["0:4:BOLD", "8:3:ITALIC", "12:3:STRIKETHROUGH", "17:14:MONOSPACE", "33:5:MONOSPACE"]}
+    assert signal_message("# Plan\n\n- _one_ ~~two~~\n  - three\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```\nx = 1\n```") \
+        == {"message": "Plan\n\n• one two\n   • three\n\n• 1: 2\n\nx = 1",  # a table as a list: a phone's width
+            "textStyle": ["0:4:BOLD", "8:3:ITALIC", "12:3:STRIKETHROUGH", "30:1:BOLD", "36:5:MONOSPACE"]}
+    wide = signal_message("| Plan | Price | Seats |\n|---|---|---|\n| **Basic** | 5 € | 1 |\n| Team | 20 € | 10 |")
+    assert wide == {"message": "Basic\n\n• Price: 5 €\n• Seats: 1\n\nTeam\n\n• Price: 20 €\n• Seats: 10",
+                    "textStyle": ["0:5:BOLD", "32:4:BOLD"]}
     assert signal_message("[https://x.org](https://x.org)") == {"message": "https://x.org"}
