@@ -57,6 +57,24 @@ async def test_a_bad_request_does_not_fall_back(llm: FakeOpenAI, backup: FakeOpe
     assert isinstance(answer, FailedReply) and "HTTP 400" in answer and backup.chat_requests == []
 
 
+async def test_a_spent_quota_is_not_asked_again_but_falls_back(llm: FakeOpenAI, backup: FakeOpenAI,
+                                                               workspace: Path) -> None:
+    """OpenAI says a spent quota with a 429, as it says a rate limit: asking again in a few
+    seconds brings the same answer (three retries, seven seconds, before)."""
+    quota = error(429, message="You exceeded your current quota, please check your plan and billing details.",
+                  code="insufficient_quota")
+    llm.script(quota, reply("never asked"))
+    config = config_for(llm.base_url, workspace)
+    config.providers["openai"].max_retries = 3
+    async with open_runtime(config) as rt:
+        answer = await rt.agent.handle("cli:q", "hi")
+    assert isinstance(answer, FailedReply) and "exceeded your current quota" in answer and len(llm.chat_requests) == 1
+    llm.script(quota)
+    backup.script(reply("from the backup"))
+    async with open_runtime(two_providers(llm, backup, workspace)) as rt:
+        assert await rt.agent.handle("cli:q", "hi") == "from the backup"
+
+
 async def test_when_nothing_answers_the_reply_names_what_was_tried(llm: FakeOpenAI, backup: FakeOpenAI,
                                                                     workspace: Path) -> None:
     llm.script(error(502))

@@ -210,8 +210,8 @@ def classify_error(exc: Exception) -> tuple[ProviderError, float | None]:
     if isinstance(exc, openai.APIStatusError):
         error = ProviderError(f"the model server answered HTTP {exc.status_code}: {_short(_server_message(exc))}",
                               fallback=exc.status_code == 429 or exc.status_code >= 500, status=exc.status_code)
-        if exc.status_code not in RETRY_STATUSES:
-            return error, None
+        if exc.status_code not in RETRY_STATUSES or _error_code(exc) == "insufficient_quota":
+            return error, None  # (a quota spent is a 429 too: asking again soon does not help; a fallback may)
         return error, _retry_after(exc.response)
     if isinstance(exc, openai.APITimeoutError):  # before APIConnectionError: it is a subclass
         return ProviderError("the model server did not answer in time (providers.*.timeout)", fallback=True), None
@@ -236,6 +236,12 @@ def _certificate_error(exc: BaseException | None) -> ssl.SSLCertVerificationErro
             return getattr(exc, "certificate_error", exc)
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+def _error_code(exc: openai.APIStatusError) -> str | None:
+    """The server's ``{"error": {"code": ...}}``, as OpenAI gives it (``insufficient_quota``)."""
+    inner = exc.body.get("error") if isinstance(exc.body, dict) else None
+    return str(inner.get("code")) if isinstance(inner, dict) and inner.get("code") else None
 
 
 def _server_message(exc: openai.APIStatusError) -> str:

@@ -73,11 +73,13 @@ class Error:
     status: int
     headers: dict[str, str]
     message: str
+    code: str | None = None  # OpenAI's error code ("insufficient_quota")
 
 
-def error(status: int, retry_after: float | None = None, message: str = "scripted error") -> Error:
+def error(status: int, retry_after: float | None = None, message: str = "scripted error",
+          code: str | None = None) -> Error:
     headers = {"retry-after-ms": str(int(retry_after * 1000))} if retry_after is not None else {}
-    return Error(status, headers, message)
+    return Error(status, headers, message, code)
 
 
 @dataclass
@@ -281,5 +283,5 @@ async def _waited(item: Any) -> Any:
 
 
 def _error_response(error: Error) -> web.Response:
-    return web.json_response({"error": {"message": error.message, "type": "scripted"}},
+    return web.json_response({"error": {"message": error.message, "type": error.code or "scripted", "code": error.code}},
                              status=error.status, headers=error.headers)
