@@ -63,7 +63,7 @@ async def test_a_spent_quota_is_not_asked_again_but_falls_back(llm: FakeOpenAI, 
     seconds brings the same answer (three retries, seven seconds, before)."""
     quota = error(429, message="You exceeded your current quota, please check your plan and billing details.",
                   code="insufficient_quota")
-    llm.script(quota, reply("never asked"))
+    llm.script(quota)  # asked again, the server would answer "(script exhausted)"
     config = config_for(llm.base_url, workspace)
     config.providers["openai"].max_retries = 3
     async with open_runtime(config) as rt:

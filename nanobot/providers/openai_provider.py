@@ -240,7 +240,7 @@ def _certificate_error(exc: BaseException | None) -> ssl.SSLCertVerificationErro
 
 def _error_code(exc: openai.APIStatusError) -> str | None:
     """The server's ``{"error": {"code": ...}}``, as OpenAI gives it (``insufficient_quota``)."""
-    inner = exc.body.get("error") if isinstance(exc.body, dict) else None
+    inner = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None  # (the SDK takes it out)
     return str(inner.get("code")) if isinstance(inner, dict) and inner.get("code") else None
 
 
