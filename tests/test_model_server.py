@@ -47,6 +47,7 @@ async def test_errors_that_will_fail_again_are_not_retried(llm: FakeOpenAI, work
     answer = await ask(llm, workspace, "hi")
     assert isinstance(answer, FailedReply) and f"HTTP {status}" in answer
     assert len(llm.chat_requests) == 1
+    assert ("(the key is providers.openai.apiKey)" in answer) == (status == 401)  # which key, of several
 
 
 @pytest.mark.parametrize("status", [429, 502, 503])

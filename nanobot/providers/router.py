@@ -54,6 +54,8 @@ class ModelRouter(Provider):
             try:
                 response = await self.provider(provider_name).chat(replace(request, model=model, fallbacks=[]))
             except ProviderError as exc:
+                if exc.status in (401, 403):  # which of the keys: there may be several providers
+                    exc.args = (f"{exc} (the key is providers.{provider_name}.apiKey)",)
                 if not exc.fallback or len(targets) == 1:
                     exc.failed_attempts = attempts
                     raise
