@@ -36,12 +36,17 @@ def test_what_is_spoken_is_the_words_without_markers_or_code() -> None:
 
 async def test_a_voice_note_gets_the_text_then_a_voice_note(config: Config, llm: FakeOpenAI,
                                                             tg: FakeTelegram) -> None:
-    llm.transcripts.append("what is on today")
-    llm.script(reply("**Nothing** today.\n\n```\ncalendar.list()\n```"))
+    """Not a failed turn's reply: its words are for reading ("HTTP 400: ..."), and it was spoken."""
+    llm.transcripts.extend(["hello?", "what is on today"])
+    llm.script(error(400, message="the model is overloaded"),
+               reply("**Nothing** today.\n\n```\ncalendar.list()\n```"))
     async with running_gateway(config):
+        tg.push_voice(ALICE, ALICE, b"OggS-in", duration=2)
+        [failed] = await tg.wait_sent(1, timeout=15)
         tg.push_voice(ALICE, ALICE, b"OggS-in", duration=3)
-        [text] = await tg.wait_sent(1, timeout=15)
+        text = (await tg.wait_sent(2, timeout=15))[1]
         await tg.wait_until(lambda: tg.files, timeout=15)
+    assert failed["text"].startswith("Sorry, I could not get an answer from the model")
     [voice] = tg.files
     assert voice["method"] == "voice" and voice["data"] == ogg_opus() and voice["filename"] == "reply.ogg"
     assert text["message_id"] < voice["message_id"]  # the text first

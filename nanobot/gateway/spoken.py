@@ -14,6 +14,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from nanobot.agent.commands import is_command
+from nanobot.agent.markup import FailedReply
 from nanobot.agent.spend import BudgetSpent, metered_speech
 from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
 from nanobot.media.speech import SPOKEN_NAME, SpeechError, speaks, speech_enabled, spoken_text
@@ -25,9 +26,11 @@ log = logging.getLogger(__name__)
 
 def will_speak(agent: Agent, msg: InboundMessage, text: str) -> bool:
     """Whether ``msg``'s reply ``text`` is spoken too: a chat message's reply (not a command's,
-    not a cron job's), by the chat's /voice choice or ``tools.speech.reply``."""
+    not a cron job's, not one saying the turn failed: its words are for reading, HTTP statuses
+    and all), by the chat's /voice choice or ``tools.speech.reply``."""
     config = agent.deps.config
-    if not speech_enabled(config) or not text.strip() or msg.source == "cron" or is_command(msg.content):
+    if not speech_enabled(config) or not text.strip() or msg.source == "cron" or is_command(msg.content) \
+            or isinstance(text, FailedReply):
         return False  # (every reply passes here: the chat's session is looked at only when speech is on)
     return speaks(config, agent.session(msg.session_key).meta.voice, msg.media)
 
