@@ -207,16 +207,27 @@ class UsageStore:
                                                     float(cost or 0.0), int(cached or 0))
                 for p, m, calls, failed, prompt, completion, cost, cached in rows}
 
+    async def last_failures(self, since: float) -> dict[str, tuple[float, str]]:
+        """Per "provider/model": when its last call since ``since`` failed, and why."""
+        rows = await self.db.fetch(
+            "SELECT provider, model, ts, outcome FROM model_calls WHERE id IN (SELECT max(id) FROM model_calls "
+            "WHERE ts >= $1 AND outcome != 'ok' GROUP BY provider, model)", float(since))
+        return {f"{p}/{m}" if p else m: (float(ts), str(why)) for p, m, ts, why in rows}
+
     async def cost_lines(self, timezone: str) -> list[str]:
-        """For status and /status: cost today and in total, and each model's calls, tokens and cost."""
+        """For status and /status: cost today and in total, each model's calls, tokens and cost,
+        and why its last failed call today failed (an operator's first question)."""
         today_start = start_of_today(timezone)
         per_model = await self.by_model()
         if not per_model:
             return []
-        today_models = await self.by_model(today_start)
+        today_models, failures = await self.by_model(today_start), await self.last_failures(today_start)
         total, today = await self.cost_since(0.0), await self.cost_since(today_start)
         lines = [f"Cost: ${today:.4f} today, ${total:.4f} in total" if total else "Models:"]
-        lines += [f"  {name}: today {today_models.get(name, CallTotals()).summary('call')}; "
-                  f"in total {t.summary('call')}"
-                  for name, t in per_model.items()]
+        for name, t in per_model.items():
+            lines.append(f"  {name}: today {today_models.get(name, CallTotals()).summary('call')}; "
+                         f"in total {t.summary('call')}")
+            if name in failures:
+                when, why = failures[name]
+                lines.append(f"    last failed at {datetime.fromtimestamp(when, ZoneInfo(timezone)):%H:%M}: {why}")
         return lines

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
 
 
 async def nanobot(*args: str, home: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -64,6 +64,18 @@ async def test_unreachable_model_is_a_clear_reply_not_a_traceback(home: Path, wo
     (home / "config.json").write_text(json.dumps(cfg))
     code, out, err = await nanobot("agent", "-m", "hi", home=home)
     assert code == 1 and "could not reach the model server" in out and "Traceback" not in out + err
+
+
+async def test_status_says_why_the_model_last_failed_never_obeying_its_words(home: Path, workspace: Path) -> None:
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        llm.script(error(401, message="Incorrect API key provided\x1b]0;owned\x07"))
+        code, out, _ = await nanobot("agent", "-m", "hi", home=home)
+        assert code == 1 and "\x1b" not in out
+        code, out, _ = await nanobot("status", home=home)
+    [failed] = [line for line in out.splitlines() if "last failed at" in line]
+    assert failed.endswith("HTTP 401: Incorrect API key provided\\x1b]0;owned\\x07 (the key is providers.openai.apiKey)")
+    assert "\x1b" not in out
 
 
 @pytest.mark.parametrize("mode", ["tools", "code"])

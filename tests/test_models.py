@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,9 @@ async def test_a_failing_model_falls_back_and_cools_down(llm: FakeOpenAI, backup
         assert "Cooling down: openai" in status
         assert "  local/llama: today 2 calls, 20 prompt + 10 completion tokens;" in status  # the fallback's use is visible
         assert "  openai/fake-model: today 1 call (1 failed), 0 prompt + 0 completion tokens;" in status
+        failed = status.split("  openai/fake-model: ")[1].splitlines()[1]  # why, under it (an operator's first question)
+        assert re.fullmatch(r"    last failed at \d\d:\d\d: the model server (answered HTTP|did not answer in time).*", failed)
+        assert status.count("last failed at") == 1  # the fallback's calls did not fail
         rows = [tuple(r) for r in await rt.db.fetch("SELECT provider, model, outcome FROM model_calls ORDER BY id")]
     assert len(llm.chat_requests) == 1 and backup.chat_requests[0]["model"] == "llama"
     assert rows[0][:2] == ("openai", "fake-model") and rows[0][2] != "ok"

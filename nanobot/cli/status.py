@@ -74,7 +74,7 @@ async def _status(config: Config, path: Path) -> None:
         for mode, t in sorted(totals.items()):
             typer.echo(f"Usage [{mode}]: {t.summary()}")
         for line in await (await UsageStore.create(db)).cost_lines(settings.timezone):
-            typer.echo(line)
+            typer.echo(for_terminal(line))  # why a call failed: the model server's words
     finally:
         await db.close()
 
