@@ -3,7 +3,8 @@
 When the file lists active tasks (``- [ ] ...`` lines), one agent turn checks them in its
 own session, so the user's chat history is not filled with routine checks. A message goes
 out only when the model has something to say: the answer ``HEARTBEAT_OK`` means nothing
-needs the user, and is dropped. The message goes to ``gateway.heartbeat.to``, by default the
+needs the user, and is dropped. A check that fails (the model is down) is told once, not at
+every beat until it answers again. The message goes to ``gateway.heartbeat.to``, by default the
 first owner chat: never to a group, whoever spoke there last.
 """
 
@@ -14,6 +15,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from nanobot.agent.markup import FailedReply
 from nanobot.prompts import render_prompt
 from nanobot.bus import OutboundMessage, split_target
 from nanobot.periodic import Periodic
@@ -45,6 +47,7 @@ class Heartbeat(Periodic):
     def __init__(self, runtime: Runtime, interval_seconds: float, singletons: Singletons | None = None) -> None:
         super().__init__(interval_seconds, singletons)
         self.runtime = runtime
+        self.failing = False  # the last check failed, and the owner was told: not again each beat of an outage
 
     async def tick(self) -> str | None:
         return await self.beat()
@@ -61,7 +64,12 @@ class Heartbeat(Periodic):
             return None
         prompt = render_prompt("heartbeat.md", tasks="\n".join(f"- {t}" for t in tasks), quiet=QUIET)
         rt.sessions.close(SESSION_KEY)  # read afresh: among workers, another may have run the last beat
-        reply = (await rt.agent.handle(SESSION_KEY, prompt)).strip()
+        answer = await rt.agent.handle(SESSION_KEY, prompt)
+        told, self.failing = self.failing, isinstance(answer, FailedReply)
+        if self.failing and told:
+            log.warning("heartbeat: the check failed again: %s", answer)
+            return None
+        reply = answer.strip()
         if not reply or QUIET in reply:
             return None
         channel, chat_id = split_target(target)

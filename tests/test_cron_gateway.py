@@ -130,6 +130,25 @@ async def test_heartbeat_speaks_only_when_there_is_something_to_say(config: Conf
     assert await Heartbeat(gateway.runtime, 3600).beat() is None and len(llm.chat_requests) == 3
 
 
+async def test_a_failing_heartbeat_is_told_once_not_at_every_beat(config: Config, llm: FakeOpenAI,
+                                                                    tg: FakeTelegram, workspace: Path) -> None:
+    """A night's outage at the default 30 minutes was 16 messages saying the same."""
+    down = error(400, message="the model is gone")
+    llm.script(reply("hello"), down, down, reply("HEARTBEAT_OK"), down)
+    (workspace / "HEARTBEAT.md").write_text("- [ ] check the disk\n")
+    async with running_gateway(config, with_services=True) as gateway:
+        beat = Heartbeat(gateway.runtime, 3600)
+        tg.push_text(ALICE, ALICE, "hi")
+        await tg.wait_sent(1)
+        assert "the model is gone" in await beat.beat()
+        assert await beat.beat() is None  # the same outage
+        assert await beat.beat() is None  # back: HEARTBEAT_OK
+        assert "the model is gone" in await beat.beat()  # down again: news again
+        sent = await tg.wait_sent(3)
+    assert all(m["text"].startswith("Sorry, I could not get an answer from the model") for m in sent[1:])
+    assert len(llm.chat_requests) == 5
+
+
 async def test_output_for_a_chat_that_cannot_be_reached_is_a_failed_run(config: Config, tg: FakeTelegram) -> None:
     async with running_gateway(config, with_services=True) as gateway:
         cron = gateway.cron_jobs.service
