@@ -207,12 +207,13 @@ class UsageStore:
                                                     float(cost or 0.0), int(cached or 0))
                 for p, m, calls, failed, prompt, completion, cost, cached in rows}
 
-    async def last_failures(self, since: float) -> dict[str, tuple[float, str]]:
-        """Per "provider/model": when its last call since ``since`` failed, and why."""
+    async def last_failures(self, timezone: str) -> dict[str, str]:
+        """Per "provider/model" whose call failed today: "last failed at 03:10: why"."""
         rows = await self.db.fetch(
             "SELECT provider, model, ts, outcome FROM model_calls WHERE id IN (SELECT max(id) FROM model_calls "
-            "WHERE ts >= $1 AND outcome != 'ok' GROUP BY provider, model)", float(since))
-        return {f"{p}/{m}" if p else m: (float(ts), str(why)) for p, m, ts, why in rows}
+            "WHERE ts >= $1 AND outcome != 'ok' GROUP BY provider, model)", start_of_today(timezone))
+        return {f"{p}/{m}" if p else m: f"last failed at {datetime.fromtimestamp(ts, ZoneInfo(timezone)):%H:%M}: {why}"
+                for p, m, ts, why in rows}
 
     async def cost_lines(self, timezone: str) -> list[str]:
         """For status and /status: cost today and in total, each model's calls, tokens and cost,
@@ -221,13 +222,12 @@ class UsageStore:
         per_model = await self.by_model()
         if not per_model:
             return []
-        today_models, failures = await self.by_model(today_start), await self.last_failures(today_start)
+        today_models, failures = await self.by_model(today_start), await self.last_failures(timezone)
         total, today = await self.cost_since(0.0), await self.cost_since(today_start)
         lines = [f"Cost: ${today:.4f} today, ${total:.4f} in total" if total else "Models:"]
         for name, t in per_model.items():
             lines.append(f"  {name}: today {today_models.get(name, CallTotals()).summary('call')}; "
                          f"in total {t.summary('call')}")
             if name in failures:
-                when, why = failures[name]
-                lines.append(f"    last failed at {datetime.fromtimestamp(when, ZoneInfo(timezone)):%H:%M}: {why}")
+                lines.append(f"    {failures[name]}")
         return lines

@@ -7,6 +7,7 @@ reader would; axe-core checks every view for serious or critical accessibility v
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
@@ -321,6 +322,8 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
     await rt.pairing.request("telegram", "555", "carol")
     await rt.usage.record_call("api:ada", "tools", "small-model", 100, 20, cost=0.25)
     await rt.usage.record_call("api:bob", "tools", "big-model", 100, 20, cost=1.5, cached_tokens=64)
+    await rt.usage.record_call("api:bob", "tools", "small-model", 0, 0, outcome="the model server answered HTTP 429: "
+                               "You exceeded your current quota")  # why it last failed, on the status view
     async with browser_page() as page:
         await sign_in(page, root, api["owner"])
         await page.click("#nav-cron")
@@ -347,7 +350,9 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
         await no_serious_violations(page)
         await page.click("#nav-status")
         await shows(page, "#status-list", "Shell")
-        assert "GB free" in await page.locator("#status-list").inner_text()
+        shown = await page.locator("#status-list").inner_text()
+        assert "GB free" in shown and re.search(r"Model\s+small-model: last failed at \d\d:\d\d: the model server "
+                                                 r"answered HTTP 429: You exceeded your current quota", shown), shown
         await no_serious_violations(page)
     job = (await (await CronStore.open(rt.db)).list())[0]
     assert not job.enabled and await rt.pairing.is_paired("telegram", "555")

@@ -262,6 +262,8 @@ class Gateway:
                  f"Database: {rt.db.engine}",
                  f"Tasks:    {await rt.tasks.status_line()}",
                  f"Disk:     {shutil.disk_usage(rt.home).free / 1073741824:.1f} GB free for the home"]
+        failures = await rt.usage.last_failures(rt.config.agents.defaults.timezone)
+        lines += [f"Model:    {name}: {failed}" for name, failed in failures.items()]  # (today's)
         if self.cluster is not None:
             from nanobot.cluster.registry import worker_lines
 
