@@ -180,13 +180,16 @@ async def test_the_terminal_is_told_in_its_reply_without_a_notice_per_run(llm: F
 async def test_a_member_chat_sees_only_its_own_figures(llm: FakeOpenAI, workspace: Path) -> None:
     config = priced(config_for(llm.base_url, workspace))
     config.providers["openai"].max_retries = 0
-    llm.script(reply("a"), reply("b"), error(503))
+    llm.script(reply("a"), reply("b"), error(503, message="upstream 10.0.0.5:8080 refused key sk-CANARY"))
     async with open_runtime(config) as rt:
         await rt.agent.handle("cli:c", "one")
         await rt.agent.handle("cli:c", "two")
-        await rt.agent.handle("telegram:-100", "three")  # a group: a member chat; the server fails
+        failed = await rt.agent.handle("telegram:-100", "three")  # a group: a member chat; the server fails
         member = await rt.agent.handle("telegram:-100", "/status")
         owner = await rt.agent.handle("cli:c", "/status")
+    # Why is the owner's: the server's words may name the owner's network or the ends of a key.
+    assert failed == "Sorry, I could not get an answer from the model just now. Please try again in a while."
+    assert "CANARY" not in failed + member and "last failed at" in owner and "sk-CANARY" in owner
     assert "a member chat" in member and "tools: 1 model call (1 failed)" in member
     assert "Cost" not in member and "fake-model:" not in member and "Cooling" not in member
     assert "tools: 3 model calls (1 failed)" in owner and "Cost: $0.0400 today" in owner

@@ -25,7 +25,7 @@ from nanobot.media.attachments import read_attachments
 from nanobot.providers.base import ProviderError
 from nanobot.session import Session
 from nanobot.utf8 import clean_text
-from nanobot.trust import HISTORY_CHANNELS, is_owner
+from nanobot.trust import HISTORY_CHANNELS, OWNER, is_owner
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ class Agent:
             reply, outcome = ended.reply, ended.outcome
             session.append({"role": "assistant", "content": reply})
         except Exception as exc:  # the model failed, the budget is spent, or a bug: never a traceback
-            reply, outcome = failure_reply(session_key, exc)
+            reply, outcome = failure_reply(session_key, exc, owner=turn.ctx.trust == OWNER)
             settle_failed_turn(session, session.count - recorded, reply)
         except BaseException:  # /stop or shutdown: the dispatcher records and reports it
             outcome = "cancelled"
@@ -226,10 +226,19 @@ TURN_CRASHED = FailedReply("Sorry, something went wrong while I was working on t
                            "Please try again.")
 
 
-def failure_reply(session_key: str, exc: Exception) -> tuple[FailedReply, str]:
-    """What the user is told when a turn fails, and the outcome for the turn's log line."""
+MODEL_DOWN_FOR_MEMBERS = FailedReply("Sorry, I could not get an answer from the model just now. Please try again "
+                                     "in a while.")
+
+
+def failure_reply(session_key: str, exc: Exception, *, owner: bool) -> tuple[FailedReply, str]:
+    """What the user is told when a turn fails, and the outcome for the turn's log line. Why the
+    model failed is the owner's: the server's words may hold an address of the owner's network
+    or the ends of a key (the owner finds them in the log and ``status``)."""
     if isinstance(exc, BudgetSpent):
         return FailedReply(str(exc)), "budget"
+    if isinstance(exc, ProviderError) and not owner:
+        log.warning("%s: no answer from the model: %s", session_key, exc)
+        return MODEL_DOWN_FOR_MEMBERS, "model-error"
     if isinstance(exc, ProviderError):
         return FailedReply(f"Sorry, I could not get an answer from the model: {exc}"), "model-error"
     log.error("%s: the turn failed", session_key, exc_info=exc)  # a bug: the traceback is for the log
