@@ -95,15 +95,19 @@ async def test_without_transcription_the_bot_says_once_how_to_enable_it(config: 
 async def test_a_voice_note_too_long_or_not_understood_gets_a_short_reply(config: Config, llm: FakeOpenAI,
                                                                           tg: FakeTelegram) -> None:
     config.tools.transcription.max_seconds = 60
-    llm.transcripts.append(error(500, message="whisper fell over"))
+    llm.transcripts.extend([error(500, message="whisper fell over"), error(401, message="key sk-CANARY refused")])
     async with running_gateway(config):
         tg.push_voice(ALICE, ALICE, b"long", duration=125)
         [too_long] = await tg.wait_sent(1, timeout=15)
         tg.push_voice(ALICE, ALICE, b"short", duration=5)
         failed = (await tg.wait_sent(2, timeout=15))[1]
+        tg.push_voice(BOB, BOB, b"short", duration=5)  # a member: the server's words are the owner's business
+        told = (await tg.wait_sent(3, timeout=15))[2]
     assert "2 min 5 s" in too_long["text"] and "tools.transcription.maxSeconds" in too_long["text"]
-    assert [t["data"] for t in llm.transcriptions] == [b"short"]  # the long one was never uploaded
+    assert [t["data"] for t in llm.transcriptions] == [b"short", b"short"]  # the long one was never uploaded
     assert failed["text"].startswith("I could not transcribe your voice note") and "HTTP 500" in failed["text"]
+    assert told["text"] == ("I could not transcribe your voice note: the transcription server gave no answer. "
+                            "Please try again or type it.")
     assert llm.chat_requests == []
 
 

@@ -193,7 +193,8 @@ class Agent:
         recorded = session.count
         try:
             attachments = await read_attachments(self.deps.config, self.deps.provider, turn.ctx.workspace,
-                                                 request.media, request.content, request.durations or {}, session)
+                                                 request.media, request.content, request.durations or {}, session,
+                                                 owner=turn.ctx.trust == OWNER)
             if attachments.reply is not None:  # a voice note nobody could hear: no model call
                 return attachments.reply
             reply = await turn.run(attachments.text(request.content), attachments, resumed=request.resumed)

@@ -69,15 +69,16 @@ class Attachments:
 
 
 async def read_attachments(config: Config, models: object, root: Path, media: list[str], content: str,
-                           durations: dict[str, float], session: Session) -> Attachments:
+                           durations: dict[str, float], session: Session, *, owner: bool) -> Attachments:
     """Sort a message's files by kind and turn each into what the model can take in
-    (``models``: the provider router, which also transcribes)."""
+    (``models``: the provider router, which also transcribes; ``owner``: an owner chat, told
+    the transcription server's words when it fails)."""
     found = Attachments()
     unheard: list[str] = []
     for rel in media:  # every file is opened through ``beneath``: never a link someone made
         kind = kind_of(rel)
         if kind == "audio":
-            await _hear(config, models, root, rel, durations.get(rel), found, unheard)
+            await _hear(config, models, root, rel, durations.get(rel), found, unheard, owner=owner)
         elif kind == "image":
             found.images.append(rel)
         elif kind == "document":
@@ -90,7 +91,7 @@ async def read_attachments(config: Config, models: object, root: Path, media: li
 
 
 async def _hear(config: Config, models: object, root: Path, rel: str, seconds: float | None,
-                found: Attachments, unheard: list[str]) -> None:
+                found: Attachments, unheard: list[str], *, owner: bool) -> None:
     if not transcription_enabled(config):
         unheard.append("")
         found.notes.append(f"[voice note {rel}: not transcribed, voice transcription is off]")
@@ -105,8 +106,9 @@ async def _hear(config: Config, models: object, root: Path, rel: str, seconds: f
         found.notes.append(f"[voice note {rel}: could not be read]")
     except TranscriptionError as exc:
         log.warning("transcription of %s failed: %s", rel, exc)
-        unheard.append(str(exc))
-        found.notes.append(f"[voice note {rel}: not transcribed, {exc}]")
+        said = str(exc) if owner or not exc.server_said else "the transcription server gave no answer"
+        unheard.append(said)
+        found.notes.append(f"[voice note {rel}: not transcribed, {said}]")
 
 
 def _unheard_reply(reasons: list[str], session: Session) -> str | None:

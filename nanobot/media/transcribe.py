@@ -14,7 +14,12 @@ from nanobot.providers.base import ProviderError
 
 
 class TranscriptionError(Exception):
-    """One short line for the user: why a voice note was not transcribed."""
+    """One short line for the user: why a voice note was not transcribed. ``server_said``: the
+    transcription server's words (an owner's business: they may name a key's ends)."""
+
+    def __init__(self, reason: str, *, server_said: bool = False) -> None:
+        super().__init__(reason)
+        self.server_said = server_said
 
 
 @runtime_checkable
@@ -47,7 +52,7 @@ async def transcribe(config: Config, models: object, name: str, data: bytes) -> 
         text = await models.transcribe(settings.provider, (name, data), settings.model, settings.language,
                                        settings.timeout)
     except ProviderError as exc:
-        raise TranscriptionError(str(exc).replace("model server", "transcription server")) from exc
+        raise TranscriptionError(str(exc).replace("model server", "transcription server"), server_said=True) from exc
     except ConfigError as exc:
         raise TranscriptionError(str(exc)) from exc
     if not text.strip():
