@@ -253,20 +253,18 @@ class Gateway:
         return await self.runtime.cron_runs.run(job_id, run_wait_s(self.config.agents.defaults.code_runtime))
 
     async def status_lines(self) -> list[str]:
+        from nanobot.cluster.registry import worker_lines
         from nanobot.tools.shell import shell_status
 
-        rt, states = self.runtime, self.channels.state
+        rt, states, zone = self.runtime, self.channels.state, self.config.agents.defaults.timezone
         lines = [f"Channels: {', '.join(f'{n} ({s})' for n, s in states.items()) or 'none enabled'}",
                  f"MCP:      {'; '.join(rt.mcp.summary()) if rt.mcp else 'none configured'}",
                  f"Shell:    {shell_status(rt.config)}",
                  f"Database: {rt.db.engine}",
                  f"Tasks:    {await rt.tasks.status_line()}",
                  f"Disk:     {shutil.disk_usage(rt.home).free / 1073741824:.1f} GB free for the home"]
-        failures = await rt.usage.last_failures(rt.config.agents.defaults.timezone)
-        lines += [f"Model:    {name}: {failed}" for name, failed in failures.items()]  # (today's)
+        lines += [f"Model:    {name}: {why}" for name, why in (await rt.usage.last_failures(zone)).items()]
         if self.cluster is not None:
-            from nanobot.cluster.registry import worker_lines
-
             lines += await worker_lines(rt.db)
         return lines
 
