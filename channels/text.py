@@ -76,13 +76,17 @@ def _table_as_list(m: re.Match[str]) -> str:
     # "+" items: a list of their own, even right under a list of the model's ("-" or "*").
     if len(header) <= 2:  # a name and its value: one item each
         shown = "\n".join("+ " + _label(row[0], ": ") + row[1] for row in body)
-    else:  # a row: its first cell, then an item for each other cell, named by its column
-        shown = "\n\n".join(_label(row[0], "\n") + "\n".join(f"+ {name}: {cell}" if name else f"+ {cell}"
-                                                           for name, cell in zip(header[1:], row[1:]) if cell)
-                            for row in body)
+    else:
+        shown = "\n\n".join(_row_as_list(header, row) for row in body)
     # Apart from what is around it: a line right after a list would be read as its last item's.
     apart = m.start() > 0 and m.string[m.start() - 2:m.start()] != "\n\n"
     return ("\n" if apart else "") + (shown or " · ".join(header)) + ("\n\n" if m.group(0).endswith("\n") else "")
+
+
+def _row_as_list(header: list[str], row: list[str]) -> str:
+    """A row: its first cell, then an item for each other cell that holds something, named by its column."""
+    items = [f"+ {name}: {cell}" if name else f"+ {cell}" for name, cell in zip(header[1:], row[1:]) if cell]
+    return _label(row[0], "\n") + "\n".join(items)
 
 
 def _label(cell: str, then: str) -> str:
