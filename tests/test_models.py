@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 
@@ -177,10 +178,12 @@ async def test_the_terminal_is_told_in_its_reply_without_a_notice_per_run(llm: F
         assert spent.startswith("Today's model budget is spent") and rt.bus.outbound.qsize() == 0
 
 
-async def test_a_member_chat_sees_only_its_own_figures(llm: FakeOpenAI, workspace: Path) -> None:
+async def test_a_member_chat_sees_only_its_own_figures(llm: FakeOpenAI, workspace: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
     config = priced(config_for(llm.base_url, workspace))
     config.providers["openai"].max_retries = 0
     llm.script(reply("a"), reply("b"), error(503, message="upstream 10.0.0.5:8080 refused key sk-CANARY"))
+    caplog.set_level(logging.INFO, logger="nanobot.agent.loop")
     async with open_runtime(config) as rt:
         await rt.agent.handle("cli:c", "one")
         await rt.agent.handle("cli:c", "two")
@@ -190,6 +193,8 @@ async def test_a_member_chat_sees_only_its_own_figures(llm: FakeOpenAI, workspac
     # Why is the owner's: the server's words may name the owner's network or the ends of a key.
     assert failed == "Sorry, I could not get an answer from the model just now. Please try again in a while."
     assert "CANARY" not in failed + member and "last failed at" in owner and "sk-CANARY" in owner
+    assert any("telegram:-100: no answer from the model" in r.getMessage() and "sk-CANARY" in r.getMessage()
+               for r in caplog.records)  # the daemon's log has why
     assert "a member chat" in member and "tools: 1 model call (1 failed)" in member
     assert "Cost" not in member and "fake-model:" not in member and "Cooling" not in member
     assert "tools: 3 model calls (1 failed)" in owner and "Cost: $0.0400 today" in owner

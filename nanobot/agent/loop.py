@@ -237,11 +237,10 @@ def failure_reply(session_key: str, exc: Exception, *, owner: bool) -> tuple[Fai
     or the ends of a key (the owner finds them in the log and ``status``)."""
     if isinstance(exc, BudgetSpent):
         return FailedReply(str(exc)), "budget"
-    if isinstance(exc, ProviderError) and not owner:
-        log.warning("%s: no answer from the model: %s", session_key, exc)
-        return MODEL_DOWN_FOR_MEMBERS, "model-error"
     if isinstance(exc, ProviderError):
-        return FailedReply(f"Sorry, I could not get an answer from the model: {exc}"), "model-error"
+        log.info("%s: no answer from the model: %s", session_key, exc)  # (the daemon's log: INFO and up)
+        return FailedReply(f"Sorry, I could not get an answer from the model: {exc}") if owner \
+            else MODEL_DOWN_FOR_MEMBERS, "model-error"
     log.error("%s: the turn failed", session_key, exc_info=exc)  # a bug: the traceback is for the log
     return TURN_CRASHED, "error"
 
