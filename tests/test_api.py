@@ -16,7 +16,7 @@ import pytest
 
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
-from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
+from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply, tool_call
 from tests.helpers import config_for, running_gateway
 from tests.test_cli import nanobot
 
@@ -363,6 +363,25 @@ async def test_notes_and_files_a_turn_sends_come_with_its_answer(api: dict, llm:
     assert text == "Here it is."
     assert events.index(next(e for e in events if "nanobot" in e)) < \
         events.index(next(e for e in events if e["choices"][0]["delta"].get("content")))
+
+
+async def test_a_failed_turn_is_marked_for_a_program_to_tell(api: dict, llm: FakeOpenAI) -> None:
+    """Its words say it failed, for a person; nanobot's own field says so for a program, which
+    could not tell the apology from an answer. A member's words say only that none came."""
+    llm.script(error(400, message="the model is gone"), error(400, message="the model is gone"), reply("fine"))
+    status, body = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and body["nanobot"] == {"failed": True}
+    assert "the model is gone" in body["choices"][0]["message"]["content"]
+    async with aiohttp.ClientSession() as http:
+        async with http.post(api["base"] + "/chat/completions", headers={"Authorization": f"Bearer {api['member']}"},
+                             json={"model": "nanobot", "stream": True,
+                                   "messages": [{"role": "user", "content": "hi"}]}) as resp:
+            events = [json.loads(line[6:]) async for line in resp.content if line.startswith(b"data: {")]
+    [last] = [e for e in events if e["choices"] and e["choices"][0]["finish_reason"] == "stop"]
+    assert last["nanobot"] == {"failed": True}
+    assert "gone" not in "".join(e["choices"][0]["delta"].get("content") or "" for e in events)
+    status, body = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "again"}]})
+    assert body["choices"][0]["message"]["content"] == "fine" and "nanobot" not in body
 
 
 async def test_the_api_answer_carries_the_voice_note(api: dict, llm: FakeOpenAI) -> None:

@@ -27,6 +27,7 @@ from nanobot.api.chats import ChatRoutes
 from nanobot.api.keys import ApiKeys, KeyCheck
 from nanobot.listener import BadBody, Listener, read_json
 from nanobot.agent.commands import is_command
+from nanobot.agent.markup import FailedReply
 
 if TYPE_CHECKING:
     from nanobot.api.front_door import FrontDoor
@@ -196,6 +197,8 @@ async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id
     body = _completion(reply.final, await used())
     if reply.asides:  # nanobot's own field (clients of OpenAI's shape ignore it): notes and files sent
         body["nanobot"] = {"asides": [aside.as_json() for aside in reply.asides]}
+    if isinstance(reply.final, FailedReply):  # the words say the turn failed: a program can tell
+        body.setdefault("nanobot", {})["failed"] = True
     return web.json_response(body)
 
 
@@ -211,7 +214,8 @@ async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply
                 await _event(response, {**_chunk(ident, created, {}), "nanobot": piece.as_json()})
             else:
                 await _event(response, _chunk(ident, created, {"content": piece}))
-        await _event(response, _chunk(ident, created, {}, finish="stop"))
+        failed = {"nanobot": {"failed": True}} if isinstance(reply.final, FailedReply) else {}
+        await _event(response, {**_chunk(ident, created, {}, finish="stop"), **failed})
         if used is not None:
             await _event(response, {**_chunk(ident, created, {}), "choices": [], "usage": await used()})
         await response.write(b"data: [DONE]\n\n")
