@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call, tool_calls
+from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply, tool_call, tool_calls
 from tests.test_api import api, config  # noqa: F401  (fixtures: a gateway with the API and two keys)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -108,6 +108,13 @@ async def test_replies_render_as_markdown_safely_and_grow_as_they_stream(api: di
         await page.reload()  # the history comes from the server, rendered the same way
         await page.wait_for_function("() => document.querySelectorAll('#messages > li').length === 2")
         assert await page.locator("#messages li.assistant h2").inner_text() == "Three jobs"
+        llm.script(error(400, message="the model is gone"))  # a failed turn: its words, marked as such
+        await page.get_by_label("Message").fill("and now?")
+        await page.get_by_label("Message").press("Enter")
+        failed = page.locator("#messages li.assistant.failed")
+        await failed.wait_for()
+        assert "the model is gone" in await failed.inner_text() and await page.locator("#messages li.note").count() == 0
+        await no_serious_violations(page)
 
 
 @needs_browser

@@ -230,7 +230,8 @@ async function readStream(response, reply) {
     for (const event of events) {
       if (!event.startsWith("data: {")) continue;
       const data = JSON.parse(event.slice(6));
-      if (data.nanobot) showAside(data.nanobot, reply);  // a note or a file the turn sent
+      if (data.nanobot?.failed) reply.classList.add("failed");  // the words say the turn failed
+      else if (data.nanobot) showAside(data.nanobot, reply);  // a note or a file the turn sent
       const piece = data.choices[0].delta.content;
       if (piece) shown += piece;
     }
