@@ -123,13 +123,15 @@ def _request(path: str, method: str, target: str, body: bytes, headers: dict[str
 
 
 def _print_stream(response: BinaryIO) -> int:
-    ended_with_newline = True
+    """The reply as it comes; the exit code: 1 when the turn failed (as in-process)."""
+    ended_with_newline, failed = True, False
     for raw in response:
         line = raw.decode("utf-8", "replace").strip()
         if not line.startswith("data: ") or line == "data: [DONE]":
             continue
         event = json.loads(line[6:])
-        if aside := event.get("nanobot"):  # a note or a file the turn sent, on a line of its own
+        failed = failed or bool(event.get("nanobot", {}).get("failed"))
+        if aside := aside_of(event):  # a note or a file the turn sent, on a line of its own
             sys.stdout.write(("" if ended_with_newline else "\n") + for_terminal(aside_text(aside)) + "\n")
             ended_with_newline = True
         for choice in event.get("choices", []):
@@ -140,7 +142,14 @@ def _print_stream(response: BinaryIO) -> int:
                 ended_with_newline = piece.endswith("\n")
     if not ended_with_newline:
         sys.stdout.write("\n")
-    return 0
+    return 1 if failed else 0
+
+
+def aside_of(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The note or file a stream's event carries (the API's ``nanobot`` field), if any: not the
+    mark of a failed turn, whose words come as the reply's."""
+    aside = event.get("nanobot")
+    return aside if aside and "failed" not in aside else None
 
 
 def aside_text(aside: dict[str, Any]) -> str:

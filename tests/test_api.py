@@ -198,14 +198,16 @@ async def test_the_terminal_reaches_a_running_gateway_without_the_model_sdk(
     the turn is the gateway's (its history, its loaded model client); the client imports no
     model SDK. ``--local`` runs in-process as before."""
     config.gateway.api.enabled = False  # the socket is there without the HTTP API
-    llm.script(reply("from the gateway"), reply("in-process"))
+    llm.script(reply("from the gateway"), error(400, message="the model is gone"), reply("in-process"))
     async with running_gateway(config, with_services=True) as gateway:
         sock = home / "api.sock"
         assert sock.exists() and sock.stat().st_mode & 0o777 == 0o600
         code, out, err = await nanobot("agent", "-m", "hi", home=home, env={"PYTHONPROFILEIMPORTTIME": "1"})
         assert code == 0 and out == "from the gateway\n", err
+        code, out, _ = await nanobot("agent", "-m", "and now?", home=home)  # a failed turn: exit 1, as in-process
+        assert code == 1 and out.startswith("Sorry, I could not get an answer") and out.count("\n") == 1
         assert "openai" not in err and "pydantic" not in err  # the import log of the client process
-        assert [m["content"] for m in (await gateway.runtime.sessions.open("cli:default")).messages] == [
+        assert [m["content"] for m in (await gateway.runtime.sessions.open("cli:default")).messages][:2] == [
             "hi", "from the gateway"]
         (home / "config.json").write_text(json.dumps({
             "agents": {"defaults": {"workspace": str(config.workspace_path), "model": "m", "executionMode": "tools"}},

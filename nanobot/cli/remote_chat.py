@@ -24,7 +24,7 @@ from nanobot.cli.terminal_channel import CliChannel
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.cli.common import show_waiting
 from nanobot.gateway.dispatcher import is_stop
-from nanobot.terminal_client import aside_text
+from nanobot.terminal_client import aside_of, aside_text
 from nanobot.eventloop import Background
 
 URL = "http://gateway/v1/chat/completions"  # the host is not used: the connection is the socket
@@ -132,7 +132,7 @@ class RemoteChat:
                     if not line.startswith("data: {"):
                         continue
                     event = json.loads(line[6:])
-                    if aside := event.get("nanobot"):  # a note or a file the turn sent
+                    if aside := aside_of(event):  # a note or a file the turn sent
                         await self.channel.send(OutboundMessage("cli", self.chat_id, aside_text(aside)))
                     for choice in event.get("choices", []):
                         if piece := choice.get("delta", {}).get("content"):
