@@ -69,7 +69,8 @@ class Heartbeat(Periodic):
         if self.failing and told:
             log.warning("heartbeat: the check failed again: %s", answer)
             return None
-        reply = answer.strip()
+        # A failure's words answer no question the owner asked: say what failed.
+        reply = f"The heartbeat's check of HEARTBEAT.md could not run. {answer}" if self.failing else answer.strip()
         if not reply or QUIET in reply:
             return None
         channel, chat_id = split_target(target)

@@ -145,7 +145,8 @@ async def test_a_failing_heartbeat_is_told_once_not_at_every_beat(config: Config
         assert await beat.beat() is None  # back: HEARTBEAT_OK
         assert "the model is gone" in await beat.beat()  # down again: news again
         sent = await tg.wait_sent(3)
-    assert all(m["text"].startswith("Sorry, I could not get an answer from the model") for m in sent[1:])
+    assert all(m["text"].startswith("The heartbeat's check of HEARTBEAT.md could not run. Sorry, I could not get an "
+                                    "answer from the model") for m in sent[1:])
     assert len(llm.chat_requests) == 5
 
 
