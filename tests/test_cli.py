@@ -66,16 +66,30 @@ async def test_unreachable_model_is_a_clear_reply_not_a_traceback(home: Path, wo
     assert code == 1 and "could not reach the model server" in out and "Traceback" not in out + err
 
 
-async def test_status_says_why_the_model_last_failed_never_obeying_its_words(home: Path, workspace: Path) -> None:
+async def test_status_says_what_failed_never_obeying_its_words(home: Path, workspace: Path) -> None:
+    """Why the model last failed; which cron jobs are paused or failed at their last run."""
+    from datetime import datetime, timezone
+
+    from nanobot.cron.store import CronStore
+
     async with FakeOpenAI() as llm:
         write_config(home, workspace, llm.base_url)
         llm.script(error(401, message="Incorrect API key provided\x1b]0;owned\x07"))
         code, out, _ = await nanobot("agent", "-m", "hi", home=home)
         assert code == 1 and "\x1b" not in out
+        store = await CronStore.open(home / "nanobot.db")
+        try:
+            jobs = [await store.add(name=name, owner_session="cli:default", schedule_kind="every", expression="3600",
+                                    timezone="UTC", payload_kind="prompt", payload=name) for name in ("report", "tea")]
+            await store.record_run(jobs[0].id, datetime.now(timezone.utc), 5, "error", "no answer", 0)
+            await store.set_enabled(jobs[1].id, False)
+        finally:
+            await store.close()
         code, out, _ = await nanobot("status", home=home)
     [failed] = [line for line in out.splitlines() if "last failed at" in line]
     assert failed.endswith("HTTP 401: Incorrect API key provided\\x1b]0;owned\\x07 (the key is providers.openai.apiKey)")
     assert "\x1b" not in out
+    assert f"Cron jobs: 2, 1 paused, last run failed: report ({jobs[0].id})\n" in out
 
 
 @pytest.mark.parametrize("mode", ["tools", "code"])

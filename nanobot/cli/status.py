@@ -61,7 +61,7 @@ async def _status(config: Config, path: Path) -> None:
         held = await pairing.holders.all()  # the account each listed name is held to
         for line in trust_lines(config, await _owner_keys(db), await pairing.owner_chats(), held):
             typer.echo(for_terminal(line))  # an owner's handle, as the platform gave it
-        typer.echo(f"Cron jobs: {await _count_cron_jobs(db)}")
+        typer.echo(for_terminal(f"Cron jobs: {await _cron_line(db)}"))  # (a member's job names)
         typer.echo(f"Delivery:  {await _delivery_line(db)}")
         typer.echo(f"Tasks:     {await (await TaskStore.open(db)).status_line()}")
         if not sqlite:
@@ -190,8 +190,13 @@ def trust_lines(config: Config, owner_keys: list[str] | None, heard: dict[str, t
     return lines
 
 
-async def _count_cron_jobs(db: Database) -> int:
+async def _cron_line(db: Database) -> str:
+    """How many jobs, how many paused, and which failed at their last run (nanobot cron runs ID says why)."""
     try:
-        return int(await db.fetchval("SELECT count(*) FROM cron_jobs"))
+        rows = await db.fetch("SELECT id, name, enabled, last_status FROM cron_jobs ORDER BY name")
     except Exception:  # no cron table yet: nothing was ever scheduled
-        return 0
+        return "0"
+    paused = sum(1 for row in rows if not row["enabled"])
+    failing = [f"{row['name']} ({row['id']})" for row in rows if row["last_status"] == "error"]
+    return ", ".join([str(len(rows)), *([f"{paused} paused"] if paused else []),
+                      *([f"last run failed: {'; '.join(failing)}"] if failing else [])])
