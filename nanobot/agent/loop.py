@@ -190,11 +190,11 @@ class Agent:
         if origin is not None and origin.untrusted:
             turn.ctx.guard.taint(origin.untrusted)
         started, outcome = time.monotonic(), "ok"
-        recorded = session.count
+        recorded, owner = session.count, turn.ctx.trust == OWNER  # (why something failed is the owner's)
         try:
             attachments = await read_attachments(self.deps.config, self.deps.provider, turn.ctx.workspace,
                                                  request.media, request.content, request.durations or {}, session,
-                                                 owner=turn.ctx.trust == OWNER)
+                                                 owner=owner)
             if attachments.reply is not None:  # a voice note nobody could hear: no model call
                 return attachments.reply
             reply = await turn.run(attachments.text(request.content), attachments, resumed=request.resumed)
@@ -203,7 +203,7 @@ class Agent:
             reply, outcome = ended.reply, ended.outcome
             session.append({"role": "assistant", "content": reply})
         except Exception as exc:  # the model failed, the budget is spent, or a bug: never a traceback
-            reply, outcome = failure_reply(session_key, exc, owner=turn.ctx.trust == OWNER)
+            reply, outcome = failure_reply(session_key, exc, owner=owner)
             settle_failed_turn(session, session.count - recorded, reply)
         except BaseException:  # /stop or shutdown: the dispatcher records and reports it
             outcome = "cancelled"

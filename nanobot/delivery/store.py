@@ -126,7 +126,6 @@ _LEASE_HELD = ("SELECT 1 FROM inbound i JOIN chat_leases l ON l.chat = i.chat WH
                "AND l.worker = $2 FOR SHARE OF l")
 _STORED = "SELECT id FROM inbound WHERE channel = $1 AND delivery_key = $2"
 _OURS_UNSENT = "SELECT id FROM outbox WHERE finishes = $1 AND worker = $2 AND state = 'pending'"
-_REPLY = "SELECT {} FROM outbox WHERE finishes = inbound.id ORDER BY id LIMIT 1"  # the one that settled it
 SLOW_BATCH_S = 0.25  # a batch slower than this is logged: replies wait for their marks meanwhile
 KEEP_DONE_S = 3 * 86400  # Telegram keeps unconfirmed updates for 24 h: repeats are caught well past that
 
@@ -295,12 +294,12 @@ class DeliveryStore:
     async def settled_reply(self, intake_id: int) -> tuple[str, bool] | None:
         """The text of the reply that settled a message ("" if it needed none) and whether it
         says the turn failed, or None while it is not settled."""
-        row = await self.db.fetchrow(
-            f"SELECT done, ({_REPLY.format('content')}) AS reply, ({_REPLY.format('metadata')}) AS extras "
-            "FROM inbound WHERE id = $1", intake_id)
+        row = await self.db.fetchrow(  # the first reply recorded for it is the one that settled it
+            "SELECT i.done, o.content, o.metadata FROM inbound i LEFT JOIN outbox o ON o.finishes = i.id "
+            "WHERE i.id = $1 ORDER BY o.id LIMIT 1", intake_id)
         if row is None or not row["done"]:
             return None
-        return row["reply"] or "", said_failed(row["extras"])
+        return row["content"] or "", said_failed(row["metadata"])
 
     async def settled(self, intake_ids: list[int]) -> list[int]:
         """Which of these messages are settled (workers: callers whose wake-up was lost)."""

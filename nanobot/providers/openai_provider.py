@@ -238,21 +238,22 @@ def _certificate_error(exc: BaseException | None) -> ssl.SSLCertVerificationErro
     return None
 
 
+def _error_of(exc: openai.APIStatusError) -> Any:
+    """The server's ``{"error": ...}`` (the SDK has usually taken the wrapper off already)."""
+    return exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
+
+
 def _error_code(exc: openai.APIStatusError) -> str | None:
-    """The server's ``{"error": {"code": ...}}``, as OpenAI gives it (``insufficient_quota``)."""
-    inner = exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None  # (the SDK takes it out)
-    return str(inner.get("code")) if isinstance(inner, dict) and inner.get("code") else None
+    """The error's ``code``, as OpenAI gives it (``insufficient_quota``)."""
+    error = _error_of(exc)
+    return str(error["code"]) if isinstance(error, dict) and error.get("code") else None
 
 
 def _server_message(exc: openai.APIStatusError) -> str:
     """The server's own words (``{"error": {"message": ...}}``), not the SDK's "Error code: N - {...}"."""
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, dict) else inner
-        if isinstance(message, str) and message:
-            return message
-    return exc.message
+    error = _error_of(exc)
+    message = error.get("message") if isinstance(error, dict) else error
+    return message if isinstance(message, str) and message else exc.message
 
 
 def _retry_after(response: httpx2.Response | None) -> float:
