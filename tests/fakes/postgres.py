@@ -6,6 +6,7 @@ started once per test session on a Unix socket in a temporary folder; each test 
 from __future__ import annotations
 
 import itertools
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -37,7 +38,8 @@ def served() -> Iterator[Any]:
     try:
         yield server
     finally:
-        server.cleanup()
+        server.cleanup()  # deletes its data folder, not the folder made for it
+        shutil.rmtree(Path(server.pgdata).parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
