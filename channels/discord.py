@@ -35,6 +35,7 @@ from nanobot_channels.text import split_message, tables_as_code
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
 from nanobot.coordination import Held, run_while_held
+from nanobot.eventloop import ChatLocks
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ class DiscordChannel(BaseChannel):
             # anyone (<@id>, @everyone, a role), and naming is not a reason to notify them.
             allowed_mentions=discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True))
         self._ready = asyncio.Event()
-        self._chat_locks: dict[int, asyncio.Lock] = {}
+        self._chat_locks = ChatLocks()
         # Where each chat was read up to, per bot account (another bot's chats are not ours to read)
         self._read = LastRead(ctx.store, lambda: f"{self.name} {getattr(self._client.user, 'id', '')}", int)
 
@@ -148,7 +149,7 @@ class DiscordChannel(BaseChannel):
     async def _on_message(self, message: discord.Message) -> None:
         # discord.py runs each on_message as its own task; a per-chat lock (FIFO) keeps a
         # chat's messages in order even when one of them waits on a download.
-        async with self._chat_locks.setdefault(message.channel.id, asyncio.Lock()):
+        async with self._chat_locks.hold(message.channel.id):
             await self._intake(message)
 
     async def _intake(self, message: discord.Message) -> None:

@@ -41,6 +41,7 @@ from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_c
 from nanobot.message_context import noting_lost
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import SlackConfig
+from nanobot.eventloop import ChatLocks
 from nanobot.listener import BadBody, Listener, read_body, read_whole
 
 log = logging.getLogger(__name__)
@@ -91,7 +92,7 @@ class SlackChannel(BaseChannel):
         events.router.add_post(config.events.path if config.events else "/", self._http_event)
         self.events = Listener(events, "channels.slack.events.listen", timeout_s=ctx.http_timeout_s)
         self._previews: dict[Any, tuple[str, str]] = {}  # stream_id -> (channel, ts) of the growing message
-        self._chat_locks: dict[str, asyncio.Lock] = {}
+        self._chat_locks = ChatLocks()
         # Where each chat was read up to: Slack gives up on an event after a few retries, so what
         # came while no worker listened is read from the chats' history (``_catch_up``).
         self._read = LastRead(ctx.store, lambda: f"{self.name} {self.team} {self.bot_user}", _ts_order)
@@ -176,7 +177,7 @@ class SlackChannel(BaseChannel):
     async def _on_event(self, ack: Any, event: dict[str, Any]) -> None:
         """Recorded first, then acknowledged: an exception (the store down) leaves the event
         unacknowledged, and Slack sends it again."""
-        async with self._chat_locks.setdefault(str(event.get("channel")), asyncio.Lock()):
+        async with self._chat_locks.hold(str(event.get("channel"))):
             await self._intake(event)
         await ack()
 
@@ -247,7 +248,7 @@ class SlackChannel(BaseChannel):
                 continue
             missed = [m for m in answer.get("messages") or [] if _ts_order(m.get("ts") or "0") > _ts_order(after)]
             for message in sorted(missed, key=lambda m: _ts_order(m["ts"])):
-                async with self._chat_locks.setdefault(channel, asyncio.Lock()):
+                async with self._chat_locks.hold(channel):
                     await self._intake({**message, "channel": channel})  # as the event would have had it
         if unread:
             log.warning("slack: could not read what %d chat(s) got while away: %s", len(unread), ", ".join(unread[:3]))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 try:
@@ -91,6 +92,31 @@ class Background:
             _, late = await asyncio.wait(late, timeout=grace)
         await cancel_and_wait(*late)
         return len(late)
+
+
+class ChatLocks:
+    """One lock per chat, kept only while someone holds or waits for it (months of chats pass
+    through a worker; their locks must not pile up)."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str | int, asyncio.Lock] = {}
+        self._users: dict[str | int, int] = {}
+
+    @asynccontextmanager
+    async def hold(self, chat: str | int) -> AsyncIterator[None]:
+        lock = self._locks.setdefault(chat, asyncio.Lock())
+        self._users[chat] = self._users.get(chat, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            self._users[chat] -= 1
+            if not self._users[chat]:
+                del self._users[chat], self._locks[chat]
+
+    def in_use(self, chat: str | int) -> bool:
+        """Whether someone holds or waits for ``chat``'s lock."""
+        return chat in self._users
 
 
 class Changed:

@@ -20,6 +20,18 @@ if TYPE_CHECKING:
     from nanobot.gateway.app import Pace
 
 
+def kept_about(obj: Any, needle: str) -> list[str]:
+    """The dicts and sets of ``obj``, and of our objects it holds, with a key naming ``needle``:
+    what a long-lived part still keeps of a chat (months of chats pass through it)."""
+    found = []
+    for name, value in vars(obj).items():
+        ours = type(value).__module__.startswith(("nanobot", "channels")) and hasattr(value, "__dict__")
+        for where, held in [(name, value), *((f"{name}.{n}", v) for n, v in (vars(value).items() if ours else ()))]:
+            if isinstance(held, (dict, set)) and any(needle in str(key) for key in held):
+                found.append(where)
+    return found
+
+
 async def until(condition: Callable[[], Any], timeout: float = 30.0) -> None:
     """Wait for what another task, process or the database makes true and no stand-in request
     marks: ``condition`` (awaited if it is async) is looked at every 20 ms."""

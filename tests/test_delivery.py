@@ -19,7 +19,7 @@ from tests.fakes.openai_server import FakeOpenAI, delayed, reply
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.http_proxy import HttpProxy
 from tests.fakes.telegram_api import FakeTelegram
-from tests.helpers import fast_pace, keep_discord_urls, running_gateway, telegram_gateway_config
+from tests.helpers import fast_pace, keep_discord_urls, running_gateway, telegram_gateway_config, kept_about, until
 from tests.test_cli import nanobot
 
 ALICE, BOB = 42, 77
@@ -153,6 +153,19 @@ async def test_a_reply_handed_over_again_while_on_its_way_is_sent_once(config: C
         answered.set()
         await tg.wait_until(lambda: "after" in texts(tg, ALICE))
     assert texts(tg, ALICE) == ["once", "after"]
+
+
+async def test_the_outbound_keeps_nothing_of_a_chat_once_its_sends_are_done(config: Config, tg: FakeTelegram) -> None:
+    """Months of chats pass through a gateway (a stranger's pairing code makes one): what it
+    keeps to order a chat's sends goes once they are out, whatever their kind."""
+    chats = [str(900_000 + i) for i in range(20)]
+    async with running_gateway(config) as gateway:
+        for chat in chats:
+            await gateway.bus.publish_outbound(OutboundMessage("telegram", chat, kind="typing"))
+            await gateway.outbound.put(OutboundMessage("telegram", chat, "hello"))
+        await tg.wait_until(lambda: sorted(str(m["chat_id"]) for m in tg.sent) == chats)
+        await until(lambda: not gateway.outbound._inflight._tasks)
+        assert kept_about(gateway.outbound, "90000") == []
 
 
 # Two Telegram messages' worth: the platform shows it in two parts.

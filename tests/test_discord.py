@@ -16,7 +16,7 @@ from nanobot.bus import Identity, InboundMessage, MessageBus, OutboundMessage
 from nanobot.config import DiscordConfig
 from nanobot.delivery.intake import DurableIntake
 from tests.fakes.discord_api import FakeDiscord
-from tests.helpers import recorded_intake
+from tests.helpers import kept_about, recorded_intake
 
 FRIEND, STRANGER, DM, GUILD_CHANNEL, GUILD = 42, 99, 5, 7, 9
 
@@ -92,6 +92,17 @@ async def test_strangers_bots_and_ourselves_are_not_published(
     assert (await next_inbound(bus)).content == "after them"  # in order, so the others were dropped
     sent = await fake.wait_sent(1)
     assert sent[0]["content"] == "pairing code: ABC123" and sent[0]["channel_id"] == str(DM)
+
+
+async def test_a_strangers_chat_leaves_nothing_behind(channel: DiscordChannel, fake: FakeDiscord,
+                                                      bus: MessageBus) -> None:
+    """Strangers write from chats of their own, as many as they like: once their messages are
+    read, the channel keeps nothing of those chats (the per-chat lock went with them)."""
+    for chat in range(777_001, 777_011):
+        await fake.push_message(chat, STRANGER, "let me in")
+    await fake.push_message(DM, FRIEND, "after them")
+    assert (await next_inbound(bus)).content == "after them"
+    assert kept_about(channel, "77700") == []
 
 
 async def test_guild_messages_need_a_mention_or_a_reply(

@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Callable
 
 from nanobot.agent.markup import FailedReply
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot import metrics
 from nanobot.cluster.leases import ChatLeases
 from nanobot.delivery.intake import mark_if_resumed
-from nanobot.eventloop import Background
+from nanobot.eventloop import Background, ChatLocks
 
 if TYPE_CHECKING:
     from nanobot.delivery.store import DeliveryStore
@@ -49,27 +48,6 @@ class GatewayHooks:
 
     resend: Callable[[list[OutboundMessage]], None]  # recorded replies to the channels, in order (Outbound.resend)
     let_go: Callable[[list[str]], None]  # chats no longer ours: stop their turns (Dispatcher.let_go)
-
-
-class ChatLocks:
-    """One lock per chat, kept only while someone holds or waits for it (months of chats pass
-    through a worker; their locks must not pile up)."""
-
-    def __init__(self) -> None:
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._users: dict[str, int] = {}
-
-    @asynccontextmanager
-    async def hold(self, chat: str) -> AsyncIterator[None]:
-        lock = self._locks.setdefault(chat, asyncio.Lock())
-        self._users[chat] = self._users.get(chat, 0) + 1
-        try:
-            async with lock:
-                yield
-        finally:
-            self._users[chat] -= 1
-            if not self._users[chat]:
-                del self._users[chat], self._locks[chat]
 
 
 class ChatRouter:

@@ -46,8 +46,8 @@ class Outbound:
         self.send_retry = send_retry  # a channel that is down: the first probe's wait, the longest wait
         self._gates: dict[str, SendGate] = {}
         self._finished_streams: OrderedDict[Any, None] = OrderedDict()  # streams whose final text was sent
-        self._last: dict[str, asyncio.Task[None]] = {}  # per chat: the newest send, to chain after
-        self._last_kind: dict[str, str] = {}
+        # Per chat, while one is on its way: the newest send (to chain after) and its kind.
+        self._last: dict[str, tuple[asyncio.Task[None], str]] = {}
         self._on_way: set[int] = set()  # outbox ids being sent
         self._inflight = Background()  # recordings and sends
 
@@ -122,12 +122,12 @@ class Outbound:
         if channel is None and not durable:
             log.warning("no running channel %r: dropped a message to %s", msg.channel, msg.target)
             return
-        previous = self._last.get(msg.target)
-        if previous is not None and (msg.kind == "typing" or msg.kind == "stream" == self._last_kind[msg.target]):
+        previous, previous_kind = self._last.get(msg.target, (None, ""))
+        if previous is not None and (msg.kind == "typing" or msg.kind == "stream" == previous_kind):
             return  # still sending there: a typing indicator now would be stale, a newer stream update follows
         send = self._send_durable(msg, previous) if durable else self._send(channel, msg, previous)
-        task = self._last[msg.target] = self._inflight.run(send, name=f"send {msg.target}")
-        self._last_kind[msg.target] = msg.kind
+        task = self._inflight.run(send, name=f"send {msg.target}")
+        self._last[msg.target] = (task, msg.kind)
         task.add_done_callback(partial(self._sent, msg.target))
         if outbox_id is not None:
             self._on_way.add(outbox_id)
@@ -200,7 +200,7 @@ class Outbound:
         return self._gates.setdefault(channel, SendGate(*self.send_retry))
 
     def _sent(self, target: str, task: asyncio.Task[None]) -> None:
-        if self._last.get(target) is task:
+        if self._last.get(target, (None, ""))[0] is task:
             del self._last[target]
 
     async def drain(self, timeout: float) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Collection
 
 from pydantic_monty import AsyncMontySession, MontyError, MontySyntaxError, MontyTypingError
 
+from nanobot.eventloop import ChatLocks
 from nanobot.config import CodeRuntime
 from nanobot.sandbox.limits import resource_limits
 from nanobot.sandbox.pool import MontyPool
@@ -50,7 +51,7 @@ class Sandbox:
         self._live: OrderedDict[str, AsyncMontySession] = OrderedDict()  # least recently used first
         self._parked: OrderedDict[str, bytes] = OrderedDict()
         self._notices: dict[str, list[str]] = {}  # for the key's next result
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = ChatLocks()  # one per key while a run or a park uses it
         self._room = asyncio.Event()  # set whenever a live session may have become idle or gone
         self._opening = 0
 
@@ -75,7 +76,7 @@ class Sandbox:
         if not limits.persist_state:
             async with self.pool.session(**checkout) as session:
                 return await execute(session, code, **run_args)
-        async with self._lock(session_key):
+        async with self._locks.hold(session_key):
             notices = self._notices.pop(session_key, [])
             session = await self._session(session_key, checkout, notices)
             try:
@@ -129,14 +130,14 @@ class Sandbox:
 
     async def reset(self, session_key: str) -> None:
         """Forget the key's Python state (``/new``); its next run starts fresh."""
-        async with self._lock(session_key):
+        async with self._locks.hold(session_key):
             await self._discard(session_key)
             self._notices.pop(session_key, None)
         self._room.set()
 
     async def release(self, session_key: str) -> None:
         """Give the key's worker back to the pool, keeping its state parked in memory."""
-        async with self._lock(session_key):
+        async with self._locks.hold(session_key):
             await self._park(session_key)
         self._room.set()
 
@@ -158,9 +159,6 @@ class Sandbox:
             await self.pool.close()
 
     # -- internals -------------------------------------------------------------------------
-
-    def _lock(self, session_key: str) -> asyncio.Lock:
-        return self._locks.setdefault(session_key, asyncio.Lock())
 
     async def _session(self, key: str, checkout: dict[str, Any], notices: list[str]) -> AsyncMontySession:
         """The key's live session: the one it has, or a new one, loaded from its parked dump."""
@@ -192,12 +190,12 @@ class Sandbox:
         No lock is held while waiting, so a run that finishes can always signal ``_room``.
         """
         while len(self._live) + self._opening >= self.max_live_sessions:
-            victim = next((k for k in self._live if not self._lock(k).locked()), None)
+            victim = next((k for k in self._live if not self._locks.in_use(k)), None)
             if victim is None:  # every live session is running; wait for one to finish
                 self._room.clear()
                 await self._room.wait()
                 continue
-            async with self._lock(victim):
+            async with self._locks.hold(victim):
                 await self._park(victim)  # a no-op if it was discarded meanwhile
         self._opening += 1  # no await since the check: the slot is ours
 
