@@ -220,7 +220,7 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, into: Path, name: st
 def _name_workspace(home: Path, workspace: Path) -> None:
     """``--workspace``: the restored config names it, so the home uses it."""
     path = home / "config.json"
-    config = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    config = json.loads(path.read_text(encoding="utf-8-sig")) if path.exists() else {}
     config.setdefault("agents", {}).setdefault("defaults", {})["workspace"] = str(workspace)
     path.write_text(json.dumps(config, indent=2), encoding="utf-8")
     path.chmod(0o600)

@@ -125,6 +125,10 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
      "'database.url': db.example.com is not on this machine or a private network, and without ?sslmode=verify-full"),
     ('{"agents": {', "invalid JSON: expecting property name enclosed in double quotes at line 1, column 13"),
     ('{"agents": "x', "invalid JSON: unterminated string starting at line 1, column 12"),
+    # What hand editing most often leaves, said: a comma after the last item, a comment.
+    ('{\n  "agents": {"defaults": {"model": "x",}},\n}', "line 2, column 40 (JSON allows no comma after the last item)"),
+    ('{"tools": {"x": [1, 2, ]}}', "line 1, column 24 (JSON allows no comma after the last item)"),
+    ('{\n  // the model\n  "agents": {}}', "line 2, column 3 (JSON has no comments)"),
     ("[1, 2]", "top level must be a JSON object"),
 ])
 def test_bad_config_is_one_clear_error(tmp_path: Path, data, expected: str) -> None:
@@ -194,6 +198,13 @@ def test_example_config_loads_and_shows_every_key() -> None:
     documented = set(_key_paths(json.loads(example.read_text())))
     assert set(_key_paths(json.loads(Config().to_json()))) <= documented
     assert config.agents.overrides
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path: Path) -> None:
+    """Notepad and other Windows editors may start a UTF-8 file with a byte-order mark."""
+    path = tmp_path / "c.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps({"agents": {"defaults": {"model": "bom-model"}}}).encode())
+    assert load_config(path)[0].agents.defaults.model == "bom-model"
 
 
 def test_ids_written_as_numbers_are_ids(tmp_path: Path) -> None:

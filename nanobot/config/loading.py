@@ -30,18 +30,27 @@ def _read_file(path: Path, required: bool) -> dict[str, Any]:
         if required:
             raise ConfigError(f"{path}: config file not found")
         return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8") or "{}")
+    try:  # utf-8-sig: an editor on Windows may start the file with a byte-order mark
+        data = json.loads(path.read_text(encoding="utf-8-sig") or "{}")
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"  # json's messages may end in "at": finish the sentence
         what = f"{exc.msg} {where}" if exc.msg.endswith(" at") else f"{exc.msg} at {where}"
-        raise ConfigError(f"{path}: invalid JSON: {what[0].lower()}{what[1:]}") from None
+        raise ConfigError(f"{path}: invalid JSON: {what[0].lower()}{what[1:]}{_json_hint(exc)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a JSON object")
     try:
         return _snake_keys(data)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+def _json_hint(exc: json.JSONDecodeError) -> str:
+    """What a hand-edited file most often has that JSON does not: a comma after the last item, a comment."""
+    if exc.doc[exc.pos:exc.pos + 1] in ("}", "]") and exc.doc[:exc.pos].rstrip().endswith(","):
+        return " (JSON allows no comma after the last item)"
+    if exc.doc[exc.pos:].startswith(("//", "/*", "#")):
+        return " (JSON has no comments)"
+    return ""
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:
