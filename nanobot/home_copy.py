@@ -38,6 +38,8 @@ COMPONENTS: dict[str, tuple[Migrations, list[str]]] = {
     "api_keys": (API_KEYS, ["api_keys"]),
     "tasks": (TASKS, ["tasks"]),  # background tasks: the queued and running ones are resumed there
 }
+# Kept by triggers as the rows they count are copied: emptied with the rest by ``replace``, never copied.
+DERIVED = ["usage_totals", "execution_totals"]
 _CONVERT: dict[str, Callable[[Any], Any]] = {"double precision": float, "integer": int, "bigint": int, "text": str}
 
 
@@ -73,7 +75,7 @@ async def copy_home(sqlite: SqliteDatabase, histories: SessionStore, target: Pos
     async with target.transaction() as tx:
         if replace:
             tables = [t for _, (_, names) in COMPONENTS.items() for t in names if t != "cron_meta"]
-            await tx.execute(f"TRUNCATE {', '.join([*tables, 'history'])}")
+            await tx.execute(f"TRUNCATE {', '.join([*tables, *DERIVED, 'history'])}")
             await tx.execute("DELETE FROM cron_meta WHERE key != 'change_token'")
         for component, (_, tables) in COMPONENTS.items():
             if await sqlite.fetchval("SELECT version FROM schema_versions WHERE component = $1", component):

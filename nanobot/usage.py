@@ -45,6 +45,41 @@ SQLITE_MIGRATIONS = [
     MEMBER_COLUMN,
     CACHED_COLUMN,
 ]
+# The bot's all-time figures (status, /status) kept as each call and run is recorded: a few rows
+# to read, not every call of years (at a million calls the sums took 0.7 s each, and SQLite's one
+# connection waited behind them). A chat's calls are found by index.
+_TOTALS = f"""
+CREATE INDEX model_calls_chat ON model_calls (session_key);
+CREATE INDEX executions_chat ON executions (session_key);
+CREATE TABLE usage_totals (
+    provider TEXT NOT NULL, model TEXT NOT NULL, mode TEXT NOT NULL, member INTEGER NOT NULL,
+    calls BIGINT NOT NULL, failed BIGINT NOT NULL, prompt_tokens BIGINT NOT NULL, completion_tokens BIGINT NOT NULL,
+    cached_tokens BIGINT NOT NULL, cost_usd DOUBLE PRECISION NOT NULL, PRIMARY KEY (provider, model, mode, member));
+INSERT INTO usage_totals SELECT provider, model, mode, member, count(*), {FAILED}, sum(prompt_tokens),
+    sum(completion_tokens), sum(cached_tokens), sum(cost_usd) FROM model_calls GROUP BY provider, model, mode, member;
+CREATE TABLE execution_totals (mode TEXT PRIMARY KEY, runs BIGINT NOT NULL, failures BIGINT NOT NULL);
+INSERT INTO execution_totals SELECT mode, count(*), {FAILED} FROM executions GROUP BY mode;
+"""
+_COUNT_CALL = """INSERT INTO usage_totals VALUES (NEW.provider, NEW.model, NEW.mode, NEW.member, 1,
+        CASE WHEN NEW.outcome != 'ok' THEN 1 ELSE 0 END, NEW.prompt_tokens, NEW.completion_tokens, NEW.cached_tokens,
+        NEW.cost_usd)
+    ON CONFLICT (provider, model, mode, member) DO UPDATE SET calls = usage_totals.calls + 1,
+        failed = usage_totals.failed + excluded.failed, prompt_tokens = usage_totals.prompt_tokens + excluded.prompt_tokens,
+        completion_tokens = usage_totals.completion_tokens + excluded.completion_tokens,
+        cached_tokens = usage_totals.cached_tokens + excluded.cached_tokens, cost_usd = usage_totals.cost_usd + excluded.cost_usd;"""
+_COUNT_RUN = """INSERT INTO execution_totals VALUES (NEW.mode, 1, CASE WHEN NEW.outcome != 'ok' THEN 1 ELSE 0 END)
+    ON CONFLICT (mode) DO UPDATE SET runs = execution_totals.runs + 1,
+        failures = execution_totals.failures + excluded.failures;"""
+SQLITE_MIGRATIONS.append(_TOTALS + f"""
+CREATE TRIGGER model_calls_counted AFTER INSERT ON model_calls BEGIN {_COUNT_CALL} END;
+CREATE TRIGGER executions_counted AFTER INSERT ON executions BEGIN {_COUNT_RUN} END;
+""")
+_PG_TOTALS = _TOTALS + f"""
+CREATE FUNCTION count_model_call() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {_COUNT_CALL} RETURN NULL; END $$;
+CREATE TRIGGER model_calls_counted AFTER INSERT ON model_calls FOR EACH ROW EXECUTE FUNCTION count_model_call();
+CREATE FUNCTION count_execution() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {_COUNT_RUN} RETURN NULL; END $$;
+CREATE TRIGGER executions_counted AFTER INSERT ON executions FOR EACH ROW EXECUTE FUNCTION count_execution();
+"""
 MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
     CREATE TABLE model_calls (
         id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
@@ -56,7 +91,7 @@ MIGRATIONS: Migrations = {"sqlite": SQLITE_MIGRATIONS, "postgresql": ["""
         id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, ts DOUBLE PRECISION NOT NULL,
         session_key TEXT NOT NULL, mode TEXT NOT NULL, duration_ms DOUBLE PRECISION NOT NULL,
         function_calls INTEGER NOT NULL, outcome TEXT NOT NULL);
-    """, MEMBER_COLUMN, CACHED_COLUMN]}
+    """, MEMBER_COLUMN, CACHED_COLUMN, _PG_TOTALS]}
 
 
 def start_of_today(timezone: str) -> float:
@@ -93,6 +128,12 @@ class ModeTotals(CallTotals):
 
     def summary(self, noun: str = "model call", *, cost: bool = True) -> str:
         return f"{super().summary(noun, cost=cost)}, {plural(self.executions, 'execution')}, {self.failures} failed"
+
+
+def _call_totals(calls: Any, failed: Any, prompt: Any, completion: Any, cost: Any, cached: Any) -> CallTotals:
+    """A row's sums (None where there were no rows, a Decimal from PostgreSQL's sum of BIGINTs) as numbers."""
+    return CallTotals(int(calls or 0), int(failed or 0), int(prompt or 0), int(completion or 0), float(cost or 0.0),
+                      int(cached or 0))
 
 
 def plural(count: int, noun: str) -> str:
@@ -132,19 +173,21 @@ class UsageStore:
             log.warning("usage not recorded: %s", exc)
 
     async def totals(self, session_key: str | None = None) -> dict[str, ModeTotals]:
-        """Per execution mode: for the whole bot, or for one chat (what a member chat may see)."""
-        where, args = ("WHERE session_key = $1", (session_key,)) if session_key else ("", ())
+        """Per execution mode: for the whole bot (its running totals), or for one chat (what a
+        member chat may see)."""
+        calls, runs, args = (
+            f"SELECT mode, count(*), {FAILED}, sum(prompt_tokens), sum(completion_tokens), sum(cost_usd), "
+            "sum(cached_tokens) FROM model_calls WHERE session_key = $1 GROUP BY mode",
+            f"SELECT mode, count(*), {FAILED} FROM executions WHERE session_key = $1 GROUP BY mode", (session_key,),
+        ) if session_key else (
+            "SELECT mode, sum(calls), sum(failed), sum(prompt_tokens), sum(completion_tokens), sum(cost_usd), "
+            "sum(cached_tokens) FROM usage_totals GROUP BY mode", "SELECT mode, runs, failures FROM execution_totals", ())
         result: dict[str, ModeTotals] = {}
-        for mode, calls, prompt, completion, failed, cost, cached in await self.db.fetch(
-                f"SELECT mode, count(*), sum(prompt_tokens), sum(completion_tokens), {FAILED}, sum(cost_usd), "
-                f"sum(cached_tokens) FROM model_calls {where} GROUP BY mode", *args):
-            result.setdefault(mode, ModeTotals()).__dict__.update(
-                model_calls=calls, prompt_tokens=int(prompt or 0), completion_tokens=int(completion or 0),
-                failed_calls=int(failed or 0), cost_usd=float(cost or 0.0), cached_tokens=int(cached or 0))
-        for mode, runs, failures in await self.db.fetch(
-                f"SELECT mode, count(*), {FAILED} FROM executions {where} GROUP BY mode", *args):
+        for mode, *figures in await self.db.fetch(calls, *args):
+            result[mode] = ModeTotals(**vars(_call_totals(*figures)))
+        for mode, executions, failures in await self.db.fetch(runs, *args):
             totals = result.setdefault(mode, ModeTotals())
-            totals.executions, totals.failures = runs, int(failures or 0)
+            totals.executions, totals.failures = int(executions), int(failures or 0)
         return result
 
     async def tokens_since(self, session_key: str, since: float) -> tuple[int, int]:
@@ -194,18 +237,23 @@ class UsageStore:
         return (int(row[0]), float(row[1] or 0.0)) if row else (0, 0.0)
 
     async def cost_since(self, since: float, *, members: bool = False) -> float:
-        """What calls since ``since`` cost (``members``: member chats' calls only)."""
-        return float(await self.db.fetchval("SELECT sum(cost_usd) FROM model_calls WHERE ts >= $1 AND member >= $2",
-                                            float(since), int(members)) or 0.0)
+        """What calls since ``since`` (0: ever, from the running totals) cost (``members``: member
+        chats' calls only)."""
+        return float(await self.db.fetchval(
+            "SELECT sum(cost_usd) FROM usage_totals WHERE member >= $1" if not since else
+            "SELECT sum(cost_usd) FROM model_calls WHERE member >= $1 AND ts >= $2", int(members),
+            *([float(since)] if since else [])) or 0.0)
 
     async def by_model(self, since: float = 0.0) -> dict[str, CallTotals]:
-        """Per "provider/model" since ``since`` (0: ever): fallbacks show up as models of their own."""
-        rows = await self.db.fetch(
-            f"SELECT provider, model, count(*), {FAILED}, sum(prompt_tokens), sum(completion_tokens), sum(cost_usd), "
-            "sum(cached_tokens) FROM model_calls WHERE ts >= $1 GROUP BY provider, model ORDER BY 3 DESC", float(since))
-        return {f"{p}/{m}" if p else m: CallTotals(calls, int(failed or 0), int(prompt or 0), int(completion or 0),
-                                                    float(cost or 0.0), int(cached or 0))
-                for p, m, calls, failed, prompt, completion, cost, cached in rows}
+        """Per "provider/model" since ``since`` (0: ever, from the running totals): fallbacks show
+        up as models of their own."""
+        sums = f"count(*), {FAILED}, sum(prompt_tokens), sum(completion_tokens), sum(cost_usd), sum(cached_tokens) " \
+                  "FROM model_calls WHERE ts >= $1" if since else \
+                  "sum(calls), sum(failed), sum(prompt_tokens), sum(completion_tokens), sum(cost_usd), " \
+                  "sum(cached_tokens) FROM usage_totals"
+        rows = await self.db.fetch(f"SELECT provider, model, {sums} GROUP BY provider, model ORDER BY 3 DESC",
+                                   *([float(since)] if since else []))
+        return {f"{p}/{m}" if p else m: _call_totals(*figures) for p, m, *figures in rows}
 
     async def last_failures(self, timezone: str) -> dict[str, str]:
         """Per "provider/model" whose call failed today: "last failed at 03:10: why"."""

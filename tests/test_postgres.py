@@ -184,6 +184,7 @@ async def test_a_home_moves_into_postgresql_and_the_chat_goes_on(pg_url: str, ll
         assert [j.name for j in await CronStore(rt.db).list()] == ["n"]
         assert (await TaskStore(rt.db).get(task.id)).task == "sum the receipts"  # type: ignore[union-attr]
         assert [r.sender_id for r in await rt.pairing.pending()] == ["77"]
+        assert sum(t.model_calls for t in (await rt.usage.totals()).values()) == 3  # counted as they were copied
         assert await rt.agent.handle("telegram:5", "what do I like? and x+1?", mode="code") == "tea, and x is 42"
     assert exported_home[1].splitlines() == [json.dumps(r, ensure_ascii=False) for r in records]
     asked = [m["content"] for m in llm.chat_requests[-1]["messages"] if m["role"] == "user"]
@@ -412,3 +413,8 @@ async def test_a_migration_refuses_a_running_gateway_and_offers_a_way_forward(pg
     assert code == 1 and "model_calls: 1 in the home, 2 in PostgreSQL" in err and "--replace" in err
     code, out, err = await nanobot("db", "migrate", "--to", pg_url, "--replace", home=home)
     assert code == 0 and "model_calls: 1 in the home, 1 in PostgreSQL" in out, err
+    db = await PostgresDatabase.open(pg_url)
+    try:  # the running totals went with the rows they counted, and count the copy once
+        assert (await UsageStore(db).totals())["tools"].model_calls == 1
+    finally:
+        await db.close()

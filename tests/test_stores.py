@@ -17,7 +17,7 @@ from nanobot.database import Database, SqliteDatabase
 from nanobot.delivery.store import DeliveryStore
 from nanobot.postgres import PostgresDatabase
 from nanobot.session_rows import DatabaseSessionStore
-from nanobot.usage import UsageStore
+from nanobot.usage import MIGRATIONS as USAGE, UsageStore
 from tests.fakes.postgres import create_database, drop_database
 
 
@@ -42,6 +42,26 @@ async def test_usage_totals(db: Database) -> None:
     assert (totals.executions, totals.failures, totals.cost_usd) == (2, 1, 0.5)
     assert (await usage.totals("telegram:2"))["code"].model_calls == 1
     assert (await usage.by_model())["openai/m"].model_calls == 2 and await usage.cost_since(0) == 0.5
+
+
+async def test_usage_totals_count_what_an_older_nanobot_recorded(db: Database) -> None:
+    """The bot's all-time totals are kept as calls are recorded; a home written before they were
+    has its calls counted once, when it is opened."""
+    older = {engine: steps[:-1] for engine, steps in USAGE.items()}
+    await db.migrate("usage", older)
+    before = UsageStore(db)
+    await before.record_call("telegram:1", "code", "m", 100, 20, provider="openai", cost=0.25)
+    await before.record_execution("telegram:1", "code", 12, 3, "ok")
+    usage = await UsageStore.create(db)
+    await usage.record_call("telegram:2", "tools", "m", 10, 2, provider="openai", cost=0.5, member=True, cached_tokens=8)
+    await usage.record_call("telegram:2", "tools", "m", 0, 0, outcome="error", provider="openai")
+    await usage.record_execution("telegram:2", "code", 7.5, 0, "TimeoutError")
+    totals = await usage.totals()
+    assert {mode: (t.model_calls, t.failed_calls, t.prompt_tokens, t.cached_tokens, t.executions, t.failures)
+            for mode, t in totals.items()} == {"code": (1, 0, 100, 0, 2, 1), "tools": (2, 1, 10, 8, 0, 0)}
+    assert (await usage.by_model())["openai/m"].model_calls == 3
+    assert (await usage.cost_since(0), await usage.cost_since(0, members=True)) == (0.75, 0.5)
+    assert (await usage.totals("telegram:2"))["tools"].model_calls == 2  # one chat's: its own rows
 
 
 async def test_pairing(db: Database) -> None:
