@@ -29,8 +29,9 @@ class SessionStore(OpenSessions):
 
     async def open(self, key: str) -> Session:
         session = self._cached(key)
-        if session is None:
-            session = self._keep(key, load_session(key, self.directory / history_file(key)))
+        if session is None:  # read off the event loop: a history of years is megabytes, and every chat would wait
+            loaded = await asyncio.to_thread(load_session, key, self.directory / history_file(key))
+            session = self._cached(key) or self._keep(key, loaded)  # another task may have opened it meanwhile
         return session
 
     async def exists(self, key: str) -> bool:
@@ -39,7 +40,7 @@ class SessionStore(OpenSessions):
 
     async def records(self, key: str) -> list[dict[str, Any]]:
         """Every record of the chat's history, in order (``nanobot history export``)."""
-        return list(_read_records(self.directory / history_file(key)))
+        return await asyncio.to_thread(lambda: list(_read_records(self.directory / history_file(key))))
 
     async def chats(self, prefix: str = "", limit: int = 100) -> list[str]:
         paths = sorted(self.directory.glob("*" + HISTORY_SUFFIX), key=lambda p: p.stat().st_mtime, reverse=True)

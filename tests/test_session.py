@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -107,6 +108,27 @@ async def test_a_history_is_read_only_once_opened(tmp_path: Path) -> None:
         store.get("cli:x")
     opened = await store.open("cli:x")
     assert store.get("cli:x") is opened
+
+
+async def test_a_long_history_is_read_while_other_chats_go_on(tmp_path: Path) -> None:
+    """Years of a busy chat are megabytes: reading them must not hold up every other chat (the
+    event loop runs on while they load), and chats opening it at once share one session."""
+    record = json.dumps({"role": "user", "content": "a line of an old conversation " * 4})
+    (tmp_path / "telegram_7.jsonl").write_text(json.dumps({"_meta": {"key": "telegram:7"}}) + "\n"
+                                                + (record + "\n") * 60_000)
+    store, ticks = SessionStore(tmp_path), 0
+
+    async def other_chats() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticking = asyncio.create_task(other_chats())
+    first, second = await asyncio.gather(store.open("telegram:7"), store.open("telegram:7"))
+    ticking.cancel()
+    assert first is second is store.get("telegram:7") and first.count == 60_000
+    assert ticks > 100  # read in the loop, the whole load was one step: 3 ticks in all
 
 
 async def test_what_waits_for_a_reader_survives_a_reload_and_a_new_conversation_clears_it(tmp_path: Path) -> None:
