@@ -63,6 +63,25 @@ async def test_result_goes_back_and_the_model_answers(llm: FakeOpenAI, workspace
     assert result == {"role": "user", "content": "<python_result>\nHELLO\nOut: 5\n</python_result>"}
 
 
+async def test_functions_called_as_tools_run_as_the_program_the_model_meant(llm: FakeOpenAI, workspace: Path) -> None:
+    """Local models trained on tool use may call functions as tools in code mode, in <tool_call>
+    text or natively: each call runs as the program it meant and what it printed goes back; the
+    user never sees the call."""
+    (workspace / "a.txt").write_text("hello")
+    llm.script(reply('<tool_call>{"name": "read_file", "arguments": {"path": "a.txt"}}</tool_call>'),
+               tool_call("list_dir", {"path": "."}),
+               reply('<tool_call>{"name": "read_file", "arguments": {"path": </tool_call>'),
+               reply("It says hello."))
+    assert await ask(llm, workspace, "read a.txt") == ["It says hello."]
+    assert llm.chat_requests[1]["messages"][-2:] == [
+        {"role": "assistant", "content": "```python\nprint(read_file(path='a.txt'))\n```"},
+        {"role": "user", "content": "<python_result>\nhello\n</python_result>"}]
+    assert "a.txt" in llm.chat_requests[2]["messages"][-1]["content"]
+    assert llm.chat_requests[3]["messages"][-1]["content"].startswith(
+        "<python_result>\nNot run: the <tool_call> block is not valid JSON (")
+    assert llm.chat_requests[3]["messages"][-1]["content"].endswith("; nothing was run. Write a Python program instead.\n</python_result>")
+
+
 async def test_errors_are_fed_back_and_the_fix_succeeds(llm: FakeOpenAI, workspace: Path) -> None:
     llm.script(reply("```python\nx = (1,\n```"),
                reply("```python\nprint(undefined_name)\n```"),

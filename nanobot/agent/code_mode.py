@@ -15,9 +15,10 @@ from nanobot import beneath
 from nanobot.prompts import render_prompt
 from nanobot.agent.prompt_size import estimate_tokens, prompt_budget
 from nanobot.agent.tool_offer import native_schemas, on_demand
-from nanobot.agent.markup import answer_or_failure, extract_code, for_the_user, say_notes, strip_think, without_say
+from nanobot.agent.markup import (answer_or_failure, extract_code, for_the_user, say_notes, strip_think,
+                                  text_tool_calls, without_say)
 from nanobot.agent.modes import (ToolsMode, attachments_note, keep_long_message,
-                                 long_message_preview, run_tool_call)
+                                 long_message_preview, run_tool_call, split_text_call)
 from nanobot.providers.base import LLMResponse, parse_arguments
 from nanobot.tools.messaging import fit_message
 from nanobot.sandbox.executor import CodeExecutor, Extra, code_stubs
@@ -109,6 +110,9 @@ class CodeMode:
         for note in say_notes(text):
             await turn.say(note)
         block = extract_code(text)
+        if block is None and (program := calls_as_program(text, response)):
+            text = f"```python\n{program}\n```"  # what it meant; the history shows it so, as code mode writes
+            block = extract_code(text)
         if block is None:
             reply = for_the_user(without_say(text))
             turn.add({"role": "assistant", "content": reply})
@@ -124,6 +128,26 @@ class CodeMode:
         if turn.state.final is not None:
             turn.session.append({"role": "assistant", "content": turn.state.final})
         return turn.state.final
+
+
+def calls_as_program(text: str, response: LLMResponse) -> str | None:
+    """Functions a model called as tools in code mode (natively, or in ``<tool_call>`` blocks, as
+    local models trained on tool use do), written as the program it meant: each result printed.
+    A call that cannot be written so prints why. None if it called nothing."""
+    calls = [(c.name, c.raw_arguments) for c in response.tool_calls] or \
+        [split_text_call(payload) for payload in text_tool_calls(text)]
+    lines = []
+    for name, raw in calls:
+        try:
+            if not name:
+                raise ValueError(raw)  # the block itself could not be read
+            arguments = parse_arguments(raw)
+            if not name.isidentifier() or not all(key.isidentifier() for key in arguments):
+                raise ValueError(f"{name}({raw}) is not a Python call")
+            lines.append(f"print({name}({', '.join(f'{key}={value!r}' for key, value in arguments.items())}))")
+        except ValueError as exc:
+            lines.append(f"print({f'Not run: {str(exc).rstrip(chr(46))}. Write a Python program instead.'!r})")
+    return "\n".join(lines) or None
 
 
 def large_inputs(turn: Turn, content: str, attachments: Attachments) -> str:

@@ -143,14 +143,14 @@ class ToolsMode:
         turn.add({"role": "assistant", "content": strip_think(content)})
         results = []
         for payload in payloads:
-            name, raw = _split_text_call(payload)
+            name, raw = split_text_call(payload)
             turn.check_repeat(name, raw)
             result = await self.run_call(turn, name, raw) if name else f"Error: {raw}"
             results.append(f'<tool_result name="{name or "?"}">\n{result}\n</tool_result>')
         turn.add({"role": "user", "content": "\n".join(results)})
 
 
-def _split_text_call(payload: str) -> tuple[str, str]:
+def split_text_call(payload: str) -> tuple[str, str]:
     """``{"name": .., "arguments": {..}}`` -> (name, raw arguments); ("", problem) if unreadable."""
     try:
         data = json.loads(payload)
