@@ -42,6 +42,12 @@ class NotifyListener:
         self.sock.close()
 
 
+def open_files_limits(pid: int) -> tuple[str, str]:
+    """A process's (soft, hard) limit of open files, as /proc shows them."""
+    line = next(line for line in Path(f"/proc/{pid}/limits").read_text().splitlines() if line.startswith("Max open files"))
+    return line.split()[3], line.split()[4]
+
+
 @pytest.fixture
 async def fakes() -> AsyncIterator[tuple[FakeOpenAI, FakeTelegram, FakeDiscord]]:
     async with FakeOpenAI() as llm, FakeTelegram() as tg, FakeDiscord() as dc:
@@ -71,10 +77,16 @@ async def test_gateway_process_notifies_systemd_and_stops_cleanly(
     env = {**os.environ, "NANOBOT_HOME": str(home), "NOTIFY_SOCKET": listener.name,
            "WATCHDOG_USEC": "200000"}
     log = open(tmp_path / "gateway.log", "wb")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", "gateway", env=env,
+    # Started as under systemd: 1,024 open files at most, unless the process asks for the hard limit.
+    soft_1024 = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, "
+                 "(1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1])); "
+                 "os.execv(sys.executable, [sys.executable, '-m', 'nanobot', 'gateway'])")
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", soft_1024, env=env,
                                                 stdout=log, stderr=asyncio.subprocess.STDOUT)
     try:
         await listener.wait_for("READY=1")
+        soft, hard = open_files_limits(proc.pid)
+        assert soft == hard or hard == "unlimited" and soft == "65536"  # a chat's history file is open while it is
         assert dc.identifies == 1 and "getUpdates" in tg.calls  # both channels were up at READY
         llm.script(reply("pong from the daemon"))
         tg.push_text(ALICE, ALICE, "ping")

@@ -5,8 +5,10 @@ cron.py here, and mcp/cli.py."""
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import resource
 import sys
 from functools import partial
 from pathlib import Path
@@ -26,6 +28,8 @@ from nanobot.config import Config, ConfigError, config_path, load_config, privat
 from nanobot.coordination import worker_id
 from nanobot.sqlite_file import HomeError, check_writable
 from nanobot.workspace_template import copy_template
+
+log = logging.getLogger(__name__)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="nanobot: a self-hosted AI assistant whose model can answer with code.")
@@ -142,12 +146,27 @@ def gateway(ctx: typer.Context) -> None:
     check_writable(config.home)
     logs.log_to_file(config.home)
     logs.use_format(config.gateway.log_format, worker_id(config.gateway))
+    _open_files_up_to_the_hard_limit()
     try:
         code = eventloop.run(run_gateway(config))
     except ConfigError as exc:
         fail(str(exc))
         raise  # unreachable
     sys.exit(code)
+
+
+def _open_files_up_to_the_hard_limit() -> None:
+    """Each open chat keeps its history file open (up to 1,000 chats), beside sockets and the
+    sandbox's pipes: a busy bot would pass systemd's soft limit of 1,024 open files and fail to
+    accept or write. The hard limit is the operator's; the soft one is raised to it, as Go
+    does for every program. (The sandbox's children are held to 1,024 again: nanobot.confine.)"""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = hard if hard != resource.RLIM_INFINITY else 65536  # "unlimited" is refused; macOS's cap
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+        except (ValueError, OSError) as exc:  # a kernel cap below the hard limit (fs.nr_open)
+            log.warning("could not raise the open files limit from %d: %s", soft, exc)
 
 
 for command in (onboard, agent, status, gateway, backup, restore):  # in this order in --help
