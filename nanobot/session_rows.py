@@ -140,21 +140,24 @@ class DatabaseSessionStore(OpenSessions):
     async def open(self, key: str) -> Session:
         session = self._cached(key)
         if session is None:
-            records = await self._records_when_reachable(key)
-            session = self._cached(key)  # another task may have opened it meanwhile
-            if session is None:
-                session = Session(key, DatabaseJournal(self.db, key, empty=not records, fenced_by=self.fenced_by))
-                replay(session, records)
-                self._keep(key, session)
+            rows = await self._rows_when_reachable(key)
+            # Read off the event loop, as the files are: years of a busy chat are megabytes.
+            loaded = await asyncio.to_thread(self._replayed, key, rows)
+            session = self._cached(key) or self._keep(key, loaded)  # another task may have opened it meanwhile
         return session
 
-    async def _records_when_reachable(self, key: str) -> list[dict[str, Any]]:
+    def _replayed(self, key: str, rows: list[str]) -> Session:
+        session = Session(key, DatabaseJournal(self.db, key, empty=not rows, fenced_by=self.fenced_by))
+        replay(session, (json.loads(row) for row in rows))
+        return session
+
+    async def _rows_when_reachable(self, key: str) -> list[str]:
         """A turn waits for its chat's history while the database is away (a restart), as its
         records and reply do: failing, it would tell the user "something went wrong"."""
         delay = RETRY_FIRST_S
         while True:
             try:
-                return await self.records(key)
+                return await self._rows(key)
             except StoreUnavailable as exc:
                 log.warning("history %s: waiting for the database to read it (%s); retrying in %g s",
                             key, exc, delay)
@@ -172,5 +175,9 @@ class DatabaseSessionStore(OpenSessions):
         return [row[0] for row in rows]
 
     async def records(self, key: str) -> list[dict[str, Any]]:
-        rows = await self.db.fetch("SELECT record FROM history WHERE session_key = $1 ORDER BY id", key)
-        return [json.loads(row[0]) for row in rows]
+        rows = await self._rows(key)
+        return await asyncio.to_thread(lambda: [json.loads(row) for row in rows])
+
+    async def _rows(self, key: str) -> list[str]:
+        return [row[0] for row in await self.db.fetch("SELECT record FROM history WHERE session_key = $1 ORDER BY id",
+                                                      key)]

@@ -4,6 +4,7 @@ PostgreSQL. The same calls must give the same answers."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import AsyncIterator
@@ -151,6 +152,17 @@ async def test_delivery(db: Database) -> None:
         assert await store.backlog() == (0, 1, 0)  # the pending reply is never pruned
     finally:
         await store.close()
+
+
+async def test_a_long_history_in_a_table_opened_at_once_is_one_session(db: Database) -> None:
+    """Years of a chat are read off the event loop, as the files are (tests/test_session.py
+    times that), so two tasks may open it at once: they share one session."""
+    store = await DatabaseSessionStore.create(db)
+    record = json.dumps({"role": "user", "content": "a line of an old conversation " * 4})
+    await db.executemany("INSERT INTO history (session_key, record) VALUES ($1, $2)",
+                         [("telegram:7", json.dumps({"_meta": {"key": "telegram:7"}}))] + [("telegram:7", record)] * 20_000)
+    first, second = await asyncio.gather(store.open("telegram:7"), store.open("telegram:7"))
+    assert first is second is store.get("telegram:7") and first.count == 20_000
 
 
 async def test_histories_in_a_table(db: Database) -> None:
