@@ -6,6 +6,9 @@ work for less; measured on the whole trip of a Telegram message it took the gate
 3.8 to 3.3 CPU-ms a message (bench/RESULTS.md, "Durable delivery"). It is a dependency on
 Linux and macOS (a wheel, no system package); on Windows, or after ``pip uninstall uvloop``,
 the gateway runs on asyncio's loop, with the same behaviour.
+
+Beside it, the small pieces every part uses on the loop: ``Background`` (the tasks an object
+runs), ``ChatLocks`` (one lock per chat, only while used), ``Changed``, ``cancel_and_wait``.
 """
 
 from __future__ import annotations

@@ -146,7 +146,8 @@ def calls_as_program(text: str, response: LLMResponse) -> str | None:
                 raise ValueError(f"{name}({raw}) is not a Python call")
             lines.append(f"print({name}({', '.join(f'{key}={value!r}' for key, value in arguments.items())}))")
         except ValueError as exc:
-            lines.append(f"print({f'Not run: {str(exc).rstrip(chr(46))}. Write a Python program instead.'!r})")
+            why = str(exc).rstrip(".")
+            lines.append(f"print({f'Not run: {why}. Write a Python program instead.'!r})")
     return "\n".join(lines) or None
 
 
