@@ -97,8 +97,8 @@ async def test_prompt_job_is_a_turn_in_the_owning_chat(config: Config, llm: Fake
 
 async def test_a_prompt_job_whose_turn_fails_is_a_failed_run(config: Config, llm: FakeOpenAI,
                                                              tg: FakeTelegram) -> None:
-    """The failed turn's reply tells the chat; the run is recorded as failed (it was "ok"), and
-    the owner is told which job it was, as for a code job."""
+    """The failed turn's reply tells the chat why; the run is recorded as failed (it was "ok"),
+    and the owner is told which job it was, as for a code job, without the reason again."""
     llm.script(error(400, message="model 'gpt-9' does not exist"))
     async with running_gateway(config, with_services=True) as gateway:
         job = await add_cron_job(gateway.cron_jobs.service, owner_session=f"telegram:{ALICE}", schedule_kind="every",
@@ -108,7 +108,7 @@ async def test_a_prompt_job_whose_turn_fails_is_a_failed_run(config: Config, llm
         [job] = await CronStore(gateway.runtime.db).list()
     assert run.status == "error" and "gpt-9" in run.output_excerpt
     assert told["text"].startswith("Sorry, I could not get an answer from the model") and "gpt-9" in told["text"]
-    assert notice["text"].startswith("⏰ Cron job 'daily'") and "failed (1/3)" in notice["text"]
+    assert notice["text"] == f"⏰ Cron job 'daily' ({job.id}) failed (1/3): see its reply above"
     assert job.last_status == "error" and job.consecutive_failures == 1
 
 

@@ -44,6 +44,7 @@ class RunOutcome:
     status: Literal["ok", "error"]
     output: str = ""
     function_calls: int = 0
+    told: bool = False  # the job's chat was already told why (a prompt job's failed turn said so)
 
 
 Runner = Callable[[CronJob], Awaitable[RunOutcome]]
@@ -240,7 +241,7 @@ class CronService:
             await self.store.remove(job.id)
         if outcome.status != "error":
             return
-        error = _excerpt(outcome.output) or "no output"
+        error = "see its reply above" if outcome.told else _excerpt(outcome.output) or "no output"
         if one_shot_done or not job.enabled:  # no streak to report: nothing more is scheduled
             await self._notify(job, f"Cron job '{job.name}' ({job.id}) failed: {error}")
         elif job.consecutive_failures >= MAX_CONSECUTIVE_FAILURES:

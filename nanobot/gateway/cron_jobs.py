@@ -114,9 +114,10 @@ class JobRunner:
         channel, chat_id = split_target(job.target)
         reply = await self.ask(InboundMessage(channel, chat_id, sender_id=f"cron:{job.id}",
                                               content=job.payload, source="cron"))
-        # A failed turn told the chat so as its reply; the run is a failure all the same (counted
-        # towards the pause, and the owner told which job it was).
-        return RunOutcome("error" if isinstance(reply, FailedReply) else "ok", reply)
+        # A failed turn told the chat why as its reply; the run is a failure all the same (counted
+        # towards the pause, and the owner told which job it was, without saying why again).
+        failed = isinstance(reply, FailedReply)
+        return RunOutcome("error" if failed else "ok", reply, told=failed)
 
 
 class CronJobs:
