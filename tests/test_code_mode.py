@@ -82,6 +82,13 @@ async def test_functions_called_as_tools_run_as_the_program_the_model_meant(llm:
     assert llm.chat_requests[3]["messages"][-1]["content"].endswith("; nothing was run. Write a Python program instead.\n</python_result>")
 
 
+@pytest.mark.parametrize("fence", ["python", "Python", "py", "python3"])
+async def test_a_fence_is_run_however_the_model_names_python(llm: FakeOpenAI, workspace: Path, fence: str) -> None:
+    """Local models write ```Python or ```python3 as often as ```python: each runs."""
+    llm.script(reply(f"```{fence}\nfinal_answer(str(6 * 7))\n```"))
+    assert await ask(llm, workspace, "six sevens?") == ["42"]
+
+
 async def test_errors_are_fed_back_and_the_fix_succeeds(llm: FakeOpenAI, workspace: Path) -> None:
     llm.script(reply("```python\nx = (1,\n```"),
                reply("```python\nprint(undefined_name)\n```"),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 _SAY = re.compile(r"<say>(.*?)</say>", re.DOTALL)
-_FENCE = re.compile(r"```(?:python|py)[ \t]*\n(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"```(?:python3?|py)[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)  # ```Python, ```python3 too
 # ```python show: code written for the user (an example, a "how do I"), shown and never run.
 _SHOW_FENCE = re.compile(r"```(python|py)[ \t]+show[ \t]*\n", re.IGNORECASE)
 
