@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from nanobot.database import Database, Migrations
+from nanobot.usage import plural
 
 ACTIVE = ("queued", "running")
 ENDED = ("done", "failed", "stopped")
@@ -119,7 +120,7 @@ class TaskStore:
         rows = await self.db.fetch("SELECT state, count(*) FROM tasks WHERE state IN ('queued', 'running') "
                                    "GROUP BY state")
         counts = {row[0]: int(row[1]) for row in rows}
-        return f"{counts.get('running', 0)} background task(s) running, {counts.get('queued', 0)} waiting"
+        return f"{plural(counts.get('running', 0), 'background task')} running, {counts.get('queued', 0)} waiting"
 
     async def claim(self, worker: str) -> Task | None:
         """The oldest queued task, now running here; None when none waits. Workers claiming at

@@ -136,8 +136,9 @@ def _call_totals(calls: Any, failed: Any, prompt: Any, completion: Any, cost: An
                       int(cached or 0))
 
 
-def plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """``count`` and the noun ("1 reply", "2 replies": ``many`` where it is not ``noun`` + "s")."""
+    return f"{count} {noun if count == 1 else many or noun + 's'}"
 
 
 class UsageStore:

@@ -235,7 +235,7 @@ async def test_status_shows_the_api(home: Path) -> None:
     await nanobot("api", "keys", "add", "ada", "--owner", home=home)
     (home / "config.json").write_text(json.dumps({"gateway": {"api": {"enabled": True}}}))
     code, out, _ = await nanobot("status", home=home)
-    assert "API:       http://127.0.0.1:8765/v1 when the gateway runs; 1 active key(s), 1 of them owner keys" in out
+    assert "API:       http://127.0.0.1:8765/v1 when the gateway runs; 1 active key, 1 of them owner keys" in out
 
 
 async def test_a_member_key_reaches_no_owner_page_and_no_other_chat(api: dict, llm: FakeOpenAI) -> None:

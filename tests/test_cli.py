@@ -184,7 +184,7 @@ async def test_onboard_then_status(home: Path, tmp_path: Path) -> None:
     assert "exists" in out and '"mine"' in (home / "config.json").read_text()  # never overwritten without --force
     code, out, _ = await nanobot("status", home=home)
     assert code == 0 and "mine" in out and "Channels:  none enabled" in out and "Cron jobs: 0" in out
-    assert "Delivery:  0 message(s) not yet answered, 0 repl(ies) not yet sent, 0 refused" in out
+    assert "Delivery:  0 messages not yet answered, 0 replies not yet sent, 0 refused" in out
 
 
 async def test_demo_runs_offline_and_says_so(home: Path) -> None:

@@ -126,7 +126,7 @@ async def test_unanswered_messages_are_resumed_at_start_in_order(config: Config,
         await llm.request_event.wait()  # "one" is with the model; "two" and "three" wait in the queue
     assert texts(tg, ALICE) == [RESUME_NOTICE]  # nothing answered; everything on record
     code, out, _ = await nanobot("status", home=home)
-    assert code == 0 and "Delivery:  3 message(s) not yet answered, 0 repl(ies) not yet sent, 0 refused" in out
+    assert code == 0 and "Delivery:  3 messages not yet answered, 0 replies not yet sent, 0 refused" in out
     llm.fallback = echo
     async with running_gateway(config):
         await tg.wait_until(lambda: len(texts(tg, ALICE)) == 4, timeout=15)

@@ -207,7 +207,7 @@ async def test_an_albums_pictures_through_a_webhook_are_one_message_also_after_a
     assert [str(user_message(r)["content"]).count("'type': 'image_url'") for r in llm.chat_requests] == [2, 0]
     assert "add these up" in str(user_message(llm.chat_requests[0])["content"])
     code, out, _ = await nanobot("status", home=home)
-    assert "Delivery:  0 message(s) not yet answered" in out  # the reply settled both pictures
+    assert "Delivery:  0 messages not yet answered" in out  # the reply settled both pictures
 
 
 async def test_only_the_last_five_images_go_back_to_the_model(config: Config, llm: FakeOpenAI,

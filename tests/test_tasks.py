@@ -71,7 +71,7 @@ async def test_tasks_run_in_the_background_while_the_chat_goes_on(config: Config
         tg.push_text(ALICE, ALICE, "/tasks")
         await tg.wait_until(lambda: any(t.startswith("Background tasks, newest first") for t in texts(tg)), timeout=10)
         listing = next(t for t in texts(tg) if t.startswith("Background tasks, newest first"))
-        assert "alpha — done" in listing and "beta — done" in listing and "1 model call(s)" in listing
+        assert "alpha — done" in listing and "beta — done" in listing and "1 model call" in listing
 
 
 async def test_spawn_from_tools_mode_and_the_limits(config: Config, llm: FakeOpenAI, tg: FakeTelegram) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from nanobot.agent.context import cache_starts_over
 from nanobot.trust import MEMBER, OWNER
-from nanobot.usage import start_of_today
+from nanobot.usage import plural, start_of_today
 
 if TYPE_CHECKING:
     from nanobot.agent.deps import AgentDeps
@@ -204,7 +204,7 @@ async def tasks_text(agent: Agent, session_key: str) -> str:
         calls, cost = await agent.deps.usage.of_chat(task_key(session_key, task.id)) if agent.deps.usage else (0, 0.0)
         age = _age(time.time() - task.created)
         money = f", ${cost:.4f}" if owner and cost else ""
-        lines.append(f"- {task.id} {task.label or ''} — {task.state}, {age} ago, {calls} model call(s){money}".replace("  ", " "))
+        lines.append(f"- {task.id} {task.label or ''} — {task.state}, {age} ago, {plural(calls, 'model call')}{money}".replace("  ", " "))
     return "\n".join(lines)
 
 

@@ -12,6 +12,7 @@ import typer
 from nanobot.cli.common import get_config
 from nanobot.config import Config, config_path
 from nanobot.sqlite_file import HomeError, check_writable
+from nanobot.usage import plural
 from nanobot.utf8 import for_terminal
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ async def _api_line(config: Config, db: Database) -> str:
 
     keys = await (await ApiKeys.open(db)).active()
     owners = sum(1 for _, _, owner in keys if owner)
-    counted = f"{len(keys)} active key(s), {owners} of them owner keys"
+    counted = f"{plural(len(keys), 'active key')}, {owners} of them owner keys"
     api = config.gateway.api
     return f"http://{api.listen}/v1 when the gateway runs; {counted}" if api.enabled else \
         f"off (gateway.api.enabled); {counted}"
@@ -119,7 +120,8 @@ async def _delivery_line(db: Database) -> str:
         waiting, unsent, failed = await store.backlog()
     finally:
         await store.close()
-    return f"{waiting} message(s) not yet answered, {unsent} repl(ies) not yet sent, {failed} refused"
+    return f"{plural(waiting, 'message')} not yet answered, {plural(unsent, 'reply', 'replies')} not yet sent, " \
+        f"{failed} refused"
 
 
 async def _worker_lines(db: Database) -> list[str]:
