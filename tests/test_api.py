@@ -4,6 +4,7 @@ paths, raw HTTP for the errors, canary files for what a member key must not reac
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 import socket
@@ -18,6 +19,7 @@ from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
 from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply, tool_call
 from tests.helpers import config_for, running_gateway
+from tests.media_files import ogg_opus, png
 from tests.test_cli import nanobot
 
 
@@ -309,6 +311,33 @@ async def test_a_reloaded_message_names_its_files_not_the_models_notes(api: dict
         async with http.get(api["base"] + "/nanobot/history", headers=auth) as resp:
             shown = [(m["role"], m["content"]) for m in (await resp.json())["messages"]]
     assert shown[-2:] == [("user", "what is in it?\n📎 notes.txt"), ("assistant", "Read it.")]
+
+
+async def test_files_inside_a_message_go_through_the_media_pipeline(api: dict, llm: FakeOpenAI,
+                                                                   workspace: Path) -> None:
+    """OpenAI's clients send a picture as a data: URL, a document as file_data and a recording as
+    input_audio inside the message (Open WebUI does): the model sees the picture and the
+    document's text, a member's files land in its own folder, and a link or broken base64 is a
+    clear 400, never fetched."""
+    llm.script(reply("A small picture and a note."))
+    picture = "data:image/png;base64," + base64.b64encode(png(40, 30)).decode()
+    note = "data:text/plain;base64," + base64.b64encode(b"INLINE-NOTE-CANARY").decode()
+    answer = await client(api, api["member"]).chat.completions.create(model="nanobot", messages=[
+        {"role": "user", "content": [{"type": "text", "text": "what are these?"},
+                                     {"type": "image_url", "image_url": {"url": picture}},
+                                     {"type": "file", "file": {"file_data": note, "filename": "note.txt"}},
+                                     {"type": "input_audio", "input_audio": {"data": base64.b64encode(ogg_opus()).decode(),
+                                                                             "format": "ogg"}}]}])
+    assert answer.choices[0].message.content == "A small picture and a note."
+    sent = str(llm.chat_requests[0]["messages"])
+    assert "data:image/jpeg;base64," in sent and "INLINE-NOTE-CANARY" in sent
+    kept = [p.name.split("_", 2)[2] for p in (workspace / "chats").rglob("inbox/*")]  # page_<hex>_NAME
+    assert sorted(kept) == ["note.txt", "picture.png", "recording.ogg"]
+    for part, why in [({"type": "image_url", "image_url": {"url": "http://127.0.0.1:1/cat.png"}}, "a link is not fetched"),
+                      ({"type": "image_url", "image_url": {"url": "data:image/png;base64,***"}}, "not valid base64")]:
+        status, body = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": [part]}]})
+        assert status == 400 and why in body["error"]["message"]
+    assert len(llm.chat_requests) == 1
 
 
 async def test_uploads_stop_at_the_workspace_limit(api: dict, workspace: Path) -> None:

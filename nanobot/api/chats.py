@@ -9,7 +9,8 @@ channel and reads any one's history (read-only: it writes only to its own conver
 - ``GET /v1/nanobot/news?after=UPTO``: what was kept for the reader since (the open page shows it).
 - ``GET /v1/nanobot/chat``: its mode and model, and the choices its trust allows.
 - ``POST /v1/nanobot/upload?name=FILE``: a file into the chat's ``inbox/``; its id goes into a
-  message as ``{"type": "file", "file": {"file_id": ID}}`` and through the media pipeline.
+  message as ``{"type": "file", "file": {"file_id": ID}}`` and through the media pipeline. A
+  file inside a message (``nanobot.api.inline_files``) is kept there the same way.
 - ``GET /v1/nanobot/files?path=PATH``: a file of the chat's ``inbox/`` or ``sent/``.
 """
 
@@ -27,6 +28,7 @@ from aiohttp import web
 
 from nanobot import beneath
 from nanobot.agent.commands import MODES
+from nanobot.api.inline_files import inline_file
 from nanobot.chat_names import is_task
 from nanobot.listener import read_whole
 from nanobot.delivery.intake import RESUMED_NOTE
@@ -134,17 +136,23 @@ class ChatRoutes:
         chat = self.key_chat(name, request)
         data = await self._received(name, request)
         safe = re.sub(r"[^\w.-]", "_", Path(request.query.get("name", "file")).name)[-100:] or "file"
-        root = await self.door.chat_folder(chat)
-        relative = f"inbox/page_{secrets.token_hex(4)}_{safe}"
-        config = self.door.config
-        try:  # never through a link the chat made
+        relative = await self._keep(await self.door.chat_folder(chat), safe, data)
+        return web.json_response({"id": relative, "name": safe, "bytes": len(data)})
+
+    async def _keep(self, root: Path, safe_name: str, data: bytes) -> str:
+        """A file into the chat's ``inbox/``, never through a link the chat made; its id there."""
+        relative, config = f"inbox/page_{secrets.token_hex(4)}_{safe_name}", self.door.config
+        if len(data) > config.channels.max_media_mb * 1024 * 1024:
+            raise web.HTTPRequestEntityTooLarge(max_size=config.channels.max_media_mb * 1024 * 1024,
+                                                actual_size=len(data))
+        try:
             await asyncio.to_thread(check_room, config.workspace_path, config.tools.max_workspace_mb, len(data))
             await asyncio.to_thread(beneath.write_bytes, root, relative, data)
         except WorkspaceFull as exc:
             raise web.HTTPInsufficientStorage(text=f"not stored: {exc}") from None
         except (beneath.LinkRefused, NotADirectoryError) as exc:
             raise web.HTTPForbidden(text=f"not stored: {exc}") from None
-        return web.json_response({"id": relative, "name": safe, "bytes": len(data)})
+        return relative
 
     async def _received(self, name: str, request: web.Request) -> bytes:
         """An upload's body, whole (never cut short): refused over ``maxMediaMb``, over
@@ -187,19 +195,30 @@ class ChatRoutes:
         return response
 
     async def media_of(self, chat: str, messages: Any) -> list[str]:
-        """The uploaded files the last user message names (``file`` parts), checked to be this chat's."""
-        named = []
-        for message in reversed(messages if isinstance(messages, list) else []):
-            if isinstance(message, dict) and message.get("role") == "user":
-                for part in message.get("content") if isinstance(message.get("content"), list) else []:
-                    file_id = (part.get("file") or {}).get("file_id") if isinstance(part, dict) else None
-                    if isinstance(file_id, str) and file_id.startswith("inbox/") and "/" not in file_id[6:]:
-                        named.append(file_id)
-                break
-        if not named:
+        """The files of the last user message: uploaded ones it names (``file`` parts), checked to
+        be this chat's, and ones inside it (``nanobot.api.inline_files``), kept in its inbox."""
+        named, inline = [], []
+        for part in last_user_parts(messages):
+            file_id = (part.get("file") or {}).get("file_id") if isinstance(part, dict) else None
+            if isinstance(file_id, str) and file_id.startswith("inbox/") and "/" not in file_id[6:]:
+                named.append(file_id)
+            try:
+                inline += [kept] if (kept := inline_file(part)) else []
+            except ValueError as exc:
+                raise web.HTTPBadRequest(text=str(exc)) from None
+        if not named and not inline:
             return []  # most messages: no need to open the chat here
         root = await self.door.chat_folder(chat)
-        return [file_id for file_id in named if await asyncio.to_thread(beneath.is_link_free, root, file_id)]
+        kept = [file_id for file_id in named if await asyncio.to_thread(beneath.is_link_free, root, file_id)]
+        return kept + [await self._keep(root, re.sub(r"[^\w.-]", "_", name)[-100:], data) for name, data in inline]
+
+
+def last_user_parts(messages: Any) -> list[Any]:
+    """The parts of the last user message (none when its content is a plain string)."""
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") == "user":
+            return message.get("content") if isinstance(message.get("content"), list) else []
+    return []
 
 
 STEP_RESULTS = ("<python_result>", "<tool_result")

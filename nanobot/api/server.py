@@ -102,10 +102,10 @@ class ApiServer:
         if body.get("model", MODEL) != MODEL:
             raise ApiError(404, f"The model {body.get('model')!r} does not exist; this server offers {MODEL!r}",
                            "model_not_found")
-        text = last_user_text(body.get("messages"))
         chat = self.chats.key_chat(name, request)
         chat_id = chat.partition(":")[2]
         media = await self.chats.media_of(chat, body.get("messages"))
+        text = last_user_text(body.get("messages"), files=bool(media))
         if not is_command(text):  # /status and /budget always answer
             await self._within_budget(owner)
         if not self.door.accepting():
@@ -270,8 +270,9 @@ async def read_body(request: web.Request, max_kb: int) -> dict[str, Any]:
     return body
 
 
-def last_user_text(messages: Any) -> str:
-    """The new message: the last one with role "user" (content as text, or text parts)."""
+def last_user_text(messages: Any, *, files: bool = False) -> str:
+    """The new message: the last one with role "user" (content as text, or text parts); with
+    ``files`` it may have none (a picture alone)."""
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages' must be a non-empty list", "invalid_messages")
     for message in reversed(messages):
@@ -280,7 +281,7 @@ def last_user_text(messages: Any) -> str:
             if isinstance(content, list):
                 content = "\n".join(p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text"
                                     and isinstance(p.get("text"), str))
-            if isinstance(content, str) and content.strip():
+            if isinstance(content, str) and (content.strip() or files):
                 return content
             break
     raise ApiError(400, "'messages' must end with a user message that has text", "invalid_messages")
