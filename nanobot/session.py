@@ -2,8 +2,9 @@
 
 The first record is metadata (key, created, settings). Every later change is appended, never
 rewritten: messages as they happen, ``{"_meta": {...}}`` records for settings such as the
-execution mode, a ``{"_reset": ...}`` record for ``/new`` and ``{"_drop": n}`` when a failed turn
-takes back its messages. Loading replays them.
+execution mode, a ``{"_reset": ...}`` record for ``/new`` and ``{"_failed": 1}`` when a turn
+failed before doing anything (its message stays for the reader, out of the prompts; older
+histories took it back with ``{"_drop": n}``). Loading replays them.
 
 Two journals hold them: a JSONL file per session (``session_files``, the default), or one
 database row per record (``session_rows``, ``database.url`` PostgreSQL), the same JSON as a
@@ -106,7 +107,7 @@ class Session:
         Cutting in the middle of a tool exchange would leave tool results without the call
         that asked for them, which providers reject; so the window starts at a user turn.
         """
-        recent = self.messages[-window:]
+        recent = [m for m in self.messages[-window:] if not m.get("failed")]  # kept for the reader only
         for i, message in enumerate(recent):
             if message.get("role") == "user":
                 recent = recent[i:]
@@ -134,12 +135,12 @@ class Session:
             setattr(self.meta, name, value)
         self._write({"_meta": values})
 
-    def drop_last(self, count: int) -> None:
-        """Take back the last ``count`` messages (a turn that failed before doing anything)."""
-        count = min(count, len(self.messages))
-        if count > 0:
-            del self.messages[-count:]
-            self._write({"_drop": count})
+    def mark_failed(self) -> None:
+        """The last message (a turn's, which failed before doing anything) stays for its reader
+        but is left out of later prompts: the next turn does not answer it again."""
+        if self.messages:
+            self.messages[-1]["failed"] = True
+            self._write({"_failed": 1})
 
     def reset(self) -> None:
         """``/new``: later turns start from an empty history; the old lines stay in the file."""
@@ -344,7 +345,9 @@ def replay(session: Session, records: Iterable[dict[str, Any]]) -> None:
             session.meta.merge(record["_meta"])
         elif "_reset" in record:
             session.messages, session.offset, session.opening = [], 0, ""
-        elif "_drop" in record and isinstance(record["_drop"], int) and record["_drop"] > 0:
+        elif "_failed" in record and session.messages:
+            session.messages[-1]["failed"] = True
+        elif "_drop" in record and isinstance(record["_drop"], int) and record["_drop"] > 0:  # older histories
             del session.messages[-record["_drop"]:]
         elif "role" in record:
             session.hold(record)

@@ -295,6 +295,25 @@ async def test_history_shows_what_was_seen_live_not_the_programs(api: dict, llm:
     assert not any("python" in text for _, text in shown)
 
 
+async def test_a_failed_turn_stays_in_the_history_for_its_reader_not_for_the_model(api: dict, llm: FakeOpenAI) -> None:
+    """The page showed the question and the red failure live; a reload must show both (it showed
+    neither: the message was taken back so the next turn would not answer it again). The next
+    turn's prompt still leaves them out."""
+    llm.script(error(401, message="bad key"), reply("Here it is."))
+    ai = client(api, api["owner"], **{"X-Nanobot-Session": "outage"})
+    failed = await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "first try"}])
+    assert failed.model_extra["nanobot"] == {"failed": True}
+    await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "second try"}])
+    assert [m["content"] for m in llm.chat_requests[-1]["messages"][1:]] == ["second try"]
+    async with aiohttp.ClientSession() as http:
+        async with http.get(api["base"] + "/nanobot/history", headers={
+                "Authorization": f"Bearer {api['owner']}", "X-Nanobot-Session": "outage"}) as resp:
+            shown = (await resp.json())["messages"]
+    assert [(m["role"], m["content"][:22], m.get("failed", False)) for m in shown] == [
+        ("user", "first try", False), ("assistant", "Sorry, I could not get", True),
+        ("user", "second try", False), ("assistant", "Here it is.", False)]
+
+
 async def test_a_reloaded_message_names_its_files_not_the_models_notes(api: dict, llm: FakeOpenAI) -> None:
     """The page shows "📎 notes.txt" under a message live; after a reload the history must too,
     not the line made for the model ("[document inbox/...: 21 characters of text; ...]")."""

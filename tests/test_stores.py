@@ -172,10 +172,12 @@ async def test_histories_in_a_table(db: Database) -> None:
     session.append({"role": "user", "content": "hi"})
     session.set_meta(mode="tools")
     session.append({"role": "assistant", "content": "hello"})
-    session.drop_last(1)
+    session.append({"role": "user", "content": "no answer came"})
+    session.mark_failed()
     await store.flush()
     again = await DatabaseSessionStore(db).open("telegram:9")
-    assert [m["content"] for m in again.messages] == ["hi"] and again.meta.mode == "tools"
+    assert [m["content"] for m in again.messages] == ["hi", "hello", "no answer came"] and again.meta.mode == "tools"
+    assert [m["content"] for m in again.history(10)] == ["hi", "hello"]  # kept for the reader, not the model
     assert await store.exists("telegram:9") and not await store.exists("telegram:10")
     assert (await store.records("telegram:9"))[0]["_meta"]["key"] == "telegram:9"
     with pytest.raises(RuntimeError, match="before it was opened"):

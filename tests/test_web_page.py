@@ -114,6 +114,9 @@ async def test_replies_render_as_markdown_safely_and_grow_as_they_stream(api: di
         failed = page.locator("#messages li.assistant.failed")
         await failed.wait_for()
         assert "the model is gone" in await failed.inner_text() and await page.locator("#messages li.note").count() == 0
+        await page.reload()  # the failed turn stays, marked as it was live
+        await page.wait_for_function("() => document.querySelectorAll('#messages > li').length === 4")
+        assert "the model is gone" in await page.locator("#messages li.assistant.failed").inner_text()
         await no_serious_violations(page)
 
 

@@ -246,9 +246,11 @@ def failure_reply(session_key: str, exc: Exception, *, owner: bool) -> tuple[Fai
 
 
 def settle_failed_turn(session: Session, added: int, reply: str) -> None:
-    """A turn that failed before anything happened takes its message back, so the next turn
-    does not answer it again; one that did some work keeps it, followed by what went wrong."""
-    if added <= 1:
-        session.drop_last(added)
-    else:
+    """A turn that failed before anything happened keeps its message and the failure for its
+    reader (a page reloaded shows both) but out of later prompts, so the next turn does not
+    answer it again; one that did some work keeps it, followed by what went wrong."""
+    if added == 1:
+        session.mark_failed()
+        session.append({"role": "assistant", "content": reply, "failed": True})
+    elif added > 1:
         session.append({"role": "assistant", "content": f"({reply})"})

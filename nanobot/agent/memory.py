@@ -121,7 +121,7 @@ class Consolidation:
 def transcript(messages: list[dict[str, Any]]) -> str:
     """The messages as plain text for the consolidation call; long contents are shortened."""
     lines = []
-    for m in messages:
+    for m in (m for m in messages if not m.get("failed")):  # a failed turn's message was never answered
         stamp = f"[{m['ts'][:16].replace('T', ' ')}] " if isinstance(m.get("ts"), str) else ""
         role = m.get("role", "?")
         content = m.get("content")

@@ -224,27 +224,24 @@ def last_user_parts(messages: Any) -> list[Any]:
 STEP_RESULTS = ("<python_result>", "<tool_result")
 
 
-def shown_history(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+def shown_history(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """A chat as its reader saw it live: each user message and the reply it got, not the steps
     in between (code mode's programs and results, tool calls): the last assistant text before
-    the next user message is the reply; what was kept for the reader since (a cron job's output,
-    a task's result) follows it."""
-    shown: list[dict[str, str]] = []
-    reply: str | None = None
+    the next user message is the reply (``failed`` when it says the turn failed); what was kept
+    for the reader since (a cron job's output, a task's result) follows it."""
+    shown: list[dict[str, Any]] = []
+    reply: dict[str, Any] | None = None
     for m in messages:
         text = m.get("content") if isinstance(m.get("content"), str) else None
         if m.get("role") == "user" and text and (text.startswith(STEP_RESULTS) or text == RESUMED_NOTE):
             continue  # what a program or a text tool call gave back, or the restart note: steps too
         if (m.get("role") == "user" or m.get("kept")) and text:
-            if reply:
-                shown.append({"role": "assistant", "content": reply})
+            shown += [reply] if reply else []
             shown.append({"role": m["role"], "content": as_written(text) if m["role"] == "user" else text})
             reply = None
         elif m.get("role") == "assistant" and text and not m.get("tool_calls"):
-            reply = text
-    if reply:
-        shown.append({"role": "assistant", "content": reply})
-    return shown
+            reply = {"role": "assistant", "content": text, **({"failed": True} if m.get("failed") else {})}
+    return shown + ([reply] if reply else [])
 
 
 # The lines the media pipeline added after a message for the model ("[document inbox/a.pdf: 1,234

@@ -173,7 +173,10 @@ async function loadChat() {
     api("/v1/nanobot/history" + query).then((r) => r.json()),
     api("/v1/nanobot/chat" + query).then((r) => r.json())]);
   $("messages").replaceChildren();
-  for (const message of history.messages) add(message.role, message.content);
+  for (const message of history.messages) {
+    const item = add(message.role, message.content);
+    if (message.failed) item.classList.add("failed");  // as it was shown live: the turn failed
+  }
   keptUpto = history.upto;
   redraws += 1;
   $("chat-title").textContent = viewing || (session ? "Conversation " + session : "Chat");
