@@ -131,6 +131,7 @@ async def test_errors_have_openais_shape(api: dict, config: Config) -> None:
     assert (await post(api, {**ok, "model": "gpt-9"}))[0] == 404
     status, body = await post(api, {**ok, "messages": [{"role": "user", "content": "x" * 2_000_000}]})
     assert status == 413 and body["error"]["code"] == "request_too_large"
+    assert "gateway.api.maxBodyKb" in body["error"]["message"] and "/v1/nanobot/upload" in body["error"]["message"]
     assert (await post(api, ok, **{"X-Nanobot-Session": "../etc"}))[0] == 400
     with pytest.raises(openai.AuthenticationError):
         await client(api, "nb-wrong").models.list()

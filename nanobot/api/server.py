@@ -263,8 +263,8 @@ async def read_body(request: web.Request, max_kb: int) -> dict[str, Any]:
     except BadBody as exc:
         if exc.status != 413:
             raise
-        raise ApiError(413, f"Request body too large: over {max_kb} KB (gateway.api.maxBodyKb)",
-                       "request_too_large") from None
+        raise ApiError(413, f"Request body too large: over {max_kb} KB (gateway.api.maxBodyKb; a file inside a "
+                       "message counts: a big one goes in with POST /v1/nanobot/upload)", "request_too_large") from None
     if not isinstance(body, dict):
         raise ApiError(400, "The body must be a JSON object", "invalid_request")
     return body
