@@ -1,7 +1,8 @@
-"""schedule_cron / list_cron / remove_cron from a chat, through the real agent and sandbox."""
+"""schedule_cron / list_cron / remove_cron / enable_cron from a chat, through the real agent and sandbox."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -67,6 +68,30 @@ async def test_remove_only_in_the_owning_chat(workspace: Path, home: Path) -> No
                 await rt.tools.call("remove_cron", {"job_id": job_id}, other)
             assert await rt.tools.call("list_cron", {}, other) == []
             assert await rt.tools.call("remove_cron", {"job_id": job_id}, mine) == f"removed {job_id}"
+
+
+async def test_a_paused_job_is_resumed_from_its_chat(workspace: Path, home: Path) -> None:
+    """A job paused after 3 failures tells its chat "ask me here to resume it": the model can,
+    in that chat only (the failure count starts again), and can pause one too."""
+    async with FakeOpenAI() as llm:
+        async with open_runtime(config_for(llm.base_url, workspace, mode="code")) as rt:
+            from nanobot.tools.registry import ToolContext
+
+            mine = ToolContext(rt.config, workspace, "telegram:1", OWNER, services=rt)
+            other = ToolContext(rt.config, workspace, "telegram:2", OWNER, services=rt)
+            job_id = await rt.tools.call("schedule_cron", {"expression": "every 5m", "code": "print(1)"}, mine)
+            store = CronStore(rt.db)
+            for _ in range(3):
+                await store.record_run(job_id, datetime.now(timezone.utc), 1, "error", "boom")
+            await store.set_enabled(job_id, False)  # as the service pauses it
+            with pytest.raises(ValueError, match="no job"):
+                await rt.tools.call("enable_cron", {"job_id": job_id}, other)
+            llm.script(reply(f'```python\nfinal_answer(enable_cron("{job_id}"))\n```'))
+            assert await rt.agent.handle("telegram:1", "resume it") == f"resumed {job_id}"
+            [job] = await store.list()
+            assert job.enabled and job.consecutive_failures == 0
+            assert await rt.tools.call("enable_cron", {"job_id": job_id, "enabled": False}, mine) == f"paused {job_id}"
+            assert not (await store.list())[0].enabled
 
 
 async def test_from_the_terminal_a_job_delivers_to_the_terminal_or_to(workspace: Path, home: Path) -> None:

@@ -248,7 +248,7 @@ class CronService:
             await self.store.set_enabled(job.id, False)
             await self._notify(job, f"Cron job '{job.name}' ({job.id}) failed {job.consecutive_failures} times in a "
                                     f"row and is paused. Last error: {error}. "
-                                    f"Resume it with `nanobot cron enable {job.id}`.")
+                                    f"Ask me here to resume it, or run `nanobot cron enable {job.id}`.")
         else:
             await self._notify(job, f"Cron job '{job.name}' ({job.id}) failed "
                                     f"({job.consecutive_failures}/{MAX_CONSECUTIVE_FAILURES}): {error}")

@@ -1,4 +1,4 @@
-"""schedule_cron, list_cron, remove_cron: the agent's hands on the cron store.
+"""schedule_cron, list_cron, remove_cron, enable_cron, run_cron: the agent's hands on the cron store.
 
 They write nanobot.db, the scheduler's source of truth; a running gateway picks a change up
 within its poll interval (about a second), the same way it sees ``nanobot cron add``. Code is
@@ -8,7 +8,7 @@ now rather than failing at 3 a.m.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
@@ -16,6 +16,9 @@ from nanobot.tools.messaging import allowed_target
 from nanobot.notices import NEW_JOB
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.trust import API_CHANNEL, quota_holder
+
+if TYPE_CHECKING:
+    from nanobot.cron.store import CronJob
 
 MIN_EVERY_SECONDS = 60  # for jobs made from a chat (the CLI may go lower)
 
@@ -100,25 +103,35 @@ async def list_cron(ctx: ToolContext) -> list[dict]:
             for j in jobs]
 
 
+async def _own_job(ctx: ToolContext, job_id: str) -> CronJob:
+    """One of this chat's jobs (another chat's is not there for it)."""
+    job = await (await _store(ctx)).get(job_id)
+    if job is None or job.owner_session != ctx.session_key:
+        raise ValueError(f"no job {job_id!r} in this chat; list_cron() shows them")
+    return job
+
+
 @tool(brief=True)
 async def remove_cron(ctx: ToolContext, job_id: str) -> str:
     """Delete one of this chat's scheduled jobs."""
     ctx.guard.require_clean("remove_cron")
-    store = await _store(ctx)
-    job = await store.get(job_id)
-    if job is None or job.owner_session != ctx.session_key:
-        raise ValueError(f"no job {job_id!r} in this chat; list_cron() shows them")
-    await store.remove(job_id)
+    await (await _store(ctx)).remove((await _own_job(ctx, job_id)).id)
     return f"removed {job_id}"
+
+
+@tool(brief=True)
+async def enable_cron(ctx: ToolContext, job_id: str, enabled: bool = True) -> str:
+    """Resume one of this chat's jobs (one paused after 3 failures in a row starts again), or pause it with
+    enabled=False."""
+    ctx.guard.require_clean("enable_cron")
+    await (await _store(ctx)).set_enabled((await _own_job(ctx, job_id)).id, enabled)
+    return f"{'resumed' if enabled else 'paused'} {job_id}"
 
 
 @tool(brief=True)
 async def run_cron(ctx: ToolContext, job_id: str) -> dict:
     """Run a job once now; returns {"status": "ok" or "error", "output": ...}."""
-    store = await _store(ctx)
-    job = await store.get(job_id)
-    if job is None or job.owner_session != ctx.session_key:
-        raise ValueError(f"no job {job_id!r} in this chat; list_cron() shows them")
+    job = await _own_job(ctx, job_id)
     if job.payload_kind != "code":  # its turn would queue behind this one, which waits for it
         raise ValueError("only code jobs can be run from a chat; a message job runs as a turn at its time")
     services = ctx.needs_services("run_cron")
@@ -131,4 +144,4 @@ async def run_cron(ctx: ToolContext, job_id: str) -> dict:
     return {"status": run.status, "output": run.output_excerpt}
 
 
-CRON_TOOLS = [schedule_cron, list_cron, remove_cron, run_cron]
+CRON_TOOLS = [schedule_cron, list_cron, remove_cron, enable_cron, run_cron]
