@@ -23,28 +23,6 @@ FAILED = "sum(CASE WHEN outcome != 'ok' THEN 1 ELSE 0 END)"
 MEMBER_COLUMN = "ALTER TABLE model_calls ADD COLUMN member INTEGER NOT NULL DEFAULT 0;"
 # Prompt tokens the provider read from its cache (what the prompt-cache work is measured by).
 CACHED_COLUMN = "ALTER TABLE model_calls ADD COLUMN cached_tokens INTEGER NOT NULL DEFAULT 0;"
-SQLITE_MIGRATIONS = [
-    """
-    CREATE TABLE model_calls (
-        id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, session_key TEXT NOT NULL,
-        mode TEXT NOT NULL, purpose TEXT NOT NULL, model TEXT NOT NULL,
-        prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL);
-    CREATE TABLE executions (
-        id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, session_key TEXT NOT NULL,
-        mode TEXT NOT NULL, duration_ms REAL NOT NULL, function_calls INTEGER NOT NULL,
-        outcome TEXT NOT NULL);
-    """,
-    # Failed model calls are recorded too (tokens 0), so status shows how often the server fails.
-    "ALTER TABLE model_calls ADD COLUMN outcome TEXT NOT NULL DEFAULT 'ok';",
-    # Which provider answered (fallbacks), and what the call cost (providers.<name>.prices).
-    """
-    ALTER TABLE model_calls ADD COLUMN provider TEXT NOT NULL DEFAULT '';
-    ALTER TABLE model_calls ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0;
-    CREATE INDEX model_calls_ts ON model_calls (ts);
-    """,
-    MEMBER_COLUMN,
-    CACHED_COLUMN,
-]
 # The bot's all-time figures (status, /status) kept as each call and run is recorded: a few rows
 # to read, not every call of years (at a million calls the sums took 0.7 s each, and SQLite's one
 # connection waited behind them). A chat's calls are found by index.
@@ -70,10 +48,33 @@ _COUNT_CALL = """INSERT INTO usage_totals VALUES (NEW.provider, NEW.model, NEW.m
 _COUNT_RUN = """INSERT INTO execution_totals VALUES (NEW.mode, 1, CASE WHEN NEW.outcome != 'ok' THEN 1 ELSE 0 END)
     ON CONFLICT (mode) DO UPDATE SET runs = execution_totals.runs + 1,
         failures = execution_totals.failures + excluded.failures;"""
-SQLITE_MIGRATIONS.append(_TOTALS + f"""
+_SQLITE_TOTALS = _TOTALS + f"""
 CREATE TRIGGER model_calls_counted AFTER INSERT ON model_calls BEGIN {_COUNT_CALL} END;
 CREATE TRIGGER executions_counted AFTER INSERT ON executions BEGIN {_COUNT_RUN} END;
-""")
+"""
+SQLITE_MIGRATIONS = [
+    """
+    CREATE TABLE model_calls (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, session_key TEXT NOT NULL,
+        mode TEXT NOT NULL, purpose TEXT NOT NULL, model TEXT NOT NULL,
+        prompt_tokens INTEGER NOT NULL, completion_tokens INTEGER NOT NULL);
+    CREATE TABLE executions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, ts REAL NOT NULL, session_key TEXT NOT NULL,
+        mode TEXT NOT NULL, duration_ms REAL NOT NULL, function_calls INTEGER NOT NULL,
+        outcome TEXT NOT NULL);
+    """,
+    # Failed model calls are recorded too (tokens 0), so status shows how often the server fails.
+    "ALTER TABLE model_calls ADD COLUMN outcome TEXT NOT NULL DEFAULT 'ok';",
+    # Which provider answered (fallbacks), and what the call cost (providers.<name>.prices).
+    """
+    ALTER TABLE model_calls ADD COLUMN provider TEXT NOT NULL DEFAULT '';
+    ALTER TABLE model_calls ADD COLUMN cost_usd REAL NOT NULL DEFAULT 0;
+    CREATE INDEX model_calls_ts ON model_calls (ts);
+    """,
+    MEMBER_COLUMN,
+    CACHED_COLUMN,
+    _SQLITE_TOTALS,
+]
 _PG_TOTALS = _TOTALS + f"""
 CREATE FUNCTION count_model_call() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {_COUNT_CALL} RETURN NULL; END $$;
 CREATE TRIGGER model_calls_counted AFTER INSERT ON model_calls FOR EACH ROW EXECUTE FUNCTION count_model_call();

@@ -25,7 +25,7 @@ def kept_about(obj: Any, needle: str) -> list[str]:
     what a long-lived part still keeps of a chat (months of chats pass through it)."""
     found = []
     for name, value in vars(obj).items():
-        ours = type(value).__module__.startswith(("nanobot", "channels")) and hasattr(value, "__dict__")
+        ours = type(value).__module__.startswith("nanobot") and hasattr(value, "__dict__")  # nanobot_channels too
         for where, held in [(name, value), *((f"{name}.{n}", v) for n, v in (vars(value).items() if ours else ()))]:
             if isinstance(held, (dict, set)) and any(needle in str(key) for key in held):
                 found.append(where)

@@ -135,16 +135,16 @@ class ChatRoutes:
         name, _ = await self.key_of(request)
         chat = self.key_chat(name, request)
         data = await self._received(name, request)
-        safe = re.sub(r"[^\w.-]", "_", Path(request.query.get("name", "file")).name)[-100:] or "file"
+        safe = safe_name(request.query.get("name", "file"))
         relative = await self._keep(await self.door.chat_folder(chat), safe, data)
         return web.json_response({"id": relative, "name": safe, "bytes": len(data)})
 
-    async def _keep(self, root: Path, safe_name: str, data: bytes) -> str:
-        """A file into the chat's ``inbox/``, never through a link the chat made; its id there."""
-        relative, config = f"inbox/page_{secrets.token_hex(4)}_{safe_name}", self.door.config
-        if len(data) > config.channels.max_media_mb * 1024 * 1024:
-            raise web.HTTPRequestEntityTooLarge(max_size=config.channels.max_media_mb * 1024 * 1024,
-                                                actual_size=len(data))
+    async def _keep(self, root: Path, name: str, data: bytes) -> str:
+        """A file (``name`` made safe: ``safe_name``) into the chat's ``inbox/``, never through a link
+        the chat made; its id there."""
+        relative, config = f"inbox/page_{secrets.token_hex(4)}_{name}", self.door.config
+        if len(data) > (limit := config.channels.max_media_mb * 1024 * 1024):  # (an upload was held to it as read)
+            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(data))
         try:
             await asyncio.to_thread(check_room, config.workspace_path, config.tools.max_workspace_mb, len(data))
             await asyncio.to_thread(beneath.write_bytes, root, relative, data)
@@ -210,7 +210,12 @@ class ChatRoutes:
             return []  # most messages: no need to open the chat here
         root = await self.door.chat_folder(chat)
         kept = [file_id for file_id in named if await asyncio.to_thread(beneath.is_link_free, root, file_id)]
-        return kept + [await self._keep(root, re.sub(r"[^\w.-]", "_", name)[-100:], data) for name, data in inline]
+        return kept + [await self._keep(root, safe_name(name), data) for name, data in inline]
+
+
+def safe_name(name: str) -> str:
+    """A file name a sender gave, as the chat's inbox keeps it: its last part, plain characters."""
+    return re.sub(r"[^\w.-]", "_", Path(name).name)[-100:] or "file"
 
 
 def last_user_parts(messages: Any) -> list[Any]:
