@@ -444,3 +444,40 @@ async def test_the_api_answer_carries_the_voice_note(api: dict, llm: FakeOpenAI)
     assert status == 200 and body["choices"][0]["message"]["content"] == "Spoken too."
     [voice] = body["nanobot"]["asides"]
     assert voice["file"]["name"] == "reply.ogg" and voice["file"]["path"].startswith("sent/")
+
+
+OPEN_WEBUI_TITLE = """### Task:
+Generate a concise, 3-5 word title with an emoji summarizing the chat history.
+### Output:
+JSON format: { "title": "your concise title here" }
+### Chat History:
+<chat_history>
+USER: what is on my calendar?
+ASSISTANT: Dentist at 3.
+</chat_history>"""
+
+
+async def test_a_front_ends_errands_stay_out_of_the_chat(api: dict, llm: FakeOpenAI) -> None:
+    """Open WebUI asks the model it talks to for a title, tags and follow-up questions after a
+    reply ("### Task:" over a copy of the chat). They were turns: a full prompt with tools each,
+    and their words in the chat's history and every later prompt. They go to the model alone,
+    counted in the chat's usage, and the chat goes on as if they never came."""
+    llm.script(reply("Dentist at 3."), reply('{"title": "🦷 Dentist Today"}', prompt_tokens=40, completion_tokens=9),
+               reply('{"follow_ups": ["When?"]}'), reply("You asked about your calendar."))
+    ai = client(api, api["member"])
+    await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "what is on my calendar?"}])
+    title = await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": OPEN_WEBUI_TITLE}])
+    assert title.choices[0].message.content == '{"title": "🦷 Dentist Today"}'
+    assert (title.usage.prompt_tokens, title.usage.completion_tokens) == (40, 9)
+    errand = llm.chat_requests[1]
+    assert errand["messages"] == [{"role": "user", "content": OPEN_WEBUI_TITLE}] and "tools" not in errand
+    streamed = await ai.chat.completions.create(model="nanobot", stream=True, messages=[
+        {"role": "user", "content": OPEN_WEBUI_TITLE.replace("a concise", "follow-up questions, not a")}])
+    assert "".join([chunk.choices[0].delta.content or "" async for chunk in streamed if chunk.choices]) == \
+        '{"follow_ups": ["When?"]}'
+    await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "what did I ask?"}])
+    sent = [m["content"] for m in llm.chat_requests[-1]["messages"] if m["role"] != "system"]
+    assert sent == ["what is on my calendar?", "Dentist at 3.", "what did I ask?"]
+    runtime = api["gateway"].runtime
+    assert len((await runtime.sessions.open("api:bob")).messages) == 4
+    assert (await runtime.usage.tokens_since("api:bob", 0))[0] >= 40  # its budget counts them

@@ -28,6 +28,7 @@ from nanobot.api.keys import ApiKeys, KeyCheck
 from nanobot.listener import BadBody, Listener, read_json
 from nanobot.agent.commands import is_command
 from nanobot.agent.markup import FailedReply
+from nanobot.providers.base import ProviderError
 
 if TYPE_CHECKING:
     from nanobot.api.front_door import FrontDoor
@@ -110,6 +111,8 @@ class ApiServer:
             await self._within_budget(owner)
         if not self.door.accepting():
             raise ApiError(503, "the gateway is shutting down; try again shortly", "service_unavailable", "server_error")
+        if front_end_errand(text):
+            return await self._errand(request, chat, text, stream=bool(body.get("stream")))
         if self._running.get(name, 0) >= self.settings.concurrent_turns:
             raise ApiError(429, f"this key has {self.settings.concurrent_turns} turns running already "
                            "(gateway.api.concurrentTurns)", "rate_limit_exceeded", "requests")
@@ -121,6 +124,21 @@ class ApiServer:
                                 include_usage=isinstance(options, dict) and options.get("include_usage") is True)
         finally:
             self._running[name] -= 1
+
+    async def _errand(self, request: web.Request, chat: str, text: str, *, stream: bool) -> web.StreamResponse:
+        """A front end's errand (``front_end_errand``), answered by the model outside the chat."""
+        try:
+            response = await self.door.agent.errand(chat, text)
+        except ProviderError as exc:
+            log.info("api: a front end's errand for %s failed: %s", chat, exc)
+            raise ApiError(502, "The model could not answer; try again later", "model_error", "server_error") from None
+        reply = Reply()
+        reply.finish(response.content or "")
+        prompt, completion = response.usage.prompt_tokens, response.usage.completion_tokens
+
+        async def used() -> dict[str, int]:
+            return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        return await respond(request, self.channel, chat.partition(":")[2], reply, used, stream=stream)
 
     async def status(self, request: web.Request) -> web.Response:
         """Channels, MCP servers and the shell: the owner's business."""
@@ -186,7 +204,13 @@ async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id
     async def used() -> dict[str, int]:
         prompt, completion = await usage.tokens_since(f"{channel.name}:{chat_id}", started)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return await respond(request, channel, chat_id, reply, used, stream=stream, include_usage=include_usage)
 
+
+async def respond(request: web.Request, channel: ApiChannel, chat_id: str, reply: Reply,
+                  used: Callable[[], Awaitable[dict[str, int]]], *, stream: bool,
+                  include_usage: bool = False) -> web.StreamResponse:
+    """The reply whole, or streamed as it comes (``used``: the tokens it took)."""
     if stream:
         return await _stream(request, channel, chat_id, reply, used if include_usage else None)
     try:
@@ -285,6 +309,14 @@ def last_user_text(messages: Any, *, files: bool = False) -> str:
                 return content
             break
     raise ApiError(400, "'messages' must end with a user message that has text", "invalid_messages")
+
+
+def front_end_errand(text: str) -> bool:
+    """Whether a message is a chat front end's errand rather than its reader's: Open WebUI asks
+    the model it talks to for a title for its list of chats, tags and follow-up questions, each
+    a "### Task:" over a copy of the chat. As turns they cost a full prompt with tools, and their
+    words went into the chat's history and every later prompt."""
+    return text.lstrip().startswith("### Task:") and "<chat_history>" in text
 
 
 def _completion(text: str, usage: dict[str, int]) -> dict[str, Any]:
