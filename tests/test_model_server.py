@@ -57,6 +57,33 @@ async def test_busy_servers_are_retried(llm: FakeOpenAI, workspace: Path, status
     assert len(llm.chat_requests) == 2
 
 
+def like_gpt5(body: dict) -> object:
+    """OpenAI's reasoning models (gpt-5, o3): max_completion_tokens only, and no temperature but 1."""
+    if "max_tokens" in body:
+        return error(400, message="Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                     "'max_completion_tokens' instead.", code="unsupported_parameter", param="max_tokens")
+    if body.get("temperature", 1) != 1:
+        return error(400, message=f"Unsupported value: 'temperature' does not support {body['temperature']} with this "
+                     "model. Only the default (1) value is supported.", code="unsupported_value", param="temperature")
+    return reply(f"at most {body['max_completion_tokens']} tokens")
+
+
+async def test_a_reasoning_model_gets_the_fields_it_takes(llm: FakeOpenAI, workspace: Path) -> None:
+    """gpt-5 refused every request (max_tokens and temperature 0.2, as every other server takes
+    them): its server's 400 names the field, the request goes again at once without it, and the
+    model's later requests go so from the start; a server that takes them still gets them."""
+    llm.fallback = like_gpt5
+    config = config_for(llm.base_url, workspace, max_tokens=900)
+    config.providers["openai"].max_retries = 0  # learning a field is not a retry
+    async with open_runtime(config) as rt:
+        assert await rt.agent.handle("cli:t", "hi") == "at most 900 tokens"
+        assert len(llm.chat_requests) == 3
+        assert await rt.agent.handle("cli:t", "again") == "at most 900 tokens"
+        assert len(llm.chat_requests) == 4
+    llm.fallback = lambda body: reply(f"{body['max_tokens']} at {body['temperature']}")
+    assert await ask(llm, workspace, "hi", max_tokens=900) == "900 at 0.2"
+
+
 async def test_a_dropped_connection_is_retried_and_is_not_called_a_timeout(llm: FakeOpenAI, workspace: Path) -> None:
     """The SDK's aiohttp adapter calls every connection error a connect timeout; ours says what it was."""
     llm.script(HANG_UP, reply("after the hang-up"))

@@ -6,6 +6,12 @@ second copy behind the first, and a 500 from such a server (a rejected message, 
 error) fails the same way every time. So: a timeout or a 500 is never retried; a connection
 error, 429, 502, 503 or 504 is, up to ``maxRetries`` times, with backoff (honouring
 ``Retry-After``). Every failure becomes one short ProviderError line for the user.
+
+OpenAI's reasoning models (gpt-5, o3, o4-mini) refuse ``max_tokens`` (they take
+``max_completion_tokens``) and any ``temperature`` but their own; other servers may not know
+``max_completion_tokens``. So a request goes as every server takes it, and a model whose server
+names one of the two as unsupported (400, ``unsupported_parameter``/``unsupported_value``) is
+asked again at once without it, and from then on (``ModelQuirks``).
 """
 
 from __future__ import annotations
@@ -31,6 +37,33 @@ log = logging.getLogger(__name__)
 
 RETRY_STATUSES = {429, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
+UNSUPPORTED = ("unsupported_parameter", "unsupported_value")  # OpenAI's codes for a field a model does not take
+
+
+class ModelQuirks:
+    """What each model's server refused of a request (``max_tokens``, ``temperature``), learnt
+    from its 400s while the process runs: its requests go without them from then on."""
+
+    def __init__(self) -> None:
+        self._refused: dict[str, set[str]] = {}  # model -> fields
+
+    def limits(self, request: ChatRequest) -> dict[str, Any]:
+        """The length and temperature fields of ``request`` as its model takes them."""
+        refused = self._refused.get(request.model, set())
+        limits: dict[str, Any] = {"max_completion_tokens" if "max_tokens" in refused else "max_tokens": request.max_tokens}
+        if "temperature" not in refused:
+            limits["temperature"] = request.temperature
+        return limits
+
+    def learn(self, exc: Exception, model: str) -> bool:
+        """Whether ``exc`` refused a field we can do without, not refused before: ask again."""
+        error = _error_of(exc) if isinstance(exc, openai.BadRequestError) else None
+        field = error.get("param") if isinstance(error, dict) and error.get("code") in UNSUPPORTED else None
+        if field not in ("max_tokens", "temperature") or field in self._refused.get(model, set()):
+            return False
+        self._refused.setdefault(model, set()).add(field)
+        log.info("the model %s does not take %s: its requests go without it", model, field)
+        return True
 
 
 class OpenAIProvider(Provider):
@@ -39,6 +72,7 @@ class OpenAIProvider(Provider):
         self.max_retries = config.max_retries
         self.backoff_s = 1.0
         self.prompt_cache_key = config.prompt_cache_key
+        self.quirks = ModelQuirks()
         self._client = openai.AsyncOpenAI(
             api_key=config.api_key or "no-key",  # local servers (Ollama, llama.cpp) accept anything
             base_url=config.api_base or None,
@@ -53,7 +87,8 @@ class OpenAIProvider(Provider):
             kwargs.update(tools=request.tools, tool_choice="auto")
         if self.prompt_cache_key and request.cache_key:  # routes a chat's requests to the same cache
             kwargs.update(prompt_cache_key=request.cache_key)
-        for attempt in range(self.max_retries + 1):
+        attempt = 0
+        while True:
             try:
                 if request.on_text is not None:
                     return await self._streamed(request, kwargs)
@@ -61,14 +96,15 @@ class OpenAIProvider(Provider):
             except ProviderError:
                 raise
             except Exception as exc:
+                if self.quirks.learn(exc, request.model):
+                    continue  # (at most once per field: not a retry)
                 error, wait = classify_error(exc)
                 if wait is None or attempt == self.max_retries:
                     raise error from exc
                 delay = min(MAX_BACKOFF_S, wait if wait > 0 else self.backoff_s * 2 ** attempt)
-                log.warning("model call failed (%s); retry %d of %d in %.1f s",
-                            error, attempt + 1, self.max_retries, delay)
+                attempt += 1
+                log.warning("model call failed (%s); retry %d of %d in %.1f s", error, attempt, self.max_retries, delay)
                 await asyncio.sleep(delay)
-        raise AssertionError("unreachable")
 
     async def _streamed(self, request: ChatRequest, kwargs: dict[str, Any]) -> LLMResponse:
         """The same response as a plain call, assembled from the stream's deltas; text goes to
@@ -112,8 +148,8 @@ class OpenAIProvider(Provider):
         the history. Our messages are plain JSON already, and go as bytes (``request_json``).
         A plain answer comes back as parsed JSON (``cast_to=object``), not as the SDK's models:
         building them cost 4 % of a message's trip, and ``_to_response`` reads what we use."""
-        body = {"model": request.model, "messages": wire_messages(request.messages),
-                "max_tokens": request.max_tokens, "temperature": request.temperature, **extra}
+        body = {"model": request.model, "messages": wire_messages(request.messages), **self.quirks.limits(request),
+                **extra}
         stream = bool(extra.get("stream"))
         return await self._client.post("/chat/completions", content=request_json(body),
                                        cast_to=ChatCompletion if stream else object,

@@ -74,12 +74,13 @@ class Error:
     headers: dict[str, str]
     message: str
     code: str | None = None  # OpenAI's error code ("insufficient_quota")
+    param: str | None = None  # the request field it is about ("max_tokens")
 
 
 def error(status: int, retry_after: float | None = None, message: str = "scripted error",
-          code: str | None = None) -> Error:
+          code: str | None = None, param: str | None = None) -> Error:
     headers = {"retry-after-ms": str(int(retry_after * 1000))} if retry_after is not None else {}
-    return Error(status, headers, message, code)
+    return Error(status, headers, message, code, param)
 
 
 @dataclass
@@ -283,5 +284,5 @@ async def _waited(item: Any) -> Any:
 
 
 def _error_response(error: Error) -> web.Response:
-    return web.json_response({"error": {"message": error.message, "type": error.code or "scripted", "code": error.code}},
-                             status=error.status, headers=error.headers)
+    return web.json_response({"error": {"message": error.message, "type": error.code or "scripted", "code": error.code,
+                                        "param": error.param}}, status=error.status, headers=error.headers)
