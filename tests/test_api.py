@@ -78,6 +78,9 @@ async def test_the_openai_client_chats_plain_and_streamed(api: dict, llm: FakeOp
     llm.script(reply("Hello Ada."), reply("You said hello, and I answered."))
     ai = client(api, api["owner"])
     assert [m.id for m in (await ai.models.list()).data] == ["nanobot"]
+    assert (await ai.models.retrieve("nanobot")).id == "nanobot"
+    with pytest.raises(openai.NotFoundError):
+        await ai.models.retrieve("gpt-4o")
     first = await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "hello"}])
     assert first.choices[0].message.content == "Hello Ada." and first.usage.total_tokens > 0
     stream = await ai.chat.completions.create(model="nanobot", stream=True, messages=[

@@ -79,6 +79,7 @@ class ApiServer:
         app = self.app
         self.door.health().add_routes(app)  # no key: for load balancers and probes
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/v1/models/{id}", self.models)
         app.router.add_post("/v1/chat/completions", self.completions)
         app.router.add_get("/v1/nanobot/status", self.status)
         AdminRoutes(self.door, self._owner_only).add_to(app)
@@ -93,16 +94,20 @@ class ApiServer:
 
     # ---- endpoints ----------------------------------------------------------------------
     async def models(self, request: web.Request) -> web.Response:
+        """The list (``GET /v1/models``), or the one model by its id (``GET /v1/models/nanobot``)."""
         await self._key(request)
-        return web.json_response({"object": "list", "data": [
-            {"id": MODEL, "object": "model", "created": 0, "owned_by": "nanobot"}]})
+        model = {"id": MODEL, "object": "model", "created": 0, "owned_by": "nanobot"}
+        if "id" not in request.match_info:
+            return web.json_response({"object": "list", "data": [model]})
+        if request.match_info["id"] != MODEL:
+            raise no_such_model(request.match_info["id"])
+        return web.json_response(model)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         name, owner = await self._key(request)
         body = await read_body(request, self.settings.max_body_kb)
         if body.get("model", MODEL) != MODEL:
-            raise ApiError(404, f"The model {body.get('model')!r} does not exist; this server offers {MODEL!r}",
-                           "model_not_found")
+            raise no_such_model(body.get("model"))
         chat = self.chats.key_chat(name, request)
         chat_id = chat.partition(":")[2]
         media = await self.chats.media_of(chat, body.get("messages"))
@@ -309,6 +314,10 @@ def last_user_text(messages: Any, *, files: bool = False) -> str:
                 return content
             break
     raise ApiError(400, "'messages' must end with a user message that has text", "invalid_messages")
+
+
+def no_such_model(name: Any) -> ApiError:
+    return ApiError(404, f"The model {name!r} does not exist; this server offers {MODEL!r}", "model_not_found")
 
 
 def front_end_errand(text: str) -> bool:
