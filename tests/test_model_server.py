@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.agent.loop import FailedReply
+from nanobot.agent.streaming import ReplyStream
 from nanobot.providers.openai_provider import request_json
 from nanobot.runtime import open_runtime
 from tests.fakes.openai_server import HANG_UP, FakeOpenAI, Raw, delayed, error, reply, tool_call, truncated
@@ -82,6 +83,51 @@ async def test_a_reasoning_model_gets_the_fields_it_takes(llm: FakeOpenAI, works
         assert len(llm.chat_requests) == 4
     llm.fallback = lambda body: reply(f"{body['max_tokens']} at {body['temperature']}")
     assert await ask(llm, workspace, "hi", max_tokens=900) == "900 at 0.2"
+
+
+def like_deepseek(body: dict) -> object:
+    """DeepSeek's thinking mode: each answer comes with its reasoning, and a request whose
+    assistant message with tool calls lacks the reasoning it came with is refused."""
+    for message in body["messages"]:
+        if message["role"] == "assistant" and message.get("tool_calls") and \
+                message.get("reasoning_content") != "The folder first.":
+            return error(400, message="The reasoning_content in the thinking mode must be passed back to the API.",
+                         code="invalid_request_error")
+    last = body["messages"][-1]
+    item = tool_call("list_dir", {}) if last["role"] == "user" else reply(f"{len(body['messages'])} messages")
+    item["message"]["reasoning_content"] = "The folder first." if last["role"] == "user" else "Done."
+    return item
+
+
+def refusing_reasoning(body: dict) -> object:
+    """A server that never heard of reasoning_content (after a fallback or /model)."""
+    for i, message in enumerate(body["messages"]):
+        if "reasoning_content" in message:
+            return error(400, message=f"Unknown parameter: 'messages[{i}].reasoning_content'.",
+                         code="unknown_parameter", param=f"messages[{i}].reasoning_content")
+    return reply("plain")
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_thinking_models_reasoning_goes_back_with_its_tool_calls(
+        llm: FakeOpenAI, workspace: Path, streaming: bool) -> None:
+    """DeepSeek (thinking by default) refused the second call of every turn that used a tool:
+    the reasoning that came with a tool call must go back with it, in this turn and every later
+    one. A server that refuses the field gets the chat without it."""
+    llm.fallback = like_deepseek
+
+    async def shown(text: str) -> None:
+        pass
+    async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+        async def ask(text: str) -> str:
+            return await rt.agent.handle("cli:t", text, stream=ReplyStream(shown) if streaming else None)
+        assert await ask("what is here?") == "4 messages"
+        assert await ask("and now?") == "8 messages"
+        kept = [m for m in (await rt.sessions.open("cli:t")).messages if m.get("tool_calls")]
+        assert [m["reasoning_content"] for m in kept] == ["The folder first."] * 2
+        llm.fallback = refusing_reasoning
+        assert await ask("hi") == "plain"
+    assert len(llm.chat_requests) == 2 + 2 + 2 and {bool(r.get("stream")) for r in llm.chat_requests} == {streaming}
 
 
 async def test_a_dropped_connection_is_retried_and_is_not_called_a_timeout(llm: FakeOpenAI, workspace: Path) -> None:

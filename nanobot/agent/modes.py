@@ -16,7 +16,7 @@ from nanobot import beneath
 from nanobot.prompts import render_prompt
 from nanobot.agent.markup import answer_or_failure, for_the_user, strip_think, text_tool_calls as text_calls_in
 from nanobot.agent.tool_offer import FIND_TOOLS, USE_TOOL, find_tools, native_schemas, use_tool_call
-from nanobot.providers.base import LLMResponse, ToolCall, parse_arguments
+from nanobot.providers.base import LLMResponse, parse_arguments
 
 if TYPE_CHECKING:
     from nanobot.agent.turn import Turn
@@ -118,7 +118,7 @@ class ToolsMode:
     async def step(self, turn: Turn, response: LLMResponse) -> str | None:
         content = response.content or ""
         if response.tool_calls:
-            await self._native_calls(turn, content, response.tool_calls)
+            await self._native_calls(turn, content, response)
         elif payloads := text_calls_in(content):
             await self._text_calls(turn, content, payloads)
         else:
@@ -130,10 +130,13 @@ class ToolsMode:
     async def run_call(self, turn: Turn, name: str, raw_arguments: str) -> str:
         return await run_tool_call(turn, name, raw_arguments)
 
-    async def _native_calls(self, turn: Turn, content: str, calls: list[ToolCall]) -> None:
-        turn.add({"role": "assistant", "content": strip_think(content) or None,
-                  "tool_calls": [c.to_message() for c in calls]})
-        for call in calls:
+    async def _native_calls(self, turn: Turn, content: str, response: LLMResponse) -> None:
+        message = {"role": "assistant", "content": strip_think(content) or None,
+                   "tool_calls": [c.to_message() for c in response.tool_calls]}
+        if response.reasoning:  # DeepSeek's thinking mode refuses every later request without it
+            message["reasoning_content"] = response.reasoning
+        turn.add(message)
+        for call in response.tool_calls:
             turn.check_repeat(call.name, call.raw_arguments)
             result = await self.run_call(turn, call.name, call.raw_arguments)
             turn.add({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result})

@@ -7,11 +7,8 @@ error) fails the same way every time. So: a timeout or a 500 is never retried; a
 error, 429, 502, 503 or 504 is, up to ``maxRetries`` times, with backoff (honouring
 ``Retry-After``). Every failure becomes one short ProviderError line for the user.
 
-OpenAI's reasoning models (gpt-5, o3, o4-mini) refuse ``max_tokens`` (they take
-``max_completion_tokens``) and any ``temperature`` but their own; other servers may not know
-``max_completion_tokens``. So a request goes as every server takes it, and a model whose server
-names one of the two as unsupported (400, ``unsupported_parameter``/``unsupported_value``) is
-asked again at once without it, and from then on (``ModelQuirks``).
+A request goes as every server takes it; what one model's server refuses of it is learnt from
+its 400 and left out from then on (``quirks.ModelQuirks``).
 """
 
 from __future__ import annotations
@@ -32,40 +29,12 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from nanobot.config import ConfigError, ProviderConfig
 from nanobot.utf8 import clean_text
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError, ToolCall, Usage
+from nanobot.providers.quirks import REASONING, ModelQuirks, error_of
 
 log = logging.getLogger(__name__)
 
 RETRY_STATUSES = {429, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
-UNSUPPORTED = ("unsupported_parameter", "unsupported_value")  # OpenAI's codes for a field a model does not take
-
-
-class ModelQuirks:
-    """What each model's server refused of a request (``max_tokens``, ``temperature``), learnt
-    from its 400s while the process runs: its requests go without them from then on."""
-
-    def __init__(self) -> None:
-        self._refused: dict[str, set[str]] = {}  # model -> fields
-
-    def limits(self, request: ChatRequest) -> dict[str, Any]:
-        """The length and temperature fields of ``request`` as its model takes them."""
-        refused = self._refused.get(request.model, set())
-        limits: dict[str, Any] = {"max_completion_tokens" if "max_tokens" in refused else "max_tokens": request.max_tokens}
-        if "temperature" not in refused:
-            limits["temperature"] = request.temperature
-        return limits
-
-    def learn(self, exc: Exception, model: str) -> bool:
-        """Whether ``exc`` refused a field we can do without, not refused before: ask again."""
-        error = _error_of(exc) if isinstance(exc, openai.BadRequestError) else None
-        field = error.get("param") if isinstance(error, dict) and error.get("code") in UNSUPPORTED else None
-        if field not in ("max_tokens", "temperature") or field in self._refused.get(model, set()):
-            return False
-        self._refused.setdefault(model, set()).add(field)
-        log.info("the model %s does not take %s: its requests go without it", model, field)
-        return True
-
-
 class OpenAIProvider(Provider):
     def __init__(self, name: str, config: ProviderConfig) -> None:
         self.name = name
@@ -113,6 +82,7 @@ class OpenAIProvider(Provider):
         assert request.on_text is not None
         stream = await self._create(request, {**kwargs, "stream": True, "stream_options": {"include_usage": True}})
         text: list[str] = []
+        reasoning: list[str] = []
         calls: dict[int, dict[str, Any]] = {}  # pieces in lists: += on a held string copies it each time
         finish, model, usage, answered = None, "", Usage(), False
         async with stream:
@@ -135,11 +105,12 @@ class OpenAIProvider(Provider):
                     if delta.content:
                         text.append(delta.content)
                         await request.on_text(delta.content)
+                    reasoning.append(getattr(delta, REASONING, None) or "")  # a field of DeepSeek's and others'
         if not answered:  # an HTML error page from a proxy, or a stream without a single choice
             raise ProviderError("the model server returned no choices (its stream held no answer)")
         tool_calls = [ToolCall(c["id"] or f"call_{i}", "".join(c["name"]), "".join(c["arguments"]))
                       for i, c in sorted(calls.items())]
-        return LLMResponse("".join(text) or None, tool_calls, usage, model, finish)
+        return LLMResponse("".join(text) or None, tool_calls, usage, model, finish, reasoning="".join(reasoning))
 
     async def _create(self, request: ChatRequest, extra: dict[str, Any]) -> Any:
         """POST /chat/completions through the SDK's client (its auth, errors and stream types),
@@ -148,8 +119,7 @@ class OpenAIProvider(Provider):
         the history. Our messages are plain JSON already, and go as bytes (``request_json``).
         A plain answer comes back as parsed JSON (``cast_to=object``), not as the SDK's models:
         building them cost 4 % of a message's trip, and ``_to_response`` reads what we use."""
-        body = {"model": request.model, "messages": wire_messages(request.messages), **self.quirks.limits(request),
-                **extra}
+        body = {"model": request.model, **self.quirks.fields(request, wire_messages(request.messages)), **extra}
         stream = bool(extra.get("stream"))
         return await self._client.post("/chat/completions", content=request_json(body),
                                        cast_to=ChatCompletion if stream else object,
@@ -274,20 +244,15 @@ def _certificate_error(exc: BaseException | None) -> ssl.SSLCertVerificationErro
     return None
 
 
-def _error_of(exc: openai.APIStatusError) -> Any:
-    """The server's ``{"error": ...}`` (the SDK has usually taken the wrapper off already)."""
-    return exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
-
-
 def _error_code(exc: openai.APIStatusError) -> str | None:
     """The error's ``code``, as OpenAI gives it (``insufficient_quota``)."""
-    error = _error_of(exc)
+    error = error_of(exc)
     return str(error["code"]) if isinstance(error, dict) and error.get("code") else None
 
 
 def _server_message(exc: openai.APIStatusError) -> str:
     """The server's own words (``{"error": {"message": ...}}``), not the SDK's "Error code: N - {...}"."""
-    error = _error_of(exc)
+    error = error_of(exc)
     message = error.get("message") if isinstance(error, dict) else error
     return message if isinstance(message, str) and message else exc.message
 
@@ -316,8 +281,10 @@ def _to_response(completion: Any) -> LLMResponse:
     calls = [ToolCall(call.get("id") or f"call_{i}", function.get("name") or "", function.get("arguments") or "")
              for i, call in enumerate(message.get("tool_calls") or [])
              if isinstance(call, dict) and (function := _object(call.get("function")))]
+    reasoning = message.get(REASONING)
     return LLMResponse(message.get("content"), calls, usage_of(_object(completion.get("usage"))),
-                       completion.get("model") or "", choice.get("finish_reason"))
+                       completion.get("model") or "", choice.get("finish_reason"),
+                       reasoning=reasoning if isinstance(reasoning, str) else "")
 
 
 def usage_of(usage: dict[str, Any]) -> Usage:

@@ -187,6 +187,9 @@ class FakeOpenAI:
         message = item["message"]
         await send({"role": "assistant", "content": ""})
         content, n = message.get("content") or "", self.stream_piece_chars
+        thought = message.get("reasoning_content") or ""  # DeepSeek's thinking, before the answer
+        for i in range(0, len(thought), n):
+            await send({"reasoning_content": thought[i:i + n]})
         for i in range(0, len(content), n):
             await send({"content": content[i:i + n]})
         calls = message.get("tool_calls") or []

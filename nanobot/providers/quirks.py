@@ -1,0 +1,68 @@
+"""What one model's server refuses of a request that other servers take, learnt from its 400s
+while the process runs, and left out of that model's requests from then on.
+
+- OpenAI's reasoning models (gpt-5, o3, o4-mini) refuse ``max_tokens`` (they take
+  ``max_completion_tokens``, which other servers may not know) and any ``temperature`` but
+  their own.
+- DeepSeek's thinking mode (and Kimi's, llama.cpp's) wants the ``reasoning_content`` of an
+  assistant message with tool calls sent back with it in every later request; a server that
+  never heard of the field may refuse it (a fallback, or a chat switched with /model).
+
+A refusal that names one of these (``unsupported_parameter``, ``unsupported_value``,
+``unknown_parameter``, or the field in ``param``) is asked again at once without it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import openai
+
+from nanobot.providers.base import ChatRequest
+
+log = logging.getLogger(__name__)
+
+UNSUPPORTED = ("unsupported_parameter", "unsupported_value", "unknown_parameter")
+REASONING = "reasoning_content"
+
+
+class ModelQuirks:
+    def __init__(self) -> None:
+        self._refused: dict[str, set[str]] = {}  # model -> fields
+
+    def fields(self, request: ChatRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        """The request's messages, length and temperature as its model takes them."""
+        refused = self._refused.get(request.model, set())
+        if REASONING in refused:
+            messages = [{k: v for k, v in m.items() if k != REASONING} if REASONING in m else m for m in messages]
+        fields: dict[str, Any] = {"messages": messages,
+                                  "max_completion_tokens" if "max_tokens" in refused else "max_tokens": request.max_tokens}
+        if "temperature" not in refused:
+            fields["temperature"] = request.temperature
+        return fields
+
+    def learn(self, exc: Exception, model: str) -> bool:
+        """Whether ``exc`` refused a field we can do without, not refused before: ask again."""
+        error = error_of(exc) if isinstance(exc, openai.BadRequestError) else None
+        field = _refused_field(error) if isinstance(error, dict) else None
+        if field is None or field in self._refused.get(model, set()):
+            return False
+        self._refused.setdefault(model, set()).add(field)
+        log.info("the model %s does not take %s: its requests go without it", model, field)
+        return True
+
+
+def _refused_field(error: dict[str, Any]) -> str | None:
+    param, unsupported = str(error.get("param") or ""), error.get("code") in UNSUPPORTED
+    if unsupported and param in ("max_tokens", "temperature"):
+        return param
+    # ("messages[3].reasoning_content"; not DeepSeek's "the reasoning_content ... must be passed back")
+    if param.endswith(REASONING) or unsupported and REASONING in str(error.get("message") or ""):
+        return REASONING
+    return None
+
+
+def error_of(exc: openai.APIStatusError) -> Any:
+    """The server's ``{"error": ...}`` (the SDK has usually taken the wrapper off already)."""
+    return exc.body.get("error", exc.body) if isinstance(exc.body, dict) else None
