@@ -108,6 +108,40 @@ def refusing_reasoning(body: dict) -> object:
     return reply("plain")
 
 
+def like_gemini3(body: dict) -> object:
+    """Gemini 3: a tool call comes with a thought signature, and a request whose tool call lacks
+    the one it came with is refused."""
+    signature = {"google": {"thought_signature": "c2lnbmVk"}}
+    calls = [c for m in body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or ()]
+    if any(c.get("extra_content") != signature for c in calls):
+        return error(400, message="Function call is missing a thought_signature in functionCall parts.")
+    if body["messages"][-1]["role"] == "tool":
+        return reply(f"{len(calls)} calls")
+    item = tool_call("list_dir", {})
+    item["message"]["tool_calls"][0]["extra_content"] = signature
+    return item
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_tool_call_goes_back_as_its_server_gave_it(llm: FakeOpenAI, workspace: Path, streaming: bool) -> None:
+    """Gemini 3 refused the second call of every turn that used a tool: a tool call's fields
+    beyond id, name and arguments (its thought signature) must go back with it, in every later
+    request. A server that refuses them gets the chat without them."""
+    llm.fallback = like_gemini3
+
+    async def shown(text: str) -> None:
+        pass
+    async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+        async def ask(text: str) -> str:
+            return await rt.agent.handle("cli:t", text, stream=ReplyStream(shown) if streaming else None)
+        assert [await ask("what is here?"), await ask("and now?")] == ["1 calls", "2 calls"]
+        llm.fallback = lambda body: error(400, message="Unknown parameter: 'messages[2].tool_calls[0].extra_content'.",
+                                          code="unknown_parameter", param="messages[2].tool_calls[0].extra_content") \
+            if "extra_content" in json.dumps(body) else reply("plain")
+        assert await ask("hi") == "plain"
+    assert len(llm.chat_requests) == 2 + 2 + 2 and {bool(r.get("stream")) for r in llm.chat_requests} == {streaming}
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_a_thinking_models_reasoning_goes_back_with_its_tool_calls(
         llm: FakeOpenAI, workspace: Path, streaming: bool) -> None:

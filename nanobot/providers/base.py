@@ -39,9 +39,13 @@ class ToolCall:
     id: str
     name: str
     raw_arguments: str  # kept as sent, so a malformed payload can be shown back to the model
+    # The server's other fields of the call, sent back as they came: Gemini 3 refuses a chat
+    # whose tool call lacks its ``extra_content`` (the thought signature).
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_message(self) -> dict[str, Any]:
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.raw_arguments}}
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.raw_arguments},
+                **self.extra}
 
 
 @dataclass

@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 RETRY_STATUSES = {429, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
+CALL_FIELDS = ("id", "type", "function", "index")  # a tool call's own; the rest goes back as it came
 class OpenAIProvider(Provider):
     def __init__(self, name: str, config: ProviderConfig) -> None:
         self.name = name
@@ -97,8 +98,9 @@ class OpenAIProvider(Provider):
                     if delta is None:
                         continue
                     for part in delta.tool_calls or []:
-                        call = calls.setdefault(part.index, {"id": "", "name": [], "arguments": []})
+                        call = calls.setdefault(part.index, {"id": "", "name": [], "arguments": [], "extra": {}})
                         call["id"] = part.id or call["id"]
+                        call["extra"].update(part.model_extra or {})  # Gemini's thought signature
                         if part.function is not None:
                             call["name"].append(part.function.name or "")
                             call["arguments"].append(part.function.arguments or "")
@@ -108,7 +110,7 @@ class OpenAIProvider(Provider):
                     reasoning.append(getattr(delta, REASONING, None) or "")  # a field of DeepSeek's and others'
         if not answered:  # an HTML error page from a proxy, or a stream without a single choice
             raise ProviderError("the model server returned no choices (its stream held no answer)")
-        tool_calls = [ToolCall(c["id"] or f"call_{i}", "".join(c["name"]), "".join(c["arguments"]))
+        tool_calls = [ToolCall(c["id"] or f"call_{i}", "".join(c["name"]), "".join(c["arguments"]), c["extra"])
                       for i, c in sorted(calls.items())]
         return LLMResponse("".join(text) or None, tool_calls, usage, model, finish, reasoning="".join(reasoning))
 
@@ -278,7 +280,8 @@ def _to_response(completion: Any) -> LLMResponse:
         raise ProviderError("the model server returned no choices")
     choice = choices[0]
     message = _object(choice.get("message"))
-    calls = [ToolCall(call.get("id") or f"call_{i}", function.get("name") or "", function.get("arguments") or "")
+    calls = [ToolCall(call.get("id") or f"call_{i}", function.get("name") or "", function.get("arguments") or "",
+                      {k: v for k, v in call.items() if k not in CALL_FIELDS})
              for i, call in enumerate(message.get("tool_calls") or [])
              if isinstance(call, dict) and (function := _object(call.get("function")))]
     reasoning = message.get(REASONING)

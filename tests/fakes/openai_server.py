@@ -194,8 +194,8 @@ class FakeOpenAI:
             await send({"content": content[i:i + n]})
         calls = message.get("tool_calls") or []
         for index, call in enumerate(calls):  # headers first, then interleaved argument pieces
-            await send({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
-                                        "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            await send({"tool_calls": [{**call, "index": index, "function": {"name": call["function"]["name"],
+                                                                             "arguments": ""}}]})
         pieces = [[c["function"]["arguments"][i:i + n] for i in range(0, len(c["function"]["arguments"]), n)]
                   for c in calls]
         for step in range(max((len(p) for p in pieces), default=0)):
