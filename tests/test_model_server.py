@@ -122,6 +122,44 @@ def like_gemini3(body: dict) -> object:
     return item
 
 
+THOUGHTS = [{"type": "reasoning.text", "text": "The folder first, then the answer.", "format": "unknown", "index": 0},
+            {"type": "reasoning.encrypted", "data": "b3BhcXVl", "format": "google-gemini-v1", "index": 1}]
+
+
+def like_openrouter(body: dict) -> object:
+    """OpenRouter with Gemini 3 or Claude: an answer's thinking comes as ``reasoning_details``
+    parts, and a request whose assistant message with tool calls lacks them is refused."""
+    for message in body["messages"]:
+        if message["role"] == "assistant" and message.get("tool_calls") and message.get("reasoning_details") != THOUGHTS:
+            return error(400, message="Gemini models require OpenRouter reasoning details to be preserved in each request.")
+    last = body["messages"][-1]
+    item = tool_call("list_dir", {}) if last["role"] == "user" else reply(f"{len(body['messages'])} messages")
+    item["message"]["reasoning_details"] = THOUGHTS
+    return item
+
+
+@pytest.mark.parametrize("server", [like_deepseek, like_openrouter])
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_thinking_models_reasoning_goes_back_with_its_tool_calls(
+        llm: FakeOpenAI, workspace: Path, streaming: bool, server) -> None:
+    """DeepSeek (thinking by default) and Gemini 3 through OpenRouter refused the second call of
+    every turn that used a tool: the reasoning that came with a tool call must go back with it,
+    in this turn and every later one. A server that refuses the field gets the chat without it."""
+    llm.fallback = server
+
+    async def shown(text: str) -> None:
+        pass
+    async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
+        async def ask(text: str) -> str:
+            return await rt.agent.handle("cli:t", text, stream=ReplyStream(shown) if streaming else None)
+        assert [await ask("what is here?"), await ask("and now?")] == ["4 messages", "8 messages"]
+        llm.fallback = lambda body: error(400, message="Unknown parameter: 'messages[2].reasoning_details'.",
+                                          code="unknown_parameter", param="messages[2].reasoning_details") \
+            if "reasoning_details" in json.dumps(body) else refusing_reasoning(body)
+        assert await ask("hi") == "plain"
+    assert len(llm.chat_requests) == 2 + 2 + 2 and {bool(r.get("stream")) for r in llm.chat_requests} == {streaming}
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_a_tool_call_goes_back_as_its_server_gave_it(llm: FakeOpenAI, workspace: Path, streaming: bool) -> None:
     """Gemini 3 refused the second call of every turn that used a tool: a tool call's fields
@@ -138,28 +176,6 @@ async def test_a_tool_call_goes_back_as_its_server_gave_it(llm: FakeOpenAI, work
         llm.fallback = lambda body: error(400, message="Unknown parameter: 'messages[2].tool_calls[0].extra_content'.",
                                           code="unknown_parameter", param="messages[2].tool_calls[0].extra_content") \
             if "extra_content" in json.dumps(body) else reply("plain")
-        assert await ask("hi") == "plain"
-    assert len(llm.chat_requests) == 2 + 2 + 2 and {bool(r.get("stream")) for r in llm.chat_requests} == {streaming}
-
-
-@pytest.mark.parametrize("streaming", [False, True])
-async def test_a_thinking_models_reasoning_goes_back_with_its_tool_calls(
-        llm: FakeOpenAI, workspace: Path, streaming: bool) -> None:
-    """DeepSeek (thinking by default) refused the second call of every turn that used a tool:
-    the reasoning that came with a tool call must go back with it, in this turn and every later
-    one. A server that refuses the field gets the chat without it."""
-    llm.fallback = like_deepseek
-
-    async def shown(text: str) -> None:
-        pass
-    async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
-        async def ask(text: str) -> str:
-            return await rt.agent.handle("cli:t", text, stream=ReplyStream(shown) if streaming else None)
-        assert await ask("what is here?") == "4 messages"
-        assert await ask("and now?") == "8 messages"
-        kept = [m for m in (await rt.sessions.open("cli:t")).messages if m.get("tool_calls")]
-        assert [m["reasoning_content"] for m in kept] == ["The folder first."] * 2
-        llm.fallback = refusing_reasoning
         assert await ask("hi") == "plain"
     assert len(llm.chat_requests) == 2 + 2 + 2 and {bool(r.get("stream")) for r in llm.chat_requests} == {streaming}
 

@@ -131,11 +131,8 @@ class ToolsMode:
         return await run_tool_call(turn, name, raw_arguments)
 
     async def _native_calls(self, turn: Turn, content: str, response: LLMResponse) -> None:
-        message = {"role": "assistant", "content": strip_think(content) or None,
-                   "tool_calls": [c.to_message() for c in response.tool_calls]}
-        if response.reasoning:  # DeepSeek's thinking mode refuses every later request without it
-            message["reasoning_content"] = response.reasoning
-        turn.add(message)
+        turn.add({"role": "assistant", "content": strip_think(content) or None,
+                  "tool_calls": [c.to_message() for c in response.tool_calls], **response.carried})
         for call in response.tool_calls:
             turn.check_repeat(call.name, call.raw_arguments)
             result = await self.run_call(turn, call.name, call.raw_arguments)

@@ -64,7 +64,8 @@ class LLMResponse:
     finish_reason: str | None = None
     provider: str = ""  # which provider answered (set by the router)
     failed_attempts: list[tuple[str, str, str]] = field(default_factory=list)  # (provider, model, error) before it
-    reasoning: str = ""  # what the model thought before answering, where its server gives it (reasoning_content)
+    # What the model thought, as its server wants it back with a tool call (``quirks.CARRIED``).
+    carried: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

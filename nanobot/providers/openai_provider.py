@@ -29,7 +29,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from nanobot.config import ConfigError, ProviderConfig
 from nanobot.utf8 import clean_text
 from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError, ToolCall, Usage
-from nanobot.providers.quirks import REASONING, ModelQuirks, error_of
+from nanobot.providers.quirks import Carried, ModelQuirks, error_of
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class OpenAIProvider(Provider):
         assert request.on_text is not None
         stream = await self._create(request, {**kwargs, "stream": True, "stream_options": {"include_usage": True}})
         text: list[str] = []
-        reasoning: list[str] = []
+        carried = Carried()
         calls: dict[int, dict[str, Any]] = {}  # pieces in lists: += on a held string copies it each time
         finish, model, usage, answered = None, "", Usage(), False
         async with stream:
@@ -107,12 +107,12 @@ class OpenAIProvider(Provider):
                     if delta.content:
                         text.append(delta.content)
                         await request.on_text(delta.content)
-                    reasoning.append(getattr(delta, REASONING, None) or "")  # a field of DeepSeek's and others'
+                    carried.add(delta.model_extra or {})
         if not answered:  # an HTML error page from a proxy, or a stream without a single choice
             raise ProviderError("the model server returned no choices (its stream held no answer)")
         tool_calls = [ToolCall(c["id"] or f"call_{i}", "".join(c["name"]), "".join(c["arguments"]), c["extra"])
                       for i, c in sorted(calls.items())]
-        return LLMResponse("".join(text) or None, tool_calls, usage, model, finish, reasoning="".join(reasoning))
+        return LLMResponse("".join(text) or None, tool_calls, usage, model, finish, carried=carried.fields())
 
     async def _create(self, request: ChatRequest, extra: dict[str, Any]) -> Any:
         """POST /chat/completions through the SDK's client (its auth, errors and stream types),
@@ -284,10 +284,10 @@ def _to_response(completion: Any) -> LLMResponse:
                       {k: v for k, v in call.items() if k not in CALL_FIELDS})
              for i, call in enumerate(message.get("tool_calls") or [])
              if isinstance(call, dict) and (function := _object(call.get("function")))]
-    reasoning = message.get(REASONING)
+    carried = Carried()
+    carried.add(message)
     return LLMResponse(message.get("content"), calls, usage_of(_object(completion.get("usage"))),
-                       completion.get("model") or "", choice.get("finish_reason"),
-                       reasoning=reasoning if isinstance(reasoning, str) else "")
+                       completion.get("model") or "", choice.get("finish_reason"), carried=carried.fields())
 
 
 def usage_of(usage: dict[str, Any]) -> Usage:

@@ -4,10 +4,11 @@ while the process runs, and left out of that model's requests from then on.
 - OpenAI's reasoning models (gpt-5, o3, o4-mini) refuse ``max_tokens`` (they take
   ``max_completion_tokens``, which other servers may not know) and any ``temperature`` but
   their own.
-- DeepSeek's thinking mode (and Kimi's, llama.cpp's) wants the ``reasoning_content`` of an
-  assistant message with tool calls sent back with it in every later request, and Gemini 3 a
-  tool call's ``extra_content`` (its thought signature); a server that never heard of either
-  may refuse it (a fallback, or a chat switched with /model).
+- Thinking models want what they thought before a tool call sent back with it in every later
+  request, or refuse the chat: DeepSeek's (and Kimi's, llama.cpp's) ``reasoning_content``,
+  OpenRouter's ``reasoning_details`` (Gemini 3, Claude), and a tool call's ``extra_content``
+  on Gemini's own API (its thought signature). A server that never heard of them may refuse
+  them (a fallback, or a chat switched with /model).
 
 A refusal that names one of these (``unsupported_parameter``, ``unsupported_value``,
 ``unknown_parameter``, or the field in ``param``) is asked again at once without it.
@@ -25,8 +26,8 @@ from nanobot.providers.base import ChatRequest
 log = logging.getLogger(__name__)
 
 UNSUPPORTED = ("unsupported_parameter", "unsupported_value", "unknown_parameter")
-REASONING = "reasoning_content"
-CARRIED = (REASONING, "extra_content")  # what a message or tool call carries back for its server
+REASONING, DETAILS = "reasoning_content", "reasoning_details"
+CARRIED = (REASONING, DETAILS, "extra_content")  # what a message or tool call carries back for its server
 
 
 class ModelQuirks:
@@ -53,6 +54,32 @@ class ModelQuirks:
         self._refused.setdefault(model, set()).add(field)
         log.info("the model %s does not take %s: its requests go without it", model, field)
         return True
+
+
+class Carried:
+    """The thinking an answer carries for its server, from its message or, piece by piece, from
+    its stream's deltas: ``reasoning_content`` as text; ``reasoning_details`` as parts, each
+    streamed in pieces under its ``index`` (text and summary arrive in runs, the rest whole)."""
+
+    def __init__(self) -> None:
+        self._text: list[str] = []
+        self._details: dict[Any, dict[str, Any]] = {}
+
+    def add(self, fields: dict[str, Any]) -> None:
+        if isinstance(text := fields.get(REASONING), str):
+            self._text.append(text)
+        for part in fields.get(DETAILS) or ():
+            if isinstance(part, dict):
+                kept = self._details.setdefault(part.get("index", len(self._details)), {})
+                for key, value in part.items():
+                    joined = key in ("text", "summary") and isinstance(value, str) and isinstance(kept.get(key), str)
+                    kept[key] = kept[key] + value if joined else value
+
+    def fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {REASONING: "".join(self._text)} if any(self._text) else {}
+        if self._details:
+            fields[DETAILS] = list(self._details.values())
+        return fields
 
 
 def _refused_field(error: dict[str, Any]) -> str | None:

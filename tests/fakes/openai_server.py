@@ -190,6 +190,10 @@ class FakeOpenAI:
         thought = message.get("reasoning_content") or ""  # DeepSeek's thinking, before the answer
         for i in range(0, len(thought), n):
             await send({"reasoning_content": thought[i:i + n]})
+        for part in message.get("reasoning_details") or ():  # OpenRouter's: text in pieces, the rest whole
+            text = part.get("text", "")
+            for i in range(0, max(len(text), 1), n):
+                await send({"reasoning_details": [{**part, "text": text[i:i + n]} if text else part]})
         for i in range(0, len(content), n):
             await send({"content": content[i:i + n]})
         calls = message.get("tool_calls") or []
