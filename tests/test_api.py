@@ -18,7 +18,7 @@ import pytest
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
 from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply, tool_call
-from tests.helpers import config_for, running_gateway
+from tests.helpers import config_for, fast_pace, running_gateway
 from tests.media_files import ogg_opus, png
 from tests.test_cli import nanobot
 
@@ -380,7 +380,7 @@ async def test_the_page_has_an_icon(api: dict) -> None:
     root = api["base"].removesuffix("/v1")
     async with aiohttp.ClientSession() as http:
         async with http.get(root + "/") as page:
-            assert '<link rel="icon" href="/static/icon.svg"' in await page.text()
+            assert '<link rel="icon" href="static/icon.svg"' in await page.text()
         async with http.get(root + "/static/icon.svg") as icon:
             assert icon.status == 200 and icon.content_type == "image/svg+xml"
 
@@ -484,3 +484,21 @@ async def test_a_front_ends_errands_stay_out_of_the_chat(api: dict, llm: FakeOpe
     runtime = api["gateway"].runtime
     assert len((await runtime.sessions.open("api:bob")).messages) == 4
     assert (await runtime.usage.tokens_since("api:bob", 0))[0] >= 40  # its budget counts them
+
+
+async def test_a_quiet_stream_says_it_is_alive(config: Config, llm: FakeOpenAI) -> None:
+    """A stream said nothing while a tool ran, and a proxy or load balancer in front ends a
+    connection quiet for 60 s (nginx, AWS): the client lost the answer. A comment line goes out
+    while nothing else does; clients (the openai SDK among them) skip it."""
+    llm.script(delayed(reply("Took a while."), 0.4), delayed(reply("Again."), 0.4))
+    async with running_gateway(config, with_services=True, pace=fast_pace(keepalive_s=0.05)) as gateway:
+        key = await ApiKeys(gateway.runtime.db).add("ada", owner=True)
+        base = f"http://{config.gateway.api.listen}/v1"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(base + "/chat/completions", headers={"Authorization": f"Bearer {key}"}, json={
+                    "model": "nanobot", "stream": True, "messages": [{"role": "user", "content": "slow"}]}) as resp:
+                raw = (await resp.read()).decode()
+        assert raw.index(": still working") < raw.index('"Took')
+        stream = await openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0).chat.completions.create(
+            model="nanobot", stream=True, messages=[{"role": "user", "content": "slow again"}])
+        assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "Again."

@@ -394,3 +394,56 @@ async def test_it_works_at_375_pixels_light_and_dark(api: dict, llm: FakeOpenAI,
         assert (background == "rgb(13, 17, 23)") == dark
         await no_serious_violations(page)
     await asyncio.sleep(0)
+
+
+@asynccontextmanager
+async def under_a_path(target: str, prefix: str):  # type: ignore[no-untyped-def]
+    """A reverse proxy serving ``target`` under ``prefix``, streaming, as nginx's
+    ``location /nanobot/ { proxy_pass http://127.0.0.1:8765/; }`` does; its base URL."""
+    import aiohttp
+    from aiohttp import web
+
+    async with aiohttp.ClientSession(auto_decompress=False) as http:
+        async def forward(request: web.Request) -> web.StreamResponse:
+            url = target + request.path_qs.removeprefix(prefix)
+            headers = {k: v for k, v in request.headers.items() if k.lower() != "host"}
+            async with http.request(request.method, url, headers=headers, data=await request.read()) as upstream:
+                response = web.StreamResponse(status=upstream.status, headers={
+                    k: v for k, v in upstream.headers.items() if k.lower() not in ("content-length", "transfer-encoding")})
+                await response.prepare(request)
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+                return response
+
+        app = web.Application()
+        app.router.add_route("*", prefix + "{tail:.*}", forward)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        try:
+            yield f"http://127.0.0.1:{runner.addresses[0][1]}{prefix}"
+        finally:
+            await runner.cleanup()
+
+
+@needs_browser
+async def test_the_page_works_behind_a_proxy_under_a_path(api: dict, llm: FakeOpenAI) -> None:  # noqa: F811
+    """Self-hosters put it behind their web server at a path (home.example/nanobot/): the page
+    asked for its files and the API at the host's root, and showed a blank sign-in that never
+    worked. Everything it asks for is relative to where it is."""
+    llm.script(reply("Hello from under a path."))
+    async with under_a_path(api["base"].removesuffix("/v1") + "/", "/nanobot/") as root, browser_page() as page:
+        failed: list[str] = []
+        streams: list[str | None] = []
+        page.on("requestfailed", lambda request: failed.append(request.url))
+        page.on("response", lambda response: response.url.endswith("completions") and
+                streams.append(response.headers.get("x-accel-buffering")))  # nginx streams it at once
+        page.on("response", lambda response: response.status >= 400 and failed.append(response.url))
+        await sign_in(page, root, api["owner"])
+        await page.get_by_label("Message").fill("hi")
+        await page.get_by_label("Message").press("Enter")
+        await shows(page, "#messages", "Hello from under a path.")
+        assert await page.evaluate("typeof DOMPurify.sanitize") == "function" and failed == []
+        assert streams == ["no"]

@@ -34,6 +34,9 @@ from nanobot.trust import API_CHANNEL
 FINAL = None  # what Reply.pieces carries after the last piece
 CLOSE_GRACE_S = 0.5  # how long a request waits, after its answer, for the turn's last notes and files
 DELIVERED_CHATS = 10_000  # chats remembered as delivered here (a bounded set)
+# A stream says nothing while a tool runs: proxies and load balancers end a connection quiet for
+# 60 s (nginx, AWS), so a comment line goes out after this long (clients skip it).
+KEEPALIVE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,11 @@ class ApiChannel(BaseChannel):
     name = "api"
     max_message_len = 1_000_000
 
-    def __init__(self, ctx: ChannelContext, chat_folder: Callable[[str], Awaitable[Path]], name: str = API_CHANNEL) -> None:
+    def __init__(self, ctx: ChannelContext, chat_folder: Callable[[str], Awaitable[Path]], name: str = API_CHANNEL,
+                 *, keepalive_s: float = KEEPALIVE_S) -> None:
         super().__init__(PluginChannelConfig(enabled=True), ctx)
         self.name = name  # type: ignore[misc]  # "api", or "cli" for the terminal's socket
+        self.keepalive_s = keepalive_s  # a stream quiet this long gets a comment line (a proxy would end it)
         self.chat_folder = chat_folder  # a chat's folder (by its key): where files it is sent are kept
         self._waiting: dict[str, deque[Reply]] = {}
         self._closing: dict[str, Reply] = {}  # answered, waiting for the turn's reply message

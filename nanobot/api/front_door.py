@@ -35,6 +35,7 @@ class FrontDoor(Protocol):
     api_owners: OwnerKeys  # the owner API keys' names, which the API keeps current (they decide a chat's trust)
     key_refresh_s: float  # how often the API reads the keys again (one added or revoked elsewhere)
     http_timeout_s: float | None  # a request's headers, or its body, taking longer ends it (nanobot.listener)
+    keepalive_s: float  # a stream quiet this long gets a comment line, so no proxy takes it for dead
 
     # ---- turns --------------------------------------------------------------------------
     def channel_context(self) -> ChannelContext:

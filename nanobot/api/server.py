@@ -60,7 +60,7 @@ class ApiServer:
     def __init__(self, door: FrontDoor) -> None:
         self.door = door
         self.settings = door.config.gateway.api
-        self.channel = ApiChannel(door.channel_context(), door.chat_folder)
+        self.channel = ApiChannel(door.channel_context(), door.chat_folder, keepalive_s=door.keepalive_s)
         self.check = KeyCheck(ApiKeys(door.db), door.api_owners, refresh_s=door.key_refresh_s)
         self.app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
         self.listener = Listener(self.app, "gateway.api.listen", timeout_s=door.http_timeout_s)
@@ -233,12 +233,14 @@ async def respond(request: web.Request, channel: ApiChannel, chat_id: str, reply
 
 async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply: Reply,
                   used: Callable[[], Awaitable[dict[str, int]]] | None) -> web.StreamResponse:
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    # nginx, the usual proxy in front, holds a response back until it is whole unless told not to.
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no"})
     await response.prepare(request)
     ident, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
     try:
         await _event(response, _chunk(ident, created, {"role": "assistant", "content": ""}))
-        while (piece := await reply.pieces.get()) is not FINAL:
+        while (piece := await _next_piece(reply, response, channel.keepalive_s)) is not FINAL:
             if isinstance(piece, Aside):  # an empty delta with nanobot's own field beside it
                 await _event(response, {**_chunk(ident, created, {}), "nanobot": piece.as_json()})
             else:
@@ -254,6 +256,15 @@ async def _stream(request: web.Request, channel: ApiChannel, chat_id: str, reply
         raise
     await response.write_eof()
     return response
+
+
+async def _next_piece(reply: Reply, response: web.StreamResponse, keepalive_s: float) -> str | Aside | None:
+    """The reply's next piece, with a comment line every ``keepalive_s`` while none comes."""
+    while True:
+        try:
+            return await asyncio.wait_for(reply.pieces.get(), keepalive_s)
+        except TimeoutError:
+            await response.write(b": still working\n\n")
 
 
 # Only the page's own files; pictures also from blob: URLs (a file the assistant sent, fetched

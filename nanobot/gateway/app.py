@@ -29,6 +29,7 @@ from nanobot.channel_plugin import BaseChannel, ChannelContext, Sender
 from nanobot import sdnotify, tracing
 from nanobot.access import AccessGate
 from nanobot.api.keys import REFRESH_S as KEY_REFRESH_S
+from nanobot.api.channel import KEEPALIVE_S
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
 from nanobot.cluster.registry import OtherWorkspace, WorkerIdInUse
 from nanobot.coordination import Alone, Singletons, worker_id
@@ -83,6 +84,7 @@ class Pace:
     album_quiet_s: float = ALBUM_QUIET_S  # an album's parts are joined once none came for this long
     key_refresh_s: float = KEY_REFRESH_S  # the API reads its keys again after this (one added elsewhere)
     http_timeout_s: float | None = None  # every listener's: the API, the socket, metrics, webhooks (None: nanobot.listener's)
+    keepalive_s: float = KEEPALIVE_S  # a streamed answer quiet this long gets a comment line (proxies end it)
     adapters: AdapterOptions = field(default_factory=dict)  # an adapter's own keyword arguments, by channel
 
 
@@ -106,11 +108,11 @@ class Gateway:
             raise ValueError("the terminal chat's gateway, and only it, records in a scratch database")
         # What the API, the page and the terminal socket see of the runtime (nanobot.api.front_door).
         self.home, self.db, self.usage, self.agent = runtime.home, runtime.db, runtime.usage, runtime.agent
-        self.cron = runtime.cron
-        self.pairing, self.api_owners = runtime.pairing, runtime.api_owners
+        self.cron, self.pairing, self.api_owners = runtime.cron, runtime.pairing, runtime.api_owners
         among_workers = rt.shared and not self.terminal  # PostgreSQL: one worker of several (nanobot.cluster)
         self.delivery = DeliveryStore(scratch or rt.db, worker_id(self.config.gateway) if among_workers else None)
-        self.pace, self.key_refresh_s, self.http_timeout_s = pace, pace.key_refresh_s, pace.http_timeout_s
+        self.pace, self.key_refresh_s, self.keepalive_s = pace, pace.key_refresh_s, pace.keepalive_s
+        self.http_timeout_s = pace.http_timeout_s
         # Built in the order each needs the other; where two need each other (the cluster and the
         # dispatcher, the channels and their context), one is handed a method of the gateway's.
         self.cluster: ClusterWorker | None = self._worker() if among_workers else None
@@ -162,11 +164,9 @@ class Gateway:
         services: list[Service] = [self.cron_jobs, TerminalSocket(self)]  # nanobot agent reaches us through it
         if gateway.api.enabled:
             from nanobot.api.server import ApiServer
-
             services.append(ApiServer(self))
         if gateway.metrics.enabled:
             from nanobot.gateway.ops import OpsServer
-
             services.append(OpsServer(self))
         services.append(PairingWelcome(self.pairing, self.bus, self.channels.outgoing, self.singletons,
                                        every_s=self.pace.welcome_s))

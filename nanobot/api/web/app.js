@@ -31,6 +31,8 @@ function el(tag, text, attributes = {}) {
   return node;
 }
 
+// Paths are relative to the page ("v1/..."): behind a proxy it may live under a path
+// (at home.example/nanobot/, say).
 async function api(path, options = {}) {
   const headers = {"Authorization": "Bearer " + key, ...(options.headers || {})};
   if (session && !path.includes("chat=")) headers["X-Nanobot-Session"] = session;
@@ -132,7 +134,7 @@ function entry(label, detail, current, open) {
 }
 
 async function loadConversations() {
-  const data = await (await api("/v1/nanobot/conversations")).json();
+  const data = await (await api("v1/nanobot/conversations")).json();
   const mine = data.conversations;
   if (!viewing && !mine.some((c) => (c.session || null) === session)) mine.unshift({session, title: "(empty)", last: ""});
   $("conversation-list").replaceChildren(...mine.map((c) => entry(c.title, when(c.last),
@@ -170,8 +172,8 @@ async function loadChat() {
   redraws += 1;
   const query = viewing ? "?chat=" + encodeURIComponent(viewing) : "";
   const [history, settings] = await Promise.all([
-    api("/v1/nanobot/history" + query).then((r) => r.json()),
-    api("/v1/nanobot/chat" + query).then((r) => r.json())]);
+    api("v1/nanobot/history" + query).then((r) => r.json()),
+    api("v1/nanobot/chat" + query).then((r) => r.json())]);
   $("messages").replaceChildren();
   for (const message of history.messages) {
     const item = add(message.role, message.content);
@@ -208,7 +210,7 @@ async function send(text) {
   busy(true);
   newsDelay = NEWS_EVERY_MS;
   try {
-    const asked = post("/v1/chat/completions", {model: "nanobot", stream: true, messages: [{role: "user", content}]});
+    const asked = post("v1/chat/completions", {model: "nanobot", stream: true, messages: [{role: "user", content}]});
     accepted = asked.catch(() => {});
     await readStream(await asked, reply);
   } catch (error) {
@@ -253,7 +255,7 @@ function showAside(aside, reply) {
 // A file the assistant sent: fetched with the key (never a cookie), shown as a picture or
 // offered as a download.
 async function showFile(item, file) {
-  const blob = await (await api("/v1/nanobot/files?path=" + encodeURIComponent(file.path))).blob();
+  const blob = await (await api("v1/nanobot/files?path=" + encodeURIComponent(file.path))).blob();
   const url = URL.createObjectURL(blob);
   const link = el("a", "Download " + file.name, {href: url, download: file.name});
   if (file.photo) item.append(el("img", undefined, {src: url, alt: file.caption || file.name}));
@@ -267,7 +269,7 @@ async function showFile(item, file) {
 async function news() {
   if (!key || running || viewing || document.hidden || $("chat").hidden) return;
   const asked = redraws;
-  const data = await (await api("/v1/nanobot/news?after=" + keptUpto)).json();
+  const data = await (await api("v1/nanobot/news?after=" + keptUpto)).json();
   if (asked !== redraws || running) return;  // redrawn (or another conversation) meanwhile, or a turn began
   const atEnd = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 40;
   for (const text of data.messages) add("assistant", text, atEnd);  // a reader scrolled up stays where they are
@@ -280,7 +282,7 @@ function askForNews() {
 }
 
 async function command(text) {
-  const reply = await (await post("/v1/chat/completions", {model: "nanobot",
+  const reply = await (await post("v1/chat/completions", {model: "nanobot",
     messages: [{role: "user", content: text}]})).json();
   await loadChat();  // the new settings, then the answer under the history it redrew
   add("note", reply.choices[0].message.content);
@@ -289,12 +291,12 @@ async function command(text) {
 async function stop() {
   if (!running) return;
   await accepted;
-  await post("/v1/chat/completions", {model: "nanobot", messages: [{role: "user", content: "/stop"}]});
+  await post("v1/chat/completions", {model: "nanobot", messages: [{role: "user", content: "/stop"}]});
 }
 
 async function attach(files) {
   for (const file of files) {
-    const response = await api("/v1/nanobot/upload?name=" + encodeURIComponent(file.name), {method: "POST", body: file});
+    const response = await api("v1/nanobot/upload?name=" + encodeURIComponent(file.name), {method: "POST", body: file});
     attachments.push({id: (await response.json()).id, name: file.name});
   }
   $("attached").textContent = attachments.map((a) => a.name).join(", ");
@@ -303,7 +305,7 @@ async function attach(files) {
 
 // ---- owner views --------------------------------------------------------------------------
 async function loadStatus() {
-  const lines = (await (await api("/v1/nanobot/status")).json()).lines;
+  const lines = (await (await api("v1/nanobot/status")).json()).lines;
   $("status-list").replaceChildren(...lines.flatMap((line) => {
     const [name, ...rest] = line.split(":");
     return [el("dt", name.trim()), el("dd", rest.join(":").trim())];
@@ -322,7 +324,7 @@ function button(label, action) {
 }
 
 async function loadCron() {
-  const jobs = (await (await api("/v1/nanobot/cron")).json()).jobs;
+  const jobs = (await (await api("v1/nanobot/cron")).json()).jobs;
   $("cron-note").textContent = jobs.length ? "" : "No cron jobs.";
   $("jobs").replaceChildren(...jobs.map((job) => {
     const item = el("li");
@@ -330,20 +332,20 @@ async function loadCron() {
       (job.enabled ? "enabled" : "disabled") + (job.next_run ? ` · next ${when(job.next_run)}` : "") +
       (job.last_status ? ` · last run ${job.last_status}` : "")));
     item.append(button(job.enabled ? "Disable" : "Enable",
-                       () => post(`/v1/nanobot/cron/${job.id}/${job.enabled ? "disable" : "enable"}`)),
-                button("Run now", () => post(`/v1/nanobot/cron/${job.id}/run`)));
+                       () => post(`v1/nanobot/cron/${job.id}/${job.enabled ? "disable" : "enable"}`)),
+                button("Run now", () => post(`v1/nanobot/cron/${job.id}/run`)));
     for (const run of job.runs) item.append(el("pre", `${when(run.started)} ${run.status}\n${run.output}`));
     return item;
   }));
 }
 
 async function loadPairing() {
-  const data = await (await api("/v1/nanobot/pairing")).json();
+  const data = await (await api("v1/nanobot/pairing")).json();
   $("pairing-note").textContent = data.pending.length ? "" : "Nobody is waiting.";
   $("requests").replaceChildren(...data.pending.map((r) => {
     const item = el("li", `${r.channel} ${r.sender_id} (${r.sender_name || "?"}) · code ${r.code} `);
-    item.append(button("Approve", () => post("/v1/nanobot/pairing/approve", {code: r.code})),
-                button("Deny", () => post("/v1/nanobot/pairing/deny", {code: r.code})));
+    item.append(button("Approve", () => post("v1/nanobot/pairing/approve", {code: r.code})),
+                button("Deny", () => post("v1/nanobot/pairing/deny", {code: r.code})));
     return item;
   }));
   $("paired").replaceChildren(...data.paired.map((u) => el("li", `${u.channel} ${u.sender_id} (${u.sender_name || "?"})`)));
@@ -358,7 +360,7 @@ const svg = (tag, attributes, text) => {
 };
 
 async function loadUsage() {
-  const data = await (await api("/v1/nanobot/usage")).json();
+  const data = await (await api("v1/nanobot/usage")).json();
   const days = data.days;
   const measure = days.some((d) => d.cost > 0) ? "cost" : "calls";
   const label = (v) => measure === "cost" ? "$" + v.toFixed(v < 1 ? 4 : 2) : String(Math.round(v));
