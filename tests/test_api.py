@@ -109,6 +109,13 @@ async def test_each_session_header_is_its_own_chat(api: dict, llm: FakeOpenAI) -
         await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "hi"}])
     history = api["gateway"].runtime.sessions
     assert len((await history.open("api:bob:one")).messages) == 4 and len((await history.open("api:bob:two")).messages) == 2
+    # Open WebUI names its chat when it forwards its headers (ENABLE_FORWARD_USER_INFO_HEADERS);
+    # a temporary chat's id is no session name: the key's own chat
+    chat = "3f9e2c1a-7b4d-4e8f-9a0b-1c2d3e4f5a6b"
+    for header in (chat, chat, "local:Kx2pQ"):
+        await client(api, api["member"], **{"X-OpenWebUI-Chat-Id": header}).chat.completions.create(
+            model="nanobot", messages=[{"role": "user", "content": "hi"}])
+    assert len((await history.open(f"api:bob:{chat}")).messages) == 4 and len((await history.open("api:bob")).messages) == 2
 
 
 async def test_a_member_key_is_a_member_chat(api: dict, llm: FakeOpenAI, workspace: Path) -> None:

@@ -65,8 +65,12 @@ class ChatRoutes:
 
     # ---- which chat ------------------------------------------------------------------
     def key_chat(self, name: str, request: web.Request) -> str:
-        """The key's chat this request is about: ``api:NAME`` or ``api:NAME:SESSION``."""
+        """The key's chat this request is about: ``api:NAME`` or ``api:NAME:SESSION``; Open WebUI
+        names its chat in ``X-OpenWebUI-Chat-Id`` when told to forward it (a temporary chat's
+        "local:…" is no session: the key's own chat)."""
         session = request.headers.get("X-Nanobot-Session")
+        if session is None and SESSION.fullmatch(front_end := request.headers.get("X-OpenWebUI-Chat-Id", "")):
+            session = front_end
         if session is None:
             return f"{API_CHANNEL}:{name}"
         if not SESSION.fullmatch(session):
