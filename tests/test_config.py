@@ -64,6 +64,8 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"channels": {"telegram": {"enabled": "maybe"}}}, "invalid value for 'channels.telegram.enabled'"),
     ({"channels": {"telegram": {"enabled": "yes"}}}, "invalid value for 'channels.telegram.enabled'"),
     ({"agents": {"defaults": {"temperature": True}}}, "invalid value for 'agents.defaults.temperature'"),
+    ({"providers": {"openai": {"extraBody": {"reasoning_effort": "low", "max_tokens": 9}}}},
+     "invalid value for 'providers.openai.extraBody': max_tokens: set by nanobot itself"),
     ({"channels": {"telegram": {"allowFrom": ["1"], "allow_from": ["2"]}}},
      "unknown key 'channels.telegram.allow_from' (keys are camelCase: allowFrom)"),
     ({"agents": {"defaults": {"provider": "nope"}}},
@@ -234,3 +236,10 @@ def test_environment_values_are_converted_and_lists_are_json(tmp_path: Path, mon
     monkeypatch.setenv("NANOBOT_CHANNELS__TELEGRAM__ALLOW_FROM", '["111", 222]')
     config, _ = load_config(write(tmp_path / "c.json", {}))
     assert config.agents.defaults.temperature == 0.5 and config.channels.telegram.allow_from == ["111", "222"]
+
+
+def test_a_providers_extra_fields_are_kept_as_written(tmp_path: Path) -> None:
+    """extraBody holds another API's names (snake_case, however deep): never renamed or refused."""
+    body = {"reasoning_effort": "low", "chat_template_kwargs": {"enable_thinking": False}}
+    config, _ = load_config(write(tmp_path / "c.json", {"providers": {"openai": {"extraBody": body}}}))
+    assert config.providers["openai"].extra_body == body

@@ -69,6 +69,27 @@ def like_gpt5(body: dict) -> object:
     return reply(f"at most {body['max_completion_tokens']} tokens")
 
 
+async def test_a_providers_extra_fields_go_with_every_request_a_model_takes(llm: FakeOpenAI, workspace: Path) -> None:
+    """providers.<name>.extraBody (reasoning_effort, DeepSeek's thinking switch, vLLM's
+    chat_template_kwargs) goes with every request; a model that refuses one of its fields is
+    asked again without it, and from then on."""
+    def answer(body: dict) -> object:
+        if "reasoning_effort" in body and body["model"] == "gpt-4.1":
+            return error(400, message="Unsupported parameter: 'reasoning_effort' is not supported with this model.",
+                         code="unsupported_parameter", param="reasoning_effort")
+        return reply(f"{body['model']}: {body.get('reasoning_effort')}, {body['chat_template_kwargs']}")
+    llm.fallback = answer
+    config = config_for(llm.base_url, workspace, model="gpt-5-mini")
+    config.providers["openai"].extra_body = {"reasoning_effort": "low", "chat_template_kwargs": {"enable_thinking": False}}
+    config.providers["openai"].max_retries = 0
+    async with open_runtime(config) as rt:
+        assert await rt.agent.handle("cli:t", "hi") == "gpt-5-mini: low, {'enable_thinking': False}"
+        config.agents.defaults.model = "gpt-4.1"
+        assert await rt.agent.handle("cli:t", "hi") == "gpt-4.1: None, {'enable_thinking': False}"
+        assert await rt.agent.handle("cli:t", "hi") == "gpt-4.1: None, {'enable_thinking': False}"
+    assert len(llm.chat_requests) == 1 + 2 + 1
+
+
 async def test_a_reasoning_model_gets_the_fields_it_takes(llm: FakeOpenAI, workspace: Path) -> None:
     """gpt-5 refused every request (max_tokens and temperature 0.2, as every other server takes
     them): its server's 400 names the field, the request goes again at once without it, and the

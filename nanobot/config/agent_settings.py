@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from nanobot.config.base import ExecutionMode, Section, ServerUrl, Timezone
+
+# What a chat request's body holds that nanobot writes itself (``providers.<name>.extraBody`` adds the rest).
+OWN_REQUEST_FIELDS = frozenset({"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens",
+                                "max_completion_tokens", "temperature", "prompt_cache_key"})
 
 
 class CodeRuntime(Section):
@@ -145,3 +149,13 @@ class ProviderConfig(Section):
     prices: dict[str, Price] = {}  # model name -> price
     # Send a per-chat prompt_cache_key (OpenAI's hint that routes a chat's requests to one cache).
     prompt_cache_key: bool = False
+    # Fields added to every chat request to this server, as its API names them: reasoning_effort,
+    # DeepSeek's thinking, vLLM's chat_template_kwargs, OpenRouter's provider routing.
+    extra_body: dict[str, Any] = {}
+
+    @field_validator("extra_body")
+    @classmethod
+    def _not_ours(cls, body: dict[str, Any]) -> dict[str, Any]:
+        if taken := sorted(OWN_REQUEST_FIELDS.intersection(body)):
+            raise ValueError(f"{', '.join(taken)}: set by nanobot itself (its own keys say how: maxTokens, temperature)")
+        return body

@@ -28,6 +28,7 @@ def _snake(name: str) -> str:
 
 # Maps keyed by the user's own names ("telegram:123", "notes", "API_KEY"): their keys stay as written.
 _USER_KEYED = ("overrides", "providers", "mcp_servers", "env", "headers", "models", "prices")
+_VERBATIM = ("extra_body",)  # another API's fields, sent as written (reasoning_effort), however deep
 
 
 def _snake_keys(value: Any, *, keep_keys: bool = False, where: str = "") -> Any:
@@ -39,8 +40,8 @@ def _snake_keys(value: Any, *, keep_keys: bool = False, where: str = "") -> Any:
             if not keep_keys and "_" in key:
                 raise ConfigError(f"unknown key '{where}{key}' (keys are camelCase: {to_camel(key)})")
             new_key = key if keep_keys else _snake(key)
-            out[new_key] = _snake_keys(item, keep_keys=new_key in _USER_KEYED and not keep_keys,
-                                       where=f"{where}{key}.")
+            out[new_key] = item if new_key in _VERBATIM and not keep_keys else \
+                _snake_keys(item, keep_keys=new_key in _USER_KEYED and not keep_keys, where=f"{where}{key}.")
         return out
     return value
 

@@ -42,7 +42,7 @@ class OpenAIProvider(Provider):
         self.max_retries = config.max_retries
         self.backoff_s = 1.0
         self.prompt_cache_key = config.prompt_cache_key
-        self.quirks = ModelQuirks()
+        self.quirks = ModelQuirks(config.extra_body)
         self._client = openai.AsyncOpenAI(
             api_key=config.api_key or "no-key",  # local servers (Ollama, llama.cpp) accept anything
             base_url=config.api_base or None,

@@ -10,6 +10,9 @@ while the process runs, and left out of that model's requests from then on.
   on Gemini's own API (its thought signature). A server that never heard of them may refuse
   them (a fallback, or a chat switched with /model).
 
+- ``providers.<name>.extraBody`` may hold a field one of the server's models refuses
+  (``reasoning_effort`` to a model that does not reason).
+
 A refusal that names one of these (``unsupported_parameter``, ``unsupported_value``,
 ``unknown_parameter``, or the field in ``param``) is asked again at once without it.
 """
@@ -31,16 +34,19 @@ CARRIED = (REASONING, DETAILS, "extra_content")  # what a message or tool call c
 
 
 class ModelQuirks:
-    def __init__(self) -> None:
+    def __init__(self, extra_body: dict[str, Any] | None = None) -> None:
+        self.extra_body = extra_body or {}  # the provider's own fields for every request
         self._refused: dict[str, set[str]] = {}  # model -> fields
 
     def fields(self, request: ChatRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """The request's messages, length and temperature as its model takes them."""
+        """The request's messages, length, temperature and the provider's extra fields, as its
+        model takes them."""
         refused = self._refused.get(request.model, set())
         if dropped := refused.intersection(CARRIED):
             messages = [_without(m, dropped) for m in messages]
-        fields: dict[str, Any] = {"messages": messages,
-                                  "max_completion_tokens" if "max_tokens" in refused else "max_tokens": request.max_tokens}
+        fields: dict[str, Any] = {k: v for k, v in self.extra_body.items() if k not in refused}
+        fields.update({"messages": messages,
+                       "max_completion_tokens" if "max_tokens" in refused else "max_tokens": request.max_tokens})
         if "temperature" not in refused:
             fields["temperature"] = request.temperature
         return fields
@@ -48,7 +54,7 @@ class ModelQuirks:
     def learn(self, exc: Exception, model: str) -> bool:
         """Whether ``exc`` refused a field we can do without, not refused before: ask again."""
         error = error_of(exc) if isinstance(exc, openai.BadRequestError) else None
-        field = _refused_field(error) if isinstance(error, dict) else None
+        field = _refused_field(error, self.extra_body) if isinstance(error, dict) else None
         if field is None or field in self._refused.get(model, set()):
             return False
         self._refused.setdefault(model, set()).add(field)
@@ -82,9 +88,9 @@ class Carried:
         return fields
 
 
-def _refused_field(error: dict[str, Any]) -> str | None:
+def _refused_field(error: dict[str, Any], extra_body: dict[str, Any]) -> str | None:
     param, unsupported = str(error.get("param") or ""), error.get("code") in UNSUPPORTED
-    if unsupported and param in ("max_tokens", "temperature"):
+    if unsupported and (param in ("max_tokens", "temperature") or param in extra_body):
         return param
     # (param "messages[3].reasoning_content"; not DeepSeek's "the reasoning_content ... must be passed back")
     for field in CARRIED:
