@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar
 
-from telegram import Bot, LinkPreviewOptions, Message, Update
+from telegram import Bot, BotCommand, LinkPreviewOptions, Message, Update
 from telegram.error import TelegramError
 from telegram.ext import ApplicationBuilder, Defaults
 
@@ -38,6 +38,7 @@ from nanobot_channels.telegram_send import MAX_MESSAGE_LEN, TelegramSender, desc
 from nanobot_channels.telegram_where import answered, chat_of, words_of
 from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
+from nanobot.chat_commands import COMMANDS
 from nanobot.config import TelegramConfig
 from nanobot.message_context import noting_lost, with_quote
 from nanobot.sqlite_file import StoreUnavailable
@@ -85,9 +86,17 @@ class TelegramChannel(BaseChannel):
             await self._app.initialize()  # getMe: a bad token or unreachable server fails here
             self._username = self._bot.username or ""
             await (self._start_polling() if self._webhook is None else self._start_webhook(self._webhook))
+            await self._offer_commands()
         except BaseException:
             await self.stop()
             raise
+
+    async def _offer_commands(self) -> None:
+        """The menu Telegram shows when "/" is typed: the chat commands (best effort)."""
+        try:
+            await self._bot.set_my_commands([BotCommand(name, what[:256]) for name, _, what in COMMANDS])
+        except TelegramError as exc:
+            log.warning("telegram: the command menu was not set: %s", exc)
 
     async def _start_polling(self) -> None:
         """Poll if no other worker does; else wait in the background to take over."""

@@ -28,7 +28,7 @@ FOUNDATION: list[list[str]] = [  # the top-level modules, in their own order (th
     ["nanobot", "nanobot.utf8", "nanobot.eventloop", "nanobot.filecache", "nanobot.listener", "nanobot.metrics",
      "nanobot.sdnotify", "nanobot.prompts", "nanobot.terminal_client", "nanobot.workspace_template",
      "nanobot.confine", "nanobot.chat_names", "nanobot.bus", "nanobot.beneath", "nanobot.workspace_quota",
-     "nanobot.message_context", "nanobot.collector"],
+     "nanobot.message_context", "nanobot.collector", "nanobot.chat_commands"],
     ["nanobot.config", "nanobot.notices", "nanobot.backup"],  # the settings, and what needs only names
     # The process and its files: logging, the home's lock, the SQLite file, who does what once.
     ["nanobot.logs", "nanobot.tracing", "nanobot.gateway_lock", "nanobot.sqlite_file", "nanobot.coordination",

@@ -79,7 +79,7 @@ async def test_private_text_reaches_bus(tg, channel, bus):
     assert (msg.channel, msg.chat_id, msg.sender_id, msg.sender_name) == ("telegram", "42", "42", "alice")
     assert msg.content == "hello there" and msg.media == []
     assert msg.is_private
-    assert tg.calls[:3] == ["getMe", "deleteWebhook", "getUpdates"]
+    assert [call for call in tg.calls if call != "setMyCommands"][:3] == ["getMe", "deleteWebhook", "getUpdates"]
 
 
 async def test_unknown_sender_gets_gate_reply_and_is_not_published(tg, channel, bus):
@@ -253,6 +253,15 @@ async def test_an_update_this_library_cannot_read_is_passed_over(tg, channel, bu
 async def test_commands_pass_through_as_text(tg, channel, bus, text):
     tg.push_text(ALICE, ALICE, text)
     assert (await inbound(bus)).content == text
+
+
+async def test_typing_a_slash_shows_the_commands(tg, channel):
+    """Telegram shows a bot's command menu when "/" is typed only if the bot set one: there was
+    none, and /mode, /model or /voice had to be known by heart."""
+    assert [(c["command"], c["description"]) for c in tg.commands][:2] == [
+        ("new", "start a fresh conversation (history and Python state cleared)"),
+        ("stop", "cancel what I am doing now; /stop ID stops a background task")]
+    assert [c["command"] for c in tg.commands][2:] == ["tasks", "mode", "model", "voice", "status", "budget", "help"]
 
 
 async def test_document_lands_in_inbox(tg, channel, bus, workspace):

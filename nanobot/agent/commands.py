@@ -9,6 +9,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Protocol
 
+from nanobot.chat_commands import HELP
 from nanobot.agent.context import cache_starts_over
 from nanobot.trust import MEMBER, OWNER
 from nanobot.usage import plural, start_of_today
@@ -30,17 +31,6 @@ class Agent(Protocol):
     async def reset_state(self, session_key: str) -> None: ...
 
 MODES = ("tools", "code", "hybrid")
-
-HELP = """Commands:
-/new — start a fresh conversation (history and Python state cleared)
-/stop — cancel what I am doing now; /stop ID stops a background task
-/tasks — this chat's background tasks
-/mode [tools|code|hybrid|default] — show or set how I act in this chat
-/model [NAME|default] — show or set the model for this chat
-/voice [always|whenVoice|never|default] — when my replies are also spoken
-/status — model, mode and usage
-/budget — what today's model budget allows
-/help — this list"""
 
 
 _COMMAND = re.compile(r"^/[A-Za-z][A-Za-z0-9_]*(@\w+)?(\s|$)")  # not "/etc/hosts is odd"

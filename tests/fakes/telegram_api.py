@@ -59,6 +59,7 @@ class FakeTelegram:
         self.conflicts = 0  # getUpdates while another was open: real Telegram answers 409 Conflict
         self.handed_out: set[int] = set()  # update ids a getUpdates has returned
         self.webhook: dict[str, Any] | None = None  # setWebhook's parameters (url, secret_token, ...)
+        self.commands: list[dict[str, str]] = []  # setMyCommands': the menu shown when "/" is typed
         self._updates: list[dict[str, Any]] = []
         self._next_update_id = 1
         self._next_message_id = 1000
@@ -222,6 +223,10 @@ class FakeTelegram:
         return _ok({"id": self.bot_id, "is_bot": True, "first_name": "Nanobot", "username": self.bot_username,
                     "can_join_groups": True, "can_read_all_group_messages": False,
                     "supports_inline_queries": False})
+
+    async def _m_setMyCommands(self, p: dict) -> web.Response:
+        self.commands = p["commands"]
+        return _ok(True)
 
     async def _m_deleteWebhook(self, p: dict) -> web.Response:
         self.webhook = None
