@@ -120,15 +120,6 @@ def like_deepseek(body: dict) -> object:
     return item
 
 
-def refusing_reasoning(body: dict) -> object:
-    """A server that never heard of reasoning_content (after a fallback or /model)."""
-    for i, message in enumerate(body["messages"]):
-        if "reasoning_content" in message:
-            return error(400, message=f"Unknown parameter: 'messages[{i}].reasoning_content'.",
-                         code="unknown_parameter", param=f"messages[{i}].reasoning_content")
-    return reply("plain")
-
-
 def like_gemini3(body: dict) -> object:
     """Gemini 3: a tool call comes with a thought signature, and a request whose tool call lacks
     the one it came with is refused."""
@@ -137,7 +128,7 @@ def like_gemini3(body: dict) -> object:
     if any(c.get("extra_content") != signature for c in calls):
         return error(400, message="Function call is missing a thought_signature in functionCall parts.")
     if body["messages"][-1]["role"] == "tool":
-        return reply(f"{len(calls)} calls")
+        return reply(f"{len(body['messages'])} messages")
     item = tool_call("list_dir", {})
     item["message"]["tool_calls"][0]["extra_content"] = signature
     return item
@@ -159,13 +150,21 @@ def like_openrouter(body: dict) -> object:
     return item
 
 
-@pytest.mark.parametrize("server", [like_deepseek, like_openrouter])
+def refusing(field: str):  # type: ignore[no-untyped-def]
+    """A server that never heard of ``field`` (after a fallback or /model)."""
+    return lambda body: error(400, message=f"Unknown parameter: 'messages[2].{field}'.", code="unknown_parameter",
+                              param=f"messages[2].{field}") if field in json.dumps(body) else reply("plain")
+
+
+@pytest.mark.parametrize("server, field", [(like_deepseek, "reasoning_content"), (like_openrouter, "reasoning_details"),
+                                           (like_gemini3, "extra_content")])
 @pytest.mark.parametrize("streaming", [False, True])
-async def test_a_thinking_models_reasoning_goes_back_with_its_tool_calls(
-        llm: FakeOpenAI, workspace: Path, streaming: bool, server) -> None:
-    """DeepSeek (thinking by default) and Gemini 3 through OpenRouter refused the second call of
-    every turn that used a tool: the reasoning that came with a tool call must go back with it,
-    in this turn and every later one. A server that refuses the field gets the chat without it."""
+async def test_what_a_thinking_model_gave_with_a_tool_call_goes_back_with_it(
+        llm: FakeOpenAI, workspace: Path, streaming: bool, server, field: str) -> None:
+    """DeepSeek (thinking by default), Gemini 3 or Claude through OpenRouter, and Gemini 3 on its
+    own API refused the second call of every turn that used a tool: what the model gave with a
+    tool call (its reasoning, a thought signature on the call) must go back with it, in this turn
+    and every later one. A server that refuses the field gets the chat without it."""
     llm.fallback = server
 
     async def shown(text: str) -> None:
@@ -174,29 +173,7 @@ async def test_a_thinking_models_reasoning_goes_back_with_its_tool_calls(
         async def ask(text: str) -> str:
             return await rt.agent.handle("cli:t", text, stream=ReplyStream(shown) if streaming else None)
         assert [await ask("what is here?"), await ask("and now?")] == ["4 messages", "8 messages"]
-        llm.fallback = lambda body: error(400, message="Unknown parameter: 'messages[2].reasoning_details'.",
-                                          code="unknown_parameter", param="messages[2].reasoning_details") \
-            if "reasoning_details" in json.dumps(body) else refusing_reasoning(body)
-        assert await ask("hi") == "plain"
-    assert len(llm.chat_requests) == 2 + 2 + 2 and {bool(r.get("stream")) for r in llm.chat_requests} == {streaming}
-
-
-@pytest.mark.parametrize("streaming", [False, True])
-async def test_a_tool_call_goes_back_as_its_server_gave_it(llm: FakeOpenAI, workspace: Path, streaming: bool) -> None:
-    """Gemini 3 refused the second call of every turn that used a tool: a tool call's fields
-    beyond id, name and arguments (its thought signature) must go back with it, in every later
-    request. A server that refuses them gets the chat without them."""
-    llm.fallback = like_gemini3
-
-    async def shown(text: str) -> None:
-        pass
-    async with open_runtime(config_for(llm.base_url, workspace, mode="tools")) as rt:
-        async def ask(text: str) -> str:
-            return await rt.agent.handle("cli:t", text, stream=ReplyStream(shown) if streaming else None)
-        assert [await ask("what is here?"), await ask("and now?")] == ["1 calls", "2 calls"]
-        llm.fallback = lambda body: error(400, message="Unknown parameter: 'messages[2].tool_calls[0].extra_content'.",
-                                          code="unknown_parameter", param="messages[2].tool_calls[0].extra_content") \
-            if "extra_content" in json.dumps(body) else reply("plain")
+        llm.fallback = refusing(field)
         assert await ask("hi") == "plain"
     assert len(llm.chat_requests) == 2 + 2 + 2 and {bool(r.get("stream")) for r in llm.chat_requests} == {streaming}
 

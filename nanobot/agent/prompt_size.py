@@ -23,8 +23,8 @@ def estimate_tokens(messages: list[dict[str, Any]]) -> int:
         content = m.get("content")
         chars += len(content) if isinstance(content, str) else len(json.dumps(content or ""))
         if m.get("tool_calls"):
-            chars += len(json.dumps(m["tool_calls"])) + len(m.get("reasoning_content") or "")
-            chars += len(json.dumps(m.get("reasoning_details") or ""))
+            # with what the model thought before the calls, which goes back with them (quirks.CARRIED)
+            chars += len(json.dumps([m["tool_calls"], m.get("reasoning_content"), m.get("reasoning_details")]))
         images += len(m.get("images") or ())
     # Every image is counted, though only the latest few are sent as pictures: cautious.
     return chars // CHARS_PER_TOKEN + PER_MESSAGE_TOKENS * len(messages) + IMAGE_TOKENS * images

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 RETRY_STATUSES = {429, 502, 503, 504}
 MAX_BACKOFF_S = 30.0
 CALL_FIELDS = ("id", "type", "function", "index")  # a tool call's own; the rest goes back as it came
+
+
 class OpenAIProvider(Provider):
     def __init__(self, name: str, config: ProviderConfig) -> None:
         self.name = name
