@@ -262,7 +262,8 @@ async def _next_piece(reply: Reply, response: web.StreamResponse, keepalive_s: f
     """The reply's next piece, with a comment line every ``keepalive_s`` while none comes."""
     while True:
         try:
-            return await asyncio.wait_for(reply.pieces.get(), keepalive_s)
+            async with asyncio.timeout(keepalive_s):  # (no task per piece, as wait_for makes on 3.11)
+                return await reply.pieces.get()
         except TimeoutError:
             await response.write(b": still working\n\n")
 
