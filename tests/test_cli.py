@@ -388,12 +388,14 @@ async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path)
     async with FakeOpenAI() as llm:
         env = {**os.environ, "NANOBOT_HOME": str(home)}
         out = await asyncio.to_thread(_converse, [sys.executable, "-m", "nanobot", "onboard"], env, [
-            ("Model server URL", "http://models.example.org/v1"), ("unencrypted", llm.base_url),
+            ("Model server URL", "localhost:11434/v1"), ("(http://localhost:11434/v1?)", "http://models.example.org/v1"),
+            ("unencrypted", llm.base_url),
             ("local servers): ", "k"), ("Model [", ""), ("Mode:", ""), ("Chat channel", "matrix"),
             ("homeserver URL", "http://matrix.example.org"), ("unencrypted", "https://matrix.example.org"),
             ("bot's Matrix user id", "@bot:example.org"), ("access token: ", "syt_CANARY"),
             ("Your own Matrix user id", "@me:example.org")])
     assert out.count("is plain http") == 2 and "The server answered: 2 models" in out
+    assert "'localhost:11434/v1' is not a URL: it starts with https:// or http://" in out  # it failed only at the first message
     saved = json.loads((home / "config.json").read_text())
     assert saved["providers"]["openai"]["apiBase"] == llm.base_url
     assert saved["channels"]["matrix"]["homeserver"] == "https://matrix.example.org"

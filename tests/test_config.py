@@ -64,6 +64,9 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
     ({"channels": {"telegram": {"enabled": "maybe"}}}, "invalid value for 'channels.telegram.enabled'"),
     ({"channels": {"telegram": {"enabled": "yes"}}}, "invalid value for 'channels.telegram.enabled'"),
     ({"agents": {"defaults": {"temperature": True}}}, "invalid value for 'agents.defaults.temperature'"),
+    ({"providers": {"openai": {"apiBase": "localhost:11434/v1"}}},
+     "invalid value for 'providers.openai.apiBase': 'localhost:11434/v1' is not a URL: it starts with https:// or "
+     "http:// (http://localhost:11434/v1?)"),
     ({"providers": {"openai": {"extraBody": {"reasoning_effort": "low", "max_tokens": 9}}}},
      "invalid value for 'providers.openai.extraBody': max_tokens: set by nanobot itself"),
     ({"channels": {"telegram": {"allowFrom": ["1"], "allow_from": ["2"]}}},

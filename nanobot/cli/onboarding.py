@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from nanobot.config import ChannelSection, Config
-from nanobot.config.base import plain_and_far
+from nanobot.config.base import url_trouble
 
 OPENAI = "https://api.openai.com/v1"
 MODES = ("code", "tools", "hybrid")
@@ -67,7 +67,7 @@ def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
     provider = config.provider_config()
     # Checked before the key goes there (``_models``): never in plain text across the network.
     base = answer(given.api_base, "Model server URL (OpenAI, or a local one such as http://127.0.0.1:11434/v1)",
-                  provider.api_base or OPENAI, check=plain_and_far)
+                  provider.api_base or OPENAI, check=url_trouble)
     key = answer(given.api_key, "API key (Enter for none: local servers)", provider.api_key,
                  hide_input=True, show_default=False)
     models = _models(base, key)

@@ -122,14 +122,25 @@ def plain_and_far(url: str | None) -> str | None:
     return None
 
 
-def _encrypted_when_far(url: str | None) -> str | None:
-    if trouble := plain_and_far(url):
+def url_trouble(url: str | None) -> str | None:
+    """Why ``url`` cannot be a server's address (no scheme or host: "localhost:11434/v1", which
+    failed only at the first request; or ``plain_and_far``), or None. Empty is for ``missing``."""
+    text = (url or "").strip()
+    parts = urlsplit(text)
+    if text and (parts.scheme.lower() not in ("http", "https", "ws", "wss") or not parts.hostname):
+        return f"{text!r} is not a URL: it starts with https:// or http://" + \
+            (f" (http://{text}?)" if "://" not in text else "")
+    return plain_and_far(url)
+
+
+def _a_server(url: str | None) -> str | None:
+    if trouble := url_trouble(url):
         raise ValueError(trouble)
     return url
 
 
 # The URL of a server that gets a key, a token or the chats (a model server, a chat platform's API).
-ServerUrl = Annotated[str, AfterValidator(_encrypted_when_far)]
+ServerUrl = Annotated[str, AfterValidator(_a_server)]
 
 
 def _check_listen(value: str) -> str:
