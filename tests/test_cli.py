@@ -405,12 +405,14 @@ async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path)
     assert code == 2 and "without ?sslmode=verify-full" in err and "CANARY" not in err
 
 
-async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path) -> None:
+async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path, tmp_path: Path) -> None:
     async with FakeOpenAI() as llm:
         code, out, err = await nanobot("onboard", "--api-base", llm.base_url, "--api-key", "wrong-key",
                                        "--mode", "hybrid", home=home)
+        code_v1, out_v1, _ = await nanobot("onboard", "--api-base", llm.base_url.removesuffix("/v1"), home=tmp_path)
     assert code == 0, err
     assert "The server answered 401: Incorrect API key provided. Check the URL and key" in out
+    assert code_v1 == 0 and f"Check the URL (the API is usually under /v1: {llm.base_url})" in out_v1  # as Ollama's is
     saved = json.loads((home / "config.json").read_text())
     assert saved["agents"]["defaults"]["executionMode"] == "hybrid" and saved["providers"]["openai"]["apiKey"] == "wrong-key"
     code, out, _ = await nanobot("onboard", "--force", "--non-interactive", home=home)

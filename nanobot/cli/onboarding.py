@@ -99,7 +99,10 @@ def _models(base: str, key: str) -> list[str]:
     try:
         names = sorted(m.id for m in client.models.list())
     except openai.APIStatusError as exc:
-        typer.echo(f"  The server answered {exc.status_code}: {_reason(exc)}. Check the URL and key; "
+        where = base.rstrip("/")  # Ollama, vLLM and llama.cpp serve it under /v1
+        v1 = exc.status_code == 404 and not where.endswith("/v1")
+        hint = f" (the API is usually under /v1: {where}/v1)" if v1 else ""
+        typer.echo(f"  The server answered {exc.status_code}: {_reason(exc)}. Check the URL{hint} and key; "
                    "you can change them later in the config file.")
         return []
     except openai.APIError as exc:  # said as a turn would say it ("Connection error." hides why)
