@@ -353,6 +353,7 @@ async def test_no_key_for_openai_says_so_before_any_network(home: Path, workspac
     (home / "config.json").write_text(json.dumps({"agents": {"defaults": {"workspace": str(workspace)}}}))
     code, out, err = await nanobot("agent", "-m", "hi", home=home)
     assert code == 2 and "providers.openai.apiKey is not set" in err and "Traceback" not in err
+    assert "nanobot onboard writes one" in err  # a first run has no config file to set it in
 
 
 async def test_a_bad_character_does_not_poison_the_chat(llm: FakeOpenAI, workspace: Path, home: Path) -> None:

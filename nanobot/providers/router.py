@@ -98,8 +98,9 @@ def make_router(config: Config, changed: Changed | None = None) -> ModelRouter:
     def make(name: str) -> Provider:
         settings = config.provider_config(name)
         if not settings.api_key and not settings.api_base:  # OpenAI itself: every call would be a 401
-            raise ConfigError(f"providers.{name}.apiKey is not set: set it in the config file or in "
-                              f"NANOBOT_PROVIDERS__{name.upper()}__API_KEY (or set apiBase for a local server)")
+            raise ConfigError(f"providers.{name}.apiKey is not set: set it in the config file (nanobot onboard "
+                              f"writes one) or in NANOBOT_PROVIDERS__{name.upper()}__API_KEY (or set apiBase for a "
+                              "local server)")
         return OpenAIProvider(name, settings)
 
     router = ModelRouter(config, make, changed=changed)
