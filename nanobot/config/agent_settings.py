@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from nanobot.config.base import ExecutionMode, Section, ServerUrl, Timezone
+from nanobot.config.base import ExecutionMode, Section, ServerUrl, Timezone, Token
 
 # What a chat request's body holds that nanobot writes itself (``providers.<name>.extraBody`` adds the rest).
 OWN_REQUEST_FIELDS = frozenset({"model", "messages", "tools", "tool_choice", "stream", "stream_options", "max_tokens",
@@ -138,7 +138,7 @@ class Price(Section):
 
 
 class ProviderConfig(Section):
-    api_key: str = ""
+    api_key: Token = ""
     api_base: ServerUrl | None = None
     timeout: float = Field(120.0, gt=0)
     max_retries: int = Field(3, ge=0)

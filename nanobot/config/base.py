@@ -141,6 +141,9 @@ def _a_server(url: str | None) -> str | None:
 
 # The URL of a server that gets a key, a token or the chats (a model server, a chat platform's API).
 ServerUrl = Annotated[str, AfterValidator(_a_server)]
+# A key or token as pasted (``cat key.txt``, an env file): a line end read with it failed every
+# request as a "potential header injection"; none has white space of its own.
+Token = Annotated[str, AfterValidator(str.strip)]
 
 
 def _check_listen(value: str) -> str:

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from nanobot.config.base import HttpProxy, Id, Section, ServerUrl, _check_listen, is_near, listen_address
+from nanobot.config.base import HttpProxy, Id, Section, ServerUrl, Token, _check_listen, is_near, listen_address
 
 
 # What a platform names a sender by, where a config entry of another shape would match nobody.
@@ -78,7 +78,7 @@ class ChannelSection(Section):
 class BotChannel(ChannelSection):
     """A built-in chat platform reached with a bot token."""
 
-    token: str = ""
+    token: Token = ""
     api_base: ServerUrl | None = None
     streaming: bool = True
 
@@ -144,9 +144,9 @@ class SlackConfig(ChannelSection):
     """Slack: Socket Mode with ``appToken`` (one worker holds the connection), or the Events
     API over HTTP (``events`` and ``signingSecret``). ``allowFrom``/``owners``: user ids."""
 
-    bot_token: str = ""
-    app_token: str = ""
-    signing_secret: str = ""
+    bot_token: Token = ""
+    app_token: Token = ""
+    signing_secret: Token = ""
     events: SlackEvents | None = None
     # "allowlist": in channels, only those in groupAllowFrom, and every message there
     group_policy: Literal["mention", "open", "allowlist"] = "mention"  # type: ignore[assignment]
@@ -246,7 +246,7 @@ class MatrixConfig(ChannelSection):
 
     homeserver: ServerUrl = ""
     user_id: str = ""
-    access_token: str = ""
+    access_token: Token = ""
     password: str = ""
     device_id: str = ""  # kept across restarts with a password login (one device, not one per start)
     streaming: bool = True
@@ -280,9 +280,9 @@ class WhatsAppConfig(ChannelSection):
     user ids (``US.1349…``: how Meta names a user who hides their number behind a username)."""
 
     phone_number_id: str = ""
-    access_token: str = ""
-    app_secret: str = ""
-    verify_token: str = ""
+    access_token: Token = ""
+    app_secret: Token = ""
+    verify_token: Token = ""
     webhook: WhatsAppWebhook = WhatsAppWebhook()
     api_base: ServerUrl = "https://graph.facebook.com/v21.0"
 

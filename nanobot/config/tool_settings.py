@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from nanobot.config.base import AddressAndPort, Section, ServerUrl, address_and_port
+from nanobot.config.base import AddressAndPort, Section, ServerUrl, Token, address_and_port
 
 
 class ExecTool(Section):
@@ -23,7 +23,7 @@ class ExecTool(Section):
 
 class WebSearch(Section):
     provider: Literal["duckduckgo", "brave"] = "duckduckgo"
-    api_key: str = ""
+    api_key: Token = ""
     max_results: int = Field(5, gt=0)
 
 
