@@ -472,6 +472,10 @@ async def test_a_front_ends_errands_stay_out_of_the_chat(api: dict, llm: FakeOpe
     reply ("### Task:" over a copy of the chat). They were turns: a full prompt with tools each,
     and their words in the chat's history and every later prompt. They go to the model alone,
     counted in the chat's usage, and the chat goes on as if they never came."""
+    llm.script(reply("Tags."))  # a chat not opened since the gateway started: one after a restart
+    fresh = client(api, api["member"], **{"X-Nanobot-Session": "fresh"})
+    assert (await fresh.chat.completions.create(model="nanobot", messages=[
+        {"role": "user", "content": OPEN_WEBUI_TITLE}])).choices[0].message.content == "Tags."
     llm.script(reply("Dentist at 3."), reply('{"title": "🦷 Dentist Today"}', prompt_tokens=40, completion_tokens=9),
                reply('{"follow_ups": ["When?"]}'), reply("You asked about your calendar."))
     ai = client(api, api["member"])
@@ -479,7 +483,7 @@ async def test_a_front_ends_errands_stay_out_of_the_chat(api: dict, llm: FakeOpe
     title = await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": OPEN_WEBUI_TITLE}])
     assert title.choices[0].message.content == '{"title": "🦷 Dentist Today"}'
     assert (title.usage.prompt_tokens, title.usage.completion_tokens) == (40, 9)
-    errand = llm.chat_requests[1]
+    errand = llm.chat_requests[2]
     assert errand["messages"] == [{"role": "user", "content": OPEN_WEBUI_TITLE}] and "tools" not in errand
     streamed = await ai.chat.completions.create(model="nanobot", stream=True, messages=[
         {"role": "user", "content": OPEN_WEBUI_TITLE.replace("a concise", "follow-up questions, not a")}])
@@ -490,6 +494,7 @@ async def test_a_front_ends_errands_stay_out_of_the_chat(api: dict, llm: FakeOpe
     assert sent == ["what is on my calendar?", "Dentist at 3.", "what did I ask?"]
     runtime = api["gateway"].runtime
     assert len((await runtime.sessions.open("api:bob")).messages) == 4
+    assert not await runtime.sessions.exists("api:bob:fresh")  # nothing of it was kept
     assert (await runtime.usage.tokens_since("api:bob", 0))[0] >= 40  # its budget counts them
 
 

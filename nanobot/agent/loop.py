@@ -25,7 +25,7 @@ from nanobot.media.attachments import read_attachments
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
 from nanobot.session import Session
 from nanobot.utf8 import clean_text
-from nanobot.trust import HISTORY_CHANNELS, MEMBER, OWNER, is_owner
+from nanobot.trust import HISTORY_CHANNELS, OWNER, is_owner
 
 log = logging.getLogger(__name__)
 
@@ -163,16 +163,17 @@ class Agent:
             await self.reply_waits(session_key, reply)
         return reply
 
-    async def errand(self, session_key: str, text: str) -> LLMResponse:
+    async def errand(self, session_key: str, text: str, *, member: bool) -> LLMResponse:
         """A front end's own request in a chat's name (a title for its list of chats, tags):
         ``text`` alone to the chat's model, with no prompt, tools or history of ours, within the
-        budgets and counted in the chat's usage; nothing is kept. ProviderError when it fails."""
+        budgets (a ``member``'s: its key says) and counted in the chat's usage; nothing is kept,
+        nor the chat opened. ProviderError when it fails."""
         settings = self.deps.config.agent_for(session_key)
         request = ChatRequest(messages=[{"role": "user", "content": clean_text(text)}], model=settings.model,
                               max_tokens=settings.max_tokens, provider=settings.provider,
                               fallbacks=[(f.provider, f.model) for f in settings.fallbacks])
         return await metered_chat(self.deps, request, session_key=session_key, mode=settings.execution_mode,
-                                  purpose="errand", member=self.deps.trust(session_key) == MEMBER)
+                                  purpose="errand", member=member)
 
     async def reply_waits(self, session_key: str, reply: str) -> None:
         """A job's turn in a chat nobody is messaged in (the terminal's, the API's): its reply,

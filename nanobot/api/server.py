@@ -117,7 +117,7 @@ class ApiServer:
         if not self.door.accepting():
             raise ApiError(503, "the gateway is shutting down; try again shortly", "service_unavailable", "server_error")
         if front_end_errand(text):
-            return await self._errand(request, chat, text, stream=bool(body.get("stream")))
+            return await self._errand(request, chat, text, member=not owner, stream=bool(body.get("stream")))
         if self._running.get(name, 0) >= self.settings.concurrent_turns:
             raise ApiError(429, f"this key has {self.settings.concurrent_turns} turns running already "
                            "(gateway.api.concurrentTurns)", "rate_limit_exceeded", "requests")
@@ -130,10 +130,11 @@ class ApiServer:
         finally:
             self._running[name] -= 1
 
-    async def _errand(self, request: web.Request, chat: str, text: str, *, stream: bool) -> web.StreamResponse:
+    async def _errand(self, request: web.Request, chat: str, text: str, *, member: bool,
+                      stream: bool) -> web.StreamResponse:
         """A front end's errand (``front_end_errand``), answered by the model outside the chat."""
         try:
-            response = await self.door.agent.errand(chat, text)
+            response = await self.door.agent.errand(chat, text, member=member)
         except ProviderError as exc:
             log.info("api: a front end's errand for %s failed: %s", chat, exc)
             raise ApiError(502, "The model could not answer; try again later", "model_error", "server_error") from None
