@@ -251,9 +251,11 @@ def test_a_providers_extra_fields_are_kept_as_written(tmp_path: Path) -> None:
 def test_a_pasted_key_loses_its_line_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A key read with its line end (``cat key.txt``, an env file) failed every request as a
     "potential header injection attack"; keys and tokens have no white space of their own."""
-    path = write(tmp_path / "c.json", {"providers": {"openai": {"apiKey": "sk-abc\n"}},
+    path = write(tmp_path / "c.json", {"providers": {"openai": {"apiKey": "sk-abc\n",
+                                                                "apiBase": "https://x.example/v1\n"}},
                                        "channels": {"telegram": {"token": " 123:ABC\r\n"}}})
     config, _ = load_config(path)
     assert config.providers["openai"].api_key == "sk-abc" and config.channels.telegram.token == "123:ABC"
+    assert config.providers["openai"].api_base == "https://x.example/v1"
     monkeypatch.setenv("NANOBOT_CHANNELS__SLACK__BOT_TOKEN", "xoxb-1\n")
     assert load_config(path)[0].channels.slack.bot_token == "xoxb-1"

@@ -136,7 +136,7 @@ def url_trouble(url: str | None) -> str | None:
 def _a_server(url: str | None) -> str | None:
     if trouble := url_trouble(url):
         raise ValueError(trouble)
-    return url
+    return url.strip() if url else url  # as pasted, with its line end
 
 
 # The URL of a server that gets a key, a token or the chats (a model server, a chat platform's API).
