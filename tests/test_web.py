@@ -255,6 +255,24 @@ async def test_brave_errors(ctx, pages, monkeypatch, key, error, message):
         await web_search.func(ctx, "coffee")
 
 
+async def test_searxng_search_against_stand_in(ctx, pages):
+    """A SearXNG instance of the owner's (on their network: plain http is fine there)."""
+    search = ctx.config.tools.web.search
+    search.provider, search.url, search.max_results = "searxng", pages.url("/"), 3
+    results = await web_search.func(ctx, "coffee", count=10)
+    assert results[0] == {"title": "coffee 0", "url": "https://example.org/s0", "snippet": "All about coffee & 0"}
+    assert len(results) == 3 and pages.requests[-1][:2] == ("/search", {"q": "coffee", "format": "json"})
+    with pytest.raises(RuntimeError, match="SearXNG refused JSON .*add json to search.formats in its settings.yml"):
+        await web_search.func(ctx, "html only")
+
+
+def test_searxng_needs_its_instance(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"tools": {"web": {"search": {"provider": "searxng"}}}}')
+    with pytest.raises(ConfigError, match="tools.web.search.*url is empty while provider is searxng"):
+        load_config(path)
+
+
 @pytest.fixture
 def ddg(pages: WebPages, monkeypatch: pytest.MonkeyPatch) -> WebPages:
     """Point the real ddgs DuckDuckGo engine at the stand-in. Its endpoint is a class attribute,

@@ -22,9 +22,16 @@ class ExecTool(Section):
 
 
 class WebSearch(Section):
-    provider: Literal["duckduckgo", "brave"] = "duckduckgo"
+    provider: Literal["duckduckgo", "brave", "searxng"] = "duckduckgo"
     api_key: Token = ""
+    url: ServerUrl = ""  # searxng: the instance ("http://searxng:8080"), with json among its search.formats
     max_results: int = Field(5, gt=0)
+
+    @model_validator(mode="after")
+    def _instance_named(self) -> "WebSearch":
+        if self.provider == "searxng" and not self.url:
+            raise ValueError("url is empty while provider is searxng: name the instance (\"http://searxng:8080\")")
+        return self
 
 
 class WebFetch(Section):

@@ -1,6 +1,7 @@
 """web_search and web_fetch: the agent's window on the public web.
 
-web_search uses DuckDuckGo through ``ddgs`` (keyless) or the Brave Search API (with a key).
+web_search uses DuckDuckGo through ``ddgs`` (keyless), the Brave Search API (with a key), or
+a SearXNG instance of the owner's (its JSON API).
 web_fetch downloads one page through the address guard in ``ssrf`` and returns its main
 content as Markdown. Everything it returns was written by strangers; ``wrap_untrusted`` marks
 it as such for tool-calling mode (code mode hands the raw string to the program instead).
@@ -45,37 +46,49 @@ async def web_search(
     count = min(count, settings.max_results, 20)  # 20 is Brave's limit per request
     if settings.provider == "brave":
         return await _search_brave(query, count, settings.api_key)
+    if settings.provider == "searxng":
+        return await _search_searxng(query, count, settings.url)
     return await _search_duckduckgo(query, count)
 
 
 async def _search_brave(query: str, count: int, api_key: str) -> list[dict]:
-    import aiohttp  # loaded on first use: a one-shot CLI call should not pay for it
-
     if not api_key:
         raise ValueError("web_search: provider 'brave' needs tools.web.search.apiKey "
                          "(or set the provider to 'duckduckgo', which needs no key)")
-    headers = {"Accept": "application/json", "X-Subscription-Token": api_key}
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SEARCH_TIMEOUT)) as session:
-            async with session.get(BRAVE_API_URL, params={"q": query, "count": count}, headers=headers) as resp:
-                _check_search_status(resp.status, "Brave Search")
-                data = await resp.json(content_type=None)
-    except TimeoutError:
-        raise TimeoutError(f"web_search: Brave Search did not answer within {SEARCH_TIMEOUT:g}s") from None
-    except (aiohttp.ClientError, ValueError) as exc:
-        raise RuntimeError(f"web_search: Brave Search failed: {exc}") from None
+    data = await _get_json("Brave Search", BRAVE_API_URL, {"q": query, "count": count},
+                           {"Accept": "application/json", "X-Subscription-Token": api_key})
     rows = ((data or {}).get("web") or {}).get("results") or []
     return [{"title": _plain(r.get("title", "")), "url": r.get("url", ""),
              "snippet": _plain(r.get("description", ""))} for r in rows[:count]]
 
 
-def _check_search_status(status: int, service: str) -> None:
-    if status == 429:
-        raise RuntimeError(f"web_search: {service} rate limited, try again later")
-    if status in (401, 403):
-        raise RuntimeError(f"web_search: {service} refused the API key (HTTP {status})")
-    if status != 200:
-        raise RuntimeError(f"web_search: {service} answered HTTP {status}")
+async def _search_searxng(query: str, count: int, instance: str) -> list[dict]:
+    data = await _get_json("SearXNG", instance.rstrip("/") + "/search", {"q": query, "format": "json"},
+                           refused="refused JSON (HTTP 403): add json to search.formats in its settings.yml")
+    rows = (data.get("results") if isinstance(data, dict) else None) or []
+    return [{"title": _plain(r.get("title") or ""), "url": r.get("url") or "", "snippet": _plain(r.get("content") or "")}
+            for r in rows[:count] if isinstance(r, dict)]
+
+
+async def _get_json(service: str, url: str, params: dict[str, Any], headers: dict[str, str] | None = None, *,
+                    refused: str = "refused the API key (HTTP {status})") -> Any:
+    """A search service's JSON answer; RuntimeError saying which failed how (``refused``: a 401 or 403)."""
+    import aiohttp  # loaded on first use: a one-shot CLI call should not pay for it
+
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SEARCH_TIMEOUT)) as session:
+            async with session.get(url, params=params, headers=headers) as resp:
+                if resp.status in (401, 403):
+                    raise RuntimeError(f"web_search: {service} {refused.format(status=resp.status)}")
+                if resp.status == 429:
+                    raise RuntimeError(f"web_search: {service} rate limited, try again later")
+                if resp.status != 200:
+                    raise RuntimeError(f"web_search: {service} answered HTTP {resp.status}")
+                return await resp.json(content_type=None)
+    except TimeoutError:
+        raise TimeoutError(f"web_search: {service} did not answer within {SEARCH_TIMEOUT:g}s") from None
+    except (aiohttp.ClientError, ValueError) as exc:
+        raise RuntimeError(f"web_search: {service} failed: {exc}") from None
 
 
 async def _search_duckduckgo(query: str, count: int) -> list[dict]:

@@ -168,6 +168,16 @@ async def _brave(request: web.Request, params: dict[str, str]) -> web.Response:
     return web.json_response({"type": "search", "web": {"results": results}})
 
 
+async def _searxng(request: web.Request, params: dict[str, str]) -> web.Response:
+    """A SearXNG instance: GET /search?q=..&format=json. One whose settings serve HTML only
+    answers 403 to format=json; that is what query "html only" gets."""
+    if params.get("q") == "html only" or params.get("format") != "json":
+        return web.Response(status=403, text="Forbidden")
+    return web.json_response({"query": params["q"], "results": [
+        {"title": f"{params['q']} {i}", "url": f"https://example.org/s{i}", "content": f"All about {params['q']} &amp; {i}",
+         "engine": "wikipedia"} for i in range(8)]})
+
+
 async def _ddg(request: web.Request, params: dict[str, str]) -> web.Response:
     """html.duckduckgo.com stand-in: POST /html/ with form field q. DDG answers 202 when it
     throttles a client, and that is what query "throttle me" gets."""
@@ -191,4 +201,4 @@ async def _index(request: web.Request, params: dict[str, str]) -> web.Response:
 
 ROUTES = {"article": _article, "index": _index, "plain": _plain, "json": _json, "latin1": _latin1, "image": _image,
           "big": _big, "slow": _slow, "redirect": _redirect, "chain": _chain, "status": _status,
-          "res": _brave, "html": _ddg}
+          "res": _brave, "html": _ddg, "search": _searxng}
