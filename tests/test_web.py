@@ -266,6 +266,20 @@ async def test_searxng_search_against_stand_in(ctx, pages):
         await web_search.func(ctx, "html only")
 
 
+async def test_tavily_search_against_stand_in(ctx, pages, monkeypatch):
+    monkeypatch.setattr(web, "TAVILY_API_URL", pages.url("/tavily"))
+    search = ctx.config.tools.web.search
+    search.provider, search.api_key, search.max_results = "tavily", "tvly-good", 2
+    assert await web_search.func(ctx, "tea") == [
+        {"title": f"tea {i}", "url": f"https://example.org/t{i}", "snippet": "On tea"} for i in (0, 1)]
+    search.api_key = "tvly-wrong"
+    with pytest.raises(RuntimeError, match=r"Tavily refused the API key \(HTTP 401\)"):
+        await web_search.func(ctx, "tea")
+    search.api_key = ""
+    with pytest.raises(ValueError, match="provider 'tavily' needs tools.web.search.apiKey"):
+        await web_search.func(ctx, "tea")
+
+
 def test_searxng_needs_its_instance(tmp_path):
     path = tmp_path / "c.json"
     path.write_text('{"tools": {"web": {"search": {"provider": "searxng"}}}}')

@@ -22,7 +22,7 @@ class ExecTool(Section):
 
 
 class WebSearch(Section):
-    provider: Literal["duckduckgo", "brave", "searxng"] = "duckduckgo"
+    provider: Literal["duckduckgo", "brave", "tavily", "searxng"] = "duckduckgo"
     api_key: Token = ""
     url: ServerUrl = ""  # searxng: the instance ("http://searxng:8080"), with json among its search.formats
     max_results: int = Field(5, gt=0)

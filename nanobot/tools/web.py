@@ -1,7 +1,7 @@
 """web_search and web_fetch: the agent's window on the public web.
 
-web_search uses DuckDuckGo through ``ddgs`` (keyless), the Brave Search API (with a key), or
-a SearXNG instance of the owner's (its JSON API).
+web_search uses DuckDuckGo through ``ddgs`` (keyless), the Brave Search or Tavily API (with a
+key), or a SearXNG instance of the owner's (its JSON API).
 web_fetch downloads one page through the address guard in ``ssrf`` and returns its main
 content as Markdown. Everything it returns was written by strangers; ``wrap_untrusted`` marks
 it as such for tool-calling mode (code mode hands the raw string to the program instead).
@@ -22,8 +22,10 @@ from nanobot.tools.registry import ToolContext, tool
 if TYPE_CHECKING:
     from nanobot.tools.http_fetch import Page
 
-# The Brave endpoint is a constant, not a config key: only tests point it elsewhere.
+# The Brave and Tavily endpoints are constants, not config keys: only tests point them elsewhere.
 BRAVE_API_URL = "https://api.search.brave.com/res/v1/web/search"
+TAVILY_API_URL = "https://api.tavily.com/search"
+KEYED = ("brave", "tavily")  # the providers that need tools.web.search.apiKey
 DDG_BACKEND = "duckduckgo"  # ddgs "auto" would also send the query to Google, Bing, Yandex...
 SEARCH_TIMEOUT = 15.0
 
@@ -44,40 +46,43 @@ async def web_search(
         raise ValueError(f"web_search: count must be at least 1, got {count}")
     settings = ctx.config.tools.web.search
     count = min(count, settings.max_results, 20)  # 20 is Brave's limit per request
+    if settings.provider in KEYED and not settings.api_key:
+        raise ValueError(f"web_search: provider {settings.provider!r} needs tools.web.search.apiKey "
+                         "(or set the provider to 'duckduckgo', which needs no key)")
     if settings.provider == "brave":
-        return await _search_brave(query, count, settings.api_key)
+        data = await _json_of("Brave Search", "GET", BRAVE_API_URL, params={"q": query, "count": count},
+                              headers={"Accept": "application/json", "X-Subscription-Token": settings.api_key})
+        return _results(data, ("web", "results"), count, "description")
+    if settings.provider == "tavily":
+        data = await _json_of("Tavily", "POST", TAVILY_API_URL, json={"query": query, "max_results": count},
+                              headers={"Authorization": f"Bearer {settings.api_key}"})
+        return _results(data, ("results",), count, "content")
     if settings.provider == "searxng":
-        return await _search_searxng(query, count, settings.url)
+        data = await _json_of("SearXNG", "GET", settings.url.rstrip("/") + "/search",
+                              params={"q": query, "format": "json"},
+                              refused="refused JSON (HTTP 403): add json to search.formats in its settings.yml")
+        return _results(data, ("results",), count, "content")
     return await _search_duckduckgo(query, count)
 
 
-async def _search_brave(query: str, count: int, api_key: str) -> list[dict]:
-    if not api_key:
-        raise ValueError("web_search: provider 'brave' needs tools.web.search.apiKey "
-                         "(or set the provider to 'duckduckgo', which needs no key)")
-    data = await _get_json("Brave Search", BRAVE_API_URL, {"q": query, "count": count},
-                           {"Accept": "application/json", "X-Subscription-Token": api_key})
-    rows = ((data or {}).get("web") or {}).get("results") or []
-    return [{"title": _plain(r.get("title", "")), "url": r.get("url", ""),
-             "snippet": _plain(r.get("description", ""))} for r in rows[:count]]
+def _results(data: Any, path: tuple[str, ...], count: int, snippet: str) -> list[dict]:
+    """A search API's results (at ``path`` in its answer) as {title, url, snippet}, in plain text
+    (they may carry markup); an answer of another shape is no results."""
+    for key in path:
+        data = data.get(key) if isinstance(data, dict) else None
+    rows = [r for r in data if isinstance(r, dict)] if isinstance(data, list) else []
+    return [{"title": _plain(r.get("title") or ""), "url": r.get("url") or "", "snippet": _plain(r.get(snippet) or "")}
+            for r in rows[:count]]
 
 
-async def _search_searxng(query: str, count: int, instance: str) -> list[dict]:
-    data = await _get_json("SearXNG", instance.rstrip("/") + "/search", {"q": query, "format": "json"},
-                           refused="refused JSON (HTTP 403): add json to search.formats in its settings.yml")
-    rows = (data.get("results") if isinstance(data, dict) else None) or []
-    return [{"title": _plain(r.get("title") or ""), "url": r.get("url") or "", "snippet": _plain(r.get("content") or "")}
-            for r in rows[:count] if isinstance(r, dict)]
-
-
-async def _get_json(service: str, url: str, params: dict[str, Any], headers: dict[str, str] | None = None, *,
-                    refused: str = "refused the API key (HTTP {status})") -> Any:
+async def _json_of(service: str, method: str, url: str, *, refused: str = "refused the API key (HTTP {status})",
+                   **request: Any) -> Any:
     """A search service's JSON answer; RuntimeError saying which failed how (``refused``: a 401 or 403)."""
     import aiohttp  # loaded on first use: a one-shot CLI call should not pay for it
 
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SEARCH_TIMEOUT)) as session:
-            async with session.get(url, params=params, headers=headers) as resp:
+            async with session.request(method, url, **request) as resp:
                 if resp.status in (401, 403):
                     raise RuntimeError(f"web_search: {service} {refused.format(status=resp.status)}")
                 if resp.status == 429:

@@ -168,6 +168,16 @@ async def _brave(request: web.Request, params: dict[str, str]) -> web.Response:
     return web.json_response({"type": "search", "web": {"results": results}})
 
 
+async def _tavily(request: web.Request, params: dict[str, str]) -> web.Response:
+    """Tavily's API: POST /tavily with {"query", "max_results"} and a bearer key."""
+    if request.headers.get("Authorization") != "Bearer tvly-good":
+        return web.json_response({"detail": {"error": "Unauthorized: missing or invalid API key."}}, status=401)
+    body = await request.json()
+    return web.json_response({"query": body["query"], "results": [
+        {"title": f"{body['query']} <b>{i}</b>", "url": f"https://example.org/t{i}", "content": f"On {body['query']}",
+         "score": 0.9} for i in range(body.get("max_results", 5))]})
+
+
 async def _searxng(request: web.Request, params: dict[str, str]) -> web.Response:
     """A SearXNG instance: GET /search?q=..&format=json. One whose settings serve HTML only
     answers 403 to format=json; that is what query "html only" gets."""
@@ -201,4 +211,4 @@ async def _index(request: web.Request, params: dict[str, str]) -> web.Response:
 
 ROUTES = {"article": _article, "index": _index, "plain": _plain, "json": _json, "latin1": _latin1, "image": _image,
           "big": _big, "slow": _slow, "redirect": _redirect, "chain": _chain, "status": _status,
-          "res": _brave, "html": _ddg, "search": _searxng}
+          "res": _brave, "html": _ddg, "search": _searxng, "tavily": _tavily}
