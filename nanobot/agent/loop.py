@@ -165,13 +165,14 @@ class Agent:
 
     async def errand(self, session_key: str, text: str, *, member: bool) -> LLMResponse:
         """A front end's own request in a chat's name (a title for its list of chats, tags):
-        ``text`` alone to the chat's model, with no prompt, tools or history of ours, within the
+        ``text`` alone to the chat's configured model (as a memory fold's: a /model choice is for
+        its turns, and is in its history), with no prompt, tools or history of ours, within the
         budgets (a ``member``'s: its key says) and counted in the chat's usage; nothing is kept,
         nor the chat opened. ProviderError when it fails."""
         settings = self.deps.config.agent_for(session_key)
         request = ChatRequest(messages=[{"role": "user", "content": clean_text(text)}], model=settings.model,
                               max_tokens=settings.max_tokens, provider=settings.provider,
-                              fallbacks=[(f.provider, f.model) for f in settings.fallbacks])
+                              fallbacks=settings.fallback_models())
         return await metered_chat(self.deps, request, session_key=session_key, mode=settings.execution_mode,
                                   purpose="errand", member=member)
 

@@ -270,7 +270,7 @@ class Consolidator:
                 f"<conversation session=\"{session.key}\">\n{transcript(part)}\n</conversation>")
         request = ChatRequest(messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
                               model=settings.model, max_tokens=settings.max_tokens, temperature=0.0,
-                              provider=settings.provider, fallbacks=[(f.provider, f.model) for f in settings.fallbacks])
+                              provider=settings.provider, fallbacks=settings.fallback_models())
         try:
             response = await metered_chat(self.deps, request, session_key=session.key, mode=mode, purpose="memory",
                                           member=self.deps.trust(session.key) == MEMBER)

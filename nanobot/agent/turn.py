@@ -163,7 +163,7 @@ class Turn:
         request = ChatRequest(messages=await with_images(prompt, self.ctx.workspace, self.images_shown(provider, model)),
                               model=model, tools=tools or None,
                               max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
-                              provider=provider, fallbacks=[(f.provider, f.model) for f in self.settings.fallbacks],
+                              provider=provider, fallbacks=self.settings.fallback_models(),
                               on_text=on_text, cache_key=cache_key(self.session.key))
         call = partial(metered_chat, self.deps, session_key=self.session.key, mode=self.mode.name, purpose=purpose,
                        member=self.member)

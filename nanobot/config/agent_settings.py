@@ -76,6 +76,10 @@ class AgentSettings(Section):
                              "the reply has to fit in the model's context together with the prompt")
         return self
 
+    def fallback_models(self) -> list[tuple[str, str]]:
+        """(provider, model) of each fallback, in order, as a model request takes them."""
+        return [(f.provider, f.model) for f in self.fallbacks]
+
 
 class AgentOverride(Section):
     """Any field of ``defaults``, all optional; keyed by session key."""

@@ -9,7 +9,6 @@ while the process runs, and left out of that model's requests from then on.
   OpenRouter's ``reasoning_details`` (Gemini 3, Claude), and a tool call's ``extra_content``
   on Gemini's own API (its thought signature). A server that never heard of them may refuse
   them (a fallback, or a chat switched with /model).
-
 - ``providers.<name>.extraBody`` may hold a field one of the server's models refuses
   (``reasoning_effort`` to a model that does not reason).
 
@@ -34,8 +33,8 @@ CARRIED = (REASONING, DETAILS, "extra_content")  # what a message or tool call c
 
 
 class ModelQuirks:
-    def __init__(self, extra_body: dict[str, Any] | None = None) -> None:
-        self.extra_body = extra_body or {}  # the provider's own fields for every request
+    def __init__(self, extra_body: dict[str, Any]) -> None:
+        self.extra_body = extra_body  # the provider's own fields for every request (extraBody)
         self._refused: dict[str, set[str]] = {}  # model -> fields
 
     def fields(self, request: ChatRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
