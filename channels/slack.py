@@ -35,6 +35,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
+from nanobot.chat_commands import as_chat_message
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename, send_parts
 from nanobot_channels.slack_http import proxy_for, token_may_go_to, without_env_proxy
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
@@ -86,6 +87,7 @@ class SlackChannel(BaseChannel):
                             request_verification_enabled=config.events is not None)
         self.app.event("message")(self._on_event)
         self.app.event("app_mention")(self._on_event)
+        self.app.command(re.compile("/"))(self._on_command)  # every slash command the app has
         self.bot_user = ""  # our user id, from auth.test: mentions of it address the bot
         self.team: str | None = None  # our workspace's id, from auth.test
         events = web.Application(client_max_size=MAX_EVENT_BYTES)  # with channels.slack.events
@@ -180,6 +182,25 @@ class SlackChannel(BaseChannel):
         async with self._chat_locks.hold(str(event.get("channel"))):
             await self._intake(event)
         await ack()
+
+    async def _on_command(self, ack: Any, command: dict[str, Any]) -> None:
+        """A slash command (``/nanobot new``, ``/nanobot what is on today?``): a message in the
+        user's DM with the bot, wherever it was typed (Slack takes every message that starts
+        with "/" as a command of its own). Only the user sees where it went."""
+        user = str(command.get("user_id") or "")
+        try:
+            dm = (await self.client.conversations_open(users=user))["channel"]["id"]
+        except (SlackApiError, aiohttp.ClientError, OSError) as exc:
+            log.warning("slack: could not open a DM with %s for a slash command: %s (the app needs the im:write "
+                        "scope)", user, _reason(exc))
+            return await ack(text="I could not open a direct message with you: please write to me there.")
+        text = as_chat_message(str(command.get("command") or ""), str(command.get("text") or ""))
+        async with self._chat_locks.hold(dm):
+            await self._handle(InboundMessage(self.name, dm, user, text, is_private=True,
+                                              delivery_key=f"{dm}:{command.get('trigger_id')}"))
+        # In the DM the command stays shown above the answer; elsewhere the user alone is told.
+        await ack(**({"response_type": "in_channel"} if command.get("channel_id") == dm else
+                     {"text": "I answer in our direct messages."}))
 
     async def _intake(self, event: dict[str, Any]) -> None:
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")

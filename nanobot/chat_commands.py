@@ -18,3 +18,20 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
 )
 
 HELP = "Commands:\n" + "\n".join(f"/{name}{' ' + args if args else ''} — {what}" for name, args, what in COMMANDS)
+
+
+def as_chat_message(command: str, words: str) -> str:
+    """A platform command's invocation as the chat message it stands for. Where the app
+    registered a chat command under its own name, ``/model gpt-5`` is that command; one catch-all
+    command (Slack's ``/nanobot``) takes a command's name as its first word (``/nanobot new``),
+    with at most the one argument the command takes, and any other words as a message to the
+    bot ("/nanobot new ideas for dinner?" is a question, not /new). No words: /help."""
+    name, words = command.strip().lstrip("/").lower(), words.strip()
+    takes = {name: bool(arguments) for name, arguments, _ in COMMANDS}
+    if name in takes:
+        return f"/{name} {words}".strip()
+    first, *rest = words.split() or ["/help"]
+    first = first.lstrip("/").lower()
+    if first in takes and (not rest or (takes[first] and len(rest) == 1)):
+        return " ".join([f"/{first}", *rest])
+    return words

@@ -20,6 +20,10 @@ Usage::
   id, the same event), as Slack does when an ack is late. ``acks``: envelope ids acknowledged.
 - ``signed_event(event, secret, *, timestamp=None, retry_num=None) -> (body, headers)``: an
   Events API request for the HTTP mode, signed as Slack signs (``v0:ts:body``, HMAC-SHA256).
+- ``push_command(command, text, *, user="U42", channel=None) -> envelope id``: a slash command
+  typed in ``channel`` (the user's DM with the bot by default), as a ``slash_commands``
+  envelope; ``command_form(...)`` the same payload as the HTTP mode's form body; what the app
+  answered it with is in ``ack_payloads``. ``conversations.open`` gives ``dm_of(user)``.
 - ``shown()``: the messages as a reader sees them (edits applied); ``wait_shown(text)``.
 - Recorded: ``posted`` (chat.postMessage arguments plus ``ts``), ``updates`` (chat.update),
   ``uploads`` (files.completeUploadExternal: channel, thread_ts, initial_comment, name,
@@ -37,6 +41,7 @@ import itertools
 import json
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import WSMsgType, web
 
@@ -52,6 +57,7 @@ class FakeSlack:
         self.uploads: list[dict[str, Any]] = []
         self.calls: list[str] = []
         self.acks: list[str] = []
+        self.ack_payloads: dict[str, Any] = {}  # envelope id -> the payload the app acknowledged it with
         self.connections = 0
         self.refuse_connections = False
         self.open_sockets: list[web.WebSocketResponse] = []
@@ -143,6 +149,21 @@ class FakeSlack:
                                        "url_private_download": f"http://127.0.0.1:{self.port}/files/{file_id}-{name}"})
         return event
 
+    @staticmethod
+    def dm_of(user: str) -> str:
+        return f"D{user}"
+
+    def command_payload(self, command: str, text: str, *, user: str = "U42",
+                        channel: str | None = None) -> dict[str, Any]:
+        return {"token": "legacy", "team_id": self.team, "team_domain": "test", "api_app_id": "A1",
+                "channel_id": channel or self.dm_of(user), "channel_name": "directmessage", "user_id": user,
+                "user_name": "ada", "command": command, "text": text, "is_enterprise_install": "false",
+                "response_url": f"http://127.0.0.1:{self.port}/commands/1", "trigger_id": f"tr{next(self._ids)}"}
+
+    async def push_command(self, command: str, text: str, *, user: str = "U42", channel: str | None = None) -> str:
+        return await self._send_envelope(self.command_payload(command, text, user=user, channel=channel),
+                                         "slash_commands")
+
     def _callback(self, event: dict[str, Any]) -> dict[str, Any]:
         return {"token": "legacy", "team_id": self.team, "api_app_id": "A1", "type": "event_callback",
                 "event_id": f"Ev{next(self._ids)}", "event_time": int(time.time()), "event": event,
@@ -151,20 +172,28 @@ class FakeSlack:
     def signed_event(self, event: dict[str, Any], secret: str, *, timestamp: int | None = None,
                      retry_num: int | None = None) -> tuple[bytes, dict[str, str]]:
         body = json.dumps(self._callback(event)).encode()
-        stamp = str(timestamp if timestamp is not None else int(time.time()))
-        signature = "v0=" + hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
-        headers = {"Content-Type": "application/json", "X-Slack-Request-Timestamp": stamp,
-                   "X-Slack-Signature": signature}
+        headers = self._signed(body, secret, timestamp)
         if retry_num is not None:
             headers.update({"X-Slack-Retry-Num": str(retry_num), "X-Slack-Retry-Reason": "http_timeout"})
-        return body, headers
+        return body, {"Content-Type": "application/json", **headers}
 
-    async def _send_envelope(self, payload: dict[str, Any]) -> None:
+    def command_form(self, command: str, text: str, secret: str, **where: Any) -> tuple[bytes, dict[str, str]]:
+        body = urlencode(self.command_payload(command, text, **where)).encode()
+        return body, {"Content-Type": "application/x-www-form-urlencoded", **self._signed(body, secret)}
+
+    @staticmethod
+    def _signed(body: bytes, secret: str, timestamp: int | None = None) -> dict[str, str]:
+        stamp = str(timestamp if timestamp is not None else int(time.time()))
+        signature = "v0=" + hmac.new(secret.encode(), b"v0:" + stamp.encode() + b":" + body, hashlib.sha256).hexdigest()
+        return {"X-Slack-Request-Timestamp": stamp, "X-Slack-Signature": signature}
+
+    async def _send_envelope(self, payload: dict[str, Any], kind: str = "events_api") -> str:
         await self.wait_until(lambda: bool(self.open_sockets))
-        envelope = {"envelope_id": f"env-{next(self._ids)}", "type": "events_api", "payload": payload,
-                    "accepts_response_payload": False, "retry_attempt": 0, "retry_reason": ""}
+        envelope = {"envelope_id": f"env-{next(self._ids)}", "type": kind, "payload": payload,
+                    "accepts_response_payload": kind != "events_api", "retry_attempt": 0, "retry_reason": ""}
         self._last_envelope = envelope
         await self.open_sockets[-1].send_str(json.dumps(envelope))
+        return envelope["envelope_id"]
 
     def section(self, allow_from: list[str] | None = None) -> dict[str, Any]:
         """``channels.slack`` (as config.json spells it) over Socket Mode to this stand-in."""
@@ -212,6 +241,8 @@ class FakeSlack:
                 {"type": "message", "user": self.bot_user, "bot_id": "B1", "text": args.get("text"), "ts": ts,
                  **({"thread_ts": args["thread_ts"]} if args.get("thread_ts") else {})})
             return web.json_response({"ok": True, "channel": args.get("channel"), "ts": ts})
+        if method == "conversations.open":
+            return web.json_response({"ok": True, "channel": {"id": self.dm_of(args.get("users", ""))}})
         if method in ("conversations.history", "conversations.replies"):  # after ``oldest``, newest first
             thread, oldest = args.get("ts"), float(args.get("oldest") or 0)
             found = [m for m in self._history.get(args.get("channel"), []) if float(m["ts"]) > oldest
@@ -263,9 +294,10 @@ class FakeSlack:
         try:
             async for message in socket:
                 if message.type == WSMsgType.TEXT:
-                    envelope_id = json.loads(message.data).get("envelope_id")
-                    if envelope_id:
+                    ack = json.loads(message.data)
+                    if envelope_id := ack.get("envelope_id"):
                         self.acks.append(envelope_id)
+                        self.ack_payloads[envelope_id] = ack.get("payload")
                         self._changed()
         finally:
             self.open_sockets.remove(socket)

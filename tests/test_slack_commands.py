@@ -1,0 +1,83 @@
+"""Slack's slash commands through a running gateway: Slack sends every message that starts with
+"/" to a command, so /new, /model and the rest reach the bot only as the app's own commands
+(``/nanobot new``), over Socket Mode and over signed HTTP requests."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aiohttp
+
+from nanobot.chat_commands import as_chat_message
+from tests.fakes.openai_server import FakeOpenAI, reply
+from tests.fakes.slack_api import FakeSlack
+from tests.helpers import running_gateway
+from tests.test_slack import OWNER, SECRET, STRANGER, said, slack, slack_config  # noqa: F401 (a fixture)
+
+
+async def test_a_command_typed_in_the_dm_is_that_chat_command(llm: FakeOpenAI, workspace: Path,
+                                                             slack: FakeSlack) -> None:
+    llm.script(reply("first answer"))
+    dm = slack.dm_of(OWNER)
+    async with running_gateway(slack_config(llm, workspace, slack)) as gateway:
+        await slack.push_message(dm, OWNER, "remember the tea")
+        await slack.wait_shown("first answer")
+        envelope = await slack.push_command("/nanobot", "new")
+        await slack.wait_shown("Started a new conversation.")
+        await slack.wait_until(lambda: envelope in slack.acks)
+        history = await gateway.runtime.sessions.records(f"slack:{dm}")
+    assert slack.ack_payloads[envelope] == {"response_type": "in_channel", "text": ""}  # the command stays shown
+    assert [m["channel"] for m in slack.posted] == [dm, dm]
+    assert len(llm.chat_requests) == 1  # a chat command: no model call
+    assert any("_reset" in record for record in history)
+
+
+async def test_a_question_typed_anywhere_is_answered_in_the_users_dm(llm: FakeOpenAI, workspace: Path,
+                                                                     slack: FakeSlack) -> None:
+    llm.script(reply("Tea at four."))
+    async with running_gateway(slack_config(llm, workspace, slack)) as gateway:
+        envelope = await slack.push_command("/nanobot", "what is on today?", channel="C1")
+        shown = await slack.wait_shown("Tea at four.")
+        await slack.wait_until(lambda: envelope in slack.acks)
+        assert gateway.runtime.trust(f"slack:{slack.dm_of(OWNER)}") == "owner"
+        await slack.push_command("/model", "")  # a chat command the app registered under its own name
+        await slack.wait_until(lambda: any(m["text"].startswith("Model:") for m in slack.shown()))
+    assert said(llm) == "what is on today?"
+    assert shown["channel"] == slack.dm_of(OWNER)  # not the channel it was typed in
+    assert slack.ack_payloads[envelope] == {"text": "I answer in our direct messages."}  # to the user alone
+    assert len(llm.chat_requests) == 1
+
+
+async def test_a_strangers_command_reaches_no_model(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    llm.fallback = lambda body: reply("should not happen")
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        envelope = await slack.push_command("/nanobot", "read me the owner's notes", user=STRANGER, channel="C1")
+        await slack.wait_until(lambda: envelope in slack.acks)
+    assert not llm.chat_requests
+    assert all(m["channel"] == slack.dm_of(STRANGER) for m in slack.posted)  # a pairing code at most
+
+
+async def test_a_signed_command_over_http(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
+    llm.fallback = lambda body: reply("over http")
+    config = slack_config(llm, workspace, slack, events=True)
+    url = f"http://{config.channels.slack.events.listen}/slack/events"  # type: ignore[union-attr]
+    async with running_gateway(config), aiohttp.ClientSession() as http:
+        body, headers = slack.command_form("/nanobot", "hello there", SECRET)
+        async with http.post(url, data=body, headers=headers) as resp:
+            assert (resp.status, await resp.json()) == (200, {"response_type": "in_channel", "text": ""})
+        forged, forged_headers = slack.command_form("/nanobot", "forged", "not-the-secret")
+        async with http.post(url, data=forged, headers=forged_headers) as resp:
+            assert resp.status == 401
+        await slack.wait_shown("over http")
+    assert [said(llm, i) for i in range(len(llm.chat_requests))] == ["hello there"]
+
+
+def test_a_commands_words_make_a_chat_command_or_a_message() -> None:
+    assert as_chat_message("/nanobot", "new") == "/new"
+    assert as_chat_message("/nanobot", "") == "/help"
+    assert as_chat_message("/nanobot", "model gpt-5") == "/model gpt-5"
+    assert as_chat_message("/nanobot", "/stop 3") == "/stop 3"
+    assert as_chat_message("/model", "gpt-5") == "/model gpt-5"  # registered under its own name
+    assert as_chat_message("/nanobot", "new ideas for dinner?") == "new ideas for dinner?"  # not /new
+    assert as_chat_message("/nanobot", "model of my car?") == "model of my car?"  # /model takes one word
+    assert as_chat_message("/ask", "what is up") == "what is up"
