@@ -17,12 +17,13 @@ whole process: one Discord server (real or fake) per process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import logging
 import re
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Awaitable, Callable, Sequence
 
 import discord
 import yarl
@@ -31,6 +32,7 @@ from discord.http import Route
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, send_parts
 from nanobot.message_context import noting_lost, shared_poll, with_quote
+from nanobot_channels.discord_commands import ONLY_HERE, answer, as_message, register
 from nanobot_channels.text import split_message, tables_as_code
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
@@ -46,7 +48,7 @@ MISSED_MAX = 200  # messages read per chat at a catch-up (two pages): what came 
 
 
 class _Client(discord.Client):
-    """Forwards the two events we care about to the channel."""
+    """Forwards the events we care about to the channel."""
 
     def __init__(self, channel: DiscordChannel, **options: object) -> None:
         super().__init__(**options)  # type: ignore[arg-type]
@@ -56,9 +58,14 @@ class _Client(discord.Client):
         log.info("discord: connected as %s (%s)", self.user, getattr(self.user, "id", "?"))
         self._channel._ready.set()
         self._channel.receiving.run(self._channel._catch_up(), name="discord catch-up")
+        self._channel.receiving.run(register(self), name="discord slash commands")
 
     async def on_message(self, message: discord.Message) -> None:
         await self._channel._on_message(message)
+
+    async def on_interaction(self, interaction: discord.Interaction) -> None:
+        if interaction.type is discord.InteractionType.application_command:
+            await self._channel._on_command(interaction)
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
         # discord.py waits 5 s before each re-IDENTIFY (Discord's identify rate limit).
@@ -157,16 +164,15 @@ class DiscordChannel(BaseChannel):
         if me is None or message.author.id == me.id or message.author.bot:
             return  # never answer ourselves or other bots: two bots can loop forever
         is_private = isinstance(message.channel, discord.DMChannel)
-        mentioned = _addresses(message, me.id)
+        mentioned, who = _addresses(message, me.id), _identity(message.author, message.webhook_id)
         if not self._addressed(is_private, mentioned):  # no download for chatter: kept for the next that is for us
-            return await self._overhear(str(message.channel.id), _identity(message), _words(message))
+            return await self._overhear(str(message.channel.id), who, _words(message))
         # A forward is empty itself; the message it carries (someone else's words) is a snapshot.
         forwards = message.message_snapshots
         content = "\n\n".join(filter(None, [re.sub(rf"<@!?{me.id}>", "", _words(message)).strip(),
                                              *(snapshot.content.strip() for snapshot in forwards)]))
         attachments = [*message.attachments, *(a for snapshot in forwards for a in snapshot.attachments)]
         # A stranger's files never touch the disk: only admitted senders' attachments are fetched.
-        who = _identity(message)
         allowed = await self._may_download(who)
         sender = Sender(self.name, str(message.channel.id), who, is_private)
         media, durations = await self._download(attachments, await self.chat_root(sender)) if allowed else ([], {})
@@ -181,6 +187,27 @@ class DiscordChannel(BaseChannel):
                 reply_context=None if is_private else {"message_id": str(message.id)},  # answered as a reply
                 untrusted="a forwarded message" if forwards else quoted), mentioned=mentioned):
             await self._read.note(str(message.channel.id), str(message.id))
+
+    async def _on_command(self, interaction: discord.Interaction) -> None:
+        """A slash command: the chat message it stands for, addressed to the bot, answered in
+        place of the "thinking…" Discord shows meanwhile (removed when it goes unanswered)."""
+        text = as_message(interaction)
+        if text is None or interaction.channel_id is None:
+            return await interaction.response.send_message(ONLY_HERE, ephemeral=True)
+        try:
+            await interaction.response.defer(thinking=True)
+        except discord.HTTPException as exc:  # too late (over 3 s): the answer is posted instead
+            log.info("discord: could not take the slash command in time: %s", exc)
+        who = _identity(interaction.user)
+        async with self._chat_locks.hold(interaction.channel_id):
+            taken = await self._handle(InboundMessage(
+                self.name, str(interaction.channel_id), who.id, text, sender_name=who.name,
+                sender_handle=who.handle, is_private=interaction.guild_id is None,
+                delivery_key=f"command {interaction.id}", reply_context={"interaction": interaction.token}),
+                mentioned=True)
+        if not taken and interaction.response.is_done():
+            with contextlib.suppress(discord.HTTPException):
+                await interaction.delete_original_response()
 
     async def _catch_up(self) -> None:
         """What each chat heard from lately got while no worker was connected, oldest first."""
@@ -232,9 +259,16 @@ class DiscordChannel(BaseChannel):
         # A partial messageable needs no GET /channels and no cache: just the id.
         channel = self._client.get_partial_messageable(int(msg.chat_id))
         reference = _reference(msg, channel.id)
-        first, *rest = [partial(self._send_chunk, channel, chunk, _nonce(msg, i))
-                        for i, chunk in enumerate(split_message(tables_as_code(msg.content), self.max_message_len))]
-        await send_parts(msg, [partial(first, reference=reference, preview=preview), *rest])
+        chunks = split_message(tables_as_code(msg.content), self.max_message_len)
+        first, *rest = [partial(self._send_chunk, channel, chunk, _nonce(msg, i)) for i, chunk in enumerate(chunks)]
+        first = partial(first, reference=reference, preview=preview)
+        if token := (msg.reply_context or {}).get("interaction"):  # a slash command's answer
+            first = partial(self._answer_command, token, chunks[0], first)
+        await send_parts(msg, [first, *rest])
+
+    async def _answer_command(self, token: str, text: str, post: Callable[[], Awaitable[None]]) -> None:
+        if not await answer(self._client, token, text, self._client.allowed_mentions):
+            await post()
 
     def _check_target(self, msg: OutboundMessage) -> None:
         if not msg.chat_id.isdigit():
@@ -345,10 +379,9 @@ def _words(message: discord.Message) -> str:
     return "\n".join(filter(None, [message.content, poll]))
 
 
-def _identity(message: discord.Message) -> Identity:
-    """The author's id; their username as a handle only where Discord keeps it unique (accounts
+def _identity(author: discord.abc.User, webhook_id: int | None = None) -> Identity:
+    """The user's id; their username as a handle only where Discord keeps it unique (accounts
     moved to the new names have discriminator "0") and not a webhook's (its poster picks any
     name). The display name is only shown."""
-    author = message.author
-    unique = message.webhook_id is None and getattr(author, "discriminator", "0") in ("0", "")
+    unique = webhook_id is None and getattr(author, "discriminator", "0") in ("0", "")
     return Identity(str(author.id), author.name if unique else None, getattr(author, "display_name", None))

@@ -1,5 +1,6 @@
-"""The chat commands every channel takes, with a line each: the agent's /help, and the menu a
-platform shows when "/" is typed (Telegram's setMyCommands). What each does is the agent's
+"""The chat commands every channel takes, with a line each: the agent's /help, the menu a
+platform shows when "/" is typed (Telegram's setMyCommands, Discord's slash commands), and how
+a platform's own command stands for one (``as_chat_message``). What each does is the agent's
 (``nanobot.agent.commands``)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 # (name, arguments, what it does)
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("new", "", "start a fresh conversation (history and Python state cleared)"),
-    ("stop", "", "cancel what I am doing now; /stop ID stops a background task"),
+    ("stop", "[ID]", "cancel what I am doing now, or the background task ID"),
     ("tasks", "", "this chat's background tasks"),
     ("mode", "[tools|code|hybrid|default]", "show or set how I act in this chat"),
     ("model", "[NAME|default]", "show or set the model for this chat"),

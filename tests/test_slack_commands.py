@@ -76,7 +76,7 @@ def test_a_commands_words_make_a_chat_command_or_a_message() -> None:
     assert as_chat_message("/nanobot", "new") == "/new"
     assert as_chat_message("/nanobot", "") == "/help"
     assert as_chat_message("/nanobot", "model gpt-5") == "/model gpt-5"
-    assert as_chat_message("/nanobot", "/stop 3") == "/stop 3"
+    assert as_chat_message("/nanobot", "stop 3") == "/stop 3"  # a background task
     assert as_chat_message("/model", "gpt-5") == "/model gpt-5"  # registered under its own name
     assert as_chat_message("/nanobot", "new ideas for dinner?") == "new ideas for dinner?"  # not /new
     assert as_chat_message("/nanobot", "model of my car?") == "model of my car?"  # /model takes one word

@@ -260,7 +260,7 @@ async def test_typing_a_slash_shows_the_commands(tg, channel):
     none, and /mode, /model or /voice had to be known by heart."""
     assert [(c["command"], c["description"]) for c in tg.commands][:2] == [
         ("new", "start a fresh conversation (history and Python state cleared)"),
-        ("stop", "cancel what I am doing now; /stop ID stops a background task")]
+        ("stop", "cancel what I am doing now, or the background task ID")]
     assert [c["command"] for c in tg.commands][2:] == ["tasks", "mode", "model", "voice", "status", "budget", "help"]
 
 

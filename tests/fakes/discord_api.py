@@ -31,6 +31,14 @@ API (everything else is private):
   ``resumable=False`` the RESUME gets INVALID_SESSION and discord.py IDENTIFYs afresh.
 - ``await wait_connected(timeout=5)``; counters ``identifies``, ``resumes``; ``intents``
   (the value from the last IDENTIFY).
+- Slash commands: ``commands`` (the application's, as last PUT; ``command_puts`` counts the
+  PUTs); ``await push_command(channel_id, user_id, name, value=None, *, guild_id=None,
+  context=None, token=None) -> dict``: an INTERACTION_CREATE (context 0 in a server, else 1, the DM with
+  the bot; 2 is someone else's DM); ``callbacks`` (the bodies of
+  POST /interactions/{id}/{token}/callback), ``followups`` (POST /webhooks/{app}/{token}:
+  ``token``, ``content``), ``deleted`` (tokens whose original response was deleted);
+  ``expire(token)`` makes the token's webhook answer 404, as after 15 minutes.
+  ``wait_until(predicate)``, ``wait_followups(count)``; ``command_gets`` counts the GETs.
 
 Gateway: HELLO (``heartbeat_ms``, default 1000), HEARTBEAT -> ACK, IDENTIFY -> READY (bot
 user, no guilds: guild messages reach discord.py as PartialMessageable channels), RESUME ->
@@ -98,6 +106,12 @@ class FakeDiscord:
         self.most_connections = 0  # the most ever open at once (one bot, one shard: should be 1)
         self._nonces: dict[str, dict[str, Any]] = {}  # enforce_nonce: a repeat gets the first message back
         self.intents: int | None = None
+        self.commands: list[dict[str, Any]] = []
+        self.command_puts = self.command_gets = 0
+        self.callbacks: list[dict[str, Any]] = []
+        self.followups: list[dict[str, Any]] = []
+        self.deleted: list[str] = []
+        self._expired: set[str] = set()
         self._sent_changed = asyncio.Condition()
         self._connected = asyncio.Event()
         self._ws: web.WebSocketResponse | None = None
@@ -121,6 +135,11 @@ class FakeDiscord:
         app.router.add_post("/api/v10/channels/{cid}/typing", self._post_typing)
         app.router.add_patch("/api/v10/channels/{cid}/messages/{mid}", self._patch_message)
         app.router.add_get("/attachments/{aid}/{name}", self._attachment)
+        app.router.add_get("/api/v10/applications/{app}/commands", self._get_commands)
+        app.router.add_put("/api/v10/applications/{app}/commands", self._put_commands)
+        app.router.add_post("/api/v10/interactions/{iid}/{token}/callback", self._callback)
+        app.router.add_post("/api/v10/webhooks/{app}/{token}", self._followup)
+        app.router.add_delete("/api/v10/webhooks/{app}/{token}/messages/@original", self._delete_original)
         self._runner, port = await serve(app)
         self.base = f"127.0.0.1:{port}"
         return self
@@ -209,6 +228,35 @@ class FakeDiscord:
         self._connected.clear()
         if ws is not None:
             await ws.close(code=4000, message=b"dropped by test")
+
+    async def push_command(self, channel_id: int | str, user_id: int | str, name: str, value: str | None = None, *,
+                           guild_id: int | str | None = None, context: int | None = None,
+                           token: str | None = None) -> dict[str, Any]:
+        user = _user(int(user_id), f"user{user_id}")
+        channel: dict[str, Any] = {"id": str(channel_id), "type": 1, "recipients": [user], "last_message_id": None,
+                                   "flags": 0}
+        interaction: dict[str, Any] = {
+            "id": str(next(_ids)), "application_id": str(self.bot_id), "type": 2, "token": token or f"tok{next(_ids)}",
+            "version": 1, "channel_id": str(channel_id), "channel": channel, "locale": "en-US",
+            "app_permissions": "0", "entitlements": [], "attachment_size_limit": 10 * 1024 * 1024,
+            "context": context if context is not None else (0 if guild_id is not None else 1),
+            "data": {"id": str(next(_ids)), "name": name, "type": 1,
+                     "options": [] if value is None else [{"name": "argument", "type": 3, "value": value}]}}
+        if guild_id is not None:
+            channel.update(type=0, name="general", guild_id=str(guild_id), position=0, permission_overwrites=[],
+                           nsfw=False, parent_id=None, topic=None, rate_limit_per_user=0)
+            del channel["recipients"]
+            interaction.update(guild_id=str(guild_id), authorizing_integration_owners={"0": str(guild_id)},
+                               member={"user": user, "roles": [], "joined_at": "2026-01-01T00:00:00+00:00",
+                                       "deaf": False, "mute": False, "flags": 0, "permissions": "0"})
+        else:
+            interaction.update(user=user, authorizing_integration_owners={"0": str(user_id)})
+        await self.wait_connected()
+        await self._dispatch("INTERACTION_CREATE", interaction)
+        return interaction
+
+    def expire(self, token: str) -> None:
+        self._expired.add(token)
 
     # -- gateway -------------------------------------------------------------------------
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
@@ -336,6 +384,55 @@ class FakeDiscord:
         msg = self._message(request.match_info["cid"], self.bot_user, body.get("content", ""))
         msg["id"] = request.match_info["mid"]
         return _json(msg)
+
+    async def _get_commands(self, request: web.Request) -> web.Response:
+        self.command_gets += 1
+        await self._note()
+        return self._rest(request, self.commands)
+
+    async def _put_commands(self, request: web.Request) -> web.Response:
+        self.commands = [{**c, "id": str(next(_ids)), "application_id": str(self.bot_id), "version": "1"}
+                         for c in await request.json()]
+        self.command_puts += 1
+        await self._note()
+        return self._rest(request, self.commands)
+
+    async def _callback(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.callbacks.append({**body, "token": request.match_info["token"]})
+        await self._note()
+        return _json({"interaction": {"id": request.match_info["iid"], "type": 2,
+                                      "response_message_loading": body.get("type") == 5,
+                                      "response_message_ephemeral": bool((body.get("data") or {}).get("flags"))}})
+
+    async def _followup(self, request: web.Request) -> web.Response:
+        token = request.match_info["token"]
+        if token in self._expired:
+            return _json({"message": "Unknown Webhook", "code": 10015}, status=404)
+        body, _ = await _message_body(request)
+        msg = self._message("0", self.bot_user, body.get("content", ""))
+        msg["webhook_id"] = request.match_info["app"]
+        self.followups.append({"token": token, "content": body.get("content", ""),
+                               "mentions": _pinged(msg["content"], body.get("allowed_mentions"))})
+        await self._note()
+        return _json(msg)
+
+    async def _delete_original(self, request: web.Request) -> web.Response:
+        self.deleted.append(request.match_info["token"])
+        await self._note()
+        return web.Response(status=204)
+
+    async def _note(self) -> None:
+        async with self._sent_changed:
+            self._sent_changed.notify_all()
+
+    async def wait_until(self, predicate: Any, timeout: float = 5.0) -> None:
+        async with self._sent_changed:
+            await asyncio.wait_for(self._sent_changed.wait_for(predicate), timeout)
+
+    async def wait_followups(self, count: int, timeout: float = 5.0) -> list[dict[str, Any]]:
+        await self.wait_until(lambda: len(self.followups) >= count, timeout)
+        return list(self.followups)
 
     async def _post_typing(self, request: web.Request) -> web.Response:
         self.typing.append(request.match_info["cid"])
