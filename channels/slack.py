@@ -37,13 +37,14 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from nanobot.chat_commands import as_chat_message
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename, send_parts
-from nanobot_channels.slack_http import proxy_for, token_may_go_to, without_env_proxy
+from nanobot_channels.slack_http import fetch_file, proxy_for, token_may_go_to, without_env_proxy
+from nanobot_channels.slack_working import WorkingMarks
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
 from nanobot.message_context import noting_lost
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import SlackConfig
 from nanobot.eventloop import ChatLocks
-from nanobot.listener import BadBody, Listener, read_body, read_whole
+from nanobot.listener import BadBody, Listener, read_body
 
 log = logging.getLogger(__name__)
 # Bolt warns at every start that the client's token "will be ignored" since ``authorize`` is
@@ -95,6 +96,7 @@ class SlackChannel(BaseChannel):
         self.events = Listener(events, "channels.slack.events.listen", timeout_s=ctx.http_timeout_s)
         self._previews: dict[Any, tuple[str, str]] = {}  # stream_id -> (channel, ts) of the growing message
         self._chat_locks = ChatLocks()
+        self.working = WorkingMarks(self.client)  # 👀 while a turn runs: Slack has no typing indicator for bots
         # Where each chat was read up to: Slack gives up on an event after a few retries, so what
         # came while no worker listened is read from the chats' history (``_catch_up``).
         self._read = LastRead(ctx.store, lambda: f"{self.name} {self.team} {self.bot_user}", _ts_order)
@@ -231,6 +233,7 @@ class SlackChannel(BaseChannel):
                 delivery_key=f"{channel}:{ts}", untrusted=untrusted,
                 reply_context={"message_id": thread} if thread else None), mentioned=mentioned):
             await self._read.note(chat_id, ts)
+            self.working.heard(chat_id, channel, ts)
 
     async def _after_thread(self, event: dict[str, Any], chat_id: str, text: str) -> tuple[str, str | None]:
         """A message in a thread after what the thread said before it that this chat has not read
@@ -285,20 +288,12 @@ class SlackChannel(BaseChannel):
                 log.warning("slack: skipped file %s (over %d bytes, or not on Slack's file host)", name, limit)
                 continue
             try:
-                data = await self._fetch(url, limit)
+                data = await fetch_file(url, self.config.bot_token, limit)
             except (aiohttp.ClientError, OSError, ValueError) as exc:
                 log.warning("slack: could not download %s: %s", name, exc)
                 continue
             paths.append(await self._keep(root, safe_filename(str(file.get("id") or "")), name, data))
         return [p for p in paths if p]
-
-    async def _fetch(self, url: str, limit: int) -> bytes:
-        headers = {"Authorization": f"Bearer {self.config.bot_token}"}
-        timeout = aiohttp.ClientTimeout(total=60)
-        async with aiohttp.ClientSession(timeout=timeout) as http, http.get(url, headers=headers,
-                                                                           allow_redirects=False) as response:
-            response.raise_for_status()
-            return await read_whole(response.content, limit)
 
     # -- outgoing ------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
@@ -308,6 +303,7 @@ class SlackChannel(BaseChannel):
         preview = self._previews.pop(msg.stream_id, None)  # the streamed message takes the first chunk
         first, *rest = [partial(self._post, channel, thread, chunk) for chunk in mrkdwn_chunks(msg.content)]
         await send_parts(msg, [partial(first, preview=preview), *rest])
+        await self.working.answered(msg.chat_id)
 
     async def _post(self, channel: str, thread: str | None, text: str, preview: tuple[str, str] | None = None) -> None:
         """A message, or the streamed ``preview`` edited to be it."""
@@ -337,9 +333,10 @@ class SlackChannel(BaseChannel):
         channel, thread = _where(msg)
         await self._call("files_upload_v2", channel=channel, thread_ts=thread, file=msg.file.data,
                          filename=msg.file.name, initial_comment=markdown_to_mrkdwn(msg.content) or None)
+        await self.working.answered(msg.chat_id)
 
     async def send_typing(self, chat_id: str) -> None:
-        return None  # Slack shows no typing indicator for a bot's messages
+        await self.working.working(chat_id)  # Slack shows no typing indicator for a bot's messages
 
     async def _call(self, method: str, *, quiet: bool = False, **arguments: Any) -> Any:
         """A Web API call. SendFailed when it did not go (retry: a 5xx, a 429 left over, no

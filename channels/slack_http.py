@@ -8,6 +8,10 @@ import urllib.request
 from typing import TypeVar
 from urllib.parse import urlsplit
 
+import aiohttp
+
+from nanobot.listener import read_whole
+
 FILE_HOSTS = ("files.slack.com",)  # where the bot token may be sent to fetch a file
 
 
@@ -24,6 +28,15 @@ def _origin(url: str) -> tuple[str, str | None, int | None]:
     except ValueError:  # a port that is not a number
         return ("", None, None)
     return parts.scheme, parts.hostname, port
+
+
+async def fetch_file(url: str, token: str, limit: int) -> bytes:
+    """A file people sent (check ``token_may_go_to`` first), through the environment's proxy."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http, \
+            http.get(url, headers=headers, allow_redirects=False, proxy=proxy_for(url)) as response:
+        response.raise_for_status()
+        return await read_whole(response.content, limit)
 
 
 def proxy_for(url: str) -> str | None:

@@ -24,6 +24,8 @@ Usage::
   typed in ``channel`` (the user's DM with the bot by default), as a ``slash_commands``
   envelope; ``command_form(...)`` the same payload as the HTTP mode's form body; what the app
   answered it with is in ``ack_payloads``. ``conversations.open`` gives ``dm_of(user)``.
+- ``reactions``: (``add``/``remove``, channel, ts, name) as reactions.add/.remove came;
+  ``reactions_allowed = False`` refuses them (``missing_scope``).
 - ``shown()``: the messages as a reader sees them (edits applied); ``wait_shown(text)``.
 - Recorded: ``posted`` (chat.postMessage arguments plus ``ts``), ``updates`` (chat.update),
   ``uploads`` (files.completeUploadExternal: channel, thread_ts, initial_comment, name,
@@ -57,6 +59,8 @@ class FakeSlack:
         self.uploads: list[dict[str, Any]] = []
         self.calls: list[str] = []
         self.acks: list[str] = []
+        self.reactions: list[tuple[str, str, str, str]] = []  # (added/removed, channel, ts, name)
+        self.reactions_allowed = True  # False: the app lacks reactions:write
         self.ack_payloads: dict[str, Any] = {}  # envelope id -> the payload the app acknowledged it with
         self.connections = 0
         self.refuse_connections = False
@@ -241,6 +245,11 @@ class FakeSlack:
                 {"type": "message", "user": self.bot_user, "bot_id": "B1", "text": args.get("text"), "ts": ts,
                  **({"thread_ts": args["thread_ts"]} if args.get("thread_ts") else {})})
             return web.json_response({"ok": True, "channel": args.get("channel"), "ts": ts})
+        if method in ("reactions.add", "reactions.remove"):
+            if not self.reactions_allowed:
+                return web.json_response({"ok": False, "error": "missing_scope", "needed": "reactions:write"})
+            self.reactions.append((method.split(".")[1], args["channel"], args["timestamp"], args["name"]))
+            return web.json_response({"ok": True})
         if method == "conversations.open":
             return web.json_response({"ok": True, "channel": {"id": self.dm_of(args.get("users", ""))}})
         if method in ("conversations.history", "conversations.replies"):  # after ``oldest``, newest first
