@@ -139,6 +139,24 @@ async def test_a_reply_is_shown_as_markdown_on_a_terminal(home: Path, workspace:
     assert "evil.example/steal" in term.screen and "\x1b]8;" not in term.screen
 
 
+async def test_a_slash_lists_the_chat_commands_and_tab_completes_one(home: Path, workspace: Path) -> None:
+    term = Terminal()
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        async with chat_on(term, home) as proc:
+            await term.wait_for("you>")
+            term.type("/mo")
+            await term.wait_for("show or set how I act in this chat")  # the menu, with what each does
+            term.type("\t")  # the first of /mode and /model
+            await term.wait_for("/mode")
+            term.type(" code\r")
+            await term.wait_for("Mode set to code for this chat.")
+            term.type("/new\r")  # Enter with the menu open sends the line
+            await term.wait_for("Started a new conversation.")
+            await leave(term, proc)
+    assert not llm.chat_requests  # a chat command: no model call
+
+
 async def test_the_chat_goes_through_a_running_gateway(home: Path, workspace: Path) -> None:
     """With a gateway on the home, the terminal chat is its front end: the gateway runs the
     turns and writes the history (one writer), Ctrl-C still stops a turn and then leaves."""

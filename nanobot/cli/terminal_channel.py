@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from nanobot.channel_plugin import BaseChannel, Intake
 from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.chat_commands import COMMANDS
 from nanobot.gateway.dispatcher import is_stop
 from nanobot.logs import terminal_line
 from nanobot.eventloop import Background
@@ -209,11 +210,16 @@ class CliChannel(BaseChannel):
 
     async def _terminal_lines(self):
         from prompt_toolkit import PromptSession
+        from prompt_toolkit.completion import WordCompleter
         from prompt_toolkit.history import FileHistory, InMemoryHistory
         from prompt_toolkit.patch_stdout import patch_stdout
 
         history = FileHistory(str(self.history_file)) if self.history_file else InMemoryHistory()
-        session: PromptSession[str] = PromptSession(history=history)
+        # "/" at the start of a line lists the chat commands, as Telegram's and Discord's menus do.
+        commands = WordCompleter([f"/{name}" for name, _, _ in COMMANDS], sentence=True,
+                                 meta_dict={f"/{name}": what for name, _, what in COMMANDS})
+        session: PromptSession[str] = PromptSession(history=history, completer=commands,
+                                                    complete_while_typing=True)
         self._prompt = session
         with patch_stdout(raw=True):
             while True:
