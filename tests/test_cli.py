@@ -369,7 +369,7 @@ async def test_onboard_asks_what_a_channel_needs_and_an_owner_id_of_its_shape(ho
         command = [sys.executable, "-m", "nanobot", "onboard", "--api-base", llm.base_url, "--api-key", "k",
                    "--model", "local-model", "--mode", "code"]
         out = await asyncio.to_thread(_converse, command, env, [
-            ("Chat channel", "slack"), ("(xoxb-...): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-CANARY"),
+            ("Chat channel", "slack"), ("from docs/slack-app-manifest.json): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-CANARY"),
             ("user id", "@ada"), ("is not a Slack user id", "U0123ABC")])
     assert "CANARY" not in out and "Next: nanobot agent (a chat here); nanobot gateway (slack)" in out
     slack = json.loads((home / "config.json").read_text())["channels"]["slack"]

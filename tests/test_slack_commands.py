@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import aiohttp
@@ -81,3 +83,28 @@ def test_a_commands_words_make_a_chat_command_or_a_message() -> None:
     assert as_chat_message("/nanobot", "new ideas for dinner?") == "new ideas for dinner?"  # not /new
     assert as_chat_message("/nanobot", "model of my car?") == "model of my car?"  # /model takes one word
     assert as_chat_message("/ask", "what is up") == "what is up"
+
+
+# The scope each Web API method the adapter calls needs (api.slack.com/methods), bot token.
+METHOD_SCOPES = {"auth_test": None, "apps_connections_open": None,  # the app-level token's connections:write
+                 "chat_postMessage": "chat:write", "chat_update": "chat:write", "files_upload_v2": "files:write",
+                 "conversations_history": "im:history", "conversations_replies": "im:history",
+                 "conversations_open": "im:write", "reactions_add": "reactions:write",
+                 "reactions_remove": "reactions:write"}
+
+
+def test_the_app_manifest_grants_what_the_adapter_calls() -> None:
+    """docs/slack-app-manifest.json, which a new Slack app is made from: every method the adapter
+    calls has its scope there, the slash command is there, and people may write to the app."""
+    root = Path(__file__).parent.parent
+    called = set(re.findall(r'client\.(\w+)\(|_call\("(\w+)"|"(reactions_\w+)"', "".join(
+        path.read_text() for path in (root / "channels").glob("slack*.py"))))
+    methods = {name for found in called for name in found if name} - {"is_connected"}  # the WebSocket's own
+    manifest = json.loads((root / "docs" / "slack-app-manifest.json").read_text())
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    assert methods <= set(METHOD_SCOPES), f"a method this test does not know: {methods - set(METHOD_SCOPES)}"
+    assert {METHOD_SCOPES[m] for m in methods} - {None} <= scopes
+    assert {"app_mentions:read", "files:read", "commands"} <= scopes  # events, downloads, the command
+    assert {"app_mention", "message.im"} <= set(manifest["settings"]["event_subscriptions"]["bot_events"])
+    assert [c["command"] for c in manifest["features"]["slash_commands"]] == ["/nanobot"]
+    assert manifest["features"]["app_home"]["messages_tab_read_only_enabled"] is False  # else no DM can be sent

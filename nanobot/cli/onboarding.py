@@ -26,7 +26,7 @@ CHANNELS = ("none", "telegram", "discord", "slack", "matrix", "signal")
 # How onboard asks for each key a channel's section lists as missing (``missing()``).
 QUESTIONS = {
     "token": "{Name} bot token",
-    "bot_token": "Slack bot token (xoxb-...)",
+    "bot_token": "Slack bot token (xoxb-...; make the app from docs/slack-app-manifest.json)",
     "app_token": "Slack app-level token, for Socket Mode (xapp-...)",
     "homeserver": "Matrix homeserver URL (https://matrix.example.org)",
     "user_id": "The bot's Matrix user id (@bot:example.org)",
