@@ -77,7 +77,7 @@ async def post(api: dict, body: bytes | dict, key: str | None = "owner", **heade
 async def test_the_openai_client_chats_plain_and_streamed(api: dict, llm: FakeOpenAI) -> None:
     llm.script(reply("Hello Ada."), reply("You said hello, and I answered."))
     ai = client(api, api["owner"])
-    assert [m.id for m in (await ai.models.list()).data] == ["nanobot"]
+    assert [m.id for m in (await ai.models.list()).data] == ["nanobot", "nanobot-errands"]
     assert (await ai.models.retrieve("nanobot")).id == "nanobot"
     with pytest.raises(openai.NotFoundError):
         await ai.models.retrieve("gpt-4o")
@@ -496,6 +496,25 @@ async def test_a_front_ends_errands_stay_out_of_the_chat(api: dict, llm: FakeOpe
     assert len((await runtime.sessions.open("api:bob")).messages) == 4
     assert not await runtime.sessions.exists("api:bob:fresh")  # nothing of it was kept
     assert (await runtime.usage.tokens_since("api:bob", 0))[0] >= 40  # its budget counts them
+
+
+async def test_a_front_ends_task_model_set_to_the_errands_model(api: dict, llm: FakeOpenAI) -> None:
+    """LibreChat's titleModel, Open WebUI's task model: a front end that sends its own requests
+    (a title, tags) to a model of their own can name ``nanobot-errands``. Such a request goes as
+    the front end wrote it (its system message too) to the chat's model alone, never into the
+    chat, whatever its words."""
+    llm.script(reply("Dentist at 3."), reply("Dentist Today"), reply("You asked about your calendar."))
+    ai = client(api, api["member"])
+    await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "what is on my calendar?"}])
+    asked = [{"role": "system", "content": "Write a concise title for this conversation."},
+             {"role": "user", "content": "User: what is on my calendar?\nAI: Dentist at 3."}]
+    title = await ai.chat.completions.create(model="nanobot-errands", messages=asked)  # type: ignore[arg-type]
+    assert title.choices[0].message.content == "Dentist Today"
+    assert llm.chat_requests[1]["messages"] == asked and "tools" not in llm.chat_requests[1]
+    await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "what did I ask?"}])
+    sent = [m["content"] for m in llm.chat_requests[-1]["messages"] if m["role"] != "system"]
+    assert sent == ["what is on my calendar?", "Dentist at 3.", "what did I ask?"]
+    assert (await ai.models.retrieve("nanobot-errands")).id == "nanobot-errands"
 
 
 async def test_a_quiet_stream_says_it_is_alive(config: Config, llm: FakeOpenAI) -> None:

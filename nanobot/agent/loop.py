@@ -163,14 +163,15 @@ class Agent:
             await self.reply_waits(session_key, reply)
         return reply
 
-    async def errand(self, session_key: str, text: str, *, member: bool) -> LLMResponse:
-        """A front end's own request in a chat's name (a title for its list of chats, tags):
-        ``text`` alone to the chat's configured model (as a memory fold's: a /model choice is for
-        its turns, and is in its history), with no prompt, tools or history of ours, within the
-        budgets (a ``member``'s: its key says) and counted in the chat's usage; nothing is kept,
-        nor the chat opened. ProviderError when it fails."""
+    async def errand(self, session_key: str, messages: list[dict[str, str]], *, member: bool) -> LLMResponse:
+        """A front end's own request in a chat's name (a title for its list of chats, tags): its
+        ``messages`` alone to the chat's configured model (as a memory fold's: a /model choice is
+        for its turns, and is in its history), with no prompt, tools or history of ours, within
+        the budgets (a ``member``'s: its key says) and counted in the chat's usage; nothing is
+        kept, nor the chat opened. ProviderError when it fails."""
         settings = self.deps.config.agent_for(session_key)
-        request = ChatRequest(messages=[{"role": "user", "content": clean_text(text)}], model=settings.model,
+        sent = [{"role": m["role"], "content": clean_text(m["content"])} for m in messages]
+        request = ChatRequest(messages=sent, model=settings.model,
                               max_tokens=settings.max_tokens, provider=settings.provider,
                               fallbacks=settings.fallback_models())
         return await metered_chat(self.deps, request, session_key=session_key, mode=settings.execution_mode,

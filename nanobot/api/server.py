@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MODEL = "nanobot"
+# A front end's own requests (a title for its list of chats, tags), when its task or title model
+# is set to this: the chat's model alone, with the front end's messages, outside the chat.
+ERRANDS = "nanobot-errands"
+MODELS = (MODEL, ERRANDS)
 WEB = Path(__file__).resolve().parent / "web"
 PAGE_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
               "style.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml",
@@ -96,45 +100,53 @@ class ApiServer:
     async def models(self, request: web.Request) -> web.Response:
         """The list (``GET /v1/models``), or the one model by its id (``GET /v1/models/nanobot``)."""
         await self._key(request)
-        model = {"id": MODEL, "object": "model", "created": 0, "owned_by": "nanobot"}
+        models = {name: {"id": name, "object": "model", "created": 0, "owned_by": "nanobot"} for name in MODELS}
         if "id" not in request.match_info:
-            return web.json_response({"object": "list", "data": [model]})
-        if request.match_info["id"] != MODEL:
+            return web.json_response({"object": "list", "data": list(models.values())})
+        if request.match_info["id"] not in models:
             raise no_such_model(request.match_info["id"])
-        return web.json_response(model)
+        return web.json_response(models[request.match_info["id"]])
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
         name, owner = await self._key(request)
         body = await read_body(request, self.settings.max_body_kb)
-        if body.get("model", MODEL) != MODEL:
-            raise no_such_model(body.get("model"))
-        chat = self.chats.key_chat(name, request)
+        if (model := body.get("model", MODEL)) not in MODELS:
+            raise no_such_model(model)
+        chat, stream = self.chats.key_chat(name, request), bool(body.get("stream"))
         chat_id = chat.partition(":")[2]
+        if model == ERRANDS:  # a front end's task or title model
+            return await self._errand(request, chat, errand_messages(body.get("messages")), owner, stream)
         media = await self.chats.media_of(chat, body.get("messages"))
         text = last_user_text(body.get("messages"), files=bool(media))
-        if not is_command(text):  # /status and /budget always answer
-            await self._within_budget(owner)
-        if not self.door.accepting():
-            raise ApiError(503, "the gateway is shutting down; try again shortly", "service_unavailable", "server_error")
         if front_end_errand(text):
-            return await self._errand(request, chat, text, member=not owner, stream=bool(body.get("stream")))
+            return await self._errand(request, chat, [{"role": "user", "content": text}], owner, stream)
+        await self._may_start(owner, text)
         if self._running.get(name, 0) >= self.settings.concurrent_turns:
             raise ApiError(429, f"this key has {self.settings.concurrent_turns} turns running already "
                            "(gateway.api.concurrentTurns)", "rate_limit_exceeded", "requests")
         self._running[name] = self._running.get(name, 0) + 1
         try:
             options = body.get("stream_options")
-            return await answer(request, self.channel, name, chat_id, text, stream=bool(body.get("stream")),
+            return await answer(request, self.channel, name, chat_id, text, stream=stream,
                                 usage=self.door.usage, media=media,
                                 include_usage=isinstance(options, dict) and options.get("include_usage") is True)
         finally:
             self._running[name] -= 1
 
-    async def _errand(self, request: web.Request, chat: str, text: str, *, member: bool,
+    async def _may_start(self, owner: bool, text: str) -> None:
+        """Within the key's budget (/status and /budget always answer), and not shutting down."""
+        if not is_command(text):
+            await self._within_budget(owner)
+        if not self.door.accepting():
+            raise ApiError(503, "the gateway is shutting down; try again shortly", "service_unavailable", "server_error")
+
+    async def _errand(self, request: web.Request, chat: str, messages: list[dict[str, str]], owner: bool,
                       stream: bool) -> web.StreamResponse:
-        """A front end's errand (``front_end_errand``), answered by the model outside the chat."""
+        """A front end's errand (sent to ``ERRANDS``, or ``front_end_errand``), answered by the
+        model outside the chat."""
+        await self._may_start(owner, "")
         try:
-            response = await self.door.agent.errand(chat, text, member=member)
+            response = await self.door.agent.errand(chat, messages, member=not owner)
         except ProviderError as exc:
             log.info("api: a front end's errand for %s failed: %s", chat, exc)
             raise ApiError(502, "The model could not answer; try again later", "model_error", "server_error") from None
@@ -315,22 +327,41 @@ async def read_body(request: web.Request, max_kb: int) -> dict[str, Any]:
 def last_user_text(messages: Any, *, files: bool = False) -> str:
     """The new message: the last one with role "user" (content as text, or text parts); with
     ``files`` it may have none (a picture alone)."""
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty list", "invalid_messages")
-    for message in reversed(messages):
+    for message in reversed(_listed(messages)):
         if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):
-                content = "\n".join(p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text"
-                                    and isinstance(p.get("text"), str))
+            content = _text(message.get("content"))
             if isinstance(content, str) and (content.strip() or files):
                 return content
             break
     raise ApiError(400, "'messages' must end with a user message that has text", "invalid_messages")
 
 
+def errand_messages(messages: Any) -> list[dict[str, str]]:
+    """A front end's own request as it wrote it: its system, user and assistant messages' text."""
+    kept = [{"role": m["role"], "content": text} for m in _listed(messages) if isinstance(m, dict)
+            and m.get("role") in ("system", "user", "assistant") and (text := _text(m.get("content")))]
+    if not kept:
+        raise ApiError(400, "'messages' has no text", "invalid_messages")
+    return kept
+
+
+def _listed(messages: Any) -> list[Any]:
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list", "invalid_messages")
+    return messages
+
+
+def _text(content: Any) -> str | None:
+    """A message's content as text: a string, or its text parts joined."""
+    if isinstance(content, list):
+        return "\n".join(p["text"] for p in content if isinstance(p, dict) and p.get("type") == "text"
+                         and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else None
+
+
 def no_such_model(name: Any) -> ApiError:
-    return ApiError(404, f"The model {name!r} does not exist; this server offers {MODEL!r}", "model_not_found")
+    return ApiError(404, f"The model {name!r} does not exist; this server offers {MODEL!r} (and {ERRANDS!r} for "
+                         "a front end's titles and tags)", "model_not_found")
 
 
 def front_end_errand(text: str) -> bool:
