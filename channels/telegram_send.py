@@ -1,6 +1,6 @@
 """Telegram's outgoing side: a reply as HTML (the same text plain when Telegram refuses the
-HTML), in chunks Telegram takes; a reply streamed into one message that is edited as it grows,
-then finished formatted; files as photos, voice notes or documents; the typing indicator. A 429
+HTML), in chunks Telegram takes; a reply streamed as a draft in a private chat, elsewhere into
+one message that is edited as it grows, then finished formatted; files as photos, voice notes or documents; the typing indicator. A 429
 is waited out (Telegram says how long); every other failure is a ``SendFailed`` that says
 whether to try again, for the outbox.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from telegram import Bot, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
-from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TelegramError
 
 from nanobot.bus import OutboundMessage, OutgoingFile
 from nanobot.channel_plugin import SendFailed, send_parts
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_LEN = 4096  # characters (UTF-16 units) of a message's text
 CAPTION_LIMIT = 1024  # characters of a photo's or document's caption
 PHOTO_LIMIT = 10 * 1024 * 1024  # a bigger picture goes as a document
+DRAFT_IDS = 2**31 - 1  # a draft's id is a non-zero 32-bit number; one per streamed reply
 
 
 class TelegramSender:
@@ -39,6 +40,7 @@ class TelegramSender:
         self.send_retries = send_retries  # 429s waited out per API call before the send counts as failed
         self.max_retry_after = max_retry_after  # honour Telegram's 429 wait, but never longer than this
         self._previews: dict[Any, _Preview] = {}  # stream_id -> the message a reply streams into
+        self.drafts = True  # private chats see a streamed reply as a draft, until the server has none
 
     async def send(self, msg: OutboundMessage) -> None:
         if not msg.content.strip():
@@ -79,9 +81,13 @@ class TelegramSender:
             raise SendFailed(f"telegram: {file.name} was refused: {exc}", retry=False) from exc
 
     async def send_stream(self, msg: OutboundMessage) -> None:
-        """The reply so far, as plain text in one message: sent once, then edited."""
+        """The reply so far, as plain text: in a private chat a draft Telegram shows growing
+        (the answer then comes as one message, whole, and notifies with its whole text); in a
+        group, or where the Bot API server has no drafts, one message sent, then edited."""
         stream_id = msg.stream_id
         text = preview_text(msg.content, MAX_MESSAGE_LEN)
+        if self.drafts and msg.chat_id.partition(":")[0].isdigit() and await self._draft(msg, text):
+            return
         preview = self._previews.get(stream_id)
         try:
             if preview is None:
@@ -92,6 +98,20 @@ class TelegramSender:
                 preview.text = text
         except Exception as exc:  # a missed preview is not worth a retry: the final text follows
             log.debug("telegram: streaming to %s failed: %s", msg.chat_id, exc)
+
+    async def _draft(self, msg: OutboundMessage, text: str) -> bool:
+        """``text`` as the stream's draft (sendMessageDraft); False where Telegram has none (an
+        older Bot API server, which answers 404): then no chat gets drafts again."""
+        try:
+            await self._bot.send_message_draft(**where(msg.chat_id), draft_id=int(msg.stream_id or 0) % DRAFT_IDS + 1,
+                                               text=text)
+        except (InvalidToken, BadRequest) as exc:
+            self.drafts = False
+            log.info("telegram: replies stream by editing a message, as sendMessageDraft failed: %s", exc)
+            return False
+        except TelegramError as exc:  # a missed draft is not worth a retry: the next one, or the answer, follows
+            log.debug("telegram: draft to %s failed: %s", msg.chat_id, exc)
+        return True
 
     async def _finish_preview(self, preview: _Preview, markdown: str, html: str) -> bool:
         """Turn the streamed message into the final first chunk; False: send it anew instead."""

@@ -1,6 +1,7 @@
-"""Replies shown as they are written: the real openai SDK streaming from the scripted server,
-one message per reply on the stand-in Telegram and Discord, edited as it grows and then
-replaced by the final text; programs never streamed; tool calls assembled from deltas."""
+"""Replies shown as they are written: the real openai SDK streaming from the scripted server;
+on the stand-in Telegram a draft in a private chat, else one message per reply (Telegram's
+groups, Discord) edited as it grows and then replaced by the final text; programs never
+streamed; tool calls assembled from deltas."""
 
 from __future__ import annotations
 
@@ -35,18 +36,45 @@ def config(llm: FakeOpenAI, tg: FakeTelegram, workspace: Path) -> Config:
     return telegram_gateway_config(llm.base_url, workspace, tg, ALICE)
 
 
-async def test_telegram_shows_the_reply_growing_in_one_message(config: Config, tg: FakeTelegram,
-                                                               llm: FakeOpenAI) -> None:
-    llm.script(reply(LONG))
+async def test_telegram_shows_the_reply_growing_as_a_draft_then_sends_it_whole(config: Config, tg: FakeTelegram,
+                                                                               llm: FakeOpenAI) -> None:
+    """In a private chat a streamed reply is a draft Telegram shows growing (sendMessageDraft):
+    no message is sent half-written (and notified with its first words), none is edited."""
+    llm.script(reply(LONG), reply(LONG))
+    async with running_gateway(config, pace=EDITS_FAST):
+        tg.push_text(ALICE, ALICE, "tell me")
+        [final] = await tg.wait_sent(1, timeout=10)
+        drafts = len(tg.drafts)
+        tg.push_text(-100777, ALICE, "@nanobot_test_bot tell me", chat_type="group")  # drafts are for private chats
+        await tg.wait_until(lambda: any(e.get("parse_mode") == "HTML" for e in tg.edits), timeout=10)
+    assert len(tg.drafts) == drafts and all(d["chat_id"] == ALICE for d in tg.drafts)
+    tg.edits.clear()
+    growing = [d["text"] for d in tg.drafts]
+    assert len(growing) >= 2 and all(len(a) < len(b) for a, b in zip(growing, growing[1:]))
+    assert LONG.startswith(growing[0]) and len({d["draft_id"] for d in tg.drafts}) == 1 and not tg.edits
+    assert final["parse_mode"] == "HTML" and final["text"].endswith("<b>It ends in bold.</b>")
+    assert final["link_preview_options"] == {"is_disabled": True}
+    assert llm.chat_requests[0]["stream"] is True and llm.chat_requests[0]["stream_options"] == {"include_usage": True}
+
+
+async def test_without_drafts_the_reply_grows_in_one_message(config: Config, tg: FakeTelegram,
+                                                             llm: FakeOpenAI) -> None:
+    """A Bot API server from before drafts (404), or a group (drafts are for private chats):
+    one message, sent with the first piece of text, edited as it grows, finished formatted."""
+    tg.drafts_served = False
+    llm.script(reply(LONG), reply(LONG))
     async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "tell me")
         await tg.wait_until(lambda: any(e.get("parse_mode") == "HTML" for e in tg.edits), timeout=10)
-    assert len(tg.sent) == 1 and LONG.startswith(tg.sent[0]["text"])  # one message: the first piece of text
-    growing = [e["text"] for e in tg.edits if e.get("parse_mode") != "HTML"]
+        tg.drafts_served = True  # not asked again
+        tg.push_text(-100777, ALICE, "@nanobot_test_bot tell me", chat_type="group")
+        await tg.wait_until(lambda: len([e for e in tg.edits if e.get("parse_mode") == "HTML"]) == 2, timeout=10)
+    assert len(tg.sent) == 2 and LONG.startswith(tg.sent[0]["text"])  # one message each: the first piece of text
+    growing = [e["text"] for e in tg.edits if e.get("parse_mode") != "HTML" and e["message_id"] == tg.sent[0]["message_id"]]
     assert len(growing) >= 2 and all(len(a) < len(b) for a, b in zip(growing, growing[1:]))
-    final = tg.edits[-1]
+    final = [e for e in tg.edits if e.get("parse_mode") == "HTML"][0]
     assert final["message_id"] == tg.sent[0]["message_id"] and final["text"].endswith("<b>It ends in bold.</b>")
-    assert llm.chat_requests[0]["stream"] is True and llm.chat_requests[0]["stream_options"] == {"include_usage": True}
+    assert tg.calls.count("sendMessageDraft") == 1 and not tg.drafts
 
 
 async def test_code_mode_shows_no_program_and_takes_a_working_note_back(config: Config, tg: FakeTelegram,
@@ -58,8 +86,8 @@ async def test_code_mode_shows_no_program_and_takes_a_working_note_back(config: 
                      "```python\nfinal_answer(str(6 * 7))\n```"))
     async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "count")
-        await tg.wait_until(lambda: [e["text"] for e in tg.edits][-1:] == ["42"], timeout=10)
-    shown = [m["text"] for m in tg.sent] + [e["text"] for e in tg.edits]
+        await tg.wait_sent(1, timeout=10)
+    shown = [d["text"] for d in tg.drafts] + [m["text"] for m in tg.sent]
     assert shown[-1] == "42" and not any("final_answer" in text for text in shown)
     note = [i for i, text in enumerate(shown) if text.startswith("Let me count")]
     assert note and shown[note[-1] + 1] == TAKEN_BACK  # shown as it came, then taken back
@@ -70,8 +98,8 @@ async def test_code_mode_streams_a_plain_answer(config: Config, tg: FakeTelegram
     llm.script(reply(LONG))
     async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "tell me")
-        await tg.wait_until(lambda: any(e.get("parse_mode") == "HTML" for e in tg.edits), timeout=10)
-    growing = [e["text"] for e in tg.edits if e.get("parse_mode") != "HTML"]
+        await tg.wait_sent(1, timeout=10)
+    growing = [d["text"] for d in tg.drafts]
     assert len(tg.sent) == 1 and len(growing) >= 2 and all(len(a) < len(b) for a, b in zip(growing, growing[1:]))
 
 
@@ -103,6 +131,7 @@ LINKED = "Here is what you asked for: https://attacker.example/?q=the-owners-sec
 async def test_telegram_never_previews_a_replys_link(config: Config, tg: FakeTelegram, llm: FakeOpenAI) -> None:
     """Telegram's servers fetch a link to preview it, at once: a reply a web page steered could
     hand what the chat knows to an address in a link, with nobody clicking it."""
+    tg.drafts_served = False  # the message streamed into (a draft sends no link to preview until the answer)
     llm.script(reply(LINKED))
     async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "tell me")
@@ -127,14 +156,14 @@ async def test_stop_during_streaming_stops_cleanly(config: Config, tg: FakeTeleg
     llm.script(reply(LONG * 5), reply("next answer"))
     async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "tell me a lot")
-        await tg.wait_until(lambda: len(tg.edits) >= 1, timeout=10)
+        await tg.wait_until(lambda: len(tg.drafts) >= 1, timeout=10)
         tg.push_text(ALICE, ALICE, "/stop")
         await tg.wait_until(lambda: any(m["text"] == "Stopped." for m in tg.sent), timeout=10)
-        edits = len(tg.edits)
+        drafts = len(tg.drafts)
         await asyncio.sleep(0.3)
-        assert len(tg.edits) == edits  # the stream ended with the turn
+        assert len(tg.drafts) == drafts  # the stream ended with the turn
         tg.push_text(ALICE, ALICE, "again")
-        await tg.wait_until(lambda: any(e.get("text") == "next answer" for e in tg.edits + tg.sent), timeout=10)
+        await tg.wait_until(lambda: any(m.get("text") == "next answer" for m in tg.sent), timeout=10)
 
 
 async def test_streamed_tool_calls_assemble_exactly(config: Config, tg: FakeTelegram, llm: FakeOpenAI,
@@ -145,7 +174,7 @@ async def test_streamed_tool_calls_assemble_exactly(config: Config, tg: FakeTele
                reply("Both written."))
     async with running_gateway(config, pace=EDITS_FAST):
         tg.push_text(ALICE, ALICE, "write two files")
-        await tg.wait_until(lambda: any("Both written." in e["text"] for e in tg.edits), timeout=10)
+        await tg.wait_until(lambda: any("Both written." in m["text"] for m in tg.sent), timeout=10)
     assert (workspace / "a/one.txt").read_text() == body and (workspace / "b/two.txt").read_text() == body.upper()
     calls = llm.chat_requests[1]["messages"][-3]["tool_calls"]
     assert [c["function"]["name"] for c in calls] == ["write_file", "write_file"]

@@ -15,6 +15,8 @@ Trouble: ``fail_sends(2, retry_after=1)`` (the next two sendMessage calls answer
 ``fail_all(calls=3)`` / ``fail_all(seconds=0.5)`` (502 to every Bot API call; ``fail_all()``
 ends it). Like Telegram, sendMessage answers 400 to badly nested HTML ("can't parse
 entities") and to text over 4096 UTF-16 units after parsing.
+Drafts (sendMessageDraft, private chats only) are recorded in ``drafts``; ``drafts_served =
+False`` answers them 404, as a Bot API server from before them does.
 Recorded: ``sent`` (sendMessage params plus ``message_id``), ``edits``, ``actions``
 (sendChatAction), ``calls`` (every method name, in order), ``failed`` (502s answered),
 ``conflicts`` (a getUpdates while another was open: 409, as Telegram), ``webhook``
@@ -47,6 +49,8 @@ class FakeTelegram:
         self.token, self.bot_id, self.bot_username = token, bot_id, bot_username
         self.sent: list[dict[str, Any]] = []
         self.edits: list[dict[str, Any]] = []
+        self.drafts: list[dict[str, Any]] = []  # sendMessageDraft params
+        self.drafts_served = True
         self.files: list[dict[str, Any]] = []  # sendPhoto / sendDocument / sendVoice: method, chat_id, caption, filename, data
         self.confirm_updates = True
         self.pushed_at: dict[int, float] = {}  # update_id -> when it was queued (for latency figures)
@@ -277,6 +281,14 @@ class FakeTelegram:
         message = self._bot_message(p["chat_id"], p["text"])
         self.sent.append({**p, "message_id": message["message_id"], "at": time.monotonic()})
         return _ok(message)
+
+    async def _m_sendMessageDraft(self, p: dict) -> web.Response:
+        if not self.drafts_served:  # an older Bot API server
+            return _error(404, "Not Found: method not found")
+        if not str(p.get("chat_id", "")).isdigit() or not int(p.get("draft_id") or 0):
+            return _error(400, "Bad Request: TEXTDRAFT_PEER_INVALID")
+        self.drafts.append({**p, "at": time.monotonic()})
+        return _ok(True)
 
     async def _m_sendPhoto(self, p: dict) -> web.Response:
         return self._file_sent("photo", p)
