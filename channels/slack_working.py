@@ -22,6 +22,8 @@ NO_SCOPE = ("missing_scope", "not_allowed_token_type", "no_permission")
 
 
 class WorkingMarks:
+    """The mark of each chat: on its latest message taken in, while its turn lasts."""
+
     def __init__(self, client: AsyncWebClient) -> None:
         self.client = client
         self.allowed = True  # until Slack says the app may not react
@@ -32,7 +34,10 @@ class WorkingMarks:
         self._heard[chat_id] = (channel, ts)
 
     async def working(self, chat_id: str) -> None:
-        """The chat's turn goes on: its latest message gets the mark (once)."""
+        """The chat's turn goes on: its latest message gets the mark, unless one carries it still
+        (a message that came during a turn waits for its own: the chat's turns go one by one)."""
+        if chat_id in self._marked:
+            return
         message = self._heard.pop(chat_id, None)
         if message is not None and self.allowed and await self._react("reactions_add", message):
             self._marked[chat_id] = message

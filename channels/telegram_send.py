@@ -1,8 +1,8 @@
 """Telegram's outgoing side: a reply as HTML (the same text plain when Telegram refuses the
 HTML), in chunks Telegram takes; a reply streamed as a draft in a private chat, elsewhere into
-one message that is edited as it grows, then finished formatted; files as photos, voice notes or documents; the typing indicator. A 429
-is waited out (Telegram says how long); every other failure is a ``SendFailed`` that says
-whether to try again, for the outbox.
+one message that is edited as it grows, then finished formatted; files as photos, voice notes
+or documents; the typing indicator. A 429 is waited out (Telegram says how long); every other
+failure is a ``SendFailed`` that says whether to try again, for the outbox.
 """
 
 from __future__ import annotations
@@ -102,9 +102,9 @@ class TelegramSender:
     async def _draft(self, msg: OutboundMessage, text: str) -> bool:
         """``text`` as the stream's draft (sendMessageDraft); False where Telegram has none (an
         older Bot API server, which answers 404): then no chat gets drafts again."""
+        draft = int(msg.stream_id or 0) % DRAFT_IDS + 1  # the same for every update of one reply
         try:
-            await self._bot.send_message_draft(**where(msg.chat_id), draft_id=int(msg.stream_id or 0) % DRAFT_IDS + 1,
-                                               text=text)
+            await self._bot.send_message_draft(**where(msg.chat_id), draft_id=draft, text=text)
         except (InvalidToken, BadRequest) as exc:
             self.drafts = False
             log.info("telegram: replies stream by editing a message, as sendMessageDraft failed: %s", exc)

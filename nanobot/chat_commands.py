@@ -28,7 +28,7 @@ def as_chat_message(command: str, words: str) -> str:
     with at most the one argument the command takes, and any other words as a message to the
     bot ("/nanobot new ideas for dinner?" is a question, not /new). No words: /help."""
     name, words = command.strip().lstrip("/").lower(), words.strip()
-    takes = {name: bool(arguments) for name, arguments, _ in COMMANDS}
+    takes = {known: bool(arguments) for known, arguments, _ in COMMANDS}
     if name in takes:
         return f"/{name} {words}".strip()
     first, *rest = words.split() or ["/help"]

@@ -48,3 +48,22 @@ async def test_without_the_scope_it_is_said_once_and_not_tried_again(llm: FakeOp
         await slack.wait_shown("two")
     assert tried() == 1 and not slack.reactions
     assert caplog.text.count("lacks the reactions:write scope") == 1
+
+
+async def test_a_message_that_came_during_a_turn_waits_for_its_own(slack: FakeSlack) -> None:
+    """The chat's turn for A goes on while B comes in: A keeps the mark until it is answered, and
+    only then B's turn marks B (else A's mark was never taken off)."""
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from nanobot_channels.slack_working import WorkingMarks
+
+    marks = WorkingMarks(AsyncWebClient(token=slack.bot_token, base_url=slack.api_base))
+    marks.heard("D1", "D1", "1.1")
+    await marks.working("D1")
+    marks.heard("D1", "D1", "1.2")  # B, while A's turn runs
+    await marks.working("D1")  # A's turn still: no mark on B yet
+    await marks.answered("D1")
+    await marks.working("D1")  # B's turn
+    await marks.answered("D1")
+    assert [(r[0], r[2]) for r in slack.reactions] == [("add", "1.1"), ("remove", "1.1"), ("add", "1.2"),
+                                                      ("remove", "1.2")]
