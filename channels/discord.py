@@ -190,7 +190,7 @@ class DiscordChannel(BaseChannel):
 
     async def _on_command(self, interaction: discord.Interaction) -> None:
         """A slash command: the chat message it stands for, addressed to the bot, answered in
-        place of the "thinking…" Discord shows meanwhile (removed when it goes unanswered)."""
+        place of the "thinking…" Discord shows meanwhile (removed when nothing will answer)."""
         text = as_message(interaction)
         if text is None or interaction.channel_id is None:
             return await interaction.response.send_message(ONLY_HERE, ephemeral=True)
@@ -198,16 +198,18 @@ class DiscordChannel(BaseChannel):
             await interaction.response.defer(thinking=True)
         except discord.HTTPException as exc:  # too late (over 3 s): the answer is posted instead
             log.info("discord: could not take the slash command in time: %s", exc)
-        who = _identity(interaction.user)
-        async with self._chat_locks.hold(interaction.channel_id):
-            taken = await self._handle(InboundMessage(
-                self.name, str(interaction.channel_id), who.id, text, sender_name=who.name,
-                sender_handle=who.handle, is_private=interaction.guild_id is None,
-                delivery_key=f"command {interaction.id}", reply_context={"interaction": interaction.token}),
-                mentioned=True)
-        if not taken and interaction.response.is_done():
-            with contextlib.suppress(discord.HTTPException):
-                await interaction.delete_original_response()
+        who, taken = _identity(interaction.user), False
+        try:
+            async with self._chat_locks.hold(interaction.channel_id):
+                taken = await self._handle(InboundMessage(
+                    self.name, str(interaction.channel_id), who.id, text, sender_name=who.name,
+                    sender_handle=who.handle, is_private=interaction.guild_id is None,
+                    delivery_key=f"command {interaction.id}", reply_context={"interaction": interaction.token}),
+                    mentioned=True)
+        finally:  # not taken (a stranger's, or the store down): no "thinking…" left for 15 minutes
+            if not taken and interaction.response.is_done():
+                with contextlib.suppress(discord.HTTPException):
+                    await interaction.delete_original_response()
 
     async def _catch_up(self) -> None:
         """What each chat heard from lately got while no worker was connected, oldest first."""
