@@ -12,8 +12,8 @@ import pytest
 from nanobot.config import Config
 from nanobot_channels.discord_commands import ONLY_HERE
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.openai_server import FakeOpenAI, reply
-from tests.helpers import config_for, keep_discord_urls, running_gateway
+from tests.fakes.openai_server import FakeOpenAI, delayed, reply
+from tests.helpers import config_for, keep_discord_urls, running_gateway, until
 
 DM, FRIEND, STRANGER, GUILD, GUILD_CHANNEL = 5, 4242, 99, 9, 7
 
@@ -75,3 +75,17 @@ async def test_someone_elses_dm_and_a_stranger_reach_no_chat(config: Config, dc:
     refused = next(c for c in dc.callbacks if c["token"] == "their-dm")
     assert refused["type"] == 4 and refused["data"]["content"] == ONLY_HERE and refused["data"]["flags"] == 64
     assert not llm.chat_requests and not dc.followups and kept == []
+
+
+async def test_stop_typed_as_a_slash_command_answers_in_place(config: Config, dc: FakeDiscord,
+                                                              llm: FakeOpenAI) -> None:
+    """/stop while a turn runs: "Stopped." takes the place of its own "thinking…" (the cancelled
+    turn's message has no answer to give it)."""
+    llm.script(delayed(reply("too slow"), 30))
+    async with running_gateway(config):
+        await dc.push_message(DM, FRIEND, "a long question", username="friend")
+        await until(lambda: llm.chat_requests)
+        await dc.push_command(DM, FRIEND, "stop", token="stop-now")
+        [answer] = await dc.wait_followups(1, timeout=10)
+    assert answer == {"token": "stop-now", "content": "Stopped.", "mentions": []}
+    assert not [m for m in dc.sent if m["content"] == "too slow"]
