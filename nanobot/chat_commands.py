@@ -19,6 +19,17 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
 )
 
 HELP = "Commands:\n" + "\n".join(f"/{name}{' ' + args if args else ''} — {what}" for name, args, what in COMMANDS)
+# Where "/" is the platform's own, how the commands are typed there.
+TYPED_ON = {
+    "slack": "On Slack, type them after the app's command (/nanobot new), or with a space first in our direct "
+             'messages (" /new").',
+    "matrix": 'In Element, choose "Send as message" when it asks, or type a space first (" /new").',
+}
+
+
+def help_for(channel: str) -> str:
+    """/help in a chat of ``channel``: the commands, and how to type them where that is not plain."""
+    return HELP + (f"\n{TYPED_ON[channel]}" if channel in TYPED_ON else "")
 
 
 def as_chat_message(command: str, words: str) -> str:

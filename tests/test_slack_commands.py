@@ -50,6 +50,16 @@ async def test_a_question_typed_anywhere_is_answered_in_the_users_dm(llm: FakeOp
     assert len(llm.chat_requests) == 1
 
 
+async def test_help_on_slack_says_how_to_type_the_commands(llm: FakeOpenAI, workspace: Path,
+                                                          slack: FakeSlack) -> None:
+    """"/new" as Slack's own command fails there: /help says to type them after the app's."""
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        await slack.push_command("/nanobot", "help")
+        await slack.wait_until(lambda: any("after the app's command (/nanobot new)" in m["text"]
+                                           for m in slack.shown()))
+    assert "/model" in slack.shown()[0]["text"] and not llm.chat_requests
+
+
 async def test_a_strangers_command_reaches_no_model(llm: FakeOpenAI, workspace: Path, slack: FakeSlack) -> None:
     llm.fallback = lambda body: reply("should not happen")
     async with running_gateway(slack_config(llm, workspace, slack)):

@@ -9,7 +9,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from nanobot.chat_commands import HELP
+from nanobot.chat_commands import help_for
 from nanobot.agent.context import cache_starts_over
 from nanobot.trust import MEMBER, OWNER
 from nanobot.usage import plural, start_of_today
@@ -87,7 +87,7 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
     if name == "/stop" and arg:
         return await stop_task(agent, session_key, arg)
     if name in ("/help", "/start"):
-        return HELP
+        return help_for(session_key.partition(":")[0])
     if name == "/stop":
         return "Nothing is running."
     return f"Unknown command {name}. /help lists the commands."  # not a model turn: it was meant for me
