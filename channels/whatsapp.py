@@ -39,6 +39,7 @@ from aiohttp import web
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage, OutgoingFile
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, send_parts
+from nanobot.chat_commands import COMMANDS
 from nanobot.message_context import noting_lost, shared_contact, shared_place, with_quote
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
@@ -90,6 +91,17 @@ class WhatsAppChannel(BaseChannel):
             raise
         log.info("whatsapp: taking webhook posts on %s%s (signed requests only)", self.config.webhook.listen,
                  self.config.webhook.path)
+        await self._set_commands()
+
+    async def _set_commands(self) -> None:
+        """The menu WhatsApp shows when "/" is typed: the chat commands (Meta's conversational
+        components; best effort, as Telegram's)."""
+        commands = [{"command_name": name, "command_description": what} for name, _, what in COMMANDS]
+        try:
+            await self._graph("POST", f"{self.config.phone_number_id}/conversational_automation",
+                              json={"commands": commands})
+        except SendFailed as exc:
+            log.warning("whatsapp: the command menu was not set: %s", exc)
 
     async def stop(self) -> None:
         await self.webhook.stop()

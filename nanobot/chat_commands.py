@@ -1,5 +1,6 @@
 """The chat commands every channel takes, with a line each: the agent's /help, the menu a
-platform shows when "/" is typed (Telegram's setMyCommands, Discord's slash commands), and how
+platform shows when "/" is typed (Telegram's setMyCommands, Discord's slash commands, WhatsApp's
+conversational components), and how
 a platform's own command stands for one (``as_chat_message``). What each does is the agent's
 (``nanobot.agent.commands``)."""
 

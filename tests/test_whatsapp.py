@@ -49,6 +49,15 @@ async def test_the_webhook_handshake_answers_only_our_verify_token(llm: FakeOpen
             assert refused.status == 403
 
 
+async def test_typing_a_slash_shows_the_commands(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
+    """WhatsApp shows a business's commands when "/" is typed only if it set them (Meta's
+    conversational components): the chat commands are set at each start, as Telegram's."""
+    async with running_gateway(wa_config(llm, workspace, wa)):
+        await wa.wait_until(lambda: bool(wa.automation))
+    assert [c["command_name"] for c in wa.automation["commands"]][:3] == ["new", "stop", "tasks"]
+    assert wa.automation["commands"][0]["command_description"].startswith("start a fresh conversation")
+
+
 async def test_a_message_is_answered_and_the_owner_is_known_by_wa_id(llm: FakeOpenAI, workspace: Path,
                                                                       wa: FakeWhatsApp) -> None:
     llm.script(delayed(reply("**hello** back, see [the menu](https://cafe.example/menu_2)"), 2))  # slow: typing shows

@@ -50,6 +50,7 @@ class FakeWhatsApp(Ticks):
         self.media_fetches: list[str | None] = []
         self.posts: list[tuple[int, str]] = []
         self.closed_window: set[str] = set()
+        self.automation: dict[str, Any] = {}  # conversational components as last POSTed (the "/" menu)
         self.media_url_base: str | None = None
         self.webhook_url = ""
         self._media: dict[str, tuple[bytes, str]] = {}
@@ -72,6 +73,7 @@ class FakeWhatsApp(Ticks):
         app.router.add_get("/v21.0/{node}", self._node)
         app.router.add_post("/v21.0/{phone}/messages", self._messages)
         app.router.add_post("/v21.0/{phone}/media", self._upload)
+        app.router.add_post("/v21.0/{phone}/conversational_automation", self._automation)
         app.router.add_get("/media-bytes/{media_id}", self._media_bytes)
         self._runner, self.port = await serve(app, access_log=None)
         return self
@@ -185,6 +187,19 @@ class FakeWhatsApp(Ticks):
         self.ticked()
         return web.json_response({"messaging_product": "whatsapp", "contacts": [{"input": to(body), "wa_id": to(body)}],
                                   "messages": [{"id": self.sent_ids[-1]}]})
+
+    async def _automation(self, request: web.Request) -> web.Response:
+        """Meta's conversational components: up to 30 commands, a name of at most 32 characters."""
+        if not self._authorized(request):
+            return self._error(401, 190, "Invalid OAuth access token")
+        body = await request.json()
+        commands = body.get("commands") or []
+        if len(commands) > 30 or any(len(c["command_name"]) > 32 or len(c["command_description"]) > 256
+                                     for c in commands):
+            return self._error(400, 100, "(#100) Param commands must have at most 30 elements")
+        self.automation.update(body)
+        self.ticked()
+        return web.json_response({"success": True})
 
     async def _upload(self, request: web.Request) -> web.Response:
         if not self._authorized(request):
