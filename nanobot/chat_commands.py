@@ -1,8 +1,7 @@
 """The chat commands every channel takes, with a line each: the agent's /help, the menu a
 platform shows when "/" is typed (Telegram's setMyCommands, Discord's slash commands, WhatsApp's
-conversational components), and how
-a platform's own command stands for one (``as_chat_message``). What each does is the agent's
-(``nanobot.agent.commands``)."""
+conversational components), and how a platform's own command stands for one
+(``as_chat_message``). What each does is the agent's (``nanobot.agent.commands``)."""
 
 from __future__ import annotations
 
