@@ -35,8 +35,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetryHandler
 from slack_sdk.web.async_client import AsyncWebClient
 
-from nanobot.chat_commands import as_chat_message
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename, send_parts
+from nanobot.chat_commands import as_chat_message
 from nanobot_channels.slack_http import fetch_file, proxy_for, token_may_go_to, without_env_proxy
 from nanobot_channels.slack_working import WorkingMarks
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks

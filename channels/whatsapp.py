@@ -91,9 +91,9 @@ class WhatsAppChannel(BaseChannel):
             raise
         log.info("whatsapp: taking webhook posts on %s%s (signed requests only)", self.config.webhook.listen,
                  self.config.webhook.path)
-        await self._set_commands()
+        await self._offer_commands()
 
-    async def _set_commands(self) -> None:
+    async def _offer_commands(self) -> None:
         """The menu WhatsApp shows when "/" is typed: the chat commands (Meta's conversational
         components; best effort, as Telegram's)."""
         commands = [{"command_name": name, "command_description": what} for name, _, what in COMMANDS]
