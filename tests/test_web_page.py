@@ -67,7 +67,7 @@ async def no_serious_violations(page) -> None:  # type: ignore[no-untyped-def]
 async def test_replies_render_as_markdown_safely_and_grow_as_they_stream(api: dict, llm: FakeOpenAI,  # noqa: F811
                                                                           tmp_path: Path) -> None:
     root = api["base"].removesuffix("/v1") + "/"
-    llm.stream_interval = 0.02
+    llm.stream_interval, llm.stream_piece_chars = 0.03, 16  # seen growing for over a second
     answer = ("## Three jobs\n\n- **backup** at 02:30\n- *status* weekdays\n\n| job | when |\n| --- | --- |\n"
               "| tea | hourly |\n\n```python\nprint('hi')\n```\n\n" + XSS + "\n\nLog in at "
               "[https://bank.example](https://evil.example/steal).\n\n" + "More words. " * 30)
