@@ -14,14 +14,15 @@
 - Replies are Markdown rendered to Matrix HTML; a streamed reply is one message edited as it
   grows (``m.replace``). Files go both ways through the homeserver's media repository
   (``mxc://``); the access token goes to ``homeserver`` only.
-- End-to-end encrypted rooms are not read (no olm here): a message there gets one plain reply
-  saying so, never silence.
+- End-to-end encrypted rooms are read and answered encrypted (``matrix_crypto``); with
+  ``encryption`` off, or among workers, a message there gets one plain reply saying it cannot be
+  read, never silence.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
-import itertools
 import logging
 import mimetypes
 import re
@@ -30,15 +31,19 @@ import time
 from typing import Any
 
 import aiohttp
-from nio import AsyncClient, AsyncClientConfig, LoginResponse, RoomGetEventResponse, RoomMessagesResponse, \
-    RoomSendResponse, SyncError, UploadResponse, WhoamiResponse
+from nio import AsyncClient, AsyncClientConfig, LocalProtocolError, LoginResponse, RoomGetEventResponse, \
+    RoomMessagesResponse, RoomSendResponse, SyncError, UploadResponse, WhoamiResponse
+from nio.exceptions import EncryptionError, GroupEncryptionError
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, send_parts
-from nanobot.message_context import noting_lost, shared_poll, with_quote
+from nanobot.message_context import noting_lost, with_quote
 from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
-from nanobot_channels.markdown_html import to_html
+from nanobot_channels.matrix_crypto import UNREADABLE_REPLY, exchange, keys_dir, make_private, opened, sealed_content, \
+    taken_by_another
+from nanobot_channels.matrix_events import POLL_STARTS, edit_message, mapping, relation, text_message, \
+    without_reply_fallback, words
 from nanobot_channels.text import split_message, tables_as_lists
 
 log = logging.getLogger(__name__)
@@ -54,7 +59,6 @@ TIMELINE_LIMIT = 50  # events a sync brings per room; what came before them is f
 MISSED_MAX = 1000  # events fetched per room after a long time away: older ones are not answered
 MEDIA_KINDS = ("m.image", "m.file", "m.audio", "m.video")
 VOICE = "org.matrix.msc3245.voice"
-POLL_STARTS = ("m.poll.start", "org.matrix.msc3381.poll.start")  # the spec's name, and Element's
 ENCRYPTED_REPLY = ("This room is end-to-end encrypted, and I cannot read encrypted messages. Talk to me in a room "
                    "without encryption (in Element: create the room with encryption turned off).")
 # A room joined with history: what was said before the invitation is not for the bot. The
@@ -78,16 +82,20 @@ class MatrixChannel(BaseChannel):
             "ephemeral": {"types": []}, "account_data": {"types": []}, "timeline": {"limit": timeline_limit}}}
         self.config: MatrixConfig = config
         self.homeserver = config.homeserver.rstrip("/")
+        self.keys = keys_dir(ctx.keys_dir, config.encryption)
         self.client = AsyncClient(self.homeserver, config.user_id, device_id=config.device_id or None,
-                                  config=AsyncClientConfig(encryption_enabled=False, store_sync_tokens=False,
-                                                           request_timeout=SYNC_MS / 1000 + 30,
+                                  store_path=str(self.keys or ""),
+                                  config=AsyncClientConfig(encryption_enabled=self.keys is not None,
+                                                           store_sync_tokens=False, request_timeout=SYNC_MS / 1000 + 30,
                                                            max_timeouts=NIO_RETRIES))
-        if config.access_token:
-            self.client.restore_login(config.user_id, config.device_id or "", config.access_token)
+        self.client.access_token = config.access_token  # sends may come before the start (the outbox's)
         self._previews: dict[int, tuple[str, str]] = {}  # stream_id -> (room, event id) of the growing message
         self._told_encrypted: set[str] = set()
+        self._key_failures: set[str] = set()  # each said once in the log
+        self._keys_lock = asyncio.Lock()  # one key exchange at a time: the sync's, or a send's
         self._joined_at: dict[str, float] = {}  # room -> when we joined it here (ms since the epoch)
         self.position_key = f"{self.name} {config.user_id}"  # another account's token would not do
+        self.device_key = f"{self.name} device {config.user_id}"  # the encrypting device a password login reuses
 
     async def start(self) -> None:
         try:
@@ -98,22 +106,56 @@ class MatrixChannel(BaseChannel):
         self.read_while_held(SYNC, self._sync)
 
     async def _sign_in(self) -> None:
-        c = self.config
         try:
-            if c.access_token:  # signed in with it since __init__; whose is it?
-                answer: Any = await self.client.whoami()
-                if isinstance(answer, WhoamiResponse) and answer.user_id != c.user_id:
-                    raise RuntimeError(f"the access token is {answer.user_id}'s, not {c.user_id}'s")
-                ok = isinstance(answer, WhoamiResponse)
-            else:
-                answer = await self.client.login(c.password, device_name="nanobot")
-                ok = isinstance(answer, LoginResponse)
+            await self._log_in()
+            if self.keys:
+                await self._open_keys()
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             raise RuntimeError(f"matrix: {self.homeserver} is unreachable ({type(exc).__name__}: {exc})") from None
+
+    async def _log_in(self) -> None:
+        c, client = self.config, self.client
+        if self.keys:
+            make_private(self.keys)  # before nio opens the device's keys there
+        if c.access_token:  # whose is it, and which device?
+            client.access_token = c.access_token
+            answer: Any = await client.whoami()
+            if isinstance(answer, WhoamiResponse) and answer.user_id != c.user_id:
+                raise RuntimeError(f"the access token is {answer.user_id}'s, not {c.user_id}'s")
+            ok = isinstance(answer, WhoamiResponse)
+        else:
+            if self.keys and not c.device_id:  # the device whose keys are kept here, if there is one yet
+                client.device_id = await self.ctx.store.position(self.device_key) or ""
+            answer = await client.login(c.password, device_name="nanobot")
+            ok = isinstance(answer, LoginResponse)
         if not ok:
             how = "access token" if c.access_token else "password"
             raise RuntimeError(f"matrix: {self.homeserver} did not accept the {how} of {c.user_id} "
                                f"({getattr(answer, 'message', answer)})")
+
+    async def _open_keys(self) -> None:
+        """The device's keys, kept here since its first start (made then). A device whose keys
+        another client uploaded is not the bot's: an access token's is refused, saying why; a
+        password login leaves it for a device of its own."""
+        c, client = self.config, self.client
+        if c.access_token:
+            if not client.device_id:
+                raise RuntimeError("matrix: the access token names no device, and end-to-end encryption needs one: "
+                                   "log in with a password, or set channels.matrix.encryption to false")
+            client.restore_login(c.user_id, client.device_id, c.access_token)
+        if await taken_by_another(client, self.homeserver):
+            if c.access_token or c.device_id:
+                raise RuntimeError(
+                    f"matrix: the device {client.device_id} already has encryption keys that are not in {self.keys} "
+                    "(another client's, such as the Element session a token was copied from, or a keys folder that "
+                    "was lost). Give the bot a device of its own (its password, and no deviceId), or set "
+                    "channels.matrix.encryption to false")
+            log.warning("matrix: the device %s has keys that are not in %s any more: logging in as a new device",
+                        client.device_id, self.keys)
+            client.device_id, client.olm, client.store = "", None, None
+            await client.login(c.password, device_name="nanobot")
+        if not c.access_token:
+            await self.ctx.store.keep_position(self.device_key, client.device_id)
 
     async def stop(self) -> None:
         await self.stop_receiving()
@@ -124,6 +166,7 @@ class MatrixChannel(BaseChannel):
         since = await self.ctx.store.position(self.position_key)
         first, whole = since is None, True  # whole: every room's state too (who is in it), once per connection
         while True:
+            await self._exchange_keys()  # before the first sync too: others can encrypt for us at once
             answer = await self.client.sync(timeout=0 if first else SYNC_MS, since=since, sync_filter=self.filter,
                                             full_state=whole)
             if isinstance(answer, SyncError):
@@ -172,7 +215,7 @@ class MatrixChannel(BaseChannel):
         sender, content = str(event.get("sender") or ""), event.get("content")
         if event.get("type") not in ("m.room.message", "m.room.encrypted", *POLL_STARTS) \
                 or sender == self.config.user_id \
-                or not isinstance(content, dict) or _relation(content) == "m.replace" \
+                or not isinstance(content, dict) or relation(content) == "m.replace" \
                 or content.get("msgtype") == "m.notice" \
                 or int(event.get("origin_server_ts") or 0) < self._joined_at.get(room_id, 0) - self.join_grace_ms:
             # State, our own messages, edits of earlier messages, history from before we came, and
@@ -181,22 +224,22 @@ class MatrixChannel(BaseChannel):
         room = self.client.rooms.get(room_id)
         is_private = room is not None and room.member_count == 2
         who = Identity(sender, name=room.user_name(sender) if room else None)
-        body = _words(content)
-        mentions = _mapping(content.get("m.mentions")).get("user_ids")
+        body = words(content)
+        mentions = mapping(content.get("m.mentions")).get("user_ids")
         mentioned = isinstance(mentions, list) and self.config.user_id in mentions \
             or self.config.user_id in body + str(content.get("formatted_body") or "")
         if not self._addressed(is_private, mentioned):
             return await self._overhear(room_id, who, body)  # for the next message to us
-        if event["type"] == "m.room.encrypted":
+        if event["type"] == "m.room.encrypted":  # no encryption here, or its key did not reach us
             await self._cannot_read(room_id, who)
             return
         sender_of = Sender(self.name, room_id, who, is_private)
         media = await self._download(content, sender_of) if content.get("msgtype") in MEDIA_KINDS \
             and await self._may_download(who) else []
-        answered = _mapping(_mapping(content.get("m.relates_to")).get("m.in_reply_to")).get("event_id")
+        answered = mapping(mapping(content.get("m.relates_to")).get("m.in_reply_to")).get("event_id")
         answered = answered if isinstance(answered, str) and answered.startswith("$") else None  # an event id only
         if answered:
-            body = _without_reply_fallback(body)
+            body = without_reply_fallback(body)
         text = "" if media else body.replace(self.config.user_id, "").strip().removeprefix(":").strip()
         quoted = await self._answered(room_id, answered) if answered and await self._may_download(who) else {}
         text, untrusted = with_quote(text, quoted.get("body"), quoted.get("sender"), who.id, self.config.user_id)
@@ -213,21 +256,24 @@ class MatrixChannel(BaseChannel):
             log.info("matrix: could not read the message %s answers: %s", event_id, getattr(found, "message", found))
             return {}
         source = found.event.source
-        latest = _mapping(_mapping(_mapping(source.get("unsigned")).get("m.relations")).get("m.replace"))
+        latest = mapping(mapping(mapping(source.get("unsigned")).get("m.relations")).get("m.replace"))
         if latest.get("sender") == source.get("sender"):  # as edited last (a streamed reply: its end)
-            body = _mapping(_mapping(latest.get("content")).get("m.new_content")).get("body")
+            body = mapping(mapping(latest.get("content")).get("m.new_content")).get("body")
         else:
-            body = _words(_mapping(source.get("content")))
-        return {"sender": str(source.get("sender")), "body": _without_reply_fallback(body) if isinstance(body, str) else ""}
+            body = words(mapping(source.get("content")))
+        return {"sender": str(source.get("sender")), "body": without_reply_fallback(body) if isinstance(body, str) else ""}
 
     async def _cannot_read(self, room_id: str, who: Identity) -> None:
         if room_id not in self._told_encrypted and await self._may_download(who):
             self._told_encrypted.add(room_id)
-            await self.send(OutboundMessage(self.name, room_id, ENCRYPTED_REPLY))
+            why = UNREADABLE_REPLY if self.client.olm else ENCRYPTED_REPLY  # its key did not come, or no encryption
+            await self.send(OutboundMessage(self.name, room_id, why))
 
     async def _download(self, content: dict[str, Any], sender: Sender) -> list[str]:
         """The file a message carries, from the homeserver's media repository (the token goes there only)."""
-        url, size = MXC.fullmatch(str(content.get("url") or "")), _mapping(content.get("info")).get("size")
+        sealed = mapping(content.get("file"))  # in an encrypted room: the URL with the file's key
+        url = MXC.fullmatch(str(sealed.get("url") or content.get("url") or ""))
+        size = mapping(content.get("info")).get("size")
         limit = self.ctx.max_media_bytes
         if url is None or isinstance(size, int) and size > limit:
             log.warning("matrix: skipped a file (no mxc://server/id URL, or over %d bytes)", limit)
@@ -239,6 +285,7 @@ class MatrixChannel(BaseChannel):
                     headers={"Authorization": f"Bearer {self.client.access_token}"}, allow_redirects=False) as got:
                 got.raise_for_status()
                 data = await read_whole(got.content, limit)
+            data = opened(sealed, data) if sealed else data
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             log.warning("matrix: could not download %s: %s", url[0], exc)
             return []
@@ -257,9 +304,9 @@ class MatrixChannel(BaseChannel):
                           preview: tuple[str, str] | None = None) -> None:
         """A message in ``room``, or the streamed ``preview`` replaced by it."""
         if preview is not None:
-            await self._room_send(preview[0], _edit(preview[1], chunk), txn)
+            await self._room_send(preview[0], edit_message(preview[1], chunk), txn)
         else:
-            await self._room_send(room, _text(chunk, answers), txn)
+            await self._room_send(room, text_message(chunk, answers), txn)
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: sent once, then replaced (about once a second)."""
@@ -269,10 +316,10 @@ class MatrixChannel(BaseChannel):
         preview = self._previews.get(msg.stream_id)
         try:
             if preview is None:
-                sent = await self._room_send(msg.chat_id, _text(text, msg.answers))
+                sent = await self._room_send(msg.chat_id, text_message(text, msg.answers))
                 self._previews[msg.stream_id] = (msg.chat_id, sent)
             else:
-                await self._room_send(preview[0], _edit(preview[1], text))
+                await self._room_send(preview[0], edit_message(preview[1], text))
         except SendFailed as exc:
             log.debug("matrix: a stream preview in %s failed: %s", msg.chat_id, exc)
 
@@ -281,22 +328,25 @@ class MatrixChannel(BaseChannel):
             return
         file = msg.file
         kind = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+        encrypt = self._encrypts(msg.chat_id)
         try:
-            uploaded, _ = await self.client.upload(io.BytesIO(file.data), content_type=kind, filename=file.name,
-                                                   filesize=len(file.data))
+            uploaded, keys = await self.client.upload(
+                io.BytesIO(file.data), content_type="application/octet-stream" if encrypt else kind,
+                filename=file.name, filesize=len(file.data), encrypt=encrypt)
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:  # the homeserver away: sent again later
             raise SendFailed(f"matrix: uploading {file.name}: {type(exc).__name__}: {exc}", retry=True) from None
         if not isinstance(uploaded, UploadResponse):
             raise SendFailed(f"matrix: uploading {file.name} failed: {getattr(uploaded, 'message', uploaded)}",
                              retry=True)
-        content: dict[str, Any] = {"msgtype": "m.image" if file.photo else "m.audio" if file.voice else "m.file",
-                                   "body": file.name, "filename": file.name, "url": uploaded.content_uri,
-                                   "info": {"mimetype": kind, "size": len(file.data)}, "m.mentions": {}}
+        content = sealed_content({"msgtype": "m.image" if file.photo else "m.audio" if file.voice else "m.file",
+                                  "body": file.name, "filename": file.name,
+                                  "info": {"mimetype": kind, "size": len(file.data)}, "m.mentions": {}},
+                                 uploaded.content_uri, keys)
         if file.voice:
             content[VOICE] = {}
         await self._room_send(msg.chat_id, content, _txn(msg, 0))
         if msg.content:
-            await self._room_send(msg.chat_id, _text(msg.content), _txn(msg, 1))
+            await self._room_send(msg.chat_id, text_message(msg.content), _txn(msg, 1))
 
     async def send_typing(self, chat_id: str) -> None:
         try:
@@ -304,11 +354,29 @@ class MatrixChannel(BaseChannel):
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
             log.debug("matrix: typing in %s: %s", chat_id, exc)
 
+    async def _exchange_keys(self) -> None:
+        async with self._keys_lock:
+            await exchange(self.client, self._key_failures)
+
+    def _encrypts(self, room_id: str) -> bool:
+        """Whether what goes to ``room_id`` is encrypted. Before the device's keys are open and the
+        room synced, it cannot be known: SendFailed, retried (never a guess that sends it plain)."""
+        if self.keys is None:
+            return False
+        if self.client.olm is None or room_id not in self.client.rooms:
+            raise SendFailed(f"matrix: {room_id} is not known here yet (the first sync is under way)", retry=True)
+        return self.client.rooms[room_id].encrypted
+
     async def _room_send(self, room_id: str, content: dict[str, Any], txn: str | None = None) -> str:
-        """The event id; SendFailed when the homeserver did not take it (retry unless refused)."""
+        """The event id, encrypted in an encrypted room (nio shares the room key with its members'
+        devices first); SendFailed when the homeserver did not take it (retry unless refused)."""
         try:
-            answer = await self.client.room_send(room_id, "m.room.message", content, tx_id=txn)
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            if self._encrypts(room_id) and self.client.should_query_keys:
+                await self._exchange_keys()  # someone's devices changed: the new ones get this reply's key too
+            answer = await self.client.room_send(room_id, "m.room.message", content, tx_id=txn,
+                                                 ignore_unverified_devices=True)
+        except (aiohttp.ClientError, OSError, TimeoutError, LocalProtocolError, EncryptionError,
+                GroupEncryptionError) as exc:  # away, or the room's keys could not be shared yet
             raise SendFailed(f"matrix: sending to {room_id}: {type(exc).__name__}: {exc}", retry=True) from None
         if isinstance(answer, RoomSendResponse):
             return answer.event_id
@@ -325,62 +393,3 @@ def _txn(msg: OutboundMessage, part: int) -> str | None:
     if msg.outbox_id is None or msg.outbox_created is None:
         return None  # not recorded (a notice): nio makes one up
     return f"nanobot.{msg.outbox_id}.{int(msg.outbox_created * 1000)}.{part}"
-
-
-def _text(markdown: str, answers: str | None = None) -> dict[str, Any]:
-    """A message: the Markdown as its plain body, rendered (no raw HTML passed through) as its HTML;
-    a reply to the event ``answers`` names. It mentions nobody (``m.mentions``): without that,
-    push rules read the body, and a reply a web page steered could ping the whole room
-    (``@room``) or anyone by their display name."""
-    markdown = tables_as_lists(markdown)  # Element X shows a table's cells run together, or none
-    content = {"msgtype": "m.text", "body": markdown, "format": "org.matrix.custom.html",
-               "formatted_body": to_html(markdown), "m.mentions": {}}
-    return {**content, "m.relates_to": {"m.in_reply_to": {"event_id": answers}}} if answers else content
-
-
-def _edit(event_id: str, markdown: str) -> dict[str, Any]:
-    """``event_id`` replaced with new text (clients that know edits show only the new text; the
-    others, the fallback: the new text marked with "*", not a list of one)."""
-    new = _text(markdown)
-    return {**new, "body": "* " + markdown, "formatted_body": "* " + new["formatted_body"], "m.new_content": new,
-            "m.relates_to": {"rel_type": "m.replace", "event_id": event_id}}
-
-
-def _without_reply_fallback(body: str) -> str:
-    """A reply's words without the quote older clients put first ("> <@ada:x.org> what she said",
-    then a blank line): the message it answers is read whole instead."""
-    lines = body.split("\n")
-    kept = list(itertools.dropwhile(lambda line: line.startswith(">"), lines))
-    return "\n".join(kept).strip() if len(kept) < len(lines) else body
-
-
-def _words(content: dict[str, Any]) -> str:
-    """What a message says: its body, or the poll it starts as words."""
-    if isinstance(content.get("body"), str):
-        return content["body"]
-    poll = next((_mapping(content[key]) for key in POLL_STARTS if key in content), None)
-    if poll is None:
-        return ""
-    return shared_poll(_said(poll.get("question")), [_said(answer) for answer in _list(poll.get("answers"))])
-
-
-def _said(item: Any) -> str:
-    """An extensible event's text: Element's ``org.matrix.msc1767.text``, or the spec's ``m.text``."""
-    item = _mapping(item)
-    unstable = item.get("org.matrix.msc1767.text")
-    texts = [_mapping(text).get("body") for text in _list(item.get("m.text"))]
-    return next((text for text in (unstable, *texts) if isinstance(text, str)), "")
-
-
-def _relation(content: dict[str, Any]) -> str | None:
-    return _mapping(content.get("m.relates_to")).get("rel_type")
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    """A field of an event's content that should be a mapping: the content is whatever its sender
-    wrote, and a field of another type must not stop the sync (it would be read again, for good)."""
-    return value if isinstance(value, dict) else {}

@@ -2,7 +2,8 @@
 
 A backup holds the SQLite database, copied with SQLite's online backup API (consistent while a
 gateway writes it: cron jobs, pairing, hashed API keys, usage, delivery), the JSONL histories,
-``config.json``, and with ``--with-workspace`` the workspace; and ``manifest.json`` with the
+``config.json``, the channels' keys (a Matrix device's, SQLite files copied the same way: without
+them the restored bot could not read its encrypted rooms), and with ``--with-workspace`` the workspace; and ``manifest.json`` with the
 row count of every table and the record count of every history. The database is copied first
 and the histories after, so whatever was answered before the backup began is in both.
 
@@ -30,6 +31,7 @@ from nanobot.chat_names import HISTORY_SUFFIX
 MANIFEST = "manifest.json"
 DATABASE = "nanobot.db"
 HOME_FILES = ("config.json", "vision-off.json", "cli_history")
+KEYS = ("keys", "matrix")  # the folder of a Matrix device's keys: SQLite files (nanobot_channels.matrix_crypto)
 COPY_IN_MEMORY = 8 << 20  # a workspace file is copied before it is stored; a larger one, through a temporary file
 
 
@@ -67,6 +69,9 @@ def _write_backup(home: Path, workspace: Path, partial: Path, target: Path, with
             for name in HOME_FILES:
                 if (home / name).is_file():
                     tar.add(home / name, name)
+            for path in sorted(home.joinpath(*KEYS).glob("*.db")):  # consistent while the gateway writes them
+                _online_copy(path, Path(tmp) / path.name)
+                tar.add(Path(tmp) / path.name, "/".join((*KEYS, path.name)))
             if with_workspace and workspace.is_dir():
                 top = os.open(workspace, DIR_FLAGS)
                 try:
@@ -180,9 +185,10 @@ def _checked_members(tar: tarfile.TarFile) -> tuple[list[tuple[tarfile.TarInfo, 
             if len(parts) > 1:
                 workspace_part.append((member, "/".join(parts[1:])))
         elif "/".join(parts) in (DATABASE, *HOME_FILES) or (len(parts) == 2 and parts[0] == "sessions"
-                                                            and parts[1].endswith(HISTORY_SUFFIX)):
+                                                            and parts[1].endswith(HISTORY_SUFFIX)) \
+                or (parts[:2] == KEYS and len(parts) == 3 and parts[2].endswith(".db") and member.isfile()):
             home_part.append((member, "/".join(parts)))
-        elif not (member.isdir() and parts == ("sessions",)):
+        elif not (member.isdir() and parts in (("sessions",), KEYS[:1], KEYS)):
             raise unsafe
     return home_part, workspace_part
 

@@ -192,6 +192,9 @@ class ChannelContext:
     store: ChannelStore = field(default_factory=Remembered)
     # A webhook request whose headers or body take longer is ended (None: nanobot.listener's).
     http_timeout_s: float | None = None
+    # Where an adapter keeps keys that belong to this process alone (a Matrix device's encryption
+    # keys), readable by this user only; None among workers, where no one process serves every chat.
+    keys_dir: Path | None = None
 
     async def accept(self, messages: list[InboundMessage]) -> None:
         await self.intake.accept(messages)

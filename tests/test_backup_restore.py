@@ -7,6 +7,7 @@ import io
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tarfile
@@ -121,3 +122,22 @@ def test_a_file_that_shrinks_while_read_is_backed_up_as_far_as_it_went(tmp_path:
         kept = tar.extractfile("workspace/chats/telegram_-100/log.txt").read()
         assert kept == Path(SHORTER_THAN_SAID).read_bytes()
         assert tar.extractfile("workspace/notes.md").read() == b"kept"  # and what came after it
+
+
+async def test_a_matrix_devices_keys_go_with_the_home(tmp_path: Path) -> None:
+    """Without its device's keys a restored bot could read none of its encrypted rooms."""
+    home, workspace = home_with_workspace(tmp_path)
+    (home / "keys" / "matrix").mkdir(parents=True, mode=0o700)
+    with sqlite3.connect(home / "keys" / "matrix" / "@bot:example.org_DEVICE.db") as db:
+        db.execute("CREATE TABLE accounts (pickle TEXT)")
+        db.execute("INSERT INTO accounts VALUES ('CANARY-device-keys')")
+    archive = tmp_path / "b.tar.gz"
+    assert (await nanobot("backup", str(archive), home=home))[0] == 0
+    fresh = tmp_path / "fresh"
+    code, _, err = await nanobot("restore", str(archive), home=fresh)
+    assert code == 0, err
+    restored = fresh / "keys" / "matrix" / "@bot:example.org_DEVICE.db"
+    with sqlite3.connect(restored) as db:
+        assert db.execute("SELECT pickle FROM accounts").fetchall() == [("CANARY-device-keys",)]
+    assert oct((fresh / "keys" / "matrix").stat().st_mode & 0o777) == "0o700"
+    assert oct(restored.stat().st_mode & 0o777) == "0o600"

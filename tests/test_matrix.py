@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shutil
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable, Iterator
 
 import aiohttp
 import pytest
-from nio import AsyncClient, RoomCreateResponse, RoomSendResponse, RoomVisibility, UploadResponse
+from nio import AsyncClient, AsyncClientConfig, RoomCreateResponse, RoomSendResponse, RoomVisibility, UploadResponse
+from nio.crypto.attachments import decrypt_attachment
 
 from nanobot.bus import OutboundMessage, OutgoingFile
 from nanobot.channel_plugin import ChannelContext, SendFailed
@@ -50,11 +52,30 @@ class Person:
     """Someone on the homeserver, with their own client: creates rooms, writes, reads replies."""
 
     def __init__(self, hs: Homeserver, user_id: str, token: str) -> None:
-        self.user_id = user_id
-        self.client = AsyncClient(hs.url, user_id)
+        self.user_id, self.hs, self.token = user_id, hs, token
+        self.client = AsyncClient(hs.url, user_id, config=AsyncClientConfig(encryption_enabled=False))
         self.client.restore_login(user_id, "PERSON", token)
         self.seen: list[dict[str, Any]] = []  # every event of others, in order, as synced
         self._since: str | None = None
+
+    async def encrypting(self, keys: Path) -> None:
+        """From now on this person's client encrypts and decrypts, as Element does: the token's
+        device, its keys kept in ``keys`` and uploaded."""
+        await self.client.close()
+        keys.mkdir()
+        self.client = AsyncClient(self.hs.url, self.user_id, store_path=str(keys),
+                                  config=AsyncClientConfig(encryption_enabled=True, store_sync_tokens=False))
+        self.client.access_token = self.token
+        await self.client.whoami()  # which device the token is
+        self.client.restore_login(self.user_id, self.client.device_id, self.token)
+        await self.client.keys_upload()
+
+    async def raw(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """A request of the client-server API as it is on the wire (no decryption)."""
+        async with aiohttp.ClientSession() as http, http.request(
+                method, f"{self.hs.url}/_matrix/client/v3/{path}", json=body,
+                headers={"Authorization": f"Bearer {self.token}"}) as answer:
+            return await answer.json()
 
     async def room(self, *invite: str, direct: bool = True, encrypted: bool = False) -> str:
         state = [{"type": "m.room.encryption", "state_key": "", "content": {"algorithm": "m.megolm.v1.aes-sha2"}}] \
@@ -64,22 +85,47 @@ class Person:
         assert isinstance(made, RoomCreateResponse), made
         return made.room_id
 
-    async def say(self, room: str, text: str, *, mention: str | None = None) -> str:
-        content: dict[str, Any] = {"msgtype": "m.text", "body": f"{mention}: {text}" if mention else text}
+    async def say(self, room: str, text: str, *, mention: str | None = None,
+                  content: dict[str, Any] | None = None) -> str:
+        """``text`` (or the whole ``content``) in ``room``, encrypted where the room is."""
+        content = content or {"msgtype": "m.text", "body": f"{mention}: {text}" if mention else text}
         if mention:
             content["m.mentions"] = {"user_ids": [mention]}
-        sent = await self.client.room_send(room, "m.room.message", content)
+        if self.client.olm and room not in self.client.rooms:
+            await self._sync(0)  # an encrypting client writes only to rooms it knows (their members' devices)
+        sent = await self.client.room_send(room, "m.room.message", content, ignore_unverified_devices=True)
+        assert isinstance(sent, RoomSendResponse), sent
         return sent.event_id
 
     async def read_until(self, done: Callable[[list[dict[str, Any]]], bool], timeout: float = 60) -> None:
         """Sync until ``done(self.seen)`` (what others sent, edits included)."""
         async with asyncio.timeout(timeout):
             while not done(self.seen):
-                answer = await self.client.sync(timeout=5000, since=self._since)
-                self._since = answer.next_batch
-                for room, joined in answer.rooms.join.items():
-                    self.seen += [{**e.source, "room_id": room} for e in joined.timeline.events
-                                  if e.source.get("type") == "m.room.message" and e.source.get("sender") != self.user_id]
+                await self._sync(5000)
+
+    async def _sync(self, timeout_ms: int) -> None:
+        answer = await self.client.sync(timeout=timeout_ms, since=self._since, full_state=self._since is None)
+        self._since = answer.next_batch
+        for room, joined in answer.rooms.join.items():  # an encrypted room's messages as decrypted
+            self.seen += [{**e.source, "room_id": room} for e in joined.timeline.events
+                          if e.source.get("type") == "m.room.message" and e.source.get("sender") != self.user_id]
+        if self.client.olm:
+            await self.client.send_to_device_messages()
+            if self.client.should_query_keys:
+                await self._query_keys()
+
+    async def _query_keys(self) -> None:
+        await self.client.keys_query()  # nio gives the rooms of someone whose devices changed a new room key
+
+    async def knows(self, user: str, device: str) -> None:
+        """Sync until this (encrypting) client knows ``device`` of ``user``: a live client learns of
+        a new device soon after its keys are up."""
+        async with asyncio.timeout(60):
+            while device not in [d.id for d in self.client.olm.device_store.active_user_devices(user)]:
+                await self._sync(0)
+                self.client.olm.users_for_key_query.add(user)
+                await self._query_keys()
+                await asyncio.sleep(0.1)
 
     def shown(self) -> list[str]:
         """The messages of others as a client shows them: edits applied."""
@@ -439,36 +485,46 @@ def test_a_line_break_is_one() -> None:
     assert to_html("Commands:\n/new — start afresh") == "<p>Commands:<br />\n/new — start afresh</p>"
 
 
-async def test_files_both_ways(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
-                               people: dict[str, Any]) -> None:
+@pytest.mark.parametrize("encrypted", [False, True])
+async def test_files_both_ways(llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any],
+                               tmp_path: Path, encrypted: bool) -> None:
+    """In an encrypted room a file is an encrypted attachment both ways: the media repository
+    holds ciphertext, its key travels in the encrypted event."""
     owner, bot = people["owner"], people["bot"][0]
+    if encrypted:
+        await owner.encrypting(tmp_path / "owner-keys")
     (workspace / "report.csv").write_text("month,sales\njan,3\n")
     llm.script(lambda body: reply("read: " + ("yes" if "CANARY-matrix-file" in str(body["messages"]) else "no")),
                tool_call("send_file", {"path": "report.csv", "caption": "the report"}), reply("sent"))
     async with running_gateway(matrix_config(llm, workspace, synapse, people)):
-        room = await owner.room(bot)
+        room = await owner.room(bot, encrypted=encrypted)
         await bot_in(owner, room, bot)
         data = b"CANARY-matrix-file"
-        uploaded, _ = await owner.client.upload(io.BytesIO(data), content_type="text/plain", filename="notes.txt",
-                                                filesize=len(data))
+        uploaded, keys = await owner.client.upload(io.BytesIO(data), content_type="text/plain", filename="notes.txt",
+                                                   filesize=len(data), encrypt=encrypted)
         assert isinstance(uploaded, UploadResponse)
-        await owner.client.room_send(room, "m.room.message", {
-            "msgtype": "m.file", "body": "notes.txt", "url": uploaded.content_uri,
-            "info": {"mimetype": "text/plain", "size": len(data)}})
+        where = {"file": {**keys, "url": uploaded.content_uri}} if encrypted else {"url": uploaded.content_uri}
+        await owner.say(room, "", content={"msgtype": "m.file", "body": "notes.txt",
+                                           "info": {"mimetype": "text/plain", "size": len(data)}, **where})
         await owner.read_until(lambda seen: owner.shown() == ["read: yes"])
         assert list((workspace / "inbox").glob("matrix_*_notes.txt"))
         await owner.say(room, "send the report")
         await owner.read_until(lambda seen: any(e["content"].get("msgtype") == "m.file" for e in seen))
         file = next(e["content"] for e in owner.seen if e["content"].get("msgtype") == "m.file")
-        assert file["body"] == "report.csv"
-        got = await owner.client.download(mxc=file["url"])
-        assert got.body == b"month,sales\njan,3\n"
+        assert file["body"] == "report.csv" and ("file" in file) == encrypted and ("url" in file) != encrypted
+        got = (await owner.client.download(mxc=(file.get("file") or file)["url"])).body
+        if encrypted:
+            assert b"month" not in got  # ciphertext
+            got = decrypt_attachment(got, file["file"]["key"]["k"], file["file"]["hashes"]["sha256"], file["file"]["iv"])
+        assert got == b"month,sales\njan,3\n"
 
 
-async def test_an_encrypted_room_gets_one_plain_reply(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
-                                                      people: dict[str, Any]) -> None:
+async def test_with_encryption_off_an_encrypted_room_gets_one_plain_reply(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
     owner, bot = people["owner"], people["bot"][0]
-    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+    cfg = matrix_config(llm, workspace, synapse, people)
+    cfg.channels.matrix.encryption = False
+    async with running_gateway(cfg):
         room = await owner.room(bot, encrypted=True)
         await bot_in(owner, room, bot)
         for _ in range(2):  # what a client with encryption sends: ciphertext the bot cannot read
@@ -479,6 +535,103 @@ async def test_an_encrypted_room_gets_one_plain_reply(llm: FakeOpenAI, workspace
         await owner.say(room, "a last one")  # once the bot read this, it had read both before it
         await owner.client.room_typing(room, False)
     assert len(owner.shown()) == 1 and "end-to-end encrypted" in owner.shown()[0] and not llm.chat_requests
+
+
+async def test_an_encrypted_chat_is_read_and_answered_encrypted_by_one_device_across_restarts(
+        llm: FakeOpenAI, home: Path, workspace: Path, synapse: Homeserver, people: dict[str, Any], tmp_path: Path) -> None:
+    """Element encrypts a new chat by default: the bot reads it, and answers encrypted (the
+    homeserver holds ciphertext only), as one device whose keys outlive a restart; a message
+    whose key never reached it is said to be unreadable, once."""
+    owner, (bot, bot_token) = people["owner"], people["bot"]
+    await owner.encrypting(tmp_path / "owner-keys")
+    llm.script(reply("the **secret** plan"), reply("still here"))
+    cfg = matrix_config(llm, workspace, synapse, people)
+    async with running_gateway(cfg):
+        room = await owner.room(bot, encrypted=True)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "hi in secret")
+        await owner.read_until(lambda seen: owner.shown() == ["the **secret** plan"])
+        final = owner.seen[-1]["content"].get("m.new_content") or owner.seen[-1]["content"]
+        assert final["formatted_body"] == "<p>the <strong>secret</strong> plan</p>"
+    assert oct((home / "keys" / "matrix").stat().st_mode & 0o777) == "0o700"  # the gateway's home, this user's only
+    async with running_gateway(cfg):  # the same device, its keys kept: the room is still read
+        await owner.raw("PUT", f"rooms/{room}/send/m.room.encrypted/bogus1", {  # for a session the bot never got
+            "algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnACg", "sender_key": "k", "device_id": "X",
+            "session_id": "s"})
+        await owner.read_until(lambda seen: len(owner.shown()) == 2)
+        assert "could not decrypt your last message" in owner.shown()[1]
+        await owner.say(room, "and now?")
+        await owner.read_until(lambda seen: owner.shown()[2:] == ["still here"])
+    assert asked(llm) == ["hi in secret", "and now?"]
+    on_the_wire = (await owner.raw("GET", f"rooms/{room}/messages?dir=b&limit=100"))["chunk"]
+    said = [e for e in on_the_wire if e["type"] in ("m.room.message", "m.room.encrypted")]
+    assert len(said) >= 4 and {e["type"] for e in said} == {"m.room.encrypted"}
+    assert not {"secret", "still here", "decrypt"} & set(str(on_the_wire).split())
+    bot_as_owner = Person(synapse, bot, bot_token)
+    devices = (await bot_as_owner.raw("GET", "devices"))["devices"]
+    await bot_as_owner.client.close()
+    assert len(devices) == 1  # one device, not one a start
+
+
+async def test_a_new_device_of_the_owner_reads_the_bots_next_reply(llm: FakeOpenAI, workspace: Path,
+                                                                    synapse: Homeserver, people: dict[str, Any],
+                                                                    tmp_path: Path) -> None:
+    """A phone signed in after the room's key went out never got it: the bot's next reply goes
+    with a new key that every device there is now has."""
+    owner, bot = people["owner"], people["bot"][0]
+    await owner.encrypting(tmp_path / "laptop")
+    llm.script(reply("one"), reply("two"))
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)):
+        room = await owner.room(bot, encrypted=True)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "hi")
+        await owner.read_until(lambda seen: owner.shown() == ["one"])
+        logged_in = await owner.raw("POST", "login", {"type": "m.login.password", "password": synapse.passwords[
+            owner.user_id], "identifier": {"type": "m.id.user", "user": owner.user_id}})
+        phone = Person(synapse, owner.user_id, logged_in["access_token"])
+        await phone.encrypting(tmp_path / "phone")
+        await owner.say(room, "and on my phone?")
+        await phone.read_until(lambda seen: "two" in phone.shown())
+        await phone.client.close()
+
+
+async def test_a_password_login_is_one_device_across_restarts(llm: FakeOpenAI, home: Path, workspace: Path,
+                                                               synapse: Homeserver, people: dict[str, Any],
+                                                               tmp_path: Path) -> None:
+    """Its keys are that device's: a new device at each start would be a stranger to every room."""
+    owner, (bot, bot_token) = people["owner"], people["bot"]
+    await owner.encrypting(tmp_path / "owner-keys")
+    llm.script(reply("first"), reply("second"), reply("third"))
+    cfg = matrix_config(llm, workspace, synapse, people)
+    cfg.channels.matrix.access_token, cfg.channels.matrix.password = "", synapse.passwords[bot]
+    room = await owner.room(bot, encrypted=True)
+    for said in ("first", "second", "third"):
+        if said == "third":  # its keys lost: that device cannot be the bot's any more, a new one is
+            shutil.rmtree(home / "keys" / "matrix")
+        async with running_gateway(cfg) as gateway:
+            await bot_in(owner, room, bot)
+            await owner.knows(bot, gateway.channels.channels["matrix"].client.device_id)
+            await owner.say(room, said)
+            await owner.read_until(lambda seen: owner.shown()[-1:] == [said])
+    bot_as_owner = Person(synapse, bot, bot_token)
+    devices = (await bot_as_owner.raw("GET", "devices"))["devices"]
+    await bot_as_owner.client.close()
+    assert sorted(d.get("display_name") or "" for d in devices) == ["", "nanobot", "nanobot"]  # registration's, the bot's
+
+
+async def test_a_token_whose_device_another_client_holds_is_refused_saying_why(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any], tmp_path: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The token of an Element session: its device's keys are Element's, and the bot's own would
+    be refused at every sync while no message to it could be read."""
+    bot, bot_token = people["bot"]
+    element = Person(synapse, bot, bot_token)
+    await element.encrypting(tmp_path / "element-keys")
+    await element.client.close()
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
+        state = gateway.channels.state["matrix"]
+    assert "already has encryption keys" in state and "channels.matrix.encryption to false" in state
+    assert "key exchange failed" not in caplog.text
 
 
 async def test_a_refused_token_shows_in_status(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,

@@ -96,6 +96,8 @@ async def test_three_workers_answer_every_message_once_in_order(llm, tg, pg_url:
             await db.close()
         assert {r.id for r in rows if r.alive} == {"w1", "w2", "w3"}
         assert sum(r.chats for r in rows) == 3 and sum("telegram polling" in r.holds for r in rows) == 1
+        # Any worker may send a chat's reply: no one of them may hold a device's keys (Matrix's encryption)
+        assert [gw.channels.ctx.keys_dir for gw in gateways.values()] == [None] * 3
 
 
 async def test_the_next_worker_polls_within_seconds_when_the_poller_stops(llm, tg, pg_url: str, workspace: Path,

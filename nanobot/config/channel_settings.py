@@ -250,6 +250,7 @@ class MatrixConfig(ChannelSection):
     password: str = ""
     device_id: str = ""  # kept across restarts with a password login (one device, not one per start)
     streaming: bool = True
+    encryption: bool = True  # read and answer end-to-end encrypted rooms (one gateway: its keys live in its home)
 
     @field_validator("allow_from", "owners")
     @classmethod

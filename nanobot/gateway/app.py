@@ -119,13 +119,13 @@ class Gateway:
         # Telegram polling, Discord, the cron clock, periodic services: once across workers.
         self.singletons: Singletons = self.cluster.singletons if self.cluster else Alone()
         self.intake = DurableIntake(self.delivery, self.bus, self.cluster.router if self.cluster else None)
-        self._ctx = ChannelContext(intake=self.intake,
-                                   access=AccessGate(rt.pairing, notify_owner=rt.announce),
+        self._ctx = ChannelContext(intake=self.intake, access=AccessGate(rt.pairing, notify_owner=rt.announce),
                                    workspace=self.config.workspace_path,
                                    max_media_bytes=self.config.channels.max_media_mb * 1024 * 1024,
-                                   max_workspace_mb=self.config.tools.max_workspace_mb,
-                                   chat_root=self._chat_root, singletons=self.singletons,
-                                   report=self._report, store=self.delivery, http_timeout_s=pace.http_timeout_s)
+                                   max_workspace_mb=self.config.tools.max_workspace_mb, chat_root=self._chat_root,
+                                   singletons=self.singletons, report=self._report, store=self.delivery,
+                                   http_timeout_s=pace.http_timeout_s,
+                                   keys_dir=None if among_workers else self.home / "keys")
         self.channels = ChannelSupervisor(self.config, self._ctx, on_state=self._write_state,
                                           retry_first_s=pace.channel_retry_s, start_deadline_s=pace.channel_start_s,
                                           adapter_options=pace.adapters)

@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -46,6 +46,7 @@ class Homeserver:
     url: str
     server_name: str
     shared_secret: str
+    passwords: dict[str, str] = field(default_factory=dict)  # user id -> the password it was registered with
 
     async def register(self, name: str = "") -> tuple[str, str]:
         """A new user (a unique name): (user id, access token)."""
@@ -63,6 +64,7 @@ class Homeserver:
                 answer = await response.json()
                 if response.status != 200:
                     raise RuntimeError(f"registering {username}: {answer}")
+        self.passwords[answer["user_id"]] = password
         return answer["user_id"], answer["access_token"]
 
 
