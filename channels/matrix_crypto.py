@@ -65,8 +65,13 @@ async def taken_by_another(client: AsyncClient, homeserver: str) -> bool:
             headers={"Authorization": f"Bearer {client.access_token}"}) as answer:
         answer.raise_for_status()
         found = (await answer.json()).get("device_keys")
-    return bool(isinstance(found, dict) and isinstance(found.get(client.user_id), dict)
-                and found[client.user_id].get(client.device_id))
+    device = client.device_id
+    mine = found.get(client.user_id) if isinstance(found, dict) else None
+    held = mine.get(device) if isinstance(mine, dict) else None
+    if not isinstance(held, dict):
+        return False  # a device with no keys yet: ours go up
+    # Ours already, if a crash came between their upload and nio noting it
+    return (held.get("keys") or {}).get(f"ed25519:{device}") != client.olm.account.identity_keys["ed25519"]
 
 
 async def exchange(client: AsyncClient, said: set[str]) -> None:

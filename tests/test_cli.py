@@ -392,13 +392,15 @@ async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path)
             ("unencrypted", llm.base_url),
             ("local servers): ", "k"), ("Model [", ""), ("Mode:", ""), ("Chat channel", "matrix"),
             ("homeserver URL", "http://matrix.example.org"), ("unencrypted", "https://matrix.example.org"),
-            ("bot's Matrix user id", "@bot:example.org"), ("access token: ", "syt_CANARY"),
+            # getpass flushes what was typed before its ": "
+            ("bot's Matrix user id", "@bot:example.org"), ("encrypted chats need): ", "CANARY-pw"),
             ("Your own Matrix user id", "@me:example.org")])
     assert out.count("is plain http") == 2 and "The server answered: 2 models" in out
     assert "'localhost:11434/v1' is not a URL: it starts with https:// or http://" in out  # it failed only at the first message
     saved = json.loads((home / "config.json").read_text())
     assert saved["providers"]["openai"]["apiBase"] == llm.base_url
     assert saved["channels"]["matrix"]["homeserver"] == "https://matrix.example.org"
+    assert saved["channels"]["matrix"]["password"] == "CANARY-pw" and "CANARY-pw" not in out  # typed unseen
     code, _, err = await nanobot("status", home=home)
     assert code == 0, err
     code, _, err = await nanobot("db", "migrate", "--to", "postgresql://nb:CANARY@db.example.com/nb", home=home)

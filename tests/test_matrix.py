@@ -111,11 +111,8 @@ class Person:
                           if e.source.get("type") == "m.room.message" and e.source.get("sender") != self.user_id]
         if self.client.olm:
             await self.client.send_to_device_messages()
-            if self.client.should_query_keys:
-                await self._query_keys()
-
-    async def _query_keys(self) -> None:
-        await self.client.keys_query()  # nio gives the rooms of someone whose devices changed a new room key
+            if self.client.should_query_keys:  # nio gives the rooms of one whose devices changed a new room key
+                await self.client.keys_query()
 
     async def knows(self, user: str, device: str) -> None:
         """Sync until this (encrypting) client knows ``device`` of ``user``: a live client learns of
@@ -124,7 +121,7 @@ class Person:
             while device not in [d.id for d in self.client.olm.device_store.active_user_devices(user)]:
                 await self._sync(0)
                 self.client.olm.users_for_key_query.add(user)
-                await self._query_keys()
+                await self.client.keys_query()
                 await asyncio.sleep(0.1)
 
     def shown(self) -> list[str]:

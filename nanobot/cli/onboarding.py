@@ -30,7 +30,7 @@ QUESTIONS = {
     "app_token": "Slack app-level token, for Socket Mode (xapp-...)",
     "homeserver": "Matrix homeserver URL (https://matrix.example.org)",
     "user_id": "The bot's Matrix user id (@bot:example.org)",
-    "access_token": "Its access token",
+    "password": "The bot account's password (it signs in as a device of its own, which encrypted chats need)",
     "account": "The bot's Signal number, registered or linked with signal-cli (+15550001111)",
 }
 OWNER_IDS = {"telegram": "a number", "discord": "a number", "slack": "U...: a profile's menu, Copy member ID",

@@ -260,8 +260,8 @@ class MatrixConfig(ChannelSection):
     def missing(self) -> list[tuple[str, str]]:
         found = [(key, "is empty") for key, value in (("homeserver", self.homeserver), ("user_id", self.user_id))
                  if not value.strip()]
-        if not self.access_token.strip() and not self.password:
-            found.append(("access_token", "is empty and there is no password to log in with"))
+        if not self.access_token.strip() and not self.password:  # the password first: a device of its own
+            found.append(("password", "is empty and there is no accessToken to sign in with"))
         return found
 
 
