@@ -106,6 +106,8 @@ class MatrixChannel(BaseChannel):
         self.read_while_held(SYNC, self._sync)
 
     async def _sign_in(self) -> None:
+        if self.keys:
+            make_private(self.keys)  # before nio opens the device's keys there
         try:
             await self._log_in()
             if self.keys:
@@ -115,8 +117,6 @@ class MatrixChannel(BaseChannel):
 
     async def _log_in(self) -> None:
         c, client = self.config, self.client
-        if self.keys:
-            make_private(self.keys)  # before nio opens the device's keys there
         if c.access_token:  # whose is it, and which device?
             client.access_token = c.access_token
             answer: Any = await client.whoami()

@@ -3,8 +3,7 @@
 - The bot is one device of its account, the same at every start: an access token is the device
   it was made for (``whoami`` names it); a password login asks for the device id kept from the
   first one. The device's keys and the room keys others share with it live in
-  ``<home>/keys/matrix`` (readable by this user only): lost, the rooms' earlier messages cannot
-  be read again, new ones can.
+  ``<home>/keys/matrix`` (readable by this user only, and in backups).
 - Among workers there is no such place (each has a home of its own and any may send a chat's
   reply): encrypted rooms are then told they cannot be read, as with ``encryption: false``.
 - Keys go both ways between syncs (``exchange``): this device's keys uploaded, the keys of
@@ -14,7 +13,9 @@
   next reply; a removed device does not): who wrote a message is still only its sender's user
   id, which the homeserver vouches for; no device is taken for an identity.
 - A device whose keys the homeserver holds but this home does not (another client's, or a lost
-  keys folder) cannot be the bot's: ``taken_by_another`` says so before any key is uploaded.
+  keys folder) cannot be the bot's: ``taken_by_another`` says so before any key is uploaded; a
+  password login then starts over as a new device (what came before cannot be read again), a
+  token's is refused.
 - A file in an encrypted room is an encrypted attachment: its key and hash travel in the
   (encrypted) event and are checked on download; files sent there are encrypted the same way.
 """
@@ -50,8 +51,12 @@ def keys_dir(keys_root: Path | None, wanted: bool) -> Path | None:
 
 def make_private(path: Path) -> None:
     """``path`` made if missing, and readable by this user only (the keys are secrets)."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.chmod(0o700)
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path.chmod(0o700)
+    except OSError as exc:
+        raise RuntimeError(f"matrix: the device's keys cannot be kept in {path} ({exc.strerror}); make it this "
+                           "user's, or set channels.matrix.encryption to false") from None
 
 
 async def taken_by_another(client: AsyncClient, homeserver: str) -> bool:

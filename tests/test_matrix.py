@@ -631,6 +631,14 @@ async def test_a_token_whose_device_another_client_holds_is_refused_saying_why(
     assert "key exchange failed" not in caplog.text
 
 
+async def test_keys_that_cannot_be_kept_are_said_in_status(llm: FakeOpenAI, home: Path, workspace: Path,
+                                                              synapse: Homeserver, people: dict[str, Any]) -> None:
+    (home / "keys").write_text("not a folder")
+    async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
+        state = gateway.channels.state["matrix"]
+    assert "keys cannot be kept in" in state and "unreachable" not in state
+
+
 async def test_a_refused_token_shows_in_status(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
                                                people: dict[str, Any]) -> None:
     cfg = matrix_config(llm, workspace, synapse, people)
