@@ -156,9 +156,9 @@ def asked(llm: FakeOpenAI) -> list[str]:
     return [[m["content"] for m in r["messages"] if m["role"] == "user"][-1] for r in llm.chat_requests]
 
 
-async def group_of(maker: Person, other: Person, bot: str) -> str:
+async def group_of(maker: Person, other: Person, bot: str, *, encrypted: bool = False) -> str:
     """A room ``maker`` made with ``other`` and the bot in it: a group chat."""
-    room = await maker.room(bot, other.user_id, direct=False)
+    room = await maker.room(bot, other.user_id, direct=False, encrypted=encrypted)
     await other.client.join(room)
     await bot_in(maker, room, bot)
     return room
@@ -258,12 +258,17 @@ async def test_a_strangers_invitation_is_declined(llm: FakeOpenAI, workspace: Pa
     assert not llm.chat_requests
 
 
+@pytest.mark.parametrize("encrypted", [False, True])
 async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(
-        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any], tmp_path: Path,
+        encrypted: bool) -> None:
     owner, friend, bot = people["owner"], people["friend"], people["bot"][0]
+    if encrypted:  # each person's room key reaches the bot, and the bot's reaches each of them
+        await owner.encrypting(tmp_path / "owner")
+        await friend.encrypting(tmp_path / "friend")
     llm.fallback = lambda body: reply("in the group")
     async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
-        room = await group_of(owner, friend, bot)
+        room = await group_of(owner, friend, bot, encrypted=encrypted)
         await friend.say(room, "just chatting")
         question = await friend.say(room, "what is up?", mention=bot)
         await owner.read_until(lambda seen: any(e["sender"] == bot for e in seen))
@@ -272,6 +277,8 @@ async def test_in_a_group_only_a_mention_is_answered_as_a_member_chat(
         assert asked(llm) == [f"[said here since the last message to me:\n{friend.user_id}: just chatting]\n"
                               "what is up?"]  # what the room said before comes with the mention
         assert gateway.runtime.trust(f"matrix:{room}") == "member"  # three people: no owner chat
+        for person in (owner, friend):
+            await person.read_until(lambda seen: person.shown()[-1:] == ["in the group"])
 
 
 async def test_a_poll_is_words_in_the_talk_and_in_a_reply(
