@@ -363,8 +363,10 @@ class MatrixChannel(BaseChannel):
         room synced, it cannot be known: SendFailed, retried (never a guess that sends it plain)."""
         if self.keys is None:
             return False
-        if self.client.olm is None or room_id not in self.client.rooms:
+        if self.client.olm is None or not self.client.next_batch:
             raise SendFailed(f"matrix: {room_id} is not known here yet (the first sync is under way)", retry=True)
+        if room_id not in self.client.rooms:  # after a sync: a room the bot was never in
+            raise SendFailed(f"matrix: the bot is not in {room_id}", retry=False)
         return self.client.rooms[room_id].encrypted
 
     async def _room_send(self, room_id: str, content: dict[str, Any], txn: str | None = None) -> str:

@@ -558,7 +558,7 @@ async def test_an_encrypted_chat_is_read_and_answered_encrypted_by_one_device_ac
         final = owner.seen[-1]["content"].get("m.new_content") or owner.seen[-1]["content"]
         assert final["formatted_body"] == "<p>the <strong>secret</strong> plan</p>"
     assert oct((home / "keys" / "matrix").stat().st_mode & 0o777) == "0o700"  # the gateway's home, this user's only
-    async with running_gateway(cfg):  # the same device, its keys kept: the room is still read
+    async with running_gateway(cfg) as gateway:  # the same device, its keys kept: the room is still read
         await owner.raw("PUT", f"rooms/{room}/send/m.room.encrypted/bogus1", {  # for a session the bot never got
             "algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnACg", "sender_key": "k", "device_id": "X",
             "session_id": "s"})
@@ -566,6 +566,9 @@ async def test_an_encrypted_chat_is_read_and_answered_encrypted_by_one_device_ac
         assert "could not decrypt your last message" in owner.shown()[1]
         await owner.say(room, "and now?")
         await owner.read_until(lambda seen: owner.shown()[2:] == ["still here"])
+        with pytest.raises(SendFailed) as refused:  # a room it never was in: refused, not retried for ever
+            await gateway.channels.channels["matrix"].send(OutboundMessage("matrix", "!nothere:test.local", "hi"))
+        assert not refused.value.retry and "not in" in str(refused.value)
     assert asked(llm) == ["hi in secret", "and now?"]
     on_the_wire = (await owner.raw("GET", f"rooms/{room}/messages?dir=b&limit=100"))["chunk"]
     said = [e for e in on_the_wire if e["type"] in ("m.room.message", "m.room.encrypted")]
