@@ -16,7 +16,7 @@
   (``mxc://``); the access token goes to ``homeserver`` only.
 - End-to-end encrypted rooms are read and answered encrypted (``matrix_crypto``); with
   ``encryption`` off, or among workers, a message there gets one plain reply saying it cannot be
-  read, never silence.
+  read, never silence, and nothing else goes there in clear.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from nanobot.listener import read_whole
 from nanobot_channels.matrix_crypto import UNREADABLE_REPLY, exchange, keys_dir, make_private, opened, sealed_content, \
     taken_by_another
 from nanobot_channels.matrix_events import POLL_STARTS, edit_message, mapping, relation, text_message, \
-    without_reply_fallback, words
+    transaction_id, without_reply_fallback, words
 from nanobot_channels.text import split_message, tables_as_lists
 
 log = logging.getLogger(__name__)
@@ -135,27 +135,29 @@ class MatrixChannel(BaseChannel):
 
     async def _open_keys(self) -> None:
         """The device's keys, kept here since its first start (made then). A device whose keys
-        another client uploaded is not the bot's: an access token's is refused, saying why; a
-        password login leaves it for a device of its own."""
+        another client uploaded is not the bot's: a password login leaves it for a device of its
+        own; a token's (or a configured ``deviceId``'s) goes on without encryption, saying why."""
         c, client = self.config, self.client
-        if c.access_token:
-            if not client.device_id:
-                raise RuntimeError("matrix: the access token names no device, and end-to-end encryption needs one: "
-                                   "log in with a password, or set channels.matrix.encryption to false")
+        if c.access_token and client.device_id:
             client.restore_login(c.user_id, client.device_id, c.access_token)
-        if await taken_by_another(client, self.homeserver):
+        if c.access_token and not client.device_id or await taken_by_another(client, self.homeserver):
             if c.access_token or c.device_id:
-                raise RuntimeError(
-                    f"matrix: the device {client.device_id} already has encryption keys that are not in {self.keys} "
-                    "(another client's, such as the Element session a token was copied from, or a keys folder that "
-                    "was lost). Give the bot a device of its own (its password, and no deviceId), or set "
-                    "channels.matrix.encryption to false")
+                return self._without_encryption()
             log.warning("matrix: the device %s has keys that are not in %s any more: logging in as a new device",
                         client.device_id, self.keys)
             client.device_id, client.olm, client.store = "", None, None
             await client.login(c.password, device_name="nanobot")
         if not c.access_token:
             await self.ctx.store.keep_position(self.device_key, client.device_id)
+
+    def _without_encryption(self) -> None:
+        """As before encryption came (a token copied from Element, as the docs then said, kept working)."""
+        log.warning("matrix: the device %s is not the bot's alone (its encryption keys on the homeserver are not "
+                    "in %s: another client's, such as the Element session a token was copied from), or the token "
+                    "names no device: going on without end-to-end encryption, and encrypted rooms are told they "
+                    "cannot be read. For encryption, give the bot its password (and no deviceId) instead",
+                    self.client.device_id or "(none)", self.keys)
+        self.keys, self.client.olm, self.client.store = None, None, None
 
     async def stop(self) -> None:
         await self.stop_receiving()
@@ -267,7 +269,7 @@ class MatrixChannel(BaseChannel):
         if room_id not in self._told_encrypted and await self._may_download(who):
             self._told_encrypted.add(room_id)
             why = UNREADABLE_REPLY if self.client.olm else ENCRYPTED_REPLY  # its key did not come, or no encryption
-            await self.send(OutboundMessage(self.name, room_id, why))
+            await self._room_send(room_id, text_message(why), in_clear_too=True)
 
     async def _download(self, content: dict[str, Any], sender: Sender) -> list[str]:
         """The file a message carries, from the homeserver's media repository (the token goes there only)."""
@@ -296,7 +298,7 @@ class MatrixChannel(BaseChannel):
     # -- outgoing ------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
         preview = self._previews.pop(msg.stream_id, None) if msg.stream_id is not None else None
-        first, *rest = [partial(self._send_chunk, msg.chat_id, chunk, _txn(msg, i))
+        first, *rest = [partial(self._send_chunk, msg.chat_id, chunk, transaction_id(msg, i))
                         for i, chunk in enumerate(split_message(tables_as_lists(msg.content), self.max_message_len))]
         await send_parts(msg, [partial(first, answers=msg.answers, preview=preview), *rest])
 
@@ -344,9 +346,9 @@ class MatrixChannel(BaseChannel):
                                  uploaded.content_uri, keys)
         if file.voice:
             content[VOICE] = {}
-        await self._room_send(msg.chat_id, content, _txn(msg, 0))
+        await self._room_send(msg.chat_id, content, transaction_id(msg, 0))
         if msg.content:
-            await self._room_send(msg.chat_id, text_message(msg.content), _txn(msg, 1))
+            await self._room_send(msg.chat_id, text_message(msg.content), transaction_id(msg, 1))
 
     async def send_typing(self, chat_id: str) -> None:
         try:
@@ -358,10 +360,16 @@ class MatrixChannel(BaseChannel):
         async with self._keys_lock:
             await exchange(self.client, self._key_failures)
 
-    def _encrypts(self, room_id: str) -> bool:
+    def _encrypts(self, room_id: str, in_clear_too: bool = False) -> bool:
         """Whether what goes to ``room_id`` is encrypted. Before the device's keys are open and the
-        room synced, it cannot be known: SendFailed, retried (never a guess that sends it plain)."""
+        room synced, it cannot be known: SendFailed, retried (never a guess that sends it plain).
+        Without encryption here, nothing goes in clear to a room that is encrypted (a job's output,
+        a notice), but for the one reply saying the bot cannot read it (``in_clear_too``)."""
         if self.keys is None:
+            room = self.client.rooms.get(room_id)
+            if room is not None and room.encrypted and not in_clear_too:
+                raise SendFailed(f"matrix: {room_id} is end-to-end encrypted, and encryption is off here: "
+                                 "nothing is sent there in clear", retry=False)
             return False
         if self.client.olm is None or not self.client.next_batch:
             raise SendFailed(f"matrix: {room_id} is not known here yet (the first sync is under way)", retry=True)
@@ -369,11 +377,12 @@ class MatrixChannel(BaseChannel):
             raise SendFailed(f"matrix: the bot is not in {room_id}", retry=False)
         return self.client.rooms[room_id].encrypted
 
-    async def _room_send(self, room_id: str, content: dict[str, Any], txn: str | None = None) -> str:
+    async def _room_send(self, room_id: str, content: dict[str, Any], txn: str | None = None, *,
+                         in_clear_too: bool = False) -> str:
         """The event id, encrypted in an encrypted room (nio shares the room key with its members'
         devices first); SendFailed when the homeserver did not take it (retry unless refused)."""
         try:
-            if self._encrypts(room_id) and self.client.should_query_keys:
+            if self._encrypts(room_id, in_clear_too) and self.client.should_query_keys:
                 await self._exchange_keys()  # someone's devices changed: the new ones get this reply's key too
             answer = await self.client.room_send(room_id, "m.room.message", content, tx_id=txn,
                                                  ignore_unverified_devices=True)
@@ -385,13 +394,3 @@ class MatrixChannel(BaseChannel):
         status = getattr(answer, "status_code", None) or ""
         raise SendFailed(f"matrix: sending to {room_id} failed: {status} {getattr(answer, 'message', answer)}",
                          retry=status not in ("M_FORBIDDEN", "M_UNKNOWN_TOKEN", "M_NOT_FOUND", "M_TOO_LARGE"))
-
-
-def _txn(msg: OutboundMessage, part: int) -> str | None:
-    """The same transaction id for every attempt at one part of one recorded reply: the
-    homeserver keeps the first and answers a repeat with its event, so a retry after an answer
-    that was lost, or after a crash between sending and marking it sent, shows once. The time
-    it was recorded keeps ids apart should the outbox's numbering start again (a new database)."""
-    if msg.outbox_id is None or msg.outbox_created is None:
-        return None  # not recorded (a notice): nio makes one up
-    return f"nanobot.{msg.outbox_id}.{int(msg.outbox_created * 1000)}.{part}"

@@ -15,7 +15,8 @@
 - A device whose keys the homeserver holds but this home does not (another client's, or a lost
   keys folder) cannot be the bot's: ``taken_by_another`` says so before any key is uploaded; a
   password login then starts over as a new device (what came before cannot be read again), a
-  token's is refused.
+  token goes on without encryption (as a token copied from Element, which the docs once
+  suggested, did before), saying why in the log.
 - A file in an encrypted room is an encrypted attachment: its key and hash travel in the
   (encrypted) event and are checked on download; files sent there are encrypted the same way.
 """

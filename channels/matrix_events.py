@@ -1,6 +1,7 @@
 """Matrix events as the adapter reads and writes them: what a message says (its words, a poll
 as words, a reply without the quote older clients put first) and the content the bot sends (its
-Markdown rendered to Matrix HTML, mentioning nobody; an edit that replaces a streamed message).
+Markdown rendered to Matrix HTML, mentioning nobody; an edit that replaces a streamed message;
+the transaction id that makes a repeat of a recorded reply's part show once).
 Every field is whatever the sender wrote: one of another type is read as empty, never an error."""
 
 from __future__ import annotations
@@ -8,11 +9,22 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from nanobot.bus import OutboundMessage
 from nanobot.message_context import shared_poll
 from nanobot_channels.markdown_html import to_html
 from nanobot_channels.text import tables_as_lists
 
 POLL_STARTS = ("m.poll.start", "org.matrix.msc3381.poll.start")  # the spec's name, and Element's
+
+
+def transaction_id(msg: OutboundMessage, part: int) -> str | None:
+    """The same transaction id for every attempt at one part of one recorded reply: the
+    homeserver keeps the first and answers a repeat with its event, so a retry after an answer
+    that was lost, or after a crash between sending and marking it sent, shows once. The time
+    it was recorded keeps ids apart should the outbox's numbering start again (a new database)."""
+    if msg.outbox_id is None or msg.outbox_created is None:
+        return None  # not recorded (a notice): nio makes one up
+    return f"nanobot.{msg.outbox_id}.{int(msg.outbox_created * 1000)}.{part}"
 
 
 def text_message(markdown: str, answers: str | None = None) -> dict[str, Any]:

@@ -528,7 +528,7 @@ async def test_with_encryption_off_an_encrypted_room_gets_one_plain_reply(
     owner, bot = people["owner"], people["bot"][0]
     cfg = matrix_config(llm, workspace, synapse, people)
     cfg.channels.matrix.encryption = False
-    async with running_gateway(cfg):
+    async with running_gateway(cfg) as gateway:
         room = await owner.room(bot, encrypted=True)
         await bot_in(owner, room, bot)
         for _ in range(2):  # what a client with encryption sends: ciphertext the bot cannot read
@@ -538,6 +538,9 @@ async def test_with_encryption_off_an_encrypted_room_gets_one_plain_reply(
         await owner.read_until(lambda seen: bool(seen))
         await owner.say(room, "a last one")  # once the bot read this, it had read both before it
         await owner.client.room_typing(room, False)
+        with pytest.raises(SendFailed) as refused:  # a job's output, say: never in clear to an encrypted room
+            await gateway.channels.channels["matrix"].send(OutboundMessage("matrix", room, "CANARY-job-output"))
+        assert not refused.value.retry and "nothing is sent there in clear" in str(refused.value)
     assert len(owner.shown()) == 1 and "end-to-end encrypted" in owner.shown()[0] and not llm.chat_requests
 
 
@@ -626,18 +629,24 @@ async def test_a_password_login_is_one_device_across_restarts(llm: FakeOpenAI, h
     assert sorted(d.get("display_name") or "" for d in devices) == ["", "nanobot", "nanobot"]  # registration's, the bot's
 
 
-async def test_a_token_whose_device_another_client_holds_is_refused_saying_why(
+async def test_a_token_whose_device_another_client_holds_goes_on_without_encryption_saying_why(
         llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any], tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
-    """The token of an Element session: its device's keys are Element's, and the bot's own would
-    be refused at every sync while no message to it could be read."""
-    bot, bot_token = people["bot"]
+    """The token of an Element session (as the docs said before encryption came): its device's
+    keys are Element's, and the bot's own would be refused at every sync while no message to it
+    could be read. It goes on as before: plain rooms answered, encrypted ones told it cannot."""
+    owner, (bot, bot_token) = people["owner"], people["bot"]
     element = Person(synapse, bot, bot_token)
     await element.encrypting(tmp_path / "element-keys")
     await element.client.close()
+    llm.script(reply("in the clear"))
     async with running_gateway(matrix_config(llm, workspace, synapse, people)) as gateway:
-        state = gateway.channels.state["matrix"]
-    assert "already has encryption keys" in state and "channels.matrix.encryption to false" in state
+        assert gateway.channels.state["matrix"] == "running"
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "hi")
+        await owner.read_until(lambda seen: owner.shown() == ["in the clear"])
+    assert "going on without end-to-end encryption" in caplog.text and "give the bot its password" in caplog.text
     assert "key exchange failed" not in caplog.text
 
 
