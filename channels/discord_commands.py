@@ -17,7 +17,7 @@ from typing import Any
 
 import discord
 
-from nanobot.chat_commands import COMMANDS, as_chat_message
+from nanobot.chat_commands import COMMANDS, as_chat_message, choices
 
 log = logging.getLogger(__name__)
 
@@ -29,14 +29,13 @@ def command_payloads() -> list[dict[str, Any]]:
     """The chat commands as Discord's application commands (with one optional argument where
     the command takes one; its choices offered where they are few)."""
     return [{"name": name, "type": 1, "description": what[:100], "contexts": [GUILD, BOT_DM],
-             "integration_types": [0], "options": [_option(arguments)] if arguments else []}
+             "integration_types": [0], "options": [_option(name, arguments)] if arguments else []}
             for name, arguments, what in COMMANDS]
 
 
-def _option(arguments: str) -> dict[str, Any]:
-    words = arguments.strip("[]").split("|")
+def _option(name: str, arguments: str) -> dict[str, Any]:
     option: dict[str, Any] = {"type": 3, "name": "argument", "description": arguments, "required": False}
-    if not any(word.isupper() for word in words):  # [tools|code|hybrid|default]; not [NAME|default]
+    if words := choices(f"/{name}"):  # [tools|code|hybrid|default]; not [NAME|default]
         option["choices"] = [{"name": word, "value": word} for word in words]
     return option
 

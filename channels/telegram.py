@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any, Awaitable, Callable, ClassVar
 
-from telegram import Bot, BotCommand, LinkPreviewOptions, Message, Update
+from telegram import Bot, BotCommand, CallbackQuery, LinkPreviewOptions, Message, Update
 from telegram.error import TelegramError
 from telegram.ext import ApplicationBuilder, Defaults
 
@@ -38,7 +38,7 @@ from nanobot_channels.telegram_send import MAX_MESSAGE_LEN, TelegramSender, desc
 from nanobot_channels.telegram_where import answered, chat_of, words_of
 from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
-from nanobot.chat_commands import COMMANDS
+from nanobot.chat_commands import COMMANDS, choices
 from nanobot.config import TelegramConfig
 from nanobot.message_context import noting_lost, with_quote
 from nanobot.sqlite_file import StoreUnavailable
@@ -166,6 +166,8 @@ class TelegramChannel(BaseChannel):
     async def _from_update(self, update: Update) -> InboundMessage | None:
         """The admitted message an update carries, or None (not for us, a stranger, a bot)."""
         message, user = update.message, update.effective_user
+        if update.callback_query is not None:
+            return await self._pressed(update.callback_query, update.update_id)
         if message is None or user is None or user.is_bot:
             return None
         try:
@@ -206,11 +208,29 @@ class TelegramChannel(BaseChannel):
         return await self._admit(InboundMessage(
             self.name, chat_of(message), who.id, content, sender_name=username, sender_handle=username, media=media,
             is_private=is_private, delivery_key=str(update_id), durations=durations, album=album,
-            reply_context=None if is_private else {"message_id": str(message.message_id)},  # answered as a reply
+            reply_context=_reply_context(message, offer=text),
             # someone else's words, whoever passed them on (a forward, an inline bot's result the
             # sender picked, a message they answer): the turn is marked untrusted
             untrusted="a forwarded message" if message.forward_origin else
             "an inline bot's message" if message.via_bot else quoted), mentioned=mentioned)
+
+    async def _pressed(self, query: CallbackQuery, update_id: int) -> InboundMessage | None:
+        """A button a command's answer offered (``/mode code``) pressed: that command, from whoever
+        pressed it (Telegram vouches for them), in the chat of the message it is under. Only what
+        was offered is taken; typed, it would be taken all the same."""
+        try:
+            await query.answer()  # the button stops spinning
+        except TelegramError as exc:
+            log.debug("telegram: answering a button press: %s", described(exc))
+        command, _, word = (query.data or "").partition(" ")
+        message = query.message
+        if not isinstance(message, Message) or query.from_user.is_bot or word not in choices(command):
+            return None
+        who = Identity(str(query.from_user.id), query.from_user.username)
+        return await self._admit(InboundMessage(
+            self.name, chat_of(message), who.id, f"{command} {word}", sender_name=who.name, sender_handle=who.name,
+            is_private=message.chat.type == "private", delivery_key=str(update_id),
+            reply_context=_reply_context(message)), mentioned=True)
 
     def _addressed_to_me(self, message: Message, text: str) -> bool:
         """An @mention of the bot (also /cmd@bot), or a reply to one of the bot's messages."""
@@ -261,6 +281,16 @@ class TelegramChannel(BaseChannel):
 
     async def send_typing(self, chat_id: str) -> None:
         await self._out.send_typing(chat_id)
+
+
+def _reply_context(message: Message, offer: str = "") -> dict[str, str] | None:
+    """What the answer to ``message`` needs: in a group, the message to answer as a reply; after
+    a bare command that takes one of a few words (``/mode``), those words offered as buttons."""
+    context = {} if message.chat.type == "private" else {"message_id": str(message.message_id)}
+    command = offer.strip().split("@", 1)[0].lower()  # /mode@bot in a group
+    if " " not in command and choices(command):
+        context["offer"] = command
+    return context or None
 
 
 def _files_of(message: Message) -> list[tuple[Any, str]]:

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from telegram import Bot, ReplyParameters
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TelegramError
 
 from nanobot.bus import OutboundMessage, OutgoingFile
+from nanobot.chat_commands import choices
 from nanobot.channel_plugin import SendFailed, send_parts
 from nanobot_channels.telegram_html import preview_text, render_chunks
 from nanobot_channels.telegram_where import replying, where
@@ -47,7 +48,9 @@ class TelegramSender:
             return  # Telegram rejects empty text
         first, *rest = self._text_parts(msg.chat_id, msg.content)
         preview = self._previews.pop(msg.stream_id, None)  # the streamed message takes the first chunk
-        await send_parts(msg, [partial(first, reply=replying(msg), preview=preview), *rest])
+        parts = [partial(first, reply=replying(msg), preview=preview), *rest]
+        parts[-1] = partial(parts[-1], markup=_buttons(msg))
+        await send_parts(msg, parts)
 
     def _text_parts(self, chat_id: str, text: str) -> list[partial[Any]]:
         return [partial(self._send_chunk, chat_id, markdown, html) for markdown, html in
@@ -128,20 +131,22 @@ class TelegramSender:
         return True
 
     async def _send_chunk(self, chat_id: str, markdown: str, html: str, reply: ReplyParameters | None = None,
-                          preview: _Preview | None = None) -> None:
-        if preview is not None and await self._finish_preview(preview, markdown, html):
+                          preview: _Preview | None = None, markup: InlineKeyboardMarkup | None = None) -> None:
+        if preview is not None and markup is None and await self._finish_preview(preview, markdown, html):
             return
         try:
             await self._call(self._bot.send_message, **where(chat_id), text=html, parse_mode=ParseMode.HTML,
-                             reply_parameters=reply)
+                             reply_parameters=reply, reply_markup=markup)
             return
         except BadRequest as exc:
             if "parse entities" not in str(exc).lower():
                 raise SendFailed(f"telegram: message to {chat_id} rejected: {exc}", retry=False) from exc
             log.warning("telegram: HTML rejected (%s); sending plain text", exc)
-        for part in split_message(markdown, MAX_MESSAGE_LEN, utf16_len):
+        parts = split_message(markdown, MAX_MESSAGE_LEN, utf16_len)
+        for i, part in enumerate(parts):
             try:
-                await self._call(self._bot.send_message, **where(chat_id), text=part, reply_parameters=reply)
+                await self._call(self._bot.send_message, **where(chat_id), text=part, reply_parameters=reply,
+                                 reply_markup=markup if i == len(parts) - 1 else None)
             except BadRequest as exc:
                 raise SendFailed(f"telegram: message to {chat_id} rejected: {exc}", retry=False) from exc
             reply = None
@@ -178,6 +183,15 @@ class _Preview:
     chat_id: str
     message_id: int
     text: str
+
+
+def _buttons(msg: OutboundMessage) -> InlineKeyboardMarkup | None:
+    """Under the answer to a bare ``/mode`` (``reply_context["offer"]``), a button for each word
+    it takes: pressed, it is that command (``TelegramChannel._pressed``)."""
+    command = (msg.reply_context or {}).get("offer") or ""
+    words = choices(command)
+    return InlineKeyboardMarkup([[InlineKeyboardButton(word, callback_data=f"{command} {word}")
+                                  for word in words]]) if words else None
 
 
 def described(exc: BaseException) -> str:

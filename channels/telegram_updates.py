@@ -21,7 +21,7 @@ from nanobot_channels.telegram_http import READ_TIMEOUT
 
 log = logging.getLogger(__name__)
 
-ALLOWED_UPDATES = ["message"]
+ALLOWED_UPDATES = ["message", "callback_query"]  # a button under an answer pressed (TelegramChannel._pressed)
 # PTB asks for get_updates instead of the raw call: that is the call whose batch fails whole.
 warnings.filterwarnings("ignore", message=r"Please use 'Bot\.getUpdates'", category=PTBUserWarning)
 

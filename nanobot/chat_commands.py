@@ -32,6 +32,14 @@ def help_for(channel: str) -> str:
     return HELP + (f"\n{TYPED_ON[channel]}" if channel in TYPED_ON else "")
 
 
+def choices(command: str) -> list[str]:
+    """The words ``/command`` takes where they are few (``/mode``: tools, code, hybrid, default),
+    which a platform may offer as buttons or a list; [] where it takes a name, an id or nothing."""
+    arguments = next((args for name, args, _ in COMMANDS if f"/{name}" == command.lower()), "")
+    words = arguments.strip("[]").split("|") if arguments else []
+    return [] if any(word.isupper() for word in words) else words
+
+
 def as_chat_message(command: str, words: str) -> str:
     """A platform command's invocation as the chat message it stands for. Where the app
     registered a chat command under its own name, ``/model gpt-5`` is that command; one catch-all

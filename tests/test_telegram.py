@@ -264,6 +264,38 @@ async def test_typing_a_slash_shows_the_commands(tg, channel):
     assert [c["command"] for c in tg.commands][2:] == ["tasks", "mode", "model", "voice", "status", "budget", "help"]
 
 
+async def test_mode_offers_its_words_as_buttons_and_a_press_is_that_command(tg, workspace):
+    """/mode and /voice take one of a few words: they come as buttons under the answer. A press is
+    the command as typed by whoever pressed it (Telegram vouches for them); only what was offered."""
+    from tests.fakes.openai_server import FakeOpenAI
+    from tests.helpers import running_gateway, telegram_gateway_config
+
+    async with FakeOpenAI() as llm, running_gateway(telegram_gateway_config(llm.base_url, workspace, tg, ALICE)):
+        tg.push_text(ALICE, ALICE, "/mode")
+        [shown] = await tg.wait_sent(1)
+        keyboard = shown["reply_markup"]["inline_keyboard"]
+        assert [[button["text"] for button in row] for row in keyboard] == [["tools", "code", "hybrid", "default"]]
+        assert keyboard[0][1]["callback_data"] == "/mode code"
+        tg.push_button(shown, ALICE, "/mode code")
+        pressed = (await tg.wait_sent(2))[1]
+        assert pressed["text"] == "Mode set to code for this chat." and "reply_markup" not in pressed
+        assert len(tg.answered_buttons) == 1  # its spinner stopped
+        tg.push_button(shown, ALICE, "/new")  # never offered: passed over (its spinner stopped too)
+        tg.push_text(ALICE, ALICE, "/voice")
+        voice = (await tg.wait_sent(3))[2]
+        assert voice["text"].startswith("Voice: ") and len(tg.answered_buttons) == 2
+        assert [b["callback_data"] for b in voice["reply_markup"]["inline_keyboard"][0]] == [
+            "/voice always", "/voice whenVoice", "/voice never", "/voice default"]
+        tg.push_text(ALICE, ALICE, "/mode")
+        assert (await tg.wait_sent(4))[3]["text"].startswith("Mode: code")  # as pressed, and no /new since
+        tg.push_text(GROUP, ALICE, f"/mode@{tg.bot_username}", chat_type="group")  # a group's menu sends this
+        in_group = (await tg.wait_sent(5))[4]
+        assert in_group["reply_markup"]["inline_keyboard"][0][0]["callback_data"] == "/mode tools"
+        tg.push_button(in_group, ALICE, "/mode hybrid")
+        assert (await tg.wait_sent(6))[5]["text"] == "Mode set to hybrid for this chat."
+    assert not llm.chat_requests
+
+
 async def test_document_lands_in_inbox(tg, channel, bus, workspace):
     tg.push_document(ALICE, ALICE, b"quarterly numbers", "report Q1.txt", caption="summarise this")
     msg = await inbound(bus)

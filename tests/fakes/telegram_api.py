@@ -17,6 +17,8 @@ ends it). Like Telegram, sendMessage answers 400 to badly nested HTML ("can't pa
 entities") and to text over 4096 UTF-16 units after parsing.
 Drafts (sendMessageDraft, private chats only) are recorded in ``drafts``; ``drafts_served =
 False`` answers them 404, as a Bot API server from before them does.
+Buttons: ``push_button(sent_message, user, data)`` presses one of an inline keyboard (a
+callback query); ``answered_buttons`` holds the queries answered.
 Recorded: ``sent`` (sendMessage params plus ``message_id``), ``edits``, ``actions``
 (sendChatAction), ``calls`` (every method name, in order), ``failed`` (502s answered),
 ``conflicts`` (a getUpdates while another was open: 409, as Telegram), ``webhook``
@@ -50,6 +52,7 @@ class FakeTelegram:
         self.sent: list[dict[str, Any]] = []
         self.edits: list[dict[str, Any]] = []
         self.drafts: list[dict[str, Any]] = []  # sendMessageDraft params
+        self.answered_buttons: list[str] = []  # answerCallbackQuery's ids: a pressed button answered
         self.drafts_served = True
         self.files: list[dict[str, Any]] = []  # sendPhoto / sendDocument / sendVoice: method, chat_id, caption, filename, data
         self.confirm_updates = True
@@ -131,6 +134,15 @@ class FakeTelegram:
         if reply_to_bot:
             message["reply_to_message"] = self._bot_message(chat_id, "an earlier reply")
         return self.push_update({"message": message})
+
+    def push_button(self, under: dict[str, Any], user_id: int, data: str, *,
+                    username: str | None = "alice") -> dict[str, Any]:
+        """A button of the inline keyboard under ``under`` (a message the bot sent) pressed."""
+        sender = {"id": user_id, "is_bot": False, "first_name": (username or "user").title(),
+                  **({"username": username} if username else {})}
+        message = {**self._bot_message(under["chat_id"], under["text"]), "message_id": under["message_id"]}
+        return self.push_update({"callback_query": {"id": f"q{self._next_update_id}", "from": sender,
+                                                    "message": message, "chat_instance": "c", "data": data}})
 
     def push_text(self, chat_id: int, user_id: int, text: str, **kw: Any) -> dict[str, Any]:
         """A text message; @mentions and a leading /command get entities, as Telegram adds them."""
@@ -227,6 +239,10 @@ class FakeTelegram:
         return _ok({"id": self.bot_id, "is_bot": True, "first_name": "Nanobot", "username": self.bot_username,
                     "can_join_groups": True, "can_read_all_group_messages": False,
                     "supports_inline_queries": False})
+
+    async def _m_answerCallbackQuery(self, p: dict) -> web.Response:
+        self.answered_buttons.append(p["callback_query_id"])
+        return _ok(True)
 
     async def _m_setMyCommands(self, p: dict) -> web.Response:
         self.commands = p["commands"]
