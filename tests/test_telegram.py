@@ -293,6 +293,9 @@ async def test_mode_offers_its_words_as_buttons_and_a_press_is_that_command(tg, 
         assert in_group["reply_markup"]["inline_keyboard"][0][0]["callback_data"] == "/mode tools"
         tg.push_button(in_group, ALICE, "/mode hybrid")
         assert (await tg.wait_sent(6))[5]["text"] == "Mode set to hybrid for this chat."
+        tg.push_button(in_group, MALLORY, "/mode tools", username="mallory")  # a stranger in the group: no say
+        tg.push_text(GROUP, ALICE, f"/mode@{tg.bot_username}", chat_type="group")
+        assert (await tg.wait_sent(7))[6]["text"].startswith("Mode: hybrid")
     assert not llm.chat_requests
 
 
