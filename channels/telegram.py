@@ -38,7 +38,7 @@ from nanobot_channels.telegram_send import MAX_MESSAGE_LEN, TelegramSender, desc
 from nanobot_channels.telegram_where import answered, chat_of, words_of
 from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
-from nanobot.chat_commands import COMMANDS, choices
+from nanobot.chat_commands import COMMANDS, offered, picked
 from nanobot.config import TelegramConfig
 from nanobot.message_context import noting_lost, with_quote
 from nanobot.sqlite_file import StoreUnavailable
@@ -222,13 +222,12 @@ class TelegramChannel(BaseChannel):
             await query.answer()  # the button stops spinning
         except TelegramError as exc:
             log.debug("telegram: answering a button press: %s", described(exc))
-        command, _, word = (query.data or "").partition(" ")
-        message = query.message
-        if not isinstance(message, Message) or query.from_user.is_bot or word not in choices(command):
+        command, message = picked(query.data or ""), query.message
+        if not isinstance(message, Message) or query.from_user.is_bot or not command:
             return None
         who = Identity(str(query.from_user.id), query.from_user.username)
         return await self._admit(InboundMessage(
-            self.name, chat_of(message), who.id, f"{command} {word}", sender_name=who.name, sender_handle=who.name,
+            self.name, chat_of(message), who.id, command, sender_name=who.name, sender_handle=who.name,
             is_private=message.chat.type == "private", delivery_key=str(update_id),
             reply_context=_reply_context(message)), mentioned=True)
 
@@ -287,8 +286,7 @@ def _reply_context(message: Message, offer: str = "") -> dict[str, str] | None:
     """What the answer to ``message`` needs: in a group, the message to answer as a reply; after
     a bare command that takes one of a few words (``/mode``), those words offered as buttons."""
     context = {} if message.chat.type == "private" else {"message_id": str(message.message_id)}
-    command = offer.strip().split("@", 1)[0].lower()  # /mode@bot in a group
-    if " " not in command and choices(command):
+    if command := offered(offer):
         context["offer"] = command
     return context or None
 

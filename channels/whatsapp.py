@@ -39,7 +39,7 @@ from aiohttp import web
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage, OutgoingFile
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, send_parts
-from nanobot.chat_commands import COMMANDS
+from nanobot.chat_commands import COMMANDS, choices, offered, picked
 from nanobot.message_context import noting_lost, shared_contact, shared_place, with_quote
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
@@ -183,7 +183,8 @@ class WhatsAppChannel(BaseChannel):
                              self.config.phone_number_id, who.id, self.config.phone_number_id)
         msg = InboundMessage(self.name, chat, who.id, text, sender_name=who.name, sender_handle=who.handle, media=media,
                              is_private=True, delivery_key=str(message["id"]),
-                             untrusted="a forwarded message" if forwarded else None)
+                             untrusted="a forwarded message" if forwarded else None,
+                             reply_context={"offer": command} if (command := offered(text)) else None)
         if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
             self._last_message[chat] = str(message["id"])
             await self._chats.admitted(who, vouched)
@@ -235,11 +236,14 @@ class WhatsAppChannel(BaseChannel):
 
     # -- outgoing ------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
-        await send_parts(msg, self._text_parts(msg.chat_id, msg.content))
+        await send_parts(msg, self._text_parts(msg.chat_id, msg.content, (msg.reply_context or {}).get("offer")))
 
-    def _text_parts(self, chat_id: str, text: str) -> list[partial[Any]]:
-        return [partial(self._send, chat_id, "text", {"body": whatsapp_marks(chunk), "preview_url": False})
-                for chunk in split_message(tables_as_lists(text), self.max_message_len)]  # split as sent
+    def _text_parts(self, chat_id: str, text: str, offer: str | None = None) -> list[partial[Any]]:
+        bodies = [whatsapp_marks(chunk) for chunk in split_message(tables_as_lists(text), self.max_message_len)]
+        parts = [partial(self._send, chat_id, "text", {"body": body, "preview_url": False}) for body in bodies]
+        if offer:  # the last part with the words to pick from (/mode's)
+            parts[-1] = partial(self._send, chat_id, "interactive", _pick_list(offer, bodies[-1]))
+        return parts
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         return None  # WhatsApp messages cannot be edited: the final text is sent whole
@@ -283,6 +287,7 @@ class WhatsAppChannel(BaseChannel):
             **_addressed_to(await self._chats.account_of(wa_id)), "type": kind,
             kind: part})
         sent, words = _list(answer, "messages"), part.get("body") or part.get("caption")
+        words = words.get("text") if isinstance(words, dict) else words  # an interactive message's body
         if words and sent and sent[0].get("id"):  # kept, so a reply to it can be read with what it answers
             try:
                 await self.ctx.store.keep(f"{self.name}:{wa_id}", str(sent[0]["id"]), words)
@@ -335,9 +340,19 @@ def _list(node: Any, key: str) -> list[Any]:
     return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 
+def _pick_list(command: str, text: str) -> dict[str, Any]:
+    """``text`` with a list to pick ``command``'s word from (Meta's interactive list: up to ten
+    rows); a pick comes back as the row's id, ``/mode code`` (``_words``)."""
+    return {"type": "list", "body": {"text": text}, "action": {"button": "Choose", "sections": [
+        {"title": command, "rows": [{"id": f"{command} {word}", "title": word} for word in choices(command)]}]}}
+
+
 def _words(kind: Any, part: dict[str, Any], message: dict[str, Any]) -> str:
     """What a message says: its text or a file's caption; a shared place or contact cards as
-    words the model can use."""
+    words the model can use; a pick from a list we sent as the command it stands for."""
+    if kind == "interactive":
+        reply = part.get(str(part.get("type"))) if part.get("type") in ("list_reply", "button_reply") else None
+        return picked(str(reply.get("id") or "")) if isinstance(reply, dict) else ""
     if kind == "location" and isinstance(part.get("latitude"), (int, float)):
         return shared_place(part["latitude"], part.get("longitude") or 0.0,
                             ", ".join(str(part[k]) for k in ("name", "address") if part.get(k)) or None)

@@ -40,6 +40,20 @@ def choices(command: str) -> list[str]:
     return [] if any(word.isupper() for word in words) else words
 
 
+def offered(text: str) -> str | None:
+    """The command ``text`` is, bare, when it takes one of a few words (``/mode``; ``/mode@bot``
+    as Telegram's group menu sends it): its answer may offer them to pick (buttons, a list)."""
+    command = text.strip().split("@", 1)[0].lower()
+    return command if " " not in command and choices(command) else None
+
+
+def picked(choice: str) -> str:
+    """A pick from such an offer (``/mode code``) as the command it stands for; "" for anything
+    that was never offered (a pick's id is whatever the client sent)."""
+    command, _, word = choice.partition(" ")
+    return f"{command} {word}" if word in choices(command) else ""
+
+
 def as_chat_message(command: str, words: str) -> str:
     """A platform command's invocation as the chat message it stands for. Where the app
     registered a chat command under its own name, ``/model gpt-5`` is that command; one catch-all

@@ -58,6 +58,25 @@ async def test_typing_a_slash_shows_the_commands(llm: FakeOpenAI, workspace: Pat
     assert wa.automation["commands"][0]["command_description"].startswith("start a fresh conversation")
 
 
+async def test_mode_offers_its_words_as_a_list_and_a_pick_is_that_command(llm: FakeOpenAI, workspace: Path,
+                                                                          wa: FakeWhatsApp) -> None:
+    """/mode's and /voice's words come as a list to pick from (Meta's interactive list, within
+    its limits); a pick is that command, from its sender; a pick of anything never offered is not."""
+    async with running_gateway(wa_config(llm, workspace, wa)):
+        assert await wa.deliver(OWNER, "/mode") == 200
+        [shown] = await wa.wait_sent(1)
+        assert shown["type"] == "interactive" and shown["interactive"]["body"]["text"].startswith("Mode: tools")
+        rows = shown["interactive"]["action"]["sections"][0]["rows"]
+        assert [(row["id"], row["title"]) for row in rows] == [
+            ("/mode tools", "tools"), ("/mode code", "code"), ("/mode hybrid", "hybrid"), ("/mode default", "default")]
+        assert await wa.deliver(OWNER, "", picked="/mode code") == 200
+        assert (await wa.wait_sent(2))[1]["text"]["body"] == "Mode set to code for this chat."
+        assert await wa.deliver(OWNER, "", picked="/new") == 200  # never offered: taken for nothing
+        assert await wa.deliver(OWNER, "/mode") == 200
+        assert (await wa.wait_sent(3))[2]["interactive"]["body"]["text"].startswith("Mode: code")  # and no /new
+    assert not llm.chat_requests
+
+
 async def test_a_message_is_answered_and_the_owner_is_known_by_wa_id(llm: FakeOpenAI, workspace: Path,
                                                                       wa: FakeWhatsApp) -> None:
     llm.script(delayed(reply("**hello** back, see [the menu](https://cafe.example/menu_2)"), 2))  # slow: typing shows

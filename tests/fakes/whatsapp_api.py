@@ -85,7 +85,8 @@ class FakeWhatsApp(Ticks):
     # ---- Meta's side of the webhook ----------------------------------------------------
     def payload(self, wa_id: str, text: str, *, media: tuple[str, bytes, str] | None = None,
                 profile_name: str = "Someone", message_id: str | None = None, bsuid: str | None = None,
-                phone_number_id: str = PHONE_ID, context: dict[str, Any] | None = None) -> dict[str, Any]:
+                phone_number_id: str = PHONE_ID, context: dict[str, Any] | None = None,
+                picked: str | None = None) -> dict[str, Any]:
         # A wa_id that is no number is a business-scoped user id: a user who hides their number
         # behind a username is named by it alone.
         sender = {"from": wa_id, **({"from_user_id": bsuid} if bsuid else {})} if wa_id.isdigit() else \
@@ -94,6 +95,10 @@ class FakeWhatsApp(Ticks):
                                    "timestamp": str(int(time.time())), "type": "text", "text": {"body": text}}
         if context is not None:  # {"forwarded": true}: what Meta marks a forwarded message with
             message["context"] = context
+        if picked is not None:  # a row of an interactive list the business sent, picked: its id comes back
+            del message["text"]
+            message.update(type="interactive", interactive={"type": "list_reply", "list_reply": {
+                "id": picked, "title": picked.rpartition(" ")[2]}})
         if media is not None:
             kind, data, mime = media
             media_id = f"media{next(self._ids)}"
@@ -182,6 +187,8 @@ class FakeWhatsApp(Ticks):
         if to(body) in self.closed_window:
             self.ticked()
             return self._error(400, 131047, "Re-engagement message")
+        if body.get("type") == "interactive" and (problem := _list_trouble(body["interactive"])):
+            return self._error(400, 131009, f"Parameter value is not valid: {problem}")
         self.sent.append(body)
         self.sent_ids.append(f"wamid.out{next(self._ids)}")
         self.ticked()
@@ -217,6 +224,15 @@ class FakeWhatsApp(Ticks):
             return web.Response(status=401)
         data, mime = self._media[request.match_info["media_id"]]
         return web.Response(body=data, content_type=mime.split(";")[0])
+
+
+def _list_trouble(interactive: dict[str, Any]) -> str | None:
+    """What Meta refuses in an interactive list: a body over 4,096 characters, a button label
+    over 20, over ten rows, a row's title over 24 or its id over 200."""
+    rows = [row for section in interactive["action"]["sections"] for row in section["rows"]]
+    if len(interactive["body"]["text"]) > 4096 or len(interactive["action"]["button"]) > 20 or len(rows) > 10:
+        return "body, button or rows"
+    return next((f"row {row['id']}" for row in rows if len(row["title"]) > 24 or len(row["id"]) > 200), None)
 
 
 def to(message: dict[str, Any]) -> str:
