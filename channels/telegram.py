@@ -166,16 +166,16 @@ class TelegramChannel(BaseChannel):
     async def _from_update(self, update: Update) -> InboundMessage | None:
         """The admitted message an update carries, or None (not for us, a stranger, a bot)."""
         message, user = update.message, update.effective_user
-        if update.callback_query is not None:
-            return await self._pressed(update.callback_query, update.update_id)
-        if message is None or user is None or user.is_bot:
-            return None
         try:
+            if update.callback_query is not None:  # a button under one of our answers pressed
+                return await self._pressed(update.callback_query, update.update_id)
+            if message is None or user is None or user.is_bot:
+                return None
             return await self._intake(message, user.id, user.username, update.update_id)
         except StoreUnavailable:  # the batch waits, unconfirmed, until the database is back
             raise
         except Exception:  # one bad update must not block the ones behind it
-            log.exception("telegram: failed to handle message %s", message.message_id)
+            log.exception("telegram: failed to handle update %s", update.update_id)
             return None
 
     async def _intake(self, message: Message, user_id: int, username: str | None,
