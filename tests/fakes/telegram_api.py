@@ -278,12 +278,18 @@ class FakeTelegram:
         timeout = float(p.get("timeout") or 0)
         if timeout > 0:
             try:
-                await self.wait_until(lambda: bool(self._updates) or self._closing, timeout)
+                await self.wait_until(lambda: bool(self._allowed(p)) or self._closing, timeout)
             except TimeoutError:
                 pass
-        handed = self._updates[: int(p.get("limit") or 100)]
+        handed = self._allowed(p)[: int(p.get("limit") or 100)]
         self.handed_out.update(u["update_id"] for u in handed)
         return _ok(handed)
+
+    def _allowed(self, p: dict) -> list[dict[str, Any]]:
+        """The updates of the kinds getUpdates asked for (``allowed_updates``); Telegram drops the rest."""
+        if kinds := p.get("allowed_updates"):
+            self._updates = [u for u in self._updates if set(u) - {"update_id"} <= set(kinds)]
+        return self._updates
 
     async def _m_sendMessage(self, p: dict) -> web.Response:
         if self._send_429:
