@@ -36,10 +36,11 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.web.async_client import AsyncWebClient
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename, send_parts
-from nanobot.chat_commands import as_chat_message
+from nanobot.chat_commands import as_chat_message, offered, picked
 from nanobot_channels.slack_http import fetch_file, proxy_for, token_may_go_to, without_env_proxy
+from nanobot_channels.slack_where import target, ts_order, where
 from nanobot_channels.slack_working import WorkingMarks
-from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks
+from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks, pick_blocks
 from nanobot.message_context import noting_lost
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import SlackConfig
@@ -89,6 +90,7 @@ class SlackChannel(BaseChannel):
         self.app.event("message")(self._on_event)
         self.app.event("app_mention")(self._on_event)
         self.app.command(re.compile("/"))(self._on_command)  # every slash command the app has
+        self.app.action(re.compile("^pick-"))(self._on_pick)  # a button of pick_blocks pressed
         self.bot_user = ""  # our user id, from auth.test: mentions of it address the bot
         self.team: str | None = None  # our workspace's id, from auth.test
         events = web.Application(client_max_size=MAX_EVENT_BYTES)  # with channels.slack.events
@@ -99,7 +101,7 @@ class SlackChannel(BaseChannel):
         self.working = WorkingMarks(self.client)  # 👀 while a turn runs: Slack has no typing indicator for bots
         # Where each chat was read up to: Slack gives up on an event after a few retries, so what
         # came while no worker listened is read from the chats' history (``_catch_up``).
-        self._read = LastRead(ctx.store, lambda: f"{self.name} {self.team} {self.bot_user}", _ts_order)
+        self._read = LastRead(ctx.store, lambda: f"{self.name} {self.team} {self.bot_user}", ts_order)
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -199,10 +201,27 @@ class SlackChannel(BaseChannel):
         text = as_chat_message(str(command.get("command") or ""), str(command.get("text") or ""))
         async with self._chat_locks.hold(dm):
             await self._handle(InboundMessage(self.name, dm, user, text, is_private=True,
-                                              delivery_key=f"{dm}:{command.get('trigger_id')}"))
+                                              delivery_key=f"{dm}:{command.get('trigger_id')}",
+                                              reply_context={"offer": offer} if (offer := offered(text)) else None))
         # In the DM the command stays shown above the answer; elsewhere the user alone is told.
         await ack(**({"response_type": "in_channel"} if command.get("channel_id") == dm else
                      {"text": "I answer in our direct messages."}))
+
+    async def _on_pick(self, ack: Any, body: dict[str, Any]) -> None:
+        """A button under one of our answers pressed (``/mode code``): that command, from whoever
+        pressed it (Slack vouches for the user id), in the chat of the message it is under."""
+        await ack()
+        action, message = (body.get("actions") or [{}])[0], body.get("message") or {}
+        user, channel, command = (body.get("user") or {}).get("id"), (body.get("channel") or {}).get("id"), \
+            picked(str(action.get("value") or ""))
+        if user and channel and command:
+            is_private = channel.startswith("D")
+            thread = message.get("thread_ts") or (None if is_private else message.get("ts"))
+            chat_id = channel if is_private else f"{channel}:{thread}"
+            await self._handle(InboundMessage(self.name, chat_id, user, command, is_private=is_private,
+                                              delivery_key=f"{channel}:{body.get('trigger_id')}",
+                                              reply_context={"message_id": thread} if thread and is_private else None),
+                               mentioned=True)
 
     async def _intake(self, event: dict[str, Any]) -> None:
         user, channel, ts = event.get("user"), event.get("channel"), event.get("ts")
@@ -228,10 +247,13 @@ class SlackChannel(BaseChannel):
         if event.get("thread_ts") not in (None, ts) and await self._may_download(who):
             text, untrusted = await self._after_thread(event, chat_id, text)
         thread = event.get("thread_ts") if is_private else None  # a DM's thread: answered in it
+        context = {"message_id": thread} if thread else {}
+        if offer := offered(text):  # a bare /mode: its answer offers the words as buttons
+            context["offer"] = offer
         if await self._handle(InboundMessage(
                 self.name, chat_id, who.id, noting_lost(text, len(files), media), media=media, is_private=is_private,
-                delivery_key=f"{channel}:{ts}", untrusted=untrusted,
-                reply_context={"message_id": thread} if thread else None), mentioned=mentioned):
+                delivery_key=f"{channel}:{ts}", untrusted=untrusted, reply_context=context or None),
+                mentioned=mentioned):
             await self._read.note(chat_id, ts)
             self.working.heard(chat_id, channel, ts)
 
@@ -246,9 +268,9 @@ class SlackChannel(BaseChannel):
         except (SlackApiError, aiohttp.ClientError, OSError) as exc:  # a scope not granted: the message alone
             log.info("slack: could not read the thread %s: %s", thread, exc)
             return text, None
-        earlier = sorted((m for m in answer.get("messages") or [] if _ts_order(str(m.get("ts"))) < _ts_order(ts)
+        earlier = sorted((m for m in answer.get("messages") or [] if ts_order(str(m.get("ts"))) < ts_order(ts)
                           and m.get("user") not in (None, self.bot_user) and str(m.get("text") or "").strip()),
-                         key=lambda m: _ts_order(str(m.get("ts"))))
+                         key=lambda m: ts_order(str(m.get("ts"))))
         allowed = {user for user in {m["user"] for m in earlier} if await self._may_download(Identity(user))}
         earlier = [m for m in earlier if m["user"] in allowed]
         if not earlier:
@@ -262,7 +284,7 @@ class SlackChannel(BaseChannel):
         repeat of what was recorded is dropped by the intake)."""
         unread: list[str] = []
         for chat_id, after in await self._read.chats_to_read():
-            channel, thread = _target(chat_id)
+            channel, thread = target(chat_id)
             try:
                 answer = await (self.client.conversations_replies(channel=channel, ts=thread, oldest=after,
                                                                   limit=MISSED_MAX) if thread else
@@ -270,8 +292,8 @@ class SlackChannel(BaseChannel):
             except (SlackApiError, aiohttp.ClientError, OSError) as exc:  # a scope not granted, a chat gone
                 unread.append(f"{chat_id} ({_reason(exc)})")
                 continue
-            missed = [m for m in answer.get("messages") or [] if _ts_order(m.get("ts") or "0") > _ts_order(after)]
-            for message in sorted(missed, key=lambda m: _ts_order(m["ts"])):
+            missed = [m for m in answer.get("messages") or [] if ts_order(m.get("ts") or "0") > ts_order(after)]
+            for message in sorted(missed, key=lambda m: ts_order(m["ts"])):
                 async with self._chat_locks.hold(channel):
                     await self._intake({**message, "channel": channel})  # as the event would have had it
         if unread:
@@ -299,23 +321,28 @@ class SlackChannel(BaseChannel):
     async def send(self, msg: OutboundMessage) -> None:
         if not msg.content.strip():
             return
-        channel, thread = _where(msg)
+        channel, thread = where(msg)
         preview = self._previews.pop(msg.stream_id, None)  # the streamed message takes the first chunk
-        first, *rest = [partial(self._post, channel, thread, chunk) for chunk in mrkdwn_chunks(msg.content)]
-        await send_parts(msg, [partial(first, preview=preview), *rest])
+        chunks = mrkdwn_chunks(msg.content)
+        parts = [partial(self._post, channel, thread, chunk) for chunk in chunks]
+        if offer := (msg.reply_context or {}).get("offer"):  # the last part with buttons to pick a word
+            parts[-1] = partial(parts[-1], blocks=pick_blocks(chunks[-1], offer))
+        await send_parts(msg, [partial(parts[0], preview=preview), *parts[1:]])
         await self.working.answered(msg.chat_id)
 
-    async def _post(self, channel: str, thread: str | None, text: str, preview: tuple[str, str] | None = None) -> None:
+    async def _post(self, channel: str, thread: str | None, text: str, preview: tuple[str, str] | None = None,
+                    blocks: list[dict[str, Any]] | None = None) -> None:
         """A message, or the streamed ``preview`` edited to be it."""
         if preview is None or not await self._call("chat_update", channel=preview[0], ts=preview[1], text=text,
-                                                   quiet=True):
-            await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=text, **NO_UNFURL)
+                                                   quiet=True, **({"blocks": blocks} if blocks else {})):
+            await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=text, **NO_UNFURL,
+                             **({"blocks": blocks} if blocks else {}))
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: posted once, then edited (about once a second)."""
         if not msg.content.strip():
             return
-        channel, thread = _where(msg)
+        channel, thread = where(msg)
         text = markdown_to_mrkdwn(msg.content[:MAX_TEXT - 2] + (" …" if len(msg.content) > MAX_TEXT else ""))
         preview = self._previews.get(msg.stream_id)
         if preview is None:
@@ -330,7 +357,7 @@ class SlackChannel(BaseChannel):
         """An upload into the chat (its thread), the caption as its comment."""
         if msg.file is None:
             return
-        channel, thread = _where(msg)
+        channel, thread = where(msg)
         await self._call("files_upload_v2", channel=channel, thread_ts=thread, file=msg.file.data,
                          filename=msg.file.name, initial_comment=markdown_to_mrkdwn(msg.content) or None)
         await self.working.answered(msg.chat_id)
@@ -360,23 +387,6 @@ def _reason(exc: BaseException) -> str:
 def _not_connected(exc: BaseException) -> RuntimeError:
     reason = f"no connection within {CONNECT_S:g} s" if isinstance(exc, TimeoutError) else _reason(exc)
     return RuntimeError(f"slack: Socket Mode did not connect ({reason}); check channels.slack.appToken")
-
-
-def _ts_order(ts: str) -> tuple[int, ...]:
-    """A message's ``ts`` ("1700000000.000100") as something that compares in time order."""
-    return tuple(int(part) for part in ts.split(".") if part.isdigit())
-
-
-def _target(chat_id: str) -> tuple[str, str | None]:
-    """(channel, thread ts): ``C123:1700000000.000100`` is a thread, ``D123`` a DM."""
-    channel, _, thread = chat_id.partition(":")
-    return channel, thread or None
-
-
-def _where(msg: OutboundMessage) -> tuple[str, str | None]:
-    """Where ``msg`` goes: its chat's channel and thread; in a DM, the thread its question was in."""
-    channel, thread = _target(msg.chat_id)
-    return channel, thread or msg.answers
 
 
 def _authorized_as(channel: SlackChannel) -> Callable[..., Awaitable[AuthorizeResult]]:

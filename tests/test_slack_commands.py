@@ -118,3 +118,25 @@ def test_the_app_manifest_grants_what_the_adapter_calls() -> None:
     assert {"app_mention", "message.im"} <= set(manifest["settings"]["event_subscriptions"]["bot_events"])
     assert [c["command"] for c in manifest["features"]["slash_commands"]] == ["/nanobot"]
     assert manifest["features"]["app_home"]["messages_tab_read_only_enabled"] is False  # else no DM can be sent
+    assert manifest["settings"]["interactivity"]["is_enabled"] is True  # a button pressed (/mode's) reaches us
+
+
+async def test_mode_offers_its_words_as_buttons_and_a_press_is_that_command(llm: FakeOpenAI, workspace: Path,
+                                                                           slack: FakeSlack) -> None:
+    """/nanobot mode: the words as Block Kit buttons under the answer; a press is that command
+    from whoever pressed it (Slack vouches for the user id), and only what was offered."""
+    dm = slack.dm_of(OWNER)
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        await slack.push_command("/nanobot", "mode")
+        [shown] = await slack.wait_posted(1)
+        assert shown["text"].startswith("Mode: tools") and shown["blocks"][0]["text"]["text"] == shown["text"]
+        assert [b["value"] for b in shown["blocks"][1]["elements"]] == [
+            "/mode tools", "/mode code", "/mode hybrid", "/mode default"]
+        pressed = await slack.push_action(shown, OWNER, "/mode code")
+        await slack.wait_until(lambda: pressed in slack.acks)
+        assert (await slack.wait_posted(2))[1]["text"] == "Mode set to code for this chat."
+        await slack.push_action(shown, OWNER, "/new")  # never offered: taken for nothing
+        await slack.push_message(dm, OWNER, " /mode")  # typed in the DM, with a space first
+        answer = (await slack.wait_posted(3))[2]
+        assert answer["text"].startswith("Mode: code") and answer["channel"] == dm and "blocks" in answer
+    assert not llm.chat_requests

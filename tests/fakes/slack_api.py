@@ -24,6 +24,8 @@ Usage::
   typed in ``channel`` (the user's DM with the bot by default), as a ``slash_commands``
   envelope; ``command_form(...)`` the same payload as the HTTP mode's form body; what the app
   answered it with is in ``ack_payloads``. ``conversations.open`` gives ``dm_of(user)``.
+- ``push_action(under, user, value)``: a button of the Block Kit message ``under`` (one of
+  ``posted``) pressed, as an ``interactive`` envelope (``block_actions``).
 - ``reactions``: (``add``/``remove``, channel, ts, name) as reactions.add/.remove came;
   ``reactions_allowed = False`` refuses them (``missing_scope``).
 - ``shown()``: the messages as a reader sees them (edits applied); ``wait_shown(text)``.
@@ -167,6 +169,20 @@ class FakeSlack:
     async def push_command(self, command: str, text: str, *, user: str = "U42", channel: str | None = None) -> str:
         return await self._send_envelope(self.command_payload(command, text, user=user, channel=channel),
                                          "slash_commands")
+
+    async def push_action(self, under: dict[str, Any], user: str, value: str) -> str:
+        button = next((e for block in under.get("blocks") or [] if block["type"] == "actions"
+                       for e in block["elements"] if e["value"] == value),
+                      {"action_id": "pick-x", "value": value})  # no such button: what a forged request says
+        message = {"type": "message", "user": self.bot_user, "ts": under["ts"], "text": under["text"],
+                   **({"thread_ts": under["thread_ts"]} if under.get("thread_ts") else {})}
+        return await self._send_envelope({
+            "type": "block_actions", "user": {"id": user, "team_id": self.team}, "api_app_id": "A1",
+            "token": "legacy", "team": {"id": self.team, "domain": "test"}, "trigger_id": f"tr{next(self._ids)}",
+            "container": {"type": "message", "message_ts": under["ts"], "channel_id": under["channel"]},
+            "channel": {"id": under["channel"]}, "message": message,
+            "actions": [{"type": "button", "block_id": "b", "action_id": button["action_id"], "value": value,
+                         "action_ts": str(time.time())}]}, "interactive")
 
     def _callback(self, event: dict[str, Any]) -> dict[str, Any]:
         return {"token": "legacy", "team_id": self.team, "api_app_id": "A1", "type": "event_callback",
