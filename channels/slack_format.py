@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nanobot.chat_commands import choices
+from nanobot.chat_commands import picks
 from nanobot_channels.text import misleading, split_message, tables_as_code, to_marks
 
 MAX_TEXT = 3900  # Slack truncates a message's text past 40,000 characters; it advises under 4,000
@@ -36,7 +36,7 @@ def mrkdwn_chunks(text: str, limit: int = MAX_TEXT) -> list[str]:
 def pick_blocks(mrkdwn: str, command: str) -> list[dict[str, Any]]:
     """A message as Block Kit: its text, then a button for each word ``command`` takes (``/mode``:
     tools, code...). A press comes back as a ``block_actions`` payload with the button's value."""
-    buttons = [{"type": "button", "action_id": f"pick-{word}", "value": f"{command} {word}",
-                "text": {"type": "plain_text", "text": word}} for word in choices(command)]
+    buttons = [{"type": "button", "action_id": f"pick-{word}", "value": sent,
+                "text": {"type": "plain_text", "text": word}} for word, sent in picks(command)]
     return [{"type": "section", "text": {"type": "mrkdwn", "text": mrkdwn[:3000]}},
             {"type": "actions", "elements": buttons}]

@@ -208,7 +208,7 @@ class TelegramChannel(BaseChannel):
         return await self._admit(InboundMessage(
             self.name, chat_of(message), who.id, content, sender_name=username, sender_handle=username, media=media,
             is_private=is_private, delivery_key=str(update_id), durations=durations, album=album,
-            reply_context=_reply_context(message, offer=text),
+            reply_context=_reply_context(message, text),
             # someone else's words, whoever passed them on (a forward, an inline bot's result the
             # sender picked, a message they answer): the turn is marked untrusted
             untrusted="a forwarded message" if message.forward_origin else
@@ -282,11 +282,12 @@ class TelegramChannel(BaseChannel):
         await self._out.send_typing(chat_id)
 
 
-def _reply_context(message: Message, offer: str = "") -> dict[str, str] | None:
-    """What the answer to ``message`` needs: in a group, the message to answer as a reply; after
-    a bare command that takes one of a few words (``/mode``), those words offered as buttons."""
+def _reply_context(message: Message, text: str = "") -> dict[str, str] | None:
+    """What the answer to ``message`` (saying ``text``) needs: in a group, the message to answer
+    as a reply; after a bare command that takes one of a few words (``/mode``), those words
+    offered as buttons."""
     context = {} if message.chat.type == "private" else {"message_id": str(message.message_id)}
-    if command := offered(offer):
+    if command := offered(text):
         context["offer"] = command
     return context or None
 

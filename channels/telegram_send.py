@@ -19,7 +19,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TelegramError
 
 from nanobot.bus import OutboundMessage, OutgoingFile
-from nanobot.chat_commands import choices
+from nanobot.chat_commands import picks
 from nanobot.channel_plugin import SendFailed, send_parts
 from nanobot_channels.telegram_html import preview_text, render_chunks
 from nanobot_channels.telegram_where import replying, where
@@ -188,10 +188,9 @@ class _Preview:
 def _buttons(msg: OutboundMessage) -> InlineKeyboardMarkup | None:
     """Under the answer to a bare ``/mode`` (``reply_context["offer"]``), a button for each word
     it takes: pressed, it is that command (``TelegramChannel._pressed``)."""
-    command = (msg.reply_context or {}).get("offer") or ""
-    words = choices(command)
-    return InlineKeyboardMarkup([[InlineKeyboardButton(word, callback_data=f"{command} {word}")
-                                  for word in words]]) if words else None
+    offer = picks((msg.reply_context or {}).get("offer") or "")
+    return InlineKeyboardMarkup([[InlineKeyboardButton(word, callback_data=sent) for word, sent in offer]]) \
+        if offer else None
 
 
 def described(exc: BaseException) -> str:

@@ -39,7 +39,7 @@ from aiohttp import web
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage, OutgoingFile
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, send_parts
-from nanobot.chat_commands import COMMANDS, choices, offered, picked
+from nanobot.chat_commands import COMMANDS, offered, picked, picks
 from nanobot.message_context import noting_lost, shared_contact, shared_place, with_quote
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
@@ -344,7 +344,7 @@ def _pick_list(command: str, text: str) -> dict[str, Any]:
     """``text`` with a list to pick ``command``'s word from (Meta's interactive list: up to ten
     rows); a pick comes back as the row's id, ``/mode code`` (``_words``)."""
     return {"type": "list", "body": {"text": text}, "action": {"button": "Choose", "sections": [
-        {"title": command, "rows": [{"id": f"{command} {word}", "title": word} for word in choices(command)]}]}}
+        {"title": command, "rows": [{"id": sent, "title": word} for word, sent in picks(command)]}]}}
 
 
 def _words(kind: Any, part: dict[str, Any], message: dict[str, Any]) -> str:

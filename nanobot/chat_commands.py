@@ -47,6 +47,12 @@ def offered(text: str) -> str | None:
     return command if " " not in command and choices(command) else None
 
 
+def picks(command: str) -> list[tuple[str, str]]:
+    """What an answer to ``command`` offers: (the word shown, what a pick of it sends back), the
+    latter read by ``picked``."""
+    return [(word, f"{command} {word}") for word in choices(command)]
+
+
 def picked(choice: str) -> str:
     """A pick from such an offer (``/mode code``) as the command it stands for; "" for anything
     that was never offered (a pick's id is whatever the client sent)."""
