@@ -36,7 +36,7 @@ from slack_sdk.http_retry.builtin_async_handlers import AsyncRateLimitErrorRetry
 from slack_sdk.web.async_client import AsyncWebClient
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename, send_parts
-from nanobot.chat_commands import as_chat_message, offered, picked
+from nanobot.chat_commands import as_chat_message, picked
 from nanobot_channels.slack_http import fetch_file, proxy_for, token_may_go_to, without_env_proxy
 from nanobot_channels.slack_where import target, ts_order, where
 from nanobot_channels.slack_working import WorkingMarks
@@ -201,8 +201,7 @@ class SlackChannel(BaseChannel):
         text = as_chat_message(str(command.get("command") or ""), str(command.get("text") or ""))
         async with self._chat_locks.hold(dm):
             await self._handle(InboundMessage(self.name, dm, user, text, is_private=True,
-                                              delivery_key=f"{dm}:{command.get('trigger_id')}",
-                                              reply_context={"offer": offer} if (offer := offered(text)) else None))
+                                              delivery_key=f"{dm}:{command.get('trigger_id')}"))
         # In the DM the command stays shown above the answer; elsewhere the user alone is told.
         await ack(**({"response_type": "in_channel"} if command.get("channel_id") == dm else
                      {"text": "I answer in our direct messages."}))
@@ -247,12 +246,10 @@ class SlackChannel(BaseChannel):
         if event.get("thread_ts") not in (None, ts) and await self._may_download(who):
             text, untrusted = await self._after_thread(event, chat_id, text)
         thread = event.get("thread_ts") if is_private else None  # a DM's thread: answered in it
-        context = {"message_id": thread} if thread else {}
-        if offer := offered(text):  # a bare /mode: its answer offers the words as buttons
-            context["offer"] = offer
         if await self._handle(InboundMessage(
                 self.name, chat_id, who.id, noting_lost(text, len(files), media), media=media, is_private=is_private,
-                delivery_key=f"{channel}:{ts}", untrusted=untrusted, reply_context=context or None),
+                delivery_key=f"{channel}:{ts}", untrusted=untrusted,
+                reply_context={"message_id": thread} if thread else None),
                 mentioned=mentioned):
             await self._read.note(chat_id, ts)
             self.working.heard(chat_id, channel, ts)
@@ -325,8 +322,8 @@ class SlackChannel(BaseChannel):
         preview = self._previews.pop(msg.stream_id, None)  # the streamed message takes the first chunk
         chunks = mrkdwn_chunks(msg.content)
         parts = [partial(self._post, channel, thread, chunk) for chunk in chunks]
-        if offer := (msg.reply_context or {}).get("offer"):  # the last part with buttons to pick a word
-            parts[-1] = partial(parts[-1], blocks=pick_blocks(chunks[-1], offer))
+        if msg.offer:  # the last part with buttons to pick from
+            parts[-1] = partial(parts[-1], blocks=pick_blocks(chunks[-1], msg.offer))
         await send_parts(msg, [partial(parts[0], preview=preview), *parts[1:]])
         await self.working.answered(msg.chat_id)
 

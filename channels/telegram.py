@@ -38,7 +38,7 @@ from nanobot_channels.telegram_send import MAX_MESSAGE_LEN, TelegramSender, desc
 from nanobot_channels.telegram_where import answered, chat_of, words_of
 from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
-from nanobot.chat_commands import COMMANDS, offered, picked
+from nanobot.chat_commands import COMMANDS, picked
 from nanobot.config import TelegramConfig
 from nanobot.message_context import noting_lost, with_quote
 from nanobot.sqlite_file import StoreUnavailable
@@ -208,7 +208,7 @@ class TelegramChannel(BaseChannel):
         return await self._admit(InboundMessage(
             self.name, chat_of(message), who.id, content, sender_name=username, sender_handle=username, media=media,
             is_private=is_private, delivery_key=str(update_id), durations=durations, album=album,
-            reply_context=_reply_context(message, text),
+            reply_context=_reply_context(message),
             # someone else's words, whoever passed them on (a forward, an inline bot's result the
             # sender picked, a message they answer): the turn is marked untrusted
             untrusted="a forwarded message" if message.forward_origin else
@@ -216,8 +216,8 @@ class TelegramChannel(BaseChannel):
 
     async def _pressed(self, query: CallbackQuery, update_id: int) -> InboundMessage | None:
         """A button a command's answer offered (``/mode code``) pressed: that command, from whoever
-        pressed it (Telegram vouches for them), in the chat of the message it is under. Only what
-        was offered is taken; typed, it would be taken all the same."""
+        pressed it (Telegram vouches for them), in the chat of the message it is under. Only a
+        command that offers picks is taken (``picked``); typed, it would be taken all the same."""
         try:
             await query.answer()  # the button stops spinning
         except TelegramError as exc:
@@ -282,14 +282,9 @@ class TelegramChannel(BaseChannel):
         await self._out.send_typing(chat_id)
 
 
-def _reply_context(message: Message, text: str = "") -> dict[str, str] | None:
-    """What the answer to ``message`` (saying ``text``) needs: in a group, the message to answer
-    as a reply; after a bare command that takes one of a few words (``/mode``), those words
-    offered as buttons."""
-    context = {} if message.chat.type == "private" else {"message_id": str(message.message_id)}
-    if command := offered(text):
-        context["offer"] = command
-    return context or None
+def _reply_context(message: Message) -> dict[str, str] | None:
+    """What the answer to ``message`` needs: in a group, the message to answer as a reply."""
+    return None if message.chat.type == "private" else {"message_id": str(message.message_id)}
 
 
 def _files_of(message: Message) -> list[tuple[Any, str]]:

@@ -19,7 +19,7 @@ from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TelegramError
 
 from nanobot.bus import OutboundMessage, OutgoingFile
-from nanobot.chat_commands import picks
+from nanobot.chat_commands import shown
 from nanobot.channel_plugin import SendFailed, send_parts
 from nanobot_channels.telegram_html import preview_text, render_chunks
 from nanobot_channels.telegram_where import replying, where
@@ -186,11 +186,12 @@ class _Preview:
 
 
 def _buttons(msg: OutboundMessage) -> InlineKeyboardMarkup | None:
-    """Under the answer to a bare ``/mode`` (``reply_context["offer"]``), a button for each word
-    it takes: pressed, it is that command (``TelegramChannel._pressed``)."""
-    offer = picks((msg.reply_context or {}).get("offer") or "")
-    return InlineKeyboardMarkup([[InlineKeyboardButton(word, callback_data=sent) for word, sent in offer]]) \
-        if offer else None
+    """Under an answer that offers what to pick (a bare ``/mode``), a button for each, four to a
+    row: pressed, it is that command (``TelegramChannel._pressed``). Telegram's limits: 64 bytes
+    of callback data, 100 buttons."""
+    offer = shown(msg.offer, most=100, label_chars=32, sends_bytes=64)
+    buttons = [InlineKeyboardButton(word, callback_data=sends) for word, sends in offer]
+    return InlineKeyboardMarkup([buttons[i:i + 4] for i in range(0, len(buttons), 4)]) if buttons else None
 
 
 def described(exc: BaseException) -> str:

@@ -31,6 +31,7 @@ import json
 import logging
 import mimetypes
 from functools import partial
+from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,7 +40,7 @@ from aiohttp import web
 
 from nanobot.bus import Identity, InboundMessage, OutboundMessage, OutgoingFile
 from nanobot.channel_plugin import BaseChannel, ChannelContext, SendFailed, Sender, send_parts
-from nanobot.chat_commands import COMMANDS, offered, picked, picks
+from nanobot.chat_commands import COMMANDS, picked, shown
 from nanobot.message_context import noting_lost, shared_contact, shared_place, with_quote
 from nanobot.config import WhatsAppConfig
 from nanobot.listener import BadBody, Listener, read_body, read_whole
@@ -183,8 +184,7 @@ class WhatsAppChannel(BaseChannel):
                              self.config.phone_number_id, who.id, self.config.phone_number_id)
         msg = InboundMessage(self.name, chat, who.id, text, sender_name=who.name, sender_handle=who.handle, media=media,
                              is_private=True, delivery_key=str(message["id"]),
-                             untrusted="a forwarded message" if forwarded else None,
-                             reply_context={"offer": command} if (command := offered(text)) else None)
+                             untrusted="a forwarded message" if forwarded else None)
         if (admitted := await self._admit(msg)) is not None:  # a stranger's id is not kept
             self._last_message[chat] = str(message["id"])
             await self._chats.admitted(who, vouched)
@@ -236,13 +236,13 @@ class WhatsAppChannel(BaseChannel):
 
     # -- outgoing ------------------------------------------------------------------------
     async def send(self, msg: OutboundMessage) -> None:
-        await send_parts(msg, self._text_parts(msg.chat_id, msg.content, (msg.reply_context or {}).get("offer")))
+        await send_parts(msg, self._text_parts(msg.chat_id, msg.content, msg.offer))
 
-    def _text_parts(self, chat_id: str, text: str, offer: str | None = None) -> list[partial[Any]]:
+    def _text_parts(self, chat_id: str, text: str, offer: Sequence[str] = ()) -> list[partial[Any]]:
         bodies = [whatsapp_marks(chunk) for chunk in split_message(tables_as_lists(text), self.max_message_len)]
         parts = [partial(self._send, chat_id, "text", {"body": body, "preview_url": False}) for body in bodies]
-        if offer:  # the last part with the words to pick from (/mode's)
-            parts[-1] = partial(self._send, chat_id, "interactive", _pick_list(offer, bodies[-1]))
+        if rows := shown(offer, most=10, label_chars=24, sends_bytes=200):  # the last part with a list to pick from
+            parts[-1] = partial(self._send, chat_id, "interactive", _pick_list(offer[0].split()[0], rows, bodies[-1]))
         return parts
 
     async def send_stream(self, msg: OutboundMessage) -> None:
@@ -340,11 +340,11 @@ def _list(node: Any, key: str) -> list[Any]:
     return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 
-def _pick_list(command: str, text: str) -> dict[str, Any]:
-    """``text`` with a list to pick ``command``'s word from (Meta's interactive list: up to ten
-    rows); a pick comes back as the row's id, ``/mode code`` (``_words``)."""
+def _pick_list(command: str, rows: list[tuple[str, str]], text: str) -> dict[str, Any]:
+    """``text`` with a list to pick from (Meta's interactive list: up to ten rows, titles of 24
+    characters); a pick comes back as the row's id, ``/mode code`` (``_words``)."""
     return {"type": "list", "body": {"text": text}, "action": {"button": "Choose", "sections": [
-        {"title": command, "rows": [{"id": sent, "title": word} for word, sent in picks(command)]}]}}
+        {"title": command, "rows": [{"id": sends, "title": word} for word, sends in rows]}]}}
 
 
 def _words(kind: Any, part: dict[str, Any], message: dict[str, Any]) -> str:

@@ -98,6 +98,7 @@ class OutboundMessage:
     turn_reply: bool = False  # the turn's reply: everything else of the turn went out before it
     voice_follows: float | None = None  # the reply's voice note comes within this many seconds (the API waits)
     reply_context: dict[str, str] | None = None  # the answered message's (``InboundMessage.reply_context``)
+    offer: tuple[str, ...] = ()  # what the answer offers to pick, each the command a pick sends (``Offer``)
     failed: bool = False  # the reply says the turn failed (a cron prompt job's run is then an error)
     outbox_id: int | None = None  # its record in the outbox, once recorded
     outbox_created: float | None = None  # when it was recorded (a message refused for a day is dropped)

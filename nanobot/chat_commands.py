@@ -1,9 +1,11 @@
 """The chat commands every channel takes, with a line each: the agent's /help, the menu a
 platform shows when "/" is typed (Telegram's setMyCommands, Discord's slash commands, WhatsApp's
-conversational components), and how a platform's own command stands for one
-(``as_chat_message``). What each does is the agent's (``nanobot.agent.commands``)."""
+conversational components), how a platform's own command stands for one (``as_chat_message``),
+and what an answer offers to pick (``Offer``: buttons, a list). What each does is the agent's (``nanobot.agent.commands``)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 # (name, arguments, what it does)
 COMMANDS: tuple[tuple[str, str, str], ...] = (
@@ -32,6 +34,10 @@ def help_for(channel: str) -> str:
     return HELP + (f"\n{TYPED_ON[channel]}" if channel in TYPED_ON else "")
 
 
+# The commands whose answer offers what to pick (``Offer``).
+OFFERING = ("/mode", "/model", "/voice")
+
+
 def choices(command: str) -> list[str]:
     """The words ``/command`` takes where they are few (``/mode``: tools, code, hybrid, default),
     which a platform may offer as buttons or a list; [] where it takes a name, an id or nothing."""
@@ -40,24 +46,36 @@ def choices(command: str) -> list[str]:
     return [] if any(word.isupper() for word in words) else words
 
 
-def offered(text: str) -> str | None:
-    """The command ``text`` is, bare, when it takes one of a few words (``/mode``; ``/mode@bot``
-    as Telegram's group menu sends it): its answer may offer them to pick (buttons, a list)."""
-    command = text.strip().split("@", 1)[0].lower()
-    return command if " " not in command and choices(command) else None
+class Offer(str):
+    """A command's answer that offers what to pick next (buttons, a list, where the platform has
+    them): ``picks`` are the commands a pick sends, "/model fast". The agent makes it, knowing
+    the chat (its trust, the configured models); the gateway carries the picks to the adapter."""
+
+    picks: tuple[str, ...]
+
+    def __new__(cls, text: str, picks: Sequence[str]) -> "Offer":
+        answer = super().__new__(cls, text)
+        answer.picks = tuple(picks)
+        return answer
 
 
-def picks(command: str) -> list[tuple[str, str]]:
-    """What an answer to ``command`` offers: (the word shown, what a pick of it sends back), the
-    latter read by ``picked``."""
-    return [(word, f"{command} {word}") for word in choices(command)]
+def shown(picks: Sequence[str], *, most: int, label_chars: int, sends_bytes: int) -> list[tuple[str, str]]:
+    """``picks`` as a platform can show them: (the word shown, what a pick sends back, read by
+    ``picked``). A word longer than ``label_chars`` is cut with "…"; a pick that sends more than
+    ``sends_bytes`` is left out, and more than ``most`` picks are none: the answer's text names
+    them all, to type."""
+    fitting = [(sends.partition(" ")[2], sends) for sends in picks
+               if picked(sends) == sends and len(sends.encode()) <= sends_bytes]
+    cut = [(word if len(word) <= label_chars else word[:label_chars - 1] + "…", sends) for word, sends in fitting]
+    return cut if len(cut) <= most else []
 
 
 def picked(choice: str) -> str:
-    """A pick from such an offer (``/mode code``) as the command it stands for; "" for anything
-    that was never offered (a pick's id is whatever the client sent)."""
-    command, _, word = choice.partition(" ")
-    return f"{command} {word}" if word in choices(command) else ""
+    """A pick (``/model fast``) as the command it stands for, taken as if its presser typed it
+    (the agent checks the word as it does a typed one); "" for anything no answer offers: a
+    pick's id is whatever the client sent, and must not become a message to the model."""
+    command, _, word = choice.strip().partition(" ")
+    return f"{command} {word}" if command in OFFERING and word and not any(c.isspace() for c in word) else ""
 
 
 def as_chat_message(command: str, words: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import aiohttp
 
-from nanobot.chat_commands import as_chat_message
+from nanobot.chat_commands import as_chat_message, picked, shown
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.slack_api import FakeSlack
 from tests.helpers import running_gateway
@@ -95,6 +95,16 @@ def test_a_commands_words_make_a_chat_command_or_a_message() -> None:
     assert as_chat_message("/ask", "what is up") == "what is up"
 
 
+def test_picks_are_shown_within_a_platforms_limits_and_read_back_as_commands_only() -> None:
+    picks = ["/model fast", f"/model {'x' * 30}", "/model default"]
+    assert shown(picks, most=3, label_chars=10, sends_bytes=20) == [("fast", "/model fast"), ("default", "/model default")]
+    assert shown(picks, most=3, label_chars=10, sends_bytes=64)[1] == ("x" * 9 + "…", f"/model {'x' * 30}")
+    assert shown(picks, most=2, label_chars=10, sends_bytes=64) == []  # too many: named in the answer, to type
+    assert shown(["/model two words"], most=3, label_chars=10, sends_bytes=64) == []  # a pick could not read it back
+    assert picked("/model fast") == "/model fast" and picked("/voice whenVoice") == "/voice whenVoice"
+    assert picked("/new") == picked("/new x") == picked("hello there") == picked("/model") == ""  # never offered
+
+
 # The scope each Web API method the adapter calls needs (api.slack.com/methods), bot token.
 METHOD_SCOPES = {"auth_test": None, "apps_connections_open": None,  # the app-level token's connections:write
                  "chat_postMessage": "chat:write", "chat_update": "chat:write", "files_upload_v2": "files:write",
@@ -123,10 +133,15 @@ def test_the_app_manifest_grants_what_the_adapter_calls() -> None:
 
 async def test_mode_offers_its_words_as_buttons_and_a_press_is_that_command(llm: FakeOpenAI, workspace: Path,
                                                                            slack: FakeSlack) -> None:
-    """/nanobot mode: the words as Block Kit buttons under the answer; a press is that command
-    from whoever pressed it (Slack vouches for the user id), and only what was offered."""
+    """/nanobot mode: the words as Block Kit buttons under the answer (/nanobot model: the
+    configured models); a press is that command from whoever pressed it (Slack vouches for the
+    user id), and only what was offered."""
+    from nanobot.config import ModelChoice
+
     dm = slack.dm_of(OWNER)
-    async with running_gateway(slack_config(llm, workspace, slack)):
+    config = slack_config(llm, workspace, slack)
+    config.agents.models = {"fast": ModelChoice(provider="openai", model="fast-model")}
+    async with running_gateway(config):
         await slack.push_command("/nanobot", "mode")
         [shown] = await slack.wait_posted(1)
         assert shown["text"].startswith("Mode: tools") and shown["blocks"][0]["text"]["text"] == shown["text"]
@@ -139,4 +154,9 @@ async def test_mode_offers_its_words_as_buttons_and_a_press_is_that_command(llm:
         await slack.push_message(dm, OWNER, " /mode")  # typed in the DM, with a space first
         answer = (await slack.wait_posted(3))[2]
         assert answer["text"].startswith("Mode: code") and answer["channel"] == dm and "blocks" in answer
+        await slack.push_command("/nanobot", "model")
+        models = (await slack.wait_posted(4))[3]
+        assert [b["value"] for b in models["blocks"][1]["elements"]] == ["/model fast", "/model default"]
+        await slack.push_action(models, OWNER, "/model fast")
+        assert (await slack.wait_posted(5))[4]["text"] == "Model set to openai/fast-model for this chat."
     assert not llm.chat_requests

@@ -123,11 +123,12 @@ async def test_the_envelope_keeps_its_typed_fields_and_never_a_waiting_caller(db
             (row_id, "m1", {"inbox/a.ogg": 3.5}, "a forwarded message", thread, "tools")
         assert back.reply_future is None and not back.resumed
         assert (old.delivery_key, old.reply_context, old.mode, old.source) == ("old", {"a": "b"}, "code", "cron")
-        reply = OutboundMessage("email", "bob@example.org", "at four", stream_id=7, turn_reply=True, reply_context=thread)
+        reply = OutboundMessage("email", "bob@example.org", "at four", stream_id=7, turn_reply=True, reply_context=thread,
+                                offer=("/mode code", "/mode default"))
         reply_id = await store.record_outbound(reply, finishes=row_id)
         [pending] = await store.pending_outbound()
-        assert (pending.outbox_id, pending.reply_context, pending.stream_id, pending.turn_reply) == \
-            (reply_id, thread, None, False)  # the stream of before a restart is not ours to edit
+        assert (pending.outbox_id, pending.reply_context, pending.offer, pending.stream_id, pending.turn_reply) == \
+            (reply_id, thread, reply.offer, None, False)  # the stream of before a restart is not ours to edit
     finally:
         await store.close()
 

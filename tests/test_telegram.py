@@ -299,6 +299,37 @@ async def test_mode_offers_its_words_as_buttons_and_a_press_is_that_command(tg, 
     assert not llm.chat_requests
 
 
+async def test_model_offers_the_models_this_chat_may_pick(tg, workspace):
+    """/model's buttons are the chat's own choices: every configured model in the owner's chat,
+    agents.memberModels in a group (none there: no buttons), never a name too long for Telegram
+    (64 bytes of callback data: typed, it works). A press for a model never offered in that chat
+    is the command typed, and refused as that would be."""
+    from nanobot.config import ModelChoice
+    from tests.fakes.openai_server import FakeOpenAI
+    from tests.helpers import running_gateway, telegram_gateway_config
+
+    long_name = "x" * 60
+    async with FakeOpenAI() as llm:
+        config = telegram_gateway_config(llm.base_url, workspace, tg, ALICE)
+        config.agents.models = {name: ModelChoice(provider="openai", model=f"{name}-model")
+                                for name in ("fast", "deep", long_name)}
+        async with running_gateway(config):
+            tg.push_text(ALICE, ALICE, "/model")
+            [shown] = await tg.wait_sent(1)
+            assert long_name in shown["text"]  # named, to type
+            assert [[b["callback_data"] for b in row] for row in shown["reply_markup"]["inline_keyboard"]] == [
+                ["/model fast", "/model deep", "/model default"]]
+            tg.push_button(shown, ALICE, "/model deep")
+            assert (await tg.wait_sent(2))[1]["text"] == "Model set to openai/deep-model for this chat."
+            tg.push_text(GROUP, ALICE, f"/model@{tg.bot_username}", chat_type="group")
+            in_group = (await tg.wait_sent(3))[2]
+            assert "none for member chats" in in_group["text"] and "reply_markup" not in in_group
+            tg.push_button(in_group, ALICE, "/model deep")  # never offered here: refused as if typed
+            refused = (await tg.wait_sent(4))[3]["text"]
+            assert refused.startswith("Member chats may not pick 'deep'")
+    assert not llm.chat_requests
+
+
 async def test_document_lands_in_inbox(tg, channel, bus, workspace):
     tg.push_document(ALICE, ALICE, b"quarterly numbers", "report Q1.txt", caption="summarise this")
     msg = await inbound(bus)

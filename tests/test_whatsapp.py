@@ -60,9 +60,14 @@ async def test_typing_a_slash_shows_the_commands(llm: FakeOpenAI, workspace: Pat
 
 async def test_mode_offers_its_words_as_a_list_and_a_pick_is_that_command(llm: FakeOpenAI, workspace: Path,
                                                                           wa: FakeWhatsApp) -> None:
-    """/mode's and /voice's words come as a list to pick from (Meta's interactive list, within
-    its limits); a pick is that command, from its sender; a pick of anything never offered is not."""
-    async with running_gateway(wa_config(llm, workspace, wa)):
+    """/mode's and /voice's words, and /model's configured models, come as a list to pick from
+    (Meta's interactive list, within its limits: a long name is cut, its pick whole); a pick is
+    that command, from its sender; a pick of anything never offered is not."""
+    from nanobot.config import ModelChoice
+
+    config = wa_config(llm, workspace, wa)
+    config.agents.models = {name: ModelChoice(provider="openai", model=name) for name in ("fast", "x" * 30)}
+    async with running_gateway(config):
         assert await wa.deliver(OWNER, "/mode") == 200
         [shown] = await wa.wait_sent(1)
         assert shown["type"] == "interactive" and shown["interactive"]["body"]["text"].startswith("Mode: tools")
@@ -74,6 +79,12 @@ async def test_mode_offers_its_words_as_a_list_and_a_pick_is_that_command(llm: F
         assert await wa.deliver(OWNER, "", picked="/new") == 200  # never offered: taken for nothing
         assert await wa.deliver(OWNER, "/mode") == 200
         assert (await wa.wait_sent(3))[2]["interactive"]["body"]["text"].startswith("Mode: code")  # and no /new
+        assert await wa.deliver(OWNER, "/model") == 200
+        rows = (await wa.wait_sent(4))[3]["interactive"]["action"]["sections"][0]["rows"]
+        assert [(row["id"], row["title"]) for row in rows] == [
+            ("/model fast", "fast"), (f"/model {'x' * 30}", "x" * 23 + "…"), ("/model default", "default")]
+        assert await wa.deliver(OWNER, "", picked=f"/model {'x' * 30}") == 200
+        assert (await wa.wait_sent(5))[4]["text"]["body"] == f"Model set to openai/{'x' * 30} for this chat."
     assert not llm.chat_requests
 
 

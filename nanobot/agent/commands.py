@@ -9,7 +9,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Protocol
 
-from nanobot.chat_commands import help_for
+from nanobot.chat_commands import Offer, choices, help_for
 from nanobot.agent.context import cache_starts_over
 from nanobot.trust import MEMBER, OWNER
 from nanobot.usage import plural, start_of_today
@@ -62,7 +62,7 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
         return "Started a new conversation."
     if name == "/mode":
         if not arg:
-            return f"Mode: {agent.mode_name(session)} (choose with /mode tools|code|hybrid)."
+            return offer("/mode", f"Mode: {agent.mode_name(session)} (choose with /mode tools|code|hybrid).")
         if arg == "default":  # back to agents.overrides / agents.defaults
             session.set_meta(mode=None)
             session.sync()
@@ -93,6 +93,11 @@ async def handle_command(agent: Agent, session_key: str, text: str) -> str | Non
     return f"Unknown command {name}. /help lists the commands."  # not a model turn: it was meant for me
 
 
+def offer(command: str, text: str, words: list[str] | None = None) -> Offer:
+    """A bare command's answer, with its words (by default the few it always takes) to pick."""
+    return Offer(text, [f"{command} {word}" for word in (choices(command) if words is None else words)])
+
+
 def model_command(agent: Agent, session_key: str, arg: str) -> str:
     """``/model``: the chat's model and the choices; ``/model NAME`` picks one (kept in the session).
     A member chat may pick only from agents.memberModels (by default none)."""
@@ -100,21 +105,22 @@ def model_command(agent: Agent, session_key: str, arg: str) -> str:
     config = agent.deps.config
     member = agent.deps.trust(session_key) == MEMBER
     names = config.agents.member_models if member else list(config.agents.models)
-    choices = ", ".join(names) or ("none for member chats (agents.memberModels)" if member
-                                   else "none configured (agents.models)")
+    listed = ", ".join(names) or ("none for member chats (agents.memberModels)" if member
+                                  else "none configured (agents.models)")
     if not arg:
         provider, model = config.chat_model(session_key, session.meta.model, member=member)
         picked = session.meta.model
-        return f"Model: {provider}/{model}{f' ({picked})' if picked in names else ''}. " \
-               f"Choices: {choices}; /model default goes back to the configured one."
+        return offer("/model", f"Model: {provider}/{model}{f' ({picked})' if picked in names else ''}. "
+                               f"Choices: {listed}; /model default goes back to the configured one.",
+                     [*names, "default"] if names else [])
     if arg.lower() == "default":
         session.set_meta(model=None)
     elif arg in names:
         session.set_meta(model=arg)
     elif member and arg in config.agents.models:
-        return f"Member chats may not pick {arg!r}: the owner lists theirs in agents.memberModels ({choices})."
+        return f"Member chats may not pick {arg!r}: the owner lists theirs in agents.memberModels ({listed})."
     else:
-        return f"Unknown model {arg!r}: choose one of {choices}, or default."
+        return f"Unknown model {arg!r}: choose one of {listed}, or default."
     session.sync()
     cache_starts_over(session_key, f"/model {arg}")
     provider, model = config.chat_model(session_key, session.meta.model, member=member)
@@ -129,7 +135,8 @@ def voice_command(agent: Agent, session_key: str, arg: str) -> str:
     session, speech = agent.session(session_key), agent.deps.config.tools.speech
     off = "" if speech.provider else " Spoken replies are off on this assistant (tools.speech.provider)."
     if not arg:
-        return f"Voice: {session.meta.voice or speech.reply} (choose with /voice always|whenVoice|never|default).{off}"
+        return offer("/voice", f"Voice: {session.meta.voice or speech.reply} "
+                               f"(choose with /voice always|whenVoice|never|default).{off}")
     if arg not in VOICE_CHOICES:
         return f"Unknown choice {arg!r}: choose always, whenVoice, never or default."
     session.set_meta(voice=VOICE_CHOICES[arg])

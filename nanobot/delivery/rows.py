@@ -31,12 +31,15 @@ def inbound_from(row_id: int, text: str) -> InboundMessage:
 
 
 def outbound_metadata_json(msg: OutboundMessage) -> str:
-    """The metadata column: what a reply carries besides its columns (a voice note, a mail's thread)."""
+    """The metadata column: what a reply carries besides its columns (a voice note, a mail's
+    thread, what it offers to pick)."""
     kept: dict[str, Any] = {}
     if msg.file and msg.file.voice:
         kept["voice_note"] = True
     if msg.reply_context:
         kept["reply_context"] = msg.reply_context
+    if msg.offer:
+        kept["offer"] = list(msg.offer)
     if msg.failed:  # read by a caller waiting on another worker (``settled_reply``)
         kept["failed"] = True
     return json.dumps(kept)
@@ -55,4 +58,4 @@ def outbound_from(row: Any) -> OutboundMessage:
     file = OutgoingFile(row["file_name"], row["file_data"], bool(row["photo"]), voice) if row["file_name"] else None
     return OutboundMessage(row["channel"], row["chat_id"], row["content"], kind=row["kind"],
                            reply_to=row["reply_to"], file=file, reply_context=extras.get("reply_context"),
-                           outbox_id=row["id"], outbox_created=row["created"], parts_sent=row["parts_sent"])
+                           offer=tuple(extras.get("offer", ())), outbox_id=row["id"], outbox_created=row["created"], parts_sent=row["parts_sent"])

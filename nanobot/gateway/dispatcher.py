@@ -1,13 +1,12 @@
 """From ``bus.inbound`` to agent turns: one turn at a time per chat, many chats at once.
 
-Each session key gets a worker: a queue and a task that works through it in order. Workers
-are cheap and reclaimed after ``gateway.idleWorkerSeconds`` of quiet; the number of turns
-running at once is capped by ``gateway.maxConcurrentSessions``.
+Each session key gets a worker: a queue and a task that works through it in order. Workers are
+cheap and reclaimed after ``gateway.idleWorkerSeconds`` of quiet; ``gateway.maxConcurrentSessions``
+caps the number of turns running at once.
 
-``/stop`` never waits in the queue: it cancels the chat's running turn at once (a model call,
-a program in the sandbox, a tool), records that in the history, and answers "Stopped.".
-Messages queued behind the stopped turn are kept and run next: the user sent them after
-the one they stopped, so they are probably still wanted.
+``/stop`` never waits in the queue: it cancels the chat's running turn at once (a model call, a
+program in the sandbox, a tool), records that in the history, and answers "Stopped.". Messages
+queued behind the stopped turn are kept and run next: sent after it, they are probably still wanted.
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from nanobot.agent.commands import is_command
 from nanobot.agent.loop import TURN_CRASHED, FailedReply, Origin, TurnIO, TurnRequest
 from nanobot.agent.streaming import ReplyStream
 from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.chat_commands import Offer
 from nanobot.gateway.albums import whole_album
 from nanobot.gateway.spoken import voice_note, voice_wait, will_speak
 from nanobot.eventloop import Background, cancel_and_wait
@@ -33,8 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TYPING_INTERVAL = 4.0  # Telegram shows "typing…" for about 5 s per call
-# A turn that answers sooner shows no indicator: under load the indicators were half of all
-# Bot API calls, for replies that arrived before anyone could see them.
+# A turn that answers sooner shows no indicator: under load they were half of all Bot API calls.
 TYPING_DELAY = 0.5
 RESTART_NOTICE = "I was restarted before I could answer that. Please ask again in a moment."
 RESUME_NOTICE = "I am restarting; I will answer that as soon as I am back."
@@ -282,7 +281,8 @@ class Dispatcher:
         make it run again."""
         voice, failed = will_speak(self.agent, msg, text), isinstance(text, FailedReply)
         reply = OutboundMessage(msg.channel, msg.chat_id, text, stream_id=stream_id, turn_reply=True, failed=failed,
-                                reply_context=msg.reply_context, voice_follows=voice_wait(self.agent) if voice else None)
+                                reply_context=msg.reply_context, offer=text.picks if isinstance(text, Offer) else (),
+                                voice_follows=voice_wait(self.agent) if voice else None)
         await self._put(msg, reply, settles=True)
         if voice:  # after the text, never holding it up
             self._side.run(self._speak(msg, text), name=f"speak {msg.session_key}")
