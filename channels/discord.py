@@ -32,7 +32,7 @@ from discord.http import Route
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, send_parts
 from nanobot.message_context import noting_lost, shared_poll, with_quote
-from nanobot_channels.discord_commands import ONLY_HERE, answer, as_message, register
+from nanobot_channels.discord_commands import ONLY_HERE, answer, as_message, pick_buttons, register
 from nanobot_channels.text import split_message, tables_as_code
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import DiscordConfig
@@ -64,7 +64,7 @@ class _Client(discord.Client):
         await self._channel._on_message(message)
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
-        if interaction.type is discord.InteractionType.application_command:
+        if interaction.type in (discord.InteractionType.application_command, discord.InteractionType.component):
             await self._channel._on_command(interaction)
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
@@ -189,11 +189,14 @@ class DiscordChannel(BaseChannel):
             await self._read.note(str(message.channel.id), str(message.id))
 
     async def _on_command(self, interaction: discord.Interaction) -> None:
-        """A slash command: the chat message it stands for, addressed to the bot, answered in
-        place of the "thinking…" Discord shows meanwhile (removed when nothing will answer)."""
+        """A slash command, or a button pressed: the chat message it stands for, addressed to the
+        bot, answered in place of the "thinking…" Discord shows meanwhile (removed when nothing
+        will answer)."""
         text = as_message(interaction)
         if text is None or interaction.channel_id is None:
             return await interaction.response.send_message(ONLY_HERE, ephemeral=True)
+        if not text:  # a press of nothing we offered: taken for nothing
+            return await interaction.response.defer()
         try:
             await interaction.response.defer(thinking=True)
         except discord.HTTPException as exc:  # too late (over 3 s): the answer is posted instead
@@ -262,14 +265,17 @@ class DiscordChannel(BaseChannel):
         channel = self._client.get_partial_messageable(int(msg.chat_id))
         reference = _reference(msg, channel.id)
         chunks = split_message(tables_as_code(msg.content), self.max_message_len)
-        first, *rest = [partial(self._send_chunk, channel, chunk, _nonce(msg, i)) for i, chunk in enumerate(chunks)]
+        buttons = [{}] * (len(chunks) - 1) + [pick_buttons(msg.offer)]  # under the last part
+        first, *rest = [partial(self._send_chunk, channel, chunk, _nonce(msg, i), **buttons[i])
+                        for i, chunk in enumerate(chunks)]
         first = partial(first, reference=reference, preview=preview)
         if token := (msg.reply_context or {}).get("interaction"):  # a slash command's answer
-            first = partial(self._answer_command, token, chunks[0], first)
+            first = partial(self._answer_command, token, chunks[0], first, **buttons[0])
         await send_parts(msg, [first, *rest])
 
-    async def _answer_command(self, token: str, text: str, post: Callable[[], Awaitable[None]]) -> None:
-        if not await answer(self._client, token, text, self._client.allowed_mentions):
+    async def _answer_command(self, token: str, text: str, post: Callable[[], Awaitable[None]],
+                              **view: discord.ui.View) -> None:
+        if not await answer(self._client, token, text, self._client.allowed_mentions, **view):
             await post()
 
     def _check_target(self, msg: OutboundMessage) -> None:
@@ -321,10 +327,10 @@ class DiscordChannel(BaseChannel):
 
     async def _send_chunk(self, channel: discord.PartialMessageable, chunk: str, nonce: str | None,
                           reference: discord.MessageReference | None = None,
-                          preview: discord.Message | None = None) -> None:
+                          preview: discord.Message | None = None, **view: discord.ui.View) -> None:
         """A message, or the streamed ``preview`` edited to be it."""
         if preview is None or not await self._edit(preview, chunk):
-            await self._post(channel, lambda: {"content": chunk, "reference": reference, "nonce": nonce})
+            await self._post(channel, lambda: {"content": chunk, "reference": reference, "nonce": nonce, **view})
 
     async def _post(self, channel: discord.PartialMessageable, message: Callable[[], dict[str, Any]]) -> None:
         """Send, retrying a few times what may pass soon; ``message`` makes the arguments afresh

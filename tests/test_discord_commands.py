@@ -56,6 +56,33 @@ async def test_a_command_is_answered_in_place_of_thinking(config: Config, dc: Fa
     assert not dc.sent and not llm.chat_requests  # no message posted, no model call
 
 
+async def test_model_offers_buttons_and_a_press_is_that_command(config: Config, dc: FakeDiscord,
+                                                                 llm: FakeOpenAI) -> None:
+    """/model's answer has the models this chat may pick as buttons (five to a row, as Discord
+    takes them); a press is that command from whoever pressed it, answered in place of
+    "thinking…"; a press of anything never offered, or a stranger's, is taken for nothing."""
+    from nanobot.config import ModelChoice
+
+    config.agents.models = {f"m{i}": ModelChoice(provider="openai", model=f"model-{i}") for i in range(6)}
+    async with running_gateway(config):
+        await dc.push_command(DM, FRIEND, "model")
+        shown = (await dc.wait_followups(1))[0]["message"]
+        assert [[b["custom_id"] for b in row["components"]] for row in shown["components"]] == [
+            [f"/model m{i}" for i in range(5)], ["/model m5", "/model default"]]
+        await dc.push_button(shown, FRIEND, "/model m5")
+        assert (await dc.wait_followups(2))[1]["content"] == "Model set to openai/model-5 for this chat."
+        await dc.push_button(shown, FRIEND, "/new")  # never offered: taken for nothing, nothing left thinking
+        await dc.wait_until(lambda: len(dc.callbacks) == 3)
+        await dc.push_message(DM, FRIEND, "/model")  # typed: posted, with its buttons
+        [typed] = await dc.wait_sent(1)
+        assert typed["content"].startswith("Model: openai/model-5") and len(typed["components"]) == 2
+        await dc.push_button(typed, STRANGER, "/model m0", guild_id=GUILD)  # no say here
+        await dc.wait_until(lambda: len(dc.deleted) == 1)  # its "thinking…" removed
+        await dc.push_command(DM, FRIEND, "model")
+        assert (await dc.wait_followups(3))[2]["content"].startswith("Model: openai/model-5")
+    assert dc.callbacks[2]["type"] == 6 and not llm.chat_requests  # a deferred update: nothing shown
+
+
 async def test_an_answer_after_the_token_expired_is_posted(config: Config, dc: FakeDiscord) -> None:
     dc.expire("late")
     async with running_gateway(config):
@@ -87,5 +114,5 @@ async def test_stop_typed_as_a_slash_command_answers_in_place(config: Config, dc
         await until(lambda: llm.chat_requests)
         await dc.push_command(DM, FRIEND, "stop", token="stop-now")
         [answer] = await dc.wait_followups(1, timeout=10)
-    assert answer == {"token": "stop-now", "content": "Stopped.", "mentions": []}
+    assert (answer["token"], answer["content"], answer["mentions"]) == ("stop-now", "Stopped.", [])
     assert not [m for m in dc.sent if m["content"] == "too slow"]

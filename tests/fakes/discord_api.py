@@ -36,7 +36,9 @@ API (everything else is private):
   context=None, token=None) -> dict``: an INTERACTION_CREATE (context 0 in a server, else 1, the DM with
   the bot; 2 is someone else's DM); ``callbacks`` (the bodies of
   POST /interactions/{id}/{token}/callback), ``followups`` (POST /webhooks/{app}/{token}:
-  ``token``, ``content``), ``deleted`` (tokens whose original response was deleted);
+  ``token``, ``content``, ``message``), ``deleted`` (tokens whose original response was deleted);
+  ``await push_button(shown, user_id, custom_id, *, guild_id=None)``: a press of a button under
+  ``shown`` (a message or a follow-up's ``message``); buttons beyond Discord's limits are a 400;
   ``expire(token)`` makes the token's webhook answer 404, as after 15 minutes.
   ``wait_until(predicate)``, ``wait_followups(count)``; ``command_gets`` counts the GETs.
 
@@ -110,6 +112,7 @@ class FakeDiscord:
         self.command_puts = self.command_gets = 0
         self.callbacks: list[dict[str, Any]] = []
         self.followups: list[dict[str, Any]] = []
+        self._interaction_channels: dict[str, str] = {}  # an interaction's token -> its channel (its follow-ups')
         self.deleted: list[str] = []
         self._expired: set[str] = set()
         self._sent_changed = asyncio.Condition()
@@ -232,16 +235,32 @@ class FakeDiscord:
     async def push_command(self, channel_id: int | str, user_id: int | str, name: str, value: str | None = None, *,
                            guild_id: int | str | None = None, context: int | None = None,
                            token: str | None = None) -> dict[str, Any]:
+        return await self._interact(channel_id, user_id, 2, {
+            "id": str(next(_ids)), "name": name, "type": 1,
+            "options": [] if value is None else [{"name": "argument", "type": 3, "value": value}]},
+            guild_id=guild_id, context=context, token=token)
+
+    async def push_button(self, shown: dict[str, Any], user_id: int | str, custom_id: str, *,
+                          guild_id: int | str | None = None) -> dict[str, Any]:
+        """``user_id`` presses the button ``custom_id`` under ``shown`` (a message or a follow-up
+        the bot sent, in ``shown["channel_id"]``): a component interaction."""
+        return await self._interact(shown["channel_id"], user_id, 3, {"custom_id": custom_id, "component_type": 2},
+                                    guild_id=guild_id, message=shown)
+
+    async def _interact(self, channel_id: int | str, user_id: int | str, kind: int, data: dict[str, Any], *,
+                        guild_id: int | str | None, context: int | None = None, token: str | None = None,
+                        message: dict[str, Any] | None = None) -> dict[str, Any]:
         user = _user(int(user_id), f"user{user_id}")
         channel: dict[str, Any] = {"id": str(channel_id), "type": 1, "recipients": [user], "last_message_id": None,
                                    "flags": 0}
         interaction: dict[str, Any] = {
-            "id": str(next(_ids)), "application_id": str(self.bot_id), "type": 2, "token": token or f"tok{next(_ids)}",
-            "version": 1, "channel_id": str(channel_id), "channel": channel, "locale": "en-US",
-            "app_permissions": "0", "entitlements": [], "attachment_size_limit": 10 * 1024 * 1024,
-            "context": context if context is not None else (0 if guild_id is not None else 1),
-            "data": {"id": str(next(_ids)), "name": name, "type": 1,
-                     "options": [] if value is None else [{"name": "argument", "type": 3, "value": value}]}}
+            "id": str(next(_ids)), "application_id": str(self.bot_id), "type": kind,
+            "token": token or f"tok{next(_ids)}", "version": 1, "channel_id": str(channel_id), "channel": channel,
+            "locale": "en-US", "app_permissions": "0", "entitlements": [], "attachment_size_limit": 10 * 1024 * 1024,
+            "context": context if context is not None else (0 if guild_id is not None else 1), "data": data}
+        if message is not None:
+            interaction["message"] = message
+        self._interaction_channels[interaction["token"]] = str(channel_id)
         if guild_id is not None:
             channel.update(type=0, name="general", guild_id=str(guild_id), position=0, permission_overwrites=[],
                            nsfw=False, parent_id=None, topic=None, rate_limit_per_user=0)
@@ -343,6 +362,8 @@ class FakeDiscord:
                 return _json({"message": "You are being rate limited.", "retry_after": retry_after,
                                           "global": False}, status=429, headers={"Via": "1.1 google"})
             return _json({"message": "scripted failure", "code": 0}, status=status)
+        if not _components_fit(body):
+            return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
         nonce = body.get("nonce") if body.get("enforce_nonce") else None
         if nonce is not None and nonce in self._nonces:  # as Discord: the message sent before, not a new one
             return _json(self._nonces[nonce])
@@ -353,6 +374,7 @@ class FakeDiscord:
         if body.get("message_reference"):
             msg["message_reference"] = body["message_reference"]
         msg["flags"] = int(body.get("flags") or 0)  # 4: SUPPRESS_EMBEDS (no link previews)
+        msg["components"] = body.get("components") or []
         msg["mentions"] = _pinged(msg["content"], body.get("allowed_mentions"))
         for name, data in uploads:
             aid = next(_ids)
@@ -410,9 +432,11 @@ class FakeDiscord:
         if token in self._expired:
             return _json({"message": "Unknown Webhook", "code": 10015}, status=404)
         body, _ = await _message_body(request)
-        msg = self._message("0", self.bot_user, body.get("content", ""))
-        msg["webhook_id"] = request.match_info["app"]
-        self.followups.append({"token": token, "content": body.get("content", ""),
+        if not _components_fit(body):
+            return _json({"message": "Invalid Form Body", "code": 50035}, status=400)
+        msg = self._message(self._interaction_channels.get(token, "0"), self.bot_user, body.get("content", ""))
+        msg.update(webhook_id=request.match_info["app"], components=body.get("components") or [])
+        self.followups.append({"token": token, "content": body.get("content", ""), "message": msg,
                                "mentions": _pinged(msg["content"], body.get("allowed_mentions"))})
         await self._note()
         return _json(msg)
@@ -448,6 +472,14 @@ class FakeDiscord:
                 "timestamp": datetime.now(timezone.utc).isoformat(), "edited_timestamp": None,
                 "tts": False, "mention_everyone": False, "mentions": [], "mention_roles": [],
                 "attachments": [], "embeds": [], "pinned": False, "type": 0, "flags": 0}
+
+
+def _components_fit(body: dict[str, Any]) -> bool:
+    """Buttons within Discord's limits: five rows of five, 80-character labels, 100-character ids."""
+    rows = body.get("components") or []
+    buttons = [b for row in rows for b in row.get("components") or []]
+    return len(rows) <= 5 and all(len(row.get("components") or []) <= 5 for row in rows) and all(
+        len(b.get("label") or "") <= 80 and len(b.get("custom_id") or "") <= 100 for b in buttons)
 
 
 def _pinged(content: str, allowed: dict[str, Any] | None) -> list[dict[str, str]]:
