@@ -11,13 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from tests import cli_zygote
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
 
 
 async def nanobot(*args: str, home: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "nanobot", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "NANOBOT_HOME": str(home), **(env or {})})
+    """``nanobot *args`` as a process of its own: (exit code, stdout, stderr). Forked from a
+    process that has imported nanobot already (tests/cli_zygote.py), unless ``env`` sets what
+    only a fresh interpreter reads (``PYTHON*``)."""
+    fresh = any(name.startswith("PYTHON") for name in env or {})
+    env = {**os.environ, "NANOBOT_HOME": str(home), **(env or {})}
+    if not fresh:
+        return await asyncio.to_thread(cli_zygote.run, list(args), env)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", *args, env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode, out.decode(), err.decode()
 

@@ -213,14 +213,6 @@ async def test_the_terminal_chat_on_its_own_is_told_where_jobs_run(config: Confi
 
 # ------------------------------------------------------------------------- as real processes
 
-async def nanobot(home: Path, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", *args,
-                                                env={**os.environ, "NANOBOT_HOME": str(home)},
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    return proc.returncode, out.decode(), err.decode()
-
-
 @asynccontextmanager
 async def gateway_process(home: Path, log: Path) -> AsyncIterator[None]:
     with open(log, "ab") as out:
@@ -245,24 +237,29 @@ async def test_jobs_survive_a_restart_and_the_cli_works_beside_the_gateway(
     (tmp_path / "job.py").write_text("print('still here')\n")
     (tmp_path / "broken.py").write_text("print('oops'\n")
     log = tmp_path / "gateway.log"
+    from tests.test_cli import nanobot
+
     async with gateway_process(home, log):
-        code, out, err = await nanobot(home, "cron", "add", "--name", "ping", "--every", "1",
-                                       "--code", str(tmp_path / "job.py"), "--to", f"telegram:{ALICE}")
+        code, out, err = await nanobot("cron", "add", "--name", "ping", "--every", "1", "--code",
+                                       str(tmp_path / "job.py"), "--to", f"telegram:{ALICE}", home=home)
         assert code == 0, err
         job_id = out.strip()
         assert (await tg.wait_sent(1, timeout=15))[0]["text"] == "⏰ ping\nstill here"  # picked up while running, named
-        code, out, _ = await nanobot(home, "cron", "list")
+        code, out, _ = await nanobot("cron", "list", home=home)
         assert job_id in out and "ping" in out and "ok" in out
-        code, _, err = await nanobot(home, "cron", "add", "--every", "60", "--code", str(tmp_path / "broken.py"))
+        code, _, err = await nanobot("cron", "add", "--every", "60", "--code", str(tmp_path / "broken.py"), home=home)
         assert code == 2 and "SyntaxError" in err  # refused at once, not at the first run
     seen = len(tg.sent)
     async with gateway_process(home, log):  # a new process: the job comes back from nanobot.db
         await tg.wait_sent(seen + 1, timeout=15)
-        code, _, _ = await nanobot(home, "cron", "remove", job_id)
+        code, _, _ = await nanobot("cron", "remove", job_id, home=home)
         assert code == 0
-        await asyncio.sleep(2.5)  # past the poll interval and a period: no run may start now
-        settled = len(tg.sent)
-        await asyncio.sleep(1.5)
-        assert len(tg.sent) == settled
+        removed = len(tg.sent)
+        code, _, err = await nanobot("cron", "add", "--name", "pong", "--every", "1", "--code",
+                                     str(tmp_path / "job.py"), "--to", f"telegram:{ALICE}", home=home)
+        assert code == 0, err
+        # Two runs of a job added after the removal: past ping's period, it would have run again.
+        await until(lambda: sum(m["text"].startswith("⏰ pong") for m in tg.sent) >= 2)
+        assert sum(m["text"].startswith("⏰ ping") for m in tg.sent[removed:]) <= 1  # one under way at the removal
     assert llm.chat_requests == []
     assert "Traceback" not in log.read_text()

@@ -1,0 +1,138 @@
+"""``nanobot`` commands for the tests, each a process of its own, forked from one that has
+imported nanobot and its libraries already.
+
+A command run as ``python -m nanobot`` spends 0.3-0.8 s of CPU importing (openai's types alone
+are 0.4 s) before it does its work, and the suite runs a few hundred: that was a third of its
+CPU. Here one process per test worker (the zygote) imports them once; each command is a fork
+of it, with the caller's arguments, environment, working directory and stdin/stdout/stderr,
+that runs ``nanobot.entry.main`` and exits as the command would (its atexit handlers, its
+threads joined), its exit code sent back. What needs a fresh interpreter (a ``PYTHON*``
+variable, read at start) runs as ``python -m nanobot`` (``tests.test_cli.nanobot``).
+
+    python -m tests.cli_zygote SOCKET_PATH     # serves until its parent closes its stdin
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PRELOADED = ("nanobot.entry", "nanobot.cli", "nanobot.cli.onboarding", "nanobot.gateway", "nanobot.mcp.cli",
+             "nanobot.providers.openai_provider", "mcp.client.stdio", "mcp.client.streamable_http")
+_zygote: tuple[subprocess.Popen[bytes], str] | None = None
+
+
+def run(args: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str, str]:
+    """``nanobot *args`` in a fork of this test process's zygote: (exit code, stdout, stderr)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            open(os.devnull, "rb") as stdin, socket.socket(socket.AF_UNIX) as conn:
+        conn.settimeout(timeout)
+        conn.connect(_socket())
+        job = json.dumps({"argv": args, "env": env, "cwd": os.getcwd()}).encode()
+        socket.send_fds(conn, [job], [stdin.fileno(), out.fileno(), err.fileno()])
+        pid = struct.unpack("!i", _recv(conn, 4))[0]
+        try:
+            code = struct.unpack("!i", _recv(conn, 4))[0]
+        except TimeoutError:
+            os.kill(pid, signal.SIGKILL)
+            raise
+        out.seek(0), err.seek(0)
+        return code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+
+
+def _recv(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        if not (chunk := conn.recv(size - len(data))):
+            raise ConnectionError("the zygote went away")
+        data += chunk
+    return data
+
+
+def _socket() -> str:
+    """The zygote's socket, started at the first command (it ends with this process: its stdin closes)."""
+    global _zygote
+    if _zygote is None or _zygote[0].poll() is not None:
+        path = tempfile.mktemp(prefix="nanobot-zygote-", suffix=".sock")
+        proc = subprocess.Popen([sys.executable, "-m", "tests.cli_zygote", path], cwd=REPO, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n", "the zygote did not start"
+        _zygote = (proc, path)
+    return _zygote[1]
+
+
+def _serve(path: str) -> dict | None:
+    """Accept commands until stdin closes; in a forked child, return its job."""
+    for name in PRELOADED:
+        __import__(name)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(64)
+    wakeup_r, wakeup_w = os.pipe()
+    os.set_blocking(wakeup_w, False)
+    signal.set_wakeup_fd(wakeup_w)  # a child's exit wakes the loop below
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    waiting: dict[int, socket.socket] = {}  # a command's pid -> the connection its exit code goes to
+    with selectors.DefaultSelector() as selector:
+        for source in (listener, wakeup_r, sys.stdin):
+            selector.register(source, selectors.EVENT_READ)
+        print("ready", flush=True)
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is sys.stdin:
+                    os.unlink(path)
+                    return None
+                if key.fileobj == wakeup_r:
+                    os.read(wakeup_r, 512)
+                    _reap(waiting)
+                    continue
+                conn, _ = listener.accept()
+                raw, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+                if (pid := os.fork()) == 0:  # the command: none of the zygote's sockets or signal handling
+                    for held in (listener, conn, *waiting.values()):
+                        held.close()
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.close(wakeup_r)
+                    os.close(wakeup_w)
+                    for target, fd in enumerate(fds):  # its stdin, stdout, stderr
+                        os.dup2(fd, target)
+                        os.close(fd)
+                    return json.loads(raw)
+                for fd in fds:
+                    os.close(fd)
+                conn.sendall(struct.pack("!i", pid))
+                waiting[pid] = conn
+
+
+def _reap(waiting: dict[int, socket.socket]) -> None:
+    while waiting:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if (conn := waiting.pop(pid, None)) is not None:
+            conn.sendall(struct.pack("!i", os.waitstatus_to_exitcode(status)))
+            conn.close()
+
+
+if __name__ == "__main__":
+    if (job := _serve(sys.argv[1])) is not None:
+        os.environ.clear()
+        os.environ.update(job["env"])
+        os.chdir(job["cwd"])
+        sys.argv = ["nanobot", *job["argv"]]
+        from nanobot.entry import main
+
+        main()
