@@ -115,6 +115,10 @@ async def test_killed_workers_are_replaced_within_the_failover_time(pg_url: str,
         await wait_for(lambda: _true(len(llm.chat_requests) > asked), 15, "the model asked")
         frozen = await db.fetchval("SELECT worker FROM chat_leases WHERE chat = $1", f"telegram:{DAVE}")
         os.kill(procs[frozen].pid, signal.SIGSTOP)
+        # Its model call is held (60 s); the takeover's is answered at once. Frozen within
+        # milliseconds of its model call, on a loaded machine, the frozen worker may not have
+        # written that the turn began: the takeover then runs it afresh, "slow two" last.
+        llm.fallback = echo
         try:
             # The heartbeat lapses after FAILOVER_S; then the takeover and the answer: 2 to 3 s
             # from the freeze alone, up to 9 s in the whole suite on two busy cores. How fast is
@@ -124,7 +128,6 @@ async def test_killed_workers_are_replaced_within_the_failover_time(pg_url: str,
         finally:
             os.kill(procs[frozen].pid, signal.SIGCONT)
         await wait_for(lambda: _is(alive(), set(procs)), 15, "the frozen worker rejoined")
-        llm.fallback = echo
 
         # 3. the poller killed: another polls, and two never poll at once. (A frozen poller's
         #    long poll in step 2 may still be open when the next one starts: the platform answers
