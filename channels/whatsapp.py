@@ -30,8 +30,8 @@ import hmac
 import json
 import logging
 import mimetypes
-from functools import partial
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -242,7 +242,7 @@ class WhatsAppChannel(BaseChannel):
         bodies = [whatsapp_marks(chunk) for chunk in split_message(tables_as_lists(text), self.max_message_len)]
         parts = [partial(self._send, chat_id, "text", {"body": body, "preview_url": False}) for body in bodies]
         if rows := shown(offer, most=10, label_chars=24, sends_bytes=200):  # the last part with a list to pick from
-            parts[-1] = partial(self._send, chat_id, "interactive", _pick_list(offer[0].split()[0], rows, bodies[-1]))
+            parts[-1] = partial(self._send, chat_id, "interactive", _pick_list(rows, bodies[-1]))
         return parts
 
     async def send_stream(self, msg: OutboundMessage) -> None:
@@ -340,9 +340,11 @@ def _list(node: Any, key: str) -> list[Any]:
     return [item for item in found if isinstance(item, dict)] if isinstance(found, list) else []
 
 
-def _pick_list(command: str, rows: list[tuple[str, str]], text: str) -> dict[str, Any]:
+def _pick_list(rows: list[tuple[str, str]], text: str) -> dict[str, Any]:
     """``text`` with a list to pick from (Meta's interactive list: up to ten rows, titles of 24
-    characters); a pick comes back as the row's id, ``/mode code`` (``_words``)."""
+    characters), under the command's name; a pick comes back as the row's id, ``/mode code``
+    (``_words``)."""
+    command = rows[0][1].partition(" ")[0]
     return {"type": "list", "body": {"text": text}, "action": {"button": "Choose", "sections": [
         {"title": command, "rows": [{"id": sends, "title": word} for word, sends in rows]}]}}
 

@@ -1,7 +1,8 @@
 """The chat commands every channel takes, with a line each: the agent's /help, the menu a
 platform shows when "/" is typed (Telegram's setMyCommands, Discord's slash commands, WhatsApp's
 conversational components), how a platform's own command stands for one (``as_chat_message``),
-and what an answer offers to pick (``Offer``: buttons, a list). What each does is the agent's (``nanobot.agent.commands``)."""
+and what an answer offers to pick (``Offer``: buttons, a list). What each does is the agent's
+(``nanobot.agent.commands``)."""
 
 from __future__ import annotations
 

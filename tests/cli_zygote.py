@@ -23,18 +23,20 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PRELOADED = ("nanobot.entry", "nanobot.cli", "nanobot.cli.onboarding", "nanobot.gateway", "nanobot.mcp.cli",
              "nanobot.providers.openai_provider", "mcp.client.stdio", "mcp.client.streamable_http")
 _zygote: tuple[subprocess.Popen[bytes], str] | None = None
+_starting = threading.Lock()  # commands come from threads (asyncio.to_thread): one zygote
 
 
 def run(args: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int, str, str]:
     """``nanobot *args`` in a fork of this test process's zygote: (exit code, stdout, stderr)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-            open(os.devnull, "rb") as stdin, socket.socket(socket.AF_UNIX) as conn:
+            open(os.devnull, "rb") as stdin, socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
         conn.settimeout(timeout)
         conn.connect(_socket())
         job = json.dumps({"argv": args, "env": env, "cwd": os.getcwd()}).encode()
@@ -45,7 +47,8 @@ def run(args: list[str], env: dict[str, str], timeout: float = 60) -> tuple[int,
         except TimeoutError:
             os.kill(pid, signal.SIGKILL)
             raise
-        out.seek(0), err.seek(0)
+        out.seek(0)
+        err.seek(0)
         return code, out.read().decode(errors="replace"), err.read().decode(errors="replace")
 
 
@@ -61,20 +64,21 @@ def _recv(conn: socket.socket, size: int) -> bytes:
 def _socket() -> str:
     """The zygote's socket, started at the first command (it ends with this process: its stdin closes)."""
     global _zygote
-    if _zygote is None or _zygote[0].poll() is not None:
-        path = tempfile.mktemp(prefix="nanobot-zygote-", suffix=".sock")
-        proc = subprocess.Popen([sys.executable, "-m", "tests.cli_zygote", path], cwd=REPO, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE)
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n", "the zygote did not start"
-        _zygote = (proc, path)
-    return _zygote[1]
+    with _starting:
+        if _zygote is None or _zygote[0].poll() is not None:
+            path = os.path.join(tempfile.mkdtemp(prefix="nanobot-zygote-"), "sock")
+            proc = subprocess.Popen([sys.executable, "-m", "tests.cli_zygote", path], cwd=REPO,
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            assert proc.stdout is not None and proc.stdout.readline() == b"ready\n", "the zygote did not start"
+            _zygote = (proc, path)
+        return _zygote[1]
 
 
 def _serve(path: str) -> dict | None:
     """Accept commands until stdin closes; in a forked child, return its job."""
     for name in PRELOADED:
         __import__(name)
-    listener = socket.socket(socket.AF_UNIX)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)  # a job is one message, whole
     listener.bind(path)
     listener.listen(64)
     wakeup_r, wakeup_w = os.pipe()
@@ -90,6 +94,7 @@ def _serve(path: str) -> dict | None:
             for key, _ in selector.select():
                 if key.fileobj is sys.stdin:
                     os.unlink(path)
+                    os.rmdir(os.path.dirname(path))
                     return None
                 if key.fileobj == wakeup_r:
                     os.read(wakeup_r, 512)

@@ -81,6 +81,15 @@ async def test_a_signed_command_over_http(llm: FakeOpenAI, workspace: Path, slac
         async with http.post(url, data=forged, headers=forged_headers) as resp:
             assert resp.status == 401
         await slack.wait_shown("over http")
+        body, headers = slack.command_form("/nanobot", "mode", SECRET)  # its answer has buttons...
+        async with http.post(url, data=body, headers=headers) as resp:
+            assert resp.status == 200
+        shown = (await slack.wait_posted(2))[1]
+        for secret, status in (("not-the-secret", 401), (SECRET, 200)):  # ...pressed, posted to the same URL
+            body, headers = slack.action_form(shown, OWNER, "/mode code", secret)
+            async with http.post(url, data=body, headers=headers) as resp:
+                assert resp.status == status
+        assert (await slack.wait_posted(3))[2]["text"] == "Mode set to code for this chat."
     assert [said(llm, i) for i in range(len(llm.chat_requests))] == ["hello there"]
 
 

@@ -58,4 +58,5 @@ def outbound_from(row: Any) -> OutboundMessage:
     file = OutgoingFile(row["file_name"], row["file_data"], bool(row["photo"]), voice) if row["file_name"] else None
     return OutboundMessage(row["channel"], row["chat_id"], row["content"], kind=row["kind"],
                            reply_to=row["reply_to"], file=file, reply_context=extras.get("reply_context"),
-                           offer=tuple(extras.get("offer", ())), outbox_id=row["id"], outbox_created=row["created"], parts_sent=row["parts_sent"])
+                           offer=tuple(extras.get("offer", ())), outbox_id=row["id"], outbox_created=row["created"],
+                           parts_sent=row["parts_sent"])

@@ -171,18 +171,26 @@ class FakeSlack:
                                          "slash_commands")
 
     async def push_action(self, under: dict[str, Any], user: str, value: str) -> str:
+        """``user`` presses the button of ``value`` under the message ``under`` (over Socket Mode)."""
+        return await self._send_envelope(self._action(under, user, value), "interactive")
+
+    def action_form(self, under: dict[str, Any], user: str, value: str, secret: str) -> tuple[bytes, dict[str, str]]:
+        """The same press as Slack posts it to an app's Request URL: a signed form with a payload."""
+        body = urlencode({"payload": json.dumps(self._action(under, user, value))}).encode()
+        return body, {"Content-Type": "application/x-www-form-urlencoded", **self._signed(body, secret)}
+
+    def _action(self, under: dict[str, Any], user: str, value: str) -> dict[str, Any]:
         button = next((e for block in under.get("blocks") or [] if block["type"] == "actions"
                        for e in block["elements"] if e["value"] == value),
                       {"action_id": "pick-x", "value": value})  # no such button: what a forged request says
         message = {"type": "message", "user": self.bot_user, "ts": under["ts"], "text": under["text"],
                    **({"thread_ts": under["thread_ts"]} if under.get("thread_ts") else {})}
-        return await self._send_envelope({
-            "type": "block_actions", "user": {"id": user, "team_id": self.team}, "api_app_id": "A1",
-            "token": "legacy", "team": {"id": self.team, "domain": "test"}, "trigger_id": f"tr{next(self._ids)}",
-            "container": {"type": "message", "message_ts": under["ts"], "channel_id": under["channel"]},
-            "channel": {"id": under["channel"]}, "message": message,
-            "actions": [{"type": "button", "block_id": "b", "action_id": button["action_id"], "value": value,
-                         "action_ts": str(time.time())}]}, "interactive")
+        return {"type": "block_actions", "user": {"id": user, "team_id": self.team}, "api_app_id": "A1",
+                "token": "legacy", "team": {"id": self.team, "domain": "test"}, "trigger_id": f"tr{next(self._ids)}",
+                "container": {"type": "message", "message_ts": under["ts"], "channel_id": under["channel"]},
+                "channel": {"id": under["channel"]}, "message": message,
+                "actions": [{"type": "button", "block_id": "b", "action_id": button["action_id"], "value": value,
+                             "action_ts": str(time.time())}]}
 
     def _callback(self, event: dict[str, Any]) -> dict[str, Any]:
         return {"token": "legacy", "team_id": self.team, "api_app_id": "A1", "type": "event_callback",
