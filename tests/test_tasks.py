@@ -95,7 +95,7 @@ async def test_stop_id_stops_a_task_and_a_tainted_turn_may_not_spawn(config: Con
         tg.push_text(ALICE, ALICE, "spawn slow")
         [started] = await tg.wait_sent(1, timeout=10)
         task_id = started["text"].split()[-1]
-        await asyncio.sleep(0.8)  # it runs: its model call waits
+        await until(lambda: any("TASK slow" in last_user(r) for r in llm.chat_requests))  # it runs: its call waits
         tg.push_text(ALICE, ALICE, f"/stop {task_id}")
         await tg.wait_until(lambda: any(t.startswith(FINISHED) for t in texts(tg)), timeout=10)
         assert any(t.startswith(f"Stopping task slow ({task_id})") for t in texts(tg))
