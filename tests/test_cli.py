@@ -386,6 +386,28 @@ async def test_onboard_asks_what_a_channel_needs_and_an_owner_id_of_its_shape(ho
     assert code == 0, err
 
 
+async def test_onboard_asks_for_a_mailbox(home: Path) -> None:
+    """Email: the address, the servers named after its domain (Enter takes them), one password
+    typed unseen, the receiving server's authserv-id; the owner's address as the adapter reads it."""
+    async with FakeOpenAI() as llm:
+        env = {**os.environ, "NANOBOT_HOME": str(home)}
+        command = [sys.executable, "-m", "nanobot", "onboard", "--api-base", llm.base_url, "--api-key", "k",
+                   "--model", "local-model", "--mode", "code"]
+        out = await asyncio.to_thread(_converse, command, env, [
+            ("Chat channel", "email"), ("email address", "bot-at-example.org"), ("has an @", "bot@example.org"),
+            ("IMAP server", ""), ("SMTP server", "mail.example.net"), ("(for both servers): ", "CANARY-pw"),
+            ("authserv-id", "mx.example.org"), ("user id", "Ada@Example.org")])
+    assert "CANARY" not in out
+    mail = json.loads((home / "config.json").read_text())["channels"]["email"]
+    login = {"username": "bot@example.org", "password": "CANARY-pw"}
+    assert mail["enabled"] and mail["address"] == "bot@example.org" and mail["trustedAuthServId"] == "mx.example.org"
+    assert {k: mail["imap"][k] for k in ("host", *login)} == {"host": "imap.example.org", **login}
+    assert {k: mail["smtp"][k] for k in ("host", *login)} == {"host": "mail.example.net", **login}
+    assert mail["allowFrom"] == mail["owners"] == ["ada@example.org"]
+    code, out, err = await nanobot("status", home=home)
+    assert code == 0, err
+
+
 async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path) -> None:
     """A model server or a homeserver typed as plain http:// on a far host is asked again, before
     the key is sent there; as a flag it is refused (exit 2) and nothing is written."""

@@ -22,7 +22,7 @@ from nanobot.config.base import url_trouble
 
 OPENAI = "https://api.openai.com/v1"
 MODES = ("code", "tools", "hybrid")
-CHANNELS = ("none", "telegram", "discord", "slack", "matrix", "signal")
+CHANNELS = ("none", "telegram", "discord", "slack", "matrix", "signal", "email")
 # How onboard asks for each key a channel's section lists as missing (``missing()``).
 QUESTIONS = {
     "token": "{Name} bot token",
@@ -34,7 +34,7 @@ QUESTIONS = {
     "account": "The bot's Signal number, registered or linked with signal-cli (+15550001111)",
 }
 OWNER_IDS = {"telegram": "a number", "discord": "a number", "slack": "U...: a profile's menu, Copy member ID",
-             "matrix": "@you:example.org", "signal": "+15550002222"}
+             "matrix": "@you:example.org", "signal": "+15550002222", "email": "your address, ada@example.org"}
 SHOWN_MODELS = 8
 
 
@@ -74,7 +74,7 @@ def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
     model = answer(given.model, "Model", _suggested(config.agents.defaults.model, models))
     mode = answer(given.mode, "Mode: code (the model writes Python), tools (one call at a time) or hybrid", "code",
                   MODES)
-    channel = answer(given.channel, f"Chat channel: {', '.join(CHANNELS)} (email, WhatsApp: in the file)", "none",
+    channel = answer(given.channel, f"Chat channel: {', '.join(CHANNELS)} (WhatsApp: in the file)", "none",
                      CHANNELS)
     if mode not in MODES or channel not in CHANNELS:
         raise typer.BadParameter(f"--mode is one of {', '.join(MODES)}; --channel one of {', '.join(CHANNELS)}")
@@ -132,6 +132,8 @@ def _channel(config: Config, name: str) -> None:
     the section takes it: an id of the wrong shape would admit nobody."""
     section = getattr(config.channels, name)
     section.enabled = True
+    if name == "email":
+        section = _mailbox(section)
     for key, _ in section.missing():
         section = _taken(section, QUESTIONS[key].format(Name=name.capitalize()), lambda said: {to_camel(key): said},
                          secret=key.endswith(("token", "secret", "password")))
@@ -140,11 +142,28 @@ def _channel(config: Config, name: str) -> None:
                  "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}))
 
 
+def _mailbox(section: ChannelSection) -> ChannelSection:
+    """The bot's mailbox: its address, then its servers (named after its domain unless told
+    otherwise) with one login for both, and the receiving server's name in Authentication-Results
+    (without it no sender is vouched for, and every mail chat is a member chat)."""
+    while "@" not in (address := typer.prompt("The bot's email address (assistant@example.org)").strip()):
+        typer.echo("  An address has an @.")
+    domain = address.rpartition("@")[2]
+    imap = typer.prompt("IMAP server (TLS on 993)", default=f"imap.{domain}").strip()
+    smtp = typer.prompt("SMTP server (STARTTLS on 587)", default=f"smtp.{domain}").strip()
+    password = typer.prompt(f"The password of {address} (for both servers)", hide_input=True)
+    login = {"username": address, "password": password}
+    return _taken(section, "Your mail server's name in Authentication-Results, its authserv-id (mx.example.org; "
+                           "Enter to skip: then every mail chat is a member chat)",
+                  lambda name: {"address": address, "imap": {"host": imap, **login}, "smtp": {"host": smtp, **login},
+                                "trustedAuthServId": name or None}, default="", show_default=False)
+
+
 def _taken(section: ChannelSection, question: str, values: Callable[[str], dict[str, Any]], *,
-           secret: bool = False) -> ChannelSection:
+           secret: bool = False, **prompt: Any) -> ChannelSection:
     """``section`` with the answer in it (``values``), asked again until the section takes it."""
     while True:
-        said = typer.prompt(question, hide_input=secret).strip()
+        said = str(typer.prompt(question, hide_input=secret, **prompt)).strip()
         try:
             return type(section).model_validate({**section.model_dump(by_alias=True), **values(said)})
         except ValidationError as exc:
