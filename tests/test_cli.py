@@ -368,16 +368,21 @@ async def test_onboard_asks_in_a_terminal_and_checks_the_server(home: Path) -> N
     assert telegram["enabled"] and telegram["token"] == "123:TOKEN" and telegram["allowFrom"] == telegram["owners"] == ["4242"]
 
 
+async def _onboard_channel(home: Path, steps: list[tuple[str, str]]) -> str:
+    """``nanobot onboard`` on a pseudo-terminal with the model questions answered by flags, its
+    channel questions by ``steps``: all it printed."""
+    async with FakeOpenAI() as llm:
+        command = [sys.executable, "-m", "nanobot", "onboard", "--api-base", llm.base_url, "--api-key", "k",
+                   "--model", "local-model", "--mode", "code"]
+        return await asyncio.to_thread(_converse, command, {**os.environ, "NANOBOT_HOME": str(home)}, steps)
+
+
 async def test_onboard_asks_what_a_channel_needs_and_an_owner_id_of_its_shape(home: Path) -> None:
     """Slack: both tokens, typed unseen; an owner written as a name (which admits nobody) is asked
     again; what is saved is what the gateway will accept."""
-    async with FakeOpenAI() as llm:
-        env = {**os.environ, "NANOBOT_HOME": str(home)}
-        command = [sys.executable, "-m", "nanobot", "onboard", "--api-base", llm.base_url, "--api-key", "k",
-                   "--model", "local-model", "--mode", "code"]
-        out = await asyncio.to_thread(_converse, command, env, [
-            ("Chat channel", "slack"), ("from docs/slack-app-manifest.json): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-CANARY"),
-            ("user id", "@ada"), ("is not a Slack user id", "U0123ABC")])
+    out = await _onboard_channel(home, [
+        ("Chat channel", "slack"), ("from docs/slack-app-manifest.json): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-CANARY"),
+        ("user id", "@ada"), ("is not a Slack user id", "U0123ABC")])
     assert "CANARY" not in out and "Next: nanobot agent (a chat here); nanobot gateway (slack)" in out
     slack = json.loads((home / "config.json").read_text())["channels"]["slack"]
     assert (slack["botToken"], slack["appToken"]) == ("xoxb-CANARY", "xapp-CANARY")
@@ -389,14 +394,10 @@ async def test_onboard_asks_what_a_channel_needs_and_an_owner_id_of_its_shape(ho
 async def test_onboard_asks_for_a_mailbox(home: Path) -> None:
     """Email: the address, the servers named after its domain (Enter takes them), one password
     typed unseen, the receiving server's authserv-id; the owner's address as the adapter reads it."""
-    async with FakeOpenAI() as llm:
-        env = {**os.environ, "NANOBOT_HOME": str(home)}
-        command = [sys.executable, "-m", "nanobot", "onboard", "--api-base", llm.base_url, "--api-key", "k",
-                   "--model", "local-model", "--mode", "code"]
-        out = await asyncio.to_thread(_converse, command, env, [
-            ("Chat channel", "email"), ("email address", "bot-at-example.org"), ("has an @", "bot@example.org"),
-            ("IMAP server", ""), ("SMTP server", "mail.example.net"), ("(for both servers): ", "CANARY-pw"),
-            ("authserv-id", "mx.example.org"), ("user id", "Ada@Example.org")])
+    out = await _onboard_channel(home, [
+        ("Chat channel", "email"), ("email address", "bot-at-example.org"), ("has an @", "bot@example.org"),
+        ("IMAP server", ""), ("SMTP server", "mail.example.net"), ("(for both servers): ", "CANARY-pw"),
+        ("authserv-id", "mx.example.org"), ("user id", "Ada@Example.org")])
     assert "CANARY" not in out
     mail = json.loads((home / "config.json").read_text())["channels"]["email"]
     login = {"username": "bot@example.org", "password": "CANARY-pw"}
