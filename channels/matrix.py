@@ -140,7 +140,7 @@ class MatrixChannel(BaseChannel):
         c, client = self.config, self.client
         if c.access_token and client.device_id:
             client.restore_login(c.user_id, client.device_id, c.access_token)
-        if c.access_token and not client.device_id or await taken_by_another(client, self.homeserver):
+        if (c.access_token and not client.device_id) or await taken_by_another(client, self.homeserver):
             if c.access_token or c.device_id:
                 return self._without_encryption()
             log.warning("matrix: the device %s has keys that are not in %s any more: logging in as a new device",

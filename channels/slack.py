@@ -330,10 +330,10 @@ class SlackChannel(BaseChannel):
     async def _post(self, channel: str, thread: str | None, text: str, preview: tuple[str, str] | None = None,
                     blocks: list[dict[str, Any]] | None = None) -> None:
         """A message, or the streamed ``preview`` edited to be it."""
+        shown = {"blocks": blocks} if blocks else {}
         if preview is None or not await self._call("chat_update", channel=preview[0], ts=preview[1], text=text,
-                                                   quiet=True, **({"blocks": blocks} if blocks else {})):
-            await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=text, **NO_UNFURL,
-                             **({"blocks": blocks} if blocks else {}))
+                                                   quiet=True, **shown):
+            await self._call("chat_postMessage", channel=channel, thread_ts=thread, text=text, **NO_UNFURL, **shown)
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply so far, in one message: posted once, then edited (about once a second)."""

@@ -5,8 +5,8 @@ gateway writes it: cron jobs, pairing, hashed API keys, usage, delivery), the JS
 ``config.json``, the channels' keys (a Matrix device's, SQLite files copied the same way: without
 them the restored bot could not read its encrypted rooms), and with ``--with-workspace`` the
 workspace; and ``manifest.json`` with the row count of every table and the record count of
-every history. The database is copied first
-and the histories after, so whatever was answered before the backup began is in both.
+every history. The database is copied first and the histories after, so whatever was answered
+before the backup began is in both.
 
 ``restore`` unpacks into an empty home, then counts again and compares with the manifest.
 On PostgreSQL the database is backed up with its own tools (``pg_dump``).
