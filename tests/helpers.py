@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from nanobot.config import Config
+from tests import cli_zygote
 
 if TYPE_CHECKING:
     from nanobot.cron.service import CronService
@@ -130,11 +131,15 @@ async def running_gateway(config: Config, *, with_services: bool = False,
 @asynccontextmanager
 async def nanobot_process(*args: str, home: Path, env: dict[str, str] | None = None,
                           **streams) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``python -m nanobot ARGS`` with ``NANOBOT_HOME=home``; killed on the way out if the test
-    has not ended it. ``streams``: stdin/stdout/stderr as for create_subprocess_exec."""
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", *args,
-                                                env={**os.environ, "NANOBOT_HOME": str(home), **(env or {})},
-                                                **streams)
+    """``nanobot ARGS`` as a process of its own with ``NANOBOT_HOME=home``; killed on the way out if
+    the test has not ended it. ``streams``: stdin/stdout/stderr as for create_subprocess_exec.
+    Forked from a process that has imported nanobot already (tests/cli_zygote.py), unless ``env``
+    sets what only a fresh interpreter reads (``PYTHON*``)."""
+    whole_env = {**os.environ, "NANOBOT_HOME": str(home), **(env or {})}
+    if any(name.startswith("PYTHON") for name in env or {}):
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", *args, env=whole_env, **streams)
+    else:
+        proc = await cli_zygote.start(list(args), whole_env, **streams)
     try:
         yield proc
     finally:

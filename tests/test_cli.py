@@ -121,9 +121,8 @@ async def test_agent_message_prints_the_reply_as_it_is_written(home: Path, works
         write_config(home, workspace, llm.base_url)
         llm.stream_interval = 0.03  # ~60 pieces: about two seconds of writing
         llm.script(reply(text.strip()))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "nanobot", "agent", "-m", "hi", stdout=asyncio.subprocess.PIPE,
-            env={**os.environ, "NANOBOT_HOME": str(home)})
+        proc = await cli_zygote.start(["agent", "-m", "hi"], {**os.environ, "NANOBOT_HOME": str(home)},
+                                      stdout=asyncio.subprocess.PIPE)
         await asyncio.wait_for(llm.request_event.wait(), 30)
         asked = time.monotonic()
         first = await asyncio.wait_for(proc.stdout.read(10), 30)
@@ -250,9 +249,8 @@ async def test_interactive_chat_keeps_the_conversation(home: Path, workspace: Pa
     async with FakeOpenAI() as llm:
         write_config(home, workspace, llm.base_url)
         llm.script(reply("Hi, Ada."), reply("You are Ada."))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "nanobot", "agent", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NANOBOT_HOME": str(home)})
+        proc = await cli_zygote.start(["agent"], {**os.environ, "NANOBOT_HOME": str(home)}, stdin=asyncio.subprocess.PIPE,
+                                      stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await asyncio.wait_for(proc.communicate(b"I am Ada\n/mode code\nwho am I?\n"), 60)
     text = out.decode()
     assert proc.returncode == 0, err.decode()
@@ -268,9 +266,8 @@ async def test_stop_typed_in_the_terminal_cancels_the_turn(home: Path, workspace
     async with FakeOpenAI() as llm:
         write_config(home, workspace, llm.base_url)
         llm.script(delayed(reply("too late"), 30), reply("fresh answer"))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "nanobot", "agent", stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, "NANOBOT_HOME": str(home)})
+        proc = await cli_zygote.start(["agent"], {**os.environ, "NANOBOT_HOME": str(home)}, stdin=asyncio.subprocess.PIPE,
+                                      stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         proc.stdin.write(b"think very hard\n")
         await proc.stdin.drain()
         await asyncio.wait_for(llm.request_event.wait(), 30)  # the slow model call is under way

@@ -8,6 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
+from tests import cli_zygote
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.helpers import nanobot_process
 from tests.test_cli import nanobot
@@ -49,13 +50,11 @@ async def test_with_v_a_log_line_never_cuts_the_reply(home: Path, workspace: Pat
     """On a terminal stdout and stderr share the screen: the turn's log line waits for the end of
     the streamed reply's line."""
     import os
-    import sys
 
     write(home / "config.json", workspace, llm, "m")
     llm.fallback = lambda body: reply("the answer comes in pieces")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", "-v", "agent", "-m", "hi",
-                                                env={**os.environ, "NANOBOT_HOME": str(home)},
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    proc = await cli_zygote.start(["-v", "agent", "-m", "hi"], {**os.environ, "NANOBOT_HOME": str(home)},
+                                  stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     lines = out.decode().splitlines()
     assert "the answer comes in pieces" in lines, lines

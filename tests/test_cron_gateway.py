@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import AsyncIterator
@@ -19,6 +18,7 @@ from nanobot.config import Config
 from nanobot.cron.store import CronStore
 from nanobot.runtime import open_runtime
 from nanobot.heartbeat import Heartbeat
+from tests import cli_zygote
 from tests.fakes.openai_server import FakeOpenAI, error, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import add_cron_job, running_gateway, telegram_gateway_config, until
@@ -216,9 +216,8 @@ async def test_the_terminal_chat_on_its_own_is_told_where_jobs_run(config: Confi
 @asynccontextmanager
 async def gateway_process(home: Path, log: Path) -> AsyncIterator[None]:
     with open(log, "ab") as out:
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", "gateway",
-                                                    env={**os.environ, "NANOBOT_HOME": str(home)},
-                                                    stdout=out, stderr=asyncio.subprocess.STDOUT)
+        proc = await cli_zygote.start(["gateway"], {**os.environ, "NANOBOT_HOME": str(home)},
+                                      stdout=out, stderr=asyncio.subprocess.STDOUT)
         try:
             yield
         finally:

@@ -18,15 +18,18 @@ import pytest
 
 from nanobot.config import McpServer
 from nanobot.runtime import Runtime, open_runtime
+from tests import cli_zygote
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for, running_gateway
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def stdio_server(*extra: str, **settings) -> McpServer:
-    return McpServer(command=sys.executable, args=["-m", "tests.fakes.mcp_notes", *extra], cwd=str(REPO),
-                     **settings)
+def stdio_server(*extra: str, forked: bool = True, **settings) -> McpServer:
+    """The notes server over stdio; ``forked`` from the test worker's zygote (its imports done:
+    0.8 s of CPU less a start, tests/fakes/forked.py), or run as ``python -m``."""
+    run = [str(REPO / "tests" / "fakes" / "forked.py"), cli_zygote.socket_path()] if forked else ["-m"]
+    return McpServer(command=sys.executable, args=[*run, "tests.fakes.mcp_notes", *extra], cwd=str(REPO), **settings)
 
 
 def free_port() -> int:
@@ -37,9 +40,8 @@ def free_port() -> int:
 
 async def http_server(*flags: str) -> tuple[asyncio.subprocess.Process, int]:
     port = free_port()
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "tests.fakes.mcp_notes", "--http", str(port),
-                                                *flags, cwd=REPO, stdout=asyncio.subprocess.DEVNULL,
-                                                stderr=asyncio.subprocess.DEVNULL)
+    proc = await cli_zygote.start(["--http", str(port), *flags], dict(os.environ), module="tests.fakes.mcp_notes",
+                                  cwd=REPO, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
     try:
         async with asyncio.timeout(20):
             while True:
@@ -306,7 +308,7 @@ def mcp_children(tag: str) -> list[int]:
 
 async def test_shutdown_leaves_no_child_process(llm: FakeOpenAI, workspace: Path) -> None:
     tag = uuid.uuid4().hex
-    servers = {f"s{i}": stdio_server("--tag", tag) for i in range(3)}
+    servers = {f"s{i}": stdio_server("--tag", tag, forked=False) for i in range(3)}  # found by their command lines
     async with open_runtime(with_servers(llm, workspace, servers)) as rt:
         await rt.mcp.ensure_started()
         assert len(mcp_children(tag)) == 3
@@ -342,14 +344,15 @@ def write_mcp_config(home: Path, servers: dict) -> None:
     (home / "config.json").write_text(json.dumps({"tools": {"mcpServers": servers}}))
 
 
-NOTES_CMD = {"command": sys.executable, "args": ["-m", "tests.fakes.mcp_notes"], "cwd": str(REPO)}
+def notes_command() -> dict:
+    return stdio_server().model_dump(include={"command", "args", "cwd"})
 
 
 async def test_cli_list_tools_and_call(home: Path) -> None:
     from tests.test_cli import nanobot
 
-    write_mcp_config(home, {"notes": NOTES_CMD, "missing": {"command": "/nonexistent/x"},
-                            "off": {**NOTES_CMD, "enabled": False}})
+    write_mcp_config(home, {"notes": notes_command(), "missing": {"command": "/nonexistent/x"},
+                            "off": {**notes_command(), "enabled": False}})
     # Each command is a process of its own, with servers of its own: they run side by side.
     listed, tools, added, odd, failed, bad, status = await asyncio.gather(
         nanobot("mcp", "list", home=home), nanobot("mcp", "tools", "notes", home=home),
@@ -435,7 +438,7 @@ async def test_a_bad_server_entry_is_one_line_and_exit_2(home: Path, entry: dict
 async def test_env_vars_override_a_server_and_their_errors_name_them(home: Path) -> None:
     from tests.test_cli import nanobot
 
-    write_mcp_config(home, {"notes": {**NOTES_CMD, "enabled": False}})
+    write_mcp_config(home, {"notes": {**notes_command(), "enabled": False}})
     code, out, _ = await nanobot("mcp", "list", home=home, env={"NANOBOT_TOOLS__MCP_SERVERS__NOTES__ENABLED": "true"})
     assert code == 0 and "notes (stdio): running, 10 tools" in out
     code, _, err = await nanobot("mcp", "list", home=home,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.gateway_lock import running_gateway_pid
+from tests import cli_zygote
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.test_cli import nanobot
@@ -70,9 +71,8 @@ def gateway_config(home: Path, workspace: Path, llm: FakeOpenAI, tg: FakeTelegra
 async def test_one_gateway_per_home_with_states_logs_and_sighup(home: Path, workspace: Path) -> None:
     async with FakeOpenAI() as llm, FakeTelegram() as tg:
         gateway_config(home, workspace, llm, tg)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "nanobot", "gateway", env={**os.environ, "NANOBOT_HOME": str(home)},
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        proc = await cli_zygote.start(["gateway"], {**os.environ, "NANOBOT_HOME": str(home)},
+                                      stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
         try:
             async with asyncio.timeout(30):
                 while "getUpdates" not in tg.calls:

@@ -13,6 +13,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from tests import cli_zygote
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import running_gateway, telegram_gateway_config
@@ -166,7 +167,6 @@ def test_without_an_endpoint_nothing_of_opentelemetry_is_imported(home: Path, wo
 async def test_json_logs_name_the_worker_and_the_chat(home: Path, workspace: Path, llm: FakeOpenAI,
                                                       tg: FakeTelegram) -> None:
     import os
-    import sys
 
     (home / "config.json").write_text(json.dumps({
         "agents": {"defaults": {"workspace": str(workspace), "model": "m", "executionMode": "tools"}},
@@ -175,9 +175,8 @@ async def test_json_logs_name_the_worker_and_the_chat(home: Path, workspace: Pat
                                   "streaming": False}},
         "gateway": {"heartbeat": {"enabled": False}, "logFormat": "json", "workerId": "w-json"}}))
     llm.fallback = lambda body: reply("ok")
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "nanobot", "-v", "gateway",
-                                                env={**os.environ, "NANOBOT_HOME": str(home)},
-                                                stderr=asyncio.subprocess.PIPE)
+    proc = await cli_zygote.start(["-v", "gateway"], {**os.environ, "NANOBOT_HOME": str(home)},
+                                  stderr=asyncio.subprocess.PIPE)
     try:
         tg.push_text(666, 666, "let me in", username="mal\u202elory\x9b2J")  # a name the log shows
         tg.push_text(ALICE, ALICE, "hi")

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import time
 from pathlib import Path
 
+from tests import cli_zygote
 from tests.fakes.openai_server import FakeOpenAI, reply
 from tests.helpers import running_gateway
 from tests.test_api import api, client, config  # noqa: F401  (fixtures)
@@ -71,9 +71,8 @@ async def test_the_terminal_prints_a_reply_as_it_is_written_through_the_gateway_
     config.gateway.api.enabled = False
     async with running_gateway(config, with_services=True):
         for extra in ((), ("--local",)):
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "nanobot", "agent", *extra, "-m", "go", stdout=asyncio.subprocess.PIPE,
-                env={**os.environ, "NANOBOT_HOME": str(home)})
+            proc = await cli_zygote.start(["agent", *extra, "-m", "go"], {**os.environ, "NANOBOT_HOME": str(home)},
+                                          stdout=asyncio.subprocess.PIPE)
             chunks = await asyncio.wait_for(_read_timed(proc.stdout), 60)
             await proc.wait()
             assert b"".join(piece for _, piece in chunks).decode().strip() == TEXT.strip(), extra
