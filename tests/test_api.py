@@ -533,3 +533,17 @@ async def test_a_quiet_stream_says_it_is_alive(config: Config, llm: FakeOpenAI) 
         stream = await openai.AsyncOpenAI(base_url=base, api_key=key, max_retries=0).chat.completions.create(
             model="nanobot", stream=True, messages=[{"role": "user", "content": "slow again"}])
         assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "Again."
+
+
+async def test_every_file_a_turn_sends_comes_with_its_answer(api: dict, llm: FakeOpenAI, workspace: Path) -> None:
+    """However long the turn's files take to go out after its answer (each is recorded, then
+    kept in the chat's folder, in order: the 20 a turn may send, 5 MB each, take seconds), the
+    request ends with the turn's own reply message, after all of them: none is left out."""
+    from tests.fakes.openai_server import tool_calls
+
+    for i in range(20):
+        (workspace / f"part{i}.bin").write_bytes(random.randbytes(5 << 20))
+    llm.script(tool_calls(*(("send_file", {"path": f"part{i}.bin"}) for i in range(20))), reply("All 20."))
+    status, body = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "the parts?"}]})
+    assert status == 200 and body["choices"][0]["message"]["content"] == "All 20."
+    assert [aside["file"]["name"] for aside in body["nanobot"]["asides"]] == [f"part{i}.bin" for i in range(20)]

@@ -12,7 +12,8 @@ Notes (``<say>``, notices) and files the turn sends come to the request as ``Asi
 its text; a file is kept in the chat's ``sent/`` folder for the page to download. They go
 through the outbox, so the last ones may land just after the turn's answer: where the chat's
 messages are delivered by this process, a request closes on the turn's own reply message
-(sent after all of them), or ``CLOSE_GRACE_S`` after the answer at the latest.
+(sent after all of them, however long they take); only if that never comes, ``CLOSE_GRACE_S``
+after the answer or after the last of them.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from nanobot.config import PluginChannelConfig
 from nanobot.trust import API_CHANNEL
 
 FINAL = None  # what Reply.pieces carries after the last piece
-CLOSE_GRACE_S = 0.5  # how long a request waits, after its answer, for the turn's last notes and files
+CLOSE_GRACE_S = 5.0  # a request's wait for a reply message that may never come, after the last thing that did
 DELIVERED_CHATS = 10_000  # chats remembered as delivered here (a bounded set)
 # A stream says nothing while a tool runs: proxies and load balancers end a connection quiet for
 # 60 s (nginx, AWS), so a comment line goes out after this long (clients skip it).
@@ -132,9 +133,20 @@ class ApiChannel(BaseChannel):
         self._close_in(CLOSE_GRACE_S, chat_id, reply)
 
     def _close_in(self, seconds: float, chat_id: str, reply: Reply) -> None:
+        """Close ``reply`` ``seconds`` from now, unless it was to close later already."""
+        loop = asyncio.get_running_loop()
         if reply.closer is not None:
+            if reply.closer.when() >= loop.time() + seconds:
+                return
             reply.closer.cancel()
-        reply.closer = asyncio.get_running_loop().call_later(seconds, self._close, chat_id, reply)
+        reply.closer = loop.call_later(seconds, self._close, chat_id, reply)
+
+    def _aside(self, chat_id: str, reply: Reply, aside: Aside) -> None:
+        """A note or file for the request; after its answer, more may follow before the turn's
+        reply message (a long trail of files on a busy machine): the wait starts again."""
+        reply.aside(aside)
+        if self._closing.get(chat_id) is reply:
+            self._close_in(CLOSE_GRACE_S, chat_id, reply)
 
     def _close(self, chat_id: str, reply: Reply) -> None:
         if self._closing.get(chat_id) is reply:
@@ -165,7 +177,7 @@ class ApiChannel(BaseChannel):
         if msg.turn_reply:
             self._turn_ended(msg, reply)
         elif reply is not None and msg.content:
-            reply.aside(Aside(note=msg.content))
+            self._aside(msg.chat_id, reply, Aside(note=msg.content))
 
     def _turn_ended(self, msg: OutboundMessage, reply: Reply | None) -> None:
         """The turn's last message came: close its request, or, when the reply's voice note
@@ -186,7 +198,7 @@ class ApiChannel(BaseChannel):
         folder = await self.chat_folder(f"{self.name}:{msg.chat_id}")
         await asyncio.to_thread(beneath.write_bytes, folder, relative, msg.file.data)
         if reply is not None:
-            reply.aside(Aside(note=msg.content, path=relative, name=safe, photo=msg.file.photo))
+            self._aside(msg.chat_id, reply, Aside(note=msg.content, path=relative, name=safe, photo=msg.file.photo))
         if msg.turn_reply:  # the reply's voice note
             self._turn_ended(msg, reply)
 
