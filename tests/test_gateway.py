@@ -123,14 +123,14 @@ async def test_typing_is_shown_while_a_turn_runs(config: Config, llm: FakeOpenAI
 
 
 async def test_stop_cancels_the_running_turn_and_keeps_the_queue(h: Harness, llm: FakeOpenAI) -> None:
-    llm.script(delayed(reply("too late"), 5), reply("fresh answer"))
+    llm.script(delayed(reply("too late"), 60), reply("fresh answer"))
     await h.say("think hard")
     await h.say("queued behind")
     await llm.request_event.wait()
     started = time.monotonic()
     await h.say("/stop")
     [stopped] = await h.replies(1)
-    assert stopped.content == "Stopped." and time.monotonic() - started < 1
+    assert stopped.content == "Stopped." and time.monotonic() - started < 20  # not the model's 60 s
     [fresh] = await h.replies(1)  # the queued message ran next
     assert fresh.content == "fresh answer"
     history = [(m["role"], m["content"]) for m in h.rt.agent.session("telegram:1").messages]
@@ -187,12 +187,12 @@ async def test_shutdown_lets_turns_finish_within_the_grace(h: Harness, llm: Fake
 
 
 async def test_shutdown_cancels_turns_after_the_grace(h: Harness, llm: FakeOpenAI) -> None:
-    llm.script(delayed(reply("never"), 5))
+    llm.script(delayed(reply("never"), 60))
     await h.say("slow")
     await llm.request_event.wait()
     started = time.monotonic()
     await h.dispatcher.shutdown(grace=0.1)
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 20  # not the model's 60 s
     assert h.rt.agent.session("telegram:1").messages[-1]["content"] == SHUTDOWN_NOTE
     assert [m.content for m in await h.replies(1)] == [RESUME_NOTICE]  # answered after the restart
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from nanobot.runtime import open_runtime
 from nanobot.chat_names import history_file
 from nanobot.session import KEEP_IN_MEMORY, Session
 from nanobot.session_files import load_session
-from tests.fakes.openai_server import FakeOpenAI, delayed, reply, tool_call
+from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for
 
 OLD_MEMORY = "# Long-term memory\n- The user likes tea.\n"
@@ -249,15 +249,23 @@ async def test_malformed_answer_leaves_memory_untouched(llm: FakeOpenAI, workspa
 
 async def test_reply_does_not_wait_for_consolidation_and_shutdown_does(llm: FakeOpenAI, workspace: Path,
                                                                       memory_file: Path) -> None:
-    model = Model(delayed(good_answer(), 0.5))
+    released = asyncio.Event()
+
+    async def when_released() -> dict[str, Any]:
+        await released.wait()
+        return good_answer()
+
+    model = Model(lambda body: when_released())  # the consolidation call is answered when the test says
     llm.fallback = model
     async with open_runtime(config_for(llm.base_url, workspace, memory_window=4)) as rt:
         for text in ("one", "two"):
             await rt.agent.handle("cli:m", text)
-        started = time.monotonic()
-        assert await rt.agent.handle("cli:m", "three") == "answer 3"
-        assert time.monotonic() - started < 0.4
+        async with asyncio.timeout(10):  # a reply that waited for the held consolidation would never come
+            assert await rt.agent.handle("cli:m", "three") == "answer 3"
+            while not model.consolidations:  # the window was full: the consolidation call is on its way
+                await asyncio.sleep(0.01)
         assert memory_file.read_text() == OLD_MEMORY  # still being consolidated
+        asyncio.get_running_loop().call_later(0.2, released.set)  # answered once the runtime is closing
     assert memory_file.read_text() == NEW_MEMORY  # leaving the runtime awaited it
 
 
