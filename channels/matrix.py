@@ -44,6 +44,7 @@ from nanobot_channels.matrix_crypto import UNREADABLE_REPLY, exchange, keys_dir,
     taken_by_another
 from nanobot_channels.matrix_events import POLL_STARTS, edit_message, mapping, relation, text_message, \
     transaction_id, without_reply_fallback, words
+from nanobot_channels.matrix_signing import CrossSigning
 from nanobot_channels.text import split_message, tables_as_lists
 
 log = logging.getLogger(__name__)
@@ -93,6 +94,7 @@ class MatrixChannel(BaseChannel):
         self._told_encrypted: set[str] = set()
         self._key_failures: set[str] = set()  # each said once in the log
         self._keys_lock = asyncio.Lock()  # one key exchange at a time: the sync's, or a send's
+        self.signing = CrossSigning(self.keys, config.password, ctx.store)  # the device signed as the account's own
         self._joined_at: dict[str, float] = {}  # room -> when we joined it here (ms since the epoch)
         self.position_key = f"{self.name} {config.user_id}"  # another account's token would not do
         self.device_key = f"{self.name} device {config.user_id}"  # the encrypting device a password login reuses
@@ -359,6 +361,7 @@ class MatrixChannel(BaseChannel):
     async def _exchange_keys(self) -> None:
         async with self._keys_lock:
             await exchange(self.client, self._key_failures)
+            await self.signing.after_upload(self.client, self.homeserver)  # once its keys are up
 
     def _encrypts(self, room_id: str, in_clear_too: bool = False) -> bool:
         """Whether what goes to ``room_id`` is encrypted. Before the device's keys are open and the

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import shutil
 import time
 from pathlib import Path
@@ -561,6 +562,7 @@ async def test_an_encrypted_chat_is_read_and_answered_encrypted_by_one_device_ac
         final = owner.seen[-1]["content"].get("m.new_content") or owner.seen[-1]["content"]
         assert final["formatted_body"] == "<p>the <strong>secret</strong> plan</p>"
     assert oct((home / "keys" / "matrix").stat().st_mode & 0o777) == "0o700"  # the gateway's home, this user's only
+    master = await cross_signed(owner, bot)
     async with running_gateway(cfg) as gateway:  # the same device, its keys kept: the room is still read
         await owner.raw("PUT", f"rooms/{room}/send/m.room.encrypted/bogus1", {  # for a session the bot never got
             "algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnACg", "sender_key": "k", "device_id": "X",
@@ -581,6 +583,58 @@ async def test_an_encrypted_chat_is_read_and_answered_encrypted_by_one_device_ac
     devices = (await bot_as_owner.raw("GET", "devices"))["devices"]
     await bot_as_owner.client.close()
     assert len(devices) == 1  # one device, not one a start
+    assert await cross_signed(owner, bot) == master  # the account's keys made once, kept
+
+
+async def test_cross_signing_keys_another_client_made_are_left_as_they_are(
+        llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The owner set up the bot account's cross-signing in Element: the bot neither replaces
+    them (with the password it could) nor signs with keys it does not hold; it says so."""
+    from vodozemac import Account
+
+    owner, (bot, bot_token) = people["owner"], people["bot"]
+    master = Account().ed25519_key.to_base64()
+    element = Person(synapse, bot, bot_token)
+    made = await element.raw("POST", "keys/device_signing/upload", {
+        "master_key": {"user_id": bot, "usage": ["master"], "keys": {f"ed25519:{master}": master}}})
+    await element.client.close()
+    assert made == {}
+    cfg = matrix_config(llm, workspace, synapse, people)
+    cfg.channels.matrix.access_token, cfg.channels.matrix.password = "", synapse.passwords[bot]
+    llm.script(reply("hello"))
+    async with running_gateway(cfg) as gateway:
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        await owner.say(room, "hi")
+        await owner.read_until(lambda seen: owner.shown() == ["hello"])
+        device = gateway.channels.channels["matrix"].client.device_id
+    found = await owner.raw("POST", "keys/query", {"device_keys": {bot: [device]}})
+    assert next(iter(found["master_keys"][bot]["keys"].values())) == master  # still the owner's
+    assert list(found["device_keys"][bot][device]["signatures"][bot]) == [f"ed25519:{device}"]  # its own only
+    assert "cross-signing keys are another client's" in caplog.text
+
+
+async def cross_signed(person: Person, user: str, device: str | None = None) -> str:
+    """``user``'s master key, as ``person``'s client finds it: it signed the self-signing key,
+    which signed ``device`` (else each of the user's devices): what Element checks to call a
+    device the account's own. Every signature is checked."""
+    found = await person.raw("POST", "keys/query", {"device_keys": {user: [device] if device else []}})
+    master = next(iter(found["master_keys"][user]["keys"].values()))
+    signing = found["self_signing_keys"][user]
+    _check_signed(signing, user, master)
+    for keys in found["device_keys"][user].values():
+        _check_signed(keys, user, next(iter(signing["keys"].values())))
+    return master
+
+
+def _check_signed(signed: dict[str, Any], user: str, key: str) -> None:
+    from vodozemac import Ed25519PublicKey, Ed25519Signature
+
+    whole = {k: v for k, v in signed.items() if k not in ("signatures", "unsigned")}
+    canonical = json.dumps(whole, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    signature = Ed25519Signature.from_base64(signed["signatures"][user][f"ed25519:{key}"])
+    Ed25519PublicKey.from_base64(key).verify_signature(canonical, signature)  # raises if it does not fit
 
 
 async def test_a_new_device_of_the_owner_reads_the_bots_next_reply(llm: FakeOpenAI, workspace: Path,
@@ -615,14 +669,18 @@ async def test_a_password_login_is_one_device_across_restarts(llm: FakeOpenAI, h
     cfg = matrix_config(llm, workspace, synapse, people)
     cfg.channels.matrix.access_token, cfg.channels.matrix.password = "", synapse.passwords[bot]
     room = await owner.room(bot, encrypted=True)
+    masters = []
     for said in ("first", "second", "third"):
         if said == "third":  # its keys lost: that device cannot be the bot's any more, a new one is
             shutil.rmtree(home / "keys" / "matrix")
         async with running_gateway(cfg) as gateway:
             await bot_in(owner, room, bot)
-            await owner.knows(bot, gateway.channels.channels["matrix"].client.device_id)
+            device = gateway.channels.channels["matrix"].client.device_id
+            await owner.knows(bot, device)
             await owner.say(room, said)
             await owner.read_until(lambda seen: owner.shown()[-1:] == [said])
+        masters.append(await cross_signed(owner, bot, device))
+    assert masters[0] == masters[1] != masters[2]  # the account's keys made again with the lost ones, as Element does
     bot_as_owner = Person(synapse, bot, bot_token)
     devices = (await bot_as_owner.raw("GET", "devices"))["devices"]
     await bot_as_owner.client.close()
