@@ -30,6 +30,7 @@ from nio import AsyncClient
 from vodozemac import Account, PickleException
 
 from nanobot.channel_plugin import ChannelStore
+from nanobot.config import write_private
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +101,7 @@ class CrossSigning:
 
     def _keep(self, keys: tuple[Account, Account]) -> None:
         assert self.kept is not None
-        self.kept.write_text(json.dumps(dict(zip(("master", "self_signing"), (key.pickle(PICKLE_KEY) for key in keys)))))
-        self.kept.chmod(0o600)
+        write_private(self.kept, json.dumps(dict(zip(("master", "self_signing"), (k.pickle(PICKLE_KEY) for k in keys)))))
 
 
 def _public(keys: tuple[Account, Account], user_id: str) -> dict[str, Any]:
