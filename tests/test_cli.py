@@ -406,6 +406,25 @@ async def test_onboard_asks_for_a_mailbox(home: Path) -> None:
     assert code == 0, err
 
 
+async def test_onboard_asks_for_a_whatsapp_app_and_says_what_to_set_in_it(home: Path) -> None:
+    """WhatsApp: the phone number's id, the token and the app secret (typed unseen); the verify
+    token is made here and shown with the callback URL to set in Meta's app; the owner's number
+    as Meta names a sender."""
+    out = await _onboard_channel(home, [
+        ("Chat channel", "whatsapp"), ("not the number itself): ", "1098765"),
+        ("whatsapp_business_messaging): ", "EAAG-CANARY"), ("with it: ", "CANARY-secret"),
+        ("user id", "+1 555-000-2222")])
+    assert "CANARY" not in out
+    whatsapp = json.loads((home / "config.json").read_text())["channels"]["whatsapp"]
+    assert (whatsapp["phoneNumberId"], whatsapp["accessToken"], whatsapp["appSecret"]) == \
+        ("1098765", "EAAG-CANARY", "CANARY-secret")
+    assert len(whatsapp["verifyToken"]) >= 32 and f"verify token {whatsapp['verifyToken']}" in out
+    assert "callback URL https://<your host>/whatsapp" in out
+    assert whatsapp["enabled"] and whatsapp["allowFrom"] == whatsapp["owners"] == ["15550002222"]
+    code, out, err = await nanobot("status", home=home)
+    assert code == 0, err
+
+
 async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path) -> None:
     """A model server or a homeserver typed as plain http:// on a far host is asked again, before
     the key is sent there; as a flag it is refused (exit 2) and nothing is written."""

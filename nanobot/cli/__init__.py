@@ -71,7 +71,7 @@ def onboard(ctx: typer.Context,
             api_key: Optional[str] = typer.Option(None, "--api-key", help="its API key (not asked)"),
             model: Optional[str] = typer.Option(None, "--model", help="the model (not asked)"),
             mode: Optional[str] = typer.Option(None, "--mode", help="code, tools or hybrid (not asked)"),
-            channel: Optional[str] = typer.Option(None, "--channel", help="none, telegram, discord, slack, matrix, signal or email (not asked)"),
+            channel: Optional[str] = typer.Option(None, "--channel", help="none, telegram, discord, slack, matrix, signal, email or whatsapp (not asked)"),
             ) -> None:
     """Create the config file (if missing) and the workspace from the template. In a terminal it
     asks for the model server, model, mode and one chat channel first."""

@@ -2,14 +2,15 @@
 
 The model server (its URL and key, checked with one call that lists its models), the model,
 the mode, and optionally one chat channel (what its section needs, and the owner's user id,
-checked as the config checks it; email and WhatsApp take more, servers or a public webhook, and
-are set in the file). Every answer has a default (Enter keeps it), and each question has a flag
+checked as the config checks it; email asks for the mailbox's servers, WhatsApp for Meta's app
+and says what to set there). Every answer has a default (Enter keeps it), and each question has a flag
 for scripts, which skips it. ``--non-interactive``, or a stdin that is no terminal, asks
 nothing: the flags given are written, the defaults for the rest.
 """
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -22,7 +23,7 @@ from nanobot.config.base import url_trouble
 
 OPENAI = "https://api.openai.com/v1"
 MODES = ("code", "tools", "hybrid")
-CHANNELS = ("none", "telegram", "discord", "slack", "matrix", "signal", "email")
+CHANNELS = ("none", "telegram", "discord", "slack", "matrix", "signal", "email", "whatsapp")
 # How onboard asks for each key a channel's section lists as missing (``missing()``).
 QUESTIONS = {
     "token": "{Name} bot token",
@@ -32,9 +33,13 @@ QUESTIONS = {
     "user_id": "The bot's Matrix user id (@bot:example.org)",
     "password": "The bot account's password (it signs in as a device of its own, which encrypted chats need)",
     "account": "The bot's Signal number, registered or linked with signal-cli (+15550001111)",
+    "phone_number_id": "The phone number's ID (Meta app: WhatsApp, API Setup; not the number itself)",
+    "access_token": "A permanent access token (a system user's, with whatsapp_business_messaging)",
+    "app_secret": "The app secret (App settings, Basic): Meta signs each webhook post with it",
 }
 OWNER_IDS = {"telegram": "a number", "discord": "a number", "slack": "U...: a profile's menu, Copy member ID",
-             "matrix": "@you:example.org", "signal": "+15550002222", "email": "your address, ada@example.org"}
+             "matrix": "@you:example.org", "signal": "+15550002222", "email": "your address, ada@example.org",
+             "whatsapp": "your number with its country code, +15550002222"}
 SHOWN_MODELS = 8
 
 
@@ -74,8 +79,7 @@ def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
     model = answer(given.model, "Model", _suggested(config.agents.defaults.model, models))
     mode = answer(given.mode, "Mode: code (the model writes Python), tools (one call at a time) or hybrid", "code",
                   MODES)
-    channel = answer(given.channel, f"Chat channel: {', '.join(CHANNELS)} (WhatsApp: in the file)", "none",
-                     CHANNELS)
+    channel = answer(given.channel, f"Chat channel: {', '.join(CHANNELS)}", "none", CHANNELS)
     if mode not in MODES or channel not in CHANNELS:
         raise typer.BadParameter(f"--mode is one of {', '.join(MODES)}; --channel one of {', '.join(CHANNELS)}")
     provider.api_base = None if base.rstrip("/") == OPENAI else base
@@ -134,9 +138,15 @@ def _channel(config: Config, name: str) -> None:
     section.enabled = True
     if name == "email":
         section = _mailbox(section)
+    if name == "whatsapp" and not section.verify_token:  # ours to choose: made here, pasted into Meta's app
+        section.verify_token = secrets.token_urlsafe(24)
     for key, _ in section.missing():
         section = _taken(section, QUESTIONS[key].format(Name=name.capitalize()), lambda said: {to_camel(key): said},
                          secret=key.endswith(("token", "secret", "password")))
+    if name == "whatsapp":
+        typer.echo(f"  In Meta's app (WhatsApp, Configuration): callback URL https://<your host>{section.webhook.path}, "
+                   f"served over TLS in front of {section.webhook.listen}; verify token {section.verify_token}; "
+                   "subscribe to messages.")
     setattr(config.channels, name, _taken(
         section, f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
                  "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}))
