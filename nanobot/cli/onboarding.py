@@ -32,7 +32,7 @@ QUESTIONS = {
     "homeserver": "Matrix homeserver URL (https://matrix.example.org)",
     "user_id": "The bot's Matrix user id (@bot:example.org)",
     "password": "The bot account's password (it signs in as a device of its own, which encrypted chats need)",
-    "account": "The bot's Signal number, registered or linked with signal-cli (+15550001111)",
+    "account": "The bot's own Signal number (not yours), registered or linked with signal-cli (+15550001111)",
     "phone_number_id": "The phone number's ID (Meta app: WhatsApp, API Setup; not the number itself)",
     "access_token": "A permanent access token (a system user's, with whatsapp_business_messaging)",
     "app_secret": "The app secret (App settings, Basic): Meta signs each webhook post with it",

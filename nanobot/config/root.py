@@ -120,6 +120,10 @@ class Config(BaseSettings):
             if section is not None and section.enabled:
                 found += [(("channels", name, *key.split(".")), f"{why} while channels.{name}.enabled is true")
                           for key, why in section.missing()]
+        signal = self.channels.signal  # signal-cli linked to the owner's own account: it would answer others as them
+        if signal.account and signal.account in (*signal.allow_from, *signal.owners):
+            found.append((("channels", "signal", "account"), f"{signal.account} is also in allowFrom or owners: the "
+                          "bot never reads its own number's messages; give it a Signal number of its own"))
         return found
 
     # ---- derived values -------------------------------------------------------------
