@@ -120,10 +120,14 @@ class Config(BaseSettings):
             if section is not None and section.enabled:
                 found += [(("channels", name, *key.split(".")), f"{why} while channels.{name}.enabled is true")
                           for key, why in section.missing()]
-        signal = self.channels.signal  # signal-cli linked to the owner's own account: it would answer others as them
-        if signal.account and signal.account in (*signal.allow_from, *signal.owners):
-            found.append((("channels", "signal", "account"), f"{signal.account} is also in allowFrom or owners: the "
-                          "bot never reads its own number's messages; give it a Signal number of its own"))
+        # The bot on its owner's own account (signal-cli linked to it, their mailbox): it never reads its own
+        # messages, and would answer what others send its owner, as them.
+        signal, email = self.channels.signal, self.channels.email
+        for name, key, own, section in (("signal", "account", signal.account, signal),
+                                        ("email", "address", email.address.lower(), email)):
+            if own and own in (*section.allow_from, *section.owners):
+                found.append((("channels", name, key), f"{own} is also in allowFrom or owners: the bot never "
+                              "reads its own messages; give it an account of its own"))
         return found
 
     # ---- derived values -------------------------------------------------------------
