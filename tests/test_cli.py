@@ -406,6 +406,18 @@ async def test_onboard_asks_for_a_mailbox(home: Path) -> None:
     assert code == 0, err
 
 
+async def test_onboard_takes_no_owner_on_the_bots_own_account(home: Path) -> None:
+    """Signal: the owner's number typed as the bot's own (signal-cli linked to the owner's
+    account, which never reads their messages) is asked again."""
+    out = await _onboard_channel(home, [
+        ("Chat channel", "signal"), ("(not yours)", "+1 555 000 1111"), ("user id", "+15550001111"),
+        ("is the bot's own account", "+1 555 000 2222")])
+    signal = json.loads((home / "config.json").read_text())["channels"]["signal"]
+    assert signal["account"] == "+15550001111" and signal["owners"] == ["+15550002222"], out
+    code, out, err = await nanobot("status", home=home)
+    assert code == 0, err
+
+
 async def test_onboard_asks_for_a_whatsapp_app_and_says_what_to_set_in_it(home: Path) -> None:
     """WhatsApp: the phone number's id, the token and the app secret (typed unseen); the verify
     token is made here and shown with the callback URL to set in Meta's app; the owner's number

@@ -18,7 +18,7 @@ import typer
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from nanobot.config import ChannelSection, Config
+from nanobot.config import ChannelSection, Config, own_account
 from nanobot.config.base import url_trouble
 
 OPENAI = "https://api.openai.com/v1"
@@ -149,7 +149,7 @@ def _channel(config: Config, name: str) -> None:
                    "subscribe to messages.")
     setattr(config.channels, name, _taken(
         section, f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
-                 "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}))
+                 "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}, check=_not_the_bots))
 
 
 def _mailbox(section: ChannelSection) -> ChannelSection:
@@ -170,11 +170,24 @@ def _mailbox(section: ChannelSection) -> ChannelSection:
 
 
 def _taken(section: ChannelSection, question: str, values: Callable[[str], dict[str, Any]], *,
-           secret: bool = False, **prompt: Any) -> ChannelSection:
-    """``section`` with the answer in it (``values``), asked again until the section takes it."""
+           secret: bool = False, check: Callable[[ChannelSection], str | None] = lambda taken: None,
+           **prompt: Any) -> ChannelSection:
+    """``section`` with the answer in it (``values``), asked again until the section takes it
+    (and ``check`` finds nothing wrong)."""
     while True:
         said = str(typer.prompt(question, hide_input=secret, **prompt)).strip()
         try:
-            return type(section).model_validate({**section.model_dump(by_alias=True), **values(said)})
+            taken = type(section).model_validate({**section.model_dump(by_alias=True), **values(said)})
         except ValidationError as exc:
             typer.echo(f"  {exc.errors()[0]['msg'].removeprefix('Value error, ')}.")
+            continue
+        if not (trouble := check(taken)):
+            return taken
+        typer.echo(f"  {trouble}.")
+
+
+def _not_the_bots(section: ChannelSection) -> str | None:
+    """The owner is someone else than the bot's own account (the config refuses that too)."""
+    if (own := own_account(section)) and own in section.owners:
+        return f"{own} is the bot's own account, whose messages it never reads: give it one of its own"
+    return None

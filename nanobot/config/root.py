@@ -17,7 +17,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from nanobot.chat_names import parent_chat
 from nanobot.config.agent_settings import AgentSettings, Agents, ProviderConfig
 from nanobot.config.base import ConfigError
-from nanobot.config.channel_settings import BUILTIN_CHANNELS, LIVE_CHANNELS, Channels
+from nanobot.config.channel_settings import (BUILTIN_CHANNELS, LIVE_CHANNELS, ChannelSection, Channels, EmailConfig,
+                                              SignalConfig)
 from nanobot.config.gateway_settings import Database, Gateway
 from nanobot.config.tool_settings import Tools
 
@@ -120,12 +121,10 @@ class Config(BaseSettings):
             if section is not None and section.enabled:
                 found += [(("channels", name, *key.split(".")), f"{why} while channels.{name}.enabled is true")
                           for key, why in section.missing()]
-        # The bot on its owner's own account (signal-cli linked to it, their mailbox): it never reads its own
-        # messages, and would answer what others send its owner, as them.
-        signal, email = self.channels.signal, self.channels.email
-        for name, key, own, section in (("signal", "account", signal.account, signal),
-                                        ("email", "address", email.address.lower(), email)):
-            if own and own in (*section.allow_from, *section.owners):
+        for name, key in (("signal", "account"), ("email", "address")):
+            section = self.channels.section(name)
+            own = own_account(section) if section is not None else ""
+            if own and section is not None and own in (*section.allow_from, *section.owners):
                 found.append((("channels", name, key), f"{own} is also in allowFrom or owners: the bot never "
                               "reads its own messages; give it an account of its own"))
         return found
@@ -213,6 +212,15 @@ def private_dir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(path, 0o700)
     return path
+
+
+def own_account(section: ChannelSection) -> str:
+    """The bot's own account where its section names one (Signal's number, the mailbox), else "".
+    Not its owner's: on their account it would never read their messages (they are its own),
+    and would read, and answer as them, what others send them."""
+    if isinstance(section, SignalConfig):
+        return section.account
+    return section.address.lower() if isinstance(section, EmailConfig) else ""
 
 
 def write_private(path: Path, text: str) -> None:
