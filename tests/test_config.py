@@ -113,6 +113,8 @@ def test_config_env_var_names_the_file(tmp_path: Path, monkeypatch: pytest.Monke
      "invalid value for 'channels.signal.account': +15550001111 is also in allowFrom or owners: the bot never reads"),
     ({"channels": {"email": {"address": "Ada@example.org", "allowFrom": ["ada@example.org"]}}},  # the owner's mailbox
      "invalid value for 'channels.email.address': ada@example.org is also in allowFrom or owners"),
+    ({"channels": {"matrix": {"userId": "@ada:example.org", "owners": ["@ada:example.org"]}}},  # the owner's account
+     "invalid value for 'channels.matrix.userId': @ada:example.org is also in allowFrom or owners"),
     ({"channels": {"slack": {"allowFrom": ["@ada"]}}}, "invalid value for 'channels.slack.allowFrom': '@ada' is not a Slack user id"),
     ({"channels": {"slack": {"groupAllowFrom": ["#general"]}}},
      "invalid value for 'channels.slack.groupAllowFrom': '#general' is not a Slack channel id"),

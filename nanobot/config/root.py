@@ -18,7 +18,7 @@ from nanobot.chat_names import parent_chat
 from nanobot.config.agent_settings import AgentSettings, Agents, ProviderConfig
 from nanobot.config.base import ConfigError
 from nanobot.config.channel_settings import (BUILTIN_CHANNELS, LIVE_CHANNELS, ChannelSection, Channels, EmailConfig,
-                                              SignalConfig)
+                                              MatrixConfig, SignalConfig)
 from nanobot.config.gateway_settings import Database, Gateway
 from nanobot.config.tool_settings import Tools
 
@@ -121,7 +121,7 @@ class Config(BaseSettings):
             if section is not None and section.enabled:
                 found += [(("channels", name, *key.split(".")), f"{why} while channels.{name}.enabled is true")
                           for key, why in section.missing()]
-        for name, key in (("signal", "account"), ("email", "address")):
+        for name, key in (("signal", "account"), ("email", "address"), ("matrix", "userId")):
             section = self.channels.section(name)
             own = own_account(section) if section is not None else ""
             if own and section is not None and own in (*section.allow_from, *section.owners):
@@ -215,11 +215,13 @@ def private_dir(path: Path) -> Path:
 
 
 def own_account(section: ChannelSection) -> str:
-    """The bot's own account where its section names one (Signal's number, the mailbox), else "".
-    Not its owner's: on their account it would never read their messages (they are its own),
-    and would read, and answer as them, what others send them."""
+    """The bot's own account where its section names one (Signal's number, the mailbox, the
+    Matrix user), else "". Not its owner's: on their account it would never read their messages
+    (they are its own), and would read, and answer as them, what others send them."""
     if isinstance(section, SignalConfig):
         return section.account
+    if isinstance(section, MatrixConfig):
+        return section.user_id
     return section.address.lower() if isinstance(section, EmailConfig) else ""
 
 
