@@ -78,7 +78,8 @@ class CrossSigning:
             log.info("matrix: cross-signing keys made for %s", user_id)
         elif keys is None or _key_of(master) != keys[0].ed25519_key.to_base64():
             log.warning("matrix: %s's cross-signing keys are another client's: verify the device %s from there "
-                        "(until then Element marks the bot's messages as from an unverified device)", user_id, device_id)
+                        "(until then Element marks the bot's messages as from an unverified device)",
+                        user_id, device_id)
             return
         signer = keys[1].ed25519_key.to_base64()
         if f"ed25519:{signer}" in device.get("signatures", {}).get(user_id, {}):
@@ -101,7 +102,8 @@ class CrossSigning:
 
     def _keep(self, keys: tuple[Account, Account]) -> None:
         assert self.kept is not None
-        write_private(self.kept, json.dumps(dict(zip(("master", "self_signing"), (k.pickle(PICKLE_KEY) for k in keys)))))
+        pickles = (key.pickle(PICKLE_KEY) for key in keys)
+        write_private(self.kept, json.dumps(dict(zip(("master", "self_signing"), pickles))))
 
 
 def _public(keys: tuple[Account, Account], user_id: str) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 The model server (its URL and key, checked with one call that lists its models), the model,
 the mode, and optionally one chat channel (what its section needs, and the owner's user id,
 checked as the config checks it; email asks for the mailbox's servers, WhatsApp for Meta's app
-and says what to set there). Every answer has a default (Enter keeps it), and each question has a flag
-for scripts, which skips it. ``--non-interactive``, or a stdin that is no terminal, asks
+and says what to set there). Every answer has a default (Enter keeps it), and each question has
+a flag for scripts, which skips it. ``--non-interactive``, or a stdin that is no terminal, asks
 nothing: the flags given are written, the defaults for the rest.
 """
 
@@ -144,8 +144,9 @@ def _channel(config: Config, name: str) -> None:
         section = _taken(section, QUESTIONS[key].format(Name=name.capitalize()), lambda said: {to_camel(key): said},
                          secret=key.endswith(("token", "secret", "password")))
     if name == "whatsapp":
-        typer.echo(f"  In Meta's app (WhatsApp, Configuration): callback URL https://<your host>{section.webhook.path}, "
-                   f"served over TLS in front of {section.webhook.listen}; verify token {section.verify_token}; "
+        webhook = section.webhook
+        typer.echo(f"  In Meta's app (WhatsApp, Configuration): callback URL https://<your host>{webhook.path}, "
+                   f"served over TLS in front of {webhook.listen}; verify token {section.verify_token}; "
                    "subscribe to messages.")
     setattr(config.channels, name, _taken(
         section, f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
