@@ -128,8 +128,10 @@ async def test_agent_message_prints_the_reply_as_it_is_written(home: Path, works
         first = await asyncio.wait_for(proc.stdout.read(10), 30)
         waited = time.monotonic() - asked
         rest = await asyncio.wait_for(proc.stdout.read(), 30)
+        whole = time.monotonic() - asked
         await proc.wait()
-    assert waited < 1.2 and text.startswith(first.decode())  # the first words, long before the ~2 s reply is done
+    # The first words long before the ~2 s reply is done (a share of it: a loaded machine slows both)
+    assert waited < whole / 2 and text.startswith(first.decode()), (waited, whole)
     assert (first + rest).decode() == text.strip() + "\n" and proc.returncode == 0  # nothing twice
     assert llm.chat_requests[0]["stream"] is True
 
