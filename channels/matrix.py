@@ -361,7 +361,7 @@ class MatrixChannel(BaseChannel):
     async def _exchange_keys(self) -> None:
         async with self._keys_lock:
             await exchange(self.client, self._key_failures)
-            await self.signing.after_upload(self.client, self.homeserver)  # once its keys are up
+            await self.signing.after_upload(self.client)  # once its keys are up
 
     def _encrypts(self, room_id: str, in_clear_too: bool = False) -> bool:
         """Whether what goes to ``room_id`` is encrypted. Before the device's keys are open and the

@@ -53,14 +53,14 @@ class CrossSigning:
         self.store = store  # which master key this home made (it outlives a lost keys folder)
         self.done = False
 
-    async def after_upload(self, client: AsyncClient, homeserver: str) -> None:
+    async def after_upload(self, client: AsyncClient) -> None:
         if self.done or self.kept is None or client.olm is None or not client.olm.account.shared:
             return
         self.done = True  # once a run: a failure is said, and the next start tries again
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30),
                                          headers={"Authorization": f"Bearer {client.access_token}"}) as http:
             try:
-                await self._sign(_Api(http, homeserver), client.user_id, client.device_id)
+                await self._sign(_Api(http, client.homeserver), client.user_id, client.device_id)
             except (aiohttp.ClientError, OSError, TimeoutError, KeyError, TypeError, ValueError) as exc:
                 log.warning("matrix: the device %s is not cross-signed (%s: %s); Element marks its messages as "
                             "from an unverified device", client.device_id, type(exc).__name__, exc)

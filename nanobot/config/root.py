@@ -121,10 +121,10 @@ class Config(BaseSettings):
             if section is not None and section.enabled:
                 found += [(("channels", name, *key.split(".")), f"{why} while channels.{name}.enabled is true")
                           for key, why in section.missing()]
-        for name, key in (("signal", "account"), ("email", "address"), ("matrix", "userId")):
-            section = self.channels.section(name)
-            own = own_account(section) if section is not None else ""
-            if own and section is not None and own in (*section.allow_from, *section.owners):
+        channels = self.channels  # the bot on its owner's account (``own_account``)
+        for name, key, section in (("signal", "account", channels.signal), ("email", "address", channels.email),
+                                   ("matrix", "userId", channels.matrix)):
+            if (own := own_account(section)) and own in (*section.allow_from, *section.owners):
                 found.append((("channels", name, key), f"{own} is also in allowFrom or owners: the bot never "
                               "reads its own messages; give it an account of its own"))
         return found
