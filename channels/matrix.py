@@ -234,9 +234,9 @@ class MatrixChannel(BaseChannel):
             or self.config.user_id in body + str(content.get("formatted_body") or "")
         if not self._addressed(is_private, mentioned):
             return await self._overhear(room_id, who, body)  # for the next message to us
-        if event["type"] == "m.room.encrypted":  # no encryption here, or its key did not reach us
-            await self._cannot_read(room_id, who)
-            return
+        if event["type"] == "m.room.encrypted" or room is not None and room.encrypted and not self.client.olm:
+            # No encryption here, or its key did not reach us; or words in clear that no reply could answer.
+            return await self._cannot_read(room_id, who)
         sender_of = Sender(self.name, room_id, who, is_private)
         media = await self._download(content, sender_of) if content.get("msgtype") in MEDIA_KINDS \
             and await self._may_download(who) else []

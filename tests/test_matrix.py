@@ -537,12 +537,17 @@ async def test_with_encryption_off_an_encrypted_room_gets_one_plain_reply(
                 "algorithm": "m.megolm.v1.aes-sha2", "ciphertext": "AwgAEnACg...", "sender_key": "k",
                 "device_id": "PERSON", "session_id": "s"}, ignore_unverified_devices=True)
         await owner.read_until(lambda seen: bool(seen))
-        await owner.say(room, "a last one")  # once the bot read this, it had read both before it
-        await owner.client.room_typing(room, False)
+        await owner.say(room, "in clear")  # answered, its reply could not go there: no model call spent on it
+        plain = await owner.room(bot)
+        await bot_in(owner, plain, bot)
+        llm.fallback = reply("pong")
+        await owner.say(plain, "ping")  # read after the one before it: once answered, that one was read too
+        await owner.read_until(lambda seen: "pong" in owner.shown())
         with pytest.raises(SendFailed) as refused:  # a job's output, say: never in clear to an encrypted room
             await gateway.channels.channels["matrix"].send(OutboundMessage("matrix", room, "CANARY-job-output"))
         assert not refused.value.retry and "nothing is sent there in clear" in str(refused.value)
-    assert len(owner.shown()) == 1 and "end-to-end encrypted" in owner.shown()[0] and not llm.chat_requests
+    told = [e["content"]["body"] for e in owner.seen if e["room_id"] == room]
+    assert len(told) == 1 and "end-to-end encrypted" in told[0] and asked(llm) == ["ping"]
 
 
 async def test_an_encrypted_chat_is_read_and_answered_encrypted_by_one_device_across_restarts(
