@@ -17,6 +17,7 @@ import pytest
 from nanobot_channels.telegram_webhook import WebhookServer
 from nanobot.api.keys import ApiKeys
 from nanobot.config import TelegramWebhook
+from tests.fakes.openai_server import reply
 from tests.test_api import api, config, free_port, post  # noqa: F401  (fixtures)
 from tests.test_cli import nanobot, write_config
 from tests.helpers import fast_pace, running_gateway, until
@@ -95,8 +96,6 @@ async def _closed(reader: asyncio.StreamReader) -> bool:
 
 
 async def test_stalled_connections_are_closed_while_the_owner_is_served(impatient_api: dict, llm) -> None:
-    from tests.fakes.openai_server import reply
-
     llm.fallback = lambda body: reply("served")
     host, port = impatient_api["base"].removeprefix("http://").removesuffix("/v1").split(":")
     stalled = []
@@ -186,17 +185,24 @@ async def test_an_address_in_use_is_one_line(home: Path, workspace: Path, llm) -
     assert f"gateway.api.listen: cannot listen on 127.0.0.1:{port}: " in err and "Traceback" not in err
 
 
-async def test_every_endpoint_counts_toward_the_keys_rate(api: dict, config) -> None:  # noqa: F811
+async def test_a_keys_messages_and_its_other_requests_have_their_own_rates(api: dict, llm, config) -> None:  # noqa: F811
+    """A page kept open (news every few seconds, each file a turn sends) never uses up the key's
+    messages; a runaway reader still meets a limit: ten times requestsPerMinute."""
+    llm.fallback = reply("ok")
     config.gateway.api.requests_per_minute = 3
     member = {"Authorization": f"Bearer {api['member']}"}
-    statuses = []
+    ok = {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]}
     async with aiohttp.ClientSession() as http:
-        for n in range(4):
+        async def read(n: int) -> int:
             async with http.get(api["base"] + "/nanobot/history", headers={**member, "X-Nanobot-Session": f"s{n}"}) as r:
-                statuses.append(r.status)
+                return r.status
+        reads = [await read(n) for n in range(10)]
+        messages = [(await post(api, ok, key="member"))[0] for _ in range(4)]
+        reads += [await read(n) for n in range(10, 31)]
         async with http.get(api["base"] + "/models", headers=member) as r:
-            statuses.append(r.status)
-    assert statuses == [200, 200, 200, 429, 429]
+            reads.append(r.status)
+    assert messages == [200, 200, 200, 429]
+    assert reads == [200] * 30 + [429, 429]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -41,6 +41,7 @@ MODEL = "nanobot"
 # is set to this: the chat's model alone, with the front end's messages, outside the chat.
 ERRANDS = "nanobot-errands"
 MODELS = (MODEL, ERRANDS)
+OTHER_REQUESTS = 10  # a key may make this many times requestsPerMinute other requests (reads, files)
 WEB = Path(__file__).resolve().parent / "web"
 PAGE_FILES = {"index.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
               "style.css": "text/css; charset=utf-8", "icon.svg": "image/svg+xml",
@@ -69,7 +70,7 @@ class ApiServer:
         self.app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
         self.listener = Listener(self.app, "gateway.api.listen", timeout_s=door.http_timeout_s)
         self.chats = ChatRoutes(door, self._key, lambda message: ApiError(400, message, "invalid_session"))
-        self._calls: dict[str, deque[float]] = {}  # key name -> its requests' times in the last minute
+        self._calls: dict[tuple[str, bool], deque[float]] = {}  # (key name, messages?) -> times in the last minute
         self._running: dict[str, int] = {}  # key name -> its turns running now
 
     async def start(self) -> None:
@@ -108,7 +109,7 @@ class ApiServer:
         return web.json_response(models[request.match_info["id"]])
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        name, owner = await self._key(request)
+        name, owner = await self._key(request, message=True)
         body = await read_body(request, self.settings.max_body_kb)
         if (model := body.get("model", MODEL)) not in MODELS:
             raise no_such_model(model)
@@ -173,13 +174,13 @@ class ApiServer:
             "Content-Security-Policy": CSP, "Referrer-Policy": "no-referrer"})
 
     # ---- checks -------------------------------------------------------------------------
-    async def _key(self, request: web.Request) -> tuple[str, bool]:
+    async def _key(self, request: web.Request, *, message: bool = False) -> tuple[str, bool]:
         scheme, _, key = request.headers.get("Authorization", "").partition(" ")
         found = await self.check.find(key.strip()) if scheme.lower() == "bearer" and key.strip() else None
         if found is None:
             raise ApiError(401, "Incorrect API key provided (Authorization: Bearer KEY; keys are made with "
                            "nanobot api keys add NAME)", "invalid_api_key")
-        self._count_request(found[0])  # every endpoint counts toward the key's rate
+        self._count_request(found[0], message)
         return found
 
     async def _owner_only(self, request: web.Request) -> None:
@@ -187,14 +188,17 @@ class ApiServer:
         if not owner:
             raise ApiError(403, "only an owner key sees this", "forbidden", "permission_error")
 
-    def _count_request(self, name: str) -> None:
+    def _count_request(self, name: str, message: bool) -> None:
+        """A key's messages count toward requestsPerMinute; its other requests toward ten times that: a page
+        kept open asks for news every few seconds and fetches each file a turn sends, a runaway client more."""
+        limit = self.settings.requests_per_minute * (1 if message else OTHER_REQUESTS)
         now = time.monotonic()
-        calls = self._calls.setdefault(name, deque())
+        calls = self._calls.setdefault((name, message), deque())
         while calls and now - calls[0] > 60:
             calls.popleft()
-        if len(calls) >= self.settings.requests_per_minute:
-            raise ApiError(429, f"Rate limit reached: {self.settings.requests_per_minute} requests per minute for "
-                           "this key (gateway.api.requestsPerMinute)", "rate_limit_exceeded", "requests")
+        if len(calls) >= limit:
+            raise ApiError(429, f"Rate limit reached: {limit} {'messages' if message else 'requests'} per minute "
+                           "for this key (gateway.api.requestsPerMinute)", "rate_limit_exceeded", "requests")
         calls.append(now)
 
     async def _within_budget(self, owner: bool) -> None:
