@@ -17,16 +17,11 @@ import pytest
 
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
+from tests.fakes.loopback import free_port
 from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply, tool_call
 from tests.helpers import config_for, fast_pace, running_gateway
 from tests.media_files import ogg_opus, png
 from tests.test_cli import nanobot
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_to_listen_again() -> int:

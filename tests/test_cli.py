@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 
 from tests import cli_zygote
+from tests.fakes.discord_api import FakeDiscord
+from tests.fakes.loopback import free_port
+from tests.fakes.mail_servers import Dovecot, needs_dovecot
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
+from tests.fakes.slack_api import FakeSlack
+from tests.fakes.telegram_api import FakeTelegram
+from tests.fakes.whatsapp_api import PHONE_ID, FakeWhatsApp
 
 
 async def nanobot(*args: str, home: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -350,15 +356,18 @@ def _converse(argv: list[str], env: dict[str, str], steps: list[tuple[str, str]]
 
 async def test_onboard_asks_in_a_terminal_and_checks_the_server(home: Path) -> None:
     """Under a pseudo-terminal: the model server's URL and key (one call lists its models), the
-    model, the mode and a Telegram bot with its owner; the config holds the answers."""
-    async with FakeOpenAI() as llm:
-        env = {**os.environ, "NANOBOT_HOME": str(home)}
+    model, the mode and a Telegram bot (a token Telegram refuses is asked again) with its owner;
+    the config holds the answers."""
+    async with FakeOpenAI() as llm, FakeTelegram(token="123:TOKEN") as telegram:
+        env = {**os.environ, "NANOBOT_HOME": str(home), "NANOBOT_CHANNELS__TELEGRAM__API_BASE": telegram.api_base}
         out = await asyncio.to_thread(_converse, [sys.executable, "-m", "nanobot", "onboard"], env, [
             # a hidden answer is typed once getpass has turned the echo off (it then writes the prompt's last space)
             ("Model server URL", llm.base_url), ("local servers): ", "sk-CANARY"), ("Model", ""), ("Mode", "tools"),
-            ("Chat channel", "telegram"), ("bot token: ", "123:TOKEN"), ("user id", "4242")])
+            ("Chat channel", "telegram"), ("bot token: ", "123:TYPO"), ("bot token: ", "123:TOKEN"), ("user id", "4242")])
     assert "The server answered: 2 models (gpt-4.1-mini, local-model)" in out
-    assert "sk-CANARY" not in out and "123:TOKEN" not in out  # typed unseen
+    assert "Telegram refused the token: Unauthorized. Once more:" in out
+    assert "Telegram knows the token: the bot is @nanobot_test_bot." in out
+    assert "sk-CANARY" not in out and "123:TOKEN" not in out and "123:TYPO" not in out  # typed unseen
     assert "Next: nanobot agent (a chat here); nanobot gateway (telegram)" in out
     saved = json.loads((home / "config.json").read_text())
     assert saved["providers"]["openai"]["apiBase"] == llm.base_url and saved["providers"]["openai"]["apiKey"] == "sk-CANARY"
@@ -367,22 +376,27 @@ async def test_onboard_asks_in_a_terminal_and_checks_the_server(home: Path) -> N
     assert telegram["enabled"] and telegram["token"] == "123:TOKEN" and telegram["allowFrom"] == telegram["owners"] == ["4242"]
 
 
-async def _onboard_channel(home: Path, steps: list[tuple[str, str]]) -> str:
+async def onboard_channel(home: Path, steps: list[tuple[str, str]], **env: str) -> str:
     """``nanobot onboard`` on a pseudo-terminal with the model questions answered by flags, its
-    channel questions by ``steps``: all it printed."""
+    channel questions by ``steps`` (``env``: the platform's stand-in): all it printed."""
     async with FakeOpenAI() as llm:
         command = [sys.executable, "-m", "nanobot", "onboard", "--api-base", llm.base_url, "--api-key", "k",
                    "--model", "local-model", "--mode", "code"]
-        return await asyncio.to_thread(_converse, command, {**os.environ, "NANOBOT_HOME": str(home)}, steps)
+        return await asyncio.to_thread(_converse, command, {**os.environ, "NANOBOT_HOME": str(home), **env}, steps)
 
 
 async def test_onboard_asks_what_a_channel_needs_and_an_owner_id_of_its_shape(home: Path) -> None:
     """Slack: both tokens, typed unseen; an owner written as a name (which admits nobody) is asked
-    again; what is saved is what the gateway will accept."""
-    out = await _onboard_channel(home, [
-        ("Chat channel", "slack"), ("from docs/slack-app-manifest.json): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-CANARY"),
-        ("user id", "@ada"), ("is not a Slack user id", "U0123ABC")])
-    assert "CANARY" not in out and "Next: nanobot agent (a chat here); nanobot gateway (slack)" in out
+    again, and tokens Slack refuses; what is saved is what the gateway will accept."""
+    async with FakeSlack() as slack:
+        slack.bot_token, slack.app_token = "xoxb-CANARY", "xapp-CANARY"
+        out = await onboard_channel(home, [
+            ("Chat channel", "slack"), ("manifest.json): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-TYPO"),
+            ("manifest.json): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-CANARY"),
+            ("user id", "@ada"), ("is not a Slack user id", "U0123ABC")], NANOBOT_CHANNELS__SLACK__API_BASE=slack.api_base)
+    assert "Slack refused the app-level token: invalid_auth (it needs connections:write). Once more:" in out
+    assert "Slack knows the tokens: the bot is nanobot in T1." in out
+    assert "CANARY" not in out and "TYPO" not in out and "Next: nanobot agent (a chat here); nanobot gateway (slack)" in out
     slack = json.loads((home / "config.json").read_text())["channels"]["slack"]
     assert (slack["botToken"], slack["appToken"]) == ("xoxb-CANARY", "xapp-CANARY")
     assert slack["enabled"] and slack["allowFrom"] == slack["owners"] == ["U0123ABC"]
@@ -390,30 +404,65 @@ async def test_onboard_asks_what_a_channel_needs_and_an_owner_id_of_its_shape(ho
     assert code == 0, err
 
 
+def test_onboard_checks_tokens_where_the_adapters_use_them() -> None:
+    from nanobot.cli.credentials import PUBLIC_API
+    from nanobot_channels import discord, slack, telegram
+
+    assert PUBLIC_API == {"telegram": telegram.DEFAULT_API_BASE, "discord": discord.DEFAULT_API_BASE,
+                          "slack": slack.DEFAULT_API_BASE}
+
+
+async def test_onboard_asks_again_for_a_token_discord_refuses(home: Path, dc: FakeDiscord) -> None:
+    out = await onboard_channel(home, [("Chat channel", "discord"), ("bot token: ", "CANARY-typo"),
+                                       ("bot token: ", dc.token), ("user id", "4242")],
+                                NANOBOT_CHANNELS__DISCORD__API_BASE=dc.api_base)
+    assert "Discord refused the token: 401: Unauthorized. Once more:" in out and "CANARY" not in out
+    assert "Discord knows the token: the bot is nanobot." in out
+    assert json.loads((home / "config.json").read_text())["channels"]["discord"]["token"] == dc.token
+
+
 async def test_onboard_asks_for_a_mailbox(home: Path) -> None:
     """Email: the address, the servers named after its domain (Enter takes them), one password
-    typed unseen, the receiving server's authserv-id; the owner's address as the adapter reads it."""
-    out = await _onboard_channel(home, [
+    typed unseen, the receiving server's authserv-id; the owner's address as the adapter reads it.
+    An IMAP server that does not answer is said, and the answers kept."""
+    out = await onboard_channel(home, [
         ("Chat channel", "email"), ("email address", "bot-at-example.org"), ("has an @", "bot@example.org"),
-        ("IMAP server", ""), ("SMTP server", "mail.example.net"), ("(for both servers): ", "CANARY-pw"),
-        ("authserv-id", "mx.example.org"), ("user id", "Ada@Example.org")])
-    assert "CANARY" not in out
+        ("IMAP server", "127.0.0.1"), ("SMTP server", ""), ("(for both servers): ", "CANARY-pw"),
+        ("authserv-id", "mx.example.org"), ("user id", "Ada@Example.org")],
+        NANOBOT_CHANNELS__EMAIL__IMAP__PORT=str(free_port()), NANOBOT_CHANNELS__EMAIL__IMAP__TLS="false")
+    assert "CANARY" not in out and "(TLS on 993) [imap.example.org]" in out
+    assert "No answer (" in out and "It is written anyway; check it with: nanobot gateway" in out
     mail = json.loads((home / "config.json").read_text())["channels"]["email"]
     login = {"username": "bot@example.org", "password": "CANARY-pw"}
     assert mail["enabled"] and mail["address"] == "bot@example.org" and mail["trustedAuthServId"] == "mx.example.org"
-    assert {k: mail["imap"][k] for k in ("host", *login)} == {"host": "imap.example.org", **login}
-    assert {k: mail["smtp"][k] for k in ("host", *login)} == {"host": "mail.example.net", **login}
+    assert {k: mail["imap"][k] for k in ("host", *login)} == {"host": "127.0.0.1", **login}
+    assert {k: mail["smtp"][k] for k in ("host", *login)} == {"host": "smtp.example.org", **login}
     assert mail["allowFrom"] == mail["owners"] == ["ada@example.org"]
     code, out, err = await nanobot("status", home=home)
     assert code == 0, err
 
 
+@needs_dovecot
+async def test_onboard_logs_in_to_the_mailbox_and_asks_again_when_refused(home: Path) -> None:
+    async with Dovecot() as imap:
+        out = await onboard_channel(home, [
+            ("Chat channel", "email"), ("email address", imap.user), ("IMAP server", "127.0.0.1"), ("SMTP server", ""),
+            ("(for both servers): ", "CANARY-typo"), ("authserv-id", ""), ("email address", imap.user), ("IMAP server", "127.0.0.1"),
+            ("SMTP server", ""), ("(for both servers): ", imap.password), ("authserv-id", ""), ("user id", "ada@example.org")],
+            NANOBOT_CHANNELS__EMAIL__IMAP__PORT=str(imap.port), NANOBOT_CHANNELS__EMAIL__IMAP__TLS="false")
+    assert f"refused the login as {imap.user}: [AUTHENTICATIONFAILED] Authentication failed. Once more:" in out
+    assert f"The IMAP server took the login as {imap.user}." in out and "CANARY" not in out
+    assert json.loads((home / "config.json").read_text())["channels"]["email"]["imap"]["password"] == imap.password
+
+
 async def test_onboard_takes_no_owner_on_the_bots_own_account(home: Path) -> None:
     """Signal: the owner's number typed as the bot's own (signal-cli linked to the owner's
     account, which never reads their messages) is asked again."""
-    out = await _onboard_channel(home, [
+    out = await onboard_channel(home, [
         ("Chat channel", "signal"), ("(not yours)", "+1 555 000 1111"), ("user id", "+15550001111"),
-        ("is the bot's own account", "+1 555 000 2222")])
+        ("is the bot's own account", "+1 555 000 2222")],
+        NANOBOT_CHANNELS__SIGNAL__RPC_URL=f"http://127.0.0.1:{free_port()}")
+    assert "No answer ([Errno 111] Connection refused). It is written anyway" in out
     signal = json.loads((home / "config.json").read_text())["channels"]["signal"]
     assert signal["account"] == "+15550001111" and signal["owners"] == ["+15550002222"], out
     code, out, err = await nanobot("status", home=home)
@@ -421,17 +470,23 @@ async def test_onboard_takes_no_owner_on_the_bots_own_account(home: Path) -> Non
 
 
 async def test_onboard_asks_for_a_whatsapp_app_and_says_what_to_set_in_it(home: Path) -> None:
-    """WhatsApp: the phone number's id, the token and the app secret (typed unseen); the verify
-    token is made here and shown with the callback URL to set in Meta's app; the owner's number
-    as Meta names a sender."""
-    out = await _onboard_channel(home, [
-        ("Chat channel", "whatsapp"), ("not the number itself): ", "1098765"),
-        ("whatsapp_business_messaging): ", "EAAG-CANARY"), ("with it: ", "CANARY-secret"),
-        ("user id", "+1 555-000-2222")])
-    assert "CANARY" not in out
+    """WhatsApp: the phone number's id, the token and the app secret (typed unseen; asked again
+    when the Graph API refuses the token); the verify token is made here and shown with the
+    callback URL to set in Meta's app; the owner's number as Meta names a sender."""
+    async with FakeWhatsApp() as meta:
+        meta.token = "EAAG-CANARY"
+        out = await onboard_channel(home, [
+            ("Chat channel", "whatsapp"), ("not the number itself): ", PHONE_ID),
+            ("whatsapp_business_messaging): ", "EAAG-TYPO"), ("with it: ", "CANARY-secret"),
+            ("not the number itself): ", PHONE_ID), ("whatsapp_business_messaging): ", "EAAG-CANARY"),
+            ("with it: ", "CANARY-secret"), ("user id", "+1 555-000-2222")],
+            NANOBOT_CHANNELS__WHATSAPP__API_BASE=meta.api_base)
+    assert "The Graph API refused: Invalid OAuth access token - Cannot parse access token. Once more:" in out
+    assert "The Graph API knows the token and the number: +1 555-000-1111." in out
+    assert "CANARY" not in out and "TYPO" not in out
     whatsapp = json.loads((home / "config.json").read_text())["channels"]["whatsapp"]
     assert (whatsapp["phoneNumberId"], whatsapp["accessToken"], whatsapp["appSecret"]) == \
-        ("1098765", "EAAG-CANARY", "CANARY-secret")
+        (PHONE_ID, "EAAG-CANARY", "CANARY-secret")
     assert len(whatsapp["verifyToken"]) >= 32 and f"verify token {whatsapp['verifyToken']}" in out
     assert "callback URL https://<your host>/whatsapp" in out
     assert whatsapp["enabled"] and whatsapp["allowFrom"] == whatsapp["owners"] == ["15550002222"]
@@ -445,13 +500,14 @@ async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path)
     code, _, err = await nanobot("onboard", "--non-interactive", "--api-base", "http://8.8.8.8:1/v1", "--api-key",
                                  "sk-CANARY", home=home)
     assert code == 2 and "is plain http" in err and not (home / "config.json").exists()
+    homeserver = f"http://127.0.0.1:{free_port()}"  # near: plain http is fine (none answers there)
     async with FakeOpenAI() as llm:
         env = {**os.environ, "NANOBOT_HOME": str(home)}
         out = await asyncio.to_thread(_converse, [sys.executable, "-m", "nanobot", "onboard"], env, [
             ("Model server URL", "localhost:11434/v1"), ("(http://localhost:11434/v1?)", "http://models.example.org/v1"),
             ("unencrypted", llm.base_url),
             ("local servers): ", "k"), ("Model [", ""), ("Mode:", ""), ("Chat channel", "matrix"),
-            ("homeserver URL", "http://matrix.example.org"), ("unencrypted", "https://matrix.example.org"),
+            ("homeserver URL", "http://matrix.example.org"), ("unencrypted", homeserver),
             # getpass flushes what was typed before its ": "
             ("bot's Matrix user id", "@bot:example.org"), ("encrypted chats need): ", "CANARY-pw"),
             ("Your own Matrix user id", "@me:example.org")])
@@ -459,7 +515,7 @@ async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path)
     assert "'localhost:11434/v1' is not a URL: it starts with https:// or http://" in out  # it failed only at the first message
     saved = json.loads((home / "config.json").read_text())
     assert saved["providers"]["openai"]["apiBase"] == llm.base_url
-    assert saved["channels"]["matrix"]["homeserver"] == "https://matrix.example.org"
+    assert saved["channels"]["matrix"]["homeserver"] == homeserver
     assert saved["channels"]["matrix"]["password"] == "CANARY-pw" and "CANARY-pw" not in out  # typed unseen
     code, _, err = await nanobot("status", home=home)
     assert code == 0, err

@@ -28,6 +28,7 @@ from tests.test_api import free_port
 from tests.test_discord import AllowList
 from tests.test_signal import asked_last
 from tests.test_channels_crash import killed_mid_turn_then_answered_once, write_config
+from tests.test_cli import onboard_channel
 
 # One homeserver for the module, on one test process; its first test may install it (about a minute).
 pytestmark = [pytest.mark.xdist_group("synapse"), pytest.mark.timeout(300)]
@@ -728,6 +729,21 @@ async def test_a_refused_token_shows_in_status(llm: FakeOpenAI, workspace: Path,
     async with running_gateway(cfg) as gateway:
         state = gateway.channels.state["matrix"]
         assert "did not accept the access token" in state
+
+
+async def test_onboard_checks_the_token_with_the_homeserver(synapse: Homeserver, people: dict[str, Any],
+                                                            tmp_path: Path) -> None:
+    """A token onboard did not ask for (the environment's) is checked too: a refused one is said
+    with where to mend it (asking again for the rest would not help), a good one named."""
+    bot, token = people["bot"]
+    said = {}
+    for given in ("syt_wrong", token):
+        said[given] = await onboard_channel(tmp_path / given, [
+            ("Chat channel", "matrix"), ("homeserver URL", synapse.url), ("bot's Matrix user id", bot),
+            ("Your own Matrix user id", people["owner"].user_id)], NANOBOT_CHANNELS__MATRIX__ACCESS_TOKEN=given)
+    assert "The homeserver refused the access token: Invalid access token passed: change it in the config file" \
+        in said["syt_wrong"]
+    assert f"The homeserver knows the token: {bot}." in said[token]
 
 
 async def test_killed_mid_turn_answered_once(llm: FakeOpenAI, home: Path, workspace: Path, tmp_path: Path,

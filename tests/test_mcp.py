@@ -8,7 +8,6 @@ import asyncio
 import time
 import json
 import os
-import socket
 import sys
 import uuid
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 from nanobot.config import McpServer
 from nanobot.runtime import Runtime, open_runtime
 from tests import cli_zygote
+from tests.fakes.loopback import free_port
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.helpers import config_for, running_gateway
 
@@ -30,12 +30,6 @@ def stdio_server(*extra: str, forked: bool = True, **settings) -> McpServer:
     0.8 s of CPU less a start, tests/fakes/forked.py), or run as ``python -m``."""
     run = [str(REPO / "tests" / "fakes" / "forked.py"), cli_zygote.socket_path()] if forked else ["-m"]
     return McpServer(command=sys.executable, args=[*run, "tests.fakes.mcp_notes", *extra], cwd=str(REPO), **settings)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def http_server(*flags: str) -> tuple[asyncio.subprocess.Process, int]:

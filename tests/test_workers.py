@@ -5,7 +5,6 @@ cases with real processes are in test_workers_failover.py."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -18,6 +17,7 @@ from nanobot.cluster.registry import OtherWorkspace, list_workers
 from nanobot.config import Config, TelegramWebhook
 from nanobot.delivery.intake import RESUMED_NOTE
 from nanobot.postgres import PostgresDatabase
+from tests.fakes.loopback import free_port
 from tests.fakes.openai_server import error, reply
 from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import add_cron_job, keep_discord_urls, running_gateway, telegram_gateway_config, until
@@ -141,12 +141,6 @@ async def post_update(http: aiohttp.ClientSession, port: int, path: str, update:
     body = {"data": update} if isinstance(update, bytes) else {"json": update}
     async with http.post(f"http://127.0.0.1:{port}{path}", headers=headers, **body) as response:
         return response.status
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def test_webhook_workers_record_before_answering_and_refuse_without_the_secret(

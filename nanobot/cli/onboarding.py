@@ -1,11 +1,12 @@
 """``nanobot onboard`` in a terminal: a few questions instead of 190 lines of JSON.
 
 The model server (its URL and key, checked with one call that lists its models), the model,
-the mode, and optionally one chat channel (what its section needs, and the owner's user id,
-checked as the config checks it; email asks for the mailbox's servers, WhatsApp for Meta's app
-and says what to set there). Every answer has a default (Enter keeps it), and each question has
-a flag for scripts, which skips it. ``--non-interactive``, or a stdin that is no terminal, asks
-nothing: the flags given are written, the defaults for the rest.
+the mode, and optionally one chat channel (what its section needs, checked with one call to the
+platform and asked again if refused, and the owner's user id, checked as the config checks it;
+email asks for the mailbox's servers, WhatsApp for Meta's app and says what to set there).
+Every answer has a default (Enter keeps it), and each question has a flag for scripts, which
+skips it. ``--non-interactive``, or a stdin that is no terminal, asks nothing: the flags given
+are written, the defaults for the rest.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import typer
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
+from nanobot.cli import credentials
 from nanobot.config import ChannelSection, Config, own_account
 from nanobot.config.base import url_trouble
 
@@ -136,13 +138,9 @@ def _channel(config: Config, name: str) -> None:
     the section takes it: an id of the wrong shape would admit nobody."""
     section = getattr(config.channels, name)
     section.enabled = True
-    if name == "email":
-        section = _mailbox(section)
     if name == "whatsapp" and not section.verify_token:  # ours to choose: made here, pasted into Meta's app
         section.verify_token = secrets.token_urlsafe(24)
-    for key, _ in section.missing():
-        section = _taken(section, QUESTIONS[key].format(Name=name.capitalize()), lambda said: {to_camel(key): said},
-                         secret=key.endswith(("token", "secret", "password")))
+    section = _credentials(name, section)
     if name == "whatsapp":
         webhook = section.webhook
         typer.echo(f"  In Meta's app (WhatsApp, Configuration): callback URL https://<your host>{webhook.path}, "
@@ -151,6 +149,27 @@ def _channel(config: Config, name: str) -> None:
     setattr(config.channels, name, _taken(
         section, f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
                  "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}, check=_not_the_bots))
+
+
+def _credentials(name: str, section: ChannelSection) -> ChannelSection:
+    """``section`` with what it lacks asked for (tokens typed unseen; email: the mailbox), again
+    while the platform refuses it (a typo); what the platform said is shown."""
+    asked = [] if name == "email" else [key for key, _ in section.missing()]
+    while True:
+        if name == "email":
+            section = _mailbox(section)
+        for key in asked:
+            section = _taken(section, QUESTIONS[key].format(Name=name.capitalize()),
+                             lambda said: {to_camel(key): said}, secret=key.endswith(("token", "secret", "password")))
+        try:
+            typer.echo(f"  {credentials.check(name, section)}")
+            return section
+        except credentials.Refused as exc:
+            said = str(exc).rstrip(".")
+            if exc.key not in asked and name != "email":  # kept from the old config: theirs to mend there
+                typer.echo(f"  {said}: change it in the config file.")
+                return section
+            typer.echo(f"  {said}. Once more:")
 
 
 def _mailbox(section: ChannelSection) -> ChannelSection:
@@ -166,7 +185,8 @@ def _mailbox(section: ChannelSection) -> ChannelSection:
     login = {"username": address, "password": password}
     return _taken(section, "Your mail server's name in Authentication-Results, its authserv-id (mx.example.org; "
                            "Enter to skip: then every mail chat is a member chat)",
-                  lambda name: {"address": address, "imap": {"host": imap, **login}, "smtp": {"host": smtp, **login},
+                  lambda name: {"address": address, "imap": {**section.imap.model_dump(), "host": imap, **login},
+                                "smtp": {**section.smtp.model_dump(), "host": smtp, **login},
                                 "trustedAuthServId": name or None}, default="", show_default=False)
 
 

@@ -168,7 +168,7 @@ class FakeWhatsApp(Ticks):
             return self._error(401, 190, "Invalid OAuth access token - Cannot parse access token")
         node = request.match_info["node"]
         if node == PHONE_ID:
-            return web.json_response({"id": PHONE_ID})
+            return web.json_response({"id": PHONE_ID, "display_phone_number": "+1 555-000-1111"})
         if node in self._media:
             data, mime = self._media[node]
             base = self.media_url_base or f"http://127.0.0.1:{self.port}"

@@ -1,0 +1,161 @@
+"""onboard's one call per chat channel: whether the platform takes what was just typed.
+
+A refusal (a mistyped token, a wrong password, an account signal-cli does not hold) raises
+``Refused``, and onboard asks again; no answer (offline, a firewall, signal-cli not started
+yet) is said, and the answers are written anyway, as for the model server. Each call only
+reads: it keeps no connection, makes no device and changes nothing on the platform. What is
+said names no secret (a token sits in Telegram's URLs, so no URL of one is ever shown).
+"""
+
+from __future__ import annotations
+
+import http.client
+import imaplib
+import json
+import ssl
+import urllib.error
+import urllib.request
+from typing import Any, Callable
+from urllib.parse import quote
+
+from nanobot.config import ChannelSection
+
+TIMEOUT_S = 15
+# The platforms' public APIs where the section names none (the adapters' defaults too, which
+# nanobot does not import: tests/test_cli.py checks they are the same).
+PUBLIC_API = {"telegram": "https://api.telegram.org", "discord": "https://discord.com/api/v10",
+              "slack": "https://slack.com/api/"}
+
+
+class Refused(Exception):
+    """The platform answered, and said no: the message says what it said; ``key`` is the
+    section's key it refused (asking again for anything else would not help)."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class _NoAnswer(Exception):
+    pass
+
+
+def check(name: str, section: ChannelSection) -> str:
+    """One line on what the platform said of ``section``'s credentials; ``Refused`` if it said no."""
+    try:
+        return CHECKS[name](section)
+    except (_NoAnswer, OSError, http.client.HTTPException) as exc:  # a refused connection, a bad certificate
+        return f"No answer ({exc}). It is written anyway; check it with: nanobot gateway"
+
+
+def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = False) -> tuple[int, dict[str, Any]]:
+    """The status and JSON body ({} if none) of one request; ``_NoAnswer`` when none came."""
+    headers = {"Authorization": f"{scheme} {token}"} if token else {}
+    request = urllib.request.Request(url, data=b"" if post else None, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            status, body = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, exc.read()
+    except (urllib.error.URLError, TimeoutError) as exc:
+        raise _NoAnswer(getattr(exc, "reason", exc)) from None
+    try:
+        found = json.loads(body or b"{}")
+    except ValueError:
+        found = {}  # a page of another server, say: its status tells
+    return status, found if isinstance(found, dict) else {}
+
+
+def _answer(url: str, refused: str = "", key: str = "", *, refusals: tuple[int, ...] = (401,),
+            **auth: Any) -> dict[str, Any]:
+    """The body of a 200; ``Refused`` (``refused``, and what the platform said, of ``key``) on a
+    refusal's status; any other status is the platform's trouble, not the credentials'."""
+    status, body = _call(url, **auth)
+    said = body.get("description") or body.get("message") or body.get("error") or f"HTTP {status}"
+    said = said.get("message") if isinstance(said, dict) else said  # the Graph API's error object
+    if status in refusals:
+        raise Refused(f"{refused}: {said}", key)
+    if status != 200:
+        raise _NoAnswer(said)
+    return body
+
+
+def _base(name: str, section: Any) -> str:
+    return (section.api_base or PUBLIC_API[name]).rstrip("/")
+
+
+def _telegram(section: Any) -> str:
+    me = _answer(f"{_base('telegram', section)}/bot{section.token}/getMe",
+                 "Telegram refused the token", "token", refusals=(401, 404), post=True)  # 404: not a token's shape
+    return f"Telegram knows the token: the bot is @{(me.get('result') or {}).get('username')}."
+
+
+def _discord(section: Any) -> str:
+    me = _answer(f"{_base('discord', section)}/users/@me", "Discord refused the token", "token",
+                 token=section.token, scheme="Bot")
+    return f"Discord knows the token: the bot is {me.get('username')}."
+
+
+def _slack(section: Any) -> str:
+    """auth.test with the bot token; with Socket Mode's app-level token, the address of a
+    connection (which lapses unused). Slack answers 200 with ``ok`` false and an error code."""
+    base = _base("slack", section)
+    me = _answer(f"{base}/auth.test", token=section.bot_token, post=True)
+    if not me.get("ok"):
+        raise Refused(f"Slack refused the bot token: {me.get('error')}", "bot_token")
+    if section.app_token:
+        socket = _answer(f"{base}/apps.connections.open", token=section.app_token, post=True)
+        if not socket.get("ok"):
+            raise Refused(f"Slack refused the app-level token: {socket.get('error')} (it needs connections:write)",
+                          "app_token")
+    return f"Slack knows the tokens: the bot is {me.get('user')} in {me.get('team') or me.get('team_id')}."
+
+
+def _matrix(section: Any) -> str:
+    base = f"{section.homeserver.rstrip('/')}/_matrix/client"
+    if not section.access_token:  # a password signs in at start, as a device: none is made here
+        _answer(f"{base}/versions", refusals=())
+        return "The homeserver answered; the bot signs in when the gateway starts."
+    me = _answer(f"{base}/v3/account/whoami", "The homeserver refused the access token", "access_token",
+                 refusals=(401, 403), token=section.access_token)
+    if me.get("user_id") != section.user_id:
+        raise Refused(f"The access token is {me.get('user_id')}'s, not {section.user_id}'s", "user_id")
+    return f"The homeserver knows the token: {section.user_id}."
+
+
+def _signal(section: Any) -> str:
+    _answer(f"{section.rpc_url.rstrip('/')}/api/v1/check", refusals=())  # what the gateway asks at start
+    return f"signal-cli answers at {section.rpc_url}."
+
+
+def _email(section: Any) -> str:
+    """A login to the IMAP server, which reads the mail (the same password sends it)."""
+    server = section.imap
+    try:
+        imap = imaplib.IMAP4_SSL(server.host, server.port, ssl_context=ssl.create_default_context(),
+                                 timeout=TIMEOUT_S) if server.tls else imaplib.IMAP4(server.host, server.port,
+                                                                                      timeout=TIMEOUT_S)
+    except imaplib.IMAP4.error as exc:  # a greeting of another server
+        raise _NoAnswer(f"{server.host}:{server.port}: {exc}") from None
+    try:
+        imap.login(server.username, server.password)
+    except imaplib.IMAP4.abort as exc:
+        raise _NoAnswer(f"{server.host}:{server.port}: {exc}") from None
+    except imaplib.IMAP4.error as exc:
+        said = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise Refused(f"The IMAP server refused the login as {server.username}: {said}", "password") from None
+    finally:
+        imap.shutdown()
+    return f"The IMAP server took the login as {server.username}."
+
+
+def _whatsapp(section: Any) -> str:
+    number = _answer(f"{section.api_base.rstrip('/')}/{quote(section.phone_number_id)}"
+                     "?fields=display_phone_number", "The Graph API refused", "access_token", refusals=(400, 401, 403),
+                     token=section.access_token)  # 400: a token or a phone number id it does not know
+    return f"The Graph API knows the token and the number: {number.get('display_phone_number') or number.get('id')}."
+
+
+CHECKS: dict[str, Callable[[Any], str]] = {"telegram": _telegram, "discord": _discord, "slack": _slack,
+                                           "matrix": _matrix, "signal": _signal, "email": _email,
+                                           "whatsapp": _whatsapp}
