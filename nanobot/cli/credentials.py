@@ -1,8 +1,8 @@
 """onboard's one call per chat channel: whether the platform takes what was just typed.
 
-A refusal (a mistyped token, a wrong password, an account signal-cli does not hold) raises
-``Refused``, and onboard asks again; no answer (offline, a firewall, signal-cli not started
-yet) is said, and the answers are written anyway, as for the model server. Each call only
+A refusal (a mistyped token, a wrong password) raises ``Refused``, and onboard asks again; no
+answer (offline, a firewall, signal-cli not started yet) is said, and the answers are written
+anyway, as for the model server. Each call only
 reads: it keeps no connection, makes no device and changes nothing on the platform. What is
 said names no secret (a token sits in Telegram's URLs, so no URL of one is ever shown).
 """
