@@ -14,8 +14,10 @@ import imaplib
 import json
 import ssl
 import urllib.error
+import time
 import urllib.request
-from typing import Any, Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import quote
 
 from nanobot.config import ChannelSection
@@ -48,12 +50,17 @@ def check(name: str, section: ChannelSection) -> str:
         return f"No answer ({exc}). It is written anyway; check it with: nanobot gateway"
 
 
-def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = False) -> tuple[int, dict[str, Any]]:
-    """The status and JSON body ({} if none) of one request; ``_NoAnswer`` when none came."""
+def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = False, json_body: Any = None,
+          timeout_s: float = TIMEOUT_S) -> tuple[int, dict[str, Any]]:
+    """The status and JSON body ({} if none) of one request (a POST with ``post`` or a
+    ``json_body``); ``_NoAnswer`` when none came."""
     headers = {"Authorization": f"{scheme} {token}"} if token else {}
-    request = urllib.request.Request(url, data=b"" if post else None, headers=headers)
+    data = b"" if post else None
+    if json_body is not None:
+        data, headers["Content-Type"] = json.dumps(json_body).encode(), "application/json"
+    request = urllib.request.Request(url, data=data, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
             status, body = response.status, response.read()
     except urllib.error.HTTPError as exc:
         status, body = exc.code, exc.read()
@@ -88,6 +95,28 @@ def _telegram(section: Any) -> str:
     me = _answer(f"{_base('telegram', section)}/bot{section.token}/getMe",
                  "Telegram refused the token", "token", refusals=(401, 404), post=True)  # 404: not a token's shape
     return f"Telegram knows the token: the bot is @{(me.get('result') or {}).get('username')}."
+
+
+def telegram_senders(section: Any, wait_s: float = 120) -> Iterator[tuple[str, str]]:
+    """The id and name of each person who writes to the bot in private, for ``wait_s`` (Telegram
+    shows nobody their own id). A message is marked read only by the poll after it, so the one
+    taken stays for the gateway to answer. Ends early when the messages cannot be read (a
+    gateway already polls with this token, or Telegram does not answer)."""
+    url, offset = f"{_base('telegram', section)}/bot{section.token}/getUpdates", 0
+    deadline = time.monotonic() + wait_s
+    while (left := deadline - time.monotonic()) > 0:
+        poll = {"offset": offset, "timeout": int(min(left, 30)), "allowed_updates": ["message"]}
+        try:
+            updates = _answer(url, json_body=poll, timeout_s=45).get("result") or []
+        except (_NoAnswer, OSError, http.client.HTTPException):
+            return
+        for update in updates:
+            offset = max(offset, int(update.get("update_id", 0)) + 1)
+            message = update.get("message") or {}
+            person = message.get("from") or {}
+            if (message.get("chat") or {}).get("type") == "private" and person.get("id"):
+                name = " ".join(filter(None, (person.get("first_name"), person.get("last_name"))))
+                yield str(person["id"]), name + (f" (@{person['username']})" if person.get("username") else "")
 
 
 def _discord(section: Any) -> str:

@@ -39,7 +39,7 @@ QUESTIONS = {
     "access_token": "A permanent access token (a system user's, with whatsapp_business_messaging)",
     "app_secret": "The app secret (App settings, Basic): Meta signs each webhook post with it",
 }
-OWNER_IDS = {"telegram": "a number", "discord": "a number", "slack": "U...: a profile's menu, Copy member ID",
+OWNER_IDS = {"telegram": "a number; Enter: send the bot a message instead", "discord": "a number", "slack": "U...: a profile's menu, Copy member ID",
              "matrix": "@you:example.org", "signal": "+15550002222", "email": "your address, ada@example.org",
              "whatsapp": "your number with its country code, +15550002222"}
 SHOWN_MODELS = 8
@@ -148,7 +148,22 @@ def _channel(config: Config, name: str) -> None:
                    "subscribe to messages.")
     setattr(config.channels, name, _taken(
         section, f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
-                 "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}, check=_not_the_bots))
+                 "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}, check=_not_the_bots,
+        ask=_id_or_message(section) if name == "telegram" else typer.prompt))
+
+
+def _id_or_message(section: ChannelSection) -> Callable[..., str]:
+    """Telegram's question for the owner's id, where Enter reads it off a message they send the
+    bot now (Telegram shows nobody their own id), taken once they say the name is theirs."""
+    def ask(question: str, **prompt: Any) -> str:
+        while not (said := str(typer.prompt(question, default="", show_default=False, **prompt)).strip()):
+            typer.echo("  Send your bot any message on Telegram now (I wait up to 2 minutes).")
+            for user_id, name in credentials.telegram_senders(section):
+                if typer.confirm(f"  {name} (id {user_id}) wrote to the bot: is that you?", default=False):
+                    return user_id
+            typer.echo("  No message of yours came (a gateway running with this token would read them first).")
+        return said
+    return ask
 
 
 def _credentials(name: str, section: ChannelSection) -> ChannelSection:
@@ -192,11 +207,11 @@ def _mailbox(section: ChannelSection) -> ChannelSection:
 
 def _taken(section: ChannelSection, question: str, values: Callable[[str], dict[str, Any]], *,
            secret: bool = False, check: Callable[[ChannelSection], str | None] = lambda taken: None,
-           **prompt: Any) -> ChannelSection:
-    """``section`` with the answer in it (``values``), asked again until the section takes it
-    (and ``check`` finds nothing wrong)."""
+           ask: Callable[..., Any] = typer.prompt, **prompt: Any) -> ChannelSection:
+    """``section`` with the answer in it (``values``), asked (``ask``) again until the section
+    takes it (and ``check`` finds nothing wrong)."""
     while True:
-        said = str(typer.prompt(question, hide_input=secret, **prompt)).strip()
+        said = str(ask(question, hide_input=secret, **prompt)).strip()
         try:
             taken = type(section).model_validate({**section.model_dump(by_alias=True), **values(said)})
         except ValidationError as exc:
