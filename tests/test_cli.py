@@ -196,6 +196,8 @@ async def test_onboard_then_status(home: Path, tmp_path: Path) -> None:
     (home / "config.json").write_text((home / "config.json").read_text().replace('"gpt-4.1-mini"', '"mine"'))
     code, out, _ = await nanobot("onboard", home=home)
     assert "exists" in out and '"mine"' in (home / "config.json").read_text()  # never overwritten without --force
+    code, out, err = await nanobot("onboard", "--channel", "discord", home=home)  # its questions need a terminal
+    assert code == 2 and "run onboard in a terminal" in err and not (home / "config.json.bak").exists()
     code, out, _ = await nanobot("status", home=home)
     assert code == 0 and "mine" in out and "Channels:  none enabled" in out and "Cron jobs: 0" in out
     assert "Delivery:  0 messages not yet answered, 0 replies not yet sent, 0 refused" in out
@@ -417,6 +419,30 @@ async def test_onboard_reads_the_telegram_owners_id_off_a_message_they_send(home
     assert "Mallory (@mallory) (id 666) wrote to the bot" in out and "Ada (@ada) (id 4242) wrote to the bot" in out
     telegram_section = json.loads((home / "config.json").read_text())["channels"]["telegram"]
     assert telegram_section["owners"] == telegram_section["allowFrom"] == ["4242"]
+
+
+async def test_onboard_sets_up_one_more_channel_in_a_config_there(home: Path, workspace: Path,
+                                                                  dc: FakeDiscord) -> None:
+    """``onboard --channel discord`` on a config already there asks Discord's questions and
+    writes that section alone: the rest stays as the file had it, the environment's values stay
+    out of it, and the old file is kept as config.json.bak."""
+    write_config(home, workspace, "http://127.0.0.1:9/v1")
+    first = json.loads((home / "config.json").read_text())
+    first["channels"] = {"telegram": {"enabled": True, "token": "123:TOKEN", "owners": ["4242"]},
+                         "discord": {"apiBase": dc.api_base}}
+    (home / "config.json").write_text(json.dumps(first))
+    env = {**os.environ, "NANOBOT_HOME": str(home), "NANOBOT_PROVIDERS__OPENAI__API_KEY": "CANARY-env"}
+    out = await asyncio.to_thread(_converse, [sys.executable, "-m", "nanobot", "onboard", "--channel", "discord"], env,
+                                  [("bot token: ", dc.token), ("user id", "777")])
+    assert "Discord knows the token" in out and "Wrote channels.discord into" in out
+    saved = json.loads((home / "config.json").read_text())
+    assert saved["channels"]["discord"]["enabled"] and saved["channels"]["discord"]["owners"] == ["777"]
+    assert saved["channels"]["discord"]["token"] == dc.token
+    assert {k: v for k, v in saved.items() if k != "channels"} == {k: v for k, v in first.items() if k != "channels"}
+    assert saved["channels"]["telegram"] == first["channels"]["telegram"] and "CANARY" not in json.dumps(saved)
+    assert json.loads((home / "config.json.bak").read_text()) == first
+    code, _, err = await nanobot("status", home=home)
+    assert code == 0, err
 
 
 def test_onboard_checks_tokens_where_the_adapters_use_them() -> None:

@@ -74,23 +74,27 @@ def onboard(ctx: typer.Context,
             channel: Optional[str] = typer.Option(None, "--channel", help="none, telegram, discord, slack, matrix, signal, email or whatsapp (not asked)"),
             ) -> None:
     """Create the config file (if missing) and the workspace from the template. In a terminal it
-    asks for the model server, model, mode and one chat channel first."""
-    from nanobot.cli.onboarding import Answers, ask
+    asks for the model server, model, mode and one chat channel first; with a config already
+    there, ``--channel NAME`` sets up that one channel in it."""
+    from nanobot.cli.onboarding import Answers, add_channel, ask, back_up
 
     path, _ = config_path(ctx.obj.get("config"))
+    interactive = not non_interactive and sys.stdin.isatty()
     if path.exists() and not force:
-        typer.echo(f"Config exists: {path} (use --force to overwrite)")
         config = get_config(ctx)
+        if channel in (None, "none"):
+            typer.echo(f"Config exists: {path} (use --force to overwrite, or --channel NAME to set up a chat "
+                       "channel in it)")
+        else:
+            add_channel(path, config, channel, interactive=interactive)
+            config = get_config(ctx)
     else:
         config = Config()
         private_dir(path.parent)
         if path.exists():
             config = _keep_secrets(config, get_config(ctx))
-            backup = path.with_name(path.name + ".bak")
-            write_private(backup, path.read_text(encoding="utf-8"))
-            typer.echo(f"Backed up the old config to {backup} (API keys and tokens carried over)")
+            back_up(path, "API keys and tokens carried over")
         given = Answers(api_base, api_key, model, mode, channel)
-        interactive = not non_interactive and sys.stdin.isatty()
         if interactive or given != Answers():
             config = ask(config, given, interactive=interactive)
         write_private(path, config.to_json())

@@ -11,8 +11,10 @@ are written, the defaults for the rest.
 
 from __future__ import annotations
 
+import json
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import typer
@@ -20,7 +22,7 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from nanobot.cli import credentials
-from nanobot.config import ChannelSection, Config, own_account
+from nanobot.config import ChannelSection, Config, own_account, write_private
 from nanobot.config.base import url_trouble
 
 OPENAI = "https://api.openai.com/v1"
@@ -88,11 +90,37 @@ def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
     provider.api_key = key
     config.agents.defaults.model, config.agents.defaults.execution_mode = model, mode
     if channel != "none":
-        if not interactive:
-            raise typer.BadParameter(f"--channel {channel} asks for its credentials: run onboard in a terminal, "
-                                     f"or set channels.{channel} in the config file")
-        _channel(config, channel)
+        _need_terminal(channel, interactive)
+        setattr(config.channels, channel, _channel(getattr(config.channels, channel), channel))
     return config
+
+
+def add_channel(path: Path, config: Config, name: str, *, interactive: bool) -> None:
+    """``onboard --channel NAME`` with a config there: that channel's questions, its answers
+    written into the file's own JSON with the rest as it was (what the environment sets stays
+    out of the file), the old file backed up."""
+    if name not in CHANNELS:
+        raise typer.BadParameter(f"--channel is one of {', '.join(CHANNELS)}")
+    _need_terminal(name, interactive)
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    channels = raw.setdefault("channels", {})
+    section = type(getattr(config.channels, name)).model_validate(channels.get(name) or {})
+    channels[name] = _channel(section, name).model_dump(by_alias=True, mode="json")
+    back_up(path, f"everything but channels.{name} kept")
+    write_private(path, json.dumps(raw, indent=2) + "\n")
+    typer.echo(f"Wrote channels.{name} into {path}")
+
+
+def back_up(path: Path, kept: str) -> None:
+    backup = path.with_name(path.name + ".bak")
+    write_private(backup, path.read_text(encoding="utf-8"))
+    typer.echo(f"Backed up the old config to {backup} ({kept})")
+
+
+def _need_terminal(channel: str, interactive: bool) -> None:
+    if not interactive:
+        raise typer.BadParameter(f"--channel {channel} asks for its credentials: run onboard in a terminal, "
+                                 f"or set channels.{channel} in the config file")
 
 
 def _models(base: str, key: str) -> list[str]:
@@ -133,10 +161,9 @@ def _suggested(configured: str, served: list[str]) -> str:
     return configured if not served or configured in served else served[0]
 
 
-def _channel(config: Config, name: str) -> None:
-    """Ask for what the channel's section lacks (tokens typed unseen), then the owner's id until
-    the section takes it: an id of the wrong shape would admit nobody."""
-    section = getattr(config.channels, name)
+def _channel(section: ChannelSection, name: str) -> ChannelSection:
+    """The section, enabled, with what it lacked asked for (tokens typed unseen), then the
+    owner's id until the section takes it: an id of the wrong shape would admit nobody."""
     section.enabled = True
     if name == "whatsapp" and not section.verify_token:  # ours to choose: made here, pasted into Meta's app
         section.verify_token = secrets.token_urlsafe(24)
@@ -146,10 +173,10 @@ def _channel(config: Config, name: str) -> None:
         typer.echo(f"  In Meta's app (WhatsApp, Configuration): callback URL https://<your host>{webhook.path}, "
                    f"served over TLS in front of {webhook.listen}; verify token {section.verify_token}; "
                    "subscribe to messages.")
-    setattr(config.channels, name, _taken(
+    return _taken(
         section, f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
                  "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}, check=_not_the_bots,
-        ask=_id_or_message(section) if name == "telegram" else typer.prompt))
+        ask=_id_or_message(section) if name == "telegram" else typer.prompt)
 
 
 def _id_or_message(section: ChannelSection) -> Callable[..., str]:
