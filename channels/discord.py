@@ -126,6 +126,8 @@ class DiscordChannel(BaseChannel):
         cause = connection.exception() if connection in done and not connection.cancelled() else None
         await self.stop()
         reason = f"{type(cause).__name__}: {cause}" if cause else f"no READY within {self.ready_timeout:g} s"
+        if isinstance(cause, discord.PrivilegedIntentsRequired):  # the commonest first-start mistake
+            reason = "its Message Content intent is off: Developer Portal, the app, Bot, Privileged Gateway Intents"
         raise RuntimeError(f"discord: could not connect to {Route.BASE} ({reason})") from cause
 
     async def _connect_while_held(self, held: Held | None) -> None:

@@ -458,8 +458,16 @@ async def test_onboard_asks_again_for_a_token_discord_refuses(home: Path, dc: Fa
                                        ("bot token: ", dc.token), ("user id", "4242")],
                                 NANOBOT_CHANNELS__DISCORD__API_BASE=dc.api_base)
     assert "Discord refused the token: 401: Unauthorized. Once more:" in out and "CANARY" not in out
-    assert "Discord knows the token: the bot is nanobot." in out
+    assert "Discord knows the token: the bot is nanobot.\r\n" in out  # the Message Content intent on: no more said
     assert json.loads((home / "config.json").read_text())["channels"]["discord"]["token"] == dc.token
+
+
+async def test_onboard_says_when_discords_message_content_intent_is_off(home: Path, dc: FakeDiscord) -> None:
+    dc.message_content_intent = False
+    out = await onboard_channel(home, [("Chat channel", "discord"), ("bot token: ", dc.token), ("user id", "4242")],
+                                NANOBOT_CHANNELS__DISCORD__API_BASE=dc.api_base)
+    assert "the bot is nanobot. Its Message Content intent is off: switch it on (Developer Portal, the app, Bot, " \
+           "Privileged Gateway Intents), or it cannot connect." in " ".join(out.split())
 
 
 async def test_onboard_asks_for_a_mailbox(home: Path) -> None:

@@ -237,6 +237,19 @@ async def test_bad_token_fails_start_clearly(fake: FakeDiscord, intake: DurableI
     await ch.stop()  # idempotent
 
 
+async def test_the_message_content_intent_switched_off_fails_start_saying_where_to_switch_it_on(
+        fake: FakeDiscord, intake: DurableIntake, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Route, "BASE", Route.BASE)
+    monkeypatch.setattr(DiscordWebSocket, "DEFAULT_GATEWAY", DiscordWebSocket.DEFAULT_GATEWAY)
+    fake.message_content_intent = False
+    config = DiscordConfig(enabled=True, token=fake.token, api_base=fake.api_base, gateway_url=fake.gateway_url)
+    ch = DiscordChannel(config, ChannelContext(intake=intake, access=AllowList(), workspace=workspace), ready_timeout=5)
+    with pytest.raises(RuntimeError, match="its Message Content intent is off: Developer Portal, the app, Bot, "
+                                           "Privileged Gateway Intents"):
+        await ch.start()
+    await ch.stop()
+
+
 async def test_a_recorded_reply_sent_again_after_a_crash_is_shown_once(channel: DiscordChannel,
                                                                        fake: FakeDiscord) -> None:
     """Each chunk of a recorded reply carries a nonce made from its outbox id, with

@@ -28,6 +28,8 @@ TIMEOUT_S = 15
 PUBLIC_API = {"telegram": "https://api.telegram.org", "discord": "https://discord.com/api/v10",
               "slack": "https://slack.com/api/"}
 
+MESSAGE_CONTENT_ON = 1 << 18 | 1 << 19  # a Discord application's flags: the intent on (100 servers and more, fewer)
+
 
 class Refused(Exception):
     """The platform answered, and said no: the message says what it said; ``key`` is the
@@ -120,9 +122,14 @@ def telegram_senders(section: Any, wait_s: float = 120) -> Iterator[tuple[str, s
 
 
 def _discord(section: Any) -> str:
-    me = _answer(f"{_base('discord', section)}/users/@me", "Discord refused the token", "token",
-                 token=section.token, scheme="Bot")
-    return f"Discord knows the token: the bot is {me.get('username')}."
+    """The bot's user, then its application's flags: whether the Message Content intent is on
+    (without it the gateway cannot connect; a setting in the Developer Portal, not the token)."""
+    base = _base("discord", section)
+    me = _answer(f"{base}/users/@me", "Discord refused the token", "token", token=section.token, scheme="Bot")
+    flags = int(_answer(f"{base}/oauth2/applications/@me", token=section.token, scheme="Bot").get("flags") or 0)
+    off = "" if flags & MESSAGE_CONTENT_ON else (" Its Message Content intent is off: switch it on (Developer Portal, "
+                                                 "the app, Bot, Privileged Gateway Intents), or it cannot connect.")
+    return f"Discord knows the token: the bot is {me.get('username')}.{off}"
 
 
 def _slack(section: Any) -> str:

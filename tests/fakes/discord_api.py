@@ -94,6 +94,9 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
                         headers={"Content-Type": "application/json", **(headers or {})})
 
 
+MESSAGE_CONTENT_INTENT = 1 << 15  # in IDENTIFY's intents
+MESSAGE_CONTENT_LIMITED = 1 << 19  # an application's flag: the switch on, for a bot in under 100 servers
+
 class FakeDiscord:
     def __init__(self, *, bot_id: int = 1000, token: str = "fake-token", heartbeat_ms: int = 1000) -> None:
         self.bot_id, self.token, self.heartbeat_ms = bot_id, token, heartbeat_ms
@@ -108,6 +111,7 @@ class FakeDiscord:
         self.most_connections = 0  # the most ever open at once (one bot, one shard: should be 1)
         self._nonces: dict[str, dict[str, Any]] = {}  # enforce_nonce: a repeat gets the first message back
         self.intents: int | None = None
+        self.message_content_intent = True  # the Developer Portal's switch: off, an IDENTIFY asking for it is closed
         self.commands: list[dict[str, Any]] = []
         self.command_puts = self.command_gets = 0
         self.callbacks: list[dict[str, Any]] = []
@@ -308,6 +312,9 @@ class FakeDiscord:
         if data.get("token") != self.token:
             await ws.close(code=4004, message=b"Authentication failed.")
             return
+        if int(data.get("intents") or 0) & MESSAGE_CONTENT_INTENT and not self.message_content_intent:
+            await ws.close(code=4014, message=b"Disallowed intent(s).")
+            return
         self.identifies += 1
         self.intents = data.get("intents")
         self._session_id, self._events = f"session-{next(_ids)}", []
@@ -345,7 +352,7 @@ class FakeDiscord:
     def _app(self) -> dict[str, Any]:
         return {"id": str(self.bot_id), "name": "nanobot", "description": "", "icon": None,
                 "bot_public": True, "bot_require_code_grant": False, "verify_key": "0" * 64,
-                "owner": _user(1, "owner"), "flags": 0}
+                "owner": _user(1, "owner"), "flags": MESSAGE_CONTENT_LIMITED if self.message_content_intent else 0}
 
     async def _get_channel(self, request: web.Request) -> web.Response:
         cid = request.match_info["cid"]
