@@ -37,7 +37,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename, send_parts
 from nanobot.chat_commands import as_chat_message, picked
-from nanobot_channels.slack_http import fetch_file, proxy_for, token_may_go_to, without_env_proxy
+from nanobot_channels.slack_http import fetch_file, lacking_scopes, proxy_for, token_may_go_to, without_env_proxy
 from nanobot_channels.slack_where import target, ts_order, where
 from nanobot_channels.slack_working import WorkingMarks
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks, pick_blocks
@@ -108,6 +108,8 @@ class SlackChannel(BaseChannel):
         try:
             me = await self.client.auth_test()
             self.bot_user, self.team = me["user_id"], me.get("team_id")
+            if lacking := lacking_scopes(me.headers):  # what needs them fails later, one way or another
+                log.warning("slack: the bot token lacks %s: add them to the app and reinstall it", ", ".join(lacking))
         except (SlackApiError, aiohttp.ClientError, OSError) as exc:
             trouble = "the bot token was not accepted at {}" if isinstance(exc, SlackApiError) else "{} is unreachable"
             raise RuntimeError(f"slack: {trouble.format(self.api_base)} ({_reason(exc)})") from None

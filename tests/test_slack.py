@@ -57,7 +57,21 @@ async def test_a_dm_is_answered_in_place_and_is_an_owner_chat(llm: FakeOpenAI, w
         assert said(llm) == "hi there"
         assert gateway.runtime.trust("slack:D1") == "owner"
         assert slack.acks  # the envelope was acknowledged (after it was recorded)
-    assert "will be ignored" not in caplog.text  # bolt's word on the token, which an operator would doubt
+    assert "will be ignored" not in caplog.text and "lacks" not in caplog.text  # bolt's word on the token, which an operator would doubt
+
+
+async def test_a_bot_token_without_a_scope_it_needs_is_said_at_start(llm: FakeOpenAI, workspace: Path,
+                                                                     slack: FakeSlack,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
+    """An app made before a scope was added (reactions:write came late) lacks it until
+    reinstalled: the start names what is missing, where before the first failure said little."""
+    from nanobot_channels.slack_http import SCOPES
+
+    assert sorted(SCOPES) == sorted(slack.scopes)  # the manifest people are told to use grants what is used
+    slack.scopes = [scope for scope in slack.scopes if scope not in ("files:read", "reactions:write")]
+    async with running_gateway(slack_config(llm, workspace, slack)):
+        pass
+    assert "slack: the bot token lacks files:read, reactions:write: add them to the app and reinstall it" in caplog.text
 
 
 async def test_in_a_dm_a_question_in_a_thread_is_answered_in_that_thread(llm: FakeOpenAI, workspace: Path,

@@ -44,6 +44,7 @@ import hmac
 import itertools
 import json
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
@@ -51,11 +52,14 @@ from aiohttp import WSMsgType, web
 
 from tests.fakes.loopback import serve
 
+MANIFEST = Path(__file__).resolve().parents[2] / "docs" / "slack-app-manifest.json"  # the app as we tell people to make it
+
 
 class FakeSlack:
     def __init__(self) -> None:
         self.bot_token, self.app_token = "xoxb-test-token", "xapp-test-token"
         self.bot_user, self.team = "UBOT", "T1"
+        self.scopes = json.loads(MANIFEST.read_text())["oauth_config"]["scopes"]["bot"]  # the bot token's
         self.posted: list[dict[str, Any]] = []
         self.updates: list[dict[str, Any]] = []
         self.uploads: list[dict[str, Any]] = []
@@ -246,7 +250,9 @@ class FakeSlack:
             return web.json_response({"ok": False, "error": "invalid_auth"})
         args = await _arguments(request)
         try:
-            return await self._answer(method, args)
+            answer = await self._answer(method, args)
+            answer.headers["X-OAuth-Scopes"] = ",".join(self.scopes)  # as Slack says with every answer
+            return answer
         finally:
             self._changed()
 
