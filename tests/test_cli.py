@@ -13,7 +13,7 @@ import pytest
 
 from tests import cli_zygote
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.loopback import free_port
+from tests.fakes.loopback import free_port, serve
 from tests.fakes.mail_servers import Dovecot, needs_dovecot
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
 from tests.fakes.slack_api import FakeSlack
@@ -365,7 +365,8 @@ async def test_onboard_asks_in_a_terminal_and_checks_the_server(home: Path) -> N
         out = await asyncio.to_thread(_converse, [sys.executable, "-m", "nanobot", "onboard"], env, [
             # a hidden answer is typed once getpass has turned the echo off (it then writes the prompt's last space)
             ("Model server URL", llm.base_url), ("local servers): ", "sk-CANARY"), ("Model", ""), ("Mode", "tools"),
-            ("Chat channel", "telegram"), ("bot token: ", "123:TYPO"), ("bot token: ", "123:TOKEN"), ("user id", "4242")])
+            ("Chat channel", "telegram"), ("bot token: ", "123:TYPO"), ("bot token: ", "123:TOKEN"),
+            ("user id", "4242")])
     assert "The server answered: 2 models (gpt-4.1-mini, local-model)" in out
     assert "Telegram refused the token: Unauthorized. Once more:" in out
     assert "Telegram knows the token: the bot is @nanobot_test_bot." in out
@@ -395,10 +396,12 @@ async def test_onboard_asks_what_a_channel_needs_and_an_owner_id_of_its_shape(ho
         out = await onboard_channel(home, [
             ("Chat channel", "slack"), ("manifest.json): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-TYPO"),
             ("manifest.json): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-CANARY"),
-            ("user id", "@ada"), ("is not a Slack user id", "U0123ABC")], NANOBOT_CHANNELS__SLACK__API_BASE=slack.api_base)
+            ("user id", "@ada"), ("is not a Slack user id", "U0123ABC")],
+            NANOBOT_CHANNELS__SLACK__API_BASE=slack.api_base)
     assert "Slack refused the app-level token: invalid_auth (it needs connections:write). Once more:" in out
     assert "Slack knows the tokens: the bot is nanobot in T1." in out
-    assert "CANARY" not in out and "TYPO" not in out and "Next: nanobot agent (a chat here); nanobot gateway (slack)" in out
+    assert "CANARY" not in out and "TYPO" not in out
+    assert "Next: nanobot agent (a chat here); nanobot gateway (slack)" in out
     slack = json.loads((home / "config.json").read_text())["channels"]["slack"]
     assert (slack["botToken"], slack["appToken"]) == ("xoxb-CANARY", "xapp-CANARY")
     assert slack["enabled"] and slack["allowFrom"] == slack["owners"] == ["U0123ABC"]
@@ -443,6 +446,28 @@ async def test_onboard_sets_up_one_more_channel_in_a_config_there(home: Path, wo
     assert json.loads((home / "config.json.bak").read_text()) == first
     code, _, err = await nanobot("status", home=home)
     assert code == 0, err
+
+
+async def test_onboards_checks_follow_no_redirect_with_a_token() -> None:
+    """A platform address that redirects elsewhere gets no second request: urllib would have sent
+    the Authorization header on to wherever the redirect pointed."""
+    from aiohttp import web
+
+    from nanobot.cli import credentials
+    from nanobot.config import DiscordConfig
+
+    elsewhere: list[str] = []
+    app = web.Application()
+    app.router.add_get("/api/users/@me", lambda request: web.HTTPFound("/elsewhere"))
+    app.router.add_get("/elsewhere", lambda request: elsewhere.append(request.headers.get("Authorization", ""))
+                       or web.json_response({"username": "x"}))
+    runner, port = await serve(app)
+    try:
+        said = await asyncio.to_thread(credentials.check, "discord",
+                                       DiscordConfig(token="CANARY-token", api_base=f"http://127.0.0.1:{port}/api"))
+    finally:
+        await runner.cleanup()
+    assert said.startswith("No answer (HTTP 302)") and elsewhere == [] and "CANARY" not in said
 
 
 def test_onboard_checks_tokens_where_the_adapters_use_them() -> None:
@@ -494,10 +519,11 @@ async def test_onboard_asks_for_a_mailbox(home: Path) -> None:
 @needs_dovecot
 async def test_onboard_logs_in_to_the_mailbox_and_asks_again_when_refused(home: Path) -> None:
     async with Dovecot() as imap:
-        out = await onboard_channel(home, [
-            ("Chat channel", "email"), ("email address", imap.user), ("IMAP server", "127.0.0.1"), ("SMTP server", ""),
-            ("(for both servers): ", "CANARY-typo"), ("authserv-id", ""), ("email address", imap.user), ("IMAP server", "127.0.0.1"),
-            ("SMTP server", ""), ("(for both servers): ", imap.password), ("authserv-id", ""), ("user id", "ada@example.org")],
+        def mailbox(password: str) -> list[tuple[str, str]]:
+            return [("email address", imap.user), ("IMAP server", "127.0.0.1"), ("SMTP server", ""),
+                    ("(for both servers): ", password), ("authserv-id", "")]
+        out = await onboard_channel(
+            home, [("Chat channel", "email"), *mailbox("CANARY-typo"), *mailbox(imap.password), ("user id", "ada@example.org")],
             NANOBOT_CHANNELS__EMAIL__IMAP__PORT=str(imap.port), NANOBOT_CHANNELS__EMAIL__IMAP__TLS="false")
     assert f"refused the login as {imap.user}: [AUTHENTICATIONFAILED] Authentication failed. Once more:" in out
     assert f"The IMAP server took the login as {imap.user}." in out and "CANARY" not in out

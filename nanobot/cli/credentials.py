@@ -52,6 +52,14 @@ def check(name: str, section: ChannelSection) -> str:
         return f"No answer ({exc}). It is written anyway; check it with: nanobot gateway"
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # the answer is the redirect itself: urllib would send the token on to any host
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = False, json_body: Any = None,
           timeout_s: float = TIMEOUT_S) -> tuple[int, dict[str, Any]]:
     """The status and JSON body ({} if none) of one request (a POST with ``post`` or a
@@ -62,7 +70,7 @@ def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = Fal
         data, headers["Content-Type"] = json.dumps(json_body).encode(), "application/json"
     request = urllib.request.Request(url, data=data, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+        with _OPENER.open(request, timeout=timeout_s) as response:
             status, body = response.status, response.read()
     except urllib.error.HTTPError as exc:
         status, body = exc.code, exc.read()

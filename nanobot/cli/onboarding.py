@@ -41,8 +41,8 @@ QUESTIONS = {
     "access_token": "A permanent access token (a system user's, with whatsapp_business_messaging)",
     "app_secret": "The app secret (App settings, Basic): Meta signs each webhook post with it",
 }
-OWNER_IDS = {"telegram": "a number; Enter: send the bot a message instead", "discord": "a number", "slack": "U...: a profile's menu, Copy member ID",
-             "matrix": "@you:example.org", "signal": "+15550002222", "email": "your address, ada@example.org",
+OWNER_IDS = {"telegram": "a number; Enter: send the bot a message instead", "discord": "a number",
+             "slack": "U...: a profile's menu, Copy member ID", "matrix": "@you:example.org", "signal": "+15550002222", "email": "your address, ada@example.org",
              "whatsapp": "your number with its country code, +15550002222"}
 SHOWN_MODELS = 8
 
@@ -176,13 +176,13 @@ def _channel(section: ChannelSection, name: str) -> ChannelSection:
     return _taken(
         section, f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
                  "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}, check=_not_the_bots,
-        ask=_id_or_message(section) if name == "telegram" else typer.prompt)
+        ask_with=_id_or_message(section) if name == "telegram" else typer.prompt)
 
 
 def _id_or_message(section: ChannelSection) -> Callable[..., str]:
     """Telegram's question for the owner's id, where Enter reads it off a message they send the
     bot now (Telegram shows nobody their own id), taken once they say the name is theirs."""
-    def ask(question: str, **prompt: Any) -> str:
+    def prompt_or_wait(question: str, **prompt: Any) -> str:
         while not (said := str(typer.prompt(question, default="", show_default=False, **prompt)).strip()):
             typer.echo("  Send your bot any message on Telegram now (I wait up to 2 minutes).")
             for user_id, name in credentials.telegram_senders(section):
@@ -190,15 +190,16 @@ def _id_or_message(section: ChannelSection) -> Callable[..., str]:
                     return user_id
             typer.echo("  No message of yours came (a gateway running with this token would read them first).")
         return said
-    return ask
+    return prompt_or_wait
 
 
 def _credentials(name: str, section: ChannelSection) -> ChannelSection:
     """``section`` with what it lacks asked for (tokens typed unseen; email: the mailbox), again
     while the platform refuses it (a typo); what the platform said is shown."""
-    asked = [] if name == "email" else [key for key, _ in section.missing()]
+    mailbox = name == "email"  # asked whole each time
+    asked = [] if mailbox else [key for key, _ in section.missing()]
     while True:
-        if name == "email":
+        if mailbox:
             section = _mailbox(section)
         for key in asked:
             section = _taken(section, QUESTIONS[key].format(Name=name.capitalize()),
@@ -208,7 +209,7 @@ def _credentials(name: str, section: ChannelSection) -> ChannelSection:
             return section
         except credentials.Refused as exc:
             said = str(exc).rstrip(".")
-            if exc.key not in asked and name != "email":  # kept from the old config: theirs to mend there
+            if exc.key not in asked and not mailbox:  # kept from the old config: theirs to mend there
                 typer.echo(f"  {said}: change it in the config file.")
                 return section
             typer.echo(f"  {said}. Once more:")
@@ -234,11 +235,11 @@ def _mailbox(section: ChannelSection) -> ChannelSection:
 
 def _taken(section: ChannelSection, question: str, values: Callable[[str], dict[str, Any]], *,
            secret: bool = False, check: Callable[[ChannelSection], str | None] = lambda taken: None,
-           ask: Callable[..., Any] = typer.prompt, **prompt: Any) -> ChannelSection:
-    """``section`` with the answer in it (``values``), asked (``ask``) again until the section
+           ask_with: Callable[..., Any] = typer.prompt, **prompt: Any) -> ChannelSection:
+    """``section`` with the answer in it (``values``), asked (``ask_with``) again until the section
     takes it (and ``check`` finds nothing wrong)."""
     while True:
-        said = str(ask(question, hide_input=secret, **prompt)).strip()
+        said = str(ask_with(question, hide_input=secret, **prompt)).strip()
         try:
             taken = type(section).model_validate({**section.model_dump(by_alias=True), **values(said)})
         except ValidationError as exc:
