@@ -463,11 +463,36 @@ async def test_onboards_checks_follow_no_redirect_with_a_token() -> None:
                        or web.json_response({"username": "x"}))
     runner, port = await serve(app)
     try:
-        said = await asyncio.to_thread(credentials.check, "discord",
-                                       DiscordConfig(token="CANARY-token", api_base=f"http://127.0.0.1:{port}/api"))
+        with pytest.raises(credentials.NoAnswer, match="^HTTP 302$"):
+            await asyncio.to_thread(credentials.check, "discord",
+                                    DiscordConfig(token="CANARY-token", api_base=f"http://127.0.0.1:{port}/api"))
     finally:
         await runner.cleanup()
-    assert said.startswith("No answer (HTTP 302)") and elsewhere == [] and "CANARY" not in said
+    assert elsewhere == []
+
+
+async def test_status_check_asks_each_enabled_platform(home: Path, workspace: Path, dc: FakeDiscord) -> None:
+    """``status --check``: a line per enabled channel with what its platform said; exit 1 when
+    one refused (a token changed by hand, say), so a script can tell."""
+    async with FakeTelegram(token="123:TOKEN") as telegram:
+        write_config(home, workspace, "http://127.0.0.1:9/v1")
+        config = json.loads((home / "config.json").read_text())
+        config["channels"] = {
+            "telegram": {"enabled": True, "token": "123:TOKEN", "apiBase": telegram.api_base, "allowFrom": ["1"]},
+            "discord": {"enabled": True, "token": "CANARY-changed", "apiBase": dc.api_base, "allowFrom": ["1"]},
+            "signal": {"enabled": True, "account": "+15550001111", "rpcUrl": f"http://127.0.0.1:{free_port()}"}}
+        (home / "config.json").write_text(json.dumps(config))
+        code, out, err = await nanobot("status", "--check", home=home)
+        assert "Check:     telegram: Telegram knows the token: the bot is @nanobot_test_bot." in out
+        assert "Check:     discord: REFUSED: Discord refused the token: 401: Unauthorized" in out
+        assert "Check:     signal: no answer ([Errno 111] Connection refused)" in out
+        assert code == 1 and "CANARY" not in out + err
+        config["channels"]["discord"]["token"] = dc.token
+        (home / "config.json").write_text(json.dumps(config))
+        code, out, _ = await nanobot("status", "--check", home=home)
+        assert code == 0 and "Check:     discord: Discord knows the token" in out
+        code, out, _ = await nanobot("status", home=home)
+    assert code == 0 and "Check:" not in out
 
 
 def test_onboard_checks_tokens_where_the_adapters_use_them() -> None:
@@ -505,7 +530,7 @@ async def test_onboard_asks_for_a_mailbox(home: Path) -> None:
         ("authserv-id", "mx.example.org"), ("user id", "Ada@Example.org")],
         NANOBOT_CHANNELS__EMAIL__IMAP__PORT=str(free_port()), NANOBOT_CHANNELS__EMAIL__IMAP__TLS="false")
     assert "CANARY" not in out and "(TLS on 993) [imap.example.org]" in out
-    assert "No answer (" in out and "It is written anyway; check it with: nanobot gateway" in out
+    assert "No answer (" in out and "It is written anyway; check it later with: nanobot status --check" in out
     mail = json.loads((home / "config.json").read_text())["channels"]["email"]
     login = {"username": "bot@example.org", "password": "CANARY-pw"}
     assert mail["enabled"] and mail["address"] == "bot@example.org" and mail["trustedAuthServId"] == "mx.example.org"

@@ -40,16 +40,18 @@ class Refused(Exception):
         self.key = key
 
 
-class _NoAnswer(Exception):
-    pass
+class NoAnswer(Exception):
+    """No answer came (offline, a firewall, a refused connection, a bad certificate, another
+    server there): nothing is known of the credentials."""
 
 
 def check(name: str, section: ChannelSection) -> str:
-    """One line on what the platform said of ``section``'s credentials; ``Refused`` if it said no."""
+    """One line on what the platform said of ``section``'s credentials; ``Refused`` if it said
+    no, ``NoAnswer`` if it said nothing."""
     try:
         return CHECKS[name](section)
-    except (_NoAnswer, OSError, http.client.HTTPException) as exc:  # a refused connection, a bad certificate
-        return f"No answer ({exc}). It is written anyway; check it with: nanobot gateway"
+    except (OSError, http.client.HTTPException) as exc:
+        raise NoAnswer(str(exc)) from None
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -63,7 +65,7 @@ _OPENER = urllib.request.build_opener(_NoRedirect)
 def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = False, json_body: Any = None,
           timeout_s: float = TIMEOUT_S) -> tuple[int, dict[str, Any]]:
     """The status and JSON body ({} if none) of one request (a POST with ``post`` or a
-    ``json_body``); ``_NoAnswer`` when none came."""
+    ``json_body``); ``NoAnswer`` when none came."""
     headers = {"Authorization": f"{scheme} {token}"} if token else {}
     data = b"" if post else None
     if json_body is not None:
@@ -75,7 +77,7 @@ def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = Fal
     except urllib.error.HTTPError as exc:
         status, body = exc.code, exc.read()
     except (urllib.error.URLError, TimeoutError) as exc:
-        raise _NoAnswer(getattr(exc, "reason", exc)) from None
+        raise NoAnswer(getattr(exc, "reason", exc)) from None
     try:
         found = json.loads(body or b"{}")
     except ValueError:
@@ -93,7 +95,7 @@ def _answer(url: str, refused: str = "", key: str = "", *, refusals: tuple[int, 
     if status in refusals:
         raise Refused(f"{refused}: {said}", key)
     if status != 200:
-        raise _NoAnswer(said)
+        raise NoAnswer(said)
     return body
 
 
@@ -118,7 +120,7 @@ def telegram_senders(section: Any, wait_s: float = 120) -> Iterator[tuple[str, s
         poll = {"offset": offset, "timeout": int(min(left, 30)), "allowed_updates": ["message"]}
         try:
             updates = _answer(url, json_body=poll, timeout_s=45).get("result") or []
-        except (_NoAnswer, OSError, http.client.HTTPException):
+        except (NoAnswer, OSError, http.client.HTTPException):
             return
         for update in updates:
             offset = max(offset, int(update.get("update_id", 0)) + 1)
@@ -180,11 +182,11 @@ def _email(section: Any) -> str:
                                  timeout=TIMEOUT_S) if server.tls else imaplib.IMAP4(server.host, server.port,
                                                                                       timeout=TIMEOUT_S)
     except imaplib.IMAP4.error as exc:  # a greeting of another server
-        raise _NoAnswer(f"{server.host}:{server.port}: {exc}") from None
+        raise NoAnswer(f"{server.host}:{server.port}: {exc}") from None
     try:
         imap.login(server.username, server.password)
     except imaplib.IMAP4.abort as exc:
-        raise _NoAnswer(f"{server.host}:{server.port}: {exc}") from None
+        raise NoAnswer(f"{server.host}:{server.port}: {exc}") from None
     except imaplib.IMAP4.error as exc:
         said = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else exc
         raise Refused(f"The IMAP server refused the login as {server.username}: {said}", "password") from None

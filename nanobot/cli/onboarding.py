@@ -207,6 +207,9 @@ def _credentials(name: str, section: ChannelSection) -> ChannelSection:
         try:
             typer.echo(f"  {credentials.check(name, section)}")
             return section
+        except credentials.NoAnswer as exc:
+            typer.echo(f"  No answer ({exc}). It is written anyway; check it later with: nanobot status --check")
+            return section
         except credentials.Refused as exc:
             said = str(exc).rstrip(".")
             if exc.key not in asked and not mailbox:  # kept from the old config: theirs to mend there

@@ -20,11 +20,34 @@ if TYPE_CHECKING:
     from nanobot.database import Database
 
 
-def status(ctx: typer.Context) -> None:
+def status(ctx: typer.Context,
+           check: bool = typer.Option(False, "--check", help="also ask each enabled chat platform whether it takes "
+                                                             "the credentials (one call each, reading only); exit 1 "
+                                                             "if one refuses")) -> None:
     """Config path, workspace, provider, channels, cron jobs and usage so far."""
     config = get_config(ctx)
     path, _ = config_path(ctx.obj.get("config"))
     asyncio.run(_status(config, path))
+    if check and not _credentials_taken(config):
+        raise typer.Exit(1)
+
+
+def _credentials_taken(config: Config) -> bool:
+    """One line per enabled built-in channel: what its platform said of the credentials (a
+    plugin's channel says it at its start). False if one refused."""
+    from nanobot.cli import credentials
+
+    taken = True
+    for name in config.channels.enabled_names():
+        if name in credentials.CHECKS:
+            try:
+                said = credentials.check(name, getattr(config.channels, name))
+            except credentials.NoAnswer as exc:
+                said = f"no answer ({exc})"
+            except credentials.Refused as exc:
+                said, taken = f"REFUSED: {exc}", False
+            typer.echo(for_terminal(f"Check:     {name}: {said}"))
+    return taken
 
 
 async def _status(config: Config, path: Path) -> None:
