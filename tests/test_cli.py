@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sqlite3
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from nanobot.api.keys import key_hash
 from tests import cli_zygote
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.loopback import free_port, serve
@@ -366,13 +368,17 @@ async def test_onboard_asks_in_a_terminal_and_checks_the_server(home: Path) -> N
             # a hidden answer is typed once getpass has turned the echo off (it then writes the prompt's last space)
             ("Model server URL", llm.base_url), ("local servers): ", "sk-CANARY"), ("Model", ""), ("Mode", "tools"),
             ("Chat channel", "telegram"), ("bot token: ", "123:TYPO"), ("bot token: ", "123:TOKEN"),
-            ("user id", "4242")])
+            ("user id", "4242"), ("The web page and the API on http://127.0.0.1:8765/", "y")])
     assert "The server answered: 2 models (gpt-4.1-mini, local-model)" in out
     assert "Telegram refused the token: Unauthorized. Once more:" in out
     assert "Telegram knows the token: the bot is @nanobot_test_bot." in out
     assert "sk-CANARY" not in out and "123:TOKEN" not in out and "123:TYPO" not in out  # typed unseen
-    assert "Next: nanobot agent (a chat here); nanobot gateway (telegram)" in out
+    assert "Next: nanobot agent (a chat here); nanobot gateway (telegram, the page on http://127.0.0.1:8765/)" in out
     saved = json.loads((home / "config.json").read_text())
+    assert saved["gateway"]["api"]["enabled"]  # with an owner key to sign in on the page, shown once:
+    key = out.split("Your owner key for the page (shown once; keep it like a password): ")[1].split()[0]
+    with sqlite3.connect(home / "nanobot.db") as db:
+        assert db.execute("SELECT key_hash, owner FROM api_keys WHERE name = 'page'").fetchall() == [(key_hash(key), 1)]
     assert saved["providers"]["openai"]["apiBase"] == llm.base_url and saved["providers"]["openai"]["apiKey"] == "sk-CANARY"
     assert saved["agents"]["defaults"]["model"] == "gpt-4.1-mini" and saved["agents"]["defaults"]["executionMode"] == "tools"
     telegram = saved["channels"]["telegram"]
@@ -384,7 +390,7 @@ async def onboard_channel(home: Path, steps: list[tuple[str, str]], **env: str) 
     channel questions by ``steps`` (``env``: the platform's stand-in): all it printed."""
     async with FakeOpenAI() as llm:
         command = [sys.executable, "-m", "nanobot", "onboard", "--api-base", llm.base_url, "--api-key", "k",
-                   "--model", "local-model", "--mode", "code"]
+                   "--model", "local-model", "--mode", "code", "--no-page"]
         return await asyncio.to_thread(_converse, command, {**os.environ, "NANOBOT_HOME": str(home), **env}, steps)
 
 
@@ -610,7 +616,7 @@ async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path)
             ("homeserver URL", "http://matrix.example.org"), ("unencrypted", homeserver),
             # getpass flushes what was typed before its ": "
             ("bot's Matrix user id", "@bot:example.org"), ("encrypted chats need): ", "CANARY-pw"),
-            ("Your own Matrix user id", "@me:example.org")])
+            ("Your own Matrix user id", "@me:example.org"), ("The web page", "n")])
     assert out.count("is plain http") == 2 and "The server answered: 2 models" in out
     assert "'localhost:11434/v1' is not a URL: it starts with https:// or http://" in out  # it failed only at the first message
     saved = json.loads((home / "config.json").read_text())
@@ -634,7 +640,12 @@ async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path
     saved = json.loads((home / "config.json").read_text())
     assert saved["agents"]["defaults"]["executionMode"] == "hybrid" and saved["providers"]["openai"]["apiKey"] == "wrong-key"
     code, out, _ = await nanobot("onboard", "--force", "--non-interactive", home=home)
-    assert code == 0 and "Model server" not in out
+    assert code == 0 and "Model server" not in out and "owner key" not in out
+    code, out, _ = await nanobot("onboard", "--force", "--non-interactive", "--page", home=home)
+    assert code == 0 and "Your owner key for the page (shown once; keep it like a password): nb-" in out
+    code, out, _ = await nanobot("onboard", "--force", "--page", home=home)  # an owner key is there: no other
+    assert code == 0 and json.loads((home / "config.json").read_text())["gateway"]["api"]["enabled"]
+    assert "owner key" not in out
 
 
 async def test_onboard_force_keeps_every_channels_credentials(home: Path, workspace: Path) -> None:

@@ -72,14 +72,15 @@ def onboard(ctx: typer.Context,
             model: Optional[str] = typer.Option(None, "--model", help="the model (not asked)"),
             mode: Optional[str] = typer.Option(None, "--mode", help="code, tools or hybrid (not asked)"),
             channel: Optional[str] = typer.Option(None, "--channel", help="none, telegram, discord, slack, matrix, signal, email or whatsapp (not asked)"),
+            page: Optional[bool] = typer.Option(None, "--page/--no-page", help="the web page and the API, with an owner key to sign in (not asked)"),
             ) -> None:
     """Create the config file (if missing) and the workspace from the template. In a terminal it
     asks for the model server, model, mode and one chat channel first; with a config already
     there, ``--channel NAME`` sets up that one channel in it."""
-    from nanobot.cli.onboarding import Answers, add_channel, ask, back_up
+    from nanobot.cli.onboarding import Answers, add_channel, ask, back_up, page_key
 
     path, _ = config_path(ctx.obj.get("config"))
-    interactive = not non_interactive and sys.stdin.isatty()
+    interactive, page_on = not non_interactive and sys.stdin.isatty(), False
     if path.exists() and not force:
         config = get_config(ctx)
         if channel in (None, "none"):
@@ -94,17 +95,21 @@ def onboard(ctx: typer.Context,
         if path.exists():
             config = _keep_secrets(config, get_config(ctx))
             back_up(path, "API keys and tokens carried over")
-        given = Answers(api_base, api_key, model, mode, channel)
+        given = Answers(api_base, api_key, model, mode, channel, page)
         if interactive or given != Answers():
             config = ask(config, given, interactive=interactive)
         write_private(path, config.to_json())
         typer.echo(f"Wrote {path}")
+        page_on = config.gateway.api.enabled
     private_dir(config.home)
+    if page_on:  # once the home is there: the key lives in its database
+        page_key(config)
     copy_template(config.workspace_path)
     typer.echo(f"Workspace: {config.workspace_path}")
     if config.provider_config().api_key or config.provider_config().api_base:
-        channels = config.channels.enabled_names()
-        typer.echo(f"Next: nanobot agent (a chat here){'; nanobot gateway (' + ', '.join(channels) + ')' if channels else ''}")
+        served = config.channels.enabled_names() + ([f"the page on http://{config.gateway.api.listen}/"]
+                                                    if config.gateway.api.enabled else [])
+        typer.echo(f"Next: nanobot agent (a chat here){'; nanobot gateway (' + ', '.join(served) + ')' if served else ''}")
     else:
         typer.echo("Next: set providers.openai.apiKey (and apiBase for other servers), then run: nanobot agent")
 

@@ -56,6 +56,7 @@ class Answers:
     model: str | None = None
     mode: str | None = None
     channel: str | None = None
+    page: bool | None = None
 
 
 def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
@@ -92,7 +93,30 @@ def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
     if channel != "none":
         _need_terminal(channel, interactive)
         setattr(config.channels, channel, _channel(getattr(config.channels, channel), channel))
+    page = answer({True: "y", False: "n"}.get(given.page), f"The web page and the API on "
+                  f"http://{config.gateway.api.listen}/ (y/n)", "n", ("y", "n"))
+    config.gateway.api.enabled = page == "y"
     return config
+
+
+def page_key(config: Config) -> None:
+    """The first owner key, shown once, for signing in on the page; none when the home has an
+    owner key already (``nanobot api keys add NAME --owner`` makes more)."""
+    import asyncio
+
+    from nanobot.api.keys import ApiKeys
+    from nanobot.database import open_database
+
+    async def make() -> str | None:
+        db = await open_database(config)
+        try:
+            keys = await ApiKeys.open(db)
+            return None if any(owner for _, _, owner in await keys.active()) else await keys.add("page", owner=True)
+        finally:
+            await db.close()
+
+    if key := asyncio.run(make()):
+        typer.echo(f"Your owner key for the page (shown once; keep it like a password): {key}")
 
 
 def add_channel(path: Path, config: Config, name: str, *, interactive: bool) -> None:
