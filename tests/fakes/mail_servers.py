@@ -87,8 +87,14 @@ mail_location = maildir:{mail}/%u
 # IDLE learns of new mail through inotify; where the machine's inotify instances run out (a
 # loaded test run: Chromium, other Dovecots), it looks every this often instead of every 30 s.
 mailbox_idle_check_interval = 1 secs
+# A refused login answers at once, and the next login from 127.0.0.1 is not held back (2 s, then
+# a penalty doubled after each failure: guards against guessing, which only slow tests here).
+auth_failure_delay = 0
 service anvil {{
   chroot =
+  unix_listener anvil-auth-penalty {{
+    mode = 0
+  }}
 }}
 service imap-login {{
   chroot =
