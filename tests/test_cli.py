@@ -478,22 +478,27 @@ async def test_onboards_checks_follow_no_redirect_with_a_token() -> None:
 
 
 async def test_status_check_asks_each_enabled_platform(home: Path, workspace: Path, dc: FakeDiscord) -> None:
-    """``status --check``: a line per enabled channel with what its platform said; exit 1 when
-    one refused (a token changed by hand, say), so a script can tell."""
-    async with FakeTelegram(token="123:TOKEN") as telegram:
-        write_config(home, workspace, "http://127.0.0.1:9/v1")
+    """``status --check``: a line per model server and per enabled channel with what it said;
+    exit 1 when one refused (a token or key changed by hand, say), so a script can tell."""
+    async with FakeTelegram(token="123:TOKEN") as telegram, FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
         config = json.loads((home / "config.json").read_text())
+        config["agents"]["defaults"]["fallbacks"] = [{"provider": "spare", "model": "local-model"}]
+        config["providers"]["spare"] = {"apiKey": "wrong-key", "apiBase": llm.base_url}
         config["channels"] = {
             "telegram": {"enabled": True, "token": "123:TOKEN", "apiBase": telegram.api_base, "allowFrom": ["1"]},
             "discord": {"enabled": True, "token": "CANARY-changed", "apiBase": dc.api_base, "allowFrom": ["1"]},
             "signal": {"enabled": True, "account": "+15550001111", "rpcUrl": f"http://127.0.0.1:{free_port()}"}}
         (home / "config.json").write_text(json.dumps(config))
         code, out, err = await nanobot("status", "--check", home=home)
+        assert "Check:     model server openai: answered, 2 models; it lists no m" in out  # the model's name: a typo?
+        assert "Check:     model server spare: REFUSED: The server answered 401: Incorrect API key provided" in out
         assert "Check:     telegram: Telegram knows the token: the bot is @nanobot_test_bot." in out
         assert "Check:     discord: REFUSED: Discord refused the token: 401: Unauthorized" in out
         assert "Check:     signal: no answer ([Errno 111] Connection refused)" in out
         assert code == 1 and "CANARY" not in out + err
         config["channels"]["discord"]["token"] = dc.token
+        config["providers"]["spare"]["apiKey"] = "k"
         (home / "config.json").write_text(json.dumps(config))
         code, out, _ = await nanobot("status", "--check", home=home)
         assert code == 0 and "Check:     discord: Discord knows the token" in out

@@ -23,6 +23,7 @@ from urllib.parse import quote
 from nanobot.config import ChannelSection
 
 TIMEOUT_S = 15
+OPENAI = "https://api.openai.com/v1"  # a provider's apiBase when it names none
 # The platforms' public APIs where the section names none (the adapters' defaults too, which
 # nanobot does not import: tests/test_cli.py checks they are the same).
 PUBLIC_API = {"telegram": "https://api.telegram.org", "discord": "https://discord.com/api/v10",
@@ -60,6 +61,29 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 _OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+def served_models(base: str, key: str) -> list[str]:
+    """The model ids the model server lists (``GET /models`` through the SDK the turns use);
+    ``Refused`` when it answers an error (a wrong key, a wrong URL), ``NoAnswer`` when it does
+    not (said as a turn would say it: a refused certificate, an unreachable host)."""
+    import openai
+
+    from nanobot.providers.openai_provider import classify_error
+
+    client = openai.OpenAI(base_url=base, api_key=key or "none", max_retries=0, timeout=TIMEOUT_S)
+    try:
+        return sorted(m.id for m in client.models.list())
+    except openai.APIStatusError as exc:
+        where = base.rstrip("/")  # Ollama, vLLM and llama.cpp serve it under /v1
+        v1 = exc.status_code == 404 and not where.endswith("/v1")
+        body = exc.body if isinstance(exc.body, dict) else {}
+        raise Refused(f"The server answered {exc.status_code}: {body.get('message') or exc.message}. Check the URL"
+                      f"{f' (the API is usually under /v1: {where}/v1)' if v1 else ''} and key", "api_key") from None
+    except openai.APIError as exc:  # "Connection error." would hide why
+        raise NoAnswer(classify_error(exc)[0]) from None
+    finally:
+        client.close()
 
 
 def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = False, json_body: Any = None,

@@ -22,10 +22,10 @@ from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
 from nanobot.cli import credentials
+from nanobot.cli.credentials import OPENAI
 from nanobot.config import ChannelSection, Config, own_account, write_private
 from nanobot.config.base import url_trouble
 
-OPENAI = "https://api.openai.com/v1"
 MODES = ("code", "tools", "hybrid")
 CHANNELS = ("none", "telegram", "discord", "slack", "matrix", "signal", "email", "whatsapp")
 # How onboard asks for each key a channel's section lists as missing (``missing()``).
@@ -149,35 +149,18 @@ def _need_terminal(channel: str, interactive: bool) -> None:
 
 def _models(base: str, key: str) -> list[str]:
     """One call to the server (``GET /models``): says whether it answered, and what it serves."""
-    import openai
-
-    from nanobot.providers.openai_provider import classify_error
-
-    client = openai.OpenAI(base_url=base, api_key=key or "none", max_retries=0, timeout=15)
     try:
-        names = sorted(m.id for m in client.models.list())
-    except openai.APIStatusError as exc:
-        where = base.rstrip("/")  # Ollama, vLLM and llama.cpp serve it under /v1
-        v1 = exc.status_code == 404 and not where.endswith("/v1")
-        hint = f" (the API is usually under /v1: {where}/v1)" if v1 else ""
-        typer.echo(f"  The server answered {exc.status_code}: {_reason(exc)}. Check the URL{hint} and key; "
-                   "you can change them later in the config file.")
+        names = credentials.served_models(base, key)
+    except credentials.Refused as exc:
+        typer.echo(f"  {exc}; you can change them later in the config file.")
         return []
-    except openai.APIError as exc:  # said as a turn would say it ("Connection error." hides why)
-        typer.echo(f"  No answer: {classify_error(exc)[0]}. It is written anyway; start the server, or "
-                   "change the URL later in the config file.")
+    except credentials.NoAnswer as exc:
+        typer.echo(f"  No answer: {exc}. It is written anyway; start the server, or change the URL later in the "
+                   "config file.")
         return []
-    finally:
-        client.close()
     more = f", and {len(names) - SHOWN_MODELS} more" if len(names) > SHOWN_MODELS else ""
     typer.echo(f"  The server answered: {len(names)} models ({', '.join(names[:SHOWN_MODELS])}{more}).")
     return names
-
-
-def _reason(exc: object) -> str:
-    body = getattr(exc, "body", None)
-    message = body.get("message") if isinstance(body, dict) else None
-    return str(message or getattr(exc, "message", exc))
 
 
 def _suggested(configured: str, served: list[str]) -> str:

@@ -28,8 +28,33 @@ def status(ctx: typer.Context,
     config = get_config(ctx)
     path, _ = config_path(ctx.obj.get("config"))
     asyncio.run(_status(config, path))
-    if check and not _credentials_taken(config):
+    if check and not all([_models_served(config), _credentials_taken(config)]):
         raise typer.Exit(1)
+
+
+def _models_served(config: Config) -> bool:
+    """One line per model server the config names (the default's, the fallbacks', /model's
+    choices): whether it took the key and lists the models asked of it. False if one refused."""
+    from nanobot.cli.credentials import OPENAI, NoAnswer, Refused, served_models
+
+    settings = config.agents.defaults
+    wanted: dict[str, list[str]] = {settings.provider: [settings.model]}
+    for provider, model in settings.fallback_models() + [(c.provider, c.model) for c in config.agents.models.values()]:
+        wanted.setdefault(provider, []).append(model)
+    taken = True
+    for name, models in wanted.items():
+        server = config.provider_config(name)
+        try:
+            served = served_models(server.api_base or OPENAI, server.api_key)
+            unlisted = [model for model in dict.fromkeys(models) if served and model not in served]  # a typo?
+            said = f"answered, {plural(len(served), 'model')}" + (f"; it lists no {', '.join(unlisted)}" if unlisted
+                                                                   else "")
+        except NoAnswer as exc:
+            said = f"no answer ({exc})"
+        except Refused as exc:
+            said, taken = f"REFUSED: {exc}", False
+        typer.echo(for_terminal(f"Check:     model server {name}: {said}"))
+    return taken
 
 
 def _credentials_taken(config: Config) -> bool:
