@@ -452,6 +452,10 @@ async def test_onboard_sets_up_one_more_channel_in_a_config_there(home: Path, wo
     assert json.loads((home / "config.json.bak").read_text()) == first
     code, _, err = await nanobot("status", home=home)
     assert code == 0, err
+    # Again for a channel set up already (a token to mend, say): who may talk to it stays as it was.
+    again = await asyncio.to_thread(_converse, [sys.executable, "-m", "nanobot", "onboard", "--channel", "discord"],
+                                    env, [])
+    assert "Owners kept: 777" in again and json.loads((home / "config.json").read_text()) == saved
 
 
 async def test_onboards_checks_follow_no_redirect_with_a_token() -> None:

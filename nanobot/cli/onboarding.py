@@ -180,6 +180,9 @@ def _channel(section: ChannelSection, name: str) -> ChannelSection:
         typer.echo(f"  In Meta's app (WhatsApp, Configuration): callback URL https://<your host>{webhook.path}, "
                    f"served over TLS in front of {webhook.listen}; verify token {section.verify_token}; "
                    "subscribe to messages.")
+    if section.owners:  # set up before (onboard --channel on a config there): who may talk stays as it was
+        typer.echo(f"  Owners kept: {', '.join(section.owners)} (channels.{name}.owners and allowFrom in the file)")
+        return section
     return _taken(
         section, f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
                  "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}, check=_not_the_bots,
