@@ -419,13 +419,15 @@ async def test_onboard_reads_the_telegram_owners_id_off_a_message_they_send(home
     """Telegram shows nobody their own id: Enter instead waits for a message to the bot and asks
     whether its sender is you; a stranger writing meanwhile is not taken."""
     async with FakeTelegram(token="123:TOKEN") as telegram:
-        telegram.push_message(666, 666, username="mallory", text="let me in")
+        telegram.push_message(666, 666, username="mallory", text="let me in", **{"from": {
+            "id": 666, "is_bot": False, "first_name": "Mallory\x1b]0;owned\x07\x1b[2J", "username": "mallory"}})
         telegram.push_message(4242, 4242, username="ada", text="hi")
         out = await onboard_channel(home, [("Chat channel", "telegram"), ("bot token: ", "123:TOKEN"),
                                            ("user id", ""), ("is that you?", "n"), ("is that you?", "y")],
                                     NANOBOT_CHANNELS__TELEGRAM__API_BASE=telegram.api_base)
     assert "Send your bot any message on Telegram now" in out
-    assert "Mallory (@mallory) (id 666) wrote to the bot" in out and "Ada (@ada) (id 4242) wrote to the bot" in out
+    assert "Mallory\\x1b]0;owned\\x07\\x1b[2J (@mallory) (id 666) wrote to the bot" in out  # written out, not obeyed
+    assert "\x1b]" not in out and "Ada (@ada) (id 4242) wrote to the bot" in out
     telegram_section = json.loads((home / "config.json").read_text())["channels"]["telegram"]
     assert telegram_section["owners"] == telegram_section["allowFrom"] == ["4242"]
 

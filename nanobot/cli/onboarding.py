@@ -25,6 +25,7 @@ from nanobot.cli import credentials
 from nanobot.cli.credentials import OPENAI
 from nanobot.config import ChannelSection, Config, own_account, write_private
 from nanobot.config.base import url_trouble
+from nanobot.utf8 import for_terminal
 
 MODES = ("code", "tools", "hybrid")
 CHANNELS = ("none", "telegram", "discord", "slack", "matrix", "signal", "email", "whatsapp")
@@ -152,15 +153,21 @@ def _models(base: str, key: str) -> list[str]:
     try:
         names = credentials.served_models(base, key)
     except credentials.Refused as exc:
-        typer.echo(f"  {exc}; you can change them later in the config file.")
+        _say(f"  {exc}; you can change them later in the config file.")
         return []
     except credentials.NoAnswer as exc:
-        typer.echo(f"  No answer: {exc}. It is written anyway; start the server, or change the URL later in the "
+        _say(f"  No answer: {exc}. It is written anyway; start the server, or change the URL later in the "
                    "config file.")
         return []
     more = f", and {len(names) - SHOWN_MODELS} more" if len(names) > SHOWN_MODELS else ""
-    typer.echo(f"  The server answered: {len(names)} models ({', '.join(names[:SHOWN_MODELS])}{more}).")
+    _say(f"  The server answered: {len(names)} models ({', '.join(names[:SHOWN_MODELS])}{more}).")
     return names
+
+
+def _say(line: str) -> None:
+    """A line with what a server or a stranger wrote in it: their control characters written out,
+    so none moves the cursor or retitles the terminal."""
+    typer.echo(for_terminal(line))
 
 
 def _suggested(configured: str, served: list[str]) -> str:
@@ -196,7 +203,7 @@ def _id_or_message(section: ChannelSection) -> Callable[..., str]:
         while not (said := str(typer.prompt(question, default="", show_default=False, **prompt)).strip()):
             typer.echo("  Send your bot any message on Telegram now (I wait up to 2 minutes).")
             for user_id, name in credentials.telegram_senders(section):
-                if typer.confirm(f"  {name} (id {user_id}) wrote to the bot: is that you?", default=False):
+                if typer.confirm(for_terminal(f"  {name} (id {user_id}) wrote to the bot: is that you?"), default=False):
                     return user_id
             typer.echo("  No message of yours came (a gateway running with this token would read them first).")
         return said
@@ -215,17 +222,17 @@ def _credentials(name: str, section: ChannelSection) -> ChannelSection:
             section = _taken(section, QUESTIONS[key].format(Name=name.capitalize()),
                              lambda said: {to_camel(key): said}, secret=key.endswith(("token", "secret", "password")))
         try:
-            typer.echo(f"  {credentials.check(name, section)}")
+            _say(f"  {credentials.check(name, section)}")
             return section
         except credentials.NoAnswer as exc:
-            typer.echo(f"  No answer ({exc}). It is written anyway; check it later with: nanobot status --check")
+            _say(f"  No answer ({exc}). It is written anyway; check it later with: nanobot status --check")
             return section
         except credentials.Refused as exc:
             said = str(exc).rstrip(".")
             if exc.key not in asked and not mailbox:  # kept from the old config: theirs to mend there
-                typer.echo(f"  {said}: change it in the config file.")
+                _say(f"  {said}: change it in the config file.")
                 return section
-            typer.echo(f"  {said}. Once more:")
+            _say(f"  {said}. Once more:")
 
 
 def _mailbox(section: ChannelSection) -> ChannelSection:
