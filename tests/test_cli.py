@@ -657,6 +657,10 @@ async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path
     code, out, _ = await nanobot("onboard", "--force", "--page", home=home)  # an owner key is there: no other
     assert code == 0 and json.loads((home / "config.json").read_text())["gateway"]["api"]["enabled"]
     assert "owner key" not in out
+    assert (await nanobot("api", "keys", "revoke", "page", home=home))[0] == 0  # its name stays taken
+    code, out, err = await nanobot("onboard", "--force", "--page", home=home)
+    assert code == 0 and "Your owner key for the page" in out, err
+    assert "page-2  owner" in (await nanobot("api", "keys", "list", home=home))[1]
 
 
 async def test_onboard_force_keeps_every_channels_credentials(home: Path, workspace: Path) -> None:

@@ -112,7 +112,11 @@ def page_key(config: Config) -> None:
         db = await open_database(config)
         try:
             keys = await ApiKeys.open(db)
-            return None if any(owner for _, _, owner in await keys.active()) else await keys.add("page", owner=True)
+            if any(owner for _, _, owner in await keys.active()):
+                return None
+            taken = {key.name for key in await keys.list()}  # a revoked key keeps its name (and its chats)
+            name = next(name for name in ("page", *(f"page-{n}" for n in range(2, 1000))) if name not in taken)
+            return await keys.add(name, owner=True)
         finally:
             await db.close()
 
@@ -157,7 +161,7 @@ def _models(base: str, key: str) -> list[str]:
         return []
     except credentials.NoAnswer as exc:
         _say(f"  No answer: {exc}. It is written anyway; start the server, or change the URL later in the "
-                   "config file.")
+             "config file.")
         return []
     more = f", and {len(names) - SHOWN_MODELS} more" if len(names) > SHOWN_MODELS else ""
     _say(f"  The server answered: {len(names)} models ({', '.join(names[:SHOWN_MODELS])}{more}).")

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
 from nanobot.cli.common import get_config
-from nanobot.config import Config, config_path
+from nanobot.config import Config, ProviderConfig, config_path
 from nanobot.sqlite_file import HomeError, check_writable
 from nanobot.usage import plural
 from nanobot.utf8 import for_terminal
@@ -21,57 +23,53 @@ if TYPE_CHECKING:
 
 
 def status(ctx: typer.Context,
-           check: bool = typer.Option(False, "--check", help="also ask each enabled chat platform whether it takes "
-                                                             "the credentials (one call each, reading only); exit 1 "
-                                                             "if one refuses")) -> None:
+           check: bool = typer.Option(False, "--check", help="also ask each model server whether it takes the key "
+                                                             "and serves the models, and each enabled chat platform "
+                                                             "whether it takes the credentials (one reading call "
+                                                             "each); exit 1 if one refuses")) -> None:
     """Config path, workspace, provider, channels, cron jobs and usage so far."""
     config = get_config(ctx)
     path, _ = config_path(ctx.obj.get("config"))
     asyncio.run(_status(config, path))
-    if check and not all([_models_served(config), _credentials_taken(config)]):
+    if check and not all([_checked(label, ask) for label, ask in _checks(config)]):  # every one asked
         raise typer.Exit(1)
 
 
-def _models_served(config: Config) -> bool:
-    """One line per model server the config names (the default's, the fallbacks', /model's
-    choices): whether it took the key and lists the models asked of it. False if one refused."""
-    from nanobot.cli.credentials import OPENAI, NoAnswer, Refused, served_models
+def _checks(config: Config) -> list[tuple[str, Callable[[], str]]]:
+    """What ``--check`` asks: each model server the config names (with the models asked of it:
+    the default's, the fallbacks', /model's choices), then each enabled built-in channel's
+    platform (a plugin's channel says it at its start)."""
+    from nanobot.cli import credentials
 
     settings = config.agents.defaults
     wanted: dict[str, list[str]] = {settings.provider: [settings.model]}
     for provider, model in settings.fallback_models() + [(c.provider, c.model) for c in config.agents.models.values()]:
         wanted.setdefault(provider, []).append(model)
-    taken = True
-    for name, models in wanted.items():
-        server = config.provider_config(name)
-        try:
-            served = served_models(server.api_base or OPENAI, server.api_key)
-            unlisted = [model for model in dict.fromkeys(models) if served and model not in served]  # a typo?
-            said = f"answered, {plural(len(served), 'model')}" + (f"; it lists no {', '.join(unlisted)}" if unlisted
-                                                                   else "")
-        except NoAnswer as exc:
-            said = f"no answer ({exc})"
-        except Refused as exc:
-            said, taken = f"REFUSED: {exc}", False
-        typer.echo(for_terminal(f"Check:     model server {name}: {said}"))
-    return taken
+    return [(f"model server {name}", partial(_served, config.provider_config(name), models))
+            for name, models in wanted.items()] + \
+        [(name, partial(credentials.check, name, getattr(config.channels, name)))
+         for name in config.channels.enabled_names() if name in credentials.CHECKS]
 
 
-def _credentials_taken(config: Config) -> bool:
-    """One line per enabled built-in channel: what its platform said of the credentials (a
-    plugin's channel says it at its start). False if one refused."""
-    from nanobot.cli import credentials
+def _served(server: ProviderConfig, models: list[str]) -> str:
+    from nanobot.cli.credentials import OPENAI, served_models
 
-    taken = True
-    for name in config.channels.enabled_names():
-        if name in credentials.CHECKS:
-            try:
-                said = credentials.check(name, getattr(config.channels, name))
-            except credentials.NoAnswer as exc:
-                said = f"no answer ({exc})"
-            except credentials.Refused as exc:
-                said, taken = f"REFUSED: {exc}", False
-            typer.echo(for_terminal(f"Check:     {name}: {said}"))
+    served = served_models(server.api_base or OPENAI, server.api_key)
+    unlisted = [model for model in dict.fromkeys(models) if served and model not in served]  # a typo?
+    return f"answered, {plural(len(served), 'model')}" + (f"; it lists no {', '.join(unlisted)}" if unlisted else "")
+
+
+def _checked(label: str, ask: Callable[[], str]) -> bool:
+    """One line: what ``ask`` learnt; False when it was refused."""
+    from nanobot.cli.credentials import NoAnswer, Refused
+
+    try:
+        said, taken = ask(), True
+    except NoAnswer as exc:
+        said, taken = f"no answer ({exc})", True
+    except Refused as exc:
+        said, taken = f"REFUSED: {exc}", False
+    typer.echo(for_terminal(f"Check:     {label}: {said}"))
     return taken
 
 
