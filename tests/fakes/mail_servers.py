@@ -23,7 +23,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -33,22 +32,18 @@ from typing import Any, Awaitable, Callable
 
 import pytest
 
+from tests.fakes.loopback import free_port
+
 DOVECOT = shutil.which("dovecot") or next((p for p in ("/usr/sbin/dovecot",) if Path(p).exists()), None)
 needs_dovecot = pytest.mark.skipif(DOVECOT is None, reason="the email tests need a real IMAP server: "
                                                            "apt-get install dovecot-imapd")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Dovecot:
     user, password = "bot@example.org", "imap-test-password"
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.folder = Path(tempfile.mkdtemp(prefix="nanobot-dovecot-"))
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -238,7 +233,7 @@ class SmtpReceiver:
     """aiosmtpd on loopback (its own thread): every mail it is given, parsed."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.sent: list[EmailMessage] = []
         self.envelopes: list[Any] = []
         self.refuse_next: list[str] = []  # SMTP answers for the next DATA commands ("550 ...", "451 ...")

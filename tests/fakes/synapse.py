@@ -15,7 +15,6 @@ import fcntl
 import hashlib
 import hmac
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ from typing import Iterator
 
 import aiohttp
 import yaml
+
+from tests.fakes.loopback import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 VENV = REPO / ".venv-synapse"
@@ -92,12 +93,6 @@ def _has_synapse(python: Path) -> bool:
     return python.exists() and subprocess.run([str(python), "-c", "import synapse"], capture_output=True).returncode == 0
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def homeserver(folder: Path) -> Iterator[Homeserver]:
     """A started Synapse with its data in ``folder``; stopped on the way out."""
@@ -108,7 +103,7 @@ def homeserver(folder: Path) -> Iterator[Homeserver]:
                     str(config), "--generate-config", "--report-stats=no", "--data-directory", str(folder / "data")],
                    check=True, capture_output=True, cwd=folder)
     settings = yaml.safe_load(config.read_text())
-    port = _free_port()
+    port = free_port()
     settings.update(
         listeners=[{"port": port, "bind_addresses": ["127.0.0.1"], "type": "http", "tls": False,
                     "x_forwarded": False, "resources": [{"names": ["client"], "compress": False}]}],
