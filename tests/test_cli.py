@@ -663,6 +663,22 @@ async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path
     assert "page-2  owner" in (await nanobot("api", "keys", "list", home=home))[1]
 
 
+async def test_onboard_says_a_bad_environment_in_one_line_and_force_sets_a_broken_config_aside(home: Path) -> None:
+    """A bad variable is one line naming it, exit 2, nothing written (it was a traceback); a
+    config that cannot be read, which is when --force is reached for, is backed up whole and a
+    new one written (it was refused as every command refuses it)."""
+    code, out, err = await nanobot("onboard", "--non-interactive", home=home,
+                                   env={"NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS": "lots"})
+    assert code == 2 and err.startswith("nanobot: environment variable NANOBOT_AGENTS__DEFAULTS__MAX_TOKENS: ")
+    assert len(err.splitlines()) == 1 and not (home / "config.json").exists()
+    (home / "config.json").write_text('{"providers": {"openai": {"apiKey": "sk-CANARY"}},')
+    code, out, err = await nanobot("onboard", "--force", "--non-interactive", home=home)
+    assert code == 0 and "nothing carried over from it: invalid JSON" in out, err
+    assert (home / "config.json.bak").read_text() == '{"providers": {"openai": {"apiKey": "sk-CANARY"}},'
+    code, out, err = await nanobot("status", home=home)
+    assert code == 0, err
+
+
 async def test_onboard_force_keeps_every_channels_credentials(home: Path, workspace: Path) -> None:
     """Defaults everywhere, but no token, key, secret or password is lost, whichever channel has it."""
     secret = "w" * 24

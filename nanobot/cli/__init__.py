@@ -24,7 +24,8 @@ from nanobot.cli.common import fail, get_config
 from nanobot.cli.data import backup, db_app, history_app, restore
 from nanobot.cli.pairing import pairing_app
 from nanobot.cli.status import status
-from nanobot.config import Config, ConfigError, config_path, load_config, private_dir, write_private
+from nanobot.config import (Config, ConfigError, config_path, defaults_and_environment, load_config, private_dir,
+                            write_private)
 from nanobot.coordination import worker_id
 from nanobot.sqlite_file import HomeError, check_writable
 from nanobot.workspace_template import copy_template
@@ -90,11 +91,18 @@ def onboard(ctx: typer.Context,
             add_channel(path, config, channel, interactive=interactive)
             config = get_config(ctx)
     else:
-        config = Config()
+        try:
+            config = defaults_and_environment(path)
+        except ConfigError as exc:  # a variable of the environment: one line naming it, as every command says it
+            fail(str(exc))
         private_dir(path.parent)
-        if path.exists():
-            config = _keep_secrets(config, get_config(ctx))
-            back_up(path, "API keys and tokens carried over")
+        if path.exists():  # a config that cannot be read is what --force is reached for: kept aside whole
+            try:
+                config, kept = _keep_secrets(config, load_config(ctx.obj.get("config"))[0]), "API keys and tokens " \
+                    "carried over"
+            except ConfigError as exc:
+                kept = f"nothing carried over from it: {str(exc).removeprefix(str(path) + ': ')}"
+            back_up(path, kept)
         given = Answers(api_base, api_key, model, mode, channel, page)
         if interactive or given != Answers():
             config = ask(config, given, interactive=interactive)

@@ -19,7 +19,7 @@ from nanobot.config.channel_settings import (BUILTIN_CHANNELS, BotChannel, Chann
 from nanobot.config.tool_settings import (ExecTool, McpServer, Tools, Transcription, Web, WebFetch, WebSearch)
 from nanobot.config.gateway_settings import (Api, Database, DatabaseUrl, Gateway, Heartbeat, Metrics)
 from nanobot.config.root import (Config, nanobot_home, own_account, private_dir, write_private)
-from nanobot.config.loading import (config_path, load_config)
+from nanobot.config.loading import (config_path, defaults_and_environment, load_config)
 
 __all__ = ["AddressAndPort", "ConfigError", "ExecutionMode", "HttpProxy", "Id", "Section", "Timezone",
            "address_and_port", "listen_address", "url_password", "url_without_password", "AgentOverride",
@@ -28,4 +28,4 @@ __all__ = ["AddressAndPort", "ConfigError", "ExecutionMode", "HttpProxy", "Id", 
            "EmailConfig", "ImapServer", "LIVE_CHANNELS", "MatrixConfig", "PluginChannelConfig", "SignalConfig", "SlackConfig",
            "SlackEvents", "SmtpServer", "TelegramConfig", "TelegramWebhook", "WhatsAppConfig", "WhatsAppWebhook", "ExecTool", "McpServer", "Tools", "Transcription",
            "Web", "WebFetch", "WebSearch", "Api", "Database", "DatabaseUrl", "Gateway", "Heartbeat", "Metrics",
-           "Config", "nanobot_home", "own_account", "private_dir", "write_private", "config_path", "load_config"]
+           "Config", "nanobot_home", "own_account", "private_dir", "write_private", "config_path", "defaults_and_environment", "load_config"]

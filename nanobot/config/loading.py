@@ -124,6 +124,18 @@ def load_config(explicit: str | Path | None = None) -> tuple[Config, Path]:
         _FileShape.model_validate(data, strict=True)
     except ValidationError as exc:
         raise _validation_error(exc, path, from_file=True) from None
+    config = _built(path, data)
+    config._source = path.resolve()
+    return config, path
+
+
+def defaults_and_environment(path: Path) -> Config:
+    """The defaults with what the environment sets (what ``onboard`` writes to a new file at
+    ``path``); a bad variable is one ConfigError naming it, as in ``load_config``."""
+    return _built(path, {})
+
+
+def _built(path: Path, data: dict[str, Any]) -> Config:
     token = _FILE_DATA.set(data)
     try:
         config = Config()
@@ -135,5 +147,4 @@ def load_config(explicit: str | Path | None = None) -> tuple[Config, Path]:
         _FILE_DATA.reset(token)
     for loc, message in config.problems():
         raise _bad_value(_env_source(loc) or str(path), loc, message)
-    config._source = path.resolve()
-    return config, path
+    return config
