@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nanobot.api.keys import key_hash
+from nanobot.session_files import SessionStore
 from tests import cli_zygote
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.loopback import free_port, serve
@@ -68,8 +69,12 @@ async def test_agent_mode_flag_runs_code_mode(home: Path, workspace: Path) -> No
         write_config(home, workspace, llm.base_url, mode="tools")
         llm.script(reply("```python\nwrite_file('x.txt', 'hi')\nfinal_answer(list_dir())\n```"))
         code, out, err = await nanobot("agent", "--mode", "code", "-m", "go", "--session", "cli:other", home=home)
-    assert code == 0, err
-    assert "x.txt" in out and "tools" not in llm.chat_requests[0]
+        assert code == 0, err
+        assert "x.txt" in out and "tools" not in llm.chat_requests[0]
+        llm.script(reply("the work chat"))  # a bare name is a terminal chat of that name (it was a traceback)
+        code, out, err = await nanobot("agent", "-m", "hi", "--session", "work", home=home)
+    assert code == 0 and "the work chat" in out and "Traceback" not in err, err
+    assert (await SessionStore(home / "sessions").open("cli:work")).messages[-1]["content"] == "the work chat"
 
 
 async def test_unreachable_model_is_a_clear_reply_not_a_traceback(home: Path, workspace: Path) -> None:

@@ -22,7 +22,8 @@ DEMO_RECORDING = Path(__file__).resolve().parent.parent / "demo" / "demo.jsonl"
 
 def agent(ctx: typer.Context,
           message: Optional[str] = typer.Option(None, "--message", "-m", metavar="TEXT", help="one message; omit for a chat"),
-          session: str = typer.Option("cli:default", "--session", metavar="KEY", help="session key"),
+          session: str = typer.Option("cli:default", "--session", metavar="KEY",
+                                      help="the chat: cli:NAME (or NAME) a terminal chat, CHANNEL:ID another's"),
           mode: Optional[str] = typer.Option(None, "--mode", metavar="MODE", help="tools, code or hybrid"),
           demo: bool = typer.Option(False, "--demo", help="offline, with a recorded model and a temporary workspace"),
           local: bool = typer.Option(False, "--local", help="run in this process even when a gateway runs"),
@@ -35,6 +36,7 @@ def agent(ctx: typer.Context,
     if demo:
         sys.exit(asyncio.run(_run_demo(message)))
     config = get_config(ctx)
+    session = session if ":" in session else f"cli:{session}"  # --session work: the terminal chat "work"
     sock = config.home / SOCKET
     why = _in_process_because(config, sock, session, local)
     if why is None and message is not None:
