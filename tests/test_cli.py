@@ -77,6 +77,13 @@ async def test_agent_mode_flag_runs_code_mode(home: Path, workspace: Path) -> No
     assert (await SessionStore(home / "sessions").open("cli:work")).messages[-1]["content"] == "the work chat"
 
 
+async def test_mcp_commands_without_servers_say_so(home: Path, workspace: Path) -> None:
+    write_config(home, workspace, "http://127.0.0.1:9/v1")
+    for command in ("list", "tools"):  # tools printed nothing at all
+        code, out, _ = await nanobot("mcp", command, home=home)
+        assert code == 0 and out == "No MCP servers configured (tools.mcpServers).\n"
+
+
 async def test_unreachable_model_is_a_clear_reply_not_a_traceback(home: Path, workspace: Path) -> None:
     write_config(home, workspace, "http://127.0.0.1:9/v1")
     cfg = json.loads((home / "config.json").read_text())

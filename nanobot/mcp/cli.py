@@ -26,6 +26,15 @@ def _config(ctx: typer.Context) -> Config:
     return load_config(obj.get("config"))[0]
 
 
+def _some_configured(ctx: typer.Context) -> Config:
+    """The config; with no server in it, that said and the command done."""
+    config = _config(ctx)
+    if not config.tools.mcp_servers:
+        typer.echo("No MCP servers configured (tools.mcpServers).")
+        raise typer.Exit(0)
+    return config
+
+
 @asynccontextmanager
 async def _servers(config: Config, only: str | None = None) -> AsyncIterator[object]:
     from nanobot.mcp.servers import McpServers
@@ -51,10 +60,7 @@ async def _servers(config: Config, only: str | None = None) -> AsyncIterator[obj
 @mcp_app.command("list")
 def list_servers(ctx: typer.Context) -> None:
     """Each server: transport, state, number of functions (exit 0 even when one is down)."""
-    config = _config(ctx)
-    if not config.tools.mcp_servers:
-        typer.echo("No MCP servers configured (tools.mcpServers).")
-        return
+    config = _some_configured(ctx)
 
     async def run() -> None:
         async with _servers(config) as servers:
@@ -72,7 +78,7 @@ def list_tools(ctx: typer.Context, server: Optional[str] = typer.Argument(None, 
     """The functions the servers offer, as the Python stubs the model sees."""
     from nanobot.mcp.tools import McpTool
 
-    config = _config(ctx)
+    config = _some_configured(ctx)
 
     async def run() -> None:
         async with _servers(config, server) as servers:
