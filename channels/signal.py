@@ -70,8 +70,7 @@ class SignalChannel(BaseChannel):
         except (aiohttp.ClientError, OSError, TimeoutError, RuntimeError) as exc:
             await self.stop()
             raise RuntimeError(f"signal: signal-cli is not answering at {self.base} ({_reason(exc)}); start it with: "
-                               f"signal-cli -a {self.config.account} daemon --http 127.0.0.1:8080 "
-                               "--receive-mode on-connection") from None
+                               f"{self.config.daemon_command()}") from None
         self.read_while_held(EVENTS, self._events)
 
     async def stop(self) -> None:

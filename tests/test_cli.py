@@ -513,7 +513,7 @@ async def test_status_check_asks_each_enabled_platform(home: Path, workspace: Pa
         assert "Check:     model server spare: REFUSED: The server answered 401: Incorrect API key provided" in out
         assert "Check:     telegram: Telegram knows the token: the bot is @nanobot_test_bot." in out
         assert "Check:     discord: REFUSED: Discord refused the token: 401: Unauthorized" in out
-        assert "Check:     signal: no answer ([Errno 111] Connection refused)" in out
+        assert "Check:     signal: no answer ([Errno 111] Connection refused; start it with: signal-cli -a " in out
         assert code == 1 and "CANARY" not in out + err
         config["channels"]["discord"]["token"] = dc.token
         config["providers"]["spare"]["apiKey"] = "k"
@@ -587,11 +587,13 @@ async def test_onboard_logs_in_to_the_mailbox_and_asks_again_when_refused(home: 
 async def test_onboard_takes_no_owner_on_the_bots_own_account(home: Path) -> None:
     """Signal: the owner's number typed as the bot's own (signal-cli linked to the owner's
     account, which never reads their messages) is asked again."""
+    port = free_port()
     out = await onboard_channel(home, [
         ("Chat channel", "signal"), ("(not yours)", "+1 555 000 1111"), ("user id", "+15550001111"),
         ("is the bot's own account", "+1 555 000 2222")],
-        NANOBOT_CHANNELS__SIGNAL__RPC_URL=f"http://127.0.0.1:{free_port()}")
-    assert "No answer ([Errno 111] Connection refused). It is written anyway" in out
+        NANOBOT_CHANNELS__SIGNAL__RPC_URL=f"http://127.0.0.1:{port}")
+    assert "No answer ([Errno 111] Connection refused; start it with: signal-cli -a +15550001111 daemon --http " \
+           f"127.0.0.1:{port} --receive-mode on-connection). It is written anyway" in " ".join(out.split())
     signal = json.loads((home / "config.json").read_text())["channels"]["signal"]
     assert signal["account"] == "+15550001111" and signal["owners"] == ["+15550002222"], out
     code, out, err = await nanobot("status", home=home)

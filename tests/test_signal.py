@@ -293,8 +293,8 @@ async def test_a_daemon_that_is_not_running_shows_in_status_and_holds_nothing(
     async with running_gateway(signal_config(llm, workspace, signal)) as gateway:
         assert "signal-cli is not answering" in gateway.channels.state["signal"]
         assert "HTTP 503" in gateway.channels.state["signal"]
-        # how to start it so that nothing sent while nanobot is away is lost
-        assert "--receive-mode on-connection" in gateway.channels.state["signal"]
+        # how to start it so that nothing sent while nanobot is away is lost, where rpcUrl points
+        assert f"daemon --http 127.0.0.1:{signal.port} --receive-mode on-connection" in gateway.channels.state["signal"]
 
 
 async def test_a_number_signal_refuses_is_not_retried(llm: FakeOpenAI, workspace: Path,

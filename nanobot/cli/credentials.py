@@ -194,7 +194,10 @@ def _matrix(section: Any) -> str:
 
 
 def _signal(section: Any) -> str:
-    _answer(f"{section.rpc_url.rstrip('/')}/api/v1/check", refusals=())  # what the gateway asks at start
+    try:
+        _answer(f"{section.rpc_url.rstrip('/')}/api/v1/check", refusals=())  # what the gateway asks at start
+    except (NoAnswer, OSError) as exc:
+        raise NoAnswer(f"{exc}; start it with: {section.daemon_command()}") from None
     return f"signal-cli answers at {section.rpc_url}."
 
 

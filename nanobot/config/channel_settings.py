@@ -309,8 +309,7 @@ class SignalConfig(ChannelSection):
 
     account: str = ""
     rpc_url: ServerUrl = "http://127.0.0.1:8080"
-    # Where signal-cli keeps attachments it received (read without following links)
-    attachments_dir: str = "~/.local/share/signal-cli/attachments"
+    attachments_dir: str = "~/.local/share/signal-cli/attachments"  # what it received (read without following links)
 
     @field_validator("allow_from", "owners")
     @classmethod
@@ -331,6 +330,9 @@ class SignalConfig(ChannelSection):
 
     def private_chat(self, user_id: str) -> str | None:
         return user_id if user_id.startswith("+") and user_id[1:].isdigit() else None  # not a UUID
+
+    def daemon_command(self) -> str:  # what serves rpcUrl for account: said where nothing answers there
+        return f"signal-cli -a {self.account} daemon --http {urlsplit(self.rpc_url).netloc} --receive-mode on-connection"
 
     def missing(self) -> list[tuple[str, str]]:
         return [("account", "is empty")] if not self.account.strip() else []
