@@ -97,9 +97,9 @@ def onboard(ctx: typer.Context,
             fail(str(exc))
         private_dir(path.parent)
         if path.exists():  # a config that cannot be read is what --force is reached for: kept aside whole
+            kept = "API keys and tokens carried over"
             try:
-                config, kept = _keep_secrets(config, load_config(ctx.obj.get("config"))[0]), "API keys and tokens " \
-                    "carried over"
+                config = _keep_secrets(config, load_config(ctx.obj.get("config"))[0])
             except ConfigError as exc:
                 kept = f"nothing carried over from it: {str(exc).removeprefix(str(path) + ': ')}"
             back_up(path, kept)
