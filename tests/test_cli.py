@@ -472,6 +472,25 @@ async def test_onboard_sets_up_one_more_channel_in_a_config_there(home: Path, wo
     assert "Owners kept: 777" in again and json.loads((home / "config.json").read_text()) == saved
 
 
+async def test_onboard_says_when_a_homeserver_takes_no_password(home: Path) -> None:
+    """A homeserver that signs people in only through its identity provider (SSO, as Matrix
+    Authentication Service does) would refuse the bot's password at every start: said now."""
+    from aiohttp import web
+
+    app = web.Application()
+    app.router.add_get("/_matrix/client/v3/login", lambda request: web.json_response({"flows": [{"type": "m.login.sso"}]}))
+    runner, port = await serve(app)
+    try:
+        out = await onboard_channel(home, [
+            ("Chat channel", "matrix"), ("homeserver URL", f"http://127.0.0.1:{port}"),
+            ("bot's Matrix user id", "@bot:example.org"), ("encrypted chats need): ", "CANARY-pw"),
+            ("Your own Matrix user id", "@me:example.org")])
+    finally:
+        await runner.cleanup()
+    assert "The homeserver takes no password login (only m.login.sso): give the bot an access token instead, " \
+           "channels.matrix.accessToken (and deviceId) in the config file." in " ".join(out.split())
+
+
 async def test_onboards_checks_follow_no_redirect_with_a_token() -> None:
     """A platform address that redirects elsewhere gets no second request: urllib would have sent
     the Authorization header on to wherever the redirect pointed."""

@@ -744,6 +744,10 @@ async def test_onboard_checks_the_token_with_the_homeserver(synapse: Homeserver,
     assert "The homeserver refused the access token: Invalid access token passed: change it in the config file" \
         in said["syt_wrong"]
     assert f"The homeserver knows the token: {bot}." in said[token]
+    with_password = await onboard_channel(tmp_path / "password", [
+        ("Chat channel", "matrix"), ("homeserver URL", synapse.url), ("bot's Matrix user id", bot),
+        ("encrypted chats need): ", "CANARY-pw"), ("Your own Matrix user id", people["owner"].user_id)])
+    assert "The homeserver takes a password login; the bot signs in when the gateway starts." in with_password
 
 
 async def test_killed_mid_turn_answered_once(llm: FakeOpenAI, home: Path, workspace: Path, tmp_path: Path,

@@ -184,8 +184,12 @@ def _slack(section: Any) -> str:
 def _matrix(section: Any) -> str:
     base = f"{section.homeserver.rstrip('/')}/_matrix/client"
     if not section.access_token:  # a password signs in at start, as a device: none is made here
-        _answer(f"{base}/versions", refusals=())
-        return "The homeserver answered; the bot signs in when the gateway starts."
+        flows = [flow.get("type") for flow in _answer(f"{base}/v3/login", refusals=()).get("flows") or []
+                 if isinstance(flow, dict)]
+        if "m.login.password" in flows:
+            return "The homeserver takes a password login; the bot signs in when the gateway starts."
+        return (f"The homeserver takes no password login (only {', '.join(map(str, flows)) or 'none'}): give the "
+                f"bot an access token instead, channels.matrix.accessToken (and deviceId) in the config file.")
     me = _answer(f"{base}/v3/account/whoami", "The homeserver refused the access token", "access_token",
                  refusals=(401, 403), token=section.access_token)
     if me.get("user_id") != section.user_id:
