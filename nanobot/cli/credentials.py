@@ -189,7 +189,7 @@ def _matrix(section: Any) -> str:
         if "m.login.password" in flows:
             return "The homeserver takes a password login; the bot signs in when the gateway starts."
         return (f"The homeserver takes no password login (only {', '.join(map(str, flows)) or 'none'}): give the "
-                f"bot an access token instead, channels.matrix.accessToken (and deviceId) in the config file.")
+                "bot an access token instead, channels.matrix.accessToken (and deviceId) in the config file.")
     me = _answer(f"{base}/v3/account/whoami", "The homeserver refused the access token", "access_token",
                  refusals=(401, 403), token=section.access_token)
     if me.get("user_id") != section.user_id:
