@@ -25,7 +25,7 @@ def keys_add(ctx: typer.Context, name: str = typer.Argument(..., help="who or wh
     async def add(keys):  # type: ignore[no-untyped-def]
         return await keys.add(name, owner=owner)
 
-    key = _with_keys(get_config(ctx), add)
+    key = with_keys(get_config(ctx), add)
     typer.echo(key)
     typer.echo(f"(the key for {name}, {'an owner' if owner else 'a member'} key; it is not shown again)", err=True)
 
@@ -37,7 +37,7 @@ def keys_list(ctx: typer.Context) -> None:
     async def listing(keys):  # type: ignore[no-untyped-def]
         return await keys.list()
 
-    found = _with_keys(get_config(ctx), listing)
+    found = with_keys(get_config(ctx), listing)
     if not found:
         typer.echo("No API keys (nanobot api keys add NAME).")
     for key in found:
@@ -53,13 +53,15 @@ def keys_revoke(ctx: typer.Context, name: str = typer.Argument(..., help="the ke
     async def revoke(keys):  # type: ignore[no-untyped-def]
         return await keys.revoke(name)
 
-    if not _with_keys(get_config(ctx), revoke):
+    if not with_keys(get_config(ctx), revoke):
         typer.echo(f"nanobot: no active key named {name!r} (see: nanobot api keys list)", err=True)
         sys.exit(1)
     typer.echo(f"Revoked {name}.")
 
 
-def _with_keys(config: Config, action):  # type: ignore[no-untyped-def]
+def with_keys(config: Config, action):  # type: ignore[no-untyped-def]
+    """``action(keys)`` on the home's API keys (the database opened and closed around it); a
+    ValueError it raises is one line, exit 2."""
     from nanobot.api.keys import ApiKeys
     from nanobot.database import open_database
 

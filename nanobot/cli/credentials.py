@@ -1,10 +1,11 @@
-"""onboard's one call per chat channel: whether the platform takes what was just typed.
+"""One call per platform (a chat channel's, a model server's): whether it takes the credentials.
 
-A refusal (a mistyped token, a wrong password) raises ``Refused``, and onboard asks again; no
-answer (offline, a firewall, signal-cli not started yet) is said, and the answers are written
-anyway, as for the model server. Each call only
-reads: it keeps no connection, makes no device and changes nothing on the platform. What is
-said names no secret (a token sits in Telegram's URLs, so no URL of one is ever shown).
+``onboard`` makes it after the questions, ``status --check`` for each server the config names.
+A refusal (a mistyped token, a wrong password) raises ``Refused`` (onboard asks again); no
+answer (offline, a firewall, signal-cli not started yet) raises ``NoAnswer`` (said, and the
+answers kept). Each call only reads: it keeps no connection, makes no device and changes
+nothing on the platform. What is said names no secret (a token sits in Telegram's URLs, so no
+URL of one is ever shown), and no redirect is followed with a token.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import http.client
 import imaplib
 import json
 import ssl
-import urllib.error
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,7 +52,7 @@ def check(name: str, section: ChannelSection) -> str:
     no, ``NoAnswer`` if it said nothing."""
     try:
         return CHECKS[name](section)
-    except (OSError, http.client.HTTPException) as exc:
+    except OSError as exc:  # the IMAP login's socket (the HTTP calls say NoAnswer themselves)
         raise NoAnswer(str(exc)) from None
 
 
@@ -100,7 +101,7 @@ def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = Fal
             status, body = response.status, response.read()
     except urllib.error.HTTPError as exc:
         status, body = exc.code, exc.read()
-    except (urllib.error.URLError, TimeoutError) as exc:
+    except (OSError, http.client.HTTPException) as exc:  # unreachable, a timeout, a bad certificate, not HTTP
         raise NoAnswer(getattr(exc, "reason", exc)) from None
     try:
         found = json.loads(body or b"{}")
@@ -144,7 +145,7 @@ def telegram_senders(section: Any, wait_s: float = 120) -> Iterator[tuple[str, s
         poll = {"offset": offset, "timeout": int(min(left, 30)), "allowed_updates": ["message"]}
         try:
             updates = _answer(url, json_body=poll, timeout_s=45).get("result") or []
-        except (NoAnswer, OSError, http.client.HTTPException):
+        except NoAnswer:
             return
         for update in updates:
             offset = max(offset, int(update.get("update_id", 0)) + 1)
@@ -200,7 +201,7 @@ def _matrix(section: Any) -> str:
 def _signal(section: Any) -> str:
     try:
         _answer(f"{section.rpc_url.rstrip('/')}/api/v1/check", refusals=())  # what the gateway asks at start
-    except (NoAnswer, OSError) as exc:
+    except NoAnswer as exc:
         raise NoAnswer(f"{exc}; start it with: {section.daemon_command()}") from None
     return f"signal-cli answers at {section.rpc_url}."
 

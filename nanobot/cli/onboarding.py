@@ -43,8 +43,8 @@ QUESTIONS = {
     "app_secret": "The app secret (App settings, Basic): Meta signs each webhook post with it",
 }
 OWNER_IDS = {"telegram": "a number; Enter: send the bot a message instead", "discord": "a number",
-             "slack": "U...: a profile's menu, Copy member ID", "matrix": "@you:example.org", "signal": "+15550002222", "email": "your address, ada@example.org",
-             "whatsapp": "your number with its country code, +15550002222"}
+             "slack": "U...: a profile's menu, Copy member ID", "matrix": "@you:example.org", "signal": "+15550002222",
+             "email": "your address, ada@example.org", "whatsapp": "your number with its country code, +15550002222"}
 SHOWN_MODELS = 8
 
 
@@ -103,24 +103,16 @@ def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
 def page_key(config: Config) -> None:
     """The first owner key, shown once, for signing in on the page; none when the home has an
     owner key already (``nanobot api keys add NAME --owner`` makes more)."""
-    import asyncio
+    from nanobot.cli.api import with_keys
 
-    from nanobot.api.keys import ApiKeys
-    from nanobot.database import open_database
+    async def make(keys) -> str | None:  # type: ignore[no-untyped-def]
+        if any(owner for _, _, owner in await keys.active()):
+            return None
+        taken = {key.name for key in await keys.list()}  # a revoked key keeps its name (and its chats)
+        return await keys.add(next(name for name in ("page", *(f"page-{n}" for n in range(2, 1000)))
+                                   if name not in taken), owner=True)
 
-    async def make() -> str | None:
-        db = await open_database(config)
-        try:
-            keys = await ApiKeys.open(db)
-            if any(owner for _, _, owner in await keys.active()):
-                return None
-            taken = {key.name for key in await keys.list()}  # a revoked key keeps its name (and its chats)
-            name = next(name for name in ("page", *(f"page-{n}" for n in range(2, 1000))) if name not in taken)
-            return await keys.add(name, owner=True)
-        finally:
-            await db.close()
-
-    if key := asyncio.run(make()):
+    if key := with_keys(config, make):
         typer.echo(f"Your owner key for the page (shown once; keep it like a password): {key}")
 
 
@@ -207,7 +199,8 @@ def _id_or_message(section: ChannelSection) -> Callable[..., str]:
         while not (said := str(typer.prompt(question, default="", show_default=False, **prompt)).strip()):
             typer.echo("  Send your bot any message on Telegram now (I wait up to 2 minutes).")
             for user_id, name in credentials.telegram_senders(section):
-                if typer.confirm(for_terminal(f"  {name} (id {user_id}) wrote to the bot: is that you?"), default=False):
+                if typer.confirm(for_terminal(f"  {name} (id {user_id}) wrote to the bot: is that you?"),
+                                 default=False):
                     return user_id
             typer.echo("  No message of yours came (a gateway running with this token would read them first).")
         return said
