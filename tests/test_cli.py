@@ -64,7 +64,7 @@ async def test_agent_message_does_a_multi_step_file_task(home: Path, workspace: 
     assert "Usage [tools]: 4 model calls, 40 prompt + 20 completion tokens, 0 executions, 0 failed" in out
 
 
-async def test_agent_mode_flag_runs_code_mode(home: Path, workspace: Path) -> None:
+async def test_agent_mode_and_session_flags(home: Path, workspace: Path) -> None:
     async with FakeOpenAI() as llm:
         write_config(home, workspace, llm.base_url, mode="tools")
         llm.script(reply("```python\nwrite_file('x.txt', 'hi')\nfinal_answer(list_dir())\n```"))
@@ -73,8 +73,15 @@ async def test_agent_mode_flag_runs_code_mode(home: Path, workspace: Path) -> No
         assert "x.txt" in out and "tools" not in llm.chat_requests[0]
         llm.script(reply("the work chat"))  # a bare name is a terminal chat of that name (it was a traceback)
         code, out, err = await nanobot("agent", "-m", "hi", "--session", "work", home=home)
-    assert code == 0 and "the work chat" in out and "Traceback" not in err, err
-    assert (await SessionStore(home / "sessions").open("cli:work")).messages[-1]["content"] == "the work chat"
+        assert code == 0 and "the work chat" in out and "Traceback" not in err, err
+        llm.script(reply("in the telegram chat"))  # another channel's chat, in process: its reply was dropped
+        code, out, err = await nanobot("agent", "-m", "hi", "--session", "telegram:42", home=home)
+        assert code == 0 and out == "in the telegram chat\n" and "WARNING" not in err, err
+    sessions = SessionStore(home / "sessions")
+    assert (await sessions.open("cli:work")).messages[-1]["content"] == "the work chat"
+    assert (await sessions.open("telegram:42")).messages[-1]["content"] == "in the telegram chat"
+    code, out, _ = await nanobot("agent", "-m", "/stop", home=home)  # answered before the exit (it printed nothing)
+    assert code == 0 and out == "Nothing is running.\n"
 
 
 async def test_mcp_commands_without_servers_say_so(home: Path, workspace: Path) -> None:

@@ -40,6 +40,8 @@ async def test_a_member_keeps_the_default_model_unless_listed(llm: FakeOpenAI, w
         assert shown.startswith("Model: openai/fake-model.") and "none for member chats (agents.memberModels)" in shown
         refused = await rt.agent.handle(MEMBER, "/model big")
         assert "Member chats may not pick 'big'" in refused
+        assert await rt.agent.handle(MEMBER, "/model nope") == ("Unknown model 'nope': there are none for member "
+                                                               "chats (agents.memberModels).")  # was "choose one of none"
         assert await rt.agent.handle(MEMBER, "hi") == "fake-model"
         rt.agent.session(MEMBER).set_meta(model="big")  # picked before the rule: no longer honoured
         assert await rt.agent.handle(MEMBER, "hi") == "fake-model"

@@ -120,7 +120,7 @@ def model_command(agent: Agent, session_key: str, arg: str) -> str:
     elif member and arg in config.agents.models:
         return f"Member chats may not pick {arg!r}: the owner lists theirs in agents.memberModels ({listed})."
     else:
-        return f"Unknown model {arg!r}: choose one of {listed}, or default."
+        return f"Unknown model {arg!r}: " + (f"choose one of {listed}, or default." if names else f"there are {listed}.")
     session.sync()
     cache_starts_over(session_key, f"/model {arg}")
     provider, model = config.chat_model(session_key, session.meta.model, member=member)

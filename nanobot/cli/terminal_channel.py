@@ -22,7 +22,6 @@ from typing import Any, Callable
 from nanobot.channel_plugin import BaseChannel, Intake
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.chat_commands import COMMANDS
-from nanobot.gateway.dispatcher import is_stop
 from nanobot.logs import terminal_line
 from nanobot.eventloop import Background
 from nanobot.utf8 import for_terminal
@@ -135,6 +134,9 @@ class CliChannel(BaseChannel):
         self.receiving = Background()  # the reader of the lines typed
         self.intake = intake  # the gateway's (nanobot agent), or the running gateway's socket (remote_chat)
         self.channel, _, self.chat_id = session_key.partition(":")
+        # In process, ``--session telegram:123`` runs that chat here: its replies are the terminal's
+        # (the gateway routes a chat's messages by its channel's name; no Telegram runs here).
+        self.name = self.channel
         self.mode = mode  # the execution mode the lines typed ask for (``nanobot agent --mode``)
         self.message = message  # ``-m``: this one message instead of reading lines
         self.history_file = history_file
@@ -203,9 +205,8 @@ class CliChannel(BaseChannel):
 
     async def _hand_in(self, text: str) -> None:
         msg = InboundMessage(self.channel, self.chat_id, "owner", text, mode=self.mode)
-        if not is_stop(text):  # /stop is answered, but what it stopped is the answer waited for
-            msg.reply_future = asyncio.get_running_loop().create_future()
-            self.answers.append(msg.reply_future)
+        msg.reply_future = asyncio.get_running_loop().create_future()  # /stop's too: "Nothing is running."
+        self.answers.append(msg.reply_future)
         await self.intake.accept([msg])
 
     async def _terminal_lines(self):

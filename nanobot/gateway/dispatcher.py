@@ -247,8 +247,7 @@ class Dispatcher:
         """
         if self.closing:
             raise RuntimeError("the gateway is shutting down")
-        done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        msg.reply_future = done
+        msg.reply_future = done = asyncio.get_running_loop().create_future()
         if through is None:
             self.submit(msg)
         else:
@@ -263,8 +262,10 @@ class Dispatcher:
                 self.agent.session(msg.session_key).sync()
                 log.info("%s: turn stopped by the user", msg.session_key)
             answer = "Stopped." if stopped else "Nothing is running."
-            _answer_caller(msg, answer)
-            await self.finish(msg, answer)
+            try:
+                await self.finish(msg, answer)
+            finally:  # after: a caller that leaves once answered (nanobot agent -m /stop) sees it sent
+                _answer_caller(msg, answer)
         finally:
             if worker is not None:
                 worker.stop_answered.set()
@@ -394,7 +395,6 @@ def origin_of(msg: InboundMessage) -> Origin:
 
 def _answer_caller(msg: InboundMessage, reply: str) -> None:
     """Hand the reply to whoever is waiting on this message (``Dispatcher.ask``, the API)."""
-    done = msg.reply_future
-    if done is not None and not done.done():
+    if (done := msg.reply_future) is not None and not done.done():
         done.set_result(reply)
 
