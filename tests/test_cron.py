@@ -365,6 +365,20 @@ def test_cli_add_list_remove(home: Path, tmp_path: Path, owner_config: None):
     assert (home / "nanobot.db").exists()
 
 
+def test_cli_names_a_job_by_its_id_or_its_name(home: Path, owner_config: None):
+    """People name their jobs and then type the name (it was "no cron job with id 'stretch'")."""
+    stretch = invoke("add", "--name", "stretch", "--every", "1h", "--message", "stretch").stdout.strip()
+    twins = [invoke("add", "--name", "twin", "--every", "1h", "--message", "x").stdout.strip() for _ in range(2)]
+    assert invoke("disable", "stretch").stdout == f"Disabled {stretch} (stretch).\n"
+    assert invoke("runs", "stretch").stdout == f"No runs of {stretch} yet.\n"
+    both = invoke("remove", "twin")
+    assert both.exit_code == 1 and "2 cron jobs are named 'twin' (ids " in both.stderr and "give the id" in both.stderr
+    assert all(twin in both.stderr for twin in twins)
+    assert invoke("remove", twins[0]).exit_code == 0 and invoke("remove", "twin").exit_code == 0
+    assert invoke("remove", "stretch").stdout == f"Removed {stretch} (stretch).\n"
+    assert invoke("list").stdout.strip() == "No cron jobs."
+
+
 def test_cli_run_without_a_gateway_refuses(home: Path, owner_config: None):
     added = invoke("add", "--every", "60", "--message", "hi")  # added all the same, and says when it runs
     assert added.exit_code == 0 and f"No gateway runs on {home}: the job runs once one does" in added.stderr
@@ -408,8 +422,8 @@ def test_cli_run_requests_a_run(home: Path, owner_config: None):
     (["add", "--every", "5", "--message", "x", "--to", "telegram"], 2, "channel:chat_id"),
     (["add", "--every", "5", "--message", "x", "--to", "slack:1"], 2, "channel 'slack' is not enabled"),
     (["add", "--every", "5 parsecs", "--message", "x"], 2, "needs a duration such as"),
-    (["remove", "deadbeef"], 1, "no cron job with id 'deadbeef'"),
-    (["run", "deadbeef"], 1, "no cron job with id 'deadbeef'"),
+    (["remove", "deadbeef"], 1, "no cron job with id or name 'deadbeef'"),
+    (["run", "deadbeef"], 1, "no cron job with id or name 'deadbeef'"),
 ])
 def test_cli_errors_and_exit_codes(home: Path, args, code, message, owner_config: None):
     result = invoke(*args)

@@ -2,7 +2,7 @@
 
 The CLI never schedules anything itself. It writes the store (same SQLite file, WAL mode,
 or the PostgreSQL database); the table is the schedule, and a running gateway's cron clock
-looks at it about every second. ``run ID`` therefore *requests* a run (marks the row), which
+looks at it about every second. ``run JOB`` therefore *requests* a run (marks the row), which
 the gateway performs: only the gateway has the sandbox, the model and the connected channels
 a job needs.
 
@@ -34,6 +34,7 @@ cron_app = typer.Typer(name="cron", no_args_is_help=True, rich_markup_mode=None,
                        help="Scheduled jobs. Changes reach a running gateway within about a second.")
 
 CLI_SESSION = "cli:default"
+JOB_HELP = "the job's id, or its name when no other job has it"
 
 
 class CliError(Exception):
@@ -172,15 +173,15 @@ def add(
 
 # ---- runs -------------------------------------------------------------------------
 @cron_app.command("runs")
-def runs(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID"),
+def runs(ctx: typer.Context, ref: str = typer.Argument(..., metavar="JOB", help=JOB_HELP),
          limit: int = typer.Option(20, "--limit", min=1, metavar="N", help="How many of the latest runs.")) -> None:
     """The job's latest runs, newest first: when, how long, status, and the output or error."""
 
     async def action(store: CronStore, config: Config) -> None:
-        await _existing(store, job_id)
-        history = await store.runs(job_id, limit=limit)
+        job = await _existing(store, ref)
+        history = await store.runs(job.id, limit=limit)
         if not history:
-            typer.echo(f"No runs of {job_id} yet.")
+            typer.echo(f"No runs of {job.id} yet.")
             return
         rows = [["STARTED", "MS", "STATUS", "OUTPUT / ERROR"]]
         rows += [[r.started_at.isoformat(timespec="seconds"), str(r.duration_ms), r.status,
@@ -191,50 +192,56 @@ def runs(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID"),
 
 
 # ---- remove / enable / disable / run ----------------------------------------------
-async def _existing(store: CronStore, job_id: str) -> CronJob:
-    job = await store.get(job_id)
-    if job is None:
-        raise CliError(f"no cron job with id {job_id!r}", 1)
-    return job
+async def _existing(store: CronStore, ref: str) -> CronJob:
+    """The job ``ref`` names: its id, or its name when one job has that name."""
+    if (job := await store.get(ref)) is not None:
+        return job
+    named = [job for job in await store.list() if job.name == ref]
+    if len(named) > 1:
+        raise CliError(f"{len(named)} cron jobs are named {ref!r} (ids {', '.join(j.id for j in named)}): "
+                       "give the id", 1)
+    if not named:
+        raise CliError(f"no cron job with id or name {ref!r}", 1)
+    return named[0]
 
 
 @cron_app.command("remove")
-def remove(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
-    """Delete a job (its run history stays). Unknown id: exit 1."""
+def remove(ctx: typer.Context, ref: str = typer.Argument(..., metavar="JOB", help=JOB_HELP)) -> None:
+    """Delete a job (its run history stays). Unknown job: exit 1."""
 
     async def action(store: CronStore, config: Config) -> None:
-        if not await store.remove(job_id):
-            raise CliError(f"no cron job with id {job_id!r}", 1)
-        typer.echo(f"Removed {job_id}.")
+        job = await _existing(store, ref)
+        await store.remove(job.id)
+        typer.echo(f"Removed {job.id} ({job.name}).")
 
     _run(ctx, action)
 
 
-def _set_enabled(ctx: typer.Context, job_id: str, enabled: bool) -> None:
+def _set_enabled(ctx: typer.Context, ref: str, enabled: bool) -> None:
     async def action(store: CronStore, config: Config) -> None:
-        await _existing(store, job_id)
-        await store.set_enabled(job_id, enabled)
-        typer.echo(f"{'Enabled' if enabled else 'Disabled'} {job_id}.")
+        job = await _existing(store, ref)
+        await store.set_enabled(job.id, enabled)
+        typer.echo(f"{'Enabled' if enabled else 'Disabled'} {job.id} ({job.name}).")
 
     _run(ctx, action)
 
 
 @cron_app.command("enable")
-def enable(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
+def enable(ctx: typer.Context, ref: str = typer.Argument(..., metavar="JOB", help=JOB_HELP)) -> None:
     """Resume a paused job. One paused after 3 failures in a row starts again with its failure count reset."""
-    _set_enabled(ctx, job_id, True)
+    _set_enabled(ctx, ref, True)
 
 
 @cron_app.command("disable")
-def disable(ctx: typer.Context, job_id: str = typer.Argument(..., metavar="ID")) -> None:
+def disable(ctx: typer.Context, ref: str = typer.Argument(..., metavar="JOB", help=JOB_HELP)) -> None:
     """Pause a job without deleting it."""
-    _set_enabled(ctx, job_id, False)
+    _set_enabled(ctx, ref, False)
 
 
 @cron_app.command("run")
 def run(
     ctx: typer.Context,
-    job_id: str = typer.Argument(..., metavar="ID"),
+    ref: str = typer.Argument(..., metavar="JOB", help=JOB_HELP),
     wait: float = typer.Option(0, "--wait", metavar="SECONDS",
                                help="Wait up to this long for the run and print its result (exit 1 if it "
                                     "failed or did not happen)."),
@@ -246,7 +253,7 @@ def run(
     """
 
     async def action(store: CronStore, config: Config) -> None:
-        await _existing(store, job_id)
+        job_id = (await _existing(store, ref)).id
         if running_gateway_pid(nanobot_home()) is None:
             raise CliError(f"no gateway is running on {nanobot_home()}, so nothing would run job {job_id} or "
                            "deliver its output; start it (nanobot gateway, or the systemd service) and try again", 1)

@@ -239,7 +239,7 @@ def trust_lines(config: Config, owner_keys: list[str] | None, heard: dict[str, t
 
 
 async def _cron_line(db: Database) -> str:
-    """How many jobs, how many paused, and which failed at their last run (nanobot cron runs ID says why)."""
+    """How many jobs, how many paused, and which failed at their last run (nanobot cron runs JOB says why)."""
     try:
         rows = await db.fetch("SELECT id, name, enabled, last_status FROM cron_jobs ORDER BY name")
     except Exception:  # no cron table yet: nothing was ever scheduled
