@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from nanobot.cli import app
 from nanobot.gateway_lock import running_gateway_pid
 from tests import cli_zygote
 from tests.fakes.openai_server import FakeOpenAI, reply
@@ -271,6 +273,9 @@ async def test_history_export_shows_what_others_wrote_never_obeyed(home: Path) -
     assert code == 0, err
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", out) and "\\u009b2J" in out
     assert json.loads(out.splitlines()[-1])["content"] == said
+    listed = [await asyncio.to_thread(CliRunner().invoke, app, ["history", "list", *prefix])
+              for prefix in ([], ["slack:"])]  # which chats there are, to export one
+    assert [r.stdout for r in listed] == ["telegram:5\n", "No chat has a history whose key starts with 'slack:'.\n"]
 
 
 async def test_what_nanobot_creates_is_private_even_outside_the_home(home: Path, tmp_path: Path) -> None:

@@ -209,6 +209,7 @@ async def test_history_export_from_postgresql(pg_url: str, llm, workspace: Path,
     lines = [json.loads(line) for line in (tmp_path / "h.jsonl").read_text().splitlines()]
     assert [m.get("content") for m in lines[1:]] == ["hello", "hi"]
     assert (await nanobot("history", "export", "telegram:9", home=home, env=env))[0] == 1
+    assert (await nanobot("history", "list", home=home, env=env))[1] == "telegram:8\n"
 
 
 async def test_a_count_that_does_not_match_copies_nothing(pg_url: str, llm, workspace: Path, home: Path) -> None:

@@ -1,5 +1,5 @@
-"""``nanobot db migrate --to URL`` (a home into PostgreSQL), ``nanobot history export KEY``
-(a chat's history as JSONL, from either store), ``nanobot backup FILE`` and ``nanobot restore FILE``."""
+"""``nanobot db migrate --to URL`` (a home into PostgreSQL), ``nanobot history list`` and
+``export KEY`` (the chats; a chat's history as JSONL, from either store), ``nanobot backup FILE`` and ``nanobot restore FILE``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import tarfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 import typer
 
@@ -17,7 +17,9 @@ from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.cli.common import fail, get_config
 from nanobot.config import Config, url_without_password
 from nanobot.config.gateway_settings import unencrypted_database
-from nanobot.utf8 import json_for_terminal
+from nanobot.utf8 import for_terminal, json_for_terminal
+
+T = TypeVar("T")
 
 db_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The store: copy a home into PostgreSQL.")
 history_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Chat histories.")
@@ -103,13 +105,23 @@ def db_set_workspace(ctx: typer.Context, path: Path = typer.Argument(..., help="
     typer.echo(f"The assistant's workspace is {path} (it was {before or 'not recorded'}). Restart the workers.")
 
 
+@history_app.command("list")
+def history_list(ctx: typer.Context,
+                 prefix: str = typer.Argument("", help="only the chats whose key starts so, e.g. telegram:"),
+                 limit: int = typer.Option(100, "--limit", min=1, metavar="N", help="at most this many")) -> None:
+    """The chats with a history, most recently written first: their keys, for export."""
+    keys = asyncio.run(_from_store(get_config(ctx), lambda store: store.chats(prefix, limit)))
+    typer.echo("\n".join(for_terminal(key) for key in keys) if keys else "No chat has a history"
+               + (f" whose key starts with {prefix!r}." if prefix else "."))
+
+
 @history_app.command("export")
 def history_export(ctx: typer.Context, key: str = typer.Argument(..., help="the chat, e.g. telegram:123456"),
                    out: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="write here, not to stdout")) -> None:
     """A chat's history as JSONL (every record, in order), from the configured store."""
-    records = asyncio.run(_records(get_config(ctx), key))
+    records = asyncio.run(_from_store(get_config(ctx), lambda store: store.records(key)))
     if not records:
-        fail(f"no history for {key!r}", 1)
+        fail(f"no history for {key!r} (nanobot history list shows the chats)", 1)
     text = "".join(json_for_terminal(r) + "\n" for r in records)
     if out is None:
         sys.stdout.write(text)
@@ -118,7 +130,8 @@ def history_export(ctx: typer.Context, key: str = typer.Argument(..., help="the 
         typer.echo(f"Wrote {len(records)} records to {out}", err=True)
 
 
-async def _records(config: Config, key: str) -> list[dict]:
+async def _from_store(config: Config, read: Callable[[Any], Awaitable[T]]) -> T:
+    """``read(store)`` on the home's history store (the JSONL files, or PostgreSQL's rows)."""
     from nanobot.database import open_database
     from nanobot.session_files import SessionStore
     from nanobot.session_rows import DatabaseSessionStore
@@ -127,8 +140,8 @@ async def _records(config: Config, key: str) -> list[dict]:
     try:
         if config.database.engine == "sqlite":
             await rename_legacy_chats(db, config.home / "sessions", config.workspace_path)  # a home from before
-            return await SessionStore(config.home / "sessions").records(key)
-        return await (await DatabaseSessionStore.create(db)).records(key)
+            return await read(SessionStore(config.home / "sessions"))
+        return await read(await DatabaseSessionStore.create(db))
     finally:
         await db.close()
 
