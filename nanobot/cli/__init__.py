@@ -68,16 +68,16 @@ def onboard(ctx: typer.Context,
             force: bool = typer.Option(False, "--force", help="rewrite the config with defaults "
                                                               "(keys and tokens kept, the old file backed up)"),
             non_interactive: bool = typer.Option(False, "--non-interactive", help="ask nothing: write the defaults"),
-            api_base: Optional[str] = typer.Option(None, "--api-base", help="the model server's URL (not asked)"),
-            api_key: Optional[str] = typer.Option(None, "--api-key", help="its API key (not asked)"),
-            model: Optional[str] = typer.Option(None, "--model", help="the model (not asked)"),
-            mode: Optional[str] = typer.Option(None, "--mode", help="code, tools or hybrid (not asked)"),
-            channel: Optional[str] = typer.Option(None, "--channel", help="none, telegram, discord, slack, matrix, signal, email or whatsapp (not asked)"),
+            api_base: Optional[str] = typer.Option(None, "--api-base", metavar="URL", help="the model server's URL (not asked)"),
+            api_key: Optional[str] = typer.Option(None, "--api-key", metavar="KEY", help="its API key (not asked)"),
+            model: Optional[str] = typer.Option(None, "--model", metavar="MODEL", help="the model (not asked)"),
+            mode: Optional[str] = typer.Option(None, "--mode", metavar="MODE", help="code, tools or hybrid (not asked)"),
+            channel: Optional[str] = typer.Option(None, "--channel", metavar="NAME", help="none, telegram, discord, slack, matrix, signal, email or whatsapp (not asked)"),
             page: Optional[bool] = typer.Option(None, "--page/--no-page", help="the web page and the API, with an owner key to sign in (not asked)"),
             ) -> None:
     """Create the config file (if missing) and the workspace from the template. In a terminal it
     asks for the model server, model, mode and one chat channel first; with a config already
-    there, ``--channel NAME`` sets up that one channel in it."""
+    there, --channel NAME sets up that one channel in it."""
     from nanobot.cli.onboarding import Answers, add_channel, ask, back_up, page_key
 
     path, _ = config_path(ctx.obj.get("config"))
