@@ -229,11 +229,17 @@ def test_ids_written_as_numbers_are_ids(tmp_path: Path) -> None:
     ("NANOBOT_TOOLS__MCP_SERVERS", "{bad", "environment variable NANOBOT_TOOLS__MCP_SERVERS: invalid JSON"),
     ("NANOBOT_AGENTS__DEFAULTS__PROVIDER", "nope",
      "environment variable NANOBOT_AGENTS__DEFAULTS__PROVIDER: invalid value for 'agents.defaults.provider'"),
+    # a section the file has not, turned on from the environment: named the file, which says nothing of it
+    ("NANOBOT_CHANNELS__MATRIX__ENABLED", "true", "environment variable NANOBOT_CHANNELS__MATRIX__ENABLED: invalid "
+     "value for 'channels.matrix.homeserver': is empty while channels.matrix.enabled is true"),
+    ("NANOBOT_CHANNELS__EMAIL__ENABLED", "true", "environment variable NANOBOT_CHANNELS__EMAIL__ENABLED: invalid "
+     "value for 'channels.email.address': is empty while channels.email.enabled is true"),
 ])
 def test_a_bad_environment_variable_is_one_line_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          name: str, value: str, expected: str) -> None:
     path = write(tmp_path / "c.json", {"agents": {"defaults": {"model": "m"}}})
     monkeypatch.setenv("NANOBOT_AGENTS__DEFAULTS__MODEL", "plain-text-is-fine")
+    monkeypatch.setenv("NANOBOT_CHANNELS__EMAIL__ALLOW_FROM", '["a@example.org"]')  # sorts before ENABLED
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError) as err:
         load_config(path)

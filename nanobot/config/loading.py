@@ -146,5 +146,24 @@ def _built(path: Path, data: dict[str, Any]) -> Config:
     finally:
         _FILE_DATA.reset(token)
     for loc, message in config.problems():
-        raise _bad_value(_env_source(loc) or str(path), loc, message)
+        raise _bad_value(_env_source(loc) or _section_source(loc, data) or str(path), loc, message)
     return config
+
+
+def _section_source(loc: tuple[Any, ...], data: dict[str, Any]) -> str | None:
+    """A rule across a section's keys (one empty while another is set) broken in a section the
+    file has not: the environment variable that set it (in that section, or the one around it,
+    as channels.email around channels.email.imap; never a whole "channels")."""
+    section, node = [str(part) for part in loc[:-1]], data
+    for part in section:
+        if not isinstance(node, dict) or part not in node:
+            break
+        node = node[part]
+    else:
+        return None  # the file has the section: the file says it
+    for end in range(len(section), min(len(section), 2) - 1, -1):
+        prefix = "NANOBOT_" + "__".join(section[:end]).upper() + "__"
+        found = (name for name in os.environ if name.upper().startswith(prefix))  # ...__ENABLED first: it turned it on
+        if setting := sorted(found, key=lambda name: (not name.upper().endswith("__ENABLED"), name)):
+            return f"environment variable {setting[0]}"
+    return None
