@@ -1,5 +1,6 @@
 """``nanobot db migrate --to URL`` (a home into PostgreSQL), ``nanobot history list`` and
-``export KEY`` (the chats; a chat's history as JSONL, from either store), ``nanobot backup FILE`` and ``nanobot restore FILE``."""
+``export KEY`` (the chats; a chat's history as JSONL, from either store), ``nanobot backup
+FILE`` and ``nanobot restore FILE``."""
 
 from __future__ import annotations
 
