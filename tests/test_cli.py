@@ -157,6 +157,18 @@ async def test_help_shows_no_type_placeholders_nor_markup(home: Path) -> None:
         assert "<" not in options and "``" not in shown, (command, shown)
 
 
+async def test_agent_message_is_followed_by_what_is_piped_in(home: Path, workspace: Path) -> None:
+    """``git diff | nanobot agent -m "review this"``, as with llm or ollama run (the piped text
+    was ignored); /dev/null, as the other tests' commands have, adds nothing."""
+    async with FakeOpenAI(fallback=lambda body: reply("two lines")) as llm:
+        write_config(home, workspace, llm.base_url)
+        proc = await cli_zygote.start(["agent", "-m", "count these"], {**os.environ, "NANOBOT_HOME": str(home)},
+                                      stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        out, _ = await asyncio.wait_for(proc.communicate(b"one\ntwo\n"), 60)
+    assert proc.returncode == 0 and out == b"two lines\n"
+    assert llm.chat_requests[0]["messages"][-1]["content"] == "count these\n\none\ntwo"
+
+
 async def test_agent_message_prints_the_reply_as_it_is_written(home: Path, workspace: Path) -> None:
     text = "Here is a reply of a good many words that the model writes one small piece at a time. " * 3
     async with FakeOpenAI() as llm:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -18,10 +20,12 @@ from nanobot.terminal_client import NO_GATEWAY, SOCKET, gateway_config, same_con
 from nanobot.workspace_template import copy_template
 
 DEMO_RECORDING = Path(__file__).resolve().parent.parent / "demo" / "demo.jsonl"
+MAX_PIPED = 512 * 1024  # the gateway's socket takes a request of up to 1 MiB
 
 
 def agent(ctx: typer.Context,
-          message: Optional[str] = typer.Option(None, "--message", "-m", metavar="TEXT", help="one message; omit for a chat"),
+          message: Optional[str] = typer.Option(None, "--message", "-m", metavar="TEXT",
+                                                 help="one message (what is piped in follows it); omit for a chat"),
           session: str = typer.Option("cli:default", "--session", metavar="KEY",
                                       help="the chat: cli:NAME (or NAME) a terminal chat, CHANNEL:ID another's"),
           mode: Optional[str] = typer.Option(None, "--mode", metavar="MODE", help="tools, code or hybrid"),
@@ -33,6 +37,8 @@ def agent(ctx: typer.Context,
         logs.setup(True)
     if mode is not None and mode not in ("tools", "code", "hybrid"):
         fail(f"--mode must be tools, code or hybrid, not {mode!r}")
+    if message is not None:
+        message = with_piped_input(message)
     if demo:
         sys.exit(asyncio.run(_run_demo(message)))
     config = get_config(ctx)
@@ -52,6 +58,23 @@ def agent(ctx: typer.Context,
         sys.exit(asyncio.run(chat_via_gateway(sock, config.home, session, mode)))
     logging.getLogger(__name__).info("running in this process: %s", why)
     sys.exit(asyncio.run(_run_agent(config, message, session, mode)))
+
+
+def with_piped_input(message: str) -> str:
+    """``git diff | nanobot agent -m "review this"``: what is piped in follows the message, as
+    with llm, aichat or ``ollama run``. Only from a pipe or a file: never a terminal (that would
+    wait for typing) nor /dev/null (systemd's, cron's)."""
+    try:
+        kind = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):  # closed, or replaced by something without a file
+        return message
+    if not (stat.S_ISFIFO(kind) or stat.S_ISREG(kind)):
+        return message
+    piped = sys.stdin.buffer.read(MAX_PIPED + 1)
+    if len(piped) > MAX_PIPED:
+        fail(f"what is piped in is over {MAX_PIPED // 1024} KiB: put it in the workspace and ask for it by name")
+    text = piped.decode("utf-8", errors="replace").strip()
+    return f"{message}\n\n{text}" if text else message
 
 
 def _in_process_because(config: Config, sock: Path, session: str, local: bool) -> str | None:
