@@ -10,9 +10,11 @@ message): the full CLI takes over. The config is found as the full CLI finds it 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
+import stat
 import sys
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -21,6 +23,11 @@ from nanobot.utf8 import for_terminal
 
 LEAN_OPTIONS = {"--session": "session", "--mode": "mode"}
 SOCKET = "api.sock"  # in $NANOBOT_HOME; the gateway serves it (nanobot/api/terminal.py)
+# ``cat page.html | nanobot agent -m "summarize"``: the piped text may be anyone's words, so the
+# turn is marked as one reading outside content (as for an attached file).
+PIPED = "what was piped in"
+PIPED_HEADER = "X-Nanobot-Piped"
+MAX_PIPED = 512 * 1024  # the gateway's socket takes a request of up to 1 MiB
 
 
 def parse(argv: list[str]) -> dict[str, str] | None:
@@ -83,18 +90,51 @@ def try_gateway(argv: list[str]) -> int | None:
         return None
     if not same_config(gateway_config(path), config_file(options.get("config"))):
         return None  # none runs (a socket left behind), or it runs with another config
-    return send(path, options["message"], options.get("session", "cli:default"), options.get("mode"),
+    try:
+        message, piped = with_piped(options["message"])
+    except ValueError as exc:
+        sys.stderr.write(f"nanobot: {exc}\n")
+        return 2
+    return send(path, message, options.get("session", "cli:default"), options.get("mode"), piped=piped,
                 verbose=bool(options.get("verbose")))
 
 
-def send(path: Path, message: str, session: str, mode: str | None, *, verbose: bool = False) -> int | None:
+def with_piped(message: str) -> tuple[str, bool]:
+    """``git diff | nanobot agent -m "review this"``: the message with what is piped in after it
+    (as llm, aichat and ``ollama run`` take it), and whether anything was; its turn reads it as
+    outside content (``PIPED``). ValueError: more than ``MAX_PIPED``."""
+    piped = _piped_input()
+    return (f"{message}\n\n{piped}", True) if piped else (message, False)
+
+
+@functools.cache  # read once: the full CLI asks again when the gateway was gone after all
+def _piped_input() -> str:
+    """Only from a pipe or a file: never a terminal (that would wait for typing) nor /dev/null
+    (systemd's, cron's)."""
+    try:
+        kind = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):  # closed, or replaced by something without a file
+        return ""
+    if not (stat.S_ISFIFO(kind) or stat.S_ISREG(kind)):
+        return ""
+    piped = sys.stdin.buffer.read(MAX_PIPED + 1)
+    if len(piped) > MAX_PIPED:
+        raise ValueError(f"what is piped in is over {MAX_PIPED // 1024} KiB: put it in the workspace and ask for "
+                         "it by name")
+    return piped.decode("utf-8", errors="replace").strip()
+
+
+def send(path: Path, message: str, session: str, mode: str | None, *, piped: bool = False,
+         verbose: bool = False) -> int | None:
     """One message to the gateway on ``path``, its reply printed as it comes; the exit code
-    (None: the gateway was gone after all)."""
+    (None: the gateway was gone after all). ``piped``: it carries what was piped in."""
     if verbose:
         sys.stderr.write(f"nanobot: through the gateway running on {path.parent} (its log has the turn)\n")
     headers = {"X-Nanobot-Session": session}
     if mode:
         headers["X-Nanobot-Mode"] = mode
+    if piped:
+        headers[PIPED_HEADER] = "1"
     body = json.dumps({"model": "nanobot", "stream": True, "messages": [{"role": "user", "content": message}]})
     try:
         status, response = _request(str(path), "POST", "/v1/chat/completions", body.encode(), headers)

@@ -106,14 +106,14 @@ class ApiChannel(BaseChannel):
         self._delivered_here: OrderedDict[str, None] = OrderedDict()  # chats whose messages come to us
 
     async def ask(self, sender: str, chat_id: str, content: str, request_id: str, *, mode: str | None = None,
-                  media: list[str] | None = None) -> Reply:
+                  media: list[str] | None = None, untrusted: str | None = None) -> Reply:
         """Hand the message to the gateway; the Reply fills as the turn runs."""
         reply = Reply()
         self._waiting.setdefault(chat_id, deque()).append(reply)
         answered: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         answered.add_done_callback(lambda done: self._answered(chat_id, reply, done))
         msg = InboundMessage(self.name, chat_id, sender, content, media=list(media or ()), delivery_key=request_id,
-                             mode=mode, reply_future=answered)
+                             mode=mode, reply_future=answered, untrusted=untrusted)
         try:
             await self.ctx.accept([msg])
         except BaseException:

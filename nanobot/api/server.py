@@ -216,12 +216,13 @@ class ApiServer:
 
 
 async def answer(request: web.Request, channel: ApiChannel, sender: str, chat_id: str, text: str, *,
-                 stream: bool, usage: UsageStore, mode: str | None = None,
-                 media: list[str] | None = None, include_usage: bool = False) -> web.StreamResponse:
+                 stream: bool, usage: UsageStore, mode: str | None = None, media: list[str] | None = None,
+                 include_usage: bool = False, untrusted: str | None = None) -> web.StreamResponse:
     """Run ``text`` as a message of the chat and answer with its reply, whole or streamed (with
     a last chunk holding the turn's usage when ``stream_options.include_usage`` asks, as OpenAI's)."""
     started = time.time()
-    reply = await channel.ask(sender, chat_id, text, f"{channel.name}-{uuid.uuid4().hex}", mode=mode, media=media)
+    reply = await channel.ask(sender, chat_id, text, f"{channel.name}-{uuid.uuid4().hex}", mode=mode, media=media,
+                              untrusted=untrusted)
 
     async def used() -> dict[str, int]:
         prompt, completion = await usage.tokens_since(f"{channel.name}:{chat_id}", started)

@@ -20,7 +20,7 @@ from nanobot.agent.commands import MODES
 from nanobot.api.server import ApiError, answer, errors, last_user_text, read_body
 from nanobot.bus import InboundMessage
 from nanobot.listener import Listener
-from nanobot.terminal_client import SOCKET
+from nanobot.terminal_client import PIPED, PIPED_HEADER, SOCKET
 
 if TYPE_CHECKING:
     from nanobot.api.front_door import FrontDoor
@@ -79,9 +79,10 @@ class TerminalSocket:
         mode = request.headers.get("X-Nanobot-Mode") or None
         if mode is not None and mode not in MODES:
             raise ApiError(400, "X-Nanobot-Mode must be tools, code or hybrid", "invalid_mode")
+        piped = PIPED if request.headers.get(PIPED_HEADER) else None  # the owner's socket: theirs to say
         return await answer(request, self.channel, "owner", session.partition(":")[2],
                             last_user_text(body.get("messages")), stream=bool(body.get("stream")),
-                            usage=self.door.usage, mode=mode)
+                            usage=self.door.usage, mode=mode, untrusted=piped)
 
 
 def _terminal_session(request: web.Request) -> str:

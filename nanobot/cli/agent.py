@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -16,11 +14,10 @@ import typer
 from nanobot import logs
 from nanobot.cli.common import fail, get_config, show_waiting
 from nanobot.config import Config, ConfigError
-from nanobot.terminal_client import NO_GATEWAY, SOCKET, gateway_config, same_config, send
+from nanobot.terminal_client import NO_GATEWAY, SOCKET, gateway_config, same_config, send, with_piped
 from nanobot.workspace_template import copy_template
 
 DEMO_RECORDING = Path(__file__).resolve().parent.parent / "demo" / "demo.jsonl"
-MAX_PIPED = 512 * 1024  # the gateway's socket takes a request of up to 1 MiB
 
 
 def agent(ctx: typer.Context,
@@ -37,8 +34,12 @@ def agent(ctx: typer.Context,
         logs.setup(True)
     if mode is not None and mode not in ("tools", "code", "hybrid"):
         fail(f"--mode must be tools, code or hybrid, not {mode!r}")
+    piped = False
     if message is not None:
-        message = with_piped_input(message)
+        try:
+            message, piped = with_piped(message)
+        except ValueError as exc:
+            fail(str(exc))
     if demo:
         sys.exit(asyncio.run(_run_demo(message)))
     config = get_config(ctx)
@@ -46,7 +47,8 @@ def agent(ctx: typer.Context,
     sock = config.home / SOCKET
     why = _in_process_because(config, sock, session, local)
     if why is None and message is not None:
-        code = send(sock, message, session, mode, verbose=logging.getLogger().isEnabledFor(logging.INFO))
+        code = send(sock, message, session, mode, piped=piped,
+                    verbose=logging.getLogger().isEnabledFor(logging.INFO))
         if code is not None:
             sys.exit(code)
         why = "the gateway stopped answering"
@@ -57,24 +59,7 @@ def agent(ctx: typer.Context,
                    "turn, Ctrl-C or Ctrl-D at the prompt leaves.")
         sys.exit(asyncio.run(chat_via_gateway(sock, config.home, session, mode)))
     logging.getLogger(__name__).info("running in this process: %s", why)
-    sys.exit(asyncio.run(_run_agent(config, message, session, mode)))
-
-
-def with_piped_input(message: str) -> str:
-    """``git diff | nanobot agent -m "review this"``: what is piped in follows the message, as
-    with llm, aichat or ``ollama run``. Only from a pipe or a file: never a terminal (that would
-    wait for typing) nor /dev/null (systemd's, cron's)."""
-    try:
-        kind = os.fstat(sys.stdin.fileno()).st_mode
-    except (OSError, ValueError, AttributeError):  # closed, or replaced by something without a file
-        return message
-    if not (stat.S_ISFIFO(kind) or stat.S_ISREG(kind)):
-        return message
-    piped = sys.stdin.buffer.read(MAX_PIPED + 1)
-    if len(piped) > MAX_PIPED:
-        fail(f"what is piped in is over {MAX_PIPED // 1024} KiB: put it in the workspace and ask for it by name")
-    text = piped.decode("utf-8", errors="replace").strip()
-    return f"{message}\n\n{text}" if text else message
+    sys.exit(asyncio.run(_run_agent(config, message, session, mode, piped=piped)))
 
 
 def _in_process_because(config: Config, sock: Path, session: str, local: bool) -> str | None:
@@ -92,18 +77,18 @@ def _in_process_because(config: Config, sock: Path, session: str, local: bool) -
 
 
 async def _run_agent(config: Config, message: str | None, session: str, mode: str | None,
-                     provider=None) -> int:
+                     provider=None, piped: bool = False) -> int:
     from nanobot.runtime import open_runtime
 
     try:
         async with open_runtime(config, provider=provider, terminal=True) as rt:
-            return await _converse(rt, session, mode, message)
+            return await _converse(rt, session, mode, message, piped)
     except ConfigError as exc:
         fail(str(exc))
     return 1
 
 
-async def _converse(rt, session: str, mode: str | None, message: str | None) -> int:
+async def _converse(rt, session: str, mode: str | None, message: str | None, piped: bool) -> int:
     """The terminal chat: a gateway with one channel, the terminal, so lines go through the same
     dispatcher as the gateway's chats (``/stop`` typed during a turn cancels it). With
     ``message``, that one message; 1 when a reply is a failure."""
@@ -121,7 +106,7 @@ async def _converse(rt, session: str, mode: str | None, message: str | None) -> 
         chat.mark_seen(upto)
     scratch = await SqliteDatabase.open(":memory:")
     gateway = Gateway(rt, scratch=scratch)
-    channel = CliChannel(gateway.dispatcher, session, mode=mode, message=message,
+    channel = CliChannel(gateway.dispatcher, session, mode=mode, message=message, piped=piped,
                          history_file=rt.home / "cli_history")
     gateway.add_internal_channel(channel)
     try:

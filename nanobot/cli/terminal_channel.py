@@ -23,6 +23,7 @@ from nanobot.channel_plugin import BaseChannel, Intake
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.chat_commands import COMMANDS
 from nanobot.logs import terminal_line
+from nanobot.terminal_client import PIPED
 from nanobot.eventloop import Background
 from nanobot.utf8 import for_terminal
 
@@ -129,7 +130,7 @@ class CliChannel(BaseChannel):
     max_message_len = 1_000_000
 
     def __init__(self, intake: Intake, session_key: str, *, mode: str | None = None,
-                 message: str | None = None, history_file: Path | None = None) -> None:
+                 message: str | None = None, piped: bool = False, history_file: Path | None = None) -> None:
         # No config section and no gate (BaseChannel's __init__ is not run): the terminal is the owner's.
         self.receiving = Background()  # the reader of the lines typed
         self.intake = intake  # the gateway's (nanobot agent), or the running gateway's socket (remote_chat)
@@ -139,6 +140,7 @@ class CliChannel(BaseChannel):
         self.name = self.channel
         self.mode = mode  # the execution mode the lines typed ask for (``nanobot agent --mode``)
         self.message = message  # ``-m``: this one message instead of reading lines
+        self.piped = piped  # ``message`` carries what was piped in: outside content
         self.history_file = history_file
         self.answers: list[asyncio.Future[str]] = []  # one per message handed in: its reply
         self._input_ended = asyncio.Event()
@@ -204,7 +206,8 @@ class CliChannel(BaseChannel):
             self._input_ended.set()
 
     async def _hand_in(self, text: str) -> None:
-        msg = InboundMessage(self.channel, self.chat_id, "owner", text, mode=self.mode)
+        msg = InboundMessage(self.channel, self.chat_id, "owner", text, mode=self.mode,
+                             untrusted=PIPED if self.piped else None)  # with -m, the one message
         msg.reply_future = asyncio.get_running_loop().create_future()  # /stop's too: "Nothing is running."
         self.answers.append(msg.reply_future)
         await self.intake.accept([msg])
