@@ -368,7 +368,9 @@ def test_cli_add_list_remove(home: Path, tmp_path: Path, owner_config: None):
 def test_cli_names_a_job_by_its_id_or_its_name(home: Path, owner_config: None):
     """People name their jobs and then type the name (it was "no cron job with id 'stretch'")."""
     stretch = invoke("add", "--name", "stretch", "--every", "1h", "--message", "stretch").stdout.strip()
-    twins = [invoke("add", "--name", "twin", "--every", "1h", "--message", "x").stdout.strip() for _ in range(2)]
+    added = [invoke("add", "--name", "twin", "--every", "1h", "--message", "x") for _ in range(2)]
+    twins = [result.stdout.strip() for result in added]
+    assert f"Another job is named 'twin' too ({twins[0]}): name each by its id." in added[1].stderr
     assert invoke("disable", "stretch").stdout == f"Disabled {stretch} (stretch).\n"
     assert invoke("runs", "stretch").stdout == f"No runs of {stretch} yet.\n"
     both = invoke("remove", "twin")

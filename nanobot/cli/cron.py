@@ -164,6 +164,8 @@ def add(
             validate_code=validate_code)
         typer.echo(job.id)
         typer.echo(f"Output goes to {job.target}.", err=True)
+        if twins := [other.id for other in await store.list() if other.name == job.name and other.id != job.id]:
+            typer.echo(f"Another job is named {job.name!r} too ({', '.join(twins)}): name each by its id.", err=True)
         if nothing_runs_jobs(config):
             typer.echo(f"No gateway runs on {config.home}: the job runs once one does (nanobot gateway, or "
                        "the systemd service).", err=True)
