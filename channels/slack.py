@@ -37,13 +37,14 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from nanobot.channel_plugin import BaseChannel, ChannelContext, LastRead, SendFailed, Sender, safe_filename, send_parts
 from nanobot.chat_commands import as_chat_message, picked
-from nanobot_channels.slack_http import fetch_file, lacking_scopes, proxy_for, token_may_go_to, without_env_proxy
+from nanobot_channels.slack_http import fetch_file, proxy_for, token_may_go_to, without_env_proxy
 from nanobot_channels.slack_where import target, ts_order, where
 from nanobot_channels.slack_working import WorkingMarks
 from nanobot_channels.slack_format import MAX_TEXT, markdown_to_mrkdwn, mrkdwn_chunks, pick_blocks
 from nanobot.message_context import noting_lost
 from nanobot.bus import Identity, InboundMessage, OutboundMessage
 from nanobot.config import SlackConfig
+from nanobot.config.slack_app import lacking_scopes
 from nanobot.eventloop import ChatLocks
 from nanobot.listener import BadBody, Listener, read_body
 

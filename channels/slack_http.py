@@ -5,7 +5,6 @@ Slack alone."""
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Mapping
 from typing import TypeVar
 from urllib.parse import urlsplit
 
@@ -14,18 +13,6 @@ import aiohttp
 from nanobot.listener import read_whole
 
 FILE_HOSTS = ("files.slack.com",)  # where the bot token may be sent to fetch a file
-# The bot token's scopes the adapter uses (docs/slack-app-manifest.json grants them: a test
-# checks the two agree). An app made before one was added lacks it until reinstalled.
-SCOPES = ("app_mentions:read", "channels:history", "chat:write", "commands", "files:read", "files:write",
-          "groups:history", "im:history", "im:write", "reactions:write")
-
-
-def lacking_scopes(headers: Mapping[str, str]) -> list[str]:
-    """The scopes the bot token lacks, read off the X-OAuth-Scopes header Slack sends with each
-    Web API answer ([] when there is none: a server that does not say)."""
-    granted = next((value for name, value in headers.items() if name.lower() == "x-oauth-scopes"), None)
-    have = {scope.strip() for scope in (granted or "").split(",")}
-    return [scope for scope in SCOPES if scope not in have] if granted is not None else []
 
 
 def token_may_go_to(url: str, api_base: str) -> bool:

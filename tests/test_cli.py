@@ -452,16 +452,19 @@ async def onboard_channel(home: Path, steps: list[tuple[str, str]], **env: str) 
 
 async def test_onboard_asks_what_a_channel_needs_and_an_owner_id_of_its_shape(home: Path) -> None:
     """Slack: both tokens, typed unseen; an owner written as a name (which admits nobody) is asked
-    again, and tokens Slack refuses; what is saved is what the gateway will accept."""
+    again, and tokens Slack refuses; what is saved is what the gateway will accept. A scope the
+    app lacks (one made by hand) is said before anything starts."""
     async with FakeSlack() as slack:
         slack.bot_token, slack.app_token = "xoxb-CANARY", "xapp-CANARY"
+        slack.scopes = [scope for scope in slack.scopes if scope != "reactions:write"]
         out = await onboard_channel(home, [
             ("Chat channel", "slack"), ("manifest.json): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-TYPO"),
             ("manifest.json): ", "xoxb-CANARY"), ("(xapp-...): ", "xapp-CANARY"),
             ("user id", "@ada"), ("is not a Slack user id", "U0123ABC")],
             NANOBOT_CHANNELS__SLACK__API_BASE=slack.api_base)
     assert "Slack refused the app-level token: invalid_auth (it needs connections:write). Once more:" in out
-    assert "Slack knows the tokens: the bot is nanobot in T1." in out
+    assert ("Slack knows the tokens: the bot is nanobot in T1. The bot token lacks reactions:write: add them to "
+            "the app and reinstall it.") in out
     assert "CANARY" not in out and "TYPO" not in out
     assert "Next: nanobot agent (a chat here); nanobot gateway (slack)" in out
     slack = json.loads((home / "config.json").read_text())["channels"]["slack"]

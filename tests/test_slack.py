@@ -65,7 +65,7 @@ async def test_a_bot_token_without_a_scope_it_needs_is_said_at_start(llm: FakeOp
                                                                      caplog: pytest.LogCaptureFixture) -> None:
     """An app made before a scope was added (reactions:write came late) lacks it until
     reinstalled: the start names what is missing, where before the first failure said little."""
-    from nanobot_channels.slack_http import SCOPES
+    from nanobot.config.slack_app import SCOPES
 
     assert sorted(SCOPES) == sorted(slack.scopes)  # the manifest people are told to use grants what is used
     slack.scopes = [scope for scope in slack.scopes if scope not in ("files:read", "reactions:write")]

@@ -17,11 +17,12 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
 from nanobot.config import ChannelSection
+from nanobot.config.slack_app import lacking_scopes
 
 TIMEOUT_S = 15
 OPENAI = "https://api.openai.com/v1"  # a provider's apiBase when it names none
@@ -88,8 +89,8 @@ def served_models(base: str, key: str) -> list[str]:
 
 
 def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = False, json_body: Any = None,
-          timeout_s: float = TIMEOUT_S) -> tuple[int, dict[str, Any]]:
-    """The status and JSON body ({} if none) of one request (a POST with ``post`` or a
+          timeout_s: float = TIMEOUT_S) -> tuple[int, dict[str, Any], Mapping[str, str]]:
+    """The status, JSON body ({} if none) and headers of one request (a POST with ``post`` or a
     ``json_body``); ``NoAnswer`` when none came."""
     headers = {"Authorization": f"{scheme} {token}"} if token else {}
     data = b"" if post else None
@@ -98,30 +99,35 @@ def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = Fal
     request = urllib.request.Request(url, data=data, headers=headers)
     try:
         with _OPENER.open(request, timeout=timeout_s) as response:
-            status, body = response.status, response.read()
+            status, body, headers = response.status, response.read(), response.headers
     except urllib.error.HTTPError as exc:
-        status, body = exc.code, exc.read()
+        status, body, headers = exc.code, exc.read(), exc.headers
     except (OSError, http.client.HTTPException) as exc:  # unreachable, a timeout, a bad certificate, not HTTP
         raise NoAnswer(getattr(exc, "reason", exc)) from None
     try:
         found = json.loads(body or b"{}")
     except ValueError:
         found = {}  # a page of another server, say: its status tells
-    return status, found if isinstance(found, dict) else {}
+    return status, found if isinstance(found, dict) else {}, headers
 
 
-def _answer(url: str, refused: str = "", key: str = "", *, refusals: tuple[int, ...] = (401,),
-            **auth: Any) -> dict[str, Any]:
-    """The body of a 200; ``Refused`` (``refused``, and what the platform said, of ``key``) on a
-    refusal's status; any other status is the platform's trouble, not the credentials'."""
-    status, body = _call(url, **auth)
+def _answer(url: str, refused: str = "", key: str = "", **call: Any) -> dict[str, Any]:
+    return _answered(url, refused, key, **call)[0]
+
+
+def _answered(url: str, refused: str = "", key: str = "", *, refusals: tuple[int, ...] = (401,),
+              **auth: Any) -> tuple[dict[str, Any], Mapping[str, str]]:
+    """The body of a 200 and its headers; ``Refused`` (``refused``, and what the platform said,
+    of ``key``) on a refusal's status; any other status is the platform's trouble, not the
+    credentials'."""
+    status, body, headers = _call(url, **auth)
     said = body.get("description") or body.get("message") or body.get("error") or f"HTTP {status}"
     said = said.get("message") if isinstance(said, dict) else said  # the Graph API's error object
     if status in refusals:
         raise Refused(f"{refused}: {said}", key)
     if status != 200:
         raise NoAnswer(said)
-    return body
+    return body, headers
 
 
 def _base(name: str, section: Any) -> str:
@@ -171,7 +177,7 @@ def _slack(section: Any) -> str:
     """auth.test with the bot token; with Socket Mode's app-level token, the address of a
     connection (which lapses unused). Slack answers 200 with ``ok`` false and an error code."""
     base = _base("slack", section)
-    me = _answer(f"{base}/auth.test", token=section.bot_token, post=True)
+    me, headers = _answered(f"{base}/auth.test", token=section.bot_token, post=True)
     if not me.get("ok"):
         raise Refused(f"Slack refused the bot token: {me.get('error')}", "bot_token")
     if section.app_token:
@@ -179,7 +185,9 @@ def _slack(section: Any) -> str:
         if not socket.get("ok"):
             raise Refused(f"Slack refused the app-level token: {socket.get('error')} (it needs connections:write)",
                           "app_token")
-    return f"Slack knows the tokens: the bot is {me.get('user')} in {me.get('team') or me.get('team_id')}."
+    lacking = lacking_scopes(headers)  # an app made by hand, or before a scope was added
+    return (f"Slack knows the tokens: the bot is {me.get('user')} in {me.get('team') or me.get('team_id')}."
+            + (f" The bot token lacks {', '.join(lacking)}: add them to the app and reinstall it." if lacking else ""))
 
 
 def _matrix(section: Any) -> str:
