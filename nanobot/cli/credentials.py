@@ -92,11 +92,11 @@ def _call(url: str, *, token: str = "", scheme: str = "Bearer", post: bool = Fal
           timeout_s: float = TIMEOUT_S) -> tuple[int, dict[str, Any], Mapping[str, str]]:
     """The status, JSON body ({} if none) and headers of one request (a POST with ``post`` or a
     ``json_body``); ``NoAnswer`` when none came."""
-    headers = {"Authorization": f"{scheme} {token}"} if token else {}
+    sent = {"Authorization": f"{scheme} {token}"} if token else {}
     data = b"" if post else None
     if json_body is not None:
-        data, headers["Content-Type"] = json.dumps(json_body).encode(), "application/json"
-    request = urllib.request.Request(url, data=data, headers=headers)
+        data, sent["Content-Type"] = json.dumps(json_body).encode(), "application/json"
+    request = urllib.request.Request(url, data=data, headers=sent)
     try:
         with _OPENER.open(request, timeout=timeout_s) as response:
             status, body, headers = response.status, response.read(), response.headers
