@@ -725,11 +725,17 @@ async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path
         code, out, err = await nanobot("onboard", "--api-base", llm.base_url, "--api-key", "wrong-key",
                                        "--mode", "hybrid", home=home)
         code_v1, out_v1, _ = await nanobot("onboard", "--api-base", llm.base_url.removesuffix("/v1"), home=tmp_path)
+        typo = await nanobot("onboard", "--api-base", llm.base_url, "--api-key", "k", "--model", "gpt-4.1-mni",
+                             home=tmp_path / "typo")  # a model the server does not list: said (it was not)
+    assert typo[0] == 0 and "It lists no gpt-4.1-mni: check the name (written as given)." in typo[1]
     assert code == 0, err
     assert "The server answered 401: Incorrect API key provided. Check the URL and key" in out
     assert code_v1 == 0 and f"Check the URL (the API is usually under /v1: {llm.base_url})" in out_v1  # as Ollama's is
     saved = json.loads((home / "config.json").read_text())
     assert saved["agents"]["defaults"]["executionMode"] == "hybrid" and saved["providers"]["openai"]["apiKey"] == "wrong-key"
+    code, _, err = await nanobot("onboard", "--force", "--non-interactive", "--channel", "telegram", home=home)
+    assert code == 2 and "run onboard in a terminal" in err  # said before the old config was backed up
+    assert not (home / "config.json.bak").exists()
     code, out, _ = await nanobot("onboard", "--force", "--non-interactive", home=home)
     assert code == 0 and "Model server" not in out and "owner key" not in out
     code, out, _ = await nanobot("onboard", "--force", "--non-interactive", "--page", home=home)

@@ -78,17 +78,19 @@ def onboard(ctx: typer.Context,
     """Create the config file (if missing) and the workspace from the template. In a terminal it
     asks for the model server, model, mode and one chat channel first; with a config already
     there, --channel NAME sets up that one channel in it."""
-    from nanobot.cli.onboarding import Answers, add_channel, ask, back_up, page_key
+    from nanobot.cli.onboarding import Answers, add_channel, ask, back_up, check_flags, page_key
 
     path, _ = config_path(ctx.obj.get("config"))
     interactive, page_on = not non_interactive and sys.stdin.isatty(), False
+    given = Answers(api_base, api_key, model, mode, channel, page)
+    check_flags(given, interactive=interactive)  # before anything is backed up, asked or written
     if path.exists() and not force:
         config = get_config(ctx)
         if channel in (None, "none"):
             typer.echo(f"Config exists: {path} (use --force to overwrite, or --channel NAME to set up a chat "
                        "channel in it)")
         else:
-            add_channel(path, config, channel, interactive=interactive)
+            add_channel(path, config, channel)
             config = get_config(ctx)
     else:
         try:
@@ -103,7 +105,6 @@ def onboard(ctx: typer.Context,
             except ConfigError as exc:
                 kept = f"nothing carried over from it: {str(exc).removeprefix(str(path) + ': ')}"
             back_up(path, kept)
-        given = Answers(api_base, api_key, model, mode, channel, page)
         if interactive or given != Answers():
             config = ask(config, given, interactive=interactive)
         write_private(path, config.to_json())

@@ -83,16 +83,15 @@ def ask(config: Config, given: Answers, *, interactive: bool) -> Config:
                  hide_input=True, show_default=False)
     models = _models(base, key)
     model = answer(given.model, "Model", _suggested(config.agents.defaults.model, models))
+    if models and model not in models:  # a typo would fail every turn; some servers list less than they serve
+        _say(f"  It lists no {model}: check the name (written as given).")
     mode = answer(given.mode, "Mode: code (the model writes Python), tools (one call at a time) or hybrid", "code",
                   MODES)
     channel = answer(given.channel, f"Chat channel: {', '.join(CHANNELS)}", "none", CHANNELS)
-    if mode not in MODES or channel not in CHANNELS:
-        raise typer.BadParameter(f"--mode is one of {', '.join(MODES)}; --channel one of {', '.join(CHANNELS)}")
     provider.api_base = None if base.rstrip("/") == OPENAI else base
     provider.api_key = key
     config.agents.defaults.model, config.agents.defaults.execution_mode = model, mode
     if channel != "none":
-        _need_terminal(channel, interactive)
         setattr(config.channels, channel, _channel(getattr(config.channels, channel), channel))
     page = answer({True: "y", False: "n"}.get(given.page), f"The web page and the API on "
                   f"http://{config.gateway.api.listen}/ (y/n)", "n", ("y", "n"))
@@ -116,13 +115,10 @@ def page_key(config: Config) -> None:
         typer.echo(f"Your owner key for the page (shown once; keep it like a password): {key}")
 
 
-def add_channel(path: Path, config: Config, name: str, *, interactive: bool) -> None:
+def add_channel(path: Path, config: Config, name: str) -> None:
     """``onboard --channel NAME`` with a config there: that channel's questions, its answers
     written into the file's own JSON with the rest as it was (what the environment sets stays
     out of the file), the old file backed up."""
-    if name not in CHANNELS:
-        raise typer.BadParameter(f"--channel is one of {', '.join(CHANNELS)}")
-    _need_terminal(name, interactive)
     raw = json.loads(path.read_text(encoding="utf-8"))
     channels = raw.setdefault("channels", {})
     section = type(getattr(config.channels, name)).model_validate(channels.get(name) or {})
@@ -138,10 +134,16 @@ def back_up(path: Path, kept: str) -> None:
     typer.echo(f"Backed up the old config to {backup} ({kept})")
 
 
-def _need_terminal(channel: str, interactive: bool) -> None:
-    if not interactive:
-        raise typer.BadParameter(f"--channel {channel} asks for its credentials: run onboard in a terminal, "
-                                 f"or set channels.{channel} in the config file")
+def check_flags(given: Answers, *, interactive: bool) -> None:
+    """The flags' answers checked before anything is backed up, asked or written: a mode or channel
+    that is none, a channel whose credentials only a terminal can give."""
+    if given.mode is not None and given.mode not in MODES:
+        raise typer.BadParameter(f"--mode is one of {', '.join(MODES)}")
+    if given.channel is not None and given.channel not in CHANNELS:
+        raise typer.BadParameter(f"--channel is one of {', '.join(CHANNELS)}")
+    if given.channel not in (None, "none") and not interactive:
+        raise typer.BadParameter(f"--channel {given.channel} asks for its credentials: run onboard in a terminal, "
+                                 f"or set channels.{given.channel} in the config file")
 
 
 def _models(base: str, key: str) -> list[str]:
