@@ -136,7 +136,7 @@ def back_up(path: Path, kept: str) -> None:
 
 def check_flags(given: Answers, *, interactive: bool) -> None:
     """The flags' answers checked before anything is backed up, asked or written: a mode or channel
-    that is none, a channel whose credentials only a terminal can give."""
+    that does not exist, a channel whose credentials only a terminal can give."""
     if given.mode is not None and given.mode not in MODES:
         raise typer.BadParameter(f"--mode is one of {', '.join(MODES)}")
     if given.channel is not None and given.channel not in CHANNELS:
