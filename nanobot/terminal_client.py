@@ -5,7 +5,8 @@ so it starts in a fraction of the in-process path (no model SDK, no pydantic, no
 runs on this home, it runs with another config file, or the command is not a plain one-shot
 message): the full CLI takes over. The config is found as the full CLI finds it (``--config``,
 ``NANOBOT_CONFIG``, ``$NANOBOT_HOME/config.json``) and must be the gateway's own file;
-``-v`` only adds a line saying which way the message went.
+``-v`` only adds a line saying which way the message went. What is piped in follows the message
+(``with_piped``, which the full CLI uses too), marked as outside content.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ class CliChannel(BaseChannel):
         self.channel, _, self.chat_id = session_key.partition(":")
         # In process, ``--session telegram:123`` runs that chat here: its replies are the terminal's
         # (the gateway routes a chat's messages by its channel's name; no Telegram runs here).
-        self.name = self.channel
+        self.name = self.channel  # type: ignore[misc]  (a ClassVar elsewhere: as ApiChannel's)
         self.mode = mode  # the execution mode the lines typed ask for (``nanobot agent --mode``)
         self.message = message  # ``-m``: this one message instead of reading lines
         self.piped = piped  # ``message`` carries what was piped in: outside content
