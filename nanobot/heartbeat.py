@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from nanobot.agent.markup import FailedReply
 from nanobot.prompts import render_prompt
-from nanobot.bus import OutboundMessage, split_target
 from nanobot.periodic import Periodic
 
 if TYPE_CHECKING:
     from nanobot.coordination import Singletons
+    from nanobot.delivery.intake import Tell
     from nanobot.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -44,9 +44,10 @@ class Heartbeat(Periodic):
     name = "heartbeat"
     once_across_workers = True
 
-    def __init__(self, runtime: Runtime, interval_seconds: float, singletons: Singletons | None = None) -> None:
+    def __init__(self, runtime: Runtime, tell: Tell, interval_seconds: float, singletons: Singletons | None = None) -> None:
         super().__init__(interval_seconds, singletons)
         self.runtime = runtime
+        self.tell = tell  # to the owner's chat (the terminal's or an API chat: kept in its history)
         self.failing = False  # the last check failed, and the owner was told: not again each beat of an outage
 
     async def tick(self) -> str | None:
@@ -60,7 +61,8 @@ class Heartbeat(Periodic):
             return None
         target = await rt.owner_chat()
         if target is None:
-            log.info("heartbeat: %d task(s) but no owner chat to report to (gateway.heartbeat.to)", len(tasks))
+            log.info("heartbeat: %d task(s) but no owner chat to report to: write to me in private, or set "
+                     "gateway.heartbeat.to (cli:default, the terminal's chat; api:NAME, an API key's)", len(tasks))
             return None
         prompt = render_prompt("heartbeat.md", tasks="\n".join(f"- {t}" for t in tasks), quiet=QUIET)
         rt.sessions.close(SESSION_KEY)  # read afresh: among workers, another may have run the last beat
@@ -73,6 +75,5 @@ class Heartbeat(Periodic):
         reply = f"The heartbeat's check of HEARTBEAT.md could not run. {answer}" if self.failing else answer.strip()
         if not reply or QUIET in reply:
             return None
-        channel, chat_id = split_target(target)
-        await rt.bus.publish_outbound(OutboundMessage(channel, chat_id, reply))
+        await self.tell(target, SESSION_KEY, reply)
         return reply

@@ -145,7 +145,7 @@ async def _build(config: Config, provider: Provider, terminal: bool, db: Databas
 
 async def _to_owner(config: Config, pairing: PairingStore, bus: MessageBus | None, text: str) -> None:
     """Into the owner's chat; the terminal chat's process (no ``bus`` here) reaches none but its own."""
-    if bus is None or (target := owner_chat(config, await pairing.owner_chats())) is None:
+    if bus is None or (target := owner_chat(config, await pairing.owner_chats(), notices=True)) is None:
         return
     channel, chat_id = split_target(target)
     await bus.publish_outbound(OutboundMessage(channel, chat_id, text))

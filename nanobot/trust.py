@@ -123,13 +123,17 @@ def quota_holder(session_key: str) -> str:
     return f"{channel}:{rest.partition(':')[0]}"
 
 
-def owner_chat(config: Config, heard: Mapping[str, tuple[str, Identity]] | None = None) -> str | None:
+def owner_chat(config: Config, heard: Mapping[str, tuple[str, Identity]] | None = None, *,
+               notices: bool = False) -> str | None:
     """Where the owner hears from the assistant: ``gateway.heartbeat.to``, else on the first
     enabled channel (Telegram, then Discord, then others) the private chat where an owner last
     wrote (``heard``: ``PairingStore.owner_chats``, checked against today's owners), else the
-    one an owner's id names (``ChannelSection.private_chat``)."""
-    if config.gateway.heartbeat.to:
-        return config.gateway.heartbeat.to
+    one an owner's id names (``ChannelSection.private_chat``). ``notices`` pass over a
+    heartbeat.to in the terminal's or an API chat: what is kept there for its reader is in the
+    model's history too, and a notice quotes what a member wrote (a job's name)."""
+    to = config.gateway.heartbeat.to
+    if to and not (notices and to.partition(":")[0] in HISTORY_CHANNELS):
+        return to
     for channel in config.channels.enabled_names():
         if (remembered := (heard or {}).get(channel)) and is_owner(config, channel, remembered[1]):
             return f"{channel}:{remembered[0]}"

@@ -268,6 +268,8 @@ async def test_a_cron_code_job_calls_mcp_with_no_model_call(llm: FakeOpenAI, wor
     from nanobot.gateway.cron_jobs import JobRunner
     from nanobot.cron.store import CronStore
     from nanobot.cron.service import create_job
+    from nanobot.delivery.intake import DurableIntake
+    from nanobot.delivery.store import DeliveryStore
 
     config = with_servers(llm, workspace, {"notes": stdio_server()})
     config.channels.telegram.allow_from = ["1"]  # telegram:1 is the owner's private chat
@@ -278,14 +280,15 @@ async def test_a_cron_code_job_calls_mcp_with_no_model_call(llm: FakeOpenAI, wor
         job = await create_job(store, owner_session="telegram:1", schedule_kind="every", expression="3600",
                                timezone="UTC", payload_kind="code",
                                payload="notes_add_note(title='from cron')\nprint(len(notes_list_notes()))")
-        outcome = await JobRunner(rt, _never, _never, rt.sessions.open, lambda: ["telegram"])(job)
+        intake = DurableIntake(DeliveryStore(rt.db, None), rt.bus)  # output for Telegram: onto the bus
+        outcome = await JobRunner(rt, _never, intake.tell, rt.sessions.open, lambda: ["telegram"])(job)
         assert outcome.status == "ok", outcome
         sent = rt.bus.outbound.get_nowait()
     assert outcome.status == "ok" and sent.content == "1" and llm.chat_requests == []
 
 
 async def _never(_: object) -> Any:
-    raise AssertionError("a code job printing for Telegram neither asks for a turn nor records a message")
+    raise AssertionError("a code job printing for Telegram asks for no turn")
 
 
 def mcp_children(tag: str) -> list[int]:

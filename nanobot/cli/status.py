@@ -230,7 +230,7 @@ def trust_lines(config: Config, owner_keys: list[str] | None, heard: dict[str, t
     elif owner_keys is None:
         owners.append("owner API keys (unknown: the database is unreachable)")
     lines = [*_one_a_line("Owners:    ", [*owners, "the terminal"]),
-             f"Notices:   {owner_chat(config, heard) or 'logged only (no owner has written to me in private yet)'}",
+             f"Notices:   {owner_chat(config, heard, notices=True) or 'logged only (no owner has written to me in private yet)'}",
              f"Shell:     {shell_status(config)}"]
     shadowing = shadowing_skills(config.workspace_path)
     if shadowing:

@@ -16,10 +16,11 @@ import logging
 import sqlite3
 import time
 import uuid
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Awaitable, Callable, Protocol
 
 from nanobot import metrics
-from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import InboundMessage, MessageBus, OutboundMessage, split_target
+from nanobot.trust import HISTORY_CHANNELS
 
 if TYPE_CHECKING:
     from nanobot.delivery.store import DeliveryStore
@@ -31,6 +32,8 @@ RESUMED_NOTE = ("[nanobot was restarted while answering my last message above. A
                 "it already happened (messages sent, files written, commands run): do not redo it; carry on "
                 "from where it stopped and answer it.]")
 
+
+Tell = Callable[[str, str, str], Awaitable[None]]  # (target, sender, text): ``DurableIntake.tell``
 
 DISK_FULL_REPLY = "I cannot store messages right now: the disk is full. I will answer once there is room again."
 DISK_FULL_EVERY = 60.0  # seconds: at most one such reply per chat
@@ -99,6 +102,16 @@ class DurableIntake:
                 msg.intake_id = intake_id
                 metrics.current.received(msg.channel)
         await self.route.arrived(messages)
+
+    async def tell(self, target: str, sender: str, text: str) -> None:
+        """Something for a chat with nobody asking (a job's output, the heartbeat's report). The
+        terminal's and the API's chats have nobody to message: it is kept in the chat's history
+        for its reader, written by the chat's holder in the chat's order, as a task's result is."""
+        channel, chat_id = split_target(target)
+        if channel in HISTORY_CHANNELS:
+            await self.accept([InboundMessage(channel, chat_id, sender, text, source="task")])
+        else:
+            await self.bus.publish_outbound(OutboundMessage(channel, chat_id, text))
 
     async def _record(self, messages: list[InboundMessage]) -> list[int | None]:
         try:

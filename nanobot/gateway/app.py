@@ -149,7 +149,7 @@ class Gateway:
     def _cron_jobs(self) -> CronJobs:
         from nanobot.gateway import cron_jobs  # APScheduler: not loaded for the terminal chat
 
-        runner = cron_jobs.JobRunner(self.runtime, self.ask, self.intake.accept, self.open_chat, self.channels.outgoing)
+        runner = cron_jobs.JobRunner(self.runtime, self.ask, self.intake.tell, self.open_chat, self.channels.outgoing)
         return cron_jobs.CronJobs(runner, self.singletons)
 
     def _daemon_services(self) -> list[Service]:
@@ -171,7 +171,7 @@ class Gateway:
         services.append(PairingWelcome(self.pairing, self.bus, self.channels.outgoing, self.singletons,
                                        every_s=self.pace.welcome_s))
         if heartbeat.enabled:
-            services.append(Heartbeat(self.runtime, heartbeat.interval_minutes * 60, self.singletons))
+            services.append(Heartbeat(self.runtime, self.intake.tell, heartbeat.interval_minutes * 60, self.singletons))
         return services
 
     async def start(self) -> None:

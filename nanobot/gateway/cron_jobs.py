@@ -17,15 +17,16 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection
 
 from nanobot.agent.markup import FailedReply
-from nanobot.bus import InboundMessage, OutboundMessage, split_target
+from nanobot.bus import InboundMessage, split_target
 from nanobot.coordination import Held, run_while_held
 from nanobot.cron.service import CronService, RunOutcome, default_name
 from nanobot.trust import HISTORY_CHANNELS
 from nanobot.eventloop import Background
-from nanobot.gateway.task_runner import Accept, OpenChat
+from nanobot.gateway.task_runner import OpenChat
 
 if TYPE_CHECKING:
     from nanobot.cron.store import CronJob
+    from nanobot.delivery.intake import Tell
     from nanobot.coordination import Singletons
     from nanobot.runtime import Runtime
 
@@ -39,11 +40,11 @@ class Undeliverable(Exception):
 
 
 class JobRunner:
-    def __init__(self, runtime: Runtime, ask: Ask, accept: Accept, open_chat: OpenChat,
+    def __init__(self, runtime: Runtime, ask: Ask, tell: Tell, open_chat: OpenChat,
                  running_channels: Callable[[], Collection[str]]) -> None:
         self.runtime = runtime
         self.ask = ask  # a turn in the job's chat, its reply back (Gateway.ask)
-        self.accept = accept  # a message recorded for the chat's holder (the intake's)
+        self.tell = tell  # output for a chat, kept in its history where nobody is messaged (the intake's)
         self.open_chat = open_chat  # the owning chat as it is now: its trust (Gateway.open_chat)
         self.running_channels = running_channels
 
@@ -65,14 +66,9 @@ class JobRunner:
         await self.deliver(job, f"⏰ {text}")
 
     async def deliver(self, job: CronJob, text: str) -> None:
-        channel, chat_id = split_target(job.target)
-        if channel in HISTORY_CHANNELS:
-            # Nobody to message: kept in the chat's history, shown there. Written by the chat's
-            # holder (among workers, maybe not us), as a task's result is; not waited for: the
-            # chat may be in the very turn that runs this job (run_cron).
-            await self.accept([InboundMessage(channel, chat_id, f"cron:{job.id}", text, source="task")])
-            return
-        await self.runtime.bus.publish_outbound(OutboundMessage(channel, chat_id, text))
+        # Not waited for, in a terminal's or API chat: the chat may be in the very turn that runs
+        # this job (run_cron).
+        await self.tell(job.target, f"cron:{job.id}", text)
 
     async def run_code(self, job: CronJob) -> RunOutcome:
         from nanobot.sandbox import StopProgram
