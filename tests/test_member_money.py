@@ -93,6 +93,21 @@ async def test_a_call_that_would_pass_the_budget_is_not_made(llm: FakeOpenAI, wo
     assert len(llm.chat_requests) == 1
 
 
+async def test_a_call_dearer_than_a_whole_day_is_not_put_off_to_midnight(llm: FakeOpenAI, workspace: Path) -> None:
+    """A long conversation on a priced model can cost more per call than the day's budget: it was
+    "Today's model budget is spent ($0.00 of $0.30 ...). I can answer again after midnight", untrue
+    (nothing was spent, and tomorrow the same), and the owner was told the budget was spent."""
+    config = priced(llm, workspace, budget=0.3, **{"fake-model": Price(input=1000.0, output=200_000.0)})
+    config.channels.telegram.enabled = True  # notices have an owner chat (telegram:1)
+    async with open_runtime(config) as rt:  # a prompt: ~$0.4 estimated
+        owner, member = await rt.agent.handle(OWNER, "hi"), await rt.agent.handle(MEMBER, "hi")
+        assert rt.bus.outbound.empty(), rt.bus.outbound.get_nowait().content  # no "budget is spent" notice
+    assert isinstance(owner, FailedReply) and owner.startswith("This call alone would cost about $")
+    assert "more than a whole day's model budget ($0.30, agents.defaults.dailyBudgetUsd): /new" in owner
+    assert member == "This conversation has grown too long for my daily model budget: /new starts a fresh one."
+    assert llm.chat_requests == []
+
+
 @pytest.fixture
 def api_config(llm: FakeOpenAI, workspace: Path) -> Config:
     config = priced(llm, workspace, budget=2.0)  # members' share: $1.00, one call

@@ -55,7 +55,12 @@ async def check_budget(deps: AgentDeps, request: ChatRequest, session_key: str, 
     """BudgetSpent when ``request`` would take today's spend past ``dailyBudgetUsd``, or a member
     chat's past what member chats together may spend (``Config.member_budget_usd``); so a turn
     overshoots by one reply at most. Members are told no figures (cost is the owner's business)."""
-    await check_spend(deps, prompt_cost(deps.config, request), session_key, member=member)
+    coming, settings = prompt_cost(deps.config, request), deps.config.agents.defaults
+    if settings.daily_budget_usd is not None:
+        _within_a_day(coming, settings.daily_budget_usd, "agents.defaults.dailyBudgetUsd", member)
+    if member and (share := deps.config.member_budget_usd()) is not None:
+        _within_a_day(coming, share, "agents.defaults.memberDailyBudgetUsd", member)
+    await check_spend(deps, coming, session_key, member=member)
 
 
 async def check_spend(deps: AgentDeps, coming: float, session_key: str, *, member: bool) -> None:
@@ -77,6 +82,18 @@ async def check_spend(deps: AgentDeps, coming: float, session_key: str, *, membe
         spent = await deps.usage.cost_since(since, members=True)
         if spent + coming > share or spent >= share:
             raise BudgetSpent(f"Today's model budget for member chats is spent. {after_midnight}.")
+
+
+def _within_a_day(coming: float, budget: float, key: str, member: bool) -> None:
+    """A model call costing more than a whole day's budget would be refused tomorrow too: "after
+    midnight" would not be true, and no notice says the budget is spent (nothing was). Mostly a
+    long history sent to a priced model: a fresh conversation is small again."""
+    if coming <= budget:
+        return
+    if member:
+        raise BudgetSpent("This conversation has grown too long for my daily model budget: /new starts a fresh one.")
+    raise BudgetSpent(f"This call alone would cost about ${coming:.2f}, more than a whole day's model budget "
+                      f"(${budget:.2f}, {key}): /new starts a fresh, shorter conversation, or raise the budget.")
 
 
 async def _tell_owner_once(deps: AgentDeps, session_key: str, spent: float, budget: float) -> None:
