@@ -180,6 +180,7 @@ async def test_the_keys_cli(home: Path) -> None:
     key = out.strip()
     code, out, _ = await nanobot("api", "keys", "list", home=home)
     assert "phone  owner" in out and "active" in out and key not in out
+    assert out.splitlines()[0].split() == ["NAME", "KIND", "MADE", "STATE"]  # columns, as cron list has
     assert (await nanobot("api", "keys", "add", "phone", home=home))[0] == 2  # taken
     assert (await nanobot("api", "keys", "revoke", "phone", home=home))[0] == 0
     assert "revoked" in (await nanobot("api", "keys", "list", home=home))[1]

@@ -8,7 +8,7 @@ import time
 
 import typer
 
-from nanobot.cli.common import get_config
+from nanobot.cli.common import get_config, table
 from nanobot.config import Config
 
 api_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="The OpenAI-compatible API (gateway.api).")
@@ -40,10 +40,14 @@ def keys_list(ctx: typer.Context) -> None:
     found = with_keys(get_config(ctx), listing)
     if not found:
         typer.echo("No API keys (nanobot api keys add NAME).")
-    for key in found:
-        state = f"revoked {time.strftime('%Y-%m-%d', time.localtime(key.revoked))}" if key.revoked else "active"
-        typer.echo(f"{key.name}  {'owner' if key.owner else 'member'}  "
-                   f"made {time.strftime('%Y-%m-%d', time.localtime(key.created))}  {state}")
+        return
+    rows = [[key.name, "owner" if key.owner else "member", _day(key.created),
+             f"revoked {_day(key.revoked)}" if key.revoked else "active"] for key in found]
+    typer.echo(table([["NAME", "KIND", "MADE", "STATE"], *rows]))
+
+
+def _day(at: float) -> str:
+    return time.strftime("%Y-%m-%d", time.localtime(at))
 
 
 @keys_app.command("revoke")

@@ -1,4 +1,4 @@
-"""What every ``nanobot`` command shares: the one-line failure and the loaded config."""
+"""What every ``nanobot`` command shares: the one-line failure, the loaded config, a table."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import typer
 
 from nanobot import logs
 from nanobot.config import Config, ConfigError, load_config
+from nanobot.utf8 import for_terminal
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -30,3 +31,10 @@ def show_waiting(messages: list[str]) -> None:
         for text in messages:
             typer.echo(f"  {text}")
         typer.echo("")
+
+
+def table(rows: list[list[str]]) -> str:
+    """Columns lined up; cells shown safely (a member's job name, a run's output, a key's name)."""
+    rows = [[for_terminal(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

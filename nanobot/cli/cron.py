@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, Optional
 
 import typer
 
-from nanobot.cli.common import fail, get_config
+from nanobot.cli.common import fail, get_config, table
 from nanobot.config import Config, nanobot_home
 from nanobot.cron.run_requests import RunRequests
 from nanobot.cron.store import CronJob, CronStore
@@ -85,12 +85,6 @@ def _when(job: CronJob) -> str:
     return job.next_run_at.astimezone(tz).strftime("%Y-%m-%d %H:%M")
 
 
-def _table(rows: list[list[str]]) -> str:
-    rows = [[for_terminal(cell) for cell in row] for row in rows]  # a member's job name, a run's output
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)
-
-
 @cron_app.command("list")
 def list_jobs(ctx: typer.Context) -> None:
     """List jobs: schedule, timezone, kind, delivery target, next run (in the job's zone)."""
@@ -106,7 +100,7 @@ def list_jobs(ctx: typer.Context) -> None:
         rows += [[job.id, job.name, schedule.describe(job.schedule_kind, job.expression), job.timezone,
                   job.payload_kind, job.target, "yes" if job.enabled else "no", _when(job), job.last_status or "-"]
                  for job in jobs]
-        typer.echo(_table(rows))
+        typer.echo(table(rows))
 
     _run(ctx, action)
 
@@ -188,7 +182,7 @@ def runs(ctx: typer.Context, ref: str = typer.Argument(..., metavar="JOB", help=
         rows = [["STARTED", "MS", "STATUS", "OUTPUT / ERROR"]]
         rows += [[r.started_at.isoformat(timespec="seconds"), str(r.duration_ms), r.status,
                   " ".join(r.output_excerpt.split())[:100]] for r in history]
-        typer.echo(_table(rows))
+        typer.echo(table(rows))
 
     _run(ctx, action)
 
