@@ -26,7 +26,7 @@ IMAGES = ROOT / "docs" / "images"
 ANSWER = ("You have **3 scheduled jobs**:\n\n| job | when | last run |\n| --- | --- | --- |\n"
           "| status check | weekdays at 09:00 | today, 0.4 s |\n| backup | every night at 02:30 | 41 s |\n"
           "| tea timer | every hour | 12:00 |\n\nThe backup is the slow one; to see its log:\n\n"
-          "```bash\nnanobot cron runs backup --last 3\n```")
+          "```bash\nnanobot cron runs backup --limit 3\n```")
 # (file name, width, height, dark, view): the chat on a desktop and a phone, light and dark, and
 # the owner's usage and status views.
 SHOTS = [("page-chat.png", 1100, 640, False, "chat"), ("page-chat-dark.png", 1100, 640, True, "chat"),

@@ -391,7 +391,8 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
 async def test_it_works_at_375_pixels_light_and_dark(api: dict, llm: FakeOpenAI, dark: bool) -> None:  # noqa: F811
     root = api["base"].removesuffix("/v1") + "/"
     llm.fallback = lambda body: reply("A reply that is long enough to wrap on a phone, with `code` and **bold** words."
-                                      "\n\n| Conversation | Notifications | Attachments |\n|---|---|---|\n| a | b | c |")
+                                      "\n\n| Conversation | Notifications | Attachments |\n|---|---|---|\n| a | b | c |"
+                                      "\n\n```bash\nnanobot cron runs backup --limit 3 && nanobot cron runs tea --limit 3\n```")
     async with browser_page(width=375, height=740, dark=dark) as page:
         await sign_in(page, root, api["owner"])
         for n in range(4):  # conversations whose names are as long as their first messages
@@ -408,6 +409,8 @@ async def test_it_works_at_375_pixels_light_and_dark(api: dict, llm: FakeOpenAI,
             "cells => cells.map(c => { const r = document.createRange(); r.selectNodeContents(c); "
             "return r.getClientRects().length; })")
         assert lines and set(lines) == {1}, lines
+        # A code line stays one line and scrolls too (it wrapped: "backup --" above "limit 3").
+        assert await page.locator("#messages .code pre").evaluate("pre => pre.scrollWidth > pre.clientWidth")
         background = await page.evaluate("getComputedStyle(document.body).backgroundColor")
         assert (background == "rgb(13, 17, 23)") == dark
         await no_serious_violations(page)

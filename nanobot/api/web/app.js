@@ -64,10 +64,11 @@ function rendered(text) {
     link.rel = "noopener noreferrer";
     if (misleading(link)) link.append(` (${link.href})`);
   }
-  // A table may scroll sideways (code wraps instead): it takes the keyboard's focus, so it
-  // can be scrolled without a mouse.
+  // A table or a code block may scroll sideways (its words and lines kept whole): it takes the
+  // keyboard's focus, so it can be scrolled without a mouse.
   for (const table of box.querySelectorAll("table")) table.tabIndex = 0;
   for (const pre of box.querySelectorAll("pre")) {
+    pre.tabIndex = 0;
     const code = pre.querySelector("code") || pre;
     const language = (/language-(\S+)/.exec(code.className) || [])[1] || "text";
     const frame = el("div", undefined, {class: "code"});
