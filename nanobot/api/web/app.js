@@ -364,11 +364,13 @@ async function loadUsage() {
   const data = await (await api("v1/nanobot/usage")).json();
   const days = data.days;
   const measure = days.some((d) => d.cost > 0) ? "cost" : "calls";
-  const label = (v) => measure === "cost" ? "$" + v.toFixed(v < 1 ? 4 : 2) : String(Math.round(v));
   const models = [...new Set(days.flatMap((d) => Object.keys(d.models)))];
   const most = Math.max(...days.map((d) => d[measure]));
-  // calls: an even whole number on top, so the middle line is a whole number too
-  const top = measure === "cost" ? Math.max(most, 1e-4) : Math.max(2, Math.ceil(most / 2) * 2);
+  // A round number on top (1, 2, 4 or 5 times a power of ten), so the middle line is round too:
+  // $0.30 and $0.15, not $0.2630 and $0.1315; calls: at least 2, whole numbers both.
+  const top = measure === "cost" ? roundUp(Math.max(most, 1e-4)) : Math.max(2, roundUp(most));
+  const cents = Math.max(2, Math.ceil(-Math.log10(top / 2)));  // the middle's digits, at least cents
+  const label = (v) => measure === "cost" ? "$" + v.toFixed(cents) : String(Math.round(v));
   const [left, bottom, width, height] = [56, 212, 576, 196];
   const step = width / days.length;
   const nodes = [svg("line", {x1: left, y1: bottom, x2: left + width, y2: bottom}),
@@ -402,14 +404,20 @@ async function loadUsage() {
   }));
   const calls = days.reduce((n, d) => n + d.calls, 0), cost = days.reduce((n, d) => n + d.cost, 0);
   const tokens = days.reduce((n, d) => n + d.tokens, 0), cached = days.reduce((n, d) => n + d.cached, 0);
-  $("usage-note").textContent = `Last 30 days: ${calls} calls, ${tokens} tokens (${cached} cached), $${cost.toFixed(4)}.`;
+  const n = (v) => v.toLocaleString("en-US");  // 612,015 tokens, not 612015
+  $("usage-note").textContent = `Last 30 days: ${n(calls)} calls, ${n(tokens)} tokens (${n(cached)} cached), $${cost.toFixed(4)}.`;
   $("top-chats").tBodies[0].replaceChildren(...data.top_chats.map((c) => {
     const row = el("tr");
     row.append(el("td", c.chat), el("td", String(c.calls)), el("td", "$" + c.cost.toFixed(4)));
     return row;
   }));
   $("days").replaceChildren(...days.filter((d) => d.calls).map((d) =>
-    el("li", `${d.day}: ${d.calls} calls, ${d.tokens} tokens (${d.cached} cached), $${d.cost.toFixed(4)}`)));
+    el("li", `${d.day}: ${n(d.calls)} calls, ${n(d.tokens)} tokens (${n(d.cached)} cached), $${d.cost.toFixed(4)}`)));
+}
+
+function roundUp(value) {
+  const power = 10 ** Math.floor(Math.log10(value));
+  return [1, 2, 4, 5, 10].map((m) => m * power).find((v) => v >= value * (1 - 1e-9));
 }
 
 const VIEWS = {"#status": loadStatus, "#cron": loadCron, "#pairing": loadPairing, "#usage": loadUsage};
