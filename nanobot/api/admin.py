@@ -1,4 +1,4 @@
-"""The owner's pages' data: cron jobs (enable, disable, run now, recent runs), pairing
+"""The owner's pages' data: cron jobs (enable, disable, run now, remove, recent runs), pairing
 requests (approve, deny) and usage per day. Owner keys only; a change is a POST with the key
 in the Authorization header, which another site cannot make a browser send.
 """
@@ -47,7 +47,8 @@ class AdminRoutes:
         for job in await store.list():
             runs = await store.runs(job.id, limit=5)
             jobs.append({"id": job.id, "name": job.name, "schedule": in_words(job.schedule_kind, job.expression),
-                         "timezone": job.timezone, "kind": job.payload_kind,
+                         "timezone": job.timezone, "kind": job.payload_kind, "payload": job.payload,
+                         "made_in": job.owner_session,
                          "enabled": job.enabled, "target": job.target, "last_status": job.last_status,
                          "next_run": job.next_run_at.isoformat() if job.next_run_at else None,
                          "runs": [{"started": r.started_at.isoformat(timespec="seconds"), "status": r.status,
@@ -61,6 +62,9 @@ class AdminRoutes:
             raise web.HTTPNotFound()
         if action in ("enable", "disable"):
             await store.set_enabled(job_id, action == "enable")
+            return web.json_response({"ok": True})
+        if action == "remove":  # its runs stay, as with nanobot cron remove
+            await store.remove(job_id)
             return web.json_response({"ok": True})
         if action == "run":
             try:

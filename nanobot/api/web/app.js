@@ -329,15 +329,26 @@ async function loadCron() {
   $("cron-note").textContent = jobs.length ? "" : "No cron jobs.";
   $("jobs").replaceChildren(...jobs.map((job) => {
     const item = el("li");
-    item.append(el("strong", job.name), el("p", `${job.schedule} (${job.timezone}) · ${job.kind} → ${job.target} · ` +
-      (job.enabled ? "enabled" : "disabled") + (job.next_run ? ` · next ${when(job.next_run)}` : "") +
-      (job.last_status ? ` · last run ${job.last_status}` : "")));
-    item.append(button(job.enabled ? "Disable" : "Enable",
-                       () => post(`v1/nanobot/cron/${job.id}/${job.enabled ? "disable" : "enable"}`)),
-                button("Run now", () => post(`v1/nanobot/cron/${job.id}/run`)));
-    for (const run of job.runs) item.append(el("pre", `${when(run.started)} ${run.status}\n${run.output}`));
+    item.append(el("strong", job.name), el("small", ` ${job.id}`), el("p", `${job.schedule} (${job.timezone}) · ` +
+      `${job.kind} → ${job.target} · made in ${job.made_in} · ` + (job.enabled ? "enabled" : "disabled") +
+      (job.next_run ? ` · next ${when(job.next_run)}` : "") + (job.last_status ? ` · last run ${job.last_status}` : "")));
+    const action = (name) => () => post(`v1/nanobot/cron/${job.id}/${name}`);
+    item.append(button(job.enabled ? "Disable" : "Enable", action(job.enabled ? "disable" : "enable")),
+                button("Run now", action("run")),
+                button("Remove", () => confirm(`Remove the job ${job.name}?`) && action("remove")()));
+    // What it runs and how its runs went, folded: a list of jobs stays a list (a failed last run opens)
+    item.append(folded(job.kind === "code" ? "Its code" : "Its message", [el("pre", job.payload)]));
+    if (job.runs.length) item.append(folded(`Last runs (${job.runs.length})`, job.runs.map((run) =>
+      el("pre", `${when(run.started)} ${run.status}\n${run.output}`)), job.last_status === "error"));
     return item;
   }));
+}
+
+function folded(title, nodes, open = false) {
+  const details = el("details");
+  details.open = open;
+  details.append(el("summary", title), ...nodes);
+  return details;
 }
 
 async function loadPairing() {
