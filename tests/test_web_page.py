@@ -414,6 +414,9 @@ async def test_it_works_at_375_pixels_light_and_dark(api: dict, llm: FakeOpenAI,
         await shows(page, "#conversation-list", "conversation 3")
         assert await page.locator("#conversation-list li").count() >= 4
         assert await page.evaluate("document.scrollingElement.scrollWidth") <= 375  # nothing sideways
+        for name in ("mode", "model"):  # a label stays beside its list ("Model" ended a line, its list the next)
+            label, select = [await page.locator(s).bounding_box() for s in (f"label[for={name}]", f"#{name}")]
+            assert abs(label["y"] + label["height"] / 2 - select["y"] - select["height"] / 2) < 8, (name, label, select)
         lines = await page.locator("#messages th").evaluate_all(  # a table's words stay whole: it scrolls instead
             "cells => cells.map(c => { const r = document.createRange(); r.selectNodeContents(c); "
             "return r.getClientRects().length; })")
