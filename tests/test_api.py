@@ -255,7 +255,8 @@ async def test_a_member_key_reaches_no_owner_page_and_no_other_chat(api: dict, l
     async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {api['member']}"}) as http:
         for method, path in (("GET", "/nanobot/status"), ("GET", "/nanobot/cron"), ("GET", "/nanobot/pairing"),
                              ("GET", "/nanobot/usage"), ("POST", "/nanobot/pairing/approve"),
-                             ("POST", "/nanobot/cron/x/run")):
+                             ("POST", "/nanobot/pairing/revoke"), ("POST", "/nanobot/cron/x/run"),
+                             ("POST", "/nanobot/cron/x/remove")):
             async with http.request(method, root + path, json={}) as resp:
                 assert resp.status == 403, path
         async with http.get(root + "/nanobot/history", headers={"X-Nanobot-Session": "../ada"}) as resp:

@@ -372,8 +372,13 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
         assert await (await CronStore.open(rt.db)).list() == []
         await page.click("#nav-pairing")
         await shows(page, "#requests", "carol")
+        await shows(page, "#paired-note", "Nobody yet.")
         await page.click("#requests button:text('Approve')")
         await shows(page, "#paired", "carol")
+        assert await rt.pairing.is_paired("telegram", "555")
+        page.once("dialog", lambda dialog: asyncio.ensure_future(dialog.accept()))  # "Take back ...'s approval?"
+        await page.click("#paired button:text('Revoke')")
+        await shows(page, "#paired-note", "Nobody yet.")
         await page.click("#nav-usage")
         await shows(page, "#usage-note", "240 tokens (64 cached), $1.7500")
         assert await page.locator("#chart rect").count() == 2 and await page.locator("#chart text").count() >= 8
@@ -392,7 +397,7 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
         assert "GB free" in shown and re.search(r"Model\s+small-model: last failed at \d\d:\d\d: the model server "
                                                  r"answered HTTP 429: You exceeded your current quota", shown), shown
         await no_serious_violations(page)
-    assert await rt.pairing.is_paired("telegram", "555")
+    assert not await rt.pairing.is_paired("telegram", "555")  # approved, then revoked on the page
 
 
 @needs_browser

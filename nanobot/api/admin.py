@@ -1,5 +1,5 @@
 """The owner's pages' data: cron jobs (enable, disable, run now, remove, recent runs), pairing
-requests (approve, deny) and usage per day. Owner keys only; a change is a POST with the key
+requests (approve, deny, revoke an approval) and usage per day. Owner keys only; a change is a POST with the key
 in the Authorization header, which another site cannot make a browser send.
 """
 
@@ -86,10 +86,17 @@ class AdminRoutes:
     async def pairing_action(self, request: web.Request) -> web.Response:
         action = request.match_info["action"]
         body = await read_json(request, 4096) if request.can_read_body else {}
+        store = self.door.pairing
+        if action == "revoke":  # an approval taken back (they may ask again), as nanobot pairing revoke
+            channel, sender = (body.get(k) if isinstance(body, dict) else None for k in ("channel", "sender_id"))
+            if not isinstance(channel, str) or not isinstance(sender, str):
+                raise BadBody(400, 'the body must be {"channel": "...", "sender_id": "..."}')
+            if not await store.revoke(channel, sender):
+                raise web.HTTPNotFound()
+            return web.json_response({"ok": True})
         code = body.get("code") if isinstance(body, dict) else None
         if not isinstance(code, str):
             raise BadBody(400, 'the body must be {"code": "..."}')
-        store = self.door.pairing
         if action not in ("approve", "deny"):
             raise web.HTTPNotFound()
         try:

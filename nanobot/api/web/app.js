@@ -360,7 +360,13 @@ async function loadPairing() {
                 button("Deny", () => post("v1/nanobot/pairing/deny", {code: r.code})));
     return item;
   }));
-  $("paired").replaceChildren(...data.paired.map((u) => el("li", `${u.channel} ${u.sender_id} (${u.sender_name || "?"})`)));
+  $("paired-note").textContent = data.paired.length ? "" : "Nobody yet.";
+  $("paired").replaceChildren(...data.paired.map((u) => {
+    const who = `${u.channel} ${u.sender_id} (${u.sender_name || "?"})`, item = el("li", `${who} `);
+    item.append(button("Revoke", () => confirm(`Take back ${who}'s approval?`) &&
+                                        post("v1/nanobot/pairing/revoke", {channel: u.channel, sender_id: u.sender_id})));
+    return item;
+  }));
 }
 
 const COLORS = ["#4a7bd0", "#d0834a", "#4ab07a", "#b04a9c", "#9c9c3a", "#4aa8b0"];
