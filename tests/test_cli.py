@@ -749,6 +749,23 @@ async def test_onboard_for_scripts_takes_flags_and_says_a_refused_key(home: Path
     assert "page-2  owner" in (await nanobot("api", "keys", "list", home=home))[1]
 
 
+async def test_onboard_page_on_a_config_there_turns_the_page_on(home: Path) -> None:
+    """A newcomer who began with the terminal and wants the page later: `onboard --page` said
+    "Config exists" and did nothing (--force resets the rest). It turns the page on in the file
+    as it is and makes the first owner key; once more, it changes nothing."""
+    assert (await nanobot("onboard", "--non-interactive", "--no-page", home=home))[0] == 0
+    raw = json.loads((home / "config.json").read_text())
+    raw["agents"]["defaults"]["model"] = "my-own-model"  # an edit of the owner's, kept
+    (home / "config.json").write_text(json.dumps(raw))
+    code, out, _ = await nanobot("onboard", "--page", home=home)
+    saved = json.loads((home / "config.json").read_text())
+    assert code == 0 and "Your owner key for the page (shown once; keep it like a password): nb-" in out
+    assert saved["gateway"]["api"]["enabled"] and saved["agents"]["defaults"]["model"] == "my-own-model"
+    assert (home / "config.json.bak").exists()
+    again, out = (await nanobot("onboard", "--page", home=home))[:2]
+    assert again == 0 and "owner key" not in out and "Wrote" not in out and "Config exists" not in out
+
+
 async def test_onboard_says_a_bad_environment_in_one_line_and_force_sets_a_broken_config_aside(home: Path) -> None:
     """A bad variable is one line naming it, exit 2, nothing written (it was a traceback); a
     config that cannot be read, which is when --force is reached for, is backed up whole and a

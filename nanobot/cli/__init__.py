@@ -77,21 +77,20 @@ def onboard(ctx: typer.Context,
             ) -> None:
     """Create the config file (if missing) and the workspace from the template. In a terminal it
     asks for the model server, model, mode and one chat channel first; with a config already
-    there, --channel NAME sets up that one channel in it."""
-    from nanobot.cli.onboarding import Answers, add_channel, ask, back_up, check_flags, page_key
+    there, --channel NAME sets up that one channel in it, and --page turns the page on."""
+    from nanobot.cli.onboarding import Answers, amend, ask, back_up, check_flags, page_key
 
     path, _ = config_path(ctx.obj.get("config"))
     interactive, page_on = not non_interactive and sys.stdin.isatty(), False
     given = Answers(api_base, api_key, model, mode, channel, page)
     check_flags(given, interactive=interactive)  # before anything is backed up, asked or written
     if path.exists() and not force:
-        config = get_config(ctx)
-        if channel in (None, "none"):
-            typer.echo(f"Config exists: {path} (use --force to overwrite, or --channel NAME to set up a chat "
-                       "channel in it)")
+        if amend(path, get_config(ctx), given):
+            page_on = page is True  # an owner key to sign in with, unless there is one
         else:
-            add_channel(path, config, channel)
-            config = get_config(ctx)
+            typer.echo(f"Config exists: {path} (use --force to overwrite, or --channel NAME or --page to set "
+                       "up a chat channel or the page in it)")
+        config = get_config(ctx)
     else:
         try:
             config = defaults_and_environment(path)

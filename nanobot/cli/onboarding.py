@@ -115,17 +115,26 @@ def page_key(config: Config) -> None:
         typer.echo(f"Your owner key for the page (shown once; keep it like a password): {key}")
 
 
-def add_channel(path: Path, config: Config, name: str) -> None:
-    """``onboard --channel NAME`` with a config there: that channel's questions, its answers
-    written into the file's own JSON with the rest as it was (what the environment sets stays
-    out of the file), the old file backed up."""
+def amend(path: Path, config: Config, given: Answers) -> bool:
+    """``onboard`` with a config there: ``--channel NAME`` sets that channel up (its questions),
+    ``--page``/``--no-page`` turns the page and the API on or off; each written into the file's
+    own JSON with the rest as it was (what the environment sets stays out of the file), the old
+    file backed up. Whether either was asked for."""
     raw = json.loads(path.read_text(encoding="utf-8"))
-    channels = raw.setdefault("channels", {})
-    section = type(getattr(config.channels, name)).model_validate(channels.get(name) or {})
-    channels[name] = _channel(section, name).model_dump(by_alias=True, mode="json")
-    back_up(path, f"everything but channels.{name} kept")
-    write_private(path, json.dumps(raw, indent=2) + "\n")
-    typer.echo(f"Wrote channels.{name} into {path}")
+    changed = []
+    if given.channel not in (None, "none"):
+        channels = raw.setdefault("channels", {})
+        section = type(getattr(config.channels, given.channel)).model_validate(channels.get(given.channel) or {})
+        channels[given.channel] = _channel(section, given.channel).model_dump(by_alias=True, mode="json")
+        changed.append(f"channels.{given.channel}")
+    if given.page is not None and raw.get("gateway", {}).get("api", {}).get("enabled") is not given.page:
+        raw.setdefault("gateway", {}).setdefault("api", {})["enabled"] = given.page
+        changed.append("gateway.api.enabled")
+    if changed:
+        back_up(path, f"everything but {' and '.join(changed)} kept")
+        write_private(path, json.dumps(raw, indent=2) + "\n")
+        typer.echo(f"Wrote {' and '.join(changed)} into {path}")
+    return bool(changed) or given.page is not None
 
 
 def back_up(path: Path, kept: str) -> None:
