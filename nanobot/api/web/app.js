@@ -40,7 +40,7 @@ async function api(path, options = {}) {
   const response = await fetch(path, {...options, headers});
   if (!response.ok) {
     const body = await response.json().catch(() => ({}));
-    throw new Error((body.error && body.error.message) || response.statusText);
+    throw Object.assign(new Error((body.error && body.error.message) || response.statusText), {status: response.status});
   }
   return response;
 }
@@ -110,7 +110,8 @@ async function signIn(candidate) {
   } catch (error) {
     key = "";
     sessionStorage.removeItem("nanobot-key");
-    $("sign-in-error").textContent = "That key does not work: " + error.message;
+    $("sign-in-error").textContent = error.status === 401 ? "That key does not work: mistyped, or revoked."
+      : "Signing in failed: " + error.message;  // a rate limit, the gateway stopping: not the key's fault
     return route();
   }
   sessionStorage.setItem("nanobot-key", key);
