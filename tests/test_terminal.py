@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply
+from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply, tool_call
 from tests.helpers import add_cron_job, config_for, nanobot_process, running_gateway, until
 from tests.test_cli import write_config
 
@@ -207,6 +207,17 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
             await leave(second, again)
         assert not (await gateway.runtime.sessions.open("cli:default")).meta.waiting
     assert "While you were away" not in second.screen  # shown once
+
+
+async def test_what_a_prompt_jobs_turn_sends_is_kept_for_the_terminal(home: Path, workspace: Path) -> None:
+    """A message job's turn in the terminal's chat that sends (send_message, a <say> note) had
+    nobody asking: the terminal's channel dropped it, and the reader saw only the answer ("Sent.")."""
+    async with FakeOpenAI() as llm, gateway_on(home, workspace, llm) as gateway:
+        llm.script(tool_call("send_message", {"content": "It is 14 degrees and dry."}), reply("Sent."))
+        await run_job(gateway, "prompt", "tell me the weather")
+        kept = await gateway.runtime.sessions.open("cli:default")
+        await until(lambda: len(kept.meta.waiting) == 2)
+        assert sorted(kept.waiting_messages()) == ["It is 14 degrees and dry.", "Sent."]
 
 
 async def test_what_reaches_an_open_terminal_chat_is_shown_there_at_once_and_not_again(

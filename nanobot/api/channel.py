@@ -9,8 +9,9 @@ chat still waiting. A request whose client went away stops waiting at once; its 
 runs and its reply stays in the history.
 
 Notes (``<say>``, notices) and files the turn sends come to the request as ``Aside``s, beside
-its text; a file is kept in the chat's ``sent/`` folder for the page to download. They go
-through the outbox, so the last ones may land just after the turn's answer: where the chat's
+its text; a file is kept in the chat's ``sent/`` folder for the page to download. A note while
+no request waits (a job's turn, a reader who left) is kept in the chat's history for its
+reader, as a job's output is. They go through the outbox, so the last ones may land just after the turn's answer: where the chat's
 messages are delivered by this process, a request closes on the turn's own reply message
 (sent after all of them, however long they take); only if that never comes, ``CLOSE_GRACE_S``
 after the answer or after the last of them.
@@ -38,6 +39,7 @@ DELIVERED_CHATS = 10_000  # chats remembered as delivered here (a bounded set)
 # A stream says nothing while a tool runs: proxies and load balancers end a connection quiet for
 # 60 s (nginx, AWS), so a comment line goes out after this long (clients skip it).
 KEEPALIVE_S = 15.0
+UNASKED = "unasked"  # the sender of a message kept for a chat's reader: sent there while no request waited
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,9 @@ class ApiChannel(BaseChannel):
             self._turn_ended(msg, reply)
         elif reply is not None and msg.content:
             self._aside(msg.chat_id, reply, Aside(note=msg.content))
+        elif msg.content and msg.durable:  # nobody asks now (a job's turn; a reader who left): kept for them
+            await self.ctx.accept([InboundMessage(self.name, msg.chat_id, UNASKED, msg.content, source="task",
+                                                  delivery_key=f"outbox-{msg.outbox_id}" if msg.outbox_id else None)])
 
     def _turn_ended(self, msg: OutboundMessage, reply: Reply | None) -> None:
         """The turn's last message came: close its request, or, when the reply's voice note
