@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
+import re
 import sys
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
 
-from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply, tool_call
+from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply, tool_calls
 from tests.helpers import add_cron_job, config_for, nanobot_process, running_gateway, until
 from tests.test_cli import write_config
 
@@ -210,14 +211,20 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
 
 
 async def test_what_a_prompt_jobs_turn_sends_is_kept_for_the_terminal(home: Path, workspace: Path) -> None:
-    """A message job's turn in the terminal's chat that sends (send_message, a <say> note) had
-    nobody asking: the terminal's channel dropped it, and the reader saw only the answer ("Sent.")."""
+    """A message job's turn in the terminal's chat that sends (send_message, a <say> note, a
+    file) had nobody asking: the terminal's channel dropped it, and the reader saw only the
+    answer ("Sent."). A file is kept in the chat's sent/, and a line says where."""
     async with FakeOpenAI() as llm, gateway_on(home, workspace, llm) as gateway:
-        llm.script(tool_call("send_message", {"content": "It is 14 degrees and dry."}), reply("Sent."))
+        (workspace / "chart.csv").write_text("day,temp\nmon,14\n")
+        llm.script(tool_calls(("send_message", {"content": "It is 14 degrees and dry."}),
+                              ("send_file", {"path": "chart.csv", "caption": "the week"})), reply("Sent."))
         await run_job(gateway, "prompt", "tell me the weather")
         kept = await gateway.runtime.sessions.open("cli:default")
-        await until(lambda: len(kept.meta.waiting) == 2)
-        assert sorted(kept.waiting_messages()) == ["It is 14 degrees and dry.", "Sent."]
+        await until(lambda: len(kept.meta.waiting) == 3)
+        said, answer, sent = sorted(kept.waiting_messages())
+    assert (said, answer) == ("It is 14 degrees and dry.", "Sent.")
+    assert re.fullmatch(r"📎 sent/[0-9a-f]{8}_chart.csv: the week", sent), sent  # where the file is kept
+    assert (workspace / sent[2:].split(":")[0]).read_text() == "day,temp\nmon,14\n"
 
 
 async def test_what_reaches_an_open_terminal_chat_is_shown_there_at_once_and_not_again(

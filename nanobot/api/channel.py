@@ -180,8 +180,14 @@ class ApiChannel(BaseChannel):
             self._turn_ended(msg, reply)
         elif reply is not None and msg.content:
             self._aside(msg.chat_id, reply, Aside(note=msg.content))
-        elif msg.content and msg.durable:  # nobody asks now (a job's turn; a reader who left): kept for them
-            await self.ctx.accept([InboundMessage(self.name, msg.chat_id, UNASKED, msg.content, source="task",
+        elif msg.content:
+            await self._keep(msg, msg.content)
+
+    async def _keep(self, msg: OutboundMessage, text: str) -> None:
+        """Sent while no request waits (a job's turn; a reader who left): kept in the chat's
+        history for its reader, once per outbox record, as a job's output is."""
+        if msg.durable:
+            await self.ctx.accept([InboundMessage(self.name, msg.chat_id, UNASKED, text, source="task",
                                                   delivery_key=f"outbox-{msg.outbox_id}" if msg.outbox_id else None)])
 
     def _turn_ended(self, msg: OutboundMessage, reply: Reply | None) -> None:
@@ -204,6 +210,8 @@ class ApiChannel(BaseChannel):
         await asyncio.to_thread(beneath.write_bytes, folder, relative, msg.file.data)
         if reply is not None:
             self._aside(msg.chat_id, reply, Aside(note=msg.content, path=relative, name=safe, photo=msg.file.photo))
+        elif not msg.file.voice:  # (a reply's voice note: its words are kept already)
+            await self._keep(msg, f"📎 {relative}{f': {msg.content}' if msg.content else ''}")
         if msg.turn_reply:  # the reply's voice note
             self._turn_ended(msg, reply)
 
