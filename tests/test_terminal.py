@@ -211,9 +211,9 @@ async def test_what_a_terminal_job_sent_is_shown_at_the_next_start(home: Path, w
 
 
 async def test_what_a_prompt_jobs_turn_sends_is_kept_for_the_terminal(home: Path, workspace: Path) -> None:
-    """A message job's turn in the terminal's chat that sends (send_message, a <say> note, a
-    file) had nobody asking: the terminal's channel dropped it, and the reader saw only the
-    answer ("Sent."). A file is kept in the chat's sent/, and a line says where."""
+    """A message job's turn in the terminal's chat that sends (send_message and send_file here; a
+    <say> note takes the same way) had nobody asking: the terminal's channel dropped it, and the
+    reader saw only the answer ("Sent."). A file is kept in the chat's sent/, and a line says where."""
     async with FakeOpenAI() as llm, gateway_on(home, workspace, llm) as gateway:
         (workspace / "chart.csv").write_text("day,temp\nmon,14\n")
         llm.script(tool_calls(("send_message", {"content": "It is 14 degrees and dry."}),

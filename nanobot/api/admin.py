@@ -1,6 +1,6 @@
 """The owner's pages' data: cron jobs (enable, disable, run now, remove, recent runs), pairing
-requests (approve, deny, revoke an approval) and usage per day. Owner keys only; a change is a POST with the key
-in the Authorization header, which another site cannot make a browser send.
+requests (approve, deny, revoke an approval) and usage per day. Owner keys only; a change is a
+POST with the key in the Authorization header, which another site cannot make a browser send.
 """
 
 from __future__ import annotations

@@ -9,12 +9,12 @@ chat still waiting. A request whose client went away stops waiting at once; its 
 runs and its reply stays in the history.
 
 Notes (``<say>``, notices) and files the turn sends come to the request as ``Aside``s, beside
-its text; a file is kept in the chat's ``sent/`` folder for the page to download. A note while
-no request waits (a job's turn, a reader who left) is kept in the chat's history for its
-reader, as a job's output is. They go through the outbox, so the last ones may land just after the turn's answer: where the chat's
+its text; a file is kept in the chat's ``sent/`` folder for the page to download. They go
+through the outbox, so the last ones may land just after the turn's answer: where the chat's
 messages are delivered by this process, a request closes on the turn's own reply message
 (sent after all of them, however long they take); only if that never comes, ``CLOSE_GRACE_S``
-after the answer or after the last of them.
+after the answer or after the last of them. A note or file while no request waits (a job's
+turn, a reader who left) is kept in the chat's history for its reader, as a job's output is.
 """
 
 from __future__ import annotations
