@@ -20,6 +20,7 @@ from nanobot.api.keys import MIGRATIONS as API_KEYS
 from nanobot.cron.store import MIGRATIONS as CRON
 from nanobot.database import Migrations, Queries, SqliteDatabase
 from nanobot.delivery.store import MIGRATIONS as DELIVERY
+from nanobot.notices import MIGRATIONS as NOTICES
 from nanobot.postgres import PostgresDatabase
 from nanobot.sandbox.executor import STATE_MIGRATIONS as CODE_STATE
 from nanobot.session_files import SessionStore
@@ -37,6 +38,7 @@ COMPONENTS: dict[str, tuple[Migrations, list[str]]] = {
     "code_state": (CODE_STATE, ["code_state"]),
     "api_keys": (API_KEYS, ["api_keys"]),
     "tasks": (TASKS, ["tasks"]),  # background tasks: the queued and running ones are resumed there
+    "notices": (NOTICES, ["owner_notices"]),  # the last 30 days' notices, for the page
 }
 # Kept by triggers as the rows they count are copied: emptied with the rest by ``replace``, never copied.
 DERIVED = ["usage_totals", "execution_totals"]

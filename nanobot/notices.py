@@ -1,7 +1,9 @@
 """Notices to the owner (a steering file changed, a new cron job, the budget is spent): at most
 one message a minute. The first goes at once; what comes within the minute after it is sent as
 one message at the minute's end ("3 new scheduled jobs: ..."), so 46 jobs made from 26 sessions
-of a member key are one or two messages, not 46. Every notice is logged as it happens.
+of a member key are one or two messages, not 46. Every notice is logged as it happens, and kept
+for 30 days in ``owner_notices`` (``NoticeLog``), which the page's Status view shows: an owner
+with no chat channel, on the page alone, reads them there.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import logging
 import time
 from typing import Awaitable, Callable
 
+from nanobot.database import Database, Migrations, StoreUnavailable
 from nanobot.eventloop import cancel_and_wait
 from nanobot.utf8 import without_bidi_controls
 
@@ -18,11 +21,42 @@ log = logging.getLogger(__name__)
 
 NEW_JOB = "New scheduled job "  # how cron_tools starts its notice: batched ones are listed together
 NOTICE_MAX = 300  # characters of one notice
+KEEP_S = 30 * 86400  # how long a notice is kept for the page
+MIGRATIONS: Migrations = {engine: ["""
+CREATE TABLE owner_notices (at DOUBLE PRECISION NOT NULL, text TEXT NOT NULL);
+CREATE INDEX owner_notices_at ON owner_notices (at);
+"""] for engine in ("sqlite", "postgresql")}
+
+
+class NoticeLog:
+    """The notices of the last 30 days, for the page (a record the model never reads: they quote
+    what members wrote)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    @classmethod
+    async def open(cls, db: Database) -> NoticeLog:
+        await db.migrate("notices", MIGRATIONS)
+        return cls(db)
+
+    async def add(self, text: str) -> None:
+        now = time.time()
+        try:
+            await self.db.execute("DELETE FROM owner_notices WHERE at < $1", now - KEEP_S)
+            await self.db.execute("INSERT INTO owner_notices (at, text) VALUES ($1, $2)", now, text)
+        except StoreUnavailable as exc:  # the notice still goes out, and is in the log
+            log.warning("a notice was not kept for the page: %s", exc)
+
+    async def latest(self, limit: int = 20) -> list[tuple[float, str]]:
+        return [(row["at"], row["text"]) for row in await self.db.fetch(
+            "SELECT at, text FROM owner_notices ORDER BY at DESC LIMIT $1", limit)]
 
 
 class OwnerNotices:
-    def __init__(self, send: Callable[[str], Awaitable[None]], *, interval_s: float = 60.0) -> None:
+    def __init__(self, send: Callable[[str], Awaitable[None]], kept: NoticeLog, *, interval_s: float = 60.0) -> None:
         self._send = send  # one message to the owner chat
+        self.kept = kept
         self.interval_s = interval_s
         self._pending: list[str] = []
         self._quiet_until = 0.0
@@ -35,6 +69,7 @@ class OwnerNotices:
         text = " ".join(without_bidi_controls(text).split())
         text = text if len(text) <= NOTICE_MAX else text[:NOTICE_MAX - 1] + "…"
         log.warning("announced to the owner: %s", text)
+        await self.kept.add(text)
         if not self._pending and time.monotonic() >= self._quiet_until:
             self._quiet_until = time.monotonic() + self.interval_s
             await self._send(f"🔔 {text}")

@@ -25,7 +25,7 @@ from nanobot.database import open_database
 from nanobot.coordination import worker_id
 from nanobot.eventloop import Changed
 from nanobot.sqlite_file import HomeError, check_writable
-from nanobot.notices import OwnerNotices
+from nanobot.notices import NoticeLog, OwnerNotices
 from nanobot.providers.base import Provider
 from nanobot.session import Histories
 from nanobot.session_files import SessionStore
@@ -136,7 +136,7 @@ async def _build(config: Config, provider: Provider, terminal: bool, db: Databas
         from nanobot.mcp.servers import McpServers
 
         mcp = McpServers(config, tools, config.home / "logs", status_changed)
-    notices = OwnerNotices(partial(_to_owner, config, pairing, None if terminal else bus))
+    notices = OwnerNotices(partial(_to_owner, config, pairing, None if terminal else bus), await NoticeLog.open(db))
     return Runtime(config=config, provider=provider, tools=tools, sessions=sessions, code=code, db=db,
                    pairing=pairing, tasks=tasks, cron=cron, cron_runs=cron_runs, bus=bus, notices=notices,
                    terminal=terminal, usage=usage, mcp=mcp, system_extras=(skills_prompt,), shared=shared,

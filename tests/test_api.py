@@ -268,9 +268,9 @@ async def test_a_member_key_reaches_no_owner_page_and_no_other_chat(api: dict, l
 
 async def test_an_api_only_home_says_what_is_true(home: Path, workspace: Path, llm: FakeOpenAI,
                                                   caplog: pytest.LogCaptureFixture) -> None:
-    """With only the API on: status names the owner key and why notices are only logged (it
-    waited for a private message none can send), and the gateway does not claim to run for cron
-    and the heartbeat alone."""
+    """With only the API on: status names the owner key and where notices are (it waited for a
+    private message none can send), and the gateway does not claim to run for cron and the
+    heartbeat alone."""
     from tests.test_cli import write_config
 
     write_config(home, workspace, llm.base_url)
@@ -280,7 +280,7 @@ async def test_an_api_only_home_says_what_is_true(home: Path, workspace: Path, l
     assert (await nanobot("api", "keys", "add", "ada", "--owner", home=home))[0] == 0
     code, out, _ = await nanobot("status", home=home)
     assert code == 0 and "Owners:    the API key ada\n           the terminal\n" in out
-    assert "Notices:   logged only (no chat channel is enabled)" in out  # no private chat can come
+    assert "Notices:   not sent (no chat channel is enabled): in the log and on the page's Status view" in out
     config = Config.model_validate(data)
     config.agents.defaults.workspace = str(workspace)
     async with running_gateway(config, with_services=True):

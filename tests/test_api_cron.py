@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Awaitable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import aiohttp
 import pytest
@@ -149,7 +150,6 @@ async def _not(condition: Awaitable[Any]) -> bool:
 async def test_a_notice_shows_a_strangers_text_in_the_order_written() -> None:
     """A display name holding U+202E (right-to-left override) showed the rest of the notice's line,
     the command to type included, backwards: a name can make that read as another command."""
-    from nanobot.notices import OwnerNotices
     from nanobot.utf8 import BIDI_CONTROLS, for_terminal
 
     sent: list[str] = []
@@ -157,16 +157,16 @@ async def test_a_notice_shows_a_strangers_text_in_the_order_written() -> None:
     async def send(text: str) -> None:
         sent.append(text)
 
-    notices = OwnerNotices(send)
-    await notices.announce("telegram user 9 (\u202e4321LIVE evorppa) asked to talk to me. Approve: ... REAL5678")
-    await notices.close()
+    async with notices_to(send) as notices:
+        await notices.announce("telegram user 9 (\u202e4321LIVE evorppa) asked to talk to me. Approve: ... REAL5678")
+        await notices.close()
+        [(_, kept)] = await notices.kept.latest()
     assert sent and not any(c in sent[0] for c in BIDI_CONTROLS) and sent[0].endswith("REAL5678")
+    assert f"🔔 {kept}" == sent[0]  # kept for the page as it was sent
     assert for_terminal("a\u202eb\u2066c") == "a\\u202eb\\u2066c"  # the terminal shows them, never obeys
 
 
 async def test_notices_within_the_quiet_time_come_as_one_message_at_its_end() -> None:
-    from nanobot.notices import OwnerNotices
-
     sent: list[str] = []
     arrived = asyncio.Event()
 
@@ -174,12 +174,25 @@ async def test_notices_within_the_quiet_time_come_as_one_message_at_its_end() ->
         sent.append(text)
         arrived.set()
 
-    notices = OwnerNotices(send, interval_s=0.2)
-    for n in range(3):
-        await notices.announce(f"New scheduled job j{n}: stretch")
-    assert sent == ["🔔 New scheduled job j0: stretch"]
-    arrived.clear()
-    await asyncio.wait_for(arrived.wait(), 5)
-    assert sent[1].startswith("🔔 2 new scheduled jobs:\n• ") and len(sent) == 2
-    await notices.close()
-    assert len(sent) == 2
+    async with notices_to(send, interval_s=0.2) as notices:
+        for n in range(3):
+            await notices.announce(f"New scheduled job j{n}: stretch")
+        assert sent == ["🔔 New scheduled job j0: stretch"]
+        arrived.clear()
+        await asyncio.wait_for(arrived.wait(), 5)
+        assert sent[1].startswith("🔔 2 new scheduled jobs:\n• ") and len(sent) == 2
+        await notices.close()
+        assert len(sent) == 2 and len(await notices.kept.latest()) == 3  # each kept for the page
+
+
+@asynccontextmanager
+async def notices_to(send: Callable[[str], Awaitable[None]], **options: float) -> AsyncIterator[Any]:
+    """Owner notices sent with ``send``, kept in a database of their own (in memory)."""
+    from nanobot.database import SqliteDatabase
+    from nanobot.notices import NoticeLog, OwnerNotices
+
+    db = await SqliteDatabase.open(":memory:")
+    try:
+        yield OwnerNotices(send, await NoticeLog.open(db), **options)
+    finally:
+        await db.close()

@@ -29,7 +29,7 @@ FOUNDATION: list[list[str]] = [  # the top-level modules, in their own order (th
      "nanobot.sdnotify", "nanobot.prompts", "nanobot.terminal_client", "nanobot.workspace_template",
      "nanobot.confine", "nanobot.chat_names", "nanobot.bus", "nanobot.beneath", "nanobot.workspace_quota",
      "nanobot.message_context", "nanobot.collector", "nanobot.chat_commands"],
-    ["nanobot.config", "nanobot.notices", "nanobot.backup"],  # the settings, and what needs only names
+    ["nanobot.config", "nanobot.backup"],  # the settings, and what needs only names
     # The process and its files: logging, the home's lock, the SQLite file, who does what once.
     ["nanobot.logs", "nanobot.tracing", "nanobot.gateway_lock", "nanobot.sqlite_file", "nanobot.coordination",
      "nanobot.periodic"],
@@ -37,7 +37,7 @@ FOUNDATION: list[list[str]] = [  # the top-level modules, in their own order (th
     # Stores and the rules read from them: histories, access, trust, tasks, usage, health.
     ["nanobot.chat_state", "nanobot.session", "nanobot.session_files", "nanobot.session_rows", "nanobot.chat_names_legacy",
      "nanobot.tasks", "nanobot.usage", "nanobot.health", "nanobot.handles", "nanobot.access",
-     "nanobot.trust"],
+     "nanobot.trust", "nanobot.notices"],
 ]
 LAYERS: list[list[str]] = [  # the lowest first
     *FOUNDATION,

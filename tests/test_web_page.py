@@ -348,6 +348,7 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
                                             expression="0 9 * * 1-5", timezone="UTC", payload_kind="code",
                                             payload="print('tea is ready')")
     await rt.pairing.request("telegram", "555", "carol")
+    await rt.announce("New scheduled job 1a2b3c4d (every 1h) made by api:bob: stretch")  # no chat channel: kept here
     await rt.usage.record_call("api:ada", "tools", "small-model", 100, 20, cost=0.25)
     await rt.usage.record_call("api:bob", "tools", "big-model", 100, 20, cost=1.5, cached_tokens=64)
     await rt.usage.record_call("api:bob", "tools", "small-model", 0, 0, outcome="the model server answered HTTP 429: "
@@ -393,6 +394,7 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
         await no_serious_violations(page)
         await page.click("#nav-status")
         await shows(page, "#status-list", "Shell")
+        await shows(page, "#notices", "New scheduled job")  # the member's job, announced: here for a page-only owner
         shown = await page.locator("#status-list").inner_text()
         assert "GB free" in shown and re.search(r"Model\s+small-model: last failed at \d\d:\d\d: the model server "
                                                  r"answered HTTP 429: You exceeded your current quota", shown), shown

@@ -1,11 +1,13 @@
-"""The owner's pages' data: cron jobs (enable, disable, run now, remove, recent runs), pairing
-requests (approve, deny, revoke an approval) and usage per day. Owner keys only; a change is a
-POST with the key in the Authorization header, which another site cannot make a browser send.
+"""The owner's pages' data: status and notices, cron jobs (enable, disable, run now, remove, recent
+runs), pairing requests (approve, deny, revoke an approval) and usage per day. Owner keys only;
+a change is a POST with the key in the Authorization header, which another site cannot make a
+browser send.
 """
 
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from aiohttp import web
@@ -27,6 +29,7 @@ class AdminRoutes:
 
     def add_to(self, app: web.Application) -> None:
         for method, path, handler in (
+                ("GET", "/v1/nanobot/status", self.status),
                 ("GET", "/v1/nanobot/cron", self.cron), ("POST", "/v1/nanobot/cron/{job}/{action}", self.cron_action),
                 ("GET", "/v1/nanobot/pairing", self.pairing),
                 ("POST", "/v1/nanobot/pairing/{action}", self.pairing_action),
@@ -39,6 +42,13 @@ class AdminRoutes:
             return await handler(request)
 
         return guarded
+
+    async def status(self, request: web.Request) -> web.Response:
+        """Channels, MCP servers, the shell, the database, tasks, disk; and the notices of the last
+        30 days (an owner with the page alone gets them nowhere else)."""
+        notices = [{"at": datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds"), "text": text}
+                   for at, text in await self.door.notices.latest()]
+        return web.json_response({"lines": await self.door.status_lines(), "notices": notices})
 
     # ---- cron ---------------------------------------------------------------------------
     async def cron(self, request: web.Request) -> web.Response:

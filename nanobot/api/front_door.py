@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from nanobot.config import Config
     from nanobot.database import Database
     from nanobot.health import Health
+    from nanobot.notices import NoticeLog
     from nanobot.access import PairingStore
     from nanobot.cron.store import CronRun, CronStore
     from nanobot.session import Session
@@ -32,6 +33,7 @@ class FrontDoor(Protocol):
     usage: UsageStore
     agent: Agent
     pairing: PairingStore
+    notices: NoticeLog  # the owner's notices of the last 30 days, for the page's Status view
     api_owners: OwnerKeys  # the owner API keys' names, which the API keeps current (they decide a chat's trust)
     key_refresh_s: float  # how often the API reads the keys again (one added or revoked elsewhere)
     http_timeout_s: float | None  # a request's headers, or its body, taking longer ends it (nanobot.listener)

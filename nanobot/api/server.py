@@ -86,7 +86,6 @@ class ApiServer:
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/v1/models/{id}", self.models)
         app.router.add_post("/v1/chat/completions", self.completions)
-        app.router.add_get("/v1/nanobot/status", self.status)
         AdminRoutes(self.door, self._owner_only).add_to(app)
         self.chats.add_to(app)
         app.router.add_get("/", self.page)
@@ -158,11 +157,6 @@ class ApiServer:
         async def used() -> dict[str, int]:
             return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         return await respond(request, self.channel, chat.partition(":")[2], reply, used, stream=stream)
-
-    async def status(self, request: web.Request) -> web.Response:
-        """Channels, MCP servers and the shell: the owner's business."""
-        await self._owner_only(request)
-        return web.json_response({"lines": await self.door.status_lines()})
 
     async def page(self, request: web.Request) -> web.StreamResponse:
         """The web page: three files shipped in the wheel, no build step, no CDN."""

@@ -230,7 +230,7 @@ def trust_lines(config: Config, owner_keys: list[str] | None, heard: dict[str, t
     elif owner_keys is None:
         owners.append("owner API keys (unknown: the database is unreachable)")
     lines = [*_one_a_line("Owners:    ", [*owners, "the terminal"]),
-             f"Notices:   {owner_chat(config, heard, notices=True) or f'logged only ({_no_owner_chat(config)})'}",
+             f"Notices:   {owner_chat(config, heard, notices=True) or _unsent_notices(config)}",
              f"Shell:     {shell_status(config)}"]
     shadowing = shadowing_skills(config.workspace_path)
     if shadowing:
@@ -250,7 +250,7 @@ async def _cron_line(db: Database) -> str:
                       *([f"last run failed: {'; '.join(failing)}"] if failing else [])])
 
 
-def _no_owner_chat(config: Config) -> str:
-    if not config.channels.enabled_names():  # the API and the page only: no private chat can come
-        return "no chat channel is enabled"
-    return "no owner has written to me in private yet"
+def _unsent_notices(config: Config) -> str:
+    # the API and the page only: no private chat can come
+    why = "no owner has written to me in private yet" if config.channels.enabled_names() else "no chat channel is enabled"
+    return f"not sent ({why}): in the log and on the page's Status view"

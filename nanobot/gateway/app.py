@@ -107,8 +107,8 @@ class Gateway:
         if self.terminal != (scratch is not None):
             raise ValueError("the terminal chat's gateway, and only it, records in a scratch database")
         # What the API, the page and the terminal socket see of the runtime (nanobot.api.front_door).
-        self.home, self.db, self.usage, self.agent = runtime.home, runtime.db, runtime.usage, runtime.agent
-        self.cron, self.pairing, self.api_owners = runtime.cron, runtime.pairing, runtime.api_owners
+        self.home, self.db, self.usage, self.agent, self.cron = rt.home, rt.db, rt.usage, rt.agent, rt.cron
+        self.pairing, self.api_owners, self.notices = rt.pairing, rt.api_owners, rt.notices.kept
         among_workers = rt.shared and not self.terminal  # PostgreSQL: one worker of several (nanobot.cluster)
         self.delivery = DeliveryStore(scratch or rt.db, worker_id(self.config.gateway) if among_workers else None)
         self.pace, self.key_refresh_s, self.keepalive_s = pace, pace.key_refresh_s, pace.keepalive_s

@@ -307,12 +307,15 @@ async function attach(files) {
 
 // ---- owner views --------------------------------------------------------------------------
 async function loadStatus() {
-  const lines = (await (await api("v1/nanobot/status")).json()).lines;
+  const {lines, notices} = await (await api("v1/nanobot/status")).json();
   $("status-list").replaceChildren(...lines.flatMap((line) => {
     const [name, ...rest] = line.split(":");
     return [el("dt", name.trim()), el("dd", rest.join(":").trim())];
   }));
   $("status-note").textContent = "";
+  // What was announced to the owner (a new job, a steering file changed), newest first: text only
+  $("notices-note").textContent = notices.length ? "" : "None in the last 30 days.";
+  $("notices").replaceChildren(...notices.map((n) => el("li", `${when(n.at)} · ${n.text}`)));
 }
 
 function button(label, action) {
