@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Awaitable, Callable
 
-from nanobot.database import Database, Migrations, StoreUnavailable
+from nanobot.database import Database, Migrations
 from nanobot.eventloop import cancel_and_wait
 from nanobot.utf8 import without_bidi_controls
 
@@ -45,7 +45,8 @@ class NoticeLog:
         try:
             await self.db.execute("DELETE FROM owner_notices WHERE at < $1", now - KEEP_S)
             await self.db.execute("INSERT INTO owner_notices (at, text) VALUES ($1, $2)", now, text)
-        except StoreUnavailable as exc:  # the notice still goes out, and is in the log
+        except Exception as exc:  # a full disk, the database away: the notice still goes out and
+            # is in the log, and what announced it (a job made, a file changed) stands
             log.warning("a notice was not kept for the page: %s", exc)
 
     async def latest(self, limit: int = 20) -> list[tuple[float, str]]:

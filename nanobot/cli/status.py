@@ -251,6 +251,7 @@ async def _cron_line(db: Database) -> str:
 
 
 def _unsent_notices(config: Config) -> str:
-    # the API and the page only: no private chat can come
+    """Where notices are when no owner chat takes them (with the API and the page alone, no
+    private chat can ever come)."""
     why = "no owner has written to me in private yet" if config.channels.enabled_names() else "no chat channel is enabled"
     return f"not sent ({why}): in the log and on the page's Status view"
