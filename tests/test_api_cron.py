@@ -185,6 +185,25 @@ async def test_notices_within_the_quiet_time_come_as_one_message_at_its_end() ->
         assert len(sent) == 2 and len(await notices.kept.latest()) == 3  # each kept for the page
 
 
+async def test_notices_are_kept_thirty_days_for_the_page() -> None:
+    """The page's Status view lists the last days' notices; older ones go as new ones come, so
+    the table does not grow for the months the daemon runs."""
+    import time
+
+    from nanobot.notices import KEEP_S
+
+    async def send(text: str) -> None:
+        return None
+
+    async with notices_to(send) as notices:
+        await notices.kept.db.execute("INSERT INTO owner_notices (at, text) VALUES ($1, $2)",
+                                      time.time() - KEEP_S - 60, "a month and a minute ago")
+        await notices.announce("AGENTS.md changed by api:bob (write_file).")
+        kept = [text for _, text in await notices.kept.latest()]
+        await notices.close()
+    assert kept == ["AGENTS.md changed by api:bob (write_file)."]
+
+
 @asynccontextmanager
 async def notices_to(send: Callable[[str], Awaitable[None]], **options: float) -> AsyncIterator[Any]:
     """Owner notices sent with ``send``, kept in a database of their own (in memory)."""
