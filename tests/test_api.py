@@ -15,6 +15,7 @@ import aiohttp
 import openai
 import pytest
 
+from nanobot.api.channel import CLOSE_GRACE_S
 from nanobot.api.keys import ApiKeys
 from nanobot.config import Config
 from tests.fakes.loopback import free_port
@@ -228,15 +229,18 @@ async def test_the_terminal_reaches_a_running_gateway_without_the_model_sdk(
 
 async def test_stop_over_the_api_ends_the_running_turn(api: dict, llm: FakeOpenAI) -> None:
     """/stop is a chat command here too: the running request ends with the stop note, the
-    /stop request with "Stopped."; nothing waits for ever."""
-    llm.script(delayed(reply("too late"), 30))
+    /stop request with "Stopped.", at once (it waited out the grace a reply's trailing files get)."""
+    llm.script(reply("Hello."), delayed(reply("too late"), 30))
     ai = client(api, api["owner"])
+    await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "hello"}])
+    llm.request_event.clear()  # (a reply was delivered to the chat before: the page's case)
     running = asyncio.create_task(ai.chat.completions.create(model="nanobot",
                                                              messages=[{"role": "user", "content": "slow"}]))
     await asyncio.wait_for(llm.request_event.wait(), 5)
-    stop = await ai.chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "/stop"}])
+    stop = await asyncio.wait_for(ai.chat.completions.create(
+        model="nanobot", messages=[{"role": "user", "content": "/stop"}]), CLOSE_GRACE_S - 1)
     assert stop.choices[0].message.content == "Stopped."
-    stopped = await asyncio.wait_for(running, 5)
+    stopped = await asyncio.wait_for(running, CLOSE_GRACE_S - 1)
     assert "stopped" in stopped.choices[0].message.content.lower()
 
 

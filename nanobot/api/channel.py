@@ -39,6 +39,7 @@ DELIVERED_CHATS = 10_000  # chats remembered as delivered here (a bounded set)
 # A stream says nothing while a tool runs: proxies and load balancers end a connection quiet for
 # 60 s (nginx, AWS), so a comment line goes out after this long (clients skip it).
 KEEPALIVE_S = 15.0
+REQUEST = "request"  # the key of a request's id in its message's reply_context
 UNASKED = "unasked"  # the sender of a message kept for a chat's reader: sent there while no request waited
 
 
@@ -67,6 +68,8 @@ class Reply:
     asides: list[Aside] = field(default_factory=list)
     finished: bool = False
     closer: asyncio.TimerHandle | None = None  # closes it if the turn's last message is late
+    request_id: str = ""
+    ended: bool = False  # its turn's last message came before its answer (/stop's does)
 
     def show(self, text: str) -> None:
         """A stream update carries the whole text so far: hand out only what is new."""
@@ -110,12 +113,13 @@ class ApiChannel(BaseChannel):
     async def ask(self, sender: str, chat_id: str, content: str, request_id: str, *, mode: str | None = None,
                   media: list[str] | None = None, untrusted: str | None = None) -> Reply:
         """Hand the message to the gateway; the Reply fills as the turn runs."""
-        reply = Reply()
+        reply = Reply(request_id=request_id)
         self._waiting.setdefault(chat_id, deque()).append(reply)
         answered: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         answered.add_done_callback(lambda done: self._answered(chat_id, reply, done))
         msg = InboundMessage(self.name, chat_id, sender, content, media=list(media or ()), delivery_key=request_id,
-                             mode=mode, reply_future=answered, untrusted=untrusted)
+                             mode=mode, reply_future=answered, untrusted=untrusted,
+                             reply_context={REQUEST: request_id})  # its reply message names the request
         try:
             await self.ctx.accept([msg])
         except BaseException:
@@ -126,7 +130,7 @@ class ApiChannel(BaseChannel):
     def _answered(self, chat_id: str, reply: Reply, done: asyncio.Future[str]) -> None:
         self.forget(chat_id, reply)
         text = "" if done.cancelled() else done.result()
-        if not text or chat_id not in self._delivered_here:
+        if not text or chat_id not in self._delivered_here or reply.ended:
             return reply.finish(text)
         if (earlier := self._closing.pop(chat_id, None)) is not None:
             earlier.finish(earlier.final)
@@ -193,6 +197,11 @@ class ApiChannel(BaseChannel):
     def _turn_ended(self, msg: OutboundMessage, reply: Reply | None) -> None:
         """The turn's last message came: close its request, or, when the reply's voice note
         follows (``voice_follows``), wait for that one."""
+        # /stop's answer comes after its reply is sent (a terminal in process leaves once
+        # answered): that request closes as soon as it is answered, not a grace later.
+        asked = (msg.reply_context or {}).get(REQUEST)
+        for waiting in self._waiting.get(msg.chat_id, ()):
+            waiting.ended = waiting.ended or waiting.request_id == asked
         if reply is None or self._closing.get(msg.chat_id) is not reply:
             return
         if msg.voice_follows:
