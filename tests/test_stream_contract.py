@@ -41,7 +41,7 @@ async def test_code_mode_streams_a_long_answer_to_the_api_and_never_a_working_no
     from nanobot.api import keys as api_keys
 
     config.agents.defaults.execution_mode = "code"
-    llm.stream_interval = 0.025
+    llm.stream_interval, llm.stream_piece_chars = 0.025, 20  # 35 pieces, under a second
     answer = (TEXT * 4).strip()
     assert len(answer) > 2 * HOLD_CHARS
     llm.script(reply("Let me look that up.\n```python\nprint(6 * 7)\n```"), reply(answer))
