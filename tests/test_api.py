@@ -451,12 +451,19 @@ async def test_a_failed_turn_is_marked_for_a_program_to_tell(api: dict, llm: Fak
 async def test_the_api_answer_carries_the_voice_note(api: dict, llm: FakeOpenAI) -> None:
     gateway = api["gateway"]
     gateway.runtime.config.tools.speech.provider = "openai"
-    llm.script(reply("Spoken too."))
+    llm.script(reply("Spoken too."), reply("Spoken at once."))
     await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "/voice always"}]})
     status, body = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "say it"}]})
     assert status == 200 and body["choices"][0]["message"]["content"] == "Spoken too."
     [voice] = body["nanobot"]["asides"]
     assert voice["file"]["name"] == "reply.ogg" and voice["file"]["path"].startswith("sent/")
+    # A new conversation's first reply, in code mode (nothing sent to that chat before its answer,
+    # not even a stream of it: it went without its voice)
+    gateway.runtime.config.tools.speech.reply = "always"
+    gateway.runtime.config.agents.defaults.execution_mode = "code"
+    status, body = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]},
+                              **{"X-Nanobot-Session": "new"})
+    assert body["choices"][0]["message"]["content"] == "Spoken at once." and body["nanobot"]["asides"]
 
 
 OPEN_WEBUI_TITLE = """### Task:

@@ -31,6 +31,7 @@ from nanobot import beneath
 from nanobot.channel_plugin import BaseChannel, ChannelContext
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.config import PluginChannelConfig
+from nanobot.coordination import Alone
 from nanobot.trust import API_CHANNEL
 
 FINAL = None  # what Reply.pieces carries after the last piece
@@ -108,7 +109,10 @@ class ApiChannel(BaseChannel):
         self.chat_folder = chat_folder  # a chat's folder (by its key): where files it is sent are kept
         self._waiting: dict[str, deque[Reply]] = {}
         self._closing: dict[str, Reply] = {}  # answered, waiting for the turn's reply message
-        self._delivered_here: OrderedDict[str, None] = OrderedDict()  # chats whose messages come to us
+        # Alone on its store, this process delivers every chat's messages; among workers, the
+        # chats whose messages came here lately (another worker's chat's never come).
+        self._every_chat_here = isinstance(ctx.singletons, Alone)
+        self._delivered_here: OrderedDict[str, None] = OrderedDict()
 
     async def ask(self, sender: str, chat_id: str, content: str, request_id: str, *, mode: str | None = None,
                   media: list[str] | None = None, untrusted: str | None = None) -> Reply:
@@ -130,7 +134,7 @@ class ApiChannel(BaseChannel):
     def _answered(self, chat_id: str, reply: Reply, done: asyncio.Future[str]) -> None:
         self.forget(chat_id, reply)
         text = "" if done.cancelled() else done.result()
-        if not text or chat_id not in self._delivered_here or reply.ended:
+        if not text or reply.ended or not (self._every_chat_here or chat_id in self._delivered_here):
             return reply.finish(text)
         if (earlier := self._closing.pop(chat_id, None)) is not None:
             earlier.finish(earlier.final)
