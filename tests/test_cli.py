@@ -21,7 +21,7 @@ from nanobot.config import load_config
 from nanobot.session_files import SessionStore
 from tests import cli_zygote
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.loopback import free_port, serve
+from tests.fakes.loopback import closed_port, free_port, serve
 from tests.fakes.mail_servers import Dovecot, needs_dovecot
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
 from tests.fakes.slack_api import FakeSlack
@@ -564,29 +564,30 @@ async def test_onboards_checks_follow_no_redirect_with_a_token() -> None:
 async def test_status_check_asks_each_enabled_platform(home: Path, workspace: Path, dc: FakeDiscord) -> None:
     """``status --check``: a line per model server and per enabled channel with what it said;
     exit 1 when one refused (a token or key changed by hand, say), so a script can tell."""
-    async with FakeTelegram(token="123:TOKEN") as telegram, FakeOpenAI() as llm:
-        write_config(home, workspace, llm.base_url)
-        config = json.loads((home / "config.json").read_text())
-        config["agents"]["defaults"]["fallbacks"] = [{"provider": "spare", "model": "local-model"}]
-        config["providers"]["spare"] = {"apiKey": "wrong-key", "apiBase": llm.base_url}
-        config["channels"] = {
-            "telegram": {"enabled": True, "token": "123:TOKEN", "apiBase": telegram.api_base, "allowFrom": ["1"]},
-            "discord": {"enabled": True, "token": "CANARY-changed", "apiBase": dc.api_base, "allowFrom": ["1"]},
-            "signal": {"enabled": True, "account": "+15550001111", "rpcUrl": f"http://127.0.0.1:{free_port()}"}}
-        (home / "config.json").write_text(json.dumps(config))
-        code, out, err = await nanobot("status", "--check", home=home)
-        assert "Check:     model server openai: answered, 2 models; it lists no m" in out  # the model's name: a typo?
-        assert "Check:     model server spare: REFUSED: The server answered 401: Incorrect API key provided" in out
-        assert "Check:     telegram: Telegram knows the token: the bot is @nanobot_test_bot." in out
-        assert "Check:     discord: REFUSED: Discord refused the token: 401: Unauthorized" in out
-        assert "Check:     signal: no answer ([Errno 111] Connection refused; start it with: signal-cli -a " in out
-        assert code == 1 and "CANARY" not in out + err
-        config["channels"]["discord"]["token"] = dc.token
-        config["providers"]["spare"]["apiKey"] = "k"
-        (home / "config.json").write_text(json.dumps(config))
-        code, out, _ = await nanobot("status", "--check", home=home)
-        assert code == 0 and "Check:     discord: Discord knows the token" in out
-        code, out, _ = await nanobot("status", home=home)
+    with closed_port() as port:
+        async with FakeTelegram(token="123:TOKEN") as telegram, FakeOpenAI() as llm:
+            write_config(home, workspace, llm.base_url)
+            config = json.loads((home / "config.json").read_text())
+            config["agents"]["defaults"]["fallbacks"] = [{"provider": "spare", "model": "local-model"}]
+            config["providers"]["spare"] = {"apiKey": "wrong-key", "apiBase": llm.base_url}
+            config["channels"] = {
+                "telegram": {"enabled": True, "token": "123:TOKEN", "apiBase": telegram.api_base, "allowFrom": ["1"]},
+                "discord": {"enabled": True, "token": "CANARY-changed", "apiBase": dc.api_base, "allowFrom": ["1"]},
+                "signal": {"enabled": True, "account": "+15550001111", "rpcUrl": f"http://127.0.0.1:{port}"}}
+            (home / "config.json").write_text(json.dumps(config))
+            code, out, err = await nanobot("status", "--check", home=home)
+            assert "Check:     model server openai: answered, 2 models; it lists no m" in out  # the model's name: a typo?
+            assert "Check:     model server spare: REFUSED: The server answered 401: Incorrect API key provided" in out
+            assert "Check:     telegram: Telegram knows the token: the bot is @nanobot_test_bot." in out
+            assert "Check:     discord: REFUSED: Discord refused the token: 401: Unauthorized" in out
+            assert "Check:     signal: no answer ([Errno 111] Connection refused; start it with: signal-cli -a " in out
+            assert code == 1 and "CANARY" not in out + err
+            config["channels"]["discord"]["token"] = dc.token
+            config["providers"]["spare"]["apiKey"] = "k"
+            (home / "config.json").write_text(json.dumps(config))
+            code, out, _ = await nanobot("status", "--check", home=home)
+            assert code == 0 and "Check:     discord: Discord knows the token" in out
+            code, out, _ = await nanobot("status", home=home)
     assert code == 0 and "Check:" not in out
 
 
@@ -619,11 +620,12 @@ async def test_onboard_asks_for_a_mailbox(home: Path) -> None:
     """Email: the address, the servers named after its domain (Enter takes them), one password
     typed unseen, the receiving server's authserv-id; the owner's address as the adapter reads it.
     An IMAP server that does not answer is said, and the answers kept."""
-    out = await onboard_channel(home, [
-        ("Chat channel", "email"), ("email address", "bot-at-example.org"), ("has an @", "bot@example.org"),
-        ("IMAP server", "127.0.0.1"), ("SMTP server", ""), ("(for both servers): ", "CANARY-pw"),
-        ("authserv-id", "mx.example.org"), ("user id", "Ada@Example.org")],
-        NANOBOT_CHANNELS__EMAIL__IMAP__PORT=str(free_port()), NANOBOT_CHANNELS__EMAIL__IMAP__TLS="false")
+    with closed_port() as port:
+        out = await onboard_channel(home, [
+            ("Chat channel", "email"), ("email address", "bot-at-example.org"), ("has an @", "bot@example.org"),
+            ("IMAP server", "127.0.0.1"), ("SMTP server", ""), ("(for both servers): ", "CANARY-pw"),
+            ("authserv-id", "mx.example.org"), ("user id", "Ada@Example.org")],
+            NANOBOT_CHANNELS__EMAIL__IMAP__PORT=str(port), NANOBOT_CHANNELS__EMAIL__IMAP__TLS="false")
     assert "CANARY" not in out and "(TLS on 993) [imap.example.org]" in out
     assert "No answer (" in out and "It is written anyway; check it later with: nanobot status --check" in out
     mail = json.loads((home / "config.json").read_text())["channels"]["email"]
@@ -653,11 +655,11 @@ async def test_onboard_logs_in_to_the_mailbox_and_asks_again_when_refused(home: 
 async def test_onboard_takes_no_owner_on_the_bots_own_account(home: Path) -> None:
     """Signal: the owner's number typed as the bot's own (signal-cli linked to the owner's
     account, which never reads their messages) is asked again."""
-    port = free_port()
-    out = await onboard_channel(home, [
-        ("Chat channel", "signal"), ("(not yours)", "+1 555 000 1111"), ("user id", "+15550001111"),
-        ("is the bot's own account", "+1 555 000 2222")],
-        NANOBOT_CHANNELS__SIGNAL__RPC_URL=f"http://127.0.0.1:{port}")
+    with closed_port() as port:
+        out = await onboard_channel(home, [
+            ("Chat channel", "signal"), ("(not yours)", "+1 555 000 1111"), ("user id", "+15550001111"),
+            ("is the bot's own account", "+1 555 000 2222")],
+            NANOBOT_CHANNELS__SIGNAL__RPC_URL=f"http://127.0.0.1:{port}")
     assert "No answer ([Errno 111] Connection refused; start it with: signal-cli -a +15550001111 daemon --http " \
            f"127.0.0.1:{port} --receive-mode on-connection). It is written anyway" in " ".join(out.split())
     signal = json.loads((home / "config.json").read_text())["channels"]["signal"]
@@ -697,17 +699,18 @@ async def test_onboard_sends_no_key_in_plain_text_across_the_network(home: Path)
     code, _, err = await nanobot("onboard", "--non-interactive", "--api-base", "http://8.8.8.8:1/v1", "--api-key",
                                  "sk-CANARY", home=home)
     assert code == 2 and "is plain http" in err and not (home / "config.json").exists()
-    homeserver = f"http://127.0.0.1:{free_port()}"  # near: plain http is fine (none answers there)
-    async with FakeOpenAI() as llm:
-        env = {**os.environ, "NANOBOT_HOME": str(home)}
-        out = await asyncio.to_thread(_converse, [sys.executable, "-m", "nanobot", "onboard"], env, [
-            ("Model server URL", "localhost:11434/v1"), ("(http://localhost:11434/v1?)", "http://models.example.org/v1"),
-            ("unencrypted", llm.base_url),
-            ("local servers): ", "k"), ("Model [", ""), ("Mode:", ""), ("Chat channel", "matrix"),
-            ("homeserver URL", "http://matrix.example.org"), ("unencrypted", homeserver),
-            # getpass flushes what was typed before its ": "
-            ("bot's Matrix user id", "@bot:example.org"), ("encrypted chats need): ", "CANARY-pw"),
-            ("Your own Matrix user id", "@me:example.org"), ("The web page", "n")])
+    with closed_port() as port:  # near: plain http is fine (none answers there)
+        homeserver = f"http://127.0.0.1:{port}"
+        async with FakeOpenAI() as llm:
+            env = {**os.environ, "NANOBOT_HOME": str(home)}
+            out = await asyncio.to_thread(_converse, [sys.executable, "-m", "nanobot", "onboard"], env, [
+                ("Model server URL", "localhost:11434/v1"), ("(http://localhost:11434/v1?)", "http://models.example.org/v1"),
+                ("unencrypted", llm.base_url),
+                ("local servers): ", "k"), ("Model [", ""), ("Mode:", ""), ("Chat channel", "matrix"),
+                ("homeserver URL", "http://matrix.example.org"), ("unencrypted", homeserver),
+                # getpass flushes what was typed before its ": "
+                ("bot's Matrix user id", "@bot:example.org"), ("encrypted chats need): ", "CANARY-pw"),
+                ("Your own Matrix user id", "@me:example.org"), ("The web page", "n")])
     assert out.count("is plain http") == 2 and "The server answered: 2 models" in out
     assert "'localhost:11434/v1' is not a URL: it starts with https:// or http://" in out  # it failed only at the first message
     saved = json.loads((home / "config.json").read_text())

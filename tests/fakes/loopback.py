@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import socket
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 from aiohttp import web
 
@@ -18,7 +19,16 @@ async def serve(app: web.Application, port: int = 0, **runner_options: Any) -> t
 
 
 def free_port() -> int:
-    """A port nothing listens on now (for a listener to take, or to find closed)."""
+    """A port nothing listens on now, for a listener to take."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextmanager
+def closed_port() -> Iterator[int]:
+    """A port refused for as long as it is held: bound, never listened on (one free_port gave
+    could be taken meanwhile by another test's server, which would then answer)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        yield s.getsockname()[1]
