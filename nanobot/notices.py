@@ -53,6 +53,11 @@ class NoticeLog:
         return [(row["at"], row["text"]) for row in await self.db.fetch(
             "SELECT at, text FROM owner_notices ORDER BY at DESC LIMIT $1", limit)]
 
+    async def count_after(self, at: float) -> int:
+        """How many came after ``at`` (a notice's, as ``latest`` gave it)."""
+        [row] = await self.db.fetch("SELECT count(*) AS n FROM owner_notices WHERE at > $1", at)
+        return int(row["n"])
+
 
 class OwnerNotices:
     def __init__(self, send: Callable[[str], Awaitable[None]], kept: NoticeLog, *, interval_s: float = 60.0) -> None:

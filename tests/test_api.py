@@ -267,6 +267,9 @@ async def test_a_member_key_reaches_no_owner_page_and_no_other_chat(api: dict, l
             assert resp.status == 400
         async with http.get(root + "/nanobot/history") as resp:
             history = await resp.json()
+        await api["gateway"].runtime.announce("New scheduled job made by api:bob")
+        async with http.get(root + "/nanobot/news") as resp:
+            assert "notices" not in await resp.json()  # how many the owner has: an owner key's alone
     assert history["chat"] == "api:bob" and "plan" not in json.dumps(history)
 
 

@@ -355,6 +355,7 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
                                "You exceeded your current quota")  # why it last failed, on the status view
     async with browser_page() as page:
         await sign_in(page, root, api["owner"])
+        await shows(page, "#nav-status", "Status (1 new)")  # the notice below, not seen yet
         await page.click("#nav-cron")
         await shows(page, "#jobs", "weekdays at 09:00 (UTC)")
         await page.click("#jobs button:text('Disable')")
@@ -395,10 +396,14 @@ async def test_the_owner_views_cron_pairing_usage_status(api: dict, llm: FakeOpe
         await page.click("#nav-status")
         await shows(page, "#status-list", "Shell")
         await shows(page, "#notices", "New scheduled job")  # the member's job, announced: here for a page-only owner
+        assert await page.locator("#nav-status").inner_text() == "Status"  # seen
         shown = await page.locator("#status-list").inner_text()
         assert "GB free" in shown and re.search(r"Model\s+small-model: last failed at \d\d:\d\d: the model server "
                                                  r"answered HTTP 429: You exceeded your current quota", shown), shown
         await no_serious_violations(page)
+        await rt.announce("telegram user 7 (dave) asked to talk to me")
+        await page.goto(root)  # the chat again: seen before stays seen; only the new one counts
+        await shows(page, "#nav-status", "Status (1 new)")
     assert not await rt.pairing.is_paired("telegram", "555")  # approved, then revoked on the page
 
 

@@ -46,7 +46,8 @@ class AdminRoutes:
     async def status(self, request: web.Request) -> web.Response:
         """Channels, MCP servers, the shell, the database, tasks, disk; and the notices of the last
         30 days (an owner with the page alone gets them nowhere else)."""
-        notices = [{"at": datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds"), "text": text}
+        notices = [{"at": datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="seconds"), "text": text,
+                    "id": at}  # (news counts those after the newest one the page showed)
                    for at, text in await self.door.notices.latest()]
         return web.json_response({"lines": await self.door.status_lines(), "notices": notices})
 

@@ -77,28 +77,34 @@ class ChatRoutes:
             raise self.bad_request("X-Nanobot-Session must be 1 to 64 letters, digits, '.', '_' or '-'")
         return f"{API_CHANNEL}:{name}:{session}"
 
-    async def _readable_chat(self, request: web.Request) -> str:
+    async def _readable_chat(self, request: web.Request) -> tuple[str, bool]:
+        """The chat the request reads, and whether its key is an owner's."""
         name, owner = await self.key_of(request)
         other = request.query.get("chat")
         if other is None:
-            return self.key_chat(name, request)
+            return self.key_chat(name, request), owner
         if not owner:
             raise web.HTTPForbidden(reason="only an owner key reads other chats")
-        return other
+        return other, owner
 
     # ---- endpoints -------------------------------------------------------------------
     async def history(self, request: web.Request) -> web.Response:
-        chat = await self._readable_chat(request)
+        chat, _ = await self._readable_chat(request)
         session = await self.door.open_chat(chat)
         return web.json_response({"chat": chat, "messages": shown_history(session.messages)[-200:],
                                   "upto": session.waiting_since("")[1]})
 
     async def news(self, request: web.Request) -> web.Response:
         """What reached the chat with nobody asking past position ``?after=`` (not marked seen:
-        the page keeps its own place)."""
-        session = await self.door.open_chat(await self._readable_chat(request))
+        the page keeps its own place); for an owner, how many notices came after
+        ``?noticesAfter=`` (the ``id`` of the newest the page showed)."""
+        chat, owner = await self._readable_chat(request)
+        session = await self.door.open_chat(chat)
         messages, upto = session.waiting_since(request.query.get("after", ""))
-        return web.json_response({"messages": messages, "upto": upto})
+        news: dict[str, Any] = {"messages": messages, "upto": upto}
+        if owner:
+            news["notices"] = await self.door.notices.count_after(_number(request.query.get("noticesAfter")))
+        return web.json_response(news)
 
     async def conversations(self, request: web.Request) -> web.Response:
         name, owner = await self.key_of(request)
@@ -125,7 +131,7 @@ class ChatRoutes:
         return summary
 
     async def settings(self, request: web.Request) -> web.Response:
-        chat = await self._readable_chat(request)
+        chat, _ = await self._readable_chat(request)
         session = await self.door.open_chat(chat)
         agent, config = self.door.agent, self.door.config
         member = agent.deps.trust(chat) == MEMBER
@@ -269,3 +275,10 @@ def as_written(text: str) -> str:
         return text
     names = [_UPLOADED.sub("", name) for name in _ATTACHMENT_NOTE.findall(text, first.start())]
     return f"{text[:first.start()].strip()}\n📎 {', '.join(names)}".strip()
+
+
+def _number(text: str | None) -> float:
+    try:
+        return float(text or 0)
+    except ValueError:
+        return 0.0

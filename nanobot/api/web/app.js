@@ -15,6 +15,8 @@ let running = false;  // a turn of this conversation is being answered
 // a Stop pressed sooner waits for it, or the /stop would overtake the message and stop nothing.
 let accepted = Promise.resolve();
 let attachments = [];  // uploaded files for the next message: {id, name}
+// The newest notice the Status view showed (its id): news counts those after it, for the Status link.
+let noticesSeen = Number(localStorage.getItem("nanobot-notices-seen")) || 0;
 let keptUpto = -1;  // where the last message kept for us that the chat shows is (a task's result, a job's output)
 let redraws = 0;  // counts the chat's redraws (loadChat): news asked across one is dropped
 // How often the open chat asks for what reached it with nobody asking: soon after a message (a task
@@ -116,7 +118,8 @@ async function signIn(candidate) {
   }
   sessionStorage.setItem("nanobot-key", key);
   $("sign-in-error").textContent = "";
-  route();
+  await route();
+  news().catch(() => {});  // at once: the Status link says if notices came meanwhile
 }
 
 // ---- conversations ---------------------------------------------------------------------
@@ -271,7 +274,8 @@ async function showFile(item, file) {
 async function news() {
   if (!key || running || viewing || document.hidden || $("chat").hidden) return;
   const asked = redraws;
-  const data = await (await api("v1/nanobot/news?after=" + keptUpto)).json();
+  const data = await (await api(`v1/nanobot/news?after=${keptUpto}&noticesAfter=${noticesSeen}`)).json();
+  if (data.notices !== undefined) markNotices(data.notices);  // (an owner key's)
   if (asked !== redraws || running) return;  // redrawn (or another conversation) meanwhile, or a turn began
   const atEnd = window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 40;
   for (const text of data.messages) add("assistant", text, atEnd);  // a reader scrolled up stays where they are
@@ -316,6 +320,15 @@ async function loadStatus() {
   // What was announced to the owner (a new job, a steering file changed), newest first: text only
   $("notices-note").textContent = notices.length ? "" : "None in the last 30 days.";
   $("notices").replaceChildren(...notices.map((n) => el("li", `${when(n.at)} · ${n.text}`)));
+  if (notices.length) localStorage.setItem("nanobot-notices-seen", noticesSeen = notices[0].id);
+  markNotices(0);
+}
+
+// New notices (a member's job, a steering file changed) show on the Status link until it is opened.
+function markNotices(count) {
+  const link = $("nav-status");
+  link.textContent = count ? `Status (${count} new)` : "Status";
+  link.classList.toggle("news", count > 0);
 }
 
 function button(label, action) {
