@@ -467,6 +467,15 @@ async def test_the_api_answer_carries_the_voice_note(api: dict, llm: FakeOpenAI)
     status, body = await post(api, {"model": "nanobot", "messages": [{"role": "user", "content": "hi"}]},
                               **{"X-Nanobot-Session": "new"})
     assert body["choices"][0]["message"]["content"] == "Spoken at once." and body["nanobot"]["asides"]
+    llm.script(reply("Read first."))  # streamed: the text as soon as it is there, not after the speech call
+    async with aiohttp.ClientSession() as http:
+        async with http.post(api["base"] + "/chat/completions", headers={"Authorization": f"Bearer {api['owner']}"},
+                             json={"model": "nanobot", "stream": True,
+                                   "messages": [{"role": "user", "content": "again"}]}) as resp:
+            events = [json.loads(line[6:]) async for line in resp.content if line.startswith(b"data: {")]
+    shown = [e["nanobot"]["file"]["name"] if "nanobot" in e else e["choices"][0]["delta"].get("content")
+             for e in events]
+    assert [piece for piece in shown if piece] == ["Read first.", "reply.ogg"]
 
 
 OPEN_WEBUI_TITLE = """### Task:

@@ -70,6 +70,20 @@ async def test_agent_message_does_a_multi_step_file_task(home: Path, workspace: 
     assert "Usage [tools]: 4 model calls, 40 prompt + 20 completion tokens, 0 executions, 0 failed" in out
 
 
+async def test_a_file_sent_to_the_terminal_is_kept_where_a_line_says(home: Path, workspace: Path) -> None:
+    """In process, a file the turn sends is kept in the chat's sent/, as through a gateway; it was
+    "[report.txt: this channel cannot send files]", and lost."""
+    (workspace / "report.txt").write_text("the numbers")
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        llm.script(tool_call("send_file", {"path": "report.txt", "caption": "the report"}), reply("Sent."))
+        code, out, err = await nanobot("agent", "-m", "send me the report", home=home)
+    assert code == 0, err
+    [line] = [line for line in out.splitlines() if line.startswith("[file: sent/")]  # a line of its own
+    assert line.endswith("_report.txt in the chat's folder] the report"), out
+    assert (workspace / line.removeprefix("[file: ").split()[0]).read_text() == "the numbers"
+
+
 async def test_agent_mode_and_session_flags(home: Path, workspace: Path) -> None:
     async with FakeOpenAI() as llm:
         write_config(home, workspace, llm.base_url, mode="tools")

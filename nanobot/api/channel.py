@@ -29,7 +29,7 @@ from typing import Any, Awaitable, Callable
 
 from nanobot import beneath
 from nanobot.channel_plugin import BaseChannel, ChannelContext
-from nanobot.bus import InboundMessage, OutboundMessage
+from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
 from nanobot.config import PluginChannelConfig
 from nanobot.coordination import Alone
 from nanobot.trust import API_CHANNEL
@@ -139,6 +139,7 @@ class ApiChannel(BaseChannel):
         if (earlier := self._closing.pop(chat_id, None)) is not None:
             earlier.finish(earlier.final)
         reply.final = text
+        reply.show(text)  # the text at once: what still comes (its voice note) follows it
         self._closing[chat_id] = reply
         self._close_in(CLOSE_GRACE_S, chat_id, reply)
 
@@ -217,12 +218,10 @@ class ApiChannel(BaseChannel):
         """Kept in the chat's ``sent/`` folder; the request gets where, to show or download it."""
         assert msg.file is not None
         reply = self._delivered(msg.chat_id)
-        safe = re.sub(r"[^\w.-]", "_", msg.file.name)[-100:] or "file"
-        relative = f"sent/{secrets.token_hex(4)}_{safe}"
-        folder = await self.chat_folder(f"{self.name}:{msg.chat_id}")
-        await asyncio.to_thread(beneath.write_bytes, folder, relative, msg.file.data)
+        relative = await keep_sent(await self.chat_folder(f"{self.name}:{msg.chat_id}"), msg.file)
         if reply is not None:
-            self._aside(msg.chat_id, reply, Aside(note=msg.content, path=relative, name=safe, photo=msg.file.photo))
+            self._aside(msg.chat_id, reply, Aside(note=msg.content, path=relative, name=relative.partition("_")[2],
+                                                  photo=msg.file.photo))
         elif not msg.file.voice:  # (a reply's voice note: its words are kept already)
             await self._keep(msg, f"📎 {relative}{f': {msg.content}' if msg.content else ''}")
         if msg.turn_reply:  # the reply's voice note
@@ -249,3 +248,11 @@ class ApiChannel(BaseChannel):
     async def send_typing(self, chat_id: str) -> None:
         return None
 
+
+async def keep_sent(folder: Path, file: OutgoingFile) -> str:
+    """``file`` kept in the chat's ``folder`` under ``sent/``, by a name no other file takes:
+    its path there (``sent/1a2b3c4d_chart.png``)."""
+    safe = re.sub(r"[^\w.-]", "_", file.name)[-100:] or "file"
+    relative = f"sent/{secrets.token_hex(4)}_{safe}"
+    await asyncio.to_thread(beneath.write_bytes, folder, relative, file.data)
+    return relative

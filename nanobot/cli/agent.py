@@ -107,7 +107,7 @@ async def _converse(rt, session: str, mode: str | None, message: str | None, pip
     scratch = await SqliteDatabase.open(":memory:")
     gateway = Gateway(rt, scratch=scratch)
     channel = CliChannel(gateway.dispatcher, session, mode=mode, message=message, piped=piped,
-                         history_file=rt.home / "cli_history")
+                         history_file=rt.home / "cli_history", chat_folder=gateway.chat_folder)
     gateway.add_internal_channel(channel)
     try:
         await gateway.start()

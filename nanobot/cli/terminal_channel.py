@@ -17,13 +17,14 @@ import asyncio
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
+from nanobot.api.channel import keep_sent
 from nanobot.channel_plugin import BaseChannel, Intake
 from nanobot.bus import InboundMessage, OutboundMessage
 from nanobot.chat_commands import COMMANDS
 from nanobot.logs import terminal_line
-from nanobot.terminal_client import PIPED
+from nanobot.terminal_client import PIPED, aside_text
 from nanobot.eventloop import Background
 from nanobot.utf8 import for_terminal
 
@@ -130,7 +131,8 @@ class CliChannel(BaseChannel):
     max_message_len = 1_000_000
 
     def __init__(self, intake: Intake, session_key: str, *, mode: str | None = None,
-                 message: str | None = None, piped: bool = False, history_file: Path | None = None) -> None:
+                 message: str | None = None, piped: bool = False, history_file: Path | None = None,
+                 chat_folder: Callable[[str], Awaitable[Path]] | None = None) -> None:
         # No config section and no gate (BaseChannel's __init__ is not run): the terminal is the owner's.
         self.receiving = Background()  # the reader of the lines typed
         self.intake = intake  # the gateway's (nanobot agent), or the running gateway's socket (remote_chat)
@@ -142,10 +144,12 @@ class CliChannel(BaseChannel):
         self.message = message  # ``-m``: this one message instead of reading lines
         self.piped = piped  # ``message`` carries what was piped in: outside content
         self.history_file = history_file
+        self.chat_folder = chat_folder  # in process, where the files the chat is sent are kept
         self.answers: list[asyncio.Future[str]] = []  # one per message handed in: its reply
         self._input_ended = asyncio.Event()
         self._tty = message is None and sys.stdin.isatty() and sys.stdout.isatty()
         self._streams: dict[Any, TerminalStream] = {}  # stream_id -> what is printed of it
+        self._line_open = False  # what was printed last did not end its line (a reply being written)
         self._prompt: Any = None  # the prompt_toolkit session, to redraw the line being written
 
     async def start(self) -> None:
@@ -167,19 +171,34 @@ class CliChannel(BaseChannel):
         if content := for_terminal(msg.content):
             stream = self._streams.pop(msg.stream_id, None)
             if stream is None:  # on a terminal, patch_stdout puts it above the prompt line
-                write_stdout(render_markdown(content) if self._tty else content + "\n")
+                # (from a pipe, a note or file of the turn may come while its reply is being written)
+                self._write(render_markdown(content) if self._tty else ("\n" * self._line_open) + content + "\n")
             else:
                 stream.finish(content)
                 self._redraw()
+
+    async def send_file(self, msg: OutboundMessage) -> None:
+        """In process, a file (a spoken reply too) is kept in the chat's ``sent/``, as the
+        gateway's terminal socket keeps it, and a line says where (through a gateway, that
+        line comes with the answer)."""
+        if self.chat_folder is None or msg.file is None:
+            return await super().send_file(msg)
+        relative = await keep_sent(await self.chat_folder(f"{self.channel}:{self.chat_id}"), msg.file)
+        await self.send(OutboundMessage(msg.channel, msg.chat_id,
+                                        aside_text({"file": {"path": relative, "caption": msg.content}})))
 
     async def send_stream(self, msg: OutboundMessage) -> None:
         """The reply as it is written: word by word (under the prompt, in the prompt area)."""
         stream = self._streams.get(msg.stream_id)
         if stream is None:
-            stream = self._streams[msg.stream_id] = TerminalStream(write_stdout,
+            stream = self._streams[msg.stream_id] = TerminalStream(self._write,
                                                                      render=render_markdown if self._tty else None)
         stream.feed(for_terminal(msg.content))
         self._redraw()
+
+    def _write(self, text: str) -> None:
+        write_stdout(text)
+        self._line_open = text[-1:] != "\n" if text else self._line_open
 
     def _prompt_message(self) -> str:
         partial = next((s.partial for s in self._streams.values() if s.partial), "")
