@@ -227,6 +227,21 @@ async def test_what_a_prompt_jobs_turn_sends_is_kept_for_the_terminal(home: Path
     assert (workspace / sent[2:].split(":")[0]).read_text() == "day,temp\nmon,14\n"
 
 
+async def test_a_spoken_reply_shows_its_words_then_where_its_voice_is(home: Path, workspace: Path) -> None:
+    """Through the gateway, a reply's voice note (tools.speech) was shown above its words: the
+    words are shown a block at a time, and the note's line had come meanwhile."""
+    term = Terminal()
+    async with FakeOpenAI() as llm, gateway_on(home, workspace, llm) as gateway:
+        gateway.runtime.config.tools.speech.provider, gateway.runtime.config.tools.speech.reply = "openai", "always"
+        llm.script(reply("Spoken words."))
+        async with chat_on(term, home) as proc:
+            await term.wait_for("you>")
+            term.type("speak\r")
+            await term.wait_for("_reply.ogg in the chat's folder]")
+            await leave(term, proc)
+    assert term.screen.index("Spoken words.") < term.screen.index("_reply.ogg")
+
+
 async def test_what_reaches_an_open_terminal_chat_is_shown_there_at_once_and_not_again(
         home: Path, workspace: Path) -> None:
     """A job's output (or a task's result) for the terminal's chat while ``nanobot agent`` is

@@ -123,6 +123,7 @@ class RemoteChat:
         """Ask ``msg`` and show its reply as it streams in; ``given()`` once the gateway has it
         (the answer's headers come after the message is queued)."""
         stream_id, shown = next(self._stream_ids), ""
+        after: list[OutboundMessage] = []
         body = {"model": "nanobot", "stream": True, "messages": [{"role": "user", "content": msg.content}]}
         try:
             async with self.http.post(URL, json=body, headers=self.headers) as response:
@@ -133,13 +134,19 @@ class RemoteChat:
                         continue
                     event = json.loads(line[6:])
                     if aside := aside_of(event):  # a note or a file the turn sent
-                        await self.channel.send(OutboundMessage("cli", self.chat_id, aside_text(aside)))
+                        note = OutboundMessage("cli", self.chat_id, aside_text(aside))
+                        if shown:  # its reply is being written (shown a block at a time): after it
+                            after.append(note)
+                        else:
+                            await self.channel.send(note)
                     for choice in event.get("choices", []):
                         if piece := choice.get("delta", {}).get("content"):
                             shown += piece
                             await self.channel.send_stream(OutboundMessage("cli", self.chat_id, shown,
                                                                            kind="stream", stream_id=stream_id))
             await self.channel.send(OutboundMessage("cli", self.chat_id, shown, stream_id=stream_id))
+            for note in after:
+                await self.channel.send(note)
         finally:  # the terminal waits for every answer before it leaves
             if msg.reply_future is not None and not msg.reply_future.done():
                 msg.reply_future.set_result(shown)
