@@ -72,9 +72,12 @@ async def test_text_in_gets_text_only_and_voice_sets_it_per_chat(config: Config,
         await tg.wait_sent(5, timeout=15)
         tg.push_text(ALICE, ALICE, "/voice")
         shown = (await tg.wait_sent(6, timeout=15))[5]
+        tg.push_text(ALICE, ALICE, "/voice default")
+        reset = (await tg.wait_sent(7, timeout=15))[6]
     assert [s["text"] for s in tg.sent[1:4:2]] == ["Voice set to always for this chat.",
                                                    "Voice set to never for this chat."]
     assert shown["text"].startswith("Voice: never")
+    assert reset["text"] == "Voice reset to the configured default for this chat: whenVoice (tools.speech.reply)."
     assert len(tg.files) == 1 and [r["input"] for r in llm.speech_requests] == ["fine"]
 
 

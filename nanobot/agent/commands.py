@@ -134,14 +134,17 @@ def voice_command(agent: Agent, session_key: str, arg: str) -> str:
     """``/voice``: when this chat's replies are spoken too (``tools.speech``), kept in the session."""
     session, speech = agent.session(session_key), agent.deps.config.tools.speech
     off = "" if speech.provider else " Spoken replies are off on this assistant (tools.speech.provider)."
+    configured = f"{speech.reply} (the configured default, tools.speech.reply)"
     if not arg:
-        return offer("/voice", f"Voice: {session.meta.voice or speech.reply} "
+        return offer("/voice", f"Voice: {session.meta.voice or configured} "
                                f"(choose with /voice always|whenVoice|never|default).{off}")
     if arg not in VOICE_CHOICES:
         return f"Unknown choice {arg!r}: choose always, whenVoice, never or default."
     session.set_meta(voice=VOICE_CHOICES[arg])
     session.sync()
-    return f"Voice set to {session.meta.voice or speech.reply} for this chat.{off}"
+    if session.meta.voice is None:  # it said "set to always", as if fixed here: the config decides
+        return f"Voice reset to the configured default for this chat: {speech.reply} (tools.speech.reply).{off}"
+    return f"Voice set to {session.meta.voice} for this chat.{off}"
 
 
 async def status_text(agent: Agent, session_key: str) -> str:
