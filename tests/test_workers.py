@@ -249,6 +249,14 @@ async def test_an_api_request_on_another_worker_than_its_chat_gets_the_reply(
             await clients[0].chat.completions.create(model="nanobot", messages=[{"role": "user", "content": "four"}])
             await gateways["w1"].runtime.sessions.flush()  # written behind: committed now
             assert (await history_on_w2())[-2:] == ["four", "re: four"]  # read afresh, not w2's old copy
+            for config in configs:  # a new conversation's first reply, spoken, in code mode (nothing is sent
+                config.tools.speech.provider, config.tools.speech.reply = "openai", "always"  # before its answer)
+                config.agents.defaults.execution_mode = "code"
+            async with http.post(f"http://{configs[1].gateway.api.listen}/v1/chat/completions",
+                                 headers={**on_w2, "X-Nanobot-Session": "s2"},
+                                 json={"model": "nanobot", "messages": [{"role": "user", "content": "five"}]}) as resp:
+                [voice] = (await resp.json())["nanobot"]["asides"]  # it was closed at the answer, without it
+            assert voice["file"]["name"] == "reply.ogg" and "api:ada:s2" in gateways["w2"].cluster.router.held
 
 
 async def test_a_cron_prompt_job_runs_in_its_chat_wherever_that_is_held(

@@ -11,7 +11,8 @@ runs and its reply stays in the history.
 Notes (``<say>``, notices) and files the turn sends come to the request as ``Aside``s, beside
 its text; a file is kept in the chat's ``sent/`` folder for the page to download. They go
 through the outbox, so the last ones may land just after the turn's answer: where the chat's
-messages are delivered by this process, a request closes on the turn's own reply message
+messages are delivered by this process (alone on its store, or holding the chat among workers),
+a request closes on the turn's own reply message
 (sent after all of them, however long they take); only if that never comes, ``CLOSE_GRACE_S``
 after the answer or after the last of them. A note or file while no request waits (a job's
 turn, a reader who left) is kept in the chat's history for its reader, as a job's output is.
@@ -22,21 +23,22 @@ from __future__ import annotations
 import asyncio
 import re
 import secrets
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from nanobot import beneath
-from nanobot.channel_plugin import BaseChannel, ChannelContext
+from nanobot.channel_plugin import BaseChannel
 from nanobot.bus import InboundMessage, OutboundMessage, OutgoingFile
 from nanobot.config import PluginChannelConfig
-from nanobot.coordination import Alone
 from nanobot.trust import API_CHANNEL
+
+if TYPE_CHECKING:
+    from nanobot.api.front_door import FrontDoor
 
 FINAL = None  # what Reply.pieces carries after the last piece
 CLOSE_GRACE_S = 5.0  # a request's wait for a reply message that may never come, after the last thing that did
-DELIVERED_CHATS = 10_000  # chats remembered as delivered here (a bounded set)
 # A stream says nothing while a tool runs: proxies and load balancers end a connection quiet for
 # 60 s (nginx, AWS), so a comment line goes out after this long (clients skip it).
 KEEPALIVE_S = 15.0
@@ -101,18 +103,15 @@ class ApiChannel(BaseChannel):
     name = "api"
     max_message_len = 1_000_000
 
-    def __init__(self, ctx: ChannelContext, chat_folder: Callable[[str], Awaitable[Path]], name: str = API_CHANNEL,
-                 *, keepalive_s: float = KEEPALIVE_S) -> None:
-        super().__init__(PluginChannelConfig(enabled=True), ctx)
+    def __init__(self, door: FrontDoor, name: str = API_CHANNEL) -> None:
+        super().__init__(PluginChannelConfig(enabled=True), door.channel_context())
         self.name = name  # type: ignore[misc]  # "api", or "cli" for the terminal's socket
-        self.keepalive_s = keepalive_s  # a stream quiet this long gets a comment line (a proxy would end it)
-        self.chat_folder = chat_folder  # a chat's folder (by its key): where files it is sent are kept
+        self.keepalive_s = door.keepalive_s  # a stream quiet this long gets a comment line (a proxy would end it)
+        self.chat_folder = door.chat_folder  # a chat's folder (by its key): where files it is sent are kept
+        # Whether a chat's messages come to this process (among workers, another's chat's never do)
+        self.held_here = door.held_here
         self._waiting: dict[str, deque[Reply]] = {}
         self._closing: dict[str, Reply] = {}  # answered, waiting for the turn's reply message
-        # Alone on its store, this process delivers every chat's messages; among workers, the
-        # chats whose messages came here lately (another worker's chat's never come).
-        self._every_chat_here = isinstance(ctx.singletons, Alone)
-        self._delivered_here: OrderedDict[str, None] = OrderedDict()
 
     async def ask(self, sender: str, chat_id: str, content: str, request_id: str, *, mode: str | None = None,
                   media: list[str] | None = None, untrusted: str | None = None) -> Reply:
@@ -134,7 +133,7 @@ class ApiChannel(BaseChannel):
     def _answered(self, chat_id: str, reply: Reply, done: asyncio.Future[str]) -> None:
         self.forget(chat_id, reply)
         text = "" if done.cancelled() else done.result()
-        if not text or reply.ended or not (self._every_chat_here or chat_id in self._delivered_here):
+        if not text or reply.ended or not self.held_here(f"{self.name}:{chat_id}"):
             return reply.finish(text)
         if (earlier := self._closing.pop(chat_id, None)) is not None:
             earlier.finish(earlier.final)
@@ -166,10 +165,6 @@ class ApiChannel(BaseChannel):
 
     def _delivered(self, chat_id: str) -> Reply | None:
         """A message for the chat came here: the request it belongs to (the one closing first)."""
-        self._delivered_here[chat_id] = None
-        self._delivered_here.move_to_end(chat_id)
-        if len(self._delivered_here) > DELIVERED_CHATS:
-            self._delivered_here.popitem(last=False)
         queue = self._waiting.get(chat_id)
         return self._closing.get(chat_id) or (queue[0] if queue else None)
 

@@ -59,6 +59,9 @@ class FrontDoor(Protocol):
     async def chat_folder(self, chat: str) -> Path:
         """Where the chat's files are: the workspace for owner chats, its own folder for members."""
 
+    def held_here(self, chat: str) -> bool:
+        """Whether the chat's turns run here, and its messages come here: always alone on the store."""
+
     # ---- the owner's ----------------------------------------------------------------------
     async def status_lines(self) -> list[str]:
         """Channels, MCP servers, the shell, the database, tasks, disk (and workers)."""

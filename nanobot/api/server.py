@@ -65,7 +65,7 @@ class ApiServer:
     def __init__(self, door: FrontDoor) -> None:
         self.door = door
         self.settings = door.config.gateway.api
-        self.channel = ApiChannel(door.channel_context(), door.chat_folder, keepalive_s=door.keepalive_s)
+        self.channel = ApiChannel(door)
         self.check = KeyCheck(ApiKeys(door.db), door.api_owners, refresh_s=door.key_refresh_s)
         self.app = web.Application(client_max_size=self.settings.max_body_kb * 1024, middlewares=[errors])
         self.listener = Listener(self.app, "gateway.api.listen", timeout_s=door.http_timeout_s)

@@ -34,7 +34,7 @@ class TerminalSocket:
     def __init__(self, door: FrontDoor) -> None:
         self.door = door
         self.path = door.home / SOCKET
-        self.channel = ApiChannel(door.channel_context(), door.chat_folder, name="cli", keepalive_s=door.keepalive_s)
+        self.channel = ApiChannel(door, name="cli")
         self.app = web.Application(middlewares=[errors])
         self.listener = Listener(self.app, "the terminal's socket", timeout_s=door.http_timeout_s)
 

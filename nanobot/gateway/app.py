@@ -30,7 +30,7 @@ from nanobot import sdnotify, tracing
 from nanobot.access import AccessGate
 from nanobot.api.keys import REFRESH_S as KEY_REFRESH_S
 from nanobot.api.channel import KEEPALIVE_S
-from nanobot.bus import InboundMessage, MessageBus, OutboundMessage
+from nanobot.bus import InboundMessage, MessageBus
 from nanobot.cluster.registry import OtherWorkspace, WorkerIdInUse
 from nanobot.coordination import Alone, Singletons, worker_id
 from nanobot.config import EDIT_EVERY_S, Config
@@ -208,15 +208,10 @@ class Gateway:
         from nanobot.cluster.worker import ClusterWorker
 
         rt = self.runtime
-        hooks = GatewayHooks(resend=self._resend, let_go=self._let_go)
+        hooks = GatewayHooks(resend=lambda recorded: self.outbound.resend(recorded),
+                             let_go=lambda chats: self.dispatcher.let_go(chats))
         return ClusterWorker(rt.db, self.config.gateway, self.delivery, self.bus, rt.sessions, hooks,
                              str(self.config.workspace_path), new_workspace=rt.workspace_created)
-
-    def _resend(self, recorded: list[OutboundMessage]) -> None:
-        self.outbound.resend(recorded)
-
-    def _let_go(self, chats: list[str]) -> None:
-        self.dispatcher.let_go(chats)
 
     def _report(self, channel: str, why: str | None) -> None:
         self.channels.report(channel, why)
@@ -244,6 +239,9 @@ class Gateway:
 
     async def chats(self, prefix: str, limit: int) -> list[str]:
         return await self.runtime.sessions.chats(prefix, limit)
+
+    def held_here(self, chat: str) -> bool:
+        return self.cluster is None or chat in self.cluster.router.held
 
     async def chat_folder(self, chat: str) -> Path:
         await self.open_chat(chat)  # a private chat's trust reads its session
