@@ -30,12 +30,14 @@ async def browser_page(*, width: int = 1280, height: int = 800, dark: bool = Fal
     from playwright.async_api import async_playwright
 
     playwright = await async_playwright().start()
-    browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    # A microphone that plays a tone, allowed without asking (the page records voice messages)
+    browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=[
+        "--no-sandbox", "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"])
     try:
         # Under the page's own Content-Security-Policy, as users get it (it drops inline styles,
         # and forbids eval: waits are written as functions, which Playwright calls without it).
         context = await browser.new_context(viewport={"width": width, "height": height},
-                                            color_scheme="dark" if dark else "light")
+                                            color_scheme="dark" if dark else "light", permissions=["microphone"])
         yield await context.new_page()
     finally:
         await browser.close()
@@ -163,6 +165,32 @@ async def test_conversations_mode_model_stop_attach_and_keyboard(api: dict, llm:
         await page.keyboard.press("Escape")  # Esc stops, like the button
         await shows(page, "#messages", "stopped")
         await no_serious_violations(page)
+
+
+@needs_browser
+async def test_a_voice_message_recorded_on_the_page_is_heard_and_answered_aloud(api: dict, llm: FakeOpenAI) -> None:  # noqa: F811
+    """Speak, then Send voice: the recording goes up as an audio file, is transcribed, answered,
+    and (a voice message in) the answer is spoken too: a player under it. Esc throws one away."""
+    tools = api["gateway"].runtime.config.tools
+    tools.transcription.provider, tools.speech.provider = "openai", "openai"  # speech.reply: whenVoice
+    llm.transcripts.append("what is on today")
+    llm.fallback = lambda body: reply("You asked: " + str(body["messages"][-1]["content"])[-40:])
+    async with browser_page() as page:
+        await sign_in(page, api["base"].removesuffix("/v1") + "/", api["owner"])
+        speak = page.get_by_role("button", name="Speak", exact=True)
+        await speak.click()
+        await page.get_by_role("button", name="Send voice", exact=True).wait_for()  # recording
+        await shows(page, "#attached", "Esc throws it away")
+        await page.keyboard.press("Escape")  # thrown away
+        await speak.wait_for()
+        await speak.click()
+        await page.get_by_role("button", name="Send voice", exact=True).click()
+        await shows(page, "#messages", "You asked: ")
+        await shows(page, "#messages", "[voice] what is on today")
+        await page.locator("#messages li.file audio").wait_for()  # the spoken answer's player
+        await no_serious_violations(page)
+    [heard] = llm.transcriptions
+    assert heard["filename"].endswith(".webm") and len(heard["data"]) > 0
 
 
 @needs_browser

@@ -190,7 +190,7 @@ async function loadChat() {
   fill($("mode"), settings.modes, settings.mode);
   fill($("model"), settings.models, settings.model);
   $("model").title = "now: " + settings.uses;
-  for (const id of ["mode", "model", "text", "send", "attach"]) $(id).disabled = Boolean(viewing);
+  for (const id of ["mode", "model", "text", "send", "attach", "record"]) $(id).disabled = Boolean(viewing);
   $("read-only").hidden = !viewing;
 }
 
@@ -210,7 +210,7 @@ async function send(text) {
   const names = attachments.map((a) => a.name);
   attachments = [];
   $("attached").textContent = "";
-  add("user", names.length ? `${text}\n📎 ${names.join(", ")}` : text);
+  add("user", names.length ? `${text}\n📎 ${names.join(", ")}`.trim() : text);
   const reply = add("assistant", "…");
   busy(true);
   newsDelay = NEWS_EVERY_MS;
@@ -285,6 +285,44 @@ async function news() {
 
 function askForNews() {
   news().catch(() => {}).finally(() => setTimeout(askForNews, newsDelay));  // a failure waits for the next
+}
+
+// A voice message: recorded here (the browser asks for the microphone), sent as an audio file
+// that the gateway transcribes (tools.transcription); as for a voice note, the reply may be
+// spoken too (tools.speech, /voice). A second press sends it; Esc throws it away.
+let recorder = null;
+
+async function record() {
+  if (recorder) return recorder.stop();
+  if (running || viewing) return;
+  let stream;
+  try {
+    stream = await navigator.mediaDevices.getUserMedia({audio: true});
+  } catch (error) {
+    $("attached").textContent = "No microphone: " + error.message;
+    return;
+  }
+  const chunks = [], taking = recorder = new MediaRecorder(stream);
+  taking.addEventListener("dataavailable", (event) => chunks.push(event.data));
+  taking.addEventListener("stop", () => {
+    stream.getTracks().forEach((track) => track.stop());
+    recorder = null;
+    recording(false);
+    if (taking.discarded || !chunks.length) return;
+    const type = chunks[0].type || "audio/webm";  // Chromium and Firefox: WebM or Ogg (Opus); Safari: MP4
+    const suffix = type.includes("ogg") ? "ogg" : type.includes("mp4") ? "m4a" : "webm";
+    attach([new File(chunks, "voice." + suffix, {type})]).then(() => send(""))
+      .catch((error) => { $("attached").textContent = "Not sent: " + error.message; });
+  });
+  taking.start();
+  recording(true);
+}
+
+function recording(on) {
+  $("record").textContent = on ? "Send voice" : "Speak";
+  $("record").setAttribute("aria-pressed", String(on));
+  $("attached").textContent = on ? "Recording: Send voice sends it, Esc throws it away."
+    : attachments.map((a) => a.name).join(", ");
 }
 
 async function command(text) {
@@ -469,14 +507,19 @@ $("sign-in").addEventListener("submit", (event) => { event.preventDefault(); sig
 $("compose").addEventListener("submit", (event) => {
   event.preventDefault();
   const text = $("text").value.trim();
-  if (!text || running || viewing) return;
+  if (!(text || attachments.length) || running || viewing) return;  // a file alone goes too
   $("text").value = "";
   send(text);
 });
 $("text").addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); $("compose").requestSubmit(); }
 });
-document.addEventListener("keydown", (event) => { if (event.key === "Escape") stop(); });
+document.addEventListener("keydown", (event) => {
+  if (event.key !== "Escape") return;
+  if (recorder) { recorder.discarded = true; recorder.stop(); } else stop();
+});
+$("record").hidden = !(navigator.mediaDevices?.getUserMedia && window.MediaRecorder);  // (https or localhost only)
+$("record").addEventListener("click", record);
 $("stop").addEventListener("click", stop);
 $("mode").addEventListener("change", () => command("/mode " + $("mode").value));
 $("model").addEventListener("change", () => command("/model " + $("model").value));
