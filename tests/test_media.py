@@ -80,12 +80,15 @@ async def test_a_voice_note_is_answered_from_its_transcript(config: Config, llm:
 async def test_without_transcription_the_bot_says_once_how_to_enable_it(config: Config, llm: FakeOpenAI,
                                                                          tg: FakeTelegram) -> None:
     config.tools.transcription.provider = ""
+    config.tools.speech.provider = "openai"  # a voice note in is answered aloud too (whenVoice), but not the hint
     llm.script(reply("I cannot listen to that one either; please type it."))
     async with running_gateway(config):
         tg.push_voice(ALICE, ALICE, b"first")
         [hint] = await tg.wait_sent(1, timeout=15)
         tg.push_voice(ALICE, ALICE, b"second")
         await tg.wait_sent(2, timeout=15)
+        await tg.wait_until(lambda: len(tg.files) == 1, timeout=15)
+    assert [r["input"] for r in llm.speech_requests] == ["I cannot listen to that one either; please type it."]
     assert "transcription" in hint["text"] and '"provider": "openai"' in hint["text"]
     assert len(llm.chat_requests) == 1 and llm.transcriptions == []  # the hint cost no model call
     assert "not transcribed, voice transcription is off" in user_message(llm.chat_requests[0])["content"]

@@ -209,8 +209,8 @@ class Agent:
             attachments = await read_attachments(self.deps.config, self.deps.provider, turn.ctx.workspace,
                                                  request.media, request.content, request.durations or {}, session,
                                                  owner=owner)
-            if attachments.reply is not None:  # a voice note nobody could hear: no model call
-                return attachments.reply
+            if attachments.reply is not None:  # a voice note nobody could hear: no model call, and
+                return FailedReply(attachments.reply)  # words to read (how to set it up), never spoken
             reply = await turn.run(attachments.text(request.content), attachments, resumed=request.resumed)
             outcome = turn.state.outcome
         except TurnEnded as ended:
