@@ -54,6 +54,10 @@ class _Client(discord.Client):
         super().__init__(**options)  # type: ignore[arg-type]
         self._channel = channel
 
+    def dispatch(self, event: str, /, *args: Any, **kwargs: Any) -> None:
+        if not self.is_closed():  # its "ready", delayed after a READY, came once close() had dropped the loop
+            super().dispatch(event, *args, **kwargs)
+
     async def on_ready(self) -> None:
         log.info("discord: connected as %s (%s)", self.user, getattr(self.user, "id", "?"))
         self._channel._ready.set()
@@ -82,8 +86,7 @@ class DiscordChannel(BaseChannel):
         super().__init__(config, ctx)
         self.config: DiscordConfig = config
         self.ready_timeout = ready_timeout  # how long start() waits for READY
-        # How long discord.py waits for more GUILD_CREATEs before on_ready (its default is 2 s);
-        # no guild cache is needed to answer, so it is short.
+        # How long discord.py waits for more GUILD_CREATEs before on_ready (2 s by default): no cache is needed
         self.guild_ready_timeout = guild_ready_timeout
         # Pauses between attempts at a failed send (429s excluded: discord.py retries those itself).
         self.retry_delays = tuple(retry_delays)

@@ -221,6 +221,14 @@ async def test_stranger_attachment_is_not_kept(channel: DiscordChannel, fake: Fa
     assert not (workspace / "inbox").exists() or list((workspace / "inbox").iterdir()) == []
 
 
+async def test_an_event_after_the_client_closed_is_dropped(channel: DiscordChannel) -> None:
+    """discord.py dispatches "ready" a moment after a READY (``guild_ready_timeout``); one that
+    came once the channel had stopped failed inside discord.py (its loop gone), leaving a
+    coroutine never awaited (a warning in one full run in three)."""
+    await channel.stop()
+    channel._client.dispatch("ready")
+
+
 async def test_typing(channel: DiscordChannel, fake: FakeDiscord) -> None:
     await channel.send_typing(str(DM))
     assert fake.typing == [str(DM)]
