@@ -260,6 +260,22 @@ async def test_attachments_both_ways(llm: FakeOpenAI, workspace: Path, signal: F
         assert upload["attachments"] == [f"data:text/csv;filename=report__final_v2.csv;base64,{data}"]
 
 
+async def test_a_voice_note_is_heard_and_answered_aloud(llm: FakeOpenAI, workspace: Path,
+                                                        signal: FakeSignalCli) -> None:
+    """Signal's voice notes are AAC with no file name: they were taken for a file of no known
+    kind, never transcribed."""
+    config = signal_config(llm, workspace, signal)
+    config.tools.transcription.provider = config.tools.speech.provider = "openai"  # speech.reply: whenVoice
+    llm.transcripts.append("remind me of the dentist")
+    llm.fallback = lambda body: reply("heard: " + asked_last(body))
+    async with running_gateway(config):
+        signal.push(OWNER, "", voice=b"AAC-voice-note")
+        await signal.wait_sent(2)
+    assert signal.sent[0]["message"].startswith("heard: [voice] remind me of the dentist")
+    assert signal.sent[1]["attachments"][0].startswith("data:audio/ogg;filename=reply.ogg;base64,")
+    assert [t["data"] for t in llm.transcriptions] == [b"AAC-voice-note"]
+
+
 async def test_an_attachment_that_is_a_link_is_not_followed(llm: FakeOpenAI, workspace: Path,
                                                             signal: FakeSignalCli, tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"

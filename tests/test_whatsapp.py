@@ -276,6 +276,20 @@ async def test_a_message_meta_posts_again_is_answered_once(llm: FakeOpenAI, work
         assert asked(llm) == ["only once please", "next"] and gateway.intake.repeats == 1
 
 
+async def test_a_voice_note_is_heard_and_answered_aloud(llm: FakeOpenAI, workspace: Path, wa: FakeWhatsApp) -> None:
+    config = wa_config(llm, workspace, wa)
+    config.tools.transcription.provider = config.tools.speech.provider = "openai"  # speech.reply: whenVoice
+    llm.transcripts.append("what is on today")
+    llm.fallback = lambda body: reply("Nothing today.")
+    async with running_gateway(config):
+        await wa.deliver(OWNER, "", media=("audio", b"OGG-voice-note", "audio/ogg; codecs=opus"))
+        await wa.wait_sent(2)
+    assert wa.texts() == ["Nothing today."] and [t["data"] for t in llm.transcriptions] == [b"OGG-voice-note"]
+    assert "[voice] what is on today" in str(llm.chat_requests[0]["messages"])
+    assert [(name, kind) for name, kind, _ in wa.uploads] == [("reply.ogg", "audio/ogg")]
+    assert [m["type"] for m in wa.sent] == ["text", "audio"]  # the words first, then the voice
+
+
 async def test_media_both_ways_and_the_token_stays_with_meta(llm: FakeOpenAI, workspace: Path,
                                                              wa: FakeWhatsApp) -> None:
     (workspace / "report.csv").write_text("month,sales\njan,3\n")

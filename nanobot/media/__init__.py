@@ -14,7 +14,8 @@ from typing import Literal
 Kind = Literal["image", "audio", "document", "other"]
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".webp", ".gif", ".bmp"}
-AUDIO_SUFFIXES = {".ogg", ".oga", ".opus", ".mp3", ".m4a", ".wav", ".flac", ".webm", ".mpga", ".mpeg"}
+# (.aac: Signal's voice notes)
+AUDIO_SUFFIXES = {".ogg", ".oga", ".opus", ".mp3", ".m4a", ".aac", ".wav", ".flac", ".webm", ".mpga", ".mpeg"}
 VOICE_VIDEO_PREFIX = "video_note"  # Telegram's round video notes: transcribed like voice
 DOCUMENT_SUFFIXES = {".pdf", ".docx", ".txt", ".md", ".markdown", ".csv", ".json", ".log", ".tsv", ".xml",
                      ".yaml", ".yml", ".html", ".htm", ".py", ".rst", ".ini", ".toml"}

@@ -76,10 +76,11 @@ class FakeSignalCli(Ticks):
     def push(self, number: str, text: str, *, group: str | None = None, mention: bool = False,
              attachments: dict[str, bytes] | None = None, stored: list[str] = [], source_name: str = "Someone",
              timestamp: int | None = None, quote: dict[str, Any] | None = None,
-             account: str | None = None) -> dict[str, Any]:
+             account: str | None = None, voice: bytes | None = None) -> dict[str, Any]:
         """A message from ``number`` (to a group with ``group``), as the next stream event.
         ``stored``: names already in the attachments folder, attached as they are; ``account``: the
-        sender's UUID (by default one of the number's own)."""
+        sender's UUID (by default one of the number's own); ``voice``: a voice note's audio (AAC,
+        with no file name, as Signal's apps record them)."""
         message: dict[str, Any] = {"timestamp": timestamp or time.time_ns() // 1000, "message": text}
         if group:
             message["groupInfo"] = {"groupId": group, "type": "DELIVER"}
@@ -92,6 +93,8 @@ class FakeSignalCli(Ticks):
         if attachments or stored:
             message["attachments"] = [self._store(name, data) for name, data in (attachments or {}).items()] + [
                 {"contentType": "text/plain", "filename": name, "id": name, "size": 1} for name in stored]
+        if voice is not None:
+            message["attachments"] = [{**self._store(".aac", voice), "contentType": "audio/aac", "filename": None}]
         account = self.holders[number] = account or self.holders.get(number, f"uuid-{number}")
         envelope = {"source": number, "sourceNumber": number, "sourceUuid": account,
                     "sourceName": source_name, "sourceDevice": 1, "timestamp": message["timestamp"],

@@ -24,7 +24,7 @@ let redraws = 0;  // counts the chat's redraws (loadChat): news asked across one
 const NEWS_EVERY_MS = 3000, NEWS_IDLE_MS = 30000;
 let newsDelay = NEWS_EVERY_MS;
 const OWNER_VIEWS = ["status", "cron", "pairing", "usage"];
-const AUDIO = /\.(ogg|oga|opus|mp3|m4a|wav)$/i;  // files the page plays (a spoken reply is reply.ogg)
+const AUDIO = /\.(ogg|oga|opus|mp3|m4a|aac|wav)$/i;  // files the page plays (a spoken reply is reply.ogg)
 
 function el(tag, text, attributes = {}) {
   const node = document.createElement(tag);
