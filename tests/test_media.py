@@ -95,6 +95,30 @@ async def test_without_transcription_the_bot_says_once_how_to_enable_it(config: 
     assert "transcription" not in tg.sent[1]["text"]  # said once per chat
 
 
+async def test_a_voice_note_counts_toward_usage_and_the_budgets(config: Config, llm: FakeOpenAI,
+                                                                tg: FakeTelegram) -> None:
+    """Transcription is paid for by the minute (prices.<model>.inputMinutes): it counts toward
+    usage and the daily budgets, a member's toward the members' share, checked before the
+    upload. It was in neither: a member could have it transcribe past any budget."""
+    from nanobot.config import Price
+    from nanobot.usage import start_of_today
+
+    config.providers["openai"].prices = {"whisper-1": Price(input_minutes=6.0)}  # $6 a minute
+    config.agents.defaults.daily_budget_usd = 20.0  # member chats together: half of it, $10
+    llm.transcripts.append("the first one")
+    llm.fallback = lambda body: reply("ok")
+    async with running_gateway(config) as gateway:
+        tg.push_voice(BOB, BOB, b"one", duration=60)  # $6
+        await tg.wait_sent(1, timeout=15)
+        tg.push_voice(BOB, BOB, b"two", duration=60)  # $6 more: past the members' $10
+        refused = (await tg.wait_sent(2, timeout=15))[1]
+        spent = await gateway.runtime.usage.cost_since(start_of_today(config.agents.defaults.timezone), members=True)
+    assert [t["data"] for t in llm.transcriptions] == [b"one"] and spent == 6.0
+    assert "budget" in refused["text"] and len(llm.chat_requests) == 1
+    code, out, _ = await nanobot("status", home=config.home)
+    assert "Usage [transcription]: 1 model call" in out, out
+
+
 async def test_a_voice_note_too_long_or_not_understood_gets_a_short_reply(config: Config, llm: FakeOpenAI,
                                                                           tg: FakeTelegram) -> None:
     config.tools.transcription.max_seconds = 60

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 from nanobot import logs, metrics, tracing
 from nanobot.agent.commands import handle_command, start_over
 from nanobot.agent.deps import AgentDeps
 from nanobot.agent.markup import FailedReply
-from nanobot.agent.spend import BudgetSpent, metered_chat
+from nanobot.agent.spend import BudgetSpent, metered_chat, metered_transcription
 from nanobot.agent.streaming import ReplyStream
 from nanobot.agent.memory import Consolidator
 from nanobot.agent.all_modes import get_mode
@@ -206,7 +207,8 @@ class Agent:
         started, outcome = time.monotonic(), "ok"
         recorded, owner = session.count, turn.ctx.trust == OWNER  # (why something failed is the owner's)
         try:
-            attachments = await read_attachments(self.deps.config, self.deps.provider, turn.ctx.workspace,
+            hear = partial(metered_transcription, self.deps, session_key)
+            attachments = await read_attachments(self.deps.config, hear, turn.ctx.workspace,
                                                  request.media, request.content, request.durations or {}, session,
                                                  owner=owner)
             if attachments.reply is not None:  # a voice note nobody could hear: no model call, and

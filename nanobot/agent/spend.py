@@ -1,8 +1,8 @@
 """Every model call goes through here: the daily budgets are checked first, and the call is
 recorded after (tokens, which provider and model answered, its cost, whose chat, or how it failed).
 
-Cost comes from ``providers.<name>.prices[model]`` (USD per 1M input / output tokens); a
-model without a price costs 0. ``agents.defaults.dailyBudgetUsd``: a call that would take
+Cost comes from ``providers.<name>.prices[model]`` (USD per 1M input / output tokens; speech
+per 1M characters, transcription per minute); a model without a price costs 0. ``agents.defaults.dailyBudgetUsd``: a call that would take
 today's spend (in the configured timezone) past it is not made, until midnight, with a clear
 reply, and the owner chat is told once that day. Member chats together stop at their share
 (``memberDailyBudgetUsd``, by default half), so they never lock the owner out. Checked before
@@ -13,12 +13,13 @@ no model call and keep running.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable, TypeVar
 from zoneinfo import ZoneInfo
 
 from nanobot import metrics, tracing
 from nanobot.agent.prompt_size import estimate_tokens
 from nanobot.media.speech import SpeechError, synthesize
+from nanobot.media.transcribe import TranscriptionError, transcribe
 from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
 from nanobot.trust import MEMBER
 from nanobot.usage import start_of_today
@@ -26,6 +27,9 @@ from nanobot.usage import start_of_today
 if TYPE_CHECKING:
     from nanobot.agent.deps import AgentDeps
     from nanobot.config import Config, Price
+
+
+T = TypeVar("T")
 
 
 class BudgetSpent(ProviderError):
@@ -149,21 +153,41 @@ async def _record_failures(deps: AgentDeps, failed: list[tuple[str, str, str]], 
 
 
 async def metered_speech(deps: AgentDeps, session_key: str, text: str) -> bytes:
-    """A reply spoken (``tools.speech``) within the same budgets as model calls, its characters
-    priced at ``prices.<model>.inputChars`` and recorded in usage (purpose "speech"), whether it
-    worked or not. BudgetSpent or SpeechError when it was not spoken."""
-    settings, member = deps.config.tools.speech, deps.trust(session_key) == MEMBER
+    """A reply spoken (``tools.speech``), its characters priced at ``prices.<model>.inputChars``.
+    BudgetSpent or SpeechError when it was not spoken."""
+    settings = deps.config.tools.speech
     price = _price(deps.config, settings.provider, settings.model)
     cost = len(text) * price.input_chars / 1e6 if price else 0.0
+    return await _metered(deps, session_key, "speech", settings.provider, settings.model, cost,
+                          lambda: synthesize(deps.config, deps.provider, text), SpeechError)
+
+
+async def metered_transcription(deps: AgentDeps, session_key: str, name: str, data: bytes,
+                                seconds: float | None) -> str:
+    """A voice note heard (``tools.transcription``), its minutes priced at
+    ``prices.<model>.inputMinutes`` where the platform said how long it is. BudgetSpent or
+    TranscriptionError when it was not heard."""
+    settings = deps.config.tools.transcription
+    price = _price(deps.config, settings.provider, settings.model)
+    cost = (seconds or 0.0) / 60 * price.input_minutes if price else 0.0
+    return await _metered(deps, session_key, "transcription", settings.provider, settings.model, cost,
+                          lambda: transcribe(deps.config, deps.provider, name, data), TranscriptionError)
+
+
+async def _metered(deps: AgentDeps, session_key: str, purpose: str, provider: str, model: str, cost: float,
+                   call: Callable[[], Awaitable[T]], failure: type[Exception]) -> T:
+    """A call that is no chat completion (speech, transcription) within the same budgets as model
+    calls, recorded in usage under ``purpose`` whether it worked or not."""
+    member = deps.trust(session_key) == MEMBER
     await check_spend(deps, cost, session_key, member=member)
     try:
-        audio = await synthesize(deps.config, deps.provider, text)
-    except SpeechError as exc:
-        metrics.current.model_call(settings.provider, settings.model, "error")
-        await deps.usage.record_call(session_key, "speech", settings.model, 0, 0, "speech", outcome=str(exc)[:200],
-                                     provider=settings.provider, member=member)
+        result = await call()
+    except failure as exc:
+        metrics.current.model_call(provider, model, "error")
+        await deps.usage.record_call(session_key, purpose, model, 0, 0, purpose, outcome=str(exc)[:200],
+                                     provider=provider, member=member)
         raise
-    metrics.current.model_call(settings.provider, settings.model, "ok", cost=cost)
-    await deps.usage.record_call(session_key, "speech", settings.model, 0, 0, "speech",
-                                 provider=settings.provider, cost=cost, member=member)
-    return audio
+    metrics.current.model_call(provider, model, "ok", cost=cost)
+    await deps.usage.record_call(session_key, purpose, model, 0, 0, purpose, provider=provider, cost=cost,
+                                 member=member)
+    return result

@@ -133,6 +133,7 @@ class Price(Section):
     output: float = Field(0.0, ge=0)  # USD per 1M completion tokens
     cached_input: float | None = Field(None, ge=0)  # USD per 1M prompt tokens read from the cache (default: input)
     input_chars: float = Field(0.0, ge=0)  # USD per 1M characters of input (speech models price text so)
+    input_minutes: float = Field(0.0, ge=0)  # USD per minute of audio in (transcription models price it so)
 
     def cost(self, prompt: int, completion: int, cached: int = 0) -> float:
         """USD for one call: the cached part of the prompt at ``cachedInput``."""

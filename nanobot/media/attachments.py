@@ -14,18 +14,20 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Awaitable, Callable
 
 from nanobot import beneath
 from nanobot.config import Config
 from nanobot.media import kind_of
 from nanobot.media.documents import PARSED_SUFFIXES, DocumentText, NoText, extract_text
 from nanobot.media.isolation import Unreadable, parse_file
-from nanobot.media.transcribe import TranscriptionError, check_limits, transcribe, transcription_enabled
+from nanobot.media.transcribe import TranscriptionError, check_limits, transcription_enabled
 from nanobot.session import Session
 
 log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 600
+Hear = Callable[[str, bytes, float | None], Awaitable[str]]  # a voice note (name, bytes, seconds): its words
 
 VOICE_OFF_HINT = (
     "I got a voice note, but voice transcription is not set up, so I cannot listen to it. "
@@ -68,17 +70,17 @@ class Attachments:
         return [f"[photo: {path}]" for path in self.images]
 
 
-async def read_attachments(config: Config, models: object, root: Path, media: list[str], content: str,
+async def read_attachments(config: Config, hear: Hear, root: Path, media: list[str], content: str,
                            durations: dict[str, float], session: Session, *, owner: bool) -> Attachments:
     """Sort a message's files by kind and turn each into what the model can take in
-    (``models``: the provider router, which also transcribes; ``owner``: an owner chat, told
-    the transcription server's words when it fails)."""
+    (``hear``: a voice note's words, metered; ``owner``: an owner chat, told the transcription
+    server's words when it fails)."""
     found = Attachments()
     unheard: list[str] = []
     for rel in media:  # every file is opened through ``beneath``: never a link someone made
         kind = kind_of(rel)
         if kind == "audio":
-            await _hear(config, models, root, rel, durations.get(rel), found, unheard, owner=owner)
+            await _hear(config, hear, root, rel, durations.get(rel), found, unheard, owner=owner)
         elif kind == "image":
             found.images.append(rel)
         elif kind == "document":
@@ -90,7 +92,7 @@ async def read_attachments(config: Config, models: object, root: Path, media: li
     return found
 
 
-async def _hear(config: Config, models: object, root: Path, rel: str, seconds: float | None,
+async def _hear(config: Config, hear: Hear, root: Path, rel: str, seconds: float | None,
                 found: Attachments, unheard: list[str], *, owner: bool) -> None:
     if not transcription_enabled(config):
         unheard.append("")
@@ -99,7 +101,7 @@ async def _hear(config: Config, models: object, root: Path, rel: str, seconds: f
     try:
         check_limits(config, await asyncio.to_thread(beneath.size_of, root, rel), seconds)
         data = await asyncio.to_thread(beneath.read_bytes, root, rel)
-        found.voice.append(await transcribe(config, models, PurePosixPath(rel).name, data))
+        found.voice.append(await hear(PurePosixPath(rel).name, data, seconds))
     except (OSError, ValueError) as exc:
         log.warning("voice note %s not read: %s", rel, exc)
         unheard.append("")
