@@ -26,6 +26,16 @@ def config(media_config: Config) -> Config:
     return media_config
 
 
+def test_status_says_whether_voice_notes_are_heard_and_replies_spoken() -> None:
+    from nanobot.cli.status import voice_line
+
+    config = Config()
+    assert voice_line(config) == "voice notes not transcribed (tools.transcription); replies not spoken (tools.speech)"
+    config.tools.transcription.provider = config.tools.speech.provider = "openai"
+    assert voice_line(config) == ("voice notes transcribed (openai/whisper-1); replies spoken to a voice note "
+                                  "(openai/gpt-4o-mini-tts, voice alloy; /voice per chat)")
+
+
 def test_what_is_spoken_is_the_words_without_markers_or_code() -> None:
     markdown = ("# Plan\n\nRun **this** and see `ls`:\n\n```sh\nrm -rf /tmp/x\n```\n\n```py\nprint(1)\n```\n\n"
                 "- one\n- [two](https://example.org)\n\n> quoted *words*")

@@ -89,6 +89,7 @@ async def _status(config: Config, path: Path) -> None:
     typer.echo(f"Provider:  {settings.provider} ({provider.api_base if provider and provider.api_base else 'default base'}"
                f", key {'set' if provider and provider.api_key else 'not set'}), model {settings.model}, "
                f"mode {settings.execution_mode}")
+    typer.echo(f"Voice:     {voice_line(config)}")
     for line in gateway_lines(config):
         typer.echo(for_terminal(line))  # why a channel or an MCP server is down: a server's words, maybe
     sqlite = config.database.engine == "sqlite"
@@ -236,6 +237,19 @@ def trust_lines(config: Config, owner_keys: list[str] | None, heard: dict[str, t
     if shadowing:
         lines.append(f"Skills:    workspace skills REPLACE built-ins: {', '.join(shadowing)}")
     return lines
+
+
+SPOKEN_WHEN = {"whenVoice": "to a voice note", "always": "always", "never": "never"}
+
+
+def voice_line(config: Config) -> str:
+    """Whether voice notes are heard, and when replies are spoken (a chat's /voice aside)."""
+    heard, spoken = config.tools.transcription, config.tools.speech
+    hears = f"voice notes transcribed ({heard.provider}/{heard.model})" if heard.provider \
+        else "voice notes not transcribed (tools.transcription)"
+    speaks = f"replies spoken {SPOKEN_WHEN.get(spoken.reply, spoken.reply)} ({spoken.provider}/{spoken.model}, " \
+             f"voice {spoken.voice}; /voice per chat)" if spoken.provider else "replies not spoken (tools.speech)"
+    return f"{hears}; {speaks}"
 
 
 async def _cron_line(db: Database) -> str:
