@@ -319,8 +319,8 @@ async function record() {
 }
 
 function recording(on) {
-  $("record").textContent = on ? "Send voice" : "Speak";
-  $("record").setAttribute("aria-pressed", String(on));
+  $("record").textContent = on ? "Send voice" : "Speak";  // (its name says it: no aria-pressed beside it)
+  $("record").classList.toggle("recording", on);
   $("attached").textContent = on ? "Recording: Send voice sends it, Esc throws it away."
     : attachments.map((a) => a.name).join(", ");
 }
