@@ -2,12 +2,12 @@
 recorded after (tokens, which provider and model answered, its cost, whose chat, or how it failed).
 
 Cost comes from ``providers.<name>.prices[model]`` (USD per 1M input / output tokens; speech
-per 1M characters, transcription per minute); a model without a price costs 0. ``agents.defaults.dailyBudgetUsd``: a call that would take
-today's spend (in the configured timezone) past it is not made, until midnight, with a clear
-reply, and the owner chat is told once that day. Member chats together stop at their share
-(``memberDailyBudgetUsd``, by default half), so they never lock the owner out. Checked before
-every call, not once per turn: a turn overshoots by one reply at most. Code-mode cron jobs make
-no model call and keep running.
+per 1M characters, transcription per minute); a model without a price costs 0.
+``agents.defaults.dailyBudgetUsd``: a call that would take today's spend (in the configured
+timezone) past it is not made, until midnight, with a clear reply, and the owner chat is told
+once that day. Member chats together stop at their share (``memberDailyBudgetUsd``, by default
+half), so they never lock the owner out. Checked before every call, not once per turn: a turn
+overshoots by one reply at most. Code-mode cron jobs make no model call and keep running.
 """
 
 from __future__ import annotations
