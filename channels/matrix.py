@@ -42,8 +42,8 @@ from nanobot.config import MatrixConfig
 from nanobot.listener import read_whole
 from nanobot_channels.matrix_crypto import UNREADABLE_REPLY, exchange, keys_dir, make_private, opened, sealed_content, \
     taken_by_another
-from nanobot_channels.matrix_events import POLL_STARTS, edit_message, mapping, relation, text_message, \
-    transaction_id, without_reply_fallback, words
+from nanobot_channels.matrix_events import POLL_STARTS, edit_message, file_name, mapping, relation, \
+    text_message, transaction_id, without_reply_fallback, words
 from nanobot_channels.matrix_signing import CrossSigning
 from nanobot_channels.text import split_message, tables_as_lists
 
@@ -293,7 +293,7 @@ class MatrixChannel(BaseChannel):
         except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
             log.warning("matrix: could not download %s: %s", url[0], exc)
             return []
-        name = "voice.ogg" if VOICE in content else str(content.get("filename") or content.get("body") or "file")
+        name = "voice.ogg" if VOICE in content else file_name(content)
         kept = await self._keep(await self.chat_root(sender), media_id[:12], name, data)
         return [kept] if kept else []
 

@@ -7,6 +7,8 @@ Every field is whatever the sender wrote: one of another type is read as empty, 
 from __future__ import annotations
 
 import itertools
+import mimetypes
+from pathlib import PurePosixPath
 from typing import Any
 
 from nanobot.bus import OutboundMessage
@@ -78,6 +80,14 @@ def relation(content: dict[str, Any]) -> str | None:
 
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
+
+
+def file_name(content: dict[str, Any]) -> str:
+    """What a file event's file is called: its filename or body, with the extension its mimetype
+    gives where it has none (a recording sent as "Recording", audio/ogg: else no kind of file)."""
+    name = str(content.get("filename") or content.get("body") or "file")
+    mime = str(mapping(content.get("info")).get("mimetype") or "").split(";")[0]
+    return name if PurePosixPath(name).suffix else name + (mimetypes.guess_extension(mime) or "")
 
 
 def mapping(value: Any) -> dict[str, Any]:

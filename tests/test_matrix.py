@@ -525,6 +525,26 @@ async def test_files_both_ways(llm: FakeOpenAI, workspace: Path, synapse: Homese
         assert got == b"month,sales\njan,3\n"
 
 
+async def test_a_recording_named_without_an_extension_is_heard(llm: FakeOpenAI, workspace: Path, synapse: Homeserver,
+                                                               people: dict[str, Any]) -> None:
+    """An m.audio that is no voice message, named "Recording" (its kind only in its mimetype), was
+    taken for a file of no known kind: never transcribed."""
+    owner, bot = people["owner"], people["bot"][0]
+    config = matrix_config(llm, workspace, synapse, people)
+    config.tools.transcription.provider = "openai"
+    llm.transcripts.append("call the plumber")
+    llm.fallback = lambda body: reply("heard: " + ("yes" if "[voice] call the plumber" in str(body["messages"]) else "no"))
+    async with running_gateway(config):
+        room = await owner.room(bot)
+        await bot_in(owner, room, bot)
+        uploaded, _ = await owner.client.upload(io.BytesIO(b"OggS-recording"), content_type="audio/ogg",
+                                                filename="Recording", filesize=14)
+        await owner.say(room, "", content={"msgtype": "m.audio", "body": "Recording", "url": uploaded.content_uri,
+                                           "info": {"mimetype": "audio/ogg", "size": 14}})
+        await owner.read_until(lambda seen: owner.shown() == ["heard: yes"])
+    assert [t["data"] for t in llm.transcriptions] == [b"OggS-recording"]
+
+
 async def test_with_encryption_off_an_encrypted_room_gets_one_plain_reply(
         llm: FakeOpenAI, workspace: Path, synapse: Homeserver, people: dict[str, Any]) -> None:
     owner, bot = people["owner"], people["bot"][0]
