@@ -31,8 +31,10 @@ async def browser_page(*, width: int = 1280, height: int = 800, dark: bool = Fal
 
     playwright = await async_playwright().start()
     # A microphone that plays a tone, allowed without asking (the page records voice messages)
+    # nanobot.test is the loopback under another name: a page there is no secure context
     browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=[
-        "--no-sandbox", "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"])
+        "--no-sandbox", "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
+        "--host-resolver-rules=MAP nanobot.test 127.0.0.1"])
     try:
         # Under the page's own Content-Security-Policy, as users get it (it drops inline styles,
         # and forbids eval: waits are written as functions, which Playwright calls without it).
@@ -189,6 +191,10 @@ async def test_a_voice_message_recorded_on_the_page_is_heard_and_answered_aloud(
         await shows(page, "#messages", "[voice] what is on today")
         await page.locator("#messages li.file audio").wait_for()  # the spoken answer's player
         await no_serious_violations(page)
+        # On plain http under a name that is no loopback's, the browser offers no microphone: said so
+        await sign_in(page, api["base"].removesuffix("/v1").replace("127.0.0.1", "nanobot.test") + "/", api["owner"])
+        await page.get_by_role("button", name="Speak", exact=True).click()
+        await shows(page, "#attached", "Recording needs the page on https (or on localhost)")
     [heard] = llm.transcriptions
     assert heard["filename"].endswith(".webm") and len(heard["data"]) > 0
 

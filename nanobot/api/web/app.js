@@ -295,6 +295,11 @@ let recorder = null;
 async function record() {
   if (recorder) return recorder.stop();
   if (running || viewing) return;
+  if (!navigator.mediaDevices?.getUserMedia) {  // browsers offer the microphone to secure pages only
+    $("attached").textContent = "Recording needs the page on https (or on localhost): this browser offers no "
+      + "microphone here.";
+    return;
+  }
   let stream;
   try {
     stream = await navigator.mediaDevices.getUserMedia({audio: true});
@@ -518,7 +523,7 @@ document.addEventListener("keydown", (event) => {
   if (event.key !== "Escape") return;
   if (recorder) { recorder.discarded = true; recorder.stop(); } else stop();
 });
-$("record").hidden = !(navigator.mediaDevices?.getUserMedia && window.MediaRecorder);  // (https or localhost only)
+$("record").hidden = !window.MediaRecorder;  // (a browser that cannot record at all)
 $("record").addEventListener("click", record);
 $("stop").addEventListener("click", stop);
 $("mode").addEventListener("change", () => command("/mode " + $("mode").value));
