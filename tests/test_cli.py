@@ -21,7 +21,7 @@ from nanobot.config import load_config
 from nanobot.session_files import SessionStore
 from tests import cli_zygote
 from tests.fakes.discord_api import FakeDiscord
-from tests.fakes.loopback import closed_port, free_port, serve
+from tests.fakes.loopback import closed_port, serve
 from tests.fakes.mail_servers import Dovecot, needs_dovecot
 from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
 from tests.fakes.slack_api import FakeSlack
