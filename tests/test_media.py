@@ -119,6 +119,30 @@ async def test_a_voice_note_counts_toward_usage_and_the_budgets(config: Config, 
     assert "Usage [transcription]: 1 model call" in out, out
 
 
+async def test_a_recording_costs_what_the_transcription_server_counted(config: Config, llm: FakeOpenAI,
+                                                                       tg: FakeTelegram) -> None:
+    """The server's count prices a recording: whisper-1's seconds (a file sent as a document has
+    no duration from Telegram, nor do the page's, Slack's or mail's recordings: they cost $0),
+    gpt-4o-transcribe's tokens at input/output rather than the platform's minutes."""
+    from nanobot.config import Price
+    from nanobot.usage import start_of_today
+
+    config.providers["openai"].prices = {"whisper-1": Price(input_minutes=6.0),
+                                         "gpt-4o-transcribe": Price(input=6.0, output=10.0, input_minutes=99.0)}
+    llm.transcripts.extend([{"text": "the memo", "usage": {"type": "duration", "seconds": 90}},
+                            {"text": "the note", "usage": {"type": "tokens", "input_tokens": 500_000,
+                                                           "output_tokens": 100_000, "total_tokens": 600_000}}])
+    llm.fallback = lambda body: reply("ok")
+    async with running_gateway(config) as gateway:
+        tg.push_document(ALICE, ALICE, b"memo", file_name="memo.ogg")  # $9: 1.5 minutes
+        await tg.wait_sent(1, timeout=15)
+        config.tools.transcription.model = "gpt-4o-transcribe"
+        tg.push_voice(ALICE, ALICE, b"note", duration=60)  # $3 + $1, not $99
+        await tg.wait_sent(2, timeout=15)
+        spent = await gateway.runtime.usage.cost_since(start_of_today(config.agents.defaults.timezone))
+    assert len(llm.transcriptions) == 2 and spent == pytest.approx(13.0)
+
+
 async def test_a_voice_note_too_long_or_not_understood_gets_a_short_reply(config: Config, llm: FakeOpenAI,
                                                                           tg: FakeTelegram) -> None:
     config.tools.transcription.max_seconds = 60

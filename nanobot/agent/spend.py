@@ -20,7 +20,7 @@ from nanobot import metrics, tracing
 from nanobot.agent.prompt_size import estimate_tokens
 from nanobot.media.speech import SpeechError, synthesize
 from nanobot.media.transcribe import TranscriptionError, transcribe
-from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError
+from nanobot.providers.base import ChatRequest, LLMResponse, ProviderError, Transcript
 from nanobot.trust import MEMBER
 from nanobot.usage import start_of_today
 
@@ -159,27 +159,37 @@ async def metered_speech(deps: AgentDeps, session_key: str, text: str) -> bytes:
     price = _price(deps.config, settings.provider, settings.model)
     cost = len(text) * price.input_chars / 1e6 if price else 0.0
     return await _metered(deps, session_key, "speech", settings.provider, settings.model, cost,
-                          lambda: synthesize(deps.config, deps.provider, text), SpeechError)
+                          lambda: synthesize(deps.config, deps.provider, text), lambda _: cost, SpeechError)
 
 
 async def metered_transcription(deps: AgentDeps, session_key: str, name: str, data: bytes,
                                 seconds: float | None) -> str:
-    """A voice note heard (``tools.transcription``), its minutes priced at
-    ``prices.<model>.inputMinutes`` where the platform said how long it is. BudgetSpent or
-    TranscriptionError when it was not heard."""
+    """A voice note heard (``tools.transcription``): checked against the budgets at the minutes the
+    platform said it lasts (``prices.<model>.inputMinutes``), recorded at what the server counted
+    (its seconds, or its tokens at ``input``/``output``), which holds for a recording no platform
+    timed (the page's, Slack's, mail's). BudgetSpent or TranscriptionError when it was not heard."""
     settings = deps.config.tools.transcription
     price = _price(deps.config, settings.provider, settings.model)
-    cost = (seconds or 0.0) / 60 * price.input_minutes if price else 0.0
-    return await _metered(deps, session_key, "transcription", settings.provider, settings.model, cost,
-                          lambda: transcribe(deps.config, deps.provider, name, data), TranscriptionError)
+
+    def cost(heard: Transcript | None) -> float:  # the server's count first: it is what it bills
+        if price is None:
+            return 0.0
+        if heard is not None and heard.seconds is None and heard.usage is not None:
+            return price.cost(heard.usage.prompt_tokens, heard.usage.completion_tokens)
+        return ((heard and heard.seconds) or seconds or 0.0) / 60 * price.input_minutes
+
+    heard = await _metered(deps, session_key, "transcription", settings.provider, settings.model, cost(None),
+                           lambda: transcribe(deps.config, deps.provider, name, data), cost, TranscriptionError)
+    return heard.text
 
 
-async def _metered(deps: AgentDeps, session_key: str, purpose: str, provider: str, model: str, cost: float,
-                   call: Callable[[], Awaitable[T]], failure: type[Exception]) -> T:
+async def _metered(deps: AgentDeps, session_key: str, purpose: str, provider: str, model: str, estimate: float,
+                   call: Callable[[], Awaitable[T]], cost_of: Callable[[T], float], failure: type[Exception]) -> T:
     """A call that is no chat completion (speech, transcription) within the same budgets as model
-    calls, recorded in usage under ``purpose`` whether it worked or not."""
+    calls: checked at ``estimate``, recorded under ``purpose`` at ``cost_of`` its result, or at 0
+    with the reason when it failed."""
     member = deps.trust(session_key) == MEMBER
-    await check_spend(deps, cost, session_key, member=member)
+    await check_spend(deps, estimate, session_key, member=member)
     try:
         result = await call()
     except failure as exc:
@@ -187,6 +197,7 @@ async def _metered(deps: AgentDeps, session_key: str, purpose: str, provider: st
         await deps.usage.record_call(session_key, purpose, model, 0, 0, purpose, outcome=str(exc)[:200],
                                      provider=provider, member=member)
         raise
+    cost = cost_of(result)
     metrics.current.model_call(provider, model, "ok", cost=cost)
     await deps.usage.record_call(session_key, purpose, model, 0, 0, purpose, provider=provider, cost=cost,
                                  member=member)

@@ -7,10 +7,11 @@ server), so its key, ``apiBase`` and HTTP client are reused: the call is the ``o
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Protocol, runtime_checkable
 
 from nanobot.config import Config, ConfigError
-from nanobot.providers.base import ProviderError
+from nanobot.providers.base import ProviderError, Transcript
 
 
 class TranscriptionError(Exception):
@@ -25,7 +26,7 @@ class TranscriptionError(Exception):
 @runtime_checkable
 class Transcriber(Protocol):
     async def transcribe(self, provider: str, audio: tuple[str, bytes], model: str, language: str | None,
-                         timeout: float) -> str: ...
+                         timeout: float) -> Transcript: ...
 
 
 def transcription_enabled(config: Config) -> bool:
@@ -43,21 +44,22 @@ def check_limits(config: Config, size: int, seconds: float | None) -> None:
                                  f"{limits.max_mb} MB (tools.transcription.maxMb)")
 
 
-async def transcribe(config: Config, models: object, name: str, data: bytes) -> str:
-    """The recording's text; TranscriptionError with a short reason on any failure."""
+async def transcribe(config: Config, models: object, name: str, data: bytes) -> Transcript:
+    """The recording's words (stripped) and what the server counted of it; TranscriptionError with
+    a short reason on any failure."""
     settings = config.tools.transcription
     if not isinstance(models, Transcriber):  # the offline demo's recorded model
         raise TranscriptionError("this model provider cannot transcribe")
     try:
-        text = await models.transcribe(settings.provider, (name, data), settings.model, settings.language,
-                                       settings.timeout)
+        heard = await models.transcribe(settings.provider, (name, data), settings.model, settings.language,
+                                        settings.timeout)
     except ProviderError as exc:
         raise TranscriptionError(str(exc).replace("model server", "transcription server"), server_said=True) from exc
     except ConfigError as exc:
         raise TranscriptionError(str(exc)) from exc
-    if not text.strip():
+    if not heard.text.strip():
         raise TranscriptionError("I could not make out any words in it")
-    return text.strip()
+    return replace(heard, text=heard.text.strip())
 
 
 def _duration(seconds: float) -> str:

@@ -56,6 +56,16 @@ class Usage:
 
 
 @dataclass
+class Transcript:
+    """A recording's words and what the server counted of it: ``seconds`` of audio (models billed
+    by the minute, such as whisper-1) or ``usage`` in tokens (gpt-4o-transcribe); neither from a
+    server that does not say (most local Whisper servers)."""
+    text: str
+    seconds: float | None = None
+    usage: Usage | None = None
+
+
+@dataclass
 class LLMResponse:
     content: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)

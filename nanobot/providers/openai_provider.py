@@ -28,7 +28,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from nanobot.config import ConfigError, ProviderConfig
 from nanobot.utf8 import clean_text
-from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError, ToolCall, Usage
+from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError, ToolCall, Transcript, Usage
 from nanobot.providers.quirks import Carried, ModelQuirks, error_of
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,8 @@ class OpenAIProvider(Provider):
                                        cast_to=ChatCompletion if stream else object,
                                        stream=stream, stream_cls=AsyncStream[ChatCompletionChunk])
 
-    async def transcribe(self, audio: tuple[str, bytes], model: str, language: str | None, timeout: float) -> str:
+    async def transcribe(self, audio: tuple[str, bytes], model: str, language: str | None,
+                         timeout: float) -> Transcript:
         """Speech to text (``/audio/transcriptions``) of ``(file name, bytes)`` on this
         provider's client; no retries: a recording that failed once (too long, unsupported)
         fails the same way again."""
@@ -138,7 +139,11 @@ class OpenAIProvider(Provider):
             result = await self._client.audio.transcriptions.create(model=model, file=audio, timeout=timeout, **extra)
         except Exception as exc:
             raise classify_error(exc)[0] from exc
-        return (result if isinstance(result, str) else getattr(result, "text", None)) or ""
+        if isinstance(result, str):
+            return Transcript(result)
+        usage = getattr(result, "usage", None)
+        return Transcript(result.text or "", getattr(usage, "seconds", None),
+                          Usage(usage.input_tokens, usage.output_tokens) if hasattr(usage, "input_tokens") else None)
 
     async def speak(self, text: str, model: str, voice: str, timeout: float) -> bytes:
         """Text to speech (``/audio/speech``) as OGG/Opus, on this provider's client; no retries:

@@ -17,7 +17,7 @@ from typing import Callable
 
 from nanobot.config import Config, ConfigError
 from nanobot.eventloop import Changed
-from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError
+from nanobot.providers.base import ChatRequest, LLMResponse, Provider, ProviderError, Transcript
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class ModelRouter(Provider):
             self.changed.set()
 
     async def transcribe(self, provider: str, audio: tuple[str, bytes], model: str, language: str | None,
-                         timeout: float) -> str:
+                         timeout: float) -> Transcript:
         """Speech to text with the named provider's client (no fallbacks: the next provider
         would need a transcription model of its own)."""
         return await self.provider(provider).transcribe(audio, model, language, timeout)  # type: ignore[attr-defined]

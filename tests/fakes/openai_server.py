@@ -214,7 +214,8 @@ class FakeOpenAI:
         return response
 
     async def _transcribe(self, request: web.Request) -> web.Response:
-        """Speech to text: the next of ``transcripts`` (a str, or an Error to fail with)."""
+        """Speech to text: the next of ``transcripts`` (a str, the whole answer as a dict, or an
+        Error to fail with)."""
         form = await request.post()
         upload = form.get("file")
         self.transcriptions.append({"model": form.get("model"), "language": form.get("language"),
@@ -224,7 +225,7 @@ class FakeOpenAI:
         item = await _waited(item)
         if isinstance(item, Error):
             return _error_response(item)
-        return web.json_response({"text": item})
+        return web.json_response(item if isinstance(item, dict) else {"text": item})
 
     async def _models(self, request: web.Request) -> web.Response:
         if request.headers.get("Authorization") == "Bearer wrong-key":  # a key the server refuses
