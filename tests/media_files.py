@@ -125,3 +125,36 @@ def ogg_opus() -> bytes:
     tags = b"OpusTags" + struct.pack("<I", 7) + b"nanobot" + struct.pack("<I", 0)
     silence = bytes([0xF8, 0xFF, 0xFE])  # one 20 ms CELT frame of silence
     return page(head, 0x02, 0, 0) + page(tags, 0, 0, 1) + page(silence, 0x04, 312 + 960, 2)
+
+
+def adts_aac(seconds: float = 1.0, rate: int = 16000, layout: str = "mono") -> bytes:
+    """A real ADTS AAC stream of a 440 Hz tone, as Signal records voice notes, encoded by FFmpeg
+    (PyAV's wheel)."""
+    import math
+    import struct
+
+    import av
+
+    out = io.BytesIO()
+    with av.open(out, "w", format="adts") as container:
+        stream = container.add_stream("aac", rate=rate, layout=layout)
+        total, at, channels = int(seconds * rate), 0, 2 if layout == "stereo" else 1
+        while at < total:
+            frame = av.AudioFrame(format="s16", layout=layout, samples=min(1024, total - at))
+            tone = b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * (at + i) / rate))) * channels
+                            for i in range(frame.samples))
+            frame.planes[0].update(tone.ljust(frame.planes[0].buffer_size, b"\0"))
+            frame.rate, frame.pts, at = rate, at, at + frame.samples
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    return out.getvalue()
+
+
+def decoded_audio(data: bytes) -> tuple[str, int, bytes]:
+    """(the container's format, the sample rate, every decoded sample) of a recording, by FFmpeg."""
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        rate = container.streams.audio[0].rate
+        samples = b"".join(bytes(plane) for frame in container.decode(audio=0) for plane in frame.planes)
+        return container.format.name, rate, samples

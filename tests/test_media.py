@@ -25,7 +25,8 @@ from tests.helpers import fast_pace, keep_discord_urls, running_gateway, telegra
 from tests.test_cli import nanobot
 from tests.test_workers import free_port, post_update
 from nanobot.media.isolation import ParseLimits, Unreadable, failure_marker, parse_file
-from tests.media_files import docx, docx_inflating_to, jpeg, pdf_with_text, png, png_claiming, scanned_pdf
+from tests.media_files import (adts_aac, decoded_audio, docx, docx_inflating_to, jpeg, ogg_opus, pdf_with_text, png,
+                               png_claiming, scanned_pdf)
 
 ALICE, BOB, GROUP = 42, 77, -100500
 FRIEND, DM = 4242, 5
@@ -160,6 +161,21 @@ async def test_a_voice_note_too_long_or_not_understood_gets_a_short_reply(config
     assert told["text"] == ("I could not transcribe your voice note: the transcription server gave no answer. "
                             "Please try again or type it.")
     assert llm.chat_requests == []
+
+
+@pytest.mark.parametrize("rate, layout", [(8000, "mono"), (44100, "stereo"), (48000, "mono")])
+def test_raw_aac_is_repacked_sample_for_sample_and_anything_else_left_alone(rate: int, layout: str) -> None:
+    """Raw AAC (Signal's voice notes) becomes an M4A file of the same sound, as FFmpeg decodes
+    it, also cut short mid-frame; Ogg, MP3 and M4A are not ADTS and go as they are."""
+    from nanobot.media.aac import adts_to_m4a
+
+    recorded = adts_aac(seconds=0.7, rate=rate, layout=layout)
+    repacked = adts_to_m4a(recorded)
+    assert repacked is not None and decoded_audio(repacked)[0].startswith("mov,mp4,m4a")
+    assert decoded_audio(repacked)[1:] == decoded_audio(recorded)[1:]
+    cut = adts_to_m4a(recorded[:-5])
+    assert cut is not None and decoded_audio(cut)[1] == rate
+    assert [adts_to_m4a(other) for other in (ogg_opus(), b"\xff\xfb\x90\x64" + bytes(400), repacked, b"")] == [None] * 4
 
 
 # ---- photos ---------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from nanobot.config import Config, SignalConfig
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
 from tests.fakes.signal_cli import FakeSignalCli
 from tests.helpers import TWO_PARTS, config_for, running_gateway, until
+from tests.media_files import adts_aac, decoded_audio
 from tests.test_workers import holder, workers
 
 BOT, OWNER, FRIEND, STRANGER = "+15550001111", "+15550002222", "+15550003333", "+15550009999"
@@ -262,18 +263,21 @@ async def test_attachments_both_ways(llm: FakeOpenAI, workspace: Path, signal: F
 
 async def test_a_voice_note_is_heard_and_answered_aloud(llm: FakeOpenAI, workspace: Path,
                                                         signal: FakeSignalCli) -> None:
-    """Signal's voice notes are AAC with no file name: they were taken for a file of no known
-    kind, never transcribed."""
+    """Signal's voice notes are raw AAC (ADTS) with no file name: they were taken for a file of no
+    known kind, never transcribed; then sent as .aac, which OpenAI refuses. They go as the same
+    sound in an M4A file, which FFmpeg decodes sample for sample."""
     config = signal_config(llm, workspace, signal)
     config.tools.transcription.provider = config.tools.speech.provider = "openai"  # speech.reply: whenVoice
     llm.transcripts.append("remind me of the dentist")
     llm.fallback = lambda body: reply("heard: " + asked_last(body))
     async with running_gateway(config):
-        signal.push(OWNER, "", voice=b"AAC-voice-note")
+        signal.push(OWNER, "", voice=(recorded := adts_aac(seconds=1.5)))
         await signal.wait_sent(2)
     assert signal.sent[0]["message"].startswith("heard: [voice] remind me of the dentist")
     assert signal.sent[1]["attachments"][0].startswith("data:audio/ogg;filename=reply.ogg;base64,")
-    assert [t["data"] for t in llm.transcriptions] == [b"AAC-voice-note"]
+    [sent] = llm.transcriptions
+    assert sent["filename"].endswith(".m4a") and decoded_audio(sent["data"])[0].startswith("mov,mp4,m4a")
+    assert decoded_audio(sent["data"])[1:] == decoded_audio(recorded)[1:]
 
 
 async def test_an_attachment_that_is_a_link_is_not_followed(llm: FakeOpenAI, workspace: Path,

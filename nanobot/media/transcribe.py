@@ -8,9 +8,11 @@ server), so its key, ``apiBase`` and HTTP client are reused: the call is the ``o
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import PurePosixPath
 from typing import Protocol, runtime_checkable
 
 from nanobot.config import Config, ConfigError
+from nanobot.media.aac import adts_to_m4a
 from nanobot.providers.base import ProviderError, Transcript
 
 
@@ -50,6 +52,8 @@ async def transcribe(config: Config, models: object, name: str, data: bytes) -> 
     settings = config.tools.transcription
     if not isinstance(models, Transcriber):  # the offline demo's recorded model
         raise TranscriptionError("this model provider cannot transcribe")
+    if (repacked := adts_to_m4a(data)) is not None:  # raw AAC (Signal's), which OpenAI refuses
+        name, data = str(PurePosixPath(name).with_suffix(".m4a")), repacked
     try:
         heard = await models.transcribe(settings.provider, (name, data), settings.model, settings.language,
                                         settings.timeout)
