@@ -135,13 +135,14 @@ async def test_a_recording_costs_what_the_transcription_server_counted(config: C
                                                            "output_tokens": 100_000, "total_tokens": 600_000}}])
     llm.fallback = lambda body: reply("ok")
     async with running_gateway(config) as gateway:
-        tg.push_document(ALICE, ALICE, b"memo", file_name="memo.ogg")  # $9: 1.5 minutes
+        tg.push_document(ALICE, ALICE, b"memo", file_name="memo.opus")  # $9: 1.5 minutes
         await tg.wait_sent(1, timeout=15)
         config.tools.transcription.model = "gpt-4o-transcribe"
         tg.push_voice(ALICE, ALICE, b"note", duration=60)  # $3 + $1, not $99
         await tg.wait_sent(2, timeout=15)
         spent = await gateway.runtime.usage.cost_since(start_of_today(config.agents.defaults.timezone))
     assert len(llm.transcriptions) == 2 and spent == pytest.approx(13.0)
+    assert llm.transcriptions[0]["filename"].endswith("memo.ogg")  # OpenAI refuses the name .opus
 
 
 async def test_a_voice_note_too_long_or_not_understood_gets_a_short_reply(config: Config, llm: FakeOpenAI,

@@ -54,6 +54,8 @@ async def transcribe(config: Config, models: object, name: str, data: bytes) -> 
         raise TranscriptionError("this model provider cannot transcribe")
     if (repacked := adts_to_m4a(data)) is not None:  # raw AAC (Signal's), which OpenAI refuses
         name, data = str(PurePosixPath(name).with_suffix(".m4a")), repacked
+    elif name.lower().endswith(".opus"):  # an Ogg file: OpenAI takes .ogg and .oga, not .opus
+        name = str(PurePosixPath(name).with_suffix(".ogg"))
     try:
         heard = await models.transcribe(settings.provider, (name, data), settings.model, settings.language,
                                         settings.timeout)
