@@ -179,6 +179,16 @@ def test_raw_aac_is_repacked_sample_for_sample_and_anything_else_left_alone(rate
     assert [adts_to_m4a(other) for other in (ogg_opus(), b"\xff\xfb\x90\x64" + bytes(400), repacked, b"")] == [None] * 4
 
 
+def test_raw_aac_of_countless_tiny_frames_is_not_repacked() -> None:
+    """25 MB of one-byte AAC frames would keep a thread busy for seconds (a member can send it):
+    over MAX_FRAMES it goes as it came, and the transcription server refuses it."""
+    from nanobot.media.aac import MAX_FRAMES, adts_to_m4a
+
+    header = 0xFFF << 44 | 1 << 40 | 1 << 38 | 8 << 34 | 1 << 30 | 8 << 13  # no CRC, LC, 16 kHz, mono, 8 bytes
+    frame = header.to_bytes(7, "big") + b"x"
+    assert adts_to_m4a(frame * MAX_FRAMES) is not None and adts_to_m4a(frame * (MAX_FRAMES + 1)) is None
+
+
 # ---- photos ---------------------------------------------------------------------------------
 
 async def test_a_photo_reaches_the_model_as_an_image_part_and_the_history_keeps_a_path(

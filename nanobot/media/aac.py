@@ -12,6 +12,7 @@ import struct
 
 SAMPLES_PER_FRAME = 1024  # AAC-LC: every frame is 1024 samples per channel
 RATES = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
+MAX_FRAMES = 200_000  # over an hour at 48 kHz; more is no voice note but a loop of tiny frames to burn CPU
 _MATRIX = struct.pack(">9I", 0x10000, 0, 0, 0, 0x10000, 0, 0, 0, 0x40000000)  # identity
 
 
@@ -36,7 +37,7 @@ def _frames(data: bytes) -> tuple[list[bytes], tuple[int, int, int] | None]:
     frames: list[bytes] = []
     config = None
     at = 0
-    while at + 7 <= len(data):
+    while at + 7 <= len(data) and len(frames) <= MAX_FRAMES:
         header = int.from_bytes(data[at:at + 7], "big")
         sync, layer, no_crc = header >> 44, (header >> 41) & 3, (header >> 40) & 1
         this = ((header >> 38) & 3, (header >> 34) & 15, (header >> 30) & 7)
@@ -50,7 +51,7 @@ def _frames(data: bytes) -> tuple[list[bytes], tuple[int, int, int] | None]:
         config = this
         frames.append(data[at + size:at + length])
         at += length
-    return frames, config
+    return (frames, config) if len(frames) <= MAX_FRAMES else ([], None)
 
 
 def _audio_specific_config(profile: int, rate_index: int, channels: int) -> bytes:

@@ -7,6 +7,7 @@ server), so its key, ``apiBase`` and HTTP client are reused: the call is the ``o
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Protocol, runtime_checkable
@@ -52,7 +53,7 @@ async def transcribe(config: Config, models: object, name: str, data: bytes) -> 
     settings = config.tools.transcription
     if not isinstance(models, Transcriber):  # the offline demo's recorded model
         raise TranscriptionError("this model provider cannot transcribe")
-    if (repacked := adts_to_m4a(data)) is not None:  # raw AAC (Signal's), which OpenAI refuses
+    if (repacked := await asyncio.to_thread(adts_to_m4a, data)) is not None:  # raw AAC (Signal's): OpenAI refuses it
         name, data = str(PurePosixPath(name).with_suffix(".m4a")), repacked
     elif name.lower().endswith(".opus"):  # an Ogg file: OpenAI takes .ogg and .oga, not .opus
         name = str(PurePosixPath(name).with_suffix(".ogg"))
