@@ -124,15 +124,17 @@ async def test_a_recording_costs_what_the_transcription_server_counted(config: C
                                                                        tg: FakeTelegram) -> None:
     """The server's count prices a recording: whisper-1's seconds (a file sent as a document has
     no duration from Telegram, nor do the page's, Slack's or mail's recordings: they cost $0),
-    gpt-4o-transcribe's tokens at input/output rather than the platform's minutes."""
+    gpt-4o-transcribe's tokens at input/output rather than the platform's minutes; a model priced
+    by the minute alone (as OpenAI's price list puts gpt-4o-transcribe) by the minute."""
     from nanobot.config import Price
     from nanobot.usage import start_of_today
 
     config.providers["openai"].prices = {"whisper-1": Price(input_minutes=6.0),
-                                         "gpt-4o-transcribe": Price(input=6.0, output=10.0, input_minutes=99.0)}
+                                         "gpt-4o-transcribe": Price(input=6.0, output=10.0, input_minutes=99.0),
+                                         "gpt-4o-mini-transcribe": Price(input_minutes=3.0)}
+    tokens = {"type": "tokens", "input_tokens": 500_000, "output_tokens": 100_000, "total_tokens": 600_000}
     llm.transcripts.extend([{"text": "the memo", "usage": {"type": "duration", "seconds": 90}},
-                            {"text": "the note", "usage": {"type": "tokens", "input_tokens": 500_000,
-                                                           "output_tokens": 100_000, "total_tokens": 600_000}}])
+                            {"text": "the note", "usage": tokens}, {"text": "another", "usage": tokens}])
     llm.fallback = lambda body: reply("ok")
     async with running_gateway(config) as gateway:
         tg.push_document(ALICE, ALICE, b"memo", file_name="memo.opus")  # $9: 1.5 minutes
@@ -140,8 +142,11 @@ async def test_a_recording_costs_what_the_transcription_server_counted(config: C
         config.tools.transcription.model = "gpt-4o-transcribe"
         tg.push_voice(ALICE, ALICE, b"note", duration=60)  # $3 + $1, not $99
         await tg.wait_sent(2, timeout=15)
+        config.tools.transcription.model = "gpt-4o-mini-transcribe"
+        tg.push_voice(ALICE, ALICE, b"another", duration=60)  # $3: the minute Telegram said
+        await tg.wait_sent(3, timeout=15)
         spent = await gateway.runtime.usage.cost_since(start_of_today(config.agents.defaults.timezone))
-    assert len(llm.transcriptions) == 2 and spent == pytest.approx(13.0)
+    assert len(llm.transcriptions) == 3 and spent == pytest.approx(16.0)
     assert llm.transcriptions[0]["filename"].endswith("memo.ogg")  # OpenAI refuses the name .opus
 
 

@@ -174,7 +174,7 @@ async def metered_transcription(deps: AgentDeps, session_key: str, name: str, da
     def cost(heard: Transcript | None) -> float:  # the server's count first: it is what it bills
         if price is None:
             return 0.0
-        if heard is not None and heard.seconds is None and heard.usage is not None:
+        if heard is not None and heard.usage is not None and (price.input or price.output):
             return price.cost(heard.usage.prompt_tokens, heard.usage.completion_tokens)
         return ((heard and heard.seconds) or seconds or 0.0) / 60 * price.input_minutes
 
