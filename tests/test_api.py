@@ -287,7 +287,7 @@ async def test_an_api_only_home_says_what_is_true(home: Path, workspace: Path, l
     assert (await nanobot("api", "keys", "add", "ada", "--owner", home=home))[0] == 0
     code, out, _ = await nanobot("status", home=home)
     assert code == 0 and "Owners:    the API key ada\n           the terminal\n" in out
-    assert "Notices:   not sent (no chat channel is enabled): in the log and on the page's Status view" in out
+    assert "Notices:   not sent (no chat channel is enabled): in the log, on the page's Status view" in out
     config = Config.model_validate(data)
     config.agents.defaults.workspace = str(workspace)
     async with running_gateway(config, with_services=True):

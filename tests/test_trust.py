@@ -233,6 +233,9 @@ def test_status_names_owners_and_the_shell(config: Config, tmp_path: Path) -> No
     lines = "\n".join(trust_lines(config, []))
     assert f"Owners:    telegram {OWNER} in private chats\n           the terminal\n" in lines
     assert f"Notices:   telegram:{OWNER}" in lines
+    config.channels.telegram.enabled = False  # no owner chat: where notices are, with the page off
+    assert "Notices:   not sent (no chat channel is enabled): in the log, kept for the page's Status view " \
+           "(gateway.api.enabled)" in "\n".join(trust_lines(config, []))
     assert "Shell:     confined (Landlock" in lines if confine.probe().ok else "Shell:     REFUSED" in lines
     config.tools.exec.sandbox = "off"
     assert "Shell:     UNCONFINED" in "\n".join(trust_lines(config, []))

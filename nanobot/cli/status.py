@@ -268,4 +268,6 @@ def _unsent_notices(config: Config) -> str:
     """Where notices are when no owner chat takes them (with the API and the page alone, no
     private chat can ever come)."""
     why = "no owner has written to me in private yet" if config.channels.enabled_names() else "no chat channel is enabled"
-    return f"not sent ({why}): in the log and on the page's Status view"
+    page = "on the page's Status view" if config.gateway.api.enabled \
+        else "kept for the page's Status view (gateway.api.enabled)"
+    return f"not sent ({why}): in the log, {page}"
