@@ -25,6 +25,7 @@ class ChatState:
     voice_hint_sent: bool = False  # the how-to-enable-transcription reply went out once
     consolidated_upto: int | None = None  # messages since /new that memory consolidation has covered
     consolidated_ts: str | None = None  # the "ts" of the last of them: a marker from before /new fails it
+    consolidation_retry_at: int | None = None  # after a failed consolidation: the message count to wait for
     intake_started: int | None = None  # the intake id of the latest turn begun (a crash resumes it)
     intake_started_at: int | None = None  # where in the history that turn's message went
     intake_starts: int = 0  # how often that turn has begun: a crash each time is a loop (MAX_TURN_STARTS)

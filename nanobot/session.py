@@ -148,6 +148,8 @@ class Session:
         self._write({"_reset": _now()})
         if self.meta.waiting:  # positions in the history left behind
             self.set_meta(waiting=[])
+        if self.meta.consolidation_retry_at is not None:  # a count of the history left behind
+            self.set_meta(consolidation_retry_at=None)
 
     def keep_for_reader(self, text: str) -> None:
         """A message for a chat nobody can be sent to (the terminal, an API conversation): kept

@@ -247,6 +247,32 @@ async def test_malformed_answer_leaves_memory_untouched(llm: FakeOpenAI, workspa
         assert session.folded_upto() == 6
 
 
+async def test_a_failed_consolidation_waits_across_a_restart_and_new_ends_the_wait(
+        llm: FakeOpenAI, workspace: Path, memory_file: Path) -> None:
+    """The wait after a failed try is in the chat's meta: each restart, or each one-shot
+    `nanobot agent -m`, paid for the same failing call again. /new ends it: the old count kept
+    the new history from being folded for as long as the old one had been, and what fell out of
+    the window was forgotten."""
+    model = Model(reply("I updated the memory for you."))
+    llm.fallback = model
+    config = config_for(llm.base_url, workspace, memory_window=6)
+    async with open_runtime(config) as rt:
+        for text in ("one", "two", "three", "four"):
+            await rt.agent.handle("cli:m", text)
+        await rt.agent.memory.drain()
+    assert len(model.consolidations) == 1
+    async with open_runtime(config) as rt:
+        await rt.agent.handle("cli:m", "five")
+        await rt.agent.memory.drain()
+        assert len(model.consolidations) == 1  # 10 messages: the retry waits for 11
+        model.memory_answer = good_answer()
+        await rt.agent.handle("cli:m", "/new")
+        for text in ("a", "b", "c", "d"):
+            await rt.agent.handle("cli:m", text)
+        await rt.agent.memory.drain()
+    assert len(model.consolidations) == 2 and memory_file.read_text() == NEW_MEMORY
+
+
 async def test_reply_does_not_wait_for_consolidation_and_shutdown_does(llm: FakeOpenAI, workspace: Path,
                                                                       memory_file: Path) -> None:
     released = asyncio.Event()

@@ -16,7 +16,9 @@ whatever fell out of the window would be forgotten. Policy:
   tells a stale marker from before a ``/new`` apart). From then on the prompt carries only
   messages after that point (still at most ``memoryWindow``). The JSONL keeps everything.
 - A malformed answer or a failed call changes nothing (MEMORY.md is never replaced by a bad
-  answer); it is logged and retried once the chat has grown by half a window more.
+  answer); it is logged and retried once the chat has grown by half a window more (kept in the
+  session meta, ``consolidation_retry_at``: a restart or a one-shot ``nanobot agent -m`` does
+  not pay for the same try again; ``/new`` clears it).
 
 Consolidation runs after the reply is produced, as a background task the ``Consolidator``
 owns: the user never waits for it, and ``close()`` awaits it (bounded) at shutdown.
@@ -193,7 +195,6 @@ class Consolidator:
         self.deps = deps
         self._tasks: dict[str, asyncio.Task[bool]] = {}
         self._file_lock = asyncio.Lock()  # MEMORY.md is shared by every chat: one writer at a time
-        self._retry_at: dict[str, int] = {}  # after a failure: the message count to wait for
 
     def schedule(self, session: Session, mode: str = "tools") -> asyncio.Task[bool] | None:
         """Start a consolidation for the chat if its history passed the window; returns the task."""
@@ -202,7 +203,7 @@ class Consolidator:
         window = self.deps.config.agent_for(session.key).memory_window
         if plan_cut(session, session.folded_upto(), window) is None:
             return None
-        if session.count < self._retry_at.get(session.key, 0):
+        if session.count < (session.meta.consolidation_retry_at or 0):
             return None
         task = asyncio.create_task(self._guarded(session, mode), name=f"memory:{session.key}")
         self._tasks[session.key] = task
@@ -222,7 +223,7 @@ class Consolidator:
 
     def _retry_later(self, session: Session) -> None:
         window = self.deps.config.agent_for(session.key).memory_window
-        self._retry_at[session.key] = session.count + max(window // 2, 1)
+        session.set_meta(consolidation_retry_at=session.count + max(window // 2, 1))
 
     async def consolidate(self, session: Session, mode: str = "tools") -> bool:
         """Consolidate the part of the chat that is due, now; True if memory moved on."""
@@ -248,7 +249,8 @@ class Consolidator:
             if result is None:
                 self._retry_later(session)
                 return False
-            self._retry_at.pop(session.key, None)
+            if session.meta.consolidation_retry_at is not None:
+                session.set_meta(consolidation_retry_at=None)
             files.write_memory(result.memory)
             when = _local(part[0].get("ts"), settings.timezone)
             files.append_history(f"[{when:%Y-%m-%d %H:%M}] {session.key}: {result.history}")
