@@ -23,12 +23,10 @@ def adts_to_m4a(data: bytes) -> bytes | None:
     if not frames or config is None:
         return None
     profile, rate_index, channels = config
-    rate = RATES[rate_index]
+    rate, asc = RATES[rate_index], _audio_specific_config(profile, rate_index, channels)
     ftyp = _box(b"ftyp", b"M4A " + struct.pack(">I", 0) + b"M4A mp42isom")
-    moov = _moov(frames, rate, channels, _audio_specific_config(profile, rate_index, channels), offset=0)
-    moov = _moov(frames, rate, channels, _audio_specific_config(profile, rate_index, channels),
-                 offset=len(ftyp) + len(moov) + 8)  # where the first frame lands, behind mdat's header
-    return ftyp + moov + _box(b"mdat", b"".join(frames))
+    first_frame = len(ftyp) + len(_moov(frames, rate, channels, asc, offset=0)) + 8  # behind mdat's header
+    return ftyp + _moov(frames, rate, channels, asc, first_frame) + _box(b"mdat", b"".join(frames))
 
 
 def _frames(data: bytes) -> tuple[list[bytes], tuple[int, int, int] | None]:
