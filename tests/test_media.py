@@ -150,6 +150,29 @@ async def test_a_recording_costs_what_the_transcription_server_counted(config: C
     assert llm.transcriptions[0]["filename"].endswith("memo.ogg")  # OpenAI refuses the name .opus
 
 
+async def test_a_transcription_servers_odd_count_is_not_taken(config: Config, llm: FakeOpenAI,
+                                                              tg: FakeTelegram) -> None:
+    """A local server's usage written its own way (no token count, a negative one, seconds as a
+    word) is left aside: the note is heard and priced at the minutes Telegram said. The missing
+    count failed the turn on a TypeError."""
+    from nanobot.config import Price
+    from nanobot.usage import start_of_today
+
+    config.tools.transcription.model = "local-whisper"
+    config.providers["openai"].prices = {"local-whisper": Price(input=1.0, input_minutes=6.0)}
+    llm.transcripts.extend([{"text": "one", "usage": {"type": "tokens", "input_tokens": None}},
+                            {"text": "two", "usage": {"type": "tokens", "input_tokens": -5, "output_tokens": 1}},
+                            {"text": "three", "usage": {"type": "duration", "seconds": "long"}}])
+    llm.fallback = lambda body: reply("heard: " + user_message(body)["content"])
+    async with running_gateway(config) as gateway:
+        for n, text in enumerate(("one", "two", "three"), 1):
+            tg.push_voice(ALICE, ALICE, text.encode(), duration=60)
+            await tg.wait_sent(n, timeout=15)
+        spent = await gateway.runtime.usage.cost_since(start_of_today(config.agents.defaults.timezone))
+    assert [m["text"] for m in tg.sent] == ["heard: [voice] one", "heard: [voice] two", "heard: [voice] three"]
+    assert spent == pytest.approx(18.0)
+
+
 async def test_a_voice_note_too_long_or_not_understood_gets_a_short_reply(config: Config, llm: FakeOpenAI,
                                                                           tg: FakeTelegram) -> None:
     config.tools.transcription.max_seconds = 60

@@ -141,9 +141,12 @@ class OpenAIProvider(Provider):
             raise classify_error(exc)[0] from exc
         if isinstance(result, str):
             return Transcript(result)
-        usage = getattr(result, "usage", None)
-        return Transcript(result.text or "", getattr(usage, "seconds", None),
-                          Usage(usage.input_tokens, usage.output_tokens) if hasattr(usage, "input_tokens") else None)
+        usage = getattr(result, "usage", None)  # as the server wrote it: the SDK checks no type here
+        seconds, tokens = (getattr(usage, name, None) for name in ("seconds", "input_tokens"))
+        output = getattr(usage, "output_tokens", None)
+        text = getattr(result, "text", None)
+        return Transcript(text if isinstance(text, str) else "", float(seconds) if _number(seconds) else None,
+                          Usage(tokens, output if _number(output) else 0) if _number(tokens) else None)
 
     async def speak(self, text: str, model: str, voice: str, timeout: float) -> bytes:
         """Text to speech (``/audio/speech``) as OGG/Opus, on this provider's client; no retries:
@@ -157,6 +160,10 @@ class OpenAIProvider(Provider):
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 
 @functools.cache
