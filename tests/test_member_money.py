@@ -81,6 +81,26 @@ async def test_members_stop_at_their_share_and_the_owner_goes_on(llm: FakeOpenAI
     assert len(llm.chat_requests) == 3
 
 
+async def test_models_without_a_price_are_named_beside_the_budget(llm: FakeOpenAI, workspace: Path) -> None:
+    """A budget cannot see a model with no price (its calls cost 0): status and /budget name
+    every such model the daemon may call; a budget that silently never stopped anything was all
+    the operator saw."""
+    from nanobot.cli.status import budget_line
+
+    config = priced(llm, workspace, budget=4.0, **{"big-model": Price(input=1.0)})
+    config.agents.defaults.fallbacks = [ModelChoice(provider="openai", model="backup-model")]
+    config.tools.transcription.provider = "openai"  # whisper-1, unpriced
+    config.tools.speech.provider = "openai"
+    config.providers["openai"].prices["gpt-4o-mini-tts"] = Price(input_chars=15.0)
+    unpriced = "openai/backup-model, openai/small-model, openai/whisper-1"
+    assert budget_line(config) == f"$4.00 a day; member chats $2.00; NOT COUNTED, no price " \
+                                  f"(providers.<name>.prices): {unpriced}"
+    async with open_runtime(config) as rt:
+        assert f"Not counted, no price in providers.<name>.prices: {unpriced}." in await rt.agent.handle(OWNER, "/budget")
+    config.agents.defaults.daily_budget_usd = None
+    assert budget_line(config) == "none (agents.defaults.dailyBudgetUsd)"
+
+
 async def test_a_call_that_would_pass_the_budget_is_not_made(llm: FakeOpenAI, workspace: Path) -> None:
     """The prompt's cost is known before the call: a long message that would pass the budget is
     refused before it is sent; so a turn overshoots by one reply at most."""

@@ -189,6 +189,8 @@ async def budget_text(agent: Agent, session_key: str) -> str:
                 if settings.daily_budget_usd is not None else "") + "."]
     if share is not None:
         lines.append(f"Member chats: ${members:.2f} of their ${share:.2f} (agents.defaults.memberDailyBudgetUsd).")
+    if unpriced := config.unpriced_models():
+        lines.append(f"Not counted, no price in providers.<name>.prices: {', '.join(unpriced)}.")
     return "\n".join(lines)
 
 

@@ -90,6 +90,7 @@ async def _status(config: Config, path: Path) -> None:
                f", key {'set' if provider and provider.api_key else 'not set'}), model {settings.model}, "
                f"mode {settings.execution_mode}")
     typer.echo(f"Voice:     {voice_line(config)}")
+    typer.echo(f"Budget:    {budget_line(config)}")
     for line in gateway_lines(config):
         typer.echo(for_terminal(line))  # why a channel or an MCP server is down: a server's words, maybe
     sqlite = config.database.engine == "sqlite"
@@ -250,6 +251,17 @@ def voice_line(config: Config) -> str:
     speaks = f"replies spoken {SPOKEN_WHEN.get(spoken.reply, spoken.reply)} ({spoken.provider}/{spoken.model}, " \
              f"voice {spoken.voice}; /voice per chat)" if spoken.provider else "replies not spoken (tools.speech)"
     return f"{hears}; {speaks}"
+
+
+def budget_line(config: Config) -> str:
+    """The daily budgets, and the models whose calls they cannot see (no price: they cost 0)."""
+    daily, share = config.agents.defaults.daily_budget_usd, config.member_budget_usd()
+    if daily is None and share is None:
+        return "none (agents.defaults.dailyBudgetUsd)"
+    unpriced = config.unpriced_models()
+    return "; ".join([*([f"${daily:.2f} a day"] if daily is not None else []),
+                      *([f"member chats ${share:.2f}"] if share is not None else []),
+                      *([f"NOT COUNTED, no price (providers.<name>.prices): {', '.join(unpriced)}"] if unpriced else [])])
 
 
 async def _cron_line(db: Database) -> str:
