@@ -128,25 +128,31 @@ def ogg_opus() -> bytes:
 
 
 def adts_aac(seconds: float = 1.0, rate: int = 16000, layout: str = "mono") -> bytes:
-    """A real ADTS AAC stream of a 440 Hz tone, as Signal records voice notes, encoded by FFmpeg
-    (PyAV's wheel)."""
+    """A real ADTS AAC stream of a 440 Hz tone, as Signal records voice notes."""
+    return encoded_audio(seconds, "aac", "adts", rate, layout)
+
+
+def encoded_audio(seconds: float, codec: str, container: str, rate: int = 16000, layout: str = "mono",
+                  tone: bool = True) -> bytes:
+    """A real recording of a 440 Hz tone (or silence), encoded by FFmpeg (PyAV's wheel): AAC in
+    ADTS or MP4, Opus in Ogg or WebM."""
     import math
     import struct
 
     import av
 
     out = io.BytesIO()
-    with av.open(out, "w", format="adts") as container:
-        stream = container.add_stream("aac", rate=rate, layout=layout)
+    with av.open(out, "w", format=container) as file:
+        stream = file.add_stream(codec, rate=rate, layout=layout)
         total, at, channels = int(seconds * rate), 0, 2 if layout == "stereo" else 1
         while at < total:
-            frame = av.AudioFrame(format="s16", layout=layout, samples=min(1024, total - at))
-            tone = b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * (at + i) / rate))) * channels
-                            for i in range(frame.samples))
-            frame.planes[0].update(tone.ljust(frame.planes[0].buffer_size, b"\0"))
+            frame = av.AudioFrame(format="s16", layout=layout, samples=min(960, total - at))
+            sound = b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * (at + i) / rate))) * channels
+                             for i in range(frame.samples)) if tone else b""
+            frame.planes[0].update(sound.ljust(frame.planes[0].buffer_size, b"\0"))
             frame.rate, frame.pts, at = rate, at, at + frame.samples
-            container.mux(stream.encode(frame))
-        container.mux(stream.encode(None))
+            file.mux(stream.encode(frame))
+        file.mux(stream.encode(None))
     return out.getvalue()
 
 

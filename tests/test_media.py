@@ -25,8 +25,8 @@ from tests.helpers import fast_pace, keep_discord_urls, running_gateway, telegra
 from tests.test_cli import nanobot
 from tests.test_workers import free_port, post_update
 from nanobot.media.isolation import ParseLimits, Unreadable, failure_marker, parse_file
-from tests.media_files import (adts_aac, decoded_audio, docx, docx_inflating_to, jpeg, ogg_opus, pdf_with_text, png,
-                               png_claiming, scanned_pdf)
+from tests.media_files import (adts_aac, decoded_audio, docx, docx_inflating_to, encoded_audio, jpeg, ogg_opus,
+                               pdf_with_text, png, png_claiming, scanned_pdf)
 
 ALICE, BOB, GROUP = 42, 77, -100500
 FRIEND, DM = 4242, 5
@@ -190,6 +190,36 @@ async def test_a_voice_note_too_long_or_not_understood_gets_a_short_reply(config
     assert told["text"] == ("I could not transcribe your voice note: the transcription server gave no answer. "
                             "Please try again or type it.")
     assert llm.chat_requests == []
+
+
+async def test_how_long_a_voice_note_is_comes_from_its_own_bytes(config: Config, llm: FakeOpenAI,
+                                                                tg: FakeTelegram) -> None:
+    """Telegram's duration is what the sender's app claimed: a note of 61 s claiming 3 passed
+    maxSeconds, and the budget check saw 3 s. Its own bytes say 61 s, and it is refused before
+    any upload; a note of 2 s claiming 500 is heard."""
+    config.tools.transcription.max_seconds = 60
+    llm.transcripts.append("short after all")
+    llm.fallback = lambda body: reply("ok")
+    async with running_gateway(config):
+        tg.push_voice(ALICE, ALICE, encoded_audio(61, "libopus", "ogg", 48000, tone=False), duration=3)
+        [refused] = await tg.wait_sent(1, timeout=15)
+        tg.push_voice(ALICE, ALICE, encoded_audio(2, "libopus", "ogg", 48000, tone=False), duration=500)
+        await tg.wait_sent(2, timeout=15)
+    assert "1 min 1 s" in refused["text"] and "tools.transcription.maxSeconds" in refused["text"]
+    assert len(llm.transcriptions) == 1 and "[voice] short after all" in str(llm.chat_requests[0]["messages"])
+
+
+@pytest.mark.parametrize("codec, container, rate, seconds", [("libopus", "ogg", 48000, 2.0), ("aac", "mp4", 16000, 2.0),
+                                                             ("aac", "adts", 44100, 2.02), ("libopus", "webm", 48000, None)])
+def test_a_recordings_length_is_read_from_ogg_mp4_and_adts(codec: str, container: str, rate: int,
+                                                           seconds: float | None) -> None:
+    """Ogg Opus (Telegram, WhatsApp, Element, Firefox), MP4 (Safari) and raw AAC (Signal) say how
+    long they are; WebM (Chromium) keeps no total, and neither does anything else."""
+    from nanobot.media.duration import recording_seconds
+
+    measured = recording_seconds(encoded_audio(2.0, codec, container, rate, tone=False))
+    assert measured == (pytest.approx(seconds, abs=0.05) if seconds else None)
+    assert [recording_seconds(other) for other in (b"", b"OggS", b"\0\0\0\x08ftyp", png(10, 10), b"x" * 64)] == [None] * 5
 
 
 @pytest.mark.parametrize("rate, layout", [(8000, "mono"), (44100, "stereo"), (48000, "mono")])

@@ -19,7 +19,7 @@ _MATRIX = struct.pack(">9I", 0x10000, 0, 0, 0, 0x10000, 0, 0, 0, 0x40000000)  # 
 def adts_to_m4a(data: bytes) -> bytes | None:
     """The M4A file of an ADTS stream; None when ``data`` is no ADTS this can repack (then it is
     sent as it is)."""
-    frames, config = _frames(data)
+    frames, config = adts_frames(data)
     if not frames or config is None:
         return None
     profile, rate_index, channels = config
@@ -29,7 +29,7 @@ def adts_to_m4a(data: bytes) -> bytes | None:
     return ftyp + _moov(frames, rate, channels, asc, first_frame) + _box(b"mdat", b"".join(frames))
 
 
-def _frames(data: bytes) -> tuple[list[bytes], tuple[int, int, int] | None]:
+def adts_frames(data: bytes) -> tuple[list[bytes], tuple[int, int, int] | None]:
     """The raw AAC frames and (profile, rate index, channels) of the first header; nothing if a
     header is broken or the stream changes its format midway. A last frame cut short is left out."""
     frames: list[bytes] = []

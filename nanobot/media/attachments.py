@@ -20,6 +20,7 @@ from nanobot import beneath
 from nanobot.config import Config
 from nanobot.media import kind_of
 from nanobot.media.documents import PARSED_SUFFIXES, DocumentText, NoText, extract_text
+from nanobot.media.duration import recording_seconds
 from nanobot.media.isolation import Unreadable, parse_file
 from nanobot.media.transcribe import TranscriptionError, check_limits, transcription_enabled
 from nanobot.session import Session
@@ -99,8 +100,11 @@ async def _hear(config: Config, hear: Hear, root: Path, rel: str, seconds: float
         found.notes.append(f"[voice note {rel}: not transcribed, voice transcription is off]")
         return
     try:
-        check_limits(config, await asyncio.to_thread(beneath.size_of, root, rel), seconds)
+        check_limits(config, await asyncio.to_thread(beneath.size_of, root, rel), None)
         data = await asyncio.to_thread(beneath.read_bytes, root, rel)
+        # Its own bytes before what the platform said: that is the sender's app's claim.
+        seconds = await asyncio.to_thread(recording_seconds, data) or seconds
+        check_limits(config, len(data), seconds)
         found.voice.append(await hear(PurePosixPath(rel).name, data, seconds))
     except (OSError, ValueError) as exc:
         log.warning("voice note %s not read: %s", rel, exc)
