@@ -584,6 +584,8 @@ async def test_status_check_asks_each_enabled_platform(home: Path, workspace: Pa
             config = json.loads((home / "config.json").read_text())
             config["agents"]["defaults"]["fallbacks"] = [{"provider": "spare", "model": "local-model"}]
             config["providers"]["spare"] = {"apiKey": "wrong-key", "apiBase": llm.base_url}
+            config["providers"]["whisper"] = {"apiBase": f"http://127.0.0.1:{port}/v1"}  # a local server, not running
+            config["tools"] = {"transcription": {"provider": "whisper", "model": "large-v3"}}
             config["channels"] = {
                 "telegram": {"enabled": True, "token": "123:TOKEN", "apiBase": telegram.api_base, "allowFrom": ["1"]},
                 "discord": {"enabled": True, "token": "CANARY-changed", "apiBase": dc.api_base, "allowFrom": ["1"]},
@@ -592,12 +594,14 @@ async def test_status_check_asks_each_enabled_platform(home: Path, workspace: Pa
             code, out, err = await nanobot("status", "--check", home=home)
             assert "Check:     model server openai: answered, 2 models; it lists no m" in out  # the model's name: a typo?
             assert "Check:     model server spare: REFUSED: The server answered 401: Incorrect API key provided" in out
+            assert "Check:     model server whisper: no answer (" in out  # transcription's server is asked too
             assert "Check:     telegram: Telegram knows the token: the bot is @nanobot_test_bot." in out
             assert "Check:     discord: REFUSED: Discord refused the token: 401: Unauthorized" in out
             assert "Check:     signal: no answer ([Errno 111] Connection refused; start it with: signal-cli -a " in out
             assert code == 1 and "CANARY" not in out + err
             config["channels"]["discord"]["token"] = dc.token
             config["providers"]["spare"]["apiKey"] = "k"
+            config["providers"]["whisper"]["apiBase"] = llm.base_url
             (home / "config.json").write_text(json.dumps(config))
             code, out, _ = await nanobot("status", "--check", home=home)
             assert code == 0 and "Check:     discord: Discord knows the token" in out

@@ -37,13 +37,12 @@ def status(ctx: typer.Context,
 
 def _checks(config: Config) -> list[tuple[str, Callable[[], str]]]:
     """What ``--check`` asks: each model server the config names (with the models asked of it:
-    the default's, the fallbacks', /model's choices), then each enabled built-in channel's
-    platform (a plugin's channel says it at its start)."""
+    the default's, the fallbacks', /model's choices, the overrides', transcription's, speech's),
+    then each enabled built-in channel's platform (a plugin's channel says it at its start)."""
     from nanobot.cli import credentials
 
-    settings = config.agents.defaults
-    wanted: dict[str, list[str]] = {settings.provider: [settings.model]}
-    for provider, model in settings.fallback_models() + [(c.provider, c.model) for c in config.agents.models.values()]:
+    wanted: dict[str, list[str]] = {}
+    for provider, model in config.models_in_use():
         wanted.setdefault(provider, []).append(model)
     return [(f"model server {name}", partial(_served, config.provider_config(name), models))
             for name, models in wanted.items()] + \

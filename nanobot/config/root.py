@@ -177,18 +177,22 @@ class Config(BaseSettings):
             return defaults.member_daily_budget_usd
         return defaults.daily_budget_usd / 2 if defaults.daily_budget_usd is not None else None
 
-    def unpriced_models(self) -> list[str]:
-        """``provider/model`` of each model the daemon may call (chats, fallbacks, /model choices,
-        overrides, transcription, speech) that has no ``providers.<name>.prices`` entry: its calls
-        cost 0 to the daily budgets."""
+    def models_in_use(self) -> list[tuple[str, str]]:
+        """(provider, model) of each model the daemon may call, the default's first: fallbacks,
+        /model choices, overrides, transcription, speech; once each."""
         defaults = self.agents.defaults
+        chats = [defaults, *(self.agent_for(key) for key in self.agents.overrides)]
         used = [(defaults.provider, defaults.model), *defaults.fallback_models(),
                 *((m.provider, m.model) for m in self.agents.models.values()),
-                *((self.agent_for(key).provider, self.agent_for(key).model) for key in self.agents.overrides),
-                *(pair for key in self.agents.overrides for pair in self.agent_for(key).fallback_models()),
+                *((chat.provider, chat.model) for chat in chats), *(p for chat in chats for p in chat.fallback_models()),
                 *((tool.provider, tool.model) for tool in (self.tools.transcription, self.tools.speech) if tool.provider)]
-        return list(dict.fromkeys(f"{provider}/{model}" for provider, model in used
-                                  if provider in self.providers and model not in self.providers[provider].prices))
+        return list(dict.fromkeys(used))
+
+    def unpriced_models(self) -> list[str]:
+        """``provider/model`` of each model in use with no ``providers.<name>.prices`` entry: its
+        calls cost 0 to the daily budgets."""
+        return [f"{provider}/{model}" for provider, model in self.models_in_use()
+                if provider in self.providers and model not in self.providers[provider].prices]
 
     def provider_config(self, name: str | None = None) -> ProviderConfig:
         name = name or self.agents.defaults.provider
