@@ -257,10 +257,12 @@ def budget_line(config: Config) -> str:
     daily, share = config.agents.defaults.daily_budget_usd, config.member_budget_usd()
     if daily is None and share is None:
         return "none (agents.defaults.dailyBudgetUsd)"
-    unpriced = config.unpriced_models()
-    return "; ".join([*([f"${daily:.2f} a day"] if daily is not None else []),
-                      *([f"member chats ${share:.2f}"] if share is not None else []),
-                      *([f"NOT COUNTED, no price (providers.<name>.prices): {', '.join(unpriced)}"] if unpriced else [])])
+    parts = [f"${daily:.2f} a day"] if daily is not None else []
+    if share is not None:
+        parts.append(f"member chats ${share:.2f}")
+    if unpriced := config.unpriced_models():
+        parts.append(f"NOT COUNTED, no price (providers.<name>.prices): {', '.join(unpriced)}")
+    return "; ".join(parts)
 
 
 async def _cron_line(db: Database) -> str:

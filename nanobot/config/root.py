@@ -178,14 +178,12 @@ class Config(BaseSettings):
         return defaults.daily_budget_usd / 2 if defaults.daily_budget_usd is not None else None
 
     def models_in_use(self) -> list[tuple[str, str]]:
-        """(provider, model) of each model the daemon may call, the default's first: fallbacks,
-        /model choices, overrides, transcription, speech; once each."""
-        defaults = self.agents.defaults
-        chats = [defaults, *(self.agent_for(key) for key in self.agents.overrides)]
-        used = [(defaults.provider, defaults.model), *defaults.fallback_models(),
-                *((m.provider, m.model) for m in self.agents.models.values()),
-                *((chat.provider, chat.model) for chat in chats), *(p for chat in chats for p in chat.fallback_models()),
-                *((tool.provider, tool.model) for tool in (self.tools.transcription, self.tools.speech) if tool.provider)]
+        """(provider, model) of each model the daemon may call, once each: the default's and its
+        fallbacks first, then the overrides', the /model choices, transcription's and speech's."""
+        chats = [self.agents.defaults, *(self.agent_for(key) for key in self.agents.overrides)]
+        used = [pair for chat in chats for pair in [(chat.provider, chat.model), *chat.fallback_models()]]
+        used += [(choice.provider, choice.model) for choice in self.agents.models.values()]
+        used += [(tool.provider, tool.model) for tool in (self.tools.transcription, self.tools.speech) if tool.provider]
         return list(dict.fromkeys(used))
 
     def unpriced_models(self) -> list[str]:
