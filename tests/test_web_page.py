@@ -15,6 +15,7 @@ from typing import Awaitable, Callable
 
 import pytest
 
+from nanobot.media.duration import recording_seconds
 from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply, tool_call, tool_calls
 from tests.test_api import api, config  # noqa: F401  (fixtures: a gateway with the API and two keys)
 
@@ -186,6 +187,7 @@ async def test_a_voice_message_recorded_on_the_page_is_heard_and_answered_aloud(
         await page.keyboard.press("Escape")  # thrown away
         await speak.wait_for()
         await speak.click()
+        await page.wait_for_timeout(700)  # a recording is as long as it ran: some sound in it, not only a header
         await page.get_by_role("button", name="Send voice", exact=True).click()
         await shows(page, "#messages", "You asked: ")
         await shows(page, "#messages", "[voice] what is on today")
@@ -196,7 +198,7 @@ async def test_a_voice_message_recorded_on_the_page_is_heard_and_answered_aloud(
         await page.get_by_role("button", name="Speak", exact=True).click()
         await shows(page, "#attached", "Recording needs the page on https (or on localhost)")
     [heard] = llm.transcriptions
-    assert heard["filename"].endswith(".webm") and len(heard["data"]) > 0
+    assert heard["filename"].endswith(".webm") and 0 < recording_seconds(heard["data"]) < 60  # how long: read
 
 
 @needs_browser

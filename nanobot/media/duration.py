@@ -3,8 +3,8 @@ claimed (Telegram's ``duration``), and most say nothing (Signal, WhatsApp, the p
 
 Read without decoding, from the formats' own counts: Ogg Opus's last granule position less its
 pre-skip (Telegram's, WhatsApp's, Element's and Firefox's voice notes), ADTS's frames
-(Signal's), MP4's ``mvhd`` (Safari's, a phone's .m4a). WebM (Chromium's recordings) keeps no
-total: None, as for anything else.
+(Signal's), MP4's ``mvhd`` (Safari's, a phone's .m4a), WebM's latest block (Chromium's, one
+frame short). Anything else: None.
 """
 
 from __future__ import annotations
@@ -14,12 +14,19 @@ import struct
 from nanobot.media.aac import SAMPLES_PER_FRAME, RATES, adts_frames
 
 _HEAD_SCAN = 512  # the codec's identification header is in the first page
+EBML = b"\x1a\x45\xdf\xa3"
+# Matroska elements whose children are walked: Segment, Info, Cluster, BlockGroup.
+_WEBM_PARENTS = {0x18538067, 0x1549A966, 0x1F43B675, 0xA0}
+_WEBM_SCALE, _WEBM_CLUSTER_TIME, _WEBM_BLOCKS = 0x2AD7B1, 0xE7, {0xA3, 0xA1}  # TimecodeScale, Timecode, (Simple)Block
+_WEBM_MAX_ELEMENTS = 1_000_000  # a 25 MB file of empty elements is no recording: give up
 
 
 def recording_seconds(data: bytes) -> float | None:
     """Seconds of audio in ``data``; None when its format is not one of these, or says nothing."""
     if data.startswith(b"OggS"):
         return _ogg_seconds(data)
+    if data.startswith(EBML):
+        return _webm_seconds(data)
     if data[4:8] == b"ftyp":
         return _mp4_seconds(data)
     frames, found = adts_frames(data)
@@ -47,3 +54,41 @@ def _mp4_seconds(data: bytes) -> float | None:
         return None
     timescale, duration = struct.unpack_from(fields, data, start)
     return duration / timescale if timescale and duration and duration != 2**32 - 1 else None
+
+
+def _webm_seconds(data: bytes) -> float | None:
+    """The latest block's time: Chromium's MediaRecorder writes no Duration and clusters of
+    unknown size, so each cluster's time plus its blocks' offsets is the only count there is."""
+    at, scale, cluster, latest = 0, 1_000_000, 0, None  # scale: nanoseconds a tick (the default)
+    for _ in range(_WEBM_MAX_ELEMENTS):
+        element, at = _vint(data, at, keep_marker=True)
+        size, at = _vint(data, at)
+        if element in _WEBM_PARENTS and size is not None:
+            continue  # its children follow (its size may be unknown: a live recording's)
+        if element is None or size is None or size < 0:
+            break
+        body = data[at:at + size]
+        if element == _WEBM_SCALE:
+            scale = int.from_bytes(body, "big") or scale
+        elif element == _WEBM_CLUSTER_TIME:
+            cluster = int.from_bytes(body, "big")
+        elif element in _WEBM_BLOCKS and (track := _vint(body, 0))[0] is not None and len(body) >= track[1] + 2:
+            offset = int.from_bytes(body[track[1]:track[1] + 2], "big", signed=True)
+            latest = max(latest or 0, cluster + offset)
+        at += size
+    return latest * scale / 1e9 if latest else None
+
+
+def _vint(data: bytes, at: int, keep_marker: bool = False) -> tuple[int | None, int]:
+    """An EBML variable-length number at ``at`` and where the next begins; None at the end or
+    for a broken one; -1 for a size of all ones (unknown: a parent still being written)."""
+    if at >= len(data) or not data[at]:
+        return None, at
+    length = 9 - data[at].bit_length()
+    if at + length > len(data):
+        return None, at
+    value = int.from_bytes(data[at:at + length], "big")
+    if keep_marker:
+        return value, at + length
+    value &= (1 << (7 * length)) - 1
+    return (-1 if value == (1 << (7 * length)) - 1 else value), at + length
