@@ -135,14 +135,15 @@ def adts_aac(seconds: float = 1.0, rate: int = 16000, layout: str = "mono") -> b
 def encoded_audio(seconds: float, codec: str, container: str, rate: int = 16000, layout: str = "mono",
                   tone: bool = True) -> bytes:
     """A real recording of a 440 Hz tone (or silence), encoded by FFmpeg (PyAV's wheel): AAC in
-    ADTS or MP4, Opus in Ogg or WebM."""
+    ADTS or MP4, Opus in Ogg or WebM (written live, as Chromium's MediaRecorder does)."""
     import math
     import struct
 
     import av
 
     out = io.BytesIO()
-    with av.open(out, "w", format=container) as file:
+    live = {"live": "1"} if container == "webm" else {}  # sizes unknown, as a recorder writes as it goes
+    with av.open(out, "w", format=container, options=live) as file:
         stream = file.add_stream(codec, rate=rate, layout=layout)
         total, at, channels = int(seconds * rate), 0, 2 if layout == "stereo" else 1
         while at < total:
