@@ -56,6 +56,7 @@ async def call_overhead(label: str, server: McpServer, workspace: Path, llm: Fak
             start = time.perf_counter()
             await connection.call("get_note", {"note_id": 1})
             raw.append((time.perf_counter() - start) * 1000)
+        await rt.sessions.open("cli:bench")  # a chat context reads its chat's session
         ctx = rt.chat_context("cli:bench")
         program = f"for i in range({CALLS_PER_PROGRAM}):\n    notes_get_note(1)\n"
         empty = f"for i in range({CALLS_PER_PROGRAM}):\n    pass\n"
@@ -75,16 +76,19 @@ async def call_overhead(label: str, server: McpServer, workspace: Path, llm: Fak
 
 
 async def prompt_tokens(workspace: Path, llm: FakeOpenAI) -> None:
+    from nanobot.agent.tool_offer import on_demand
     from nanobot.sandbox.executor import code_stubs
 
     count = token_counter().text
     servers = {name: stdio("--many", "20") for name in ("tracker", "mail", "calendar")}  # 3 x 30 tools
     async with open_runtime(config_for(llm.base_url, workspace, servers)) as rt:
         await rt.mcp.ensure_started()
+        await rt.sessions.open("cli:bench")  # a chat context reads its chat's session
         ctx = rt.chat_context("cli:bench")
-        builtin = count(code_stubs(rt.tools, header=False, ctx=ctx, budgeted=False).split("\ndef tracker_")[0])
+        builtin = count(code_stubs(rt.tools, header=False, ctx=ctx).split("\ndef tracker_")[0])
         full = count(code_stubs(rt.tools, header=False, ctx=ctx)) - builtin
-        listed = count(code_stubs(rt.tools, header=False, ctx=ctx, budgeted=True)) - builtin
+        one_line = on_demand(rt.tools.tools(ctx=ctx), rt.config, rt.config.agents.defaults.context_tokens)
+        listed = count(code_stubs(rt.tools, header=False, ctx=ctx, listed=one_line)) - builtin  # as a prompt has it
     print(f"prompt, 3 servers x 30 tools: full stubs {full:,} tokens, budgeted listing {listed:,} tokens "
           f"({listed / 90 * 100:,.0f} per 100 tools); built-in functions {builtin:,}")
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import p50
+from common import fresh_home, p50
 
 from nanobot.config import Config
 from tests.fakes.openai_server import FakeOpenAI, reply
@@ -121,8 +121,7 @@ async def main() -> None:
         for turn, images, size in sizes:
             print(f"  request {turn:2d}: {images} image part(s), {size / 1024:,.0f} KiB")
         (Path(tmp) / "ws2").mkdir()
-        os.environ["NANOBOT_HOME"] = str(Path(tmp) / "home2")  # a new stand-in Telegram counts its updates from 1:
-        # in the same home they were taken for repeats of the first part's, and dropped
+        fresh_home()
         text_ms, voice_ms = await voice_vs_text(Path(tmp) / "ws2")
         print(f"reply after a text message: p50 {text_ms:.1f} ms; after a voice note: p50 {voice_ms:.1f} ms "
               f"(+{voice_ms - text_ms:.1f} ms for download and transcription, {ROUNDS} each)")

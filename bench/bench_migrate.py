@@ -29,7 +29,7 @@ async def write_home(home: Path, chats: int, messages: int) -> None:
     db = await SqliteDatabase.open(home / "nanobot.db")
     await UsageStore.create(db)  # its tables
     for chat in range(chats):
-        session = sessions.get(f"telegram:{1000 + chat}")
+        session = await sessions.open(f"telegram:{1000 + chat}")
         for i in range(messages // 2):
             session.append({"role": "user", "content": f"question {i} of chat {chat}, " + "words " * 20})
             session.append({"role": "assistant", "content": f"answer {i}, " + "more words " * 30})

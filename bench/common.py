@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # so `tests.fakes` imports without installing the tests
+
+
+def fresh_home() -> Path:
+    """A new, empty NANOBOT_HOME for the next gateway: a new stand-in Telegram counts its updates
+    from 1, and in a home that took them before, the intake drops them as repeats."""
+    home = Path(tempfile.mkdtemp(prefix="nanobot-bench-home-"))
+    os.environ["NANOBOT_HOME"] = str(home)
+    return home
 
 
 def p50(values: list[float]) -> float:
