@@ -165,9 +165,9 @@ async def metered_speech(deps: AgentDeps, session_key: str, text: str) -> bytes:
 async def metered_transcription(deps: AgentDeps, session_key: str, name: str, data: bytes,
                                 seconds: float | None) -> str:
     """A voice note heard (``tools.transcription``): checked against the budgets at the minutes it
-    lasts, ``seconds`` (``prices.<model>.inputMinutes``), recorded at what the server counted
-    (its seconds, or its tokens at ``input``/``output``), which holds for a recording no platform
-    timed (the page's, Slack's, mail's). BudgetSpent or TranscriptionError when it was not heard."""
+    lasts (``seconds``, at ``prices.<model>.inputMinutes``), recorded at what the server counted
+    where it says (its seconds, or its tokens at ``input``/``output``): what it bills.
+    BudgetSpent or TranscriptionError when it was not heard."""
     settings = deps.config.tools.transcription
     price = _price(deps.config, settings.provider, settings.model)
 

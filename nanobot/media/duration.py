@@ -57,8 +57,8 @@ def _mp4_seconds(data: bytes) -> float | None:
 
 
 def _webm_seconds(data: bytes) -> float | None:
-    """The latest block's time: Chromium's MediaRecorder writes no Duration and clusters of
-    unknown size, so each cluster's time plus its blocks' offsets is the only count there is."""
+    """The latest block's time: a recorder (Chromium's MediaRecorder) may write no Duration and
+    parents of unknown size, so each cluster's time plus its blocks' offsets is the count kept."""
     at, scale, cluster, latest = 0, 1_000_000, 0, None  # scale: nanoseconds a tick (the default)
     for _ in range(_WEBM_MAX_ELEMENTS):
         element, at = _vint(data, at, keep_marker=True)
