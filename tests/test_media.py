@@ -222,6 +222,22 @@ def test_a_recordings_length_is_read_from_ogg_mp4_adts_and_webm(codec: str, cont
     assert [recording_seconds(other) for other in junk] == [None] * len(junk)
 
 
+def test_a_wav_recordings_length_is_its_data_over_its_byte_rate() -> None:
+    """WAV (what OpenAI's clients send as input_audio): 3 s of 16-bit 16 kHz mono; cut short, as
+    much as is there."""
+    import wave
+
+    from nanobot.media.duration import recording_seconds
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as recording:
+        recording.setnchannels(1), recording.setsampwidth(2), recording.setframerate(16000)
+        recording.writeframes(bytes(2 * 16000 * 3))
+    data = out.getvalue()
+    assert recording_seconds(data) == 3.0 and recording_seconds(data[:44 + 32000]) == 1.0
+    assert recording_seconds(data[:30]) is None
+
+
 @pytest.mark.parametrize("rate, layout", [(8000, "mono"), (44100, "stereo"), (48000, "mono")])
 def test_raw_aac_is_repacked_sample_for_sample_and_anything_else_left_alone(rate: int, layout: str) -> None:
     """Raw AAC (Signal's voice notes) becomes an M4A file of the same sound, as FFmpeg decodes

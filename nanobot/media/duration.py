@@ -4,7 +4,7 @@ claimed (Telegram's ``duration``), and most say nothing (Signal, WhatsApp, the p
 Read without decoding, from the formats' own counts: Ogg Opus's last granule position less its
 pre-skip (Telegram's, WhatsApp's, Element's and Firefox's voice notes), ADTS's frames
 (Signal's), MP4's ``mvhd`` (Safari's, a phone's .m4a), WebM's latest block (Chromium's, one
-frame short). Anything else: None.
+frame short), WAV's data over its byte rate (the API's input_audio). Anything else: None.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ def recording_seconds(data: bytes) -> float | None:
         return _webm_seconds(data)
     if data[4:8] == b"ftyp":
         return _mp4_seconds(data)
+    if data.startswith(b"RIFF") and data[8:12] == b"WAVE":
+        return _wav_seconds(data)
     frames, found = adts_frames(data)
     return len(frames) * SAMPLES_PER_FRAME / RATES[found[1]] if frames and found else None
 
@@ -54,6 +56,15 @@ def _mp4_seconds(data: bytes) -> float | None:
         return None
     timescale, duration = struct.unpack_from(fields, data, start)
     return duration / timescale if timescale and duration and duration != 2**32 - 1 else None
+
+
+def _wav_seconds(data: bytes) -> float | None:
+    """The data chunk's size over the byte rate in the fmt chunk (the API's input_audio: WAV)."""
+    fmt, chunk = data.find(b"fmt "), data.find(b"data", 12)
+    if fmt < 0 or chunk < 0 or len(data) < max(fmt + 20, chunk + 8):
+        return None
+    byte_rate, size = struct.unpack_from("<I", data, fmt + 16)[0], struct.unpack_from("<I", data, chunk + 4)[0]
+    return min(size, len(data) - chunk - 8) / byte_rate if byte_rate else None
 
 
 def _webm_seconds(data: bytes) -> float | None:
