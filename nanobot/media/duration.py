@@ -37,12 +37,27 @@ def recording_seconds(data: bytes) -> float | None:
 
 def _ogg_seconds(data: bytes) -> float | None:
     head = data[:_HEAD_SCAN]
-    at, last = head.find(b"OpusHead"), data.rfind(b"OggS")
-    if at < 0 or len(head) < at + 12 or len(data) < last + 14:
+    at, last = head.find(b"OpusHead"), _last_ogg_page(data)
+    if at < 0 or len(head) < at + 12 or last is None:
         return None  # no Opus (Vorbis voice notes are rare): unknown
     skip = struct.unpack_from("<H", head, at + 10)[0]  # samples the decoder drops at the start
     granule = struct.unpack_from("<q", data, last + 6)[0]  # samples at 48 kHz up to the last page's end
     return max(granule - skip, 0) / 48000 if granule > 0 else None
+
+
+def _last_ogg_page(data: bytes) -> int | None:
+    """Where the last whole page begins: "OggS" may also occur inside the sound, so a page counts
+    when its header holds (version 0) and its segments end within the file."""
+    at = len(data)
+    for _ in range(64):
+        at = data.rfind(b"OggS", 0, at)
+        if at < 0:
+            return None
+        if len(data) >= at + 27 and data[at + 4] == 0:
+            count = data[at + 26]
+            if at + 27 + count + sum(data[at + 27:at + 27 + count]) <= len(data):
+                return at
+    return None
 
 
 def _mp4_seconds(data: bytes) -> float | None:
