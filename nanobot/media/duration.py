@@ -61,16 +61,33 @@ def _last_ogg_page(data: bytes) -> int | None:
 
 
 def _mp4_seconds(data: bytes) -> float | None:
-    at = data.find(b"mvhd")
-    if at < 4:
+    """``moov``/``mvhd``'s duration over its timescale, found by walking the boxes (the bytes
+    "mvhd" may occur in the sound, and a phone writes ``moov`` after it)."""
+    moov = next((body for kind, body in _boxes(data, 0, len(data)) if kind == b"moov"), None)
+    at = next((body for kind, body in _boxes(data, moov, len(data)) if kind == b"mvhd"), None) \
+        if moov is not None else None
+    if at is None or len(data) < at + 32:
         return None
-    version = data[at + 4]
+    version = data[at]
     fields = ">IQ" if version == 1 else ">II"  # timescale, duration (after the two dates)
-    start = at + 8 + (16 if version == 1 else 8)
-    if len(data) < start + struct.calcsize(fields):
-        return None
-    timescale, duration = struct.unpack_from(fields, data, start)
+    timescale, duration = struct.unpack_from(fields, data, at + 4 + (16 if version == 1 else 8))
     return duration / timescale if timescale and duration and duration != 2**32 - 1 else None
+
+
+def _boxes(data: bytes, at: int, end: int):  # type: ignore[no-untyped-def]
+    """(type, where its body begins) of each box from ``at`` on: 32-bit sizes, 64-bit ones (1),
+    and "to the end" (0)."""
+    for _ in range(1024):
+        if at + 8 > end:
+            return
+        size, kind, body = int.from_bytes(data[at:at + 4], "big"), data[at + 4:at + 8], at + 8
+        if size == 1 and at + 16 <= end:
+            size, body = int.from_bytes(data[at + 8:at + 16], "big"), at + 16
+        size = end - at if size == 0 else size
+        if size < body - at:
+            return
+        yield kind, body
+        at += size
 
 
 def _wav_seconds(data: bytes) -> float | None:
