@@ -234,7 +234,7 @@ def test_a_recordings_length_is_read_from_ogg_mp4_adts_and_webm(codec: str, cont
 
 def test_a_wav_recordings_length_is_its_data_over_its_byte_rate() -> None:
     """WAV (what OpenAI's clients send as input_audio): 3 s of 16-bit 16 kHz mono; cut short, as
-    much as is there."""
+    much as is there; a chunk before the data that says "data" is walked over."""
     import wave
 
     from nanobot.media.duration import recording_seconds
@@ -246,6 +246,9 @@ def test_a_wav_recordings_length_is_its_data_over_its_byte_rate() -> None:
     data = out.getvalue()
     assert recording_seconds(data) == 3.0 and recording_seconds(data[:44 + 32000]) == 1.0
     assert recording_seconds(data[:30]) is None
+    comment = b"INFOICMT" + (8).to_bytes(4, "little") + b"my data!"  # the word "data" before the data chunk
+    listed = data[:36] + b"LIST" + len(comment).to_bytes(4, "little") + comment + data[36:]
+    assert recording_seconds(listed) == 3.0
 
 
 @pytest.mark.parametrize("rate, layout", [(8000, "mono"), (44100, "stereo"), (48000, "mono")])

@@ -91,12 +91,19 @@ def _boxes(data: bytes, at: int, end: int):  # type: ignore[no-untyped-def]
 
 
 def _wav_seconds(data: bytes) -> float | None:
-    """The data chunk's size over the byte rate in the fmt chunk (the API's input_audio: WAV)."""
-    fmt, chunk = data.find(b"fmt "), data.find(b"data", 12)
-    if fmt < 0 or chunk < 0 or len(data) < max(fmt + 20, chunk + 8):
-        return None
-    byte_rate, size = struct.unpack_from("<I", data, fmt + 16)[0], struct.unpack_from("<I", data, chunk + 4)[0]
-    return min(size, len(data) - chunk - 8) / byte_rate if byte_rate else None
+    """The data chunk's size over the fmt chunk's byte rate (the API's input_audio: WAV), the
+    chunks walked from the RIFF header on; a file cut short counts what is there."""
+    at, byte_rate = 12, 0
+    for _ in range(256):
+        if at + 8 > len(data):
+            return None
+        kind, size = data[at:at + 4], int.from_bytes(data[at + 4:at + 8], "little")
+        if kind == b"fmt " and at + 16 <= len(data) - 4:
+            byte_rate = int.from_bytes(data[at + 16:at + 20], "little")
+        elif kind == b"data":
+            return min(size, len(data) - at - 8) / byte_rate if byte_rate else None
+        at += 8 + size + (size & 1)  # chunks are padded to an even length
+    return None
 
 
 def _webm_seconds(data: bytes) -> float | None:
