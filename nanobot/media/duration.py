@@ -10,6 +10,7 @@ frame short), WAV's data over its byte rate (the API's input_audio). Anything el
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from nanobot.media.aac import SAMPLES_PER_FRAME, RATES, adts_frames
 
@@ -63,9 +64,8 @@ def _last_ogg_page(data: bytes) -> int | None:
 def _mp4_seconds(data: bytes) -> float | None:
     """``moov``/``mvhd``'s duration over its timescale, found by walking the boxes (the bytes
     "mvhd" may occur in the sound, and a phone writes ``moov`` after it)."""
-    moov = next((body for kind, body in _boxes(data, 0, len(data)) if kind == b"moov"), None)
-    at = next((body for kind, body in _boxes(data, moov, len(data)) if kind == b"mvhd"), None) \
-        if moov is not None else None
+    moov = _box(data, b"moov", 0)
+    at = _box(data, b"mvhd", moov) if moov is not None else None
     if at is None or len(data) < at + 32:
         return None
     version = data[at]
@@ -74,9 +74,15 @@ def _mp4_seconds(data: bytes) -> float | None:
     return duration / timescale if timescale and duration and duration != 2**32 - 1 else None
 
 
-def _boxes(data: bytes, at: int, end: int):  # type: ignore[no-untyped-def]
+def _box(data: bytes, kind: bytes, at: int) -> int | None:
+    """Where the body of the first box of ``kind`` from ``at`` on begins (boxes of one level)."""
+    return next((body for found, body in _boxes(data, at) if found == kind), None)
+
+
+def _boxes(data: bytes, at: int) -> Iterator[tuple[bytes, int]]:
     """(type, where its body begins) of each box from ``at`` on: 32-bit sizes, 64-bit ones (1),
     and "to the end" (0)."""
+    end = len(data)
     for _ in range(1024):
         if at + 8 > end:
             return
