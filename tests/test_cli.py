@@ -696,7 +696,7 @@ async def test_onboard_asks_for_a_whatsapp_app_and_says_what_to_set_in_it(home: 
             ("Chat channel", "whatsapp"), ("not the number itself): ", PHONE_ID),
             ("whatsapp_business_messaging): ", "EAAG-TYPO"), ("with it: ", "CANARY-secret"),
             ("not the number itself): ", PHONE_ID), ("whatsapp_business_messaging): ", "EAAG-CANARY"),
-            ("with it: ", "CANARY-secret"), ("user id", "+1 555-000-2222")],
+            ("with it: ", "CANARY-secret"), ("Your own WhatsApp user id", "+1 555-000-2222")],
             NANOBOT_CHANNELS__WHATSAPP__API_BASE=meta.api_base)
     assert "The Graph API refused: Invalid OAuth access token - Cannot parse access token. Once more:" in out
     assert "The Graph API knows the token and the number: +1 555-000-1111." in out

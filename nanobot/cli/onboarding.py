@@ -45,6 +45,7 @@ QUESTIONS = {
 OWNER_IDS = {"telegram": "a number; Enter: send the bot a message instead", "discord": "a number",
              "slack": "U...: a profile's menu, Copy member ID", "matrix": "@you:example.org", "signal": "+15550002222",
              "email": "your address, ada@example.org", "whatsapp": "your number with its country code, +15550002222"}
+BRANDS = {"whatsapp": "WhatsApp"}  # as the platform writes its name, where str.capitalize() would not
 SHOWN_MODELS = 8
 
 
@@ -171,6 +172,10 @@ def _models(base: str, key: str) -> list[str]:
     return names
 
 
+def _brand(name: str) -> str:
+    return BRANDS.get(name, name.capitalize())
+
+
 def _say(line: str) -> None:
     """A line with what a server or a stranger wrote in it: their control characters written out,
     so none moves the cursor or retitles the terminal."""
@@ -198,7 +203,7 @@ def _channel(section: ChannelSection, name: str) -> ChannelSection:
         typer.echo(f"  Owners kept: {', '.join(section.owners)} (channels.{name}.owners and allowFrom in the file)")
         return section
     return _taken(
-        section, f"Your own {name.capitalize()} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
+        section, f"Your own {_brand(name)} user id ({OWNER_IDS[name]}; the bot answers only you until you let "
                  "others in)", lambda owner: {"allowFrom": [owner], "owners": [owner]}, check=_not_the_bots,
         ask_with=_id_or_message(section) if name == "telegram" else typer.prompt)
 
@@ -227,7 +232,7 @@ def _credentials(name: str, section: ChannelSection) -> ChannelSection:
         if mailbox:
             section = _mailbox(section)
         for key in asked:
-            section = _taken(section, QUESTIONS[key].format(Name=name.capitalize()),
+            section = _taken(section, QUESTIONS[key].format(Name=_brand(name)),
                              lambda said: {to_camel(key): said}, secret=key.endswith(("token", "secret", "password")))
         try:
             _say(f"  {credentials.check(name, section)}")
