@@ -24,6 +24,9 @@ ENDED = ("done", "failed", "stopped")
 # deploy) hands its tasks back without counting; what this limits is a crash loop (a task that
 # takes the process down every time), not restarts.
 MAX_ATTEMPTS = 5
+# Ended tasks older than this are forgotten, as cron's run records are: a task a day for the
+# months the daemon runs must not grow the table (each row holds its whole result) without bound.
+KEEP_ENDED_S = 30 * 86400
 
 # Who a task counts for (``trust.quota_holder``: an API key's sessions together) and whether a
 # member chat started it (members together keep a share of maxTotal free for the owner).
@@ -163,8 +166,12 @@ class TaskStore:
                                   [(task_id, worker) for task_id in task_ids])
 
     async def finish(self, task_id: str, state: str, result: str) -> None:
-        await self.db.execute("UPDATE tasks SET state = $2, result = $3, finished = $4 WHERE id = $1",
-                              task_id, state, result, time.time())
+        """The task ended (``state``: one of ENDED) with ``result``; ended tasks a month old go."""
+        now = time.time()
+        async with self.db.transaction() as tx:
+            await tx.execute("UPDATE tasks SET state = $2, result = $3, finished = $4 WHERE id = $1",
+                             task_id, state, result, now)
+            await tx.execute("DELETE FROM tasks WHERE finished < $1", now - KEEP_ENDED_S)
 
     async def request_stop(self, chat: str, task_id: str) -> Task | None:
         """``/stop ID``: a queued task ends at once, a running one at its runner's next look."""

@@ -234,3 +234,23 @@ async def test_deploys_hand_tasks_back_and_max_minutes_counts_from_the_first_sta
         await tg.wait_until(lambda: any(t.startswith(FINISHED) for t in texts(tg)), timeout=15)
     assert [t for t in texts(tg) if t.startswith(FINISHED)] == [
         f"Background task old ({old.id}) stopped:\nstopped: it ran past 1 minutes (agents.defaults.tasks.maxMinutes)"]
+
+
+async def test_ended_tasks_a_month_old_are_forgotten(config: Config) -> None:
+    """A task a day for months must not grow the table: when a task ends, those ended over 30
+    days ago go (as cron's runs do); those ended lately and those still waiting stay."""
+    import time
+
+    from nanobot.runtime import open_runtime
+    from nanobot.tasks import TaskStore
+
+    chat = f"telegram:{ALICE}"
+    async with open_runtime(config) as rt:
+        store = await TaskStore.open(rt.db)
+        old, recent, waiting, now = [await store.add(chat, f"TASK {n}", n) for n in ("old", "recent", "waiting", "now")]
+        for task, days in ((old, 31), (recent, 29)):
+            await store.finish(task.id, "done", "a long report")
+            await rt.db.execute("UPDATE tasks SET finished = $1 WHERE id = $2", time.time() - days * 86400, task.id)
+        await store.finish(now.id, "failed", "cut off")
+        assert {t.label: t.state for t in await store.of_chat(chat)} == {
+            "recent": "done", "waiting": "queued", "now": "failed"}
