@@ -215,7 +215,7 @@ async def test_a_backup_taken_under_load_restores_with_equal_counts(config, llm:
         code, out, err = await nanobot("backup", str(archive), "--with-workspace", home=home)
         await tg.wait_sent(40, timeout=20)
         await gateway.runtime.sessions.flush()
-    assert code == 0 and "history records" in out, err
+    assert code == 0 and "history records in 1 chat, and the workspace" in out, err
     assert archive.stat().st_mode & 0o777 == 0o600
     fresh = tmp_path / "fresh-home"
     code, out, err = await nanobot("restore", str(archive), home=fresh)

@@ -18,6 +18,7 @@ from nanobot.chat_names_legacy import rename_legacy_chats
 from nanobot.cli.common import fail, get_config
 from nanobot.config import Config, url_without_password
 from nanobot.config.gateway_settings import unencrypted_database
+from nanobot.usage import plural
 from nanobot.utf8 import for_terminal, json_for_terminal
 
 T = TypeVar("T")
@@ -166,11 +167,12 @@ def backup(ctx: typer.Context, file: Path = typer.Argument(..., metavar="FILE", 
         fail(f"backup failed: {exc}", 1)
     rows = sum(manifest["tables"].values())
     records = sum(manifest["histories"].values())
-    typer.echo(f"Wrote {file}: {rows} rows in {len(manifest['tables'])} tables, {records} history records in "
-               f"{len(manifest['histories'])} chats{', and the workspace' if with_workspace else ''} "
+    typer.echo(f"Wrote {file}: {plural(rows, 'row')} in {plural(len(manifest['tables']), 'table')}, "
+               f"{plural(records, 'history record')} in {plural(len(manifest['histories']), 'chat')}"
+               f"{', and the workspace' if with_workspace else ''} "
                f"({time.monotonic() - started:.1f} s)")
     if left_out := manifest["links_left_out"]:
-        typer.echo(f"Left out {len(left_out)} link(s) in the workspace (links and named pipes are not backed up): "
+        typer.echo(f"Left out {plural(len(left_out), 'link')} in the workspace (links and named pipes are not backed up): "
                    + ", ".join(left_out[:5]) + (" …" if len(left_out) > 5 else ""))
 
 
