@@ -23,7 +23,7 @@ from tests import cli_zygote
 from tests.fakes.discord_api import FakeDiscord
 from tests.fakes.loopback import closed_port, serve
 from tests.fakes.mail_servers import Dovecot, needs_dovecot
-from tests.fakes.openai_server import FakeOpenAI, error, reply, tool_call
+from tests.fakes.openai_server import FakeOpenAI, delayed, error, reply, tool_call
 from tests.fakes.slack_api import FakeSlack
 from tests.fakes.telegram_api import FakeTelegram
 from tests.fakes.whatsapp_api import PHONE_ID, FakeWhatsApp
@@ -82,6 +82,28 @@ async def test_a_file_sent_to_the_terminal_is_kept_where_a_line_says(home: Path,
     [line] = [line for line in out.splitlines() if line.startswith("[file: sent/")]  # a line of its own
     assert line.endswith("_report.txt in the chat's folder] the report"), out
     assert (workspace / line.removeprefix("[file: ").split()[0]).read_text() == "the numbers"
+
+
+async def test_a_one_shot_terminal_chat_waits_for_its_spoken_reply(home: Path, workspace: Path) -> None:
+    """In process, ``-m`` and a pipe leave once answered: a reply's voice note, spoken after its
+    words, was cancelled with the gateway and lost; it now comes within the shutdown grace."""
+    from tests.media_files import ogg_opus
+
+    async with FakeOpenAI() as llm:
+        write_config(home, workspace, llm.base_url)
+        config = json.loads((home / "config.json").read_text())
+        config["tools"] = {"speech": {"provider": "openai", "model": "tts", "reply": "always"}}
+        (home / "config.json").write_text(json.dumps(config))
+        llm.script(reply("Spoken words."), reply("Piped words."))
+        llm.speeches = [delayed(ogg_opus(), 0.5), delayed(ogg_opus(), 0.5)]
+        one_shot = await nanobot("agent", "-m", "speak", home=home)
+        proc = await cli_zygote.start(["agent"], {**os.environ, "NANOBOT_HOME": str(home)}, stdin=asyncio.subprocess.PIPE,
+                                      stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(b"speak again\n"), 60)
+    for code, out, err in (one_shot, (proc.returncode, out.decode(), err.decode())):
+        assert code == 0, err
+        [line] = [line for line in out.splitlines() if line.startswith("[file: sent/")]
+        assert line.endswith("_reply.ogg in the chat's folder]") and (workspace / line.split()[1]).stat().st_size
 
 
 async def test_agent_mode_and_session_flags(home: Path, workspace: Path) -> None:

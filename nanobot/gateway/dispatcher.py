@@ -185,9 +185,8 @@ class Dispatcher:
     def __init__(self, agent: Agent, bus: MessageBus, settings: GatewaySettings, outbound: Outbound, *,
                  holder: ChatHolder | None = None, typing_interval: float = TYPING_INTERVAL, album_quiet_s: float,
                  stream_pace: Callable[[str], float | None] = lambda channel: None) -> None:
-        self.agent, self.bus, self.settings = agent, bus, settings
+        self.agent, self.bus, self.settings, self.typing_interval = agent, bus, settings, typing_interval
         self.outbound = outbound  # records and sends replies
-        self.typing_interval = typing_interval
         self.album_quiet_s = album_quiet_s  # an album's parts are joined once none came for this long
         self.stream_pace = stream_pace  # how often a channel shows a reply as it is written (None: not)
         self.slots = asyncio.Semaphore(settings.max_concurrent_sessions)
@@ -328,7 +327,8 @@ class Dispatcher:
             await asyncio.sleep(self.typing_interval)
 
     async def shutdown(self, grace: float) -> None:
-        """Take no new messages; give running turns ``grace`` seconds, then cancel the rest.
+        """Take no new messages; give running turns (and the voice notes of replies being spoken)
+        ``grace`` seconds, then cancel the rest.
 
         The caller stops ``run()`` first. A worker with a running turn finishes it, sends the
         reply and exits; idle workers exit at once. Queued messages are dropped (logged).
@@ -338,9 +338,10 @@ class Dispatcher:
         for w in workers:
             if w.turn is None:
                 w.task.cancel()
+        deadline = asyncio.get_running_loop().time() + grace
         if late := await self.chats.stop(grace):
             log.warning("shutdown: cancelled %d turn(s) still running after %g s", late, grace)
-        await self._side.stop()
+        await self._side.stop(deadline - asyncio.get_running_loop().time())
         dropped = [w.held for w in workers if w.held] + [w.queue.get_nowait() for w in workers
                                                          for _ in range(w.queue.qsize())]
         dropped += [self.bus.inbound.get_nowait() for _ in range(self.bus.inbound.qsize())]
@@ -350,14 +351,13 @@ class Dispatcher:
             log.warning("shutdown: %d queued message(s) were not answered; their chats were told", len(dropped))
 
     def tell_restarting(self, msg: InboundMessage) -> None:
-        """Sent before the channels close (they drain the outbound queue at shutdown). A recorded
-        message is answered after the restart; an unrecorded one (no outbox) is lost."""
+        """Sent before the channels close (they drain the outbound queue at shutdown), not kept in
+        the outbox: stale after the restart. A recorded message is answered then; an unrecorded one is lost."""
         if self._holder is not None and msg.intake_id is not None:
             return  # recorded: another worker answers it in a moment
         if msg.source != "cron" and not is_stop(msg.content) and msg.session_key not in self._told:
             self._told.add(msg.session_key)  # once per chat
             notice = RESUME_NOTICE if msg.intake_id is not None else RESTART_NOTICE
-            # Not kept in the outbox: after the restart it would be stale.
             self.bus.outbound.put_nowait(OutboundMessage(msg.channel, msg.chat_id, notice, durable=False))
 
 
