@@ -209,12 +209,14 @@ async def test_how_long_a_voice_note_is_comes_from_its_own_bytes(config: Config,
     assert len(llm.transcriptions) == 1 and "[voice] short after all" in str(llm.chat_requests[0]["messages"])
 
 
-@pytest.mark.parametrize("codec, container, rate, seconds", [("libopus", "ogg", 48000, 2.0), ("aac", "mp4", 16000, 2.0),
-                                                             ("aac", "adts", 44100, 2.02), ("libopus", "webm", 48000, 2.0)])
-def test_a_recordings_length_is_read_from_ogg_mp4_adts_and_webm(codec: str, container: str, rate: int,
-                                                                seconds: float) -> None:
-    """Ogg Opus (Telegram, WhatsApp, Element, Firefox), MP4 (Safari), raw AAC (Signal) and WebM
-    (Chromium: the page's test has a real one) say how long they are; anything else does not."""
+@pytest.mark.parametrize("codec, container, rate, seconds", [
+    ("libopus", "ogg", 48000, 2.0), ("aac", "mp4", 16000, 2.0), ("aac", "adts", 44100, 2.02),
+    ("libopus", "webm", 48000, 2.0), ("libmp3lame", "mp3", 16000, 2.1), ("libmp3lame", "mp3", 44100, 2.05)])
+def test_a_recordings_length_is_read_from_ogg_mp4_adts_webm_and_mp3(codec: str, container: str, rate: int,
+                                                                    seconds: float) -> None:
+    """Ogg Opus (Telegram, WhatsApp, Element, Firefox), MP4 (Safari), raw AAC (Signal), WebM
+    (Chromium: the page's test has a real one) and MP3 (MPEG-1 and MPEG-2; one frame of the
+    encoder's own more) say how long they are; anything else does not."""
     from nanobot.media.duration import recording_seconds
 
     assert recording_seconds(encoded_audio(2.0, codec, container, rate, tone=False)) == pytest.approx(seconds, abs=0.05)
@@ -226,7 +228,8 @@ def test_marker_bytes_in_the_sound_are_not_taken_for_a_formats_headers() -> None
     what is no recording says nothing."""
     from nanobot.media.duration import recording_seconds
 
-    junk = (b"", b"OggS", b"\0\0\0\x08ftyp", b"\x1a\x45\xdf\xa3\x01\xff", png(10, 10), b"x" * 64)
+    junk = (b"", b"OggS", b"\0\0\0\x08ftyp", b"\x1a\x45\xdf\xa3\x01\xff", png(10, 10), b"x" * 64,
+            b"ID3\4\0\0\0\0\0\0" + b"\xff" * 64)
     assert [recording_seconds(other) for other in junk] == [None] * len(junk)
     mp4 = encoded_audio(2.0, "aac", "mp4", 16000, tone=False)
     ftyp = int.from_bytes(mp4[:4], "big")

@@ -4,7 +4,8 @@ claimed (Telegram's ``duration``), and most say nothing (Signal, WhatsApp, the p
 Read without decoding, from the formats' own counts: Ogg Opus's last granule position less its
 pre-skip (Telegram's, WhatsApp's, Element's and Firefox's voice notes), ADTS's frames
 (Signal's), MP4's ``mvhd`` (Safari's, a phone's .m4a), WebM's latest block (Chromium's, one
-frame short), WAV's data over its byte rate (the API's input_audio). Anything else: None.
+frame short), WAV's data over its byte rate (the API's input_audio), MP3's frames (a file sent
+as audio, a podcast by mail). Anything else: None.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ EBML = b"\x1a\x45\xdf\xa3"
 _WEBM_PARENTS = {0x18538067, 0x1549A966, 0x1F43B675, 0xA0}
 _WEBM_SCALE, _WEBM_CLUSTER_TIME, _WEBM_BLOCKS = 0x2AD7B1, 0xE7, {0xA3, 0xA1}  # TimecodeScale, Timecode, (Simple)Block
 _WEBM_MAX_ELEMENTS = 1_000_000  # a 25 MB file of empty elements is no recording: give up
+# MP3 (MPEG audio Layer III): kbit/s by bit-rate index, for MPEG-1 and for MPEG-2 and 2.5; sample
+# rates by the header's version bits (3: MPEG-1, 2: MPEG-2, 0: MPEG-2.5).
+_MP3_KBPS = {True: (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+             False: (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160)}
+_MP3_RATES = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+_MP3_MAX_FRAMES = 500_000  # over three hours; a file of countless tiny frames is no recording
 
 
 def recording_seconds(data: bytes) -> float | None:
@@ -32,6 +39,8 @@ def recording_seconds(data: bytes) -> float | None:
         return _mp4_seconds(data)
     if data.startswith(b"RIFF") and data[8:12] == b"WAVE":
         return _wav_seconds(data)
+    if data.startswith(b"ID3") or len(data) > 1 and data[0] == 0xFF and data[1] & 0xE6 == 0xE2:  # Layer III
+        return _mp3_seconds(data)
     frames, found = adts_frames(data)
     return len(frames) * SAMPLES_PER_FRAME / RATES[found[1]] if frames and found else None
 
@@ -110,6 +119,23 @@ def _wav_seconds(data: bytes) -> float | None:
             return min(size, len(data) - at - 8) / byte_rate if byte_rate else None
         at += 8 + size + (size & 1)  # chunks are padded to an even length
     return None
+
+
+def _mp3_seconds(data: bytes) -> float | None:
+    """Each frame's samples over its rate, the frames walked from the first (behind an ID3v2 tag),
+    each header giving its length; a tag or anything else behind the frames ends the walk."""
+    at = 10 + int.from_bytes(bytes(b & 0x7F for b in data[6:10]), "big") if data.startswith(b"ID3") else 0
+    at += 10 if at and data[5] & 0x10 else 0  # the tag's footer
+    seconds, frames = 0.0, 0
+    while at + 4 <= len(data) and frames < _MP3_MAX_FRAMES:
+        header = int.from_bytes(data[at:at + 4], "big")
+        version, kbps, rate, padding = header >> 19 & 3, header >> 12 & 15, header >> 10 & 3, header >> 9 & 1
+        if header >> 21 != 0x7FF or version == 1 or header >> 17 & 3 != 1 or kbps in (0, 15) or rate == 3:
+            break
+        mpeg1, rate = version == 3, _MP3_RATES[version][rate]
+        at += (144 if mpeg1 else 72) * 1000 * _MP3_KBPS[mpeg1][kbps] // rate + padding
+        seconds, frames = seconds + (1152 if mpeg1 else 576) / rate, frames + 1
+    return seconds or None
 
 
 def _webm_seconds(data: bytes) -> float | None:
