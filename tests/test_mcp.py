@@ -20,6 +20,7 @@ from nanobot.runtime import Runtime, open_runtime
 from tests import cli_zygote
 from tests.fakes.loopback import free_port
 from tests.fakes.openai_server import FakeOpenAI, reply, tool_call
+from tests.fakes.telegram_api import FakeTelegram
 from tests.helpers import config_for, running_gateway
 
 REPO = Path(__file__).resolve().parent.parent
@@ -273,8 +274,7 @@ async def test_a_cron_code_job_calls_mcp_with_no_model_call(llm: FakeOpenAI, wor
 
     config = with_servers(llm, workspace, {"notes": stdio_server()})
     config.channels.telegram.allow_from = ["1"]  # telegram:1 is the owner's private chat
-    async with open_runtime(config) as rt:
-        await rt.mcp.ensure_started()
+    async with open_runtime(config) as rt:  # the servers not started yet: the job's code waits for them
         store = CronStore(rt.db)
         await store.migrate()
         job = await create_job(store, owner_session="telegram:1", schedule_kind="every", expression="3600",
@@ -471,3 +471,27 @@ async def test_a_stop_does_not_wait_out_a_down_servers_backoff(llm: FakeOpenAI, 
                 await asyncio.sleep(0.05)
         stopping = time.monotonic()
     assert time.monotonic() - stopping < 5  # before: the holder slept on, and the stop waited 10 s
+
+
+async def test_a_server_slow_to_start_holds_no_channel_and_turns_wait_for_it(llm: FakeOpenAI, tg: FakeTelegram,
+                                                                             workspace: Path, tmp_path: Path) -> None:
+    """The gateway starts its servers without waiting for them: one that hung held every channel
+    (and the page, cron, READY) for its startTimeout. A command is answered meanwhile; a turn
+    waits for the start and has the server's functions."""
+    import shlex
+
+    from tests.helpers import telegram_gateway_config
+
+    go, notes = tmp_path / "go", stdio_server()
+    gated = f"while [ ! -e {go} ]; do sleep 0.05; done; exec {shlex.join([notes.command, *notes.args])}"
+    config = telegram_gateway_config(llm.base_url, workspace, tg, 42, mode="code")
+    config.tools.mcp_servers = {"notes": McpServer(command="sh", args=["-c", gated], cwd=str(REPO), start_timeout=60)}
+    llm.script(reply("```python\nfinal_answer(notes_add_note(title='x')['id'])\n```"))
+    async with asyncio.timeout(30), running_gateway(config) as gateway:
+        assert gateway.runtime.mcp.states() == {"notes": "starting"}
+        tg.push_text(42, 42, "/help")
+        await tg.wait_sent(1, timeout=10)
+        tg.push_text(42, 42, "add a note")
+        go.touch()
+        [_, answer] = await tg.wait_sent(2, timeout=20)
+        assert answer["text"] == "1" and gateway.runtime.mcp.states()["notes"].startswith("running")

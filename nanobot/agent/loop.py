@@ -195,7 +195,7 @@ class Agent:
     async def run_turn(self, request: TurnRequest, io: TurnIO) -> str:
         session_key, origin = request.session_key, request.origin
         session = await self.deps.sessions.open(session_key)
-        if self.deps.mcp is not None:  # `nanobot agent`: the first turn starts them
+        if self.deps.mcp is not None:  # the first turn starts them (`nanobot agent`), or waits for that start
             await self.deps.mcp.ensure_started()
         turn = Turn(self.deps, session, get_mode(request.mode or self.mode_name(session)), io.progress, io.stream)
         if origin is not None and origin.source == "cron":

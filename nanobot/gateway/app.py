@@ -183,8 +183,8 @@ class Gateway:
             await self.outbound.resend_pending()  # they wait for their channel to start
             await self.intake.resume(rt.sessions)  # queued before anything new arrives: each chat keeps its order
         self._background.run(self._write_state_on_change(), name="state file")
-        if rt.mcp is not None:  # their functions exist before the first message
-            await rt.mcp.ensure_started()
+        if rt.mcp is not None:  # not waited for (one that hangs held every channel): turns and jobs wait
+            self._background.run(rt.mcp.ensure_started(), name="MCP servers")
         if not self.terminal:
             await self.channels.start()
         if self.channels.failed:  # retried with backoff: the daemon stays up for cron and the others

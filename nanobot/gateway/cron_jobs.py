@@ -74,6 +74,8 @@ class JobRunner:
         from nanobot.sandbox import StopProgram
 
         rt = self.runtime
+        if rt.mcp is not None:  # their functions exist once the gateway's start of them is done
+            await rt.mcp.ensure_started()
         # The job runs with the rights of the chat that owns it; its target is "this chat" for
         # its functions (send_message, list_cron...).
         await self.open_chat(job.owner_session)

@@ -71,6 +71,7 @@ class McpConnection:
 
     async def start(self) -> bool:
         """Connect and list the tools, within ``startTimeout``; False (and why, in ``error``) if not."""
+        self._set_state("starting")
         self._holder.run(self._hold(), name=f"mcp {self.name}")
         try:
             async with asyncio.timeout(self.config.start_timeout):

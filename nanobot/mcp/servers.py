@@ -63,6 +63,7 @@ class McpServers:
                 continue
             self.registry.register(tool)
         self.clashes[connection.name] = refused
+        self.changed.set()  # its tools are counted now (status)
 
     def _reconnected(self, connection: McpConnection) -> None:
         """A restart may bring a changed tool list (the first start registers them all at once)."""
@@ -71,7 +72,8 @@ class McpServers:
 
     def states(self) -> dict[str, str]:
         """Each server's state for a person: its tool count when running, why not when not."""
-        return {name: f"{c.state}, {self.tool_count(name)} tools" if c.running else f"down: {c.down_reason()}"
+        return {name: f"{c.state}, {self.tool_count(name)} tools" if c.running
+                else c.state if c.state == "starting" else f"down: {c.down_reason()}"
                 for name, c in self.connections.items()}
 
     def tool_count(self, name: str) -> int:
