@@ -416,6 +416,29 @@ async def test_a_model_that_rejects_images_gets_paths_and_is_remembered(config: 
     assert json.loads((home / "vision-off.json").read_text()) == ["openai/fake-model"]
 
 
+async def test_a_refusal_of_this_request_does_not_take_pictures_from_the_model(config: Config, llm: FakeOpenAI,
+                                                                            tg: FakeTelegram, home: Path) -> None:
+    """A request with a photo refused for its length or by a policy is no sign that the model
+    takes no pictures: remembered as such, one member's photo took them from every chat, for good."""
+    from nanobot.media.vision import rejects_images
+    from nanobot.providers.base import ProviderError
+
+    refusals = [error(400, message="This model's maximum context length is 128000 tokens. However, your messages "
+                                   "resulted in 130000 tokens (including 1105 in the images)."),
+                error(400, message="Your input image may contain content that is not allowed by our safety system.")]
+    llm.fallback = lambda body: refusals.pop(0) if refusals and image_parts(body) else reply("A cat.")
+    async with running_gateway(config):
+        for n, caption in enumerate(("long", "unsafe", "a cat?"), start=1):
+            tg.push_photo(ALICE, ALICE, jpeg(40, 30), caption=caption)
+            await tg.wait_sent(n, timeout=15)
+    assert tg.sent[-1]["text"] == "A cat." and image_parts(llm.chat_requests[-1])  # still shown pictures
+    assert not (home / "vision-off.json").exists()
+    said = ("Invalid content type. image_url is only supported by certain models.", "LLaVA is not a multimodal model",
+            "unknown variant `image_url`, expected `text`", "messages[1].content must be a string")
+    assert all(rejects_images(ProviderError(text, status=400)) for text in said)
+    assert not rejects_images(ProviderError("image too large: 25 MB", status=400))
+
+
 async def test_images_shown_are_capped_and_unreadable_ones_become_paths(tmp_path: Path) -> None:
     (tmp_path / "a.png").write_bytes(png())
     (tmp_path / "broken.jpg").write_bytes(b"not an image")

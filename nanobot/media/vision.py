@@ -37,9 +37,20 @@ def remember_blind(home: Path, provider: str, model: str) -> None:
         log.warning("could not record that %s/%s takes no images: %s", provider, model, exc)
 
 
+# What servers say of a model that takes no pictures: OpenAI's "image_url is only supported by
+# certain models", vLLM's "not a multimodal model", llama.cpp's "image input is not supported
+# (mmproj)", LM Studio's "does not support images", DeepSeek's "unknown variant `image_url`",
+# Groq's "content must be a string".
+_NO_PICTURES = ("image", "multimodal", "vision", "mmproj", "unknown variant", "must be a string")
+# What a request with pictures may also be refused for, about this request only: its length, a
+# picture's size, a safety policy. Remembered as blindness, one member's photo (or long message)
+# would take pictures from every chat of the model, for good.
+_THIS_REQUEST = ("context", "token", "too large", "too long", "size", "policy", "safety", "moderation", "filter")
+
+
 def rejects_images(exc: ProviderError) -> bool:
-    """Whether a failed request with images looks refused for them (not for its size, key...)."""
-    if exc.status in (400, 415, 422):
-        return True
+    """Whether a failed request with images says the model takes none (not that this request was
+    too long, a picture too big, or refused by a policy)."""
     text = str(exc).lower()
-    return exc.status is not None and exc.status >= 500 and ("image" in text or "multimodal" in text)
+    return exc.status is not None and (exc.status in (400, 415, 422) or exc.status >= 500) \
+        and any(word in text for word in _NO_PICTURES) and not any(word in text for word in _THIS_REQUEST)
