@@ -459,6 +459,24 @@ async def test_typed_stubs_pass_the_type_checker(llm: FakeOpenAI, workspace: Pat
     assert "Type check failed" in checked and "everywhere" in checked  # refused before any call
 
 
+async def test_a_server_failing_the_same_way_again_and_again_is_logged_once(
+        llm: FakeOpenAI, workspace: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A server down for days is retried every minute: its warning was repeated at each retry
+    (in a terminal chat, a dozen lines while the first turn waited)."""
+    import logging
+
+    monkeypatch.setattr("nanobot.mcp.connection.RESTART_FIRST_S", 0.01)
+    caplog.set_level(logging.DEBUG, "nanobot.mcp.connection")
+    failures = lambda: [r for r in caplog.records if "MCP server missing failed" in r.getMessage()]  # noqa: E731
+    servers = {"missing": McpServer(command="/nonexistent/mcp-server")}
+    async with open_runtime(with_servers(llm, workspace, servers)) as rt:
+        await rt.mcp.ensure_started()
+        async with asyncio.timeout(10):
+            while len(failures()) < 4:
+                await asyncio.sleep(0.01)
+    assert [r.levelname for r in failures()][:4] == ["WARNING", "DEBUG", "DEBUG", "DEBUG"]
+
+
 async def test_a_stop_does_not_wait_out_a_down_servers_backoff(llm: FakeOpenAI, workspace: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     # A server in a crash loop waits up to a minute between tries; the gateway's stop must not.

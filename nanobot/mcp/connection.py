@@ -42,6 +42,7 @@ class McpConnection:
         self.tools: list[Any] = []  # mcp.types.Tool, as listed at the last connect
         self.state = "not started"
         self.error = ""
+        self._repeating = False  # failing again as it failed before: said once (a server down for days)
         self._client: Any = None
         self._attempted = asyncio.Event()  # the first connection attempt is over, either way
         self._lost = asyncio.Event()
@@ -188,10 +189,13 @@ class McpConnection:
 
     def _set_state(self, state: str, error: str = "") -> None:
         if state == "failed":
+            # A server down for days is retried each minute, for the same reason each time: said
+            # once, until it runs again or fails otherwise.
+            self._repeating = error == self.error and self.state.startswith("restarting")
             self.error = error
-            log.warning("MCP server %s failed: %s", self.name, error)
+            (log.debug if self._repeating else log.warning)("MCP server %s failed: %s", self.name, error)
         elif state == "restarting":
-            log.info("MCP server %s: restarting %s", self.name, error)
+            (log.debug if self._repeating else log.info)("MCP server %s: restarting %s", self.name, error)
         self.state = f"{state}: {error}" if error else state
         self.on_state()
 
