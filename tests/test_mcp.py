@@ -459,6 +459,34 @@ async def test_typed_stubs_pass_the_type_checker(llm: FakeOpenAI, workspace: Pat
     assert "Type check failed" in checked and "everywhere" in checked  # refused before any call
 
 
+async def test_a_server_that_hangs_at_start_is_tried_again(llm: FakeOpenAI, workspace: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that did not answer within startTimeout (``uvx`` fetching a package on its first
+    run) was never tried again until the gateway restarted: now it is, as after a crash, and each
+    try that hung has its process ended."""
+    monkeypatch.setattr("nanobot.mcp.connection.RESTART_FIRST_S", 0.05)
+    go, notes, tag = tmp_path / "go", stdio_server(), uuid.uuid4().hex
+    # Until ``go`` exists, a try hangs (it reads what it is sent and says nothing, and ends when
+    # its input does, as the SDK ends a try); then the notes server.
+    gated = (f"import os, select, sys\nwhile not os.path.exists({str(go)!r}):  # {tag}\n"
+             "    if select.select([0], [], [], 0.05)[0] and not os.read(0, 4096): sys.exit()\n"
+             f"os.execv({notes.command!r}, {[notes.command, *notes.args]!r})")
+    servers = {"notes": McpServer(command=sys.executable, args=["-c", gated], cwd=str(REPO), start_timeout=0.5)}
+    async with open_runtime(with_servers(llm, workspace, servers)) as rt:
+        await rt.mcp.ensure_started()
+        connection = rt.mcp.connections["notes"]
+        assert connection.error == "no answer within startTimeout (0.5 s)"
+        async with asyncio.timeout(20):
+            while not connection.state.startswith("restarting: in 0.1 s"):  # the second try hung too
+                await asyncio.sleep(0.02)
+            assert len(mcp_children(tag)) <= 1  # the tries that hung are gone
+            go.touch()
+            while not connection.running:
+                await asyncio.sleep(0.02)
+        await rt.sessions.open("cli:x")
+        assert await rt.tools.call("notes_list_notes", {}, rt.chat_context("cli:x")) == []
+
+
 async def test_a_server_failing_the_same_way_again_and_again_is_logged_once(
         llm: FakeOpenAI, workspace: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """A server down for days is retried every minute: its warning was repeated at each retry

@@ -71,15 +71,11 @@ class McpConnection:
         return f"{why}; its log: {self.log_file}" if self.log_file else why
 
     async def start(self) -> bool:
-        """Connect and list the tools, within ``startTimeout``; False (and why, in ``error``) if not."""
+        """Connect and list the tools, within ``startTimeout``; False (and why, in ``error``) if not
+        (it is tried again meanwhile, as after a crash)."""
         self._set_state("starting")
         self._holder.run(self._hold(), name=f"mcp {self.name}")
-        try:
-            async with asyncio.timeout(self.config.start_timeout):
-                await self._attempted.wait()
-        except TimeoutError:
-            self._set_state("failed", f"no answer within startTimeout ({self.config.start_timeout:g} s)")
-            await self._holder.stop()  # a server that hangs at start is not waited on again
+        await self._attempted.wait()
         return self.running
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
@@ -124,6 +120,8 @@ class McpConnection:
                 await self._session()
             except asyncio.CancelledError:
                 raise
+            except TimeoutError:  # (``uvx`` fetching a package on its first run may well pass it)
+                self._set_state("failed", f"no answer within startTimeout ({self.config.start_timeout:g} s)")
             except BaseException as exc:  # an ExceptionGroup from the SDK's task groups, too
                 self._set_state("failed", _reason(exc))
             finally:
@@ -143,8 +141,10 @@ class McpConnection:
         from mcp import Client
 
         self._lost.clear()
-        async with Client(self._transport()) as client:
-            tools = await _list_tools(client)
+        async with contextlib.AsyncExitStack() as session:
+            async with asyncio.timeout(self.config.start_timeout):  # each try: one that hangs is tried again
+                client = await session.enter_async_context(Client(self._transport()))
+                tools = await _list_tools(client)
             allowed = self.config.allowed_tools
             self.tools = [t for t in tools if allowed is None or t.name in allowed]
             if unlisted := sorted(set(allowed or ()) - {t.name for t in tools}):  # a typo offers nothing

@@ -44,10 +44,8 @@ class McpServers:
 
     async def _start_all(self) -> None:
         await asyncio.gather(*(c.start() for c in self.connections.values()))
-        for connection in self.connections.values():
+        for connection in self.connections.values():  # (one that failed said why, once)
             self.register(connection)
-            if not connection.running:
-                log.warning("MCP server %s is not available: %s", connection.name, connection.error)
 
     def register(self, connection: McpConnection) -> None:
         """Put the server's listed tools into the registry, refusing name clashes."""
