@@ -487,6 +487,19 @@ async def test_a_server_that_hangs_at_start_is_tried_again(llm: FakeOpenAI, work
         assert await rt.tools.call("notes_list_notes", {}, rt.chat_context("cli:x")) == []
 
 
+async def test_a_servers_stderr_file_is_kept_to_a_size(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stdio server writes its stderr file itself, for months: past MAX_LOG_BYTES it is kept
+    as ``.1`` and emptied in place (the server holds it open, appending)."""
+    log_file = rt.mcp.connections["notes"].log_file
+    assert log_file is not None
+    monkeypatch.setattr("nanobot.mcp.connection.MAX_LOG_BYTES", 1000)
+    with open(log_file, "a") as chatty:  # as the server's own writes would
+        chatty.write("chatter\n" * 200)
+    await rt.sessions.open("cli:log")
+    assert await rt.tools.call("notes_list_notes", {}, rt.chat_context("cli:log")) == []
+    assert Path(f"{log_file}.1").read_text().endswith("chatter\n" * 200) and log_file.stat().st_size < 1000
+
+
 async def test_a_server_failing_the_same_way_again_and_again_is_logged_once(
         llm: FakeOpenAI, workspace: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """A server down for days is retried every minute: its warning was repeated at each retry

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -25,6 +27,9 @@ log = logging.getLogger(__name__)
 
 RESTART_FIRST_S = 1.0
 RESTART_MAX_S = 60.0
+# A stdio server's stderr file past this is kept as ``.1`` and emptied: the server writes to it
+# itself, for the months the daemon runs.
+MAX_LOG_BYTES = 5_000_000
 
 
 class ServerUnavailable(RuntimeError):
@@ -86,6 +91,8 @@ class McpConnection:
         client = self._client
         if client is None:
             raise ServerUnavailable(self.name, self.down_reason())
+        if self._errlog is not None and os.fstat(self._errlog.fileno()).st_size > MAX_LOG_BYTES:
+            await asyncio.to_thread(self._trim_log)
         try:
             async with asyncio.timeout(self.config.tool_timeout):
                 return await client.call_tool(tool, arguments)
@@ -178,7 +185,16 @@ class McpConnection:
                 return sys.stderr
             self.log_dir.mkdir(parents=True, exist_ok=True)
             self._errlog = open(self.log_file or self.log_dir / f"mcp-{self.name}.log", "a", encoding="utf-8")
+        if os.fstat(self._errlog.fileno()).st_size > MAX_LOG_BYTES:  # (each try: a crash loop writes too)
+            self._trim_log()
         return self._errlog
+
+    def _trim_log(self) -> None:
+        """The stderr file copied to ``.1`` and emptied in place: the server holds it open for
+        appending, and writes on at its start."""
+        assert self._errlog is not None
+        shutil.copyfile(self._errlog.name, f"{self._errlog.name}.1")
+        os.truncate(self._errlog.fileno(), 0)
 
     def _connection_lost(self, why: str) -> None:
         if self._client is not None:
