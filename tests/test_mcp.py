@@ -471,15 +471,13 @@ async def test_a_server_that_hangs_at_start_is_tried_again(llm: FakeOpenAI, work
     gated = (f"import os, select, sys\nwhile not os.path.exists({str(go)!r}):  # {tag}\n"
              "    if select.select([0], [], [], 0.05)[0] and not os.read(0, 4096): sys.exit()\n"
              f"os.execv({notes.command!r}, {[notes.command, *notes.args]!r})")
-    servers = {"notes": McpServer(command=sys.executable, args=["-c", gated], cwd=str(REPO), start_timeout=0.5)}
+    servers = {"notes": McpServer(command=sys.executable, args=["-c", gated], cwd=str(REPO), start_timeout=1)}
     async with open_runtime(with_servers(llm, workspace, servers)) as rt:
         await rt.mcp.ensure_started()
         connection = rt.mcp.connections["notes"]
-        assert connection.error == "no answer within startTimeout (0.5 s)"
+        assert connection.error == "no answer within startTimeout (1 s)"
+        assert len(mcp_children(tag)) <= 1  # that try's process ended (the next try's may be there)
         async with asyncio.timeout(20):
-            while not connection.state.startswith("restarting: in 0.1 s"):  # the second try hung too
-                await asyncio.sleep(0.02)
-            assert len(mcp_children(tag)) <= 1  # the tries that hung are gone
             go.touch()
             while not connection.running:
                 await asyncio.sleep(0.02)
