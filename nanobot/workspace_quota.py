@@ -3,8 +3,9 @@ and the page's uploads all write there, members' folders included: without one l
 member could fill the disk the database is on, and every chat would stop.
 
 Walking a large workspace on every write would cost more than the write, so the total is
-re-counted at most every few seconds and the bytes written in between are added to it. The
-shell's own writes are bounded per file by its RLIMIT_FSIZE (see tools/shell.py).
+re-counted at most every few seconds and the bytes written in between are added to it. A
+shell command is held to the room left as it runs, by the free space of its file system (its
+RLIMIT_FSIZE bounds only each file it writes; see tools/shell.py).
 """
 
 from __future__ import annotations
@@ -45,13 +46,22 @@ def workspace_bytes(root: Path) -> int:
 def check_room(root: Path, limit_mb: int, adding: int) -> None:
     """WorkspaceFull if writing ``adding`` more bytes under ``root`` would pass ``limit_mb``; else
     the bytes are counted as written."""
-    limit = limit_mb * 1024 * 1024
-    counted_at, used = _usage.get(root, (0.0, 0))
-    now = time.monotonic()
-    if now - counted_at > RECOUNT_SECONDS:
-        counted_at, used = now, workspace_bytes(root)
-    if used + adding > limit:
+    counted_at, used = _counted(root)
+    if used + adding > limit_mb * 2**20:
         raise WorkspaceFull(f"the workspace is full: {used / 2**20:.1f} MiB used, this write needs "
                             f"{adding / 2**20:.1f} MiB more, the limit is {limit_mb} MiB "
                             "(tools.maxWorkspaceMb); delete something first")
     _usage[root] = (counted_at, used + adding)
+
+
+def room_left(root: Path, limit_mb: int) -> int:
+    """Bytes the workspace may still take (what a shell command may write as it runs)."""
+    return limit_mb * 2**20 - _counted(root)[1]
+
+
+def _counted(root: Path) -> tuple[float, int]:
+    """(when counted, bytes used): counted again when the last count is a few seconds old."""
+    counted_at, used = _usage.get(root, (0.0, 0))
+    if (now := time.monotonic()) - counted_at > RECOUNT_SECONDS:
+        counted_at, used = _usage[root] = now, workspace_bytes(root)
+    return counted_at, used

@@ -52,6 +52,23 @@ async def test_write_file_stays_within_the_workspace_quota(ctx: ToolContext, wor
     assert not (workspace / "big.txt").exists()
 
 
+async def test_a_members_shell_loop_is_stopped_at_the_workspace_quota(config: Config, workspace: Path) -> None:
+    """RLIMIT_FSIZE bounds each file a command writes, not how many: a member's loop wrote past
+    tools.maxWorkspaceMb until the disk the database is on was full. It is killed once the disk
+    has lost the room the workspace had left (and a little)."""
+    from nanobot.trust import MEMBER, chat_folder
+
+    config.tools.max_workspace_mb = 16
+    folder = chat_folder(workspace, "telegram:-100")
+    folder.mkdir(parents=True)
+    member = ToolContext(config=config, workspace=folder, session_key="telegram:-100", trust=MEMBER)
+    loop = "i=0; while true; do head -c 1000000 /dev/zero > f$i; i=$((i+1)); sleep 0.01; done"
+    with pytest.raises(PermissionError, match=r"wrote past the .* MiB the workspace had left \(tools.maxWorkspaceMb\)"):
+        await call(member, "exec_command", command=loop, timeout=20)
+    written = sum(f.stat().st_size for f in folder.iterdir() if f.name.startswith("f"))
+    assert written < 256 * 2**20  # (other tests write to the same disk meanwhile: no exact figure)
+
+
 async def test_hard_links_are_not_read(ctx: ToolContext, workspace: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside-secret.txt"
     outside.write_text("CANARY")

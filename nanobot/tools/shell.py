@@ -33,8 +33,10 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import Field
 
 from nanobot import confine
+from nanobot.eventloop import cancel_and_wait
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.tools.steering import Snapshot, refusal, settle
+from nanobot.workspace_quota import WorkspaceFull, room_left
 
 if TYPE_CHECKING:
     from nanobot.config import Config
@@ -236,6 +238,9 @@ def _status(returncode: int) -> str:
     return f"[exit code {returncode}]"
 
 
+# How often a running command's disk use is looked at, and by how much it may pass the room left
+# (the daemon writes to the same disk meanwhile: a history, the database).
+ROOM_POLL_S, ROOM_SLACK = 0.1, 8 * 2**20
 # After the shell exits, how long to wait for output still in the pipe. A background child
 # that keeps the pipe open (`server &`) must not hold the turn until the timeout.
 _DRAIN_SECONDS = 0.5
@@ -269,10 +274,11 @@ async def exec_command(
         raise FileNotFoundError(f"the workspace {root} does not exist (run `nanobot onboard`)")
     seconds = timeout or settings.timeout
     argv = launch_argv(ctx, root, command, seconds)
+    room = await asyncio.to_thread(room_left, ctx.config.workspace_path, ctx.config.tools.max_workspace_mb)
     # Changes the chat may not make are rolled back, so their bytes are kept beforehand.
     before = await asyncio.to_thread(Snapshot.take, root, keep_bytes=refusal(ctx, "steering files") is not None)
     try:
-        returncode, output = await _run(argv, root, seconds, settings.max_output_chars)
+        returncode, output = await _run(argv, root, seconds, settings.max_output_chars, room)
     finally:
         await settle(ctx, before, "exec_command")
     if returncode == confine.EXIT_REFUSED and confine.MARK in output:
@@ -282,9 +288,10 @@ async def exec_command(
     return f"{output.rstrip(chr(10))}\n{_status(returncode)}" if output else f"(no output)\n{_status(returncode)}"
 
 
-async def _run(argv: list[str], root: Path, seconds: int, limit: int) -> tuple[int, str]:
+async def _run(argv: list[str], root: Path, seconds: int, limit: int, room: int) -> tuple[int, str]:
     """Run ``argv`` in its own process group; (exit code, capped output). The whole group is
-    killed afterwards, whatever happened: nothing the command started outlives it."""
+    killed afterwards, whatever happened: nothing the command started outlives it; and sooner
+    when it takes more than ``room`` bytes of disk (WorkspaceFull)."""
     loop = asyncio.get_running_loop()
     transport, capture = await loop.subprocess_exec(
         lambda: _Capture(keep=4 * limit),  # 4 bytes per character at worst in UTF-8
@@ -294,10 +301,15 @@ async def _run(argv: list[str], root: Path, seconds: int, limit: int) -> tuple[i
         start_new_session=True,  # its own process group: the launcher forbids leaving it
     )
     pid = transport.get_pid()
+    watch = asyncio.create_task(_watch_room(root, room, pid))
     try:
         try:
             async with asyncio.timeout(seconds):
                 await capture.exited.wait()
+            if watch.done() and watch.exception() is None:  # it killed the command
+                raise WorkspaceFull(f"command killed: it wrote past the {room / 2**20:.1f} MiB the workspace had "
+                                    f"left (tools.maxWorkspaceMb); delete something first. Partial output:\n"
+                                    f"{capture.text(limit).strip() or '(none)'}")
         except TimeoutError:
             _kill_group(pid)
             with contextlib.suppress(TimeoutError):
@@ -311,7 +323,23 @@ async def _run(argv: list[str], root: Path, seconds: int, limit: int) -> tuple[i
     finally:
         _kill_group(pid)  # background children too, after every command
         transport.close()
+        await cancel_and_wait(watch)
     return transport.get_returncode(), capture.text(limit)
+
+
+async def _watch_room(root: Path, room: int, pid: int) -> None:
+    """Kill the command once the file system under ``root`` lost more than ``room`` bytes since
+    it began (and a little, for the daemon's own writes meanwhile): RLIMIT_FSIZE bounds each
+    file, not how many a loop writes, and a member's loop would fill the disk the database is on."""
+    start = await asyncio.to_thread(_free_bytes, root)
+    while start - await asyncio.to_thread(_free_bytes, root) <= max(room, 0) + ROOM_SLACK:
+        await asyncio.sleep(ROOM_POLL_S)
+    _kill_group(pid)
+
+
+def _free_bytes(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
 
 
 SHELL_TOOLS = [exec_command]
