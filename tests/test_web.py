@@ -208,6 +208,7 @@ def test_a_long_page_is_converted_only_as_far_as_it_is_shown():
     assert not complete and "| row 100 | 10000 |" in text and "row 19999" not in text
 
 
+@pytest.mark.timeout(60)  # two parsing children (a fresh interpreter each): seconds apiece on a loaded machine
 async def test_a_page_is_converted_in_the_parsing_child_under_its_limits() -> None:
     """A page is anyone's to write: its conversion runs where CPU, memory and time are limited,
     so a heavy one is refused there (as a sent file is), and the daemon goes on."""
