@@ -28,7 +28,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Callable
 
 from pydantic import Field
 
@@ -274,10 +274,10 @@ async def exec_command(
         raise FileNotFoundError(f"the workspace {root} does not exist (run `nanobot onboard`)")
     seconds = timeout or settings.timeout
     argv = launch_argv(ctx, root, command, seconds)
-    room = await asyncio.to_thread(room_left, ctx.config.workspace_path, ctx.config.tools.max_workspace_mb)
     # Changes the chat may not make are rolled back, so their bytes are kept beforehand.
     before = await asyncio.to_thread(Snapshot.take, root, keep_bytes=refusal(ctx, "steering files") is not None)
     try:
+        room = functools.partial(room_left, ctx.config.workspace_path, ctx.config.tools.max_workspace_mb)
         returncode, output = await _run(argv, root, seconds, settings.max_output_chars, room)
     finally:
         await settle(ctx, before, "exec_command")
@@ -288,10 +288,10 @@ async def exec_command(
     return f"{output.rstrip(chr(10))}\n{_status(returncode)}" if output else f"(no output)\n{_status(returncode)}"
 
 
-async def _run(argv: list[str], root: Path, seconds: int, limit: int, room: int) -> tuple[int, str]:
+async def _run(argv: list[str], root: Path, seconds: int, limit: int, room: Callable[[], int]) -> tuple[int, str]:
     """Run ``argv`` in its own process group; (exit code, capped output). The whole group is
     killed afterwards, whatever happened: nothing the command started outlives it; and sooner
-    when it takes more than ``room`` bytes of disk (WorkspaceFull)."""
+    when it takes more of the disk than the workspace has ``room`` for (WorkspaceFull)."""
     loop = asyncio.get_running_loop()
     transport, capture = await loop.subprocess_exec(
         lambda: _Capture(keep=4 * limit),  # 4 bytes per character at worst in UTF-8
@@ -307,8 +307,8 @@ async def _run(argv: list[str], root: Path, seconds: int, limit: int, room: int)
             async with asyncio.timeout(seconds):
                 await capture.exited.wait()
             if watch.done() and watch.exception() is None:  # it killed the command
-                raise WorkspaceFull(f"command killed: it wrote past the {room / 2**20:.1f} MiB the workspace had "
-                                    f"left (tools.maxWorkspaceMb); delete something first. Partial output:\n"
+                raise WorkspaceFull(f"command killed: it wrote past the {watch.result() / 2**20:.1f} MiB the "
+                                    "workspace had left (tools.maxWorkspaceMb); delete something first. Partial output:\n"
                                     f"{capture.text(limit).strip() or '(none)'}")
         except TimeoutError:
             _kill_group(pid)
@@ -327,14 +327,17 @@ async def _run(argv: list[str], root: Path, seconds: int, limit: int, room: int)
     return transport.get_returncode(), capture.text(limit)
 
 
-async def _watch_room(root: Path, room: int, pid: int) -> None:
-    """Kill the command once the file system under ``root`` lost more than ``room`` bytes since
-    it began (and a little, for the daemon's own writes meanwhile): RLIMIT_FSIZE bounds each
-    file, not how many a loop writes, and a member's loop would fill the disk the database is on."""
-    start = await asyncio.to_thread(_free_bytes, root)
-    while start - await asyncio.to_thread(_free_bytes, root) <= max(room, 0) + ROOM_SLACK:
+async def _watch_room(root: Path, room: Callable[[], int], pid: int) -> int:
+    """Kill the command once the file system under ``root`` lost more than the workspace's
+    ``room`` since it began (and a little, for the daemon's own writes meanwhile); that room.
+    RLIMIT_FSIZE bounds each file, not how many a loop writes: a member's loop would fill the
+    disk the database is on."""
+    start = _free_bytes(root)  # (one statfs call: microseconds)
+    left = await asyncio.to_thread(room)  # (a count of the workspace, every few seconds)
+    while start - _free_bytes(root) <= max(left, 0) + ROOM_SLACK:
         await asyncio.sleep(ROOM_POLL_S)
     _kill_group(pid)
+    return left
 
 
 def _free_bytes(path: Path) -> int:
