@@ -172,8 +172,8 @@ def backup(ctx: typer.Context, file: Path = typer.Argument(..., metavar="FILE", 
                f"{', and the workspace' if with_workspace else ''} "
                f"({time.monotonic() - started:.1f} s)")
     if left_out := manifest["links_left_out"]:
-        typer.echo(f"Left out {plural(len(left_out), 'link')} in the workspace (links and named pipes are not backed up): "
-                   + ", ".join(left_out[:5]) + (" …" if len(left_out) > 5 else ""))
+        typer.echo(f"Left out {plural(len(left_out), 'link')} in the workspace (links and named pipes are not "
+                   "backed up): " + ", ".join(left_out[:5]) + (" …" if len(left_out) > 5 else ""))
 
 
 def restore(ctx: typer.Context, file: Path = typer.Argument(..., metavar="FILE", help="a file nanobot backup wrote"),

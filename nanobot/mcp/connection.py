@@ -148,9 +148,9 @@ class McpConnection:
         from mcp import Client
 
         self._lost.clear()
-        async with contextlib.AsyncExitStack() as session:
+        async with contextlib.AsyncExitStack() as held:  # the client, held past the timeout's block
             async with asyncio.timeout(self.config.start_timeout):  # each try: one that hangs is tried again
-                client = await session.enter_async_context(Client(self._transport()))
+                client = await held.enter_async_context(Client(self._transport()))
                 tools = await _list_tools(client)
             allowed = self.config.allowed_tools
             self.tools = [t for t in tools if allowed is None or t.name in allowed]
@@ -191,7 +191,7 @@ class McpConnection:
 
     def _trim_log(self) -> None:
         """The stderr file copied to ``.1`` and emptied in place: the server holds it open for
-        appending, and writes on at its start."""
+        appending, so its next line goes to the start of the emptied file."""
         assert self._errlog is not None
         shutil.copyfile(self._errlog.name, f"{self._errlog.name}.1")
         os.truncate(self._errlog.fileno(), 0)

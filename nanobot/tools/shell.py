@@ -308,8 +308,8 @@ async def _run(argv: list[str], root: Path, seconds: int, limit: int, room: Call
                 await capture.exited.wait()
             if watch.done() and watch.exception() is None:  # it killed the command
                 raise WorkspaceFull(f"command killed: it wrote past the {watch.result() / 2**20:.1f} MiB the "
-                                    "workspace had left (tools.maxWorkspaceMb); delete something first. Partial output:\n"
-                                    f"{capture.text(limit).strip() or '(none)'}")
+                                    "workspace had left (tools.maxWorkspaceMb); delete something first. "
+                                    f"Partial output:\n{capture.text(limit).strip() or '(none)'}")
         except TimeoutError:
             _kill_group(pid)
             with contextlib.suppress(TimeoutError):
