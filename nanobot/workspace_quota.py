@@ -16,6 +16,9 @@ import time
 from pathlib import Path
 
 RECOUNT_SECONDS = 5.0
+# What a file or folder takes of the disk at least (a block, and an inode): a loop of empty files
+# fills a disk's inodes as surely as big ones fill its bytes.
+FILE_COST = 4096
 _usage: dict[Path, tuple[float, int]] = {}  # workspace -> (when counted, bytes)
 
 
@@ -24,7 +27,8 @@ class WorkspaceFull(PermissionError):
 
 
 def workspace_bytes(root: Path) -> int:
-    """The size of every regular file under ``root`` (symlinks not followed)."""
+    """What the files and folders under ``root`` take: their sizes, each at least ``FILE_COST``
+    (symlinks not followed)."""
     total, pending = 0, [str(root)]
     while pending:
         try:
@@ -36,8 +40,7 @@ def workspace_bytes(root: Path) -> int:
                         continue
                     if stat.S_ISDIR(st.st_mode):
                         pending.append(entry.path)
-                    elif stat.S_ISREG(st.st_mode):
-                        total += st.st_size
+                    total += max(st.st_size, FILE_COST)
         except OSError:
             continue
     return total

@@ -67,6 +67,10 @@ async def test_a_members_shell_loop_is_stopped_at_the_workspace_quota(config: Co
         await call(member, "exec_command", command=loop, timeout=20)
     written = sum(f.stat().st_size for f in folder.iterdir() if f.name.startswith("f"))
     assert written < 256 * 2**20  # (other tests write to the same disk meanwhile: no exact figure)
+    # Empty files fill a disk's inodes as surely: each counts as a block.
+    with pytest.raises(PermissionError, match=r"tools.maxWorkspaceMb"):
+        await call(member, "exec_command", command="mkdir e && cd e && seq 1 1000000 | xargs touch", timeout=20)
+    assert len(os.listdir(folder / "e")) < 100_000
 
 
 async def test_hard_links_are_not_read(ctx: ToolContext, workspace: Path, tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from nanobot import confine
 from nanobot.eventloop import cancel_and_wait
 from nanobot.tools.registry import ToolContext, tool
 from nanobot.tools.steering import Snapshot, refusal, settle
-from nanobot.workspace_quota import WorkspaceFull, room_left
+from nanobot.workspace_quota import FILE_COST, WorkspaceFull, room_left
 
 if TYPE_CHECKING:
     from nanobot.config import Config
@@ -332,17 +332,18 @@ async def _watch_room(root: Path, room: Callable[[], int], pid: int) -> int:
     ``room`` since it began (and a little, for the daemon's own writes meanwhile); that room.
     RLIMIT_FSIZE bounds each file, not how many a loop writes: a member's loop would fill the
     disk the database is on."""
-    start = _free_bytes(root)  # (one statfs call: microseconds)
+    start = _free(root)  # (one statfs call: microseconds)
     left = await asyncio.to_thread(room)  # (a count of the workspace, every few seconds)
-    while start - _free_bytes(root) <= max(left, 0) + ROOM_SLACK:
+    while start - _free(root) <= max(left, 0) + ROOM_SLACK:
         await asyncio.sleep(ROOM_POLL_S)
     _kill_group(pid)
     return left
 
 
-def _free_bytes(path: Path) -> int:
+def _free(path: Path) -> int:
+    """The file system's free bytes, each free inode counted as the FILE_COST a file takes."""
     st = os.statvfs(path)
-    return st.f_bavail * st.f_frsize
+    return st.f_bavail * st.f_frsize + st.f_favail * FILE_COST
 
 
 SHELL_TOOLS = [exec_command]
