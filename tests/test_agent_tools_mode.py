@@ -103,6 +103,24 @@ async def test_a_long_message_is_a_file_the_tools_can_use(llm: FakeOpenAI, works
     assert llm.chat_requests[1]["messages"][-1]["content"] == "banana\n[exit code 0]"
 
 
+async def test_long_messages_are_kept_within_the_workspace_quota(llm: FakeOpenAI, workspace: Path) -> None:
+    """Each long message was written to messages/ past tools.maxWorkspaceMb: a member's pastes
+    (an API key's 1 MB bodies, 60 a minute) filled the disk. When the workspace is full, the
+    message is answered from its beginning and end, and nothing is written."""
+    (workspace / "filler.bin").write_bytes(b"x" * 1_000_000)
+    llm.script(reply("I see the start and the end."), reply("Same in code."))
+    pasted = "y" * 50_000 + " the end"
+    for mode, answer in (("tools", "I see the start and the end."), ("code", "Same in code.")):
+        config = config_for(llm.base_url, workspace, mode=mode)
+        config.tools.max_workspace_mb = 1
+        async with open_runtime(config) as rt:
+            assert await rt.agent.handle(f"cli:{mode}", pasted) == answer
+    first = llm.chat_requests[0]["messages"][-1]["content"]
+    assert "50,008 characters long; it could not be kept whole as a file" in first and first.endswith("the end")
+    assert "it is in the variable `context`. Its beginning" in llm.chat_requests[1]["messages"][-1]["content"]
+    assert not (workspace / "messages").exists()
+
+
 def _saved_path(body: dict) -> str:
     text = body["messages"][-1]["content"]
     return text.split("the whole text is in the file ", 1)[1].split(".txt", 1)[0] + ".txt"

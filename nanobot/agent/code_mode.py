@@ -163,8 +163,9 @@ def large_inputs(turn: Turn, content: str, attachments: Attachments) -> str:
     saved = keep_long_message(turn, content)
     if saved is not None:
         turn.state.inputs["context"] = content
-        parts.append(f"[The user's message is {len(content):,} characters long; it is in the variable `context` "
-                     f"(and the file {saved}). Its beginning and end:]\n{long_message_preview(content)}")
+        parts.append(f"[The user's message is {len(content):,} characters long; it is in the variable `context`"
+                     f"{f' (and the file {saved})' if saved else ''}. Its beginning and end:]\n"
+                     f"{long_message_preview(content)}")
     else:
         earlier = _earlier_long_message(turn)
         if earlier is not None:

@@ -17,6 +17,7 @@ from nanobot.prompts import render_prompt
 from nanobot.agent.markup import answer_or_failure, for_the_user, strip_think, text_tool_calls as text_calls_in
 from nanobot.agent.tool_offer import FIND_TOOLS, USE_TOOL, find_tools, native_schemas, use_tool_call
 from nanobot.providers.base import LLMResponse, parse_arguments
+from nanobot.workspace_quota import check_room
 
 if TYPE_CHECKING:
     from nanobot.agent.turn import Turn
@@ -46,11 +47,18 @@ PREVIEW_CHARS = 500
 
 def keep_long_message(turn: Turn, content: str) -> str | None:
     """A message over ``largeInputChars`` is saved whole as a file in the chat's folder (the
-    history then carries a preview), and the session remembers it for later turns."""
+    history then carries a preview), and the session remembers it for later turns: its path; ""
+    when it could not be (the workspace is full: a member's pastes count, as their files do);
+    None for a message of ordinary length."""
     if len(content) <= turn.settings.code_runtime.large_input_chars:
         return None
-    name = f"messages/{time.strftime('%Y%m%d-%H%M%S')}-{len(content)}.txt"
-    beneath.write_bytes(turn.ctx.workspace, name, content.encode("utf-8", errors="replace"))
+    name, data = f"messages/{time.strftime('%Y%m%d-%H%M%S')}-{len(content)}.txt", content.encode("utf-8", "replace")
+    try:
+        check_room(turn.deps.config.workspace_path, turn.deps.config.tools.max_workspace_mb, len(data))
+        beneath.write_bytes(turn.ctx.workspace, name, data)
+    except OSError as exc:
+        log.warning("%s: a long message was not kept (%s); the model sees its beginning and end", turn.session.key, exc)
+        return ""
     turn.session.set_meta(long_message=name)
     return name
 
@@ -111,8 +119,9 @@ class ToolsMode:
     def user_content(self, turn: Turn, content: str, attachments: Attachments) -> str:
         saved = keep_long_message(turn, content)
         if saved is not None:  # tools can work on the file without the model copying it back out
-            content = (f"[The user's message is {len(content):,} characters long; the whole text is in the file "
-                       f"{saved}. Its beginning and end:]\n{long_message_preview(content)}")
+            where = f"the whole text is in the file {saved}" if saved else "it could not be kept whole as a file"
+            content = (f"[The user's message is {len(content):,} characters long; {where}. Its beginning and "
+                       f"end:]\n{long_message_preview(content)}")
         return "\n".join(filter(None, [content, documents_note(attachments), attachments_note(attachments)]))
 
     async def step(self, turn: Turn, response: LLMResponse) -> str | None:
