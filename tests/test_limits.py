@@ -73,6 +73,21 @@ async def test_a_members_shell_loop_is_stopped_at_the_workspace_quota(config: Co
     assert len(os.listdir(folder / "e")) < 100_000
 
 
+async def test_files_sent_to_a_terminal_or_api_chat_count_toward_the_quota(config: Config, workspace: Path) -> None:
+    """A copy of each file sent to an API or terminal chat is kept in its folder (sent/) for its
+    reader to fetch: 20 a turn, 10 MB each, were kept past tools.maxWorkspaceMb."""
+    config.tools.max_workspace_mb = 1
+    config.providers["openai"].api_key = "unused"
+    (workspace / "report.bin").write_bytes(b"r" * 400_000)
+    async with open_runtime(config) as rt:
+        await rt.sessions.open("cli:default")
+        ctx = rt.chat_context("cli:default")
+        assert "sent to cli:default" in await call(ctx, "send_file", path="report.bin")
+        with pytest.raises(PermissionError, match="the workspace is full"):
+            await call(ctx, "send_file", path="report.bin")
+        assert rt.bus.outbound.qsize() == 1
+
+
 async def test_hard_links_are_not_read(ctx: ToolContext, workspace: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside-secret.txt"
     outside.write_text("CANARY")

@@ -23,7 +23,8 @@ from nanobot.media import MB, kind_of, upload_limit
 from nanobot.chat_names import history_file
 from nanobot.tools.files import read_checked_bytes
 from nanobot.tools.registry import ToolContext, tool
-from nanobot.trust import OWNER
+from nanobot.trust import HISTORY_CHANNELS, OWNER
+from nanobot.workspace_quota import check_room
 
 
 # A model writes at most maxTokens, but a program can make a string of any length: "x" * 3_000_000
@@ -61,6 +62,8 @@ async def send_file(ctx: ToolContext, path: str, caption: str | None = None, to:
     channel, chat_id, target = await _checked_target(ctx, to, "send_file")
     limit = upload_limit(channel)
     data, shown = read_checked_bytes(ctx, path, limit, f"{channel} takes files up to {limit // MB} MB")
+    if channel in HISTORY_CHANNELS:  # a copy is kept in the chat's folder (sent/), for its reader to fetch
+        check_room(ctx.config.workspace_path, ctx.config.tools.max_workspace_mb, len(data))
     photo = kind_of(shown) == "image"
     await _bus(ctx, "send_file").publish_outbound(OutboundMessage(channel, chat_id, caption or "", kind="file",
                                                                   file=OutgoingFile(Path(shown).name, data, photo)))
