@@ -1,4 +1,5 @@
-"""The repository as others clone it and read it: no large binaries committed, no module too long to read."""
+"""The repository as others clone it and read it: no large binaries committed, no module too long to read,
+no bench script whose imports a change broke."""
 
 from __future__ import annotations
 
@@ -50,3 +51,19 @@ def test_modules_and_functions_stay_short_enough_to_read() -> None:
                  for node in ast.walk(ast.parse(source)) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert not long, long
+
+
+def test_every_bench_script_still_imports() -> None:
+    """Nothing else runs bench/ (its figures are measured by hand): a name one imports that a
+    change renamed or removed would be found only at the next measurement. Each is imported (in
+    a process of its own), which runs no benchmark."""
+    import sys
+
+    load = ("import importlib.util, pathlib, sys\n"
+            "sys.path.insert(0, 'bench')  # as when run: python bench/NAME.py\n"
+            "for path in sorted(pathlib.Path('bench').glob('bench_*.py')):\n"
+            "    spec = importlib.util.spec_from_file_location(path.stem, path)\n"
+            "    spec.loader.exec_module(importlib.util.module_from_spec(spec))\n")
+    scripts = sorted((ROOT / "bench").glob("bench_*.py"))
+    done = subprocess.run([sys.executable, "-c", load], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert len(scripts) >= 30 and done.returncode == 0, done.stderr[-2000:]
