@@ -329,15 +329,18 @@ async def _run(argv: list[str], root: Path, seconds: int, limit: int, room: Call
 
 async def _watch_room(root: Path, room: Callable[[], int], pid: int) -> int:
     """Kill the command once the file system under ``root`` lost more than the workspace's
-    ``room`` since it began (and a little, for the daemon's own writes meanwhile); that room.
-    RLIMIT_FSIZE bounds each file, not how many a loop writes: a member's loop would fill the
-    disk the database is on."""
-    start = _free(root)  # (one statfs call: microseconds)
-    left = await asyncio.to_thread(room)  # (a count of the workspace, every few seconds)
-    while start - _free(root) <= max(left, 0) + ROOM_SLACK:
+    ``room`` since it began (and ROOM_SLACK, for the daemon's own writes meanwhile); that room,
+    counted only once the command took ROOM_SLACK. RLIMIT_FSIZE bounds each file, not how many
+    a loop writes: a member's loop would fill the disk the database is on."""
+    start, left = _free(root), None  # (one statfs call: microseconds)
+    while True:
+        if (taken := start - _free(root)) > ROOM_SLACK:
+            if left is None:  # only a command that writes much pays for a count of the workspace
+                left = await asyncio.to_thread(room)  # (a walk: seconds, for a big one)
+            if taken > max(left, 0) + ROOM_SLACK:
+                _kill_group(pid)
+                return left
         await asyncio.sleep(ROOM_POLL_S)
-    _kill_group(pid)
-    return left
 
 
 def _free(path: Path) -> int:
