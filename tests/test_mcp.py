@@ -534,7 +534,7 @@ async def test_a_server_slow_to_start_holds_no_channel_and_turns_wait_for_it(llm
                                                                              workspace: Path, tmp_path: Path) -> None:
     """The gateway starts its servers without waiting for them: one that hung held every channel
     (and the page, cron, READY) for its startTimeout. A command is answered meanwhile; a turn
-    waits for the start and has the server's functions."""
+    waits for the start, saying so, and has the server's functions."""
     import shlex
 
     from tests.helpers import telegram_gateway_config
@@ -549,6 +549,8 @@ async def test_a_server_slow_to_start_holds_no_channel_and_turns_wait_for_it(llm
         tg.push_text(42, 42, "/help")
         await tg.wait_sent(1, timeout=10)
         tg.push_text(42, 42, "add a note")
+        [_, waiting] = await tg.wait_sent(2, timeout=20)  # said after SLOW_START_S: not seconds of silence
+        assert waiting["text"] == "(Waiting for MCP servers to start: notes.)"
         go.touch()
-        [_, answer] = await tg.wait_sent(2, timeout=20)
+        [*_, answer] = await tg.wait_sent(3, timeout=20)
         assert answer["text"] == "1" and gateway.runtime.mcp.states()["notes"].startswith("running")

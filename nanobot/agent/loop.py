@@ -196,7 +196,7 @@ class Agent:
         session_key, origin = request.session_key, request.origin
         session = await self.deps.sessions.open(session_key)
         if self.deps.mcp is not None:  # the first turn starts them (`nanobot agent`), or waits for that start
-            await self.deps.mcp.ensure_started()
+            await self.deps.mcp.ensure_started(io.progress)
         turn = Turn(self.deps, session, get_mode(request.mode or self.mode_name(session)), io.progress, io.stream)
         if origin is not None and origin.source == "cron":
             turn.ctx.origin = "cron"

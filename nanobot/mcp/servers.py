@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Awaitable, Callable
 
 from nanobot.eventloop import Changed
 from nanobot.mcp.connection import McpConnection
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from nanobot.tools.registry import ToolRegistry
 
 log = logging.getLogger(__name__)
+
+SLOW_START_S = 2.0  # a turn waiting longer than this for the servers' start says so
 
 
 class McpServers:
@@ -36,10 +38,15 @@ class McpServers:
         self.clashes: dict[str, list[str]] = {}  # server -> refused tool names
         self._started: asyncio.Task[None] | None = None
 
-    async def ensure_started(self) -> None:
-        """Start every server once (concurrently); later calls wait for that same start."""
+    async def ensure_started(self, waiting: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """Start every server once (concurrently); later calls wait for that same start. One that
+        takes more than a moment is said to ``waiting`` (a chat would otherwise see nothing for
+        up to a server's startTimeout)."""
         if self._started is None:
             self._started = asyncio.ensure_future(self._start_all())
+        if waiting is not None and not (await asyncio.wait({self._started}, timeout=SLOW_START_S))[0]:
+            names = ", ".join(name for name, c in self.connections.items() if c.state == "starting")
+            await waiting(f"(Waiting for MCP servers to start: {names}.)")
         await asyncio.shield(self._started)
 
     async def _start_all(self) -> None:
