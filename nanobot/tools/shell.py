@@ -275,9 +275,9 @@ async def exec_command(
     seconds = timeout or settings.timeout
     argv = launch_argv(ctx, root, command, seconds)
     # Changes the chat may not make are rolled back, so their bytes are kept beforehand.
+    room = functools.partial(room_left, ctx.config.workspace_path, ctx.config.tools.max_workspace_mb)
     before = await asyncio.to_thread(Snapshot.take, root, keep_bytes=refusal(ctx, "steering files") is not None)
     try:
-        room = functools.partial(room_left, ctx.config.workspace_path, ctx.config.tools.max_workspace_mb)
         returncode, output = await _run(argv, root, seconds, settings.max_output_chars, room)
     finally:
         await settle(ctx, before, "exec_command")
